@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# opsrun container image.
+#   docker build -t opsrun .
+#   docker run --rm -p 8080:8080 -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
+# Migrations are embedded in the binary; `serve` applies them at start
+# (or run `docker run ... opsrun migrate` first).
+
+FROM debian:12-slim AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      build-essential cmake pkg-config \
+      libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
+ && cmake --build build -j "$(nproc)" \
+ && ./build/opsrun version
+
+FROM debian:12-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin opsrun
+COPY --from=build /src/build/opsrun /usr/local/bin/opsrun
+USER 10001:10001
+WORKDIR /tmp
+ENV OPSRUN_LISTEN=0.0.0.0:8080
+EXPOSE 8080
+# SIGTERM drains gracefully (up to queue.shutdown_grace_s): give `docker stop`
+# / Kubernetes a long enough grace period.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["opsrun"]
+CMD ["serve", "--listen", "0.0.0.0:8080"]

@@ -1,0 +1,77 @@
+/* common/common.h — what every module of opsrun includes: the status codes,
+ * the error carrier, allocation that aborts on failure, and the functions
+ * curl bans. Thread-safe; no state. */
+#ifndef OPSRUN_COMMON_H
+#define OPSRUN_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+/* Declared before the poison below, so later includes are no-ops. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WUR __attribute__((warn_unused_result))
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+enum status {
+    ST_OK = 0,
+    ST_INVALID,       /* bad input: 400 */
+    ST_NOT_FOUND,     /* 404 */
+    ST_CONFLICT,      /* 409 */
+    ST_TOO_LARGE,     /* 413 */
+    ST_UNSUPPORTED,   /* 415 */
+    ST_UNPROCESSABLE, /* 422: well-formed but names something unknown */
+    ST_METHOD,        /* 405 */
+    ST_DB,            /* a database error that is ours: 500 */
+    ST_UNAVAILABLE,   /* database unreachable, pool exhausted, shutting down: 503 */
+    ST_LOST,          /* a fenced write matched nothing: the run is no longer ours */
+    ST_INTERNAL,      /* a bug or resource failure: 500 */
+};
+
+const char *status_name(enum status st);
+
+/* One field problem of a validation failure (problem+json errors[]). */
+#define ERROR_MAX_FIELDS 16
+struct error_field {
+    char field[64];
+    char message[160];
+};
+
+/* The optional error text that travels with an enum status. */
+struct error {
+    char message[512];
+    unsigned nfields;
+    struct error_field fields[ERROR_MAX_FIELDS];
+};
+
+/* Sets err->message (NULL err is a no-op); returns st for tail calls. */
+enum status error_set(struct error *err, enum status st, const char *fmt, ...) PRINTF_LIKE(3, 4);
+/* Adds a field problem (dropped past ERROR_MAX_FIELDS); returns st. */
+enum status error_field(struct error *err, enum status st, const char *field, const char *fmt, ...)
+    PRINTF_LIKE(4, 5);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* Like snprintf, but aborts on output error; returns the untruncated length. */
+size_t xsnprintf(char *buf, size_t n, const char *fmt, ...) PRINTF_LIKE(3, 4);
+/* Heap-allocated formatted string. */
+char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
+
+/* Monotonic and wall clocks in milliseconds. */
+int64_t clock_mono_ms(void);
+int64_t clock_wall_ms(void);
+/* Uniform random integer in [0, n) from a thread-local generator seeded from
+ * getrandom(); n == 0 returns 0. */
+uint64_t rand_below(uint64_t n);
+/* Fills buf with n bytes from getrandom(); aborts if the kernel fails. */
+void rand_bytes(void *buf, size_t n);
+
+#pragma GCC poison sprintf vsprintf strcpy strcat gets strtok
+
+#endif

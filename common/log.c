@@ -1,0 +1,87 @@
+/* common/log.c — single-write log lines. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static enum log_level log_min = LOG_INFO; /* set once before threads start */
+static bool log_json;
+
+void log_init(enum log_level min, bool json)
+{
+    log_min = min;
+    log_json = json;
+}
+
+bool log_enabled(enum log_level lvl)
+{
+    return lvl >= log_min;
+}
+
+bool log_level_parse(const char *s, enum log_level *out)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum log_level)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static size_t json_escape(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; *src && n + 7 < cap; src++) {
+        unsigned char c = (unsigned char)*src;
+        if (c == '"' || c == '\\') {
+            dst[n++] = '\\';
+            dst[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(dst + n, cap - n, "\\u%04x", c);
+        } else {
+            dst[n++] = (char)c;
+        }
+    }
+    dst[n] = '\0';
+    return n;
+}
+
+void log_write(enum log_level lvl, const char *fmt, ...)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    char msg[2048], line[4600], ts[40];
+    struct timespec now;
+    struct tm tm;
+    va_list ap;
+    size_t n;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    if (log_json) {
+        char esc[sizeof(msg) * 2];
+        json_escape(esc, sizeof(esc), msg);
+        n = (size_t)snprintf(line, sizeof(line),
+                             "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
+                             now.tv_nsec / 1000000, names[lvl], esc);
+    } else {
+        n = (size_t)snprintf(line, sizeof(line), "%s.%03ldZ %-5s %s\n", ts, now.tv_nsec / 1000000,
+                             names[lvl], msg);
+    }
+    if (n >= sizeof(line)) {
+        n = sizeof(line) - 1;
+        line[n - 1] = '\n';
+    }
+    (void)!write(STDERR_FILENO, line, n);
+}

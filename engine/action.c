@@ -1,0 +1,73 @@
+/* engine/action.c — the action registry and the run context helpers. */
+#include "engine/action.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+extern const struct action_ops action_simulate_ops;
+
+static const struct action_ops *const actions[] = {
+    &action_simulate_ops,
+};
+
+const struct action_ops *action_find(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(actions); i++)
+        if (strcmp(actions[i]->name, name) == 0)
+            return actions[i];
+    return NULL;
+}
+
+bool rc_should_stop(const struct run_ctx *rc)
+{
+    return atomic_load(rc->stop) != STOP_NONE || clock_mono_ms() >= rc->deadline_mono_ms;
+}
+
+bool rc_sleep(const struct run_ctx *rc, int64_t ms)
+{
+    int64_t until = clock_mono_ms() + ms;
+
+    for (;;) {
+        int64_t left = until - clock_mono_ms();
+        struct timespec ts;
+        if (rc_should_stop(rc))
+            return false;
+        if (left <= 0)
+            return true;
+        if (left > 20)
+            left = 20;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)left * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+}
+
+void rc_progress(struct run_ctx *rc, int pct, const char *step)
+{
+    if (rc->progress_fn)
+        rc->progress_fn(rc->progress_arg, pct, step);
+}
+
+void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_decref(rc->error);
+    rc->error = json_pack("{s:s, s:s}", "code", code, "message", msg);
+}
+
+void rc_cleanup(struct run_ctx *rc)
+{
+    json_decref(rc->result);
+    json_decref(rc->error);
+    json_decref(rc->summary_counts);
+    json_decref(rc->failure_summary);
+    rc->result = rc->error = rc->summary_counts = rc->failure_summary = NULL;
+}

@@ -1,0 +1,46 @@
+/* engine/engine.h — the run engine of one process: a dispatcher that claims
+ * batches for idle worker threads, the workers that execute actions, the
+ * maintenance thread (heartbeats, cancel checks, orphan rescue, stale
+ * workers, retention), the doorbell thread that coalesces NOTIFYs, and the
+ * LISTEN thread that wakes the dispatcher when another replica submits.
+ * engine_* functions are thread-safe unless noted. */
+#ifndef OPSRUN_ENGINE_H
+#define OPSRUN_ENGINE_H
+
+#include "common/common.h"
+#include "server/cfg.h"
+
+struct db_pool;
+struct engine;
+
+struct engine_stats {
+    char worker_id[64];
+    int workers, busy;
+    bool claiming;  /* false once draining */
+    bool listening; /* LISTEN connection up (or poll-only mode) */
+    bool poll_only;
+    int64_t claimed_total, finished_total, lost_total;
+    int64_t rescued_total;       /* by this process's orphan scans */
+    int64_t last_orphan_scan_ms; /* wall clock, 0 = not yet */
+    int64_t pruned_total;
+};
+
+/* cfg and pool must outlive the engine. */
+struct engine *engine_new(const struct config *cfg, struct db_pool *pool);
+/* Registers the worker row, rescues orphans once, starts the threads. */
+enum status engine_start(struct engine *e, struct error *err) WUR;
+/* A run was submitted by this process: wake a worker here at once and ring
+ * the doorbell for the other replicas. */
+void engine_submitted(struct engine *e);
+/* Something changed a run's events outside the engine (cancel): ring the
+ * events doorbell. */
+void engine_events_written(struct engine *e);
+/* Stops claiming, waits up to grace_s for running runs to finish, then asks
+ * the rest to stop and hands them back to the queue; joins every thread. */
+void engine_drain(struct engine *e, int grace_s);
+/* Ends a drain's grace period now (a second signal); any thread. */
+void engine_hurry(struct engine *e);
+void engine_free(struct engine *e); /* after engine_drain; NULL is a no-op */
+void engine_stats(struct engine *e, struct engine_stats *out);
+
+#endif

@@ -1,0 +1,475 @@
+/* engine/worker.c — the dispatcher and the worker threads.
+ *
+ * The dispatcher claims at most as many runs as there are idle workers, so a
+ * claimed run never waits in this process behind another. It sleeps until a
+ * wake-up (a submission here, a NOTIFY from another replica, a worker going
+ * idle while a backlog is likely) or the jittered poll interval, whichever
+ * comes first, and never longer than the next delayed run's run_at. */
+#include "engine/engine_internal.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "store/db.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void abstime_in(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Claims up to n runs; returns how many it queued and sets *due_ms to the
+ * wait before the next delayed run (-1 = unknown). */
+static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms)
+{
+    const struct config *cfg = e->cfg;
+    const char **types = xcalloc(cfg->nrun_types, sizeof(*types));
+    int *caps = xcalloc(cfg->nrun_types, sizeof(*caps));
+    struct run **runs = NULL;
+    size_t got = 0;
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st;
+
+    for (size_t i = 0; i < cfg->nrun_types; i++) {
+        types[i] = cfg->run_types[i].name;
+        caps[i] = cfg->run_types[i].max_running;
+    }
+    *due_ms = -1;
+    st = db_pool_get(e->pool, &db, &err);
+    if (st == ST_OK)
+        st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
+                              cfg->nrun_types, &runs, &got, &err);
+    if (st == ST_OK && (int)got < n)
+        st = store_runs_next_due(db, due_ms, &err);
+    db_pool_put(e->pool, db);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
+
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < got; i++) {
+        LOG(LOG_DEBUG, "claimed run=%s attempt=%d worker=%s", runs[i]->id, runs[i]->attempt,
+            e->worker_id);
+        e->queue[(e->qhead + e->qlen++) % (size_t)e->nslots] = runs[i];
+    }
+    e->idle += n - (int)got;
+    e->backlog = (int)got == n;
+    e->st.claimed_total += (int64_t)got;
+    if (got)
+        pthread_cond_broadcast(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    free(runs);
+    free(types);
+    free(caps);
+    return st == ST_OK ? got : 0;
+}
+
+static void *dispatcher_main(void *arg)
+{
+    struct engine *e = arg;
+    int64_t next_ms = 0; /* monotonic time of the next timed claim */
+
+    for (;;) {
+        int n;
+        int64_t due = -1, poll_ms;
+        size_t got;
+
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop_claims && (e->idle == 0 || (!e->wake && clock_mono_ms() < next_ms))) {
+            struct timespec ts;
+            abstime_in(&ts, e->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            pthread_cond_timedwait(&e->dispatch_cv, &e->mu, &ts);
+        }
+        if (e->stop_claims) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        e->wake = false;
+        n = e->idle < e->cfg->queue.claim_batch ? e->idle : e->cfg->queue.claim_batch;
+        e->idle -= n;
+        pthread_mutex_unlock(&e->mu);
+
+        got = dispatch_claim(e, n, &due);
+        poll_ms = jitter_ms(e->cfg->queue.poll_interval_ms, 0.5);
+        if ((int)got == n)
+            next_ms = clock_mono_ms(); /* more may be waiting: claim as workers free up */
+        else
+            next_ms = clock_mono_ms() + (due >= 0 && due < poll_ms ? due : poll_ms);
+    }
+    return NULL;
+}
+
+/* The progress sink given to actions: record only; maintenance writes. */
+static void slot_progress(void *arg, int pct, const char *step)
+{
+    struct slot *s = arg;
+
+    pthread_mutex_lock(&s->e->mu);
+    s->pending = true;
+    s->pending_pct = pct < 0 ? 0 : pct > 100 ? 100 : pct;
+    xsnprintf(s->pending_step, sizeof(s->pending_step), "%s", step ? step : "");
+    pthread_mutex_unlock(&s->e->mu);
+}
+
+void slot_flush_progress(struct slot *s, struct db *db)
+{
+    struct fence f;
+    struct error err = {0};
+    char step[256];
+    int pct;
+    enum status st;
+
+    pthread_mutex_lock(&s->write_mu);
+    pthread_mutex_lock(&s->e->mu);
+    if (!s->pending || !s->run) {
+        pthread_mutex_unlock(&s->e->mu);
+        pthread_mutex_unlock(&s->write_mu);
+        return;
+    }
+    f = (struct fence){s->run->tenant, s->run->id, s->e->worker_id, s->run->attempt};
+    pct = s->pending_pct;
+    xsnprintf(step, sizeof(step), "%s", s->pending_step);
+    s->pending = false;
+    s->last_write_ms = clock_mono_ms();
+    pthread_mutex_unlock(&s->e->mu);
+    /* s->run stays valid: the worker frees it only after its own final flush,
+     * which waits for write_mu. */
+    st = store_runs_progress(db, &f, pct, step[0] ? step : NULL, &err);
+    if (st != ST_OK && st != ST_LOST)
+        LOG(LOG_WARN, "could not write progress run=%s: %s", f.id, err.message);
+    pthread_mutex_unlock(&s->write_mu);
+    if (st == ST_OK)
+        engine_ring(s->e, false, true);
+}
+
+/* Decides the terminal write for what the action returned. */
+static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
+                               const struct fence *f, struct db *db, struct error *err)
+{
+    const struct run *run = s->run;
+    const struct run_type *rt = rc->type;
+    struct run_result res = {.outcome = "succeeded"};
+    int stop = atomic_load(&s->stop);
+    json_t *err_json = NULL;
+    enum status st;
+
+    if (stop == STOP_SHUTDOWN)
+        return store_runs_release(db, f, err);
+    if (stop == STOP_CANCEL) {
+        res.outcome = "cancelled";
+        res.message = "cancelled while running";
+    } else if (step == STEP_DONE) {
+        res.outcome = rc->outcome ? rc->outcome : "succeeded";
+        res.result = rc->result;
+        res.summary_counts = rc->summary_counts;
+        res.failure_summary = rc->failure_summary;
+        res.message = "finished";
+    } else if (clock_mono_ms() >= rc->deadline_mono_ms) {
+        res.outcome = "timed_out";
+        char msg[96];
+        xsnprintf(msg, sizeof(msg), "run exceeded its timeout of %lld s", (long long)rt->timeout_s);
+        res.error = err_json = json_pack("{s:s, s:s}", "code", "timeout", "message", msg);
+        res.message = "timed out";
+    } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
+        int64_t delay =
+            backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
+        return store_runs_retry(db, f, delay, rc->error, err);
+    } else {
+        res.outcome = "failed";
+        res.error = rc->error;
+        res.summary_counts = rc->summary_counts;
+        res.failure_summary = rc->failure_summary;
+        res.message = step == STEP_RETRY ? "failed: attempts exhausted" : "failed";
+        if (step == STEP_WAIT)
+            res.error = err_json = json_pack("{s:s, s:s}", "code", "unsupported", "message",
+                                             "the action asked to wait for an external job, "
+                                             "which this version cannot poll");
+    }
+    st = store_runs_finish(db, f, &res, err);
+    json_decref(err_json);
+    return st;
+}
+
+/* Writes the terminal state, retrying while the database is unreachable: a
+ * run must not be dropped because of an outage. Past orphan_after_s the run
+ * is rescued by someone else anyway, and the fence turns our write away. */
+static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
+{
+    struct engine *e = s->e;
+    const struct fence f = {s->run->tenant, s->run->id, e->worker_id, s->run->attempt};
+    int64_t give_up = clock_mono_ms() + (int64_t)e->cfg->queue.orphan_after_s * 2000;
+    int64_t pause = 100;
+    enum status st;
+
+    for (;;) {
+        struct error err = {0};
+        struct db *db = NULL;
+        st = db_pool_get(e->pool, &db, &err);
+        if (st == ST_OK) {
+            slot_flush_progress(s, db);
+            st = slot_settle(s, rc, step, &f, db, &err);
+        }
+        db_pool_put(e->pool, db);
+        if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
+            if (st != ST_OK)
+                LOG(LOG_WARN, "could not settle run=%s attempt=%d: %s", f.id, f.attempt,
+                    err.message);
+            break;
+        }
+        LOG(LOG_WARN, "could not settle run=%s attempt=%d, retrying: %s", f.id, f.attempt,
+            err.message);
+        usleep((useconds_t)pause * 1000);
+        pause = pause < 2000 ? pause * 2 : 2000;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (st == ST_OK)
+        e->st.finished_total++;
+    else if (st == ST_LOST)
+        e->st.lost_total++;
+    pthread_mutex_unlock(&e->mu);
+    if (st == ST_OK)
+        engine_ring(e, step == STEP_RETRY, true);
+}
+
+static void slot_execute(struct slot *s)
+{
+    const struct run *run = s->run;
+    const struct run_type *rt = cfg_run_type(s->e->cfg, run->type);
+    const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
+    int64_t left_ms =
+        run->deadline_ms ? run->deadline_ms - clock_wall_ms() : (rt ? rt->timeout_s * 1000 : 0);
+    struct run_ctx rc = {
+        .run = run,
+        .type = rt,
+        .deadline_mono_ms = clock_mono_ms() + left_ms,
+        .stop = &s->stop,
+        .progress_fn = slot_progress,
+        .progress_arg = s,
+    };
+    int64_t t0 = clock_mono_ms();
+    enum step step;
+
+    if (!ops) {
+        rc_error(&rc, "unknown_type", "run type \"%s\" is not configured here", run->type);
+        step = STEP_FAIL;
+    } else if (rc_should_stop(&rc)) {
+        step = STEP_FAIL; /* cancelled or out of time before it began */
+    } else {
+        step = ops->start(&rc);
+    }
+    slot_finish(s, &rc, step);
+    LOG(LOG_INFO, "run finished run=%s type=%s attempt=%d step=%d stop=%d duration_ms=%lld",
+        run->id, run->type, run->attempt, (int)step, atomic_load(&s->stop),
+        (long long)(clock_mono_ms() - t0));
+    rc_cleanup(&rc);
+}
+
+static void *worker_main(void *arg)
+{
+    struct slot *s = arg;
+    struct engine *e = s->e;
+
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        struct run *run;
+        while (!e->stop_all && e->qlen == 0)
+            pthread_cond_wait(&e->work_cv, &e->mu);
+        if (e->qlen == 0)
+            break;
+        run = e->queue[e->qhead];
+        e->qhead = (e->qhead + 1) % (size_t)e->nslots;
+        e->qlen--;
+        s->run = run;
+        s->pending = false;
+        atomic_store(&s->stop, e->stop_all ? STOP_SHUTDOWN : STOP_NONE);
+        e->busy++;
+        pthread_mutex_unlock(&e->mu);
+
+        slot_execute(s);
+
+        pthread_mutex_lock(&s->write_mu); /* no progress flush may still use run */
+        pthread_mutex_lock(&e->mu);
+        s->run = NULL;
+        pthread_mutex_unlock(&s->write_mu);
+        run_free(run);
+        e->busy--;
+        e->idle++;
+        if (e->backlog)
+            e->wake = true;
+        pthread_cond_signal(&e->dispatch_cv);
+        pthread_cond_broadcast(&e->idle_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
+{
+    struct engine *e = xcalloc(1, sizeof(*e));
+    char rid[27];
+
+    e->cfg = cfg;
+    e->pool = pool;
+    run_id_new(rid);
+    if (gethostname(e->host, sizeof(e->host)) != 0)
+        xsnprintf(e->host, sizeof(e->host), "unknown");
+    e->host[sizeof(e->host) - 1] = '\0';
+    xsnprintf(e->worker_id, sizeof(e->worker_id), "w-%s", rid);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->dispatch_cv, NULL);
+    pthread_cond_init(&e->work_cv, NULL);
+    pthread_cond_init(&e->idle_cv, NULL);
+    pthread_cond_init(&e->maint_cv, NULL);
+    pthread_cond_init(&e->bell_cv, NULL);
+    e->nslots = cfg->queue.workers;
+    e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
+    e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
+    e->stop_efd = -1;
+    for (int i = 0; i < e->nslots; i++) {
+        e->slots[i].e = e;
+        pthread_mutex_init(&e->slots[i].write_mu, NULL);
+    }
+    xsnprintf(e->st.worker_id, sizeof(e->st.worker_id), "%s", e->worker_id);
+    e->st.workers = e->nslots;
+    e->st.poll_only = !cfg->queue.listen;
+    return e;
+}
+
+enum status engine_start(struct engine *e, struct error *err)
+{
+    enum status st = maint_start(e, err);
+
+    if (st != ST_OK)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    e->idle = e->nslots;
+    e->wake = true;
+    e->st.claiming = true;
+    e->started = true;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < e->nslots; i++)
+        if (pthread_create(&e->slots[i].thread, NULL, worker_main, &e->slots[i]) != 0)
+            abort();
+    if (pthread_create(&e->dispatcher, NULL, dispatcher_main, e) != 0)
+        abort();
+    LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
+        e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
+    return ST_OK;
+}
+
+void engine_wake_dispatcher(struct engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->wake = true;
+    pthread_cond_signal(&e->dispatch_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_submitted(struct engine *e)
+{
+    engine_wake_dispatcher(e);
+    engine_ring(e, true, true);
+}
+
+void engine_events_written(struct engine *e)
+{
+    engine_ring(e, false, true);
+}
+
+/* Hands back the runs claimed but not started, at shutdown. */
+static void engine_release_queued(struct engine *e)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (db_pool_get(e->pool, &db, &err) != ST_OK)
+        LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);
+    pthread_mutex_lock(&e->mu);
+    while (e->qlen > 0) {
+        struct run *run = e->queue[e->qhead];
+        struct fence f = {run->tenant, run->id, e->worker_id, run->attempt};
+        e->qhead = (e->qhead + 1) % (size_t)e->nslots;
+        e->qlen--;
+        if (db && store_runs_release(db, &f, &err) != ST_OK)
+            LOG(LOG_WARN, "could not release run=%s: %s", run->id, err.message);
+        run_free(run);
+    }
+    pthread_mutex_unlock(&e->mu);
+    db_pool_put(e->pool, db);
+}
+
+void engine_drain(struct engine *e, int grace_s)
+{
+    struct timespec until;
+
+    if (!e->started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop_claims = true;
+    e->st.claiming = false;
+    pthread_cond_signal(&e->dispatch_cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->dispatcher, NULL);
+
+    LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
+    abstime_in(&until, (int64_t)grace_s * 1000);
+    pthread_mutex_lock(&e->mu);
+    while ((e->busy > 0 || e->qlen > 0) && !e->hurry &&
+           pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)
+        ;
+    e->stop_all = true;
+    for (int i = 0; i < e->nslots; i++)
+        if (e->slots[i].run)
+            atomic_store(&e->slots[i].stop, STOP_SHUTDOWN);
+    if (e->busy > 0)
+        LOG(LOG_WARN, "grace period over, handing back runs=%d worker=%s", e->busy, e->worker_id);
+    pthread_cond_broadcast(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    engine_release_queued(e);
+    for (int i = 0; i < e->nslots; i++)
+        pthread_join(e->slots[i].thread, NULL);
+    maint_stop(e);
+    e->started = false;
+}
+
+void engine_hurry(struct engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->hurry = true;
+    pthread_cond_broadcast(&e->idle_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->nslots; i++)
+        pthread_mutex_destroy(&e->slots[i].write_mu);
+    pthread_cond_destroy(&e->dispatch_cv);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_cond_destroy(&e->idle_cv);
+    pthread_cond_destroy(&e->maint_cv);
+    pthread_cond_destroy(&e->bell_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e->slots);
+    free(e->queue);
+    free(e);
+}
+
+void engine_stats(struct engine *e, struct engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->busy = e->busy;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,91 @@
+/* handlers/handlers.h — the HTTP resources: parse, validate, act, render.
+ * No libmicrohttpd and no libpq here, so handlers are unit-testable; the
+ * server hands them a parsed request and turns the reply into a response.
+ * Handlers run on HTTP threads and are reentrant. */
+#ifndef OPSRUN_HANDLERS_H
+#define OPSRUN_HANDLERS_H
+
+#include "common/common.h"
+#include "server/cfg.h"
+#include "store/runs.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+struct db_pool;
+struct engine;
+
+/* What every handler may use; lives as long as the server. */
+struct hctx {
+    const struct config *cfg;
+    struct db_pool *pool;
+    struct engine *engine; /* NULL in tests that need no engine */
+    const _Atomic bool *draining;
+};
+
+struct request {
+    const char *method;
+    const char *path;
+    const char *path_id; /* the {id} segment, or NULL */
+    const char *tenant;
+    json_t *body; /* parsed JSON body, or NULL (borrowed) */
+    /* Query parameter lookup (NULL when absent). */
+    const char *(*query)(const struct request *rq, const char *key);
+    void *query_arg;
+};
+
+#define REPLY_HEADERS_MAX 4
+struct reply {
+    unsigned http_status;
+    json_t *body;          /* owned; NULL = no body */
+    bool problem;          /* application/problem+json */
+    char *text;            /* owned; a text/plain body instead of JSON */
+    const char *text_type; /* content type of text */
+    struct {
+        char name[32];
+        char value[512];
+    } headers[REPLY_HEADERS_MAX];
+    unsigned nheaders;
+    char run_id[130]; /* for the access log */
+};
+
+void reply_init(struct reply *rp);
+void reply_cleanup(struct reply *rp);
+void reply_header(struct reply *rp, const char *name, const char *value);
+/* Takes body. */
+void reply_json_take(struct reply *rp, unsigned http_status, json_t *body);
+/* The one place that maps a status to an HTTP status and a problem+json body
+ * (RFC 9457) with errors[] from err's fields. */
+void reply_error(struct reply *rp, enum status st, const struct error *err);
+unsigned status_http(enum status st);
+
+typedef enum status (*handler_fn)(const struct hctx *hc, const struct request *rq,
+                                  struct reply *rp);
+
+enum status handle_alerts_create(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_list(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_events(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
+                                  struct reply *rp);
+enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_health_readyz(const struct hctx *hc, const struct request *rq, struct reply *rp);
+
+/* ---- pure parts, exposed for unit tests ---- */
+
+/* A validated generic submission. Strings borrow from the body. */
+struct submission {
+    const char *alert_type, *run_id, *dedupe_key, *run_at;
+    const json_t *data, *labels;
+    int priority;
+    int64_t run_at_us;
+    bool has_run_at;
+};
+/* Validates a generic POST /alerts body; field problems go to err->fields. */
+enum status alerts_parse_generic(const json_t *body, struct submission *out, struct error *err) WUR;
+/* Validates GET /runs query parameters into f. */
+enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
+                              struct error *err) WUR;
+
+#endif

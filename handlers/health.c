@@ -1,0 +1,100 @@
+/* handlers/health.c — /healthz (details), /livez (process only), /readyz
+ * (can take traffic). */
+#include "handlers/handlers.h"
+
+#include "common/util.h"
+#include "engine/engine.h"
+#include "store/db.h"
+#include "store/migrations.h"
+#include "store/runs.h"
+#include "store/workers.h"
+
+#define HEALTH_DB_TIMEOUT_MS 1000
+
+/* A connection and a ping within HEALTH_DB_TIMEOUT_MS. */
+static enum status health_db(const struct hctx *hc, struct db **db, struct error *err)
+{
+    enum status st = db_pool_get_wait(hc->pool, HEALTH_DB_TIMEOUT_MS, db, err);
+    if (st == ST_OK)
+        st = db_ping(*db, HEALTH_DB_TIMEOUT_MS, err);
+    return st;
+}
+
+static json_t *engine_json(const struct hctx *hc)
+{
+    struct engine_stats s;
+    char ts[40] = "";
+
+    if (!hc->engine)
+        return json_null();
+    engine_stats(hc->engine, &s);
+    if (s.last_orphan_scan_ms)
+        time_format_rfc3339(s.last_orphan_scan_ms * 1000, ts, sizeof(ts));
+    return json_pack("{s:s, s:i, s:i, s:i, s:b, s:s, s:I, s:I, s:I, s:{s:o, s:I}}", "worker_id",
+                     s.worker_id, "workers", s.workers, "busy", s.busy, "idle", s.workers - s.busy,
+                     "claiming", s.claiming, "wakeups",
+                     s.poll_only   ? "poll"
+                     : s.listening ? "listen"
+                                   : "listen-reconnecting",
+                     "claimed_total", (json_int_t)s.claimed_total, "finished_total",
+                     (json_int_t)s.finished_total, "lost_total", (json_int_t)s.lost_total,
+                     "orphans", "last_scan_at", ts[0] ? json_string(ts) : json_null(),
+                     "rescued_total", (json_int_t)s.rescued_total);
+}
+
+enum status handle_health_healthz(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct db *db = NULL;
+    json_t *counts = NULL, *workers = NULL;
+    enum status st = health_db(hc, &db, &err);
+
+    (void)rq;
+    if (st == ST_OK)
+        st = store_runs_counts(db, &counts, &err);
+    if (st == ST_OK)
+        st = store_workers_list(db, &workers, &err);
+    db_pool_put(hc->pool, db);
+    if (st != ST_OK) {
+        reply_json_take(rp, 503,
+                        json_pack("{s:s, s:s, s:o}", "status", "unavailable", "reason", err.message,
+                                  "engine", engine_json(hc)));
+        json_decref(counts);
+        return ST_OK;
+    }
+    reply_json_take(rp, 200,
+                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o}", "status", "ok", "draining",
+                              hc->draining && atomic_load(hc->draining), "database", "ok", "engine",
+                              engine_json(hc), "runs", counts, "workers", workers));
+    return ST_OK;
+}
+
+enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    (void)hc;
+    (void)rq;
+    reply_json_take(rp, 200, json_pack("{s:s}", "status", "ok"));
+    return ST_OK;
+}
+
+enum status handle_health_readyz(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct db *db = NULL;
+    enum status st = ST_OK;
+
+    (void)rq;
+    if (hc->draining && atomic_load(hc->draining))
+        st = error_set(&err, ST_UNAVAILABLE, "shutting down");
+    if (st == ST_OK)
+        st = health_db(hc, &db, &err);
+    if (st == ST_OK)
+        st = store_migrations_current(db, &err);
+    db_pool_put(hc->pool, db);
+    if (st == ST_OK)
+        reply_json_take(rp, 200, json_pack("{s:s}", "status", "ready"));
+    else
+        reply_json_take(rp, 503,
+                        json_pack("{s:s, s:s}", "status", "unavailable", "reason", err.message));
+    return ST_OK;
+}

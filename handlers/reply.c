@@ -1,0 +1,86 @@
+/* handlers/reply.c — replies and the status → problem+json mapping. */
+#include "handlers/handlers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void reply_init(struct reply *rp)
+{
+    memset(rp, 0, sizeof(*rp));
+}
+
+void reply_cleanup(struct reply *rp)
+{
+    json_decref(rp->body);
+    free(rp->text);
+    rp->body = NULL;
+    rp->text = NULL;
+}
+
+void reply_header(struct reply *rp, const char *name, const char *value)
+{
+    if (rp->nheaders >= REPLY_HEADERS_MAX)
+        return;
+    xsnprintf(rp->headers[rp->nheaders].name, sizeof(rp->headers[0].name), "%s", name);
+    xsnprintf(rp->headers[rp->nheaders].value, sizeof(rp->headers[0].value), "%s", value);
+    rp->nheaders++;
+}
+
+void reply_json_take(struct reply *rp, unsigned http_status, json_t *body)
+{
+    json_decref(rp->body);
+    rp->http_status = http_status;
+    rp->body = body;
+    rp->problem = false;
+}
+
+static const struct {
+    enum status st;
+    unsigned http;
+    const char *title;
+} problems[] = {
+    {ST_INVALID, 400, "Bad Request"},
+    {ST_NOT_FOUND, 404, "Not Found"},
+    {ST_METHOD, 405, "Method Not Allowed"},
+    {ST_CONFLICT, 409, "Conflict"},
+    {ST_TOO_LARGE, 413, "Content Too Large"},
+    {ST_UNSUPPORTED, 415, "Unsupported Media Type"},
+    {ST_UNPROCESSABLE, 422, "Unprocessable Content"},
+    {ST_UNAVAILABLE, 503, "Service Unavailable"},
+};
+
+unsigned status_http(enum status st)
+{
+    for (size_t i = 0; i < ARRAY_LEN(problems); i++)
+        if (problems[i].st == st)
+            return problems[i].http;
+    return st == ST_OK ? 200 : 500;
+}
+
+void reply_error(struct reply *rp, enum status st, const struct error *err)
+{
+    const char *title = "Internal Server Error";
+    unsigned http = status_http(st);
+    json_t *body, *fields;
+
+    for (size_t i = 0; i < ARRAY_LEN(problems); i++)
+        if (problems[i].st == st)
+            title = problems[i].title;
+    /* Internal details stay in the log, not in the answer. */
+    body = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title, "status",
+                     (int)http, "detail",
+                     http == 500              ? "internal error; see the server log"
+                     : err && err->message[0] ? err->message
+                                              : title);
+    if (err && err->nfields > 0) {
+        fields = json_array();
+        for (unsigned i = 0; i < err->nfields; i++)
+            json_array_append_new(fields, json_pack("{s:s, s:s}", "field", err->fields[i].field,
+                                                    "message", err->fields[i].message));
+        json_object_set_new(body, "errors", fields);
+    }
+    if (http == 503)
+        reply_header(rp, "Retry-After", "1");
+    reply_json_take(rp, http, body);
+    rp->problem = true;
+}

@@ -1,0 +1,167 @@
+/* handlers/runs.c — GET /runs, GET /runs/{id}, GET /runs/{id}/events,
+ * POST /runs/{id}/cancel. */
+#include "handlers/handlers.h"
+
+#include "common/util.h"
+#include "engine/engine.h"
+#include "store/db.h"
+#include "store/runs.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIST_DEFAULT 50
+#define LIST_MAX 500
+
+static const char *const statuses[] = {"queued", "running", "waiting", "cancelling", "completed"};
+static const char *const outcomes[] = {"pending", "succeeded", "partially_succeeded",
+                                       "failed",  "cancelled", "timed_out"};
+
+static bool one_of(const char *v, const char *const *set, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v, set[i]) == 0)
+            return true;
+    return false;
+}
+
+static void parse_limit(const char *v, struct run_filter *f, struct error *err)
+{
+    char *end;
+    long n;
+
+    f->limit = LIST_DEFAULT;
+    if (!v)
+        return;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > LIST_MAX)
+        error_field(err, ST_INVALID, "limit", "must be an integer from 1 to %d", LIST_MAX);
+    else
+        f->limit = (int)n;
+}
+
+static void parse_text(const char *v, const char *name, size_t max, const char **out,
+                       struct error *err)
+{
+    if (!v)
+        return;
+    if (*v == '\0' || strlen(v) > max)
+        error_field(err, ST_INVALID, name, "must be 1 to %zu characters", max);
+    else
+        *out = v;
+}
+
+enum status runs_parse_filter(const struct request *rq, struct run_filter *f, struct error *err)
+{
+    const char *status = rq->query(rq, "status"), *outcome = rq->query(rq, "outcome");
+    const char *cursor = rq->query(rq, "cursor");
+
+    memset(f, 0, sizeof(*f));
+    if (status && !one_of(status, statuses, ARRAY_LEN(statuses)))
+        error_field(err, ST_INVALID, "status",
+                    "must be one of queued, running, waiting, cancelling, completed");
+    else
+        f->status = status;
+    if (outcome && !one_of(outcome, outcomes, ARRAY_LEN(outcomes)))
+        error_field(err, ST_INVALID, "outcome",
+                    "must be one of pending, succeeded, partially_succeeded, failed, "
+                    "cancelled, timed_out");
+    else
+        f->outcome = outcome;
+    parse_text(rq->query(rq, "type"), "type", 64, &f->type, err);
+    parse_text(rq->query(rq, "external_id"), "external_id", 512, &f->external_id, err);
+    parse_limit(rq->query(rq, "limit"), f, err);
+    if (cursor) {
+        f->has_cursor = cursor_decode(cursor, &f->cursor_us, f->cursor_id);
+        if (!f->has_cursor)
+            error_field(err, ST_INVALID, "cursor", "is not a cursor this service issued");
+    }
+    return err && err->nfields > 0 ? ST_INVALID : ST_OK;
+}
+
+/* Borrows a pooled connection for one store call. */
+#define WITH_DB(hc, st, err, call)                                                                 \
+    do {                                                                                           \
+        struct db *db_ = NULL;                                                                     \
+        (st) = db_pool_get((hc)->pool, &db_, (err));                                               \
+        if ((st) == ST_OK)                                                                         \
+            (st) = call;                                                                           \
+        db_pool_put((hc)->pool, db_);                                                              \
+    } while (0)
+
+enum status handle_runs_get(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct run *run = NULL;
+    enum status st;
+
+    WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rq->path_id, &run, &err));
+    if (st == ST_OK) {
+        xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", run->id);
+        reply_json_take(rp, 200, json_incref(run->json));
+    } else {
+        reply_error(rp, st, &err);
+    }
+    run_free(run);
+    return st;
+}
+
+enum status handle_runs_list(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct run_filter f;
+    json_t *runs = NULL;
+    char *next = NULL;
+    enum status st = runs_parse_filter(rq, &f, &err);
+
+    if (st == ST_OK)
+        WITH_DB(hc, st, &err, store_runs_list(db_, rq->tenant, &f, &runs, &next, &err));
+    if (st == ST_OK)
+        reply_json_take(rp, 200,
+                        json_pack("{s:o, s:o}", "runs", runs, "next_cursor",
+                                  next ? json_string(next) : json_null()));
+    else
+        reply_error(rp, st, &err);
+    free(next);
+    return st;
+}
+
+enum status handle_runs_events(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    json_t *events = NULL;
+    enum status st;
+
+    WITH_DB(hc, st, &err, store_events_list(db_, rq->tenant, rq->path_id, &events, &err));
+    xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
+    if (st == ST_OK)
+        reply_json_take(rp, 200, json_pack("{s:o}", "events", events));
+    else
+        reply_error(rp, st, &err);
+    return st;
+}
+
+enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct run *run = NULL;
+    bool changed = false;
+    enum status st;
+
+    WITH_DB(hc, st, &err, store_runs_cancel(db_, rq->tenant, rq->path_id, &run, &changed, &err));
+    xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
+    if (st == ST_OK && !changed && run_is_terminal(run))
+        st = error_set(&err, ST_CONFLICT, "run \"%s\" is already completed (%s)", run->id,
+                       run->outcome);
+    if (st == ST_OK) {
+        if (changed && hc->engine)
+            engine_events_written(hc->engine);
+        reply_json_take(rp, run_is_terminal(run) ? 200 : 202, json_incref(run->json));
+    } else {
+        reply_error(rp, st, &err);
+    }
+    run_free(run);
+    return st;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# deps.sh — installs the Debian 12 packages opsrun needs to build, test and
+# serve. Does nothing (quickly) when they are all present. Uses sudo when not
+# root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.
+set -euo pipefail
+
+readonly ME="deps.sh"
+say() { printf '%s: %s\n' "$ME" "$*" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+readonly PACKAGES=(
+    build-essential cmake pkg-config
+    libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev
+    check valgrind clang-format
+    postgresql curl ca-certificates
+)
+
+command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian 12 (bookworm) only"
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)"
+    [[ "$status" == "ii "* ]] || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+
+say "installing missing packages: ${missing[*]}"
+if [[ "$(id -u)" == 0 ]]; then
+    SUDO=()
+elif command -v sudo >/dev/null; then
+    SUDO=(sudo)
+else
+    die "not root and sudo is not installed; as root run: apt-get update && apt-get install -y ${missing[*]}"
+fi
+
+# Wait (bounded) for another apt/dpkg run to release its locks.
+APT_OPTS=(-o DPkg::Lock::Timeout=300 -q)
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" update ||
+    die "apt-get update failed"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" install -y \
+    --no-install-recommends "${missing[@]}" ||
+    die "apt-get install failed for: ${missing[*]}"
+
+still=()
+for pkg in "${missing[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)"
+    [[ "$status" == "ii "* ]] || still+=("$pkg")
+done
+((${#still[@]} == 0)) || die "still missing after install: ${still[*]}"
+say "all packages installed"

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# test.sh — installs what is missing, checks formatting, builds with
+# ASan+UBSan (build-asan/), starts a throwaway PostgreSQL, migrates a template
+# database and runs every test through ctest. Exits non-zero on any failure.
+#
+#   scripts/test.sh [extra ctest args...]     e.g. scripts/test.sh -R unit_
+#
+# Unit suites (label "unit") run two at a time; integration and e2e suites
+# share one PostgreSQL (some restart it) and run one at a time.
+#
+# The tests see:
+#   OPSRUN_TEST_DATABASE_URL  the migrated template database (opsrun_template);
+#                             suites create their own databases from it with
+#                             CREATE DATABASE ... TEMPLATE opsrun_template
+#   OPSRUN_TEST_ADMIN_URL     the same cluster's "postgres" database, to run
+#                             CREATE/DROP DATABASE from (the template must have
+#                             no open connection while it is copied)
+#   OPSRUN_TEST_PGCTL         this checkout's scripts/pg.sh (absolute path)
+#   OPSRUN_TEST_PGDATA        the cluster's data directory, so a test can run
+#                             "$OPSRUN_TEST_PGCTL" restart "$OPSRUN_TEST_PGDATA"
+# ASan/UBSan stop at the first error; tests/lsan.supp, if present, holds
+# LeakSanitizer suppressions for third-party libraries.
+set -euo pipefail
+
+readonly ME="test.sh"
+say() { printf '%s: %s\n' "$ME" "$*" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd -- "$ROOT"
+PGCTL="$ROOT/scripts/pg.sh"
+BUILD="$ROOT/build-asan"
+
+bash scripts/deps.sh
+
+failures=()
+
+# ------------------------------------------------------------ formatting
+format_check() {
+    command -v clang-format >/dev/null || die "clang-format not found (scripts/deps.sh installs it)"
+    local dirs=() d files=() out
+    for d in common server handlers store engine tests bench; do
+        [[ -d "$d" ]] && dirs+=("$d")
+    done
+    ((${#dirs[@]})) || return 0
+    while IFS= read -r -d '' f; do
+        files+=("$f")
+    done < <(find "${dirs[@]}" \( -type d -name 'build*' -prune \) -o \
+        \( -type f \( -name '*.c' -o -name '*.h' \) -print0 \) | sort -z)
+    ((${#files[@]})) || return 0
+    if out="$(clang-format --dry-run --Werror "${files[@]}" 2>&1)"; then
+        say "formatting: ${#files[@]} files OK"
+        return 0
+    fi
+    printf '%s\n' "$out" | head -n 60 >&2
+    say "formatting: these files need clang-format (fix: clang-format -i FILE...):"
+    printf '%s\n' "$out" | sed -n 's/^\([^: ]*\.[ch]\):[0-9]*:[0-9]*: .*/\1/p' | sort -u | sed 's/^/    /' >&2
+    failures+=("formatting")
+}
+format_check
+
+# ------------------------------------------------------------ build
+say "building with ASan+UBSan into build-asan/"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Asan -DOPSRUN_TESTS=ON >/dev/null ||
+    die "cmake configure failed"
+cmake --build "$BUILD" -j 2 || die "build failed"
+[[ -x "$BUILD/opsrun" ]] || die "build-asan/opsrun was not built"
+
+# ------------------------------------------------------------ sanitizers
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+if [[ -f "$ROOT/tests/lsan.supp" ]]; then
+    export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+fi
+
+# ------------------------------------------------------------ PostgreSQL
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/opsrun-test.XXXXXX")"
+# As root, PostgreSQL runs as "postgres", which must be able to enter TMP.
+chmod 0755 "$TMP"
+PGDATA_DIR="$TMP/pg"
+
+cleanup() {
+    local rc=$? log
+    trap - EXIT INT TERM
+    if [[ "$rc" == 0 ]]; then
+        bash "$PGCTL" destroy "$PGDATA_DIR" >/dev/null 2>&1 ||
+            say "warning: could not stop and remove the test cluster in $PGDATA_DIR"
+        rm -rf -- "$TMP"
+    else
+        bash "$PGCTL" stop "$PGDATA_DIR" >/dev/null 2>&1 ||
+            say "warning: could not stop the test cluster in $PGDATA_DIR"
+        log="$(bash "$PGCTL" log "$PGDATA_DIR" 2>/dev/null || true)"
+        if [[ -n "$log" && -s "$log" ]]; then
+            say "PostgreSQL log kept at $log; its last lines:"
+            tail -n 30 -- "$log" | sed 's/^/    /' >&2
+        fi
+        say "kept $TMP for inspection"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+bash "$PGCTL" start "$PGDATA_DIR" --fast
+bash "$PGCTL" createdb "$PGDATA_DIR" opsrun_template
+TEMPLATE_URL="$(bash "$PGCTL" url "$PGDATA_DIR" opsrun_template)"
+say "migrating the template database"
+"$BUILD/opsrun" migrate --database-url "$TEMPLATE_URL" || die "opsrun migrate failed"
+
+export OPSRUN_TEST_DATABASE_URL="$TEMPLATE_URL"
+OPSRUN_TEST_ADMIN_URL="$(bash "$PGCTL" url "$PGDATA_DIR" postgres)"
+export OPSRUN_TEST_ADMIN_URL
+export OPSRUN_TEST_PGCTL="$PGCTL"
+export OPSRUN_TEST_PGDATA="$PGDATA_DIR"
+
+# ------------------------------------------------------------ tests
+total_passed=0
+total_failed=0
+ctest_failed=0
+
+# run_ctest JOBS LABEL-SELECTION... ; extra args from the command line follow.
+run_ctest() {
+    local jobs="$1" count out rc summary failed total
+    shift
+    count="$(cd "$BUILD" && ctest -N "$@" "${EXTRA[@]}" | sed -n 's/^Total Tests: *//p')"
+    [[ "${count:-0}" != 0 ]] || return 0
+    out="$TMP/ctest-$RANDOM.out"
+    set +e
+    (cd "$BUILD" && ctest --output-on-failure --no-tests=ignore -j "$jobs" "$@" "${EXTRA[@]}") 2>&1 |
+        tee "$out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    summary="$(sed -n 's/.*tests passed, \([0-9]*\) tests\{0,1\} failed out of \([0-9]*\).*/\1 \2/p' "$out" | tail -n 1)"
+    if [[ -n "$summary" ]]; then
+        read -r failed total <<<"$summary"
+        total_failed=$((total_failed + failed))
+        total_passed=$((total_passed + total - failed))
+    fi
+    if [[ "$rc" != 0 ]]; then
+        ctest_failed=1
+        # A crash of ctest itself, or a failure not in the summary.
+        [[ -n "$summary" && "$failed" != 0 ]] || total_failed=$((total_failed + 1))
+    fi
+}
+
+EXTRA=("$@")
+run_ctest 2 -L '^unit$'
+run_ctest 1 -LE '^unit$'
+
+if ((total_passed + total_failed == 0)); then
+    say "warning: no tests matched"
+fi
+((ctest_failed == 0)) || failures+=("tests")
+
+echo "${ME%.sh}: ${total_passed} passed, ${total_failed} failed"
+if ((${#failures[@]})); then
+    say "FAILED: ${failures[*]}"
+    exit 1
+fi
+say "all checks passed"

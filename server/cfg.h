@@ -1,0 +1,152 @@
+/* server/cfg.h — the configuration: built-in defaults, then the JSON file,
+ * then environment variables, then command-line flags. Built once in main,
+ * validated, and read-only afterwards (safe to read from any thread).
+ * Errors name the key: `invalid "queue.workers": must be between 1 and 1024`. */
+#ifndef OPSRUN_CFG_H
+#define OPSRUN_CFG_H
+
+#include "../common/common.h"
+#include "../common/log.h"
+
+#include <jansson.h>
+#include <regex.h>
+
+enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
+
+/* The simulate action's parameters (also the per-input overrides). */
+enum sim_fail { SIM_FAIL_NEVER, SIM_FAIL_PERMANENT, SIM_FAIL_TRANSIENT, SIM_FAIL_FIRST };
+
+struct run_type {
+    char *name;
+    char *action;                 /* "simulate" for now */
+    json_t *params;               /* owned; {} when absent */
+    int max_attempts;             /* 1..100, default 3 */
+    int64_t retry_backoff_ms;     /* base, default 200 */
+    int64_t retry_backoff_max_ms; /* cap, default 60000 */
+    int64_t timeout_s;            /* default 900 */
+    int max_running;              /* 0 = no per-type cap (JSON null) */
+};
+
+struct route_match {
+    char *key;   /* "alert_type" or a label name */
+    char *value; /* exact value, or the regex source without "~" */
+    bool is_regex;
+    regex_t re; /* compiled anchored ^(...)$ (POSIX ERE) when is_regex */
+};
+
+struct route {
+    struct route_match *matches;
+    size_t nmatches;
+    char *run_type;
+    bool on_resolved_cancel; /* "cancel"; false = "ignore" (default) */
+};
+
+struct config {
+    /* top level */
+    char *listen;             /* "127.0.0.1:8080" */
+    char *database_url;       /* NULL = none given (scripts then start a private cluster) */
+    char *config_path;        /* NULL = built-in defaults */
+    char *tenant_default;     /* "default" */
+    enum log_level log_level; /* default info */
+    bool log_json;
+
+    struct {
+        int threads;              /* MHD pool, 2..64, default 4 */
+        int connection_limit;     /* default 1000 */
+        int connection_timeout_s; /* default 60 */
+        int64_t max_body_bytes;   /* default 1 MiB, 1 KiB..64 MiB */
+    } http;
+
+    struct {
+        int pool_size;            /* 0 = workers + http.threads + 4 */
+        int pool_wait_ms;         /* checkout wait, default 2000 */
+        int connect_timeout_s;    /* default 3 */
+        int statement_timeout_ms; /* default 10000 */
+    } db;
+
+    struct {
+        int workers;                /* 1..1024, default 8 */
+        int max_running;            /* 1..100000, default 64 */
+        int claim_batch;            /* 1..1000, default 16 */
+        int poll_interval_ms;       /* 50..600000, default 1000 */
+        int heartbeat_interval_s;   /* 1..3600, default 5 */
+        int orphan_after_s;         /* > heartbeat_interval_s, default 30 */
+        int orphan_scan_interval_s; /* default 5 */
+        int shutdown_grace_s;       /* 0..86400, default 900 */
+        int progress_interval_ms;   /* throttle, default 250 */
+        int cancel_check_ms;        /* default 250 */
+        bool listen;                /* LISTEN/NOTIFY wake-ups; false = poll only */
+        int64_t retention_s;        /* completed runs kept, default 7 days */
+        int retention_batch;        /* default 500 */
+    } queue;
+
+    struct run_type *run_types;
+    size_t nrun_types;
+    struct route *routes;
+    size_t nroutes;
+    char *default_route; /* run type when no route matches; NULL = none */
+
+    /* Where each top-level scalar came from, for --print-config. Indexed by
+     * the option table of cfg.c; opaque to other modules. */
+    enum cfg_source *sources;
+};
+
+/* Defaults only. */
+void cfg_init(struct config *cfg);
+void cfg_cleanup(struct config *cfg);
+
+/* Applies a JSON document (the config file's text). Unknown keys, wrong
+ * types and out-of-range values are errors naming the key. "run_types" is
+ * merged into the types already there (a type named again is updated field
+ * by field; null removes it); "routes" replaces the routes. On failure cfg
+ * may hold part of the document but stays valid for cfg_cleanup. */
+enum status cfg_load_json(struct config *cfg, const char *text, struct error *err) WUR;
+/* As cfg_load_json, and records path as config_path with source "flag";
+ * cfg_load_env credits OPSRUN_CONFIG instead when it names the same file. */
+enum status cfg_load_file(struct config *cfg, const char *path, struct error *err) WUR;
+/* Applies OPSRUN_LISTEN, OPSRUN_DATABASE_URL, OPSRUN_CONFIG (file loaded by
+ * the caller first), OPSRUN_WORKERS, OPSRUN_LOG_LEVEL; getenv_fn is getenv
+ * in production and a table lookup in tests. */
+enum status cfg_load_env(struct config *cfg, const char *(*getenv_fn)(const char *),
+                         struct error *err) WUR;
+/* Sets one scalar option from text (a flag's or a variable's value), parsed
+ * and bounded as the option table says. key is the JSON path ("listen",
+ * "queue.workers") or the flag name ("workers", "database-url"); value NULL
+ * clears a string that may be null. Errors name the option as src says:
+ * OPSRUN_WORKERS, --workers, or "queue.workers". */
+enum status cfg_set(struct config *cfg, const char *key, const char *value, enum cfg_source src,
+                    struct error *err) WUR;
+/* Records where an option came from, for --print-config; key as for cfg_set. */
+void cfg_mark_source(struct config *cfg, const char *key, enum cfg_source src);
+/* Cross-field checks after every source: orphan_after_s > heartbeat, routes
+ * name existing run types, "demo"-free configs, and so on. */
+enum status cfg_validate(const struct config *cfg, struct error *err) WUR;
+
+const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
+int cfg_pool_size(const struct config *cfg);
+
+/* Routing: the first route whose every match holds picks the run type.
+ * labels may be NULL (a JSON object of string values otherwise). When no
+ * route matches, alert_type naming a run type picks it, then the default
+ * route. Returns NULL when nothing matches. *route_out (optional) is the
+ * matching route or NULL. */
+const struct run_type *cfg_route(const struct config *cfg, const char *alert_type,
+                                 const json_t *labels, const struct route **route_out);
+
+/* The effective configuration as JSON (secrets in database_url masked), with
+ * a "sources" object naming the source of every scalar option by its JSON
+ * path ("queue.workers": "env"). New reference; NULL if jansson fails. */
+json_t *cfg_to_json(const struct config *cfg);
+
+/* The simulate action's parameters in obj (run type params, or a run's
+ * input): "duration_ms" 0..86400000, "steps" 0..1000, "fail" "never" |
+ * "permanent" | "transient" | "first:N" (N 0..100). Outputs are left
+ * untouched for absent keys, and all of them on error, so callers layer input
+ * over params over defaults. Other keys are ignored here (an alert's input
+ * holds much else); the loader rejects them in params. Errors name
+ * key_prefix.key. obj NULL is a no-op. */
+enum status cfg_sim_params(const json_t *obj, const char *key_prefix, int64_t *duration_ms,
+                           int *steps, enum sim_fail *fail, int *fail_first_n,
+                           struct error *err) WUR;
+
+#endif

@@ -1,0 +1,321 @@
+/* server/main.c — the opsrun command line: serve, migrate, version, help.
+ * main() builds the runtime (configuration, pool, engine, HTTP server),
+ * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
+ * context. A second signal during the drain cuts the grace period short. */
+#include "common/log.h"
+#include "engine/engine.h"
+#include "server/cfg.h"
+#include "server/http.h"
+#include "store/db.h"
+#include "store/migrations.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STARTUP_DB_WAIT_S 30
+
+static const char usage[] =
+    "usage: opsrun <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  serve      apply pending migrations, then serve HTTP and run workers\n"
+    "  migrate    apply pending migrations and exit\n"
+    "  version    print the version\n"
+    "\n"
+    "flags (each also an environment variable):\n"
+    "  --listen ADDR:PORT     OPSRUN_LISTEN        default 127.0.0.1:8080\n"
+    "  --database-url URL     OPSRUN_DATABASE_URL  libpq URI or key=value string\n"
+    "  --config FILE          OPSRUN_CONFIG        JSON configuration file\n"
+    "  --workers N            OPSRUN_WORKERS       worker threads (queue.workers)\n"
+    "  --log-level LEVEL      OPSRUN_LOG_LEVEL     debug, info, warn, error\n"
+    "  --print-config                              print the effective configuration and exit\n"
+    "  -h, --help                                  this text\n";
+
+struct cli {
+    const char *command;
+    const char *config;
+    bool print_config;
+    struct {
+        const char *key, *value;
+    } sets[8];
+    int nsets;
+};
+
+static const struct {
+    const char *flag, *key;
+} flag_keys[] = {
+    {"--listen", "listen"},
+    {"--database-url", "database_url"},
+    {"--workers", "queue.workers"},
+    {"--log-level", "log.level"},
+    {"--config", NULL}, /* the file, loaded before everything else */
+};
+
+static int cli_parse(int argc, char **argv, struct cli *cli)
+{
+    memset(cli, 0, sizeof(*cli));
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool matched = false;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "help") == 0) {
+            cli->command = "help";
+            return 0;
+        }
+        if (strcmp(a, "--print-config") == 0) {
+            cli->print_config = true;
+            continue;
+        }
+        for (size_t k = 0; k < ARRAY_LEN(flag_keys) && !matched; k++) {
+            const char *flag = flag_keys[k].flag;
+            size_t n = strlen(flag);
+            const char *val;
+            if (strncmp(a, flag, n) != 0 || (a[n] != '\0' && a[n] != '='))
+                continue;
+            val = a[n] == '=' ? a + n + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!val) {
+                fprintf(stderr, "opsrun: flag %s needs a value\n", flag);
+                return 2;
+            }
+            if (!flag_keys[k].key)
+                cli->config = val;
+            else if (cli->nsets < (int)ARRAY_LEN(cli->sets))
+                cli->sets[cli->nsets].key = flag_keys[k].key, cli->sets[cli->nsets++].value = val;
+            matched = true;
+        }
+        if (matched)
+            continue;
+        if (a[0] == '-' || cli->command) {
+            fprintf(stderr, "opsrun: unknown argument \"%s\"\n%s", a, usage);
+            return 2;
+        }
+        cli->command = a;
+    }
+    if (!cli->command)
+        cli->command = cli->print_config ? "serve" : "help";
+    return 0;
+}
+
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+/* Defaults, then the file, then the environment, then flags; validated. */
+static int build_config(const struct cli *cli, struct config *cfg)
+{
+    struct error err = {0};
+    const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
+    enum status st = ST_OK;
+
+    cfg_init(cfg);
+    if (path && *path)
+        st = cfg_load_file(cfg, path, &err);
+    if (st == ST_OK)
+        st = cfg_load_env(cfg, env_get, &err);
+    for (int i = 0; st == ST_OK && i < cli->nsets; i++)
+        st = cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err);
+    if (st == ST_OK)
+        st = cfg_validate(cfg, &err);
+    if (st != ST_OK) {
+        fprintf(stderr, "opsrun: invalid configuration: %s\n", err.message);
+        return 2;
+    }
+    return 0;
+}
+
+static struct db_options db_opts(const struct config *cfg, const char *app)
+{
+    return (struct db_options){
+        .conninfo = cfg->database_url,
+        .connect_timeout_s = cfg->db.connect_timeout_s,
+        .statement_timeout_ms = cfg->db.statement_timeout_ms,
+        .application_name = app,
+    };
+}
+
+/* Connects and migrates, retrying while the database is starting up. */
+static int migrate(const struct config *cfg, int wait_s)
+{
+    const struct db_options opt = db_opts(cfg, "opsrun-migrate");
+    int64_t give_up = clock_mono_ms() + (int64_t)wait_s * 1000;
+    struct error err = {0};
+    enum status st;
+    int applied = 0;
+
+    for (;;) {
+        struct db *db = NULL;
+        st = db_connect(&opt, &db, &err);
+        if (st == ST_OK)
+            st = store_migrate(db, &applied, &err);
+        db_close(db);
+        if (st != ST_UNAVAILABLE || clock_mono_ms() > give_up)
+            break;
+        LOG(LOG_WARN, "database not reachable yet, retrying: %s", err.message);
+        sleep(1);
+    }
+    if (st != ST_OK) {
+        LOG(LOG_ERROR, "could not migrate: %s", err.message);
+        return 1;
+    }
+    LOG(LOG_INFO, "migrations applied=%d total=%zu", applied, migrations_count);
+    return 0;
+}
+
+struct drain_arg {
+    struct engine *engine;
+    int grace_s;
+    _Atomic bool done;
+};
+
+static void *drain_main(void *p)
+{
+    struct drain_arg *d = p;
+    engine_drain(d->engine, d->grace_s);
+    atomic_store(&d->done, true);
+    return NULL;
+}
+
+static void raise_nofile(const struct config *cfg)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)cfg->http.connection_limit + (rlim_t)cfg_pool_size(cfg) + 64;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/* Waits for SIGINT/SIGTERM, drains, returns when everything stopped. */
+static void serve_until_signal(const struct config *cfg, struct engine *engine,
+                               _Atomic bool *draining, const sigset_t *sigs)
+{
+    struct drain_arg d = {.engine = engine, .grace_s = cfg->queue.shutdown_grace_s};
+    struct timespec tick = {0, 200 * 1000000L};
+    pthread_t th;
+    int sig = 0;
+
+    while (sigwait(sigs, &sig) != 0)
+        ;
+    LOG(LOG_INFO, "received %s, draining (grace %d s; signal again to hand runs back now)",
+        strsignal(sig), d.grace_s);
+    atomic_store(draining, true);
+    if (pthread_create(&th, NULL, drain_main, &d) != 0)
+        abort();
+    while (!atomic_load(&d.done)) {
+        if (sigtimedwait(sigs, NULL, &tick) > 0) {
+            LOG(LOG_WARN, "second signal: handing running runs back to the queue now");
+            engine_hurry(engine);
+        }
+    }
+    pthread_join(th, NULL);
+}
+
+/* Never runs: the signals stay blocked and are taken by sigwait(). */
+static void on_signal(int sig)
+{
+    (void)sig;
+}
+
+static int serve(const struct config *cfg)
+{
+    const struct db_options opt = db_opts(cfg, "opsrun");
+    struct db_pool *pool = NULL;
+    struct engine *engine = NULL;
+    struct http *http = NULL;
+    struct error err = {0};
+    _Atomic bool draining = false;
+    struct hctx hc = {0};
+    sigset_t sigs;
+    int rc = 1;
+
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    /* A shell that starts us in the background sets SIGINT to ignored, and
+     * sigwait() never sees an ignored signal: install a handler first. */
+    sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* before any thread starts */
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile(cfg);
+    if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
+        return 1;
+    pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
+    engine = engine_new(cfg, pool);
+    if (engine_start(engine, &err) != ST_OK) {
+        LOG(LOG_ERROR, "could not start the engine: %s", err.message);
+        goto out;
+    }
+    hc = (struct hctx){.cfg = cfg, .pool = pool, .engine = engine, .draining = &draining};
+    if (http_start(&hc, &http, &err) != ST_OK) {
+        LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
+        engine_drain(engine, 0);
+        goto out;
+    }
+    LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
+        OPSRUN_VERSION);
+    serve_until_signal(cfg, engine, &draining, &sigs);
+    http_stop(http);
+    rc = 0;
+    LOG(LOG_INFO, "stopped");
+out:
+    engine_free(engine);
+    db_pool_free(pool);
+    return rc;
+}
+
+static int print_config(const struct config *cfg)
+{
+    json_t *j = cfg_to_json(cfg);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+
+    puts(s);
+    free(s);
+    json_decref(j);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct cli cli;
+    struct config cfg;
+    int rc = cli_parse(argc, argv, &cli);
+
+    if (rc != 0)
+        return rc;
+    if (strcmp(cli.command, "help") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (strcmp(cli.command, "version") == 0) {
+        printf("opsrun %s\n", OPSRUN_VERSION);
+        return 0;
+    }
+    if (strcmp(cli.command, "serve") != 0 && strcmp(cli.command, "migrate") != 0) {
+        fprintf(stderr, "opsrun: unknown command \"%s\"\n%s", cli.command, usage);
+        return 2;
+    }
+    rc = build_config(&cli, &cfg);
+    if (rc == 0) {
+        log_init(cfg.log_level, cfg.log_json);
+        if (cli.print_config)
+            rc = print_config(&cfg);
+        else if (!cfg.database_url || !*cfg.database_url)
+            fprintf(stderr, "opsrun: no database: set --database-url or OPSRUN_DATABASE_URL\n"),
+                rc = 2;
+        else if (strcmp(cli.command, "migrate") == 0)
+            rc = migrate(&cfg, 0);
+        else
+            rc = serve(&cfg);
+    }
+    cfg_cleanup(&cfg);
+    return rc;
+}

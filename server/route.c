@@ -1,0 +1,68 @@
+/* server/route.c — the route table. */
+#include "server/route.h"
+
+#include "common/util.h"
+
+#include <string.h>
+
+static const struct route_entry routes[] = {
+    {"POST", "/alerts", handle_alerts_create, true},
+    {"GET", "/runs", handle_runs_list, false},
+    {"GET", "/runs/{id}", handle_runs_get, false},
+    {"GET", "/runs/{id}/events", handle_runs_events, false},
+    {"POST", "/runs/{id}/cancel", handle_runs_cancel, false},
+    {"GET", "/healthz", handle_health_healthz, false},
+    {"GET", "/livez", handle_health_livez, false},
+    {"GET", "/readyz", handle_health_readyz, false},
+};
+
+/* Matches path against pattern; the {id} segment is copied to id. */
+static bool route_match_path(const char *pattern, const char *path, char *id, size_t idcap)
+{
+    while (*pattern && *path) {
+        if (strncmp(pattern, "{id}", 4) == 0) {
+            size_t n = strcspn(path, "/");
+            char seg[130];
+            if (n == 0 || n >= sizeof(seg) || n >= idcap)
+                return false;
+            memcpy(seg, path, n);
+            seg[n] = '\0';
+            if (!run_id_valid(seg))
+                return false;
+            memcpy(id, seg, n + 1);
+            pattern += 4;
+            path += n;
+            continue;
+        }
+        if (*pattern != *path)
+            return false;
+        pattern++;
+        path++;
+    }
+    return *pattern == '\0' && *path == '\0';
+}
+
+enum route_result route_find(const char *method, const char *path, struct route_hit *m)
+{
+    bool path_known = false;
+    size_t alen = 0;
+    char id[130];
+
+    memset(m, 0, sizeof(*m));
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        if (!route_match_path(routes[i].pattern, path, id, sizeof(id)))
+            continue;
+        path_known = true;
+        if (strcmp(routes[i].method, method) == 0 ||
+            (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
+            m->entry = &routes[i];
+            memcpy(m->id, id, sizeof(id));
+            return ROUTE_FOUND;
+        }
+        if (alen + 8 >= sizeof(m->allow))
+            continue;
+        alen += xsnprintf(m->allow + alen, sizeof(m->allow) - alen, "%s%s", alen ? ", " : "",
+                          routes[i].method);
+    }
+    return path_known ? ROUTE_METHOD : ROUTE_NOT_FOUND;
+}

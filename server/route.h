@@ -1,0 +1,25 @@
+/* server/route.h — the route table: method + path pattern → handler.
+ * Patterns are literal segments and "{id}" (a run id). Pure and reentrant. */
+#ifndef OPSRUN_SERVER_ROUTE_H
+#define OPSRUN_SERVER_ROUTE_H
+
+#include "handlers/handlers.h"
+
+enum route_result { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_METHOD };
+
+struct route_entry {
+    const char *method;
+    const char *pattern;
+    handler_fn fn;
+    bool json_body; /* expects a JSON request body */
+};
+
+struct route_hit {
+    const struct route_entry *entry;
+    char id[130];   /* the {id} segment, when the pattern has one */
+    char allow[64]; /* ROUTE_METHOD: the Allow header value */
+};
+
+enum route_result route_find(const char *method, const char *path, struct route_hit *m);
+
+#endif

@@ -1,0 +1,51 @@
+/* store/db.h — PostgreSQL connections and a bounded pool. A struct db is one
+ * connection used by one thread at a time; the pool is thread-safe.
+ * Connection failures come back as ST_UNAVAILABLE (the caller answers 503 and
+ * the pool reconnects on the next checkout); other database errors as ST_DB.
+ * Only store/ sees libpq. */
+#ifndef OPSRUN_STORE_DB_H
+#define OPSRUN_STORE_DB_H
+
+#include "common/common.h"
+
+struct db;
+struct db_pool;
+
+struct db_options {
+    const char *conninfo; /* libpq URI or key=value string */
+    int connect_timeout_s;
+    int statement_timeout_ms; /* 0 = server default */
+    const char *application_name;
+};
+
+/* A standalone connection (listener, migrate, tests); *out owned by caller. */
+enum status db_connect(const struct db_options *opt, struct db **out, struct error *err) WUR;
+void db_close(struct db *db); /* NULL is a no-op */
+/* ST_OK while the connection is usable, reconnecting when it is not. */
+enum status db_ensure(struct db *db, struct error *err) WUR;
+int db_socket(const struct db *db);
+
+/* The pool opens connections lazily, up to size. */
+struct db_pool *db_pool_new(const struct db_options *opt, int size, int wait_ms);
+void db_pool_free(struct db_pool *pool); /* every db must be back */
+/* Waits up to the pool's wait_ms for a connection, else ST_UNAVAILABLE. */
+enum status db_pool_get(struct db_pool *pool, struct db **out, struct error *err) WUR;
+/* Same, with an explicit wait (0 = do not wait). */
+enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
+                             struct error *err) WUR;
+void db_pool_put(struct db_pool *pool, struct db *db); /* NULL is a no-op */
+
+/* Simple statements without parameters: "BEGIN", "COMMIT", "ROLLBACK",
+ * LISTEN, DDL. Never for anything built from input. */
+enum status db_exec_simple(struct db *db, const char *sql, struct error *err) WUR;
+/* A short health query bounded by timeout_ms. */
+enum status db_ping(struct db *db, int timeout_ms, struct error *err) WUR;
+
+/* LISTEN support for the listener thread: reads what has arrived and calls
+ * fn once per notification (channel, payload). ST_UNAVAILABLE when the
+ * connection broke. */
+enum status db_consume_notifies(struct db *db,
+                                void (*fn)(void *arg, const char *channel, const char *payload),
+                                void *arg, struct error *err) WUR;
+
+#endif

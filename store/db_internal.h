@@ -1,0 +1,29 @@
+/* store/db_internal.h — for the store/ sources only: statements prepared per
+ * connection on first use, and result access. */
+#ifndef OPSRUN_STORE_DB_INTERNAL_H
+#define OPSRUN_STORE_DB_INTERNAL_H
+
+#include "store/db.h"
+
+#include <libpq-fe.h>
+
+/* A statement: a unique name and parameterised SQL. Static storage only;
+ * identity is the pointer. */
+struct stmt {
+    const char *name;
+    const char *sql;
+};
+
+/* Runs a prepared statement with text parameters (NULL = SQL NULL).
+ * On ST_OK *res is a PGresult with PGRES_TUPLES_OK or PGRES_COMMAND_OK that
+ * the caller PQclear()s. Unique violations come back as ST_CONFLICT;
+ * connection loss and statement timeouts as ST_UNAVAILABLE. */
+enum status db_run(struct db *db, const struct stmt *st, int nparams, const char *const *params,
+                   PGresult **res, struct error *err) WUR;
+PGconn *db_conn(struct db *db);
+
+/* Result helpers: NULL for SQL NULL. */
+const char *db_val(const PGresult *r, int row, int col);
+int64_t db_i64(const PGresult *r, int row, int col); /* 0 for NULL */
+
+#endif

@@ -1,0 +1,267 @@
+/* store/runs.c — the run lifecycle in SQL. Each statement that changes a
+ * run's status, outcome or progress inserts the matching run_events row in
+ * the same statement (data-modifying CTEs), so history cannot drift. */
+#include "store/runs.h"
+
+#include "common/util.h"
+#include "store/runs_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct stmt S_INSERT = {
+    "runs_insert",
+    "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
+    "timeout_s, input, identity_hash, request_hash) VALUES ($1, $2, $3, $4::int, "
+    "coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, $9, $10) "
+    "ON CONFLICT DO NOTHING RETURNING " RUN_RET
+    "), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+static const struct stmt S_BY_ID = {
+    "runs_by_id",
+    "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+static const struct stmt S_BY_IDENTITY = {"runs_by_identity",
+                                          "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
+                                          "r.identity_hash = $2 AND r.status <> 'completed'"};
+static const struct stmt S_LIST = {
+    "runs_list",
+    "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 "
+    "AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "
+    "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "
+    "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "
+    "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
+    "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"};
+static const struct stmt S_CANCEL = {
+    "runs_cancel",
+    "WITH cur AS (SELECT tenant, id, status FROM runs WHERE tenant = $1 AND id = $2 FOR UPDATE), "
+    "upd AS (UPDATE runs r SET "
+    "status = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'completed' ELSE 'cancelling' "
+    "END, "
+    "outcome = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'cancelled' ELSE r.outcome END, "
+    "completed_at = CASE WHEN cur.status IN ('queued', 'waiting') THEN now() END, "
+    "next_poll_at = NULL, updated_at = now() FROM cur "
+    "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN ('queued', 'waiting', "
+    "'running') RETURNING " RUN_RET "), " EVENT_FROM_UPD(
+        "'status'", "'cancel requested'") " SELECT " RUN_OUT
+                                          ", true FROM upd UNION ALL SELECT " RUN_COLS
+                                          ", false FROM runs r "
+                                          "WHERE r.tenant = $1 AND r.id = $2 AND NOT EXISTS "
+                                          "(SELECT 1 FROM upd)"};
+static const struct stmt S_EVENTS = {
+    "events_list",
+    "SELECT (SELECT count(*) FROM runs WHERE tenant = $1 AND id = $2), "
+    "coalesce((SELECT json_agg(opsrun_event_json(e) ORDER BY e.id) FROM run_events e "
+    "WHERE e.tenant = $1 AND e.run_id = $2), '[]')::text"};
+
+void run_free(struct run *run)
+{
+    if (!run)
+        return;
+    free(run->tenant);
+    free(run->id);
+    free(run->type);
+    json_decref(run->json);
+    free(run);
+}
+
+bool run_is_terminal(const struct run *run)
+{
+    return strcmp(run->status, "completed") == 0;
+}
+
+const json_t *run_input(const struct run *run)
+{
+    return json_object_get(run->json, "input");
+}
+
+enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err)
+{
+    json_error_t jerr;
+    struct run *run;
+    json_t *j = json_loads(db_val(r, row, 0), 0, &jerr);
+
+    if (!j)
+        return error_set(err, ST_INTERNAL, "could not parse run JSON: %s", jerr.text);
+    run = xcalloc(1, sizeof(*run));
+    run->json = j;
+    run->tenant = xstrdup(db_val(r, row, 1));
+    run->id = xstrdup(db_val(r, row, 2));
+    run->type = xstrdup(db_val(r, row, 3));
+    xsnprintf(run->status, sizeof(run->status), "%s", db_val(r, row, 4));
+    xsnprintf(run->outcome, sizeof(run->outcome), "%s", db_val(r, row, 5));
+    run->attempt = (int)db_i64(r, row, 6);
+    run->max_attempts = (int)db_i64(r, row, 7);
+    run->deadline_ms = db_i64(r, row, 8);
+    run->created_us = db_i64(r, row, 9);
+    *out = run;
+    return ST_OK;
+}
+
+/* Runs st and, when it returned a row, builds *out from it (else NULL). */
+static enum status run_query_one(struct db *db, const struct stmt *st, int n,
+                                 const char *const *params, struct run **out, PGresult **keep,
+                                 struct error *err)
+{
+    PGresult *r;
+    enum status s = db_run(db, st, n, params, &r, err);
+
+    *out = NULL;
+    if (s != ST_OK)
+        return s;
+    if (PQntuples(r) > 0)
+        s = run_from_row(r, 0, out, err);
+    if (keep && s == ST_OK)
+        *keep = r;
+    else
+        PQclear(r);
+    return s;
+}
+
+static char *json_text(const json_t *v)
+{
+    return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+}
+
+/* Finds what a submission that inserted nothing collided with. */
+static enum status submit_existing(struct db *db, const struct run_new *rn, struct run **out,
+                                   struct error *err)
+{
+    const char *p[2] = {rn->tenant, rn->id};
+    PGresult *keep = NULL;
+    enum status st = run_query_one(db, &S_BY_ID, 2, p, out, &keep, err);
+
+    if (st != ST_OK)
+        return st;
+    if (*out) {
+        bool same = strcmp(db_val(keep, 0, RUN_NCOLS), rn->request_hash) == 0;
+        PQclear(keep);
+        if (same)
+            return ST_OK;
+        run_free(*out);
+        *out = NULL;
+        return error_set(err, ST_CONFLICT,
+                         "run \"%s\" already exists with a different request body", rn->id);
+    }
+    p[1] = rn->identity_hash;
+    return run_query_one(db, &S_BY_IDENTITY, 2, p, out, NULL, err);
+}
+
+enum status store_runs_submit(struct db *db, const struct run_new *rn, struct run **out,
+                              bool *dedup, struct error *err)
+{
+    char prio[16], maxa[16], tmo[16];
+    char *input = json_text(rn->input);
+    const char *p[10] = {
+        rn->tenant,        rn->id,          rn->type, prio, rn->run_at, maxa, tmo, input,
+        rn->identity_hash, rn->request_hash};
+    enum status st = ST_OK;
+
+    xsnprintf(prio, sizeof(prio), "%d", rn->priority);
+    xsnprintf(maxa, sizeof(maxa), "%d", rn->max_attempts);
+    xsnprintf(tmo, sizeof(tmo), "%d", rn->timeout_s);
+    *out = NULL;
+    /* A collision with a run that completes between our insert and our
+     * lookup finds nothing; the retry then inserts. Three rounds bound it. */
+    for (int round = 0; round < 3 && st == ST_OK && !*out; round++) {
+        st = run_query_one(db, &S_INSERT, 10, p, out, NULL, err);
+        *dedup = false;
+        if (st == ST_OK && !*out) {
+            st = submit_existing(db, rn, out, err);
+            *dedup = true;
+        }
+    }
+    free(input);
+    if (st == ST_OK && !*out)
+        st = error_set(err, ST_UNAVAILABLE, "could not settle the identity of run \"%s\"", rn->id);
+    return st;
+}
+
+enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
+                           struct error *err)
+{
+    const char *p[2] = {tenant, id};
+    enum status st = run_query_one(db, &S_BY_ID, 2, p, out, NULL, err);
+
+    if (st == ST_OK && !*out)
+        st = error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    return st;
+}
+
+enum status store_runs_list(struct db *db, const char *tenant, const struct run_filter *f,
+                            json_t **runs, char **next_cursor, struct error *err)
+{
+    char cus[24], lim[16];
+    const char *p[8] = {tenant,
+                        f->status,
+                        f->outcome,
+                        f->type,
+                        f->external_id,
+                        f->has_cursor ? cus : NULL,
+                        f->has_cursor ? f->cursor_id : NULL,
+                        lim};
+    PGresult *r;
+    enum status st;
+    int n;
+
+    xsnprintf(cus, sizeof(cus), "%lld", (long long)f->cursor_us);
+    xsnprintf(lim, sizeof(lim), "%d", f->limit + 1);
+    *runs = NULL;
+    *next_cursor = NULL;
+    st = db_run(db, &S_LIST, 8, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    n = PQntuples(r);
+    *runs = json_array();
+    for (int i = 0; i < n && i < f->limit && st == ST_OK; i++) {
+        struct run *run;
+        st = run_from_row(r, i, &run, err);
+        if (st != ST_OK)
+            break;
+        json_array_append(*runs, run->json);
+        if (i == f->limit - 1 && n > f->limit)
+            *next_cursor = cursor_encode(run->created_us, run->id);
+        run_free(run);
+    }
+    PQclear(r);
+    if (st != ST_OK) {
+        json_decref(*runs);
+        *runs = NULL;
+        free(*next_cursor);
+        *next_cursor = NULL;
+    }
+    return st;
+}
+
+enum status store_runs_cancel(struct db *db, const char *tenant, const char *id, struct run **out,
+                              bool *changed, struct error *err)
+{
+    const char *p[2] = {tenant, id};
+    PGresult *keep = NULL;
+    enum status st = run_query_one(db, &S_CANCEL, 2, p, out, &keep, err);
+
+    if (st != ST_OK)
+        return st;
+    if (!*out)
+        return error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    *changed = strcmp(db_val(keep, 0, RUN_NCOLS), "t") == 0;
+    PQclear(keep);
+    return ST_OK;
+}
+
+enum status store_events_list(struct db *db, const char *tenant, const char *run_id,
+                              json_t **events, struct error *err)
+{
+    const char *p[2] = {tenant, run_id};
+    json_error_t jerr;
+    PGresult *r;
+    enum status st = db_run(db, &S_EVENTS, 2, p, &r, err);
+
+    *events = NULL;
+    if (st != ST_OK)
+        return st;
+    if (db_i64(r, 0, 0) == 0)
+        st = error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", run_id);
+    else if (!(*events = json_loads(db_val(r, 0, 1), 0, &jerr)))
+        st = error_set(err, ST_INTERNAL, "could not parse events JSON: %s", jerr.text);
+    PQclear(r);
+    return st;
+}

@@ -1,0 +1,122 @@
+/* store/runs.h — runs and their events on the caller's db handle (one
+ * thread at a time). Every query is scoped by tenant, except the engine's
+ * claim/heartbeat/rescue/retention statements, which work across tenants by
+ * design and are fenced by worker id and attempt where they write a run.
+ * Every change of status, outcome or progress inserts its run_events row in
+ * the same statement. Functions return ST_OK or a failure with *err filled. */
+#ifndef OPSRUN_STORE_RUNS_H
+#define OPSRUN_STORE_RUNS_H
+
+#include "common/common.h"
+
+#include <jansson.h>
+
+struct db;
+
+/* A run as read from the database. json is the API representation
+ * (CONTRACT.md GET /runs/{id}); the scalar fields are copies for the engine. */
+struct run {
+    char *tenant, *id, *type;
+    char status[16], outcome[24];
+    int attempt, max_attempts;
+    int64_t deadline_ms; /* wall clock, 0 = none */
+    int64_t created_us;
+    json_t *json; /* owned */
+};
+void run_free(struct run *run); /* NULL is a no-op */
+bool run_is_terminal(const struct run *run);
+/* The run's input (borrowed from run->json). */
+const json_t *run_input(const struct run *run);
+
+struct run_new {
+    const char *tenant, *id, *type;
+    int priority;
+    const char *run_at; /* RFC 3339, NULL = now */
+    int max_attempts, timeout_s;
+    const json_t *input;
+    const char *identity_hash, *request_hash;
+};
+
+/* Inserts the run, or finds the run it joins: *dedup true and the existing
+ * run when the id exists with the same request_hash or an active run has the
+ * same identity; ST_CONFLICT when the id exists with another request_hash. */
+enum status store_runs_submit(struct db *db, const struct run_new *rn, struct run **out,
+                              bool *dedup, struct error *err) WUR;
+enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
+                           struct error *err) WUR;
+
+struct run_filter {
+    const char *status, *outcome, *type, *external_id; /* NULL = any */
+    int limit;                                         /* 1..500 */
+    bool has_cursor;
+    int64_t cursor_us;
+    char cursor_id[129];
+};
+/* *runs gets a new JSON array; *next_cursor a heap token or NULL. */
+enum status store_runs_list(struct db *db, const char *tenant, const struct run_filter *f,
+                            json_t **runs, char **next_cursor, struct error *err) WUR;
+/* queued/waiting end cancelled now, running becomes cancelling; *changed is
+ * false when nothing changed (already cancelling, or completed). */
+enum status store_runs_cancel(struct db *db, const char *tenant, const char *id, struct run **out,
+                              bool *changed, struct error *err) WUR;
+/* The run's events, oldest first, as a new JSON array; ST_NOT_FOUND when the
+ * run does not exist. */
+enum status store_events_list(struct db *db, const char *tenant, const char *run_id,
+                              json_t **events, struct error *err) WUR;
+
+/* ---- the engine's side ---- */
+
+/* Identifies one attempt of one run held by one worker. */
+struct fence {
+    const char *tenant, *id, *worker_id;
+    int attempt;
+};
+
+/* Claims up to limit due runs (see opsrun_claim in migrations/001_core.sql).
+ * types/caps: the run types this process executes and their caps (0 = none).
+ * *out gets a heap array of *n runs. */
+enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
+                             const char *const *types, const int *caps, size_t ntypes,
+                             struct run ***out, size_t *n, struct error *err) WUR;
+/* Milliseconds until the next delayed queued run is due (-1 = none). */
+enum status store_runs_next_due(struct db *db, int64_t *ms, struct error *err) WUR;
+
+/* Fenced writes: ST_LOST when the run is no longer this attempt's. */
+enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
+                                const char *step, struct error *err) WUR;
+struct run_result {
+    const char *outcome; /* succeeded, partially_succeeded, failed, cancelled, timed_out */
+    const json_t *result, *error, *summary_counts, *failure_summary; /* may be NULL */
+    const char *message;                                             /* for the event */
+};
+enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,
+                              struct error *err) WUR;
+/* Back to queued after delay_ms, the failure recorded (a cancelling run ends
+ * cancelled instead). */
+enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,
+                             const json_t *error, struct error *err) WUR;
+/* Shutdown: hands the run back to the queue without spending the attempt. */
+enum status store_runs_release(struct db *db, const struct fence *f, struct error *err) WUR;
+
+/* One statement refreshing heartbeat_at of every run the worker holds. */
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held,
+                                 struct error *err) WUR;
+/* Calls fn for each run of this worker in status cancelling. */
+enum status store_runs_cancelling(struct db *db, const char *worker_id,
+                                  void (*fn)(void *arg, const char *tenant, const char *id,
+                                             int attempt),
+                                  void *arg, struct error *err) WUR;
+/* Requeues (or fails, past max_attempts; or ends cancelled, when cancelling)
+ * up to batch runs whose heartbeat is older than orphan_after_s. */
+enum status store_runs_rescue(struct db *db, int orphan_after_s, int batch, int *rescued,
+                              struct error *err) WUR;
+/* Deletes up to batch completed runs (and their events) older than age_s. */
+enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *deleted,
+                             struct error *err) WUR;
+/* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
+enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
+
+/* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events). */
+enum status store_notify(struct db *db, bool queue, bool events, struct error *err) WUR;
+
+#endif

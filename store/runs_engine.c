@@ -1,0 +1,335 @@
+/* store/runs_engine.c — the statements the engine runs: claim, fenced
+ * writes by the owning attempt, heartbeats, orphan rescue, retention. */
+#include "store/runs.h"
+
+#include "store/runs_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The fence: this run, this worker, this attempt, still held. */
+#define FENCE                                                                                      \
+    "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
+    "AND r.status IN ('running', 'cancelling')"
+
+static const struct stmt S_CLAIM = {
+    "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
+                  "$5::int[]) AS r"};
+static const struct stmt S_NEXT_DUE = {
+    "runs_next_due", "SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::bigint "
+                     "FROM runs WHERE status = 'queued'"};
+static const struct stmt S_PROGRESS = {
+    "runs_progress",
+    "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
+    "WHERE " FENCE
+    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
+        "'progress'", "NULL") " SELECT count(*) FROM upd"};
+static const struct stmt S_FINISH = {
+    "runs_finish",
+    "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
+    "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
+    "progress = CASE WHEN $5 = 'succeeded' THEN 100 ELSE r.progress END, "
+    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL "
+    "WHERE " FENCE
+    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
+        "'status'", "$10") " SELECT count(*) FROM upd"};
+static const struct stmt S_RETRY = {
+    "runs_retry",
+    "WITH upd AS (UPDATE runs r SET "
+    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'queued' END, "
+    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE 'pending' END, "
+    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
+    "run_at = now() + make_interval(secs => $5::bigint / 1000.0), error = $6::jsonb, "
+    "worker_id = CASE WHEN r.status = 'cancelling' THEN r.worker_id END, "
+    "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
+    "WHERE " FENCE
+    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
+        "'status'", "$7") " SELECT count(*) FROM upd"};
+static const struct stmt S_RELEASE = {
+    "runs_release",
+    "WITH upd AS (UPDATE runs r SET "
+    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'queued' END, "
+    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE 'pending' END, "
+    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
+    "attempt = CASE WHEN r.status = 'cancelling' THEN r.attempt ELSE r.attempt - 1 END, "
+    "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+    "updated_at = now() WHERE " FENCE
+    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
+        "'status'", "format('released by %s at shutdown', $3::text)") " SELECT count(*) FROM upd"};
+static const struct stmt S_HEARTBEAT = {
+    "runs_heartbeat", "UPDATE runs SET heartbeat_at = now() WHERE worker_id = $1 AND "
+                      "status IN ('running', 'cancelling')"};
+static const struct stmt S_CANCELLING = {
+    "runs_cancelling", "SELECT tenant, id, attempt FROM runs WHERE worker_id = $1 AND "
+                       "status = 'cancelling'"};
+static const struct stmt S_RESCUE = {
+    "runs_rescue",
+    "WITH o AS (SELECT tenant, id FROM runs WHERE status IN ('running', 'cancelling') AND "
+    "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at LIMIT $2::int "
+    "FOR UPDATE SKIP LOCKED), "
+    "upd AS (UPDATE runs r SET "
+    "status = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
+    "THEN 'completed' ELSE 'queued' END, "
+    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' "
+    "WHEN r.attempt >= r.max_attempts THEN 'failed' ELSE 'pending' END, "
+    "completed_at = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
+    "THEN now() END, "
+    "error = CASE WHEN r.status = 'cancelling' THEN r.error ELSE jsonb_build_object('code', "
+    "'orphaned', 'message', format('worker %s stopped heartbeating during attempt %s', "
+    "r.worker_id, r.attempt)) END, "
+    "worker_id = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
+    "THEN r.worker_id END, "
+    "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
+    "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
+    "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
+        "'status'", "'orphan rescued: heartbeat went stale'") " SELECT count(*) FROM upd"};
+static const struct stmt S_PRUNE = {
+    "runs_prune",
+    "WITH d AS (SELECT tenant, id FROM runs WHERE status = 'completed' AND completed_at < "
+    "now() - make_interval(secs => $1::bigint) ORDER BY completed_at LIMIT $2::int "
+    "FOR UPDATE SKIP LOCKED) "
+    "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
+static const struct stmt S_COUNTS = {
+    "runs_counts", "SELECT s, (SELECT count(*) FROM runs WHERE status = s) FROM "
+                   "unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) AS s"};
+static const struct stmt S_NOTIFY = {
+    "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
+                   "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END"};
+
+/* A Postgres array literal of text values; names are [A-Za-z0-9_.-]. */
+static char *pg_text_array(const char *const *v, size_t n)
+{
+    size_t cap = 3, len = 0;
+    char *s;
+
+    for (size_t i = 0; i < n; i++)
+        cap += strlen(v[i]) + 3;
+    s = xmalloc(cap);
+    s[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += xsnprintf(s + len, cap - len, "%s\"%s\"", i ? "," : "", v[i]);
+    xsnprintf(s + len, cap - len, "}");
+    return s;
+}
+
+static char *pg_cap_array(const int *caps, size_t n)
+{
+    size_t cap = 3 + n * 12, len = 0;
+    char *s = xmalloc(cap);
+
+    s[len++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (caps[i] > 0)
+            len += xsnprintf(s + len, cap - len, "%s%d", i ? "," : "", caps[i]);
+        else
+            len += xsnprintf(s + len, cap - len, "%sNULL", i ? "," : "");
+    }
+    xsnprintf(s + len, cap - len, "}");
+    return s;
+}
+
+enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
+                             const char *const *types, const int *caps, size_t ntypes,
+                             struct run ***out, size_t *n, struct error *err)
+{
+    char lim[16], maxr[16];
+    char *tarr = pg_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
+    const char *p[5] = {worker_id, lim, maxr, tarr, carr};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(lim, sizeof(lim), "%d", limit);
+    xsnprintf(maxr, sizeof(maxr), "%d", max_running);
+    *out = NULL;
+    *n = 0;
+    st = db_run(db, &S_CLAIM, 5, p, &r, err);
+    free(tarr);
+    free(carr);
+    if (st != ST_OK)
+        return st;
+    *out = xcalloc((size_t)PQntuples(r) + 1, sizeof(**out));
+    for (int i = 0; i < PQntuples(r); i++) {
+        struct run *run;
+        st = run_from_row(r, i, &run, err);
+        if (st != ST_OK)
+            break;
+        (*out)[(*n)++] = run;
+    }
+    PQclear(r);
+    return st;
+}
+
+enum status store_runs_next_due(struct db *db, int64_t *ms, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    *ms = db_val(r, 0, 0) ? db_i64(r, 0, 0) : -1;
+    if (db_val(r, 0, 0) && *ms < 0)
+        *ms = 0;
+    PQclear(r);
+    return ST_OK;
+}
+
+/* Runs a fenced statement whose result is one count; 0 rows = ST_LOST. */
+static enum status run_fenced(struct db *db, const struct stmt *s, int n, const char **p,
+                              const struct fence *f, struct error *err)
+{
+    char att[16];
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(att, sizeof(att), "%d", f->attempt);
+    p[0] = f->tenant, p[1] = f->id, p[2] = f->worker_id, p[3] = att;
+    st = db_run(db, s, n, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    if (db_i64(r, 0, 0) == 0)
+        st = error_set(err, ST_LOST, "run \"%s\" attempt %d is no longer held by %s", f->id,
+                       f->attempt, f->worker_id);
+    PQclear(r);
+    return st;
+}
+
+enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
+                                const char *step, struct error *err)
+{
+    char pct[8];
+    const char *p[6] = {0};
+
+    xsnprintf(pct, sizeof(pct), "%d", progress < 0 ? 0 : progress > 100 ? 100 : progress);
+    p[4] = pct;
+    p[5] = step;
+    return run_fenced(db, &S_PROGRESS, 6, p, f, err);
+}
+
+enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,
+                              struct error *err)
+{
+    char *j[4] = {
+        res->result ? json_dumps(res->result, JSON_COMPACT | JSON_ENCODE_ANY) : NULL,
+        res->error ? json_dumps(res->error, JSON_COMPACT | JSON_ENCODE_ANY) : NULL,
+        res->summary_counts ? json_dumps(res->summary_counts, JSON_COMPACT) : NULL,
+        res->failure_summary ? json_dumps(res->failure_summary, JSON_COMPACT) : NULL,
+    };
+    const char *p[10] = {NULL, NULL, NULL, NULL, res->outcome,
+                         j[0], j[1], j[2], j[3], res->message};
+    enum status st = run_fenced(db, &S_FINISH, 10, p, f, err);
+
+    for (size_t i = 0; i < ARRAY_LEN(j); i++)
+        free(j[i]);
+    return st;
+}
+
+enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,
+                             const json_t *error, struct error *err)
+{
+    char delay[24];
+    char *e = error ? json_dumps(error, JSON_COMPACT) : NULL;
+    const json_t *msg = error ? json_object_get(error, "message") : NULL;
+    char *text = xasprintf("attempt %d failed, retrying in %lld ms: %s", f->attempt,
+                           (long long)delay_ms, json_is_string(msg) ? json_string_value(msg) : "");
+    const char *p[7] = {NULL, NULL, NULL, NULL, delay, e, text};
+    enum status st;
+
+    xsnprintf(delay, sizeof(delay), "%lld", (long long)delay_ms);
+    st = run_fenced(db, &S_RETRY, 7, p, f, err);
+    free(e);
+    free(text);
+    return st;
+}
+
+enum status store_runs_release(struct db *db, const struct fence *f, struct error *err)
+{
+    const char *p[4];
+    return run_fenced(db, &S_RELEASE, 4, p, f, err);
+}
+
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_HEARTBEAT, 1, &worker_id, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    if (held)
+        *held = atoi(PQcmdTuples(r));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_cancelling(struct db *db, const char *worker_id,
+                                  void (*fn)(void *arg, const char *tenant, const char *id,
+                                             int attempt),
+                                  void *arg, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_CANCELLING, 1, &worker_id, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r); i++)
+        fn(arg, db_val(r, i, 0), db_val(r, i, 1), (int)db_i64(r, i, 2));
+    PQclear(r);
+    return ST_OK;
+}
+
+static enum status run_count2(struct db *db, const struct stmt *s, const char *a, const char *b,
+                              bool tuples, int *count, struct error *err)
+{
+    const char *p[2] = {a, b};
+    PGresult *r;
+    enum status st = db_run(db, s, 2, p, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    *count = tuples ? (int)db_i64(r, 0, 0) : atoi(PQcmdTuples(r));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_rescue(struct db *db, int orphan_after_s, int batch, int *rescued,
+                              struct error *err)
+{
+    char a[16], b[16];
+    xsnprintf(a, sizeof(a), "%d", orphan_after_s);
+    xsnprintf(b, sizeof(b), "%d", batch);
+    return run_count2(db, &S_RESCUE, a, b, true, rescued, err);
+}
+
+enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *deleted,
+                             struct error *err)
+{
+    char a[24], b[16];
+    xsnprintf(a, sizeof(a), "%lld", (long long)age_s);
+    xsnprintf(b, sizeof(b), "%d", batch);
+    return run_count2(db, &S_PRUNE, a, b, false, deleted, err);
+}
+
+enum status store_runs_counts(struct db *db, json_t **out, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_COUNTS, 0, NULL, &r, err);
+
+    *out = NULL;
+    if (st != ST_OK)
+        return st;
+    *out = json_object();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_object_set_new(*out, db_val(r, i, 0), json_integer(db_i64(r, i, 1)));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_notify(struct db *db, bool queue, bool events, struct error *err)
+{
+    const char *p[2] = {queue ? "t" : "f", events ? "t" : "f"};
+    PGresult *r;
+    enum status st = db_run(db, &S_NOTIFY, 2, p, &r, err);
+
+    if (st == ST_OK)
+        PQclear(r);
+    return st;
+}

@@ -1,0 +1,29 @@
+/* store/runs_internal.h — SQL fragments and row parsing shared by
+ * store/runs.c and store/runs_engine.c. */
+#ifndef OPSRUN_STORE_RUNS_INTERNAL_H
+#define OPSRUN_STORE_RUNS_INTERNAL_H
+
+#include "store/db_internal.h"
+#include "store/runs.h"
+
+/* RETURNING list of a statement that writes runs AS r, and the matching
+ * select list over a CTE of it; RUN_COLS reads a runs row "r" the same way. */
+#define RUN_RET                                                                                    \
+    "opsrun_run_json(r)::text AS j, r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, "      \
+    "r.max_attempts, (extract(epoch FROM r.deadline_at) * 1000)::bigint AS dl, "                   \
+    "(extract(epoch FROM r.created_at) * 1000000)::bigint AS cus, r.progress, r.step"
+#define RUN_OUT "j, tenant, id, type, status, outcome, attempt, max_attempts, dl, cus"
+#define RUN_COLS                                                                                   \
+    "opsrun_run_json(r)::text, r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, "           \
+    "r.max_attempts, (extract(epoch FROM r.deadline_at) * 1000)::bigint, "                         \
+    "(extract(epoch FROM r.created_at) * 1000000)::bigint"
+#define RUN_NCOLS 10
+/* The event row for each run in CTE "upd" (type and message as SQL). */
+#define EVENT_FROM_UPD(type, message)                                                              \
+    "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "       \
+    "message) SELECT tenant, id, " type ", status, outcome, progress, step, " message " FROM upd)"
+
+/* Builds a run from the first RUN_NCOLS columns of row. */
+enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err) WUR;
+
+#endif

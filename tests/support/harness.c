@@ -1,0 +1,421 @@
+/* tests/support/harness.c — see harness.h. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PROCS 64
+static pid_t procs[MAX_PROCS];
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "harness: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    ck_abort_msg("harness failure (see stderr)");
+    abort();
+}
+
+long long th_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void th_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static const char *template_url(void)
+{
+    const char *u = getenv("OPSRUN_TEST_DATABASE_URL");
+    if (!u || !*u)
+        die("OPSRUN_TEST_DATABASE_URL is not set: run the tests through scripts/test.sh");
+    return u;
+}
+
+char *th_conninfo(const char *dbname)
+{
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(template_url(), &errmsg);
+    size_t cap = 1024, len = 0;
+    char *s;
+
+    if (!opts)
+        die("bad OPSRUN_TEST_DATABASE_URL: %s", errmsg ? errmsg : "?");
+    s = malloc(cap);
+    s[0] = '\0';
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || strcmp(o->keyword, "dbname") == 0)
+            continue;
+        len += (size_t)snprintf(s + len, cap - len, "%s='%s' ", o->keyword, o->val);
+    }
+    snprintf(s + len, cap - len, "dbname='%s'", dbname);
+    PQconninfoFree(opts);
+    return s;
+}
+
+PGconn *th_pg(const char *conninfo)
+{
+    PGconn *c = PQconnectdb(conninfo);
+    if (PQstatus(c) != CONNECTION_OK)
+        die("could not connect to %s: %s", conninfo, PQerrorMessage(c));
+    return c;
+}
+
+static PGresult *vsql(PGconn *c, const char *fmt, va_list ap)
+{
+    char sql[8192];
+    PGresult *r;
+
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+        die("SQL failed: %s\n  %s", PQerrorMessage(c), sql);
+    return r;
+}
+
+PGresult *th_sql(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    PGresult *r;
+    va_start(ap, fmt);
+    r = vsql(c, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+long long th_sql_int(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    PGresult *r;
+    long long v;
+
+    va_start(ap, fmt);
+    r = vsql(c, fmt, ap);
+    va_end(ap);
+    if (PQntuples(r) < 1)
+        die("SQL returned no row");
+    v = PQgetisnull(r, 0, 0) ? 0 : atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+char *th_db_create(const char *name)
+{
+    char *admin = th_conninfo("postgres");
+    PGconn *c = th_pg(admin);
+    char *tmpl_err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(template_url(), &tmpl_err);
+    const char *tmpl = "opsrun_template";
+
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "dbname") == 0 && o->val)
+            tmpl = strdup(o->val);
+    PQconninfoFree(opts);
+    PQclear(th_sql(c, "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", name));
+    PQclear(th_sql(c, "CREATE DATABASE \"%s\" TEMPLATE \"%s\"", name, tmpl));
+    PQfinish(c);
+    free(admin);
+    return th_conninfo(name);
+}
+
+static void kill_all(void)
+{
+    for (int i = 0; i < MAX_PROCS; i++)
+        if (procs[i] > 0)
+            kill(procs[i], SIGKILL);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        die("could not find a free port: %s", strerror(errno));
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
+              const char *const *env)
+{
+    const char *bin = getenv("OPSRUN_BIN");
+    char listen[64];
+    const char *argv[64];
+    int n = 0;
+    static bool registered;
+
+    if (!bin)
+        die("OPSRUN_BIN is not set");
+    if (!registered) {
+        atexit(kill_all);
+        registered = true;
+    }
+    memset(p, 0, sizeof(*p));
+    p->port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", p->port);
+    snprintf(p->url, sizeof(p->url), "http://%s", listen);
+    mkdir("/tmp/opsrun-tests", 0777);
+    snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d.log", (int)getpid(), p->port);
+    argv[n++] = bin;
+    argv[n++] = "serve";
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--database-url";
+    argv[n++] = conninfo;
+    for (int i = 0; args && args[i] && n < 62; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    p->pid = fork();
+    if (p->pid < 0)
+        die("fork: %s", strerror(errno));
+    if (p->pid == 0) {
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < MAX_PROCS; i++)
+        if (procs[i] <= 0) {
+            procs[i] = p->pid;
+            break;
+        }
+    for (long long until = th_now_ms() + 30000; th_now_ms() < until;) {
+        struct th_resp r;
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+            die("opsrun exited during start-up (status %d); log: %s", st, p->log);
+        char u[128];
+        snprintf(u, sizeof(u), "%s/livez", p->url);
+        if (th_http("GET", u, NULL, NULL, &r) && r.status == 200) {
+            th_resp_free(&r);
+            return;
+        }
+        th_resp_free(&r);
+        th_sleep_ms(50);
+    }
+    die("opsrun did not answer /livez within 30 s; log: %s", p->log);
+}
+
+int th_stop(struct th_proc *p, int sig, int timeout_s)
+{
+    int st = 0;
+
+    if (p->pid <= 0)
+        return -1;
+    kill(p->pid, sig);
+    for (long long until = th_now_ms() + timeout_s * 1000LL; th_now_ms() < until;) {
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            for (int i = 0; i < MAX_PROCS; i++)
+                if (procs[i] == p->pid)
+                    procs[i] = 0;
+            p->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        th_sleep_ms(20);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    p->pid = 0;
+    return -1;
+}
+
+char *th_config_file(const char *name, const char *json)
+{
+    char *path = malloc(256);
+    FILE *f;
+
+    mkdir("/tmp/opsrun-tests", 0777);
+    snprintf(path, 256, "/tmp/opsrun-tests/%s-%d.json", name, (int)getpid());
+    f = fopen(path, "w");
+    if (!f)
+        die("could not write %s", path);
+    fputs(json, f);
+    fclose(f);
+    return path;
+}
+
+struct buf {
+    char *p;
+    size_t n;
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct buf *b = arg;
+    size_t n = size * nmemb;
+    b->p = realloc(b->p, b->n + n + 1);
+    memcpy(b->p + b->n, ptr, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return n;
+}
+
+static void copy_header(const char *line, size_t n, const char *name, char *out, size_t cap)
+{
+    size_t k = strlen(name);
+    if (n > k && strncasecmp(line, name, k) == 0) {
+        const char *v = line + k;
+        size_t len = n - k;
+        while (len && (*v == ' '))
+            v++, len--;
+        while (len && (v[len - 1] == '\r' || v[len - 1] == '\n'))
+            len--;
+        snprintf(out, cap, "%.*s", (int)len, v);
+    }
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
+{
+    struct th_resp *r = arg;
+    size_t n = size * nmemb;
+    copy_header(line, n, "Content-Type:", r->content_type, sizeof(r->content_type));
+    copy_header(line, n, "Location:", r->location, sizeof(r->location));
+    copy_header(line, n, "Allow:", r->allow, sizeof(r->allow));
+    copy_header(line, n, "Retry-After:", r->retry_after, sizeof(r->retry_after));
+    return n;
+}
+
+bool th_http(const char *method, const char *url, const char *content_type, const char *body,
+             struct th_resp *r)
+{
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    struct buf b = {0};
+    char ct[160];
+    CURLcode rc;
+
+    memset(r, 0, sizeof(*r));
+    if (!url)
+        return false;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    if (content_type) {
+        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+        h = curl_slist_append(h, ct);
+    }
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    r->body = b.p ? b.p : strdup("");
+    if (rc == CURLE_OK && r->body[0])
+        r->json = json_loads(r->body, 0, NULL);
+    return rc == CURLE_OK;
+}
+
+void th_resp_free(struct th_resp *r)
+{
+    free(r->body);
+    json_decref(r->json);
+    r->body = NULL;
+    r->json = NULL;
+}
+
+void th_post_json(const char *base, const char *path, const char *body, struct th_resp *r)
+{
+    char url[512];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    ck_assert_msg(th_http("POST", url, "application/json", body, r), "POST %s failed", url);
+}
+
+void th_get(const char *base, const char *path, struct th_resp *r)
+{
+    char url[512];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    ck_assert_msg(th_http("GET", url, NULL, NULL, r), "GET %s failed", url);
+}
+
+char *th_wait_run(const char *base, const char *run_id, int timeout_s)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/runs/%s", run_id);
+    for (long long until = th_now_ms() + timeout_s * 1000LL; th_now_ms() < until;) {
+        struct th_resp r;
+        char url[512];
+        snprintf(url, sizeof(url), "%s%s", base, path);
+        if (th_http("GET", url, NULL, NULL, &r) && r.status == 200 && r.json &&
+            strcmp(json_string_value(json_object_get(r.json, "status")), "completed") == 0) {
+            char *o = strdup(json_string_value(json_object_get(r.json, "outcome")));
+            th_resp_free(&r);
+            return o;
+        }
+        th_resp_free(&r);
+        th_sleep_ms(50);
+    }
+    return NULL;
+}
+
+void th_pg_restart(void)
+{
+    const char *ctl = getenv("OPSRUN_TEST_PGCTL"), *data = getenv("OPSRUN_TEST_PGDATA");
+    char cmd[1024];
+
+    if (!ctl || !data)
+        die("OPSRUN_TEST_PGCTL and OPSRUN_TEST_PGDATA must be set to restart PostgreSQL");
+    snprintf(cmd, sizeof(cmd), "'%s' restart '%s' >&2", ctl, data);
+    if (system(cmd) != 0)
+        die("could not restart PostgreSQL: %s", cmd);
+}
+
+int th_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    curl_global_cleanup();
+    return failed == 0 ? 0 : 1;
+}

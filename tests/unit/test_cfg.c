@@ -1,0 +1,1074 @@
+/* tests/unit/test_cfg.c — the configuration: defaults, the JSON file, the
+ * environment, flags, validation messages (asserted exactly), routing and
+ * --print-config output. */
+#include "server/cfg.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct config cfg;
+
+static void setup(void)
+{
+    cfg_init(&cfg);
+}
+
+static void teardown(void)
+{
+    cfg_cleanup(&cfg);
+}
+
+#define ck_load_ok(text)                                                                           \
+    do {                                                                                           \
+        struct error e_ = {0};                                                                     \
+        enum status st_ = cfg_load_json(&cfg, (text), &e_);                                        \
+        ck_assert_msg(st_ == ST_OK, "load failed: %s", e_.message);                                \
+    } while (0)
+
+#define ck_load_fails(text, msg)                                                                   \
+    do {                                                                                           \
+        struct error e_ = {0};                                                                     \
+        ck_assert_int_eq(cfg_load_json(&cfg, (text), &e_), ST_INVALID);                            \
+        ck_assert_str_eq(e_.message, (msg));                                                       \
+    } while (0)
+
+/* A fake environment: name, value pairs ending with NULL. */
+static const char *const *fake_env;
+
+static const char *fake_getenv(const char *name)
+{
+    for (const char *const *p = fake_env; p && p[0]; p += 2)
+        if (strcmp(p[0], name) == 0)
+            return p[1];
+    return NULL;
+}
+
+static const char *source_of(const char *key)
+{
+    static char buf[32];
+    json_t *j = cfg_to_json(&cfg);
+    const char *s;
+
+    ck_assert_ptr_nonnull(j);
+    s = json_string_value(json_object_get(json_object_get(j, "sources"), key));
+    ck_assert_msg(s != NULL, "no source for %s", key);
+    snprintf(buf, sizeof(buf), "%s", s);
+    json_decref(j);
+    return buf;
+}
+
+/* ---- defaults ---- */
+
+START_TEST(test_defaults)
+{
+    const struct run_type *demo;
+    struct error err = {0};
+
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:8080");
+    ck_assert_ptr_null(cfg.database_url);
+    ck_assert_ptr_null(cfg.config_path);
+    ck_assert_str_eq(cfg.tenant_default, "default");
+    ck_assert_int_eq(cfg.log_level, LOG_INFO);
+    ck_assert(!cfg.log_json);
+    ck_assert_int_eq(cfg.http.threads, 4);
+    ck_assert_int_eq(cfg.http.connection_limit, 1000);
+    ck_assert_int_eq(cfg.http.connection_timeout_s, 60);
+    ck_assert_int_eq(cfg.http.max_body_bytes, 1048576);
+    ck_assert_int_eq(cfg.db.pool_size, 0);
+    ck_assert_int_eq(cfg.db.pool_wait_ms, 2000);
+    ck_assert_int_eq(cfg.db.connect_timeout_s, 3);
+    ck_assert_int_eq(cfg.db.statement_timeout_ms, 10000);
+    ck_assert_int_eq(cfg.queue.workers, 8);
+    ck_assert_int_eq(cfg.queue.max_running, 64);
+    ck_assert_int_eq(cfg.queue.claim_batch, 16);
+    ck_assert_int_eq(cfg.queue.poll_interval_ms, 1000);
+    ck_assert_int_eq(cfg.queue.heartbeat_interval_s, 5);
+    ck_assert_int_eq(cfg.queue.orphan_after_s, 30);
+    ck_assert_int_eq(cfg.queue.orphan_scan_interval_s, 5);
+    ck_assert_int_eq(cfg.queue.shutdown_grace_s, 900);
+    ck_assert_int_eq(cfg.queue.progress_interval_ms, 250);
+    ck_assert_int_eq(cfg.queue.cancel_check_ms, 250);
+    ck_assert(cfg.queue.listen);
+    ck_assert_int_eq(cfg.queue.retention_s, 604800);
+    ck_assert_int_eq(cfg.queue.retention_batch, 500);
+    ck_assert_uint_eq(cfg.nroutes, 0);
+    ck_assert_ptr_null(cfg.default_route);
+
+    ck_assert_uint_eq(cfg.nrun_types, 1);
+    demo = cfg_run_type(&cfg, "demo");
+    ck_assert_ptr_nonnull(demo);
+    ck_assert_str_eq(demo->action, "simulate");
+    ck_assert(json_is_object(demo->params) && json_object_size(demo->params) == 0);
+    ck_assert_int_eq(demo->max_attempts, 3);
+    ck_assert_int_eq(demo->retry_backoff_ms, 200);
+    ck_assert_int_eq(demo->retry_backoff_max_ms, 60000);
+    ck_assert_int_eq(demo->timeout_s, 900);
+    ck_assert_int_eq(demo->max_running, 0);
+    ck_assert_ptr_null(cfg_run_type(&cfg, "nope"));
+    ck_assert_ptr_null(cfg_run_type(&cfg, NULL));
+
+    ck_assert_int_eq(cfg_pool_size(&cfg), 8 + 4 + 4);
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+    ck_assert_str_eq(source_of("listen"), "default");
+    ck_assert_str_eq(source_of("queue.workers"), "default");
+}
+END_TEST
+
+START_TEST(test_cleanup_twice)
+{
+    cfg_cleanup(&cfg);
+    cfg_cleanup(&cfg);
+    cfg_init(&cfg);
+}
+END_TEST
+
+/* ---- a full valid file ---- */
+
+static const char full_file[] =
+    "{"
+    " \"listen\": \"0.0.0.0:9090\","
+    " \"database_url\": \"postgresql://u:pw@db/opsrun\","
+    " \"tenant_default\": \"acme\","
+    " \"log\": {\"level\": \"debug\", \"json\": true},"
+    " \"http\": {\"threads\": 8, \"connection_limit\": 500, \"connection_timeout_s\": 30,"
+    "           \"max_body_bytes\": 2048},"
+    " \"db\": {\"pool_size\": 40, \"pool_wait_ms\": 500, \"connect_timeout_s\": 5,"
+    "         \"statement_timeout_ms\": 20000},"
+    " \"queue\": {\"workers\": 16, \"max_running\": 128, \"claim_batch\": 4,"
+    "            \"poll_interval_ms\": 500, \"heartbeat_interval_s\": 2, \"orphan_after_s\": 10,"
+    "            \"orphan_scan_interval_s\": 3, \"shutdown_grace_s\": 60,"
+    "            \"progress_interval_ms\": 100, \"cancel_check_ms\": 50, \"listen\": false,"
+    "            \"retention_s\": 86400, \"retention_batch\": 100},"
+    " \"routes\": ["
+    "   {\"match\": {\"alertname\": \"HighLatency\", \"severity\": \"~crit|page\"},"
+    "    \"run_type\": \"restart\", \"on_resolved\": \"cancel\"},"
+    "   {\"match\": {}, \"run_type\": \"demo\", \"on_resolved\": \"ignore\"}"
+    " ],"
+    " \"run_types\": {"
+    "   \"restart\": {\"action\": \"simulate\","
+    "                 \"params\": {\"duration_ms\": 10, \"steps\": 2, \"fail\": \"first:1\"},"
+    "                 \"max_attempts\": 5, \"retry_backoff_ms\": 100,"
+    "                 \"retry_backoff_max_ms\": 1000, \"timeout_s\": 60, \"max_running\": 2},"
+    "   \"quiet.v2\": {\"action\": \"simulate\", \"max_running\": null}"
+    " },"
+    " \"default_route\": \"quiet.v2\""
+    "}";
+
+START_TEST(test_full_file)
+{
+    const struct run_type *rt;
+    struct error err = {0};
+
+    ck_load_ok(full_file);
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+    ck_assert_str_eq(cfg.listen, "0.0.0.0:9090");
+    ck_assert_str_eq(cfg.database_url, "postgresql://u:pw@db/opsrun");
+    ck_assert_str_eq(cfg.tenant_default, "acme");
+    ck_assert_int_eq(cfg.log_level, LOG_DEBUG);
+    ck_assert(cfg.log_json);
+    ck_assert_int_eq(cfg.http.threads, 8);
+    ck_assert_int_eq(cfg.http.connection_limit, 500);
+    ck_assert_int_eq(cfg.http.connection_timeout_s, 30);
+    ck_assert_int_eq(cfg.http.max_body_bytes, 2048);
+    ck_assert_int_eq(cfg.db.pool_size, 40);
+    ck_assert_int_eq(cfg.db.pool_wait_ms, 500);
+    ck_assert_int_eq(cfg.db.connect_timeout_s, 5);
+    ck_assert_int_eq(cfg.db.statement_timeout_ms, 20000);
+    ck_assert_int_eq(cfg.queue.workers, 16);
+    ck_assert_int_eq(cfg.queue.max_running, 128);
+    ck_assert_int_eq(cfg.queue.claim_batch, 4);
+    ck_assert_int_eq(cfg.queue.poll_interval_ms, 500);
+    ck_assert_int_eq(cfg.queue.heartbeat_interval_s, 2);
+    ck_assert_int_eq(cfg.queue.orphan_after_s, 10);
+    ck_assert_int_eq(cfg.queue.orphan_scan_interval_s, 3);
+    ck_assert_int_eq(cfg.queue.shutdown_grace_s, 60);
+    ck_assert_int_eq(cfg.queue.progress_interval_ms, 100);
+    ck_assert_int_eq(cfg.queue.cancel_check_ms, 50);
+    ck_assert(!cfg.queue.listen);
+    ck_assert_int_eq(cfg.queue.retention_s, 86400);
+    ck_assert_int_eq(cfg.queue.retention_batch, 100);
+    ck_assert_int_eq(cfg_pool_size(&cfg), 40);
+
+    /* The built-in demo stays; the file's types are added. */
+    ck_assert_uint_eq(cfg.nrun_types, 3);
+    ck_assert_ptr_nonnull(cfg_run_type(&cfg, "demo"));
+    rt = cfg_run_type(&cfg, "restart");
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_str_eq(rt->action, "simulate");
+    ck_assert_int_eq(json_integer_value(json_object_get(rt->params, "steps")), 2);
+    ck_assert_int_eq(rt->max_attempts, 5);
+    ck_assert_int_eq(rt->retry_backoff_ms, 100);
+    ck_assert_int_eq(rt->retry_backoff_max_ms, 1000);
+    ck_assert_int_eq(rt->timeout_s, 60);
+    ck_assert_int_eq(rt->max_running, 2);
+    rt = cfg_run_type(&cfg, "quiet.v2");
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_int_eq(rt->max_attempts, 3);
+    ck_assert_int_eq(rt->max_running, 0);
+    ck_assert_uint_eq(json_object_size(rt->params), 0);
+
+    /* Routes come after run types whatever their order in the file. */
+    ck_assert_uint_eq(cfg.nroutes, 2);
+    ck_assert_str_eq(cfg.routes[0].run_type, "restart");
+    ck_assert(cfg.routes[0].on_resolved_cancel);
+    ck_assert_uint_eq(cfg.routes[0].nmatches, 2);
+    ck_assert_str_eq(cfg.routes[0].matches[0].key, "alertname");
+    ck_assert(!cfg.routes[0].matches[0].is_regex);
+    ck_assert_str_eq(cfg.routes[0].matches[1].value, "crit|page");
+    ck_assert(cfg.routes[0].matches[1].is_regex);
+    ck_assert(!cfg.routes[1].on_resolved_cancel);
+    ck_assert_uint_eq(cfg.routes[1].nmatches, 0);
+    ck_assert_str_eq(cfg.default_route, "quiet.v2");
+
+    ck_assert_str_eq(source_of("listen"), "file");
+    ck_assert_str_eq(source_of("queue.listen"), "file");
+    ck_assert_str_eq(source_of("config_path"), "default");
+}
+END_TEST
+
+START_TEST(test_empty_file_keeps_defaults)
+{
+    ck_load_ok("{}");
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:8080");
+    ck_assert_uint_eq(cfg.nrun_types, 1);
+    ck_assert_str_eq(source_of("listen"), "default");
+}
+END_TEST
+
+START_TEST(test_null_clears_nullable)
+{
+    ck_load_ok("{\"database_url\": \"host=x\", \"default_route\": \"demo\"}");
+    ck_assert_str_eq(cfg.database_url, "host=x");
+    ck_load_ok("{\"database_url\": null, \"default_route\": null}");
+    ck_assert_ptr_null(cfg.database_url);
+    ck_assert_ptr_null(cfg.default_route);
+}
+END_TEST
+
+START_TEST(test_demo_redefined_field_by_field)
+{
+    const struct run_type *demo;
+
+    ck_load_ok("{\"run_types\": {\"demo\": {\"max_attempts\": 5, \"params\": {\"steps\": 1}}}}");
+    ck_assert_uint_eq(cfg.nrun_types, 1);
+    demo = cfg_run_type(&cfg, "demo");
+    ck_assert_str_eq(demo->action, "simulate");
+    ck_assert_int_eq(demo->max_attempts, 5);
+    ck_assert_int_eq(demo->retry_backoff_ms, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(demo->params, "steps")), 1);
+}
+END_TEST
+
+START_TEST(test_failed_run_type_changes_nothing)
+{
+    ck_load_fails("{\"run_types\": {\"demo\": {\"max_attempts\": 5, \"timeout_s\": 0}}}",
+                  "invalid \"run_types.demo.timeout_s\": must be between 1 and 604800");
+    ck_assert_int_eq(cfg_run_type(&cfg, "demo")->max_attempts, 3);
+    ck_assert_int_eq(cfg_run_type(&cfg, "demo")->timeout_s, 900);
+}
+END_TEST
+
+START_TEST(test_demo_removed_by_null)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"run_types\": {\"demo\": null, \"x\": {\"action\": \"simulate\"}}}");
+    ck_assert_uint_eq(cfg.nrun_types, 1);
+    ck_assert_ptr_null(cfg_run_type(&cfg, "demo"));
+    ck_assert_ptr_nonnull(cfg_run_type(&cfg, "x"));
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+START_TEST(test_removed_type_still_routed)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"routes\": [{\"run_type\": \"demo\"}]}");
+    ck_load_fails("{\"run_types\": {\"demo\": null}}",
+                  "invalid \"routes[0].run_type\": unknown run type \"demo\"");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"routes[0].run_type\": unknown run type \"demo\"");
+}
+END_TEST
+
+START_TEST(test_good_listen)
+{
+    static const char *const ok[] = {"0.0.0.0:80", "localhost:8080",  "[::]:8080",
+                                     "[::1]:1",    "127.0.0.1:65535", "10.1.2.3:08080"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct error err = {0};
+        ck_assert_msg(cfg_set(&cfg, "listen", ok[i], CFG_SRC_FLAG, &err) == ST_OK, "%s: %s", ok[i],
+                      err.message);
+        ck_assert_str_eq(cfg.listen, ok[i]);
+    }
+}
+END_TEST
+
+/* ---- every kind of invalid file, with the exact message ---- */
+
+static const struct {
+    const char *json;
+    const char *message;
+} bad_files[] = {
+    /* unknown keys */
+    {"{\"lisen\": \"127.0.0.1:1\"}", "unknown key \"lisen\""},
+    {"{\"queue\": {\"wokers\": 4}}", "unknown key \"queue.wokers\""},
+    {"{\"http\": {\"threads\": 4, \"x\": {\"y\": 1}}}", "unknown key \"http.x\""},
+    {"{\"queue.workers\": 4}", "unknown key \"queue.workers\""},
+    {"{\"queue\": {\"workers.x\": 4}}", "unknown key \"queue.workers.x\""},
+    {"{\"workers\": 4}", "unknown key \"workers\""},
+    {"{\"config_path\": \"/etc/opsrun.json\"}", "unknown key \"config_path\""},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"retries\": 2}}}",
+     "unknown key \"run_types.x.retries\""},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"speed\": 1}}}}",
+     "unknown key \"run_types.demo.params.speed\""},
+    {"{\"routes\": [{\"run_type\": \"demo\", \"priority\": 1}]}",
+     "unknown key \"routes[0].priority\""},
+    /* wrong types */
+    {"{\"queue\": {\"workers\": \"8\"}}", "invalid \"queue.workers\": expected an integer"},
+    {"{\"queue\": {\"workers\": 8.0}}", "invalid \"queue.workers\": expected an integer"},
+    {"{\"queue\": {\"workers\": null}}", "invalid \"queue.workers\": expected an integer"},
+    {"{\"queue\": []}", "invalid \"queue\": expected an object"},
+    {"{\"listen\": 8080}", "invalid \"listen\": expected a string"},
+    {"{\"listen\": null}", "invalid \"listen\": expected a string"},
+    {"{\"log\": {\"json\": \"true\"}}", "invalid \"log.json\": expected a boolean"},
+    {"{\"queue\": {\"listen\": 1}}", "invalid \"queue.listen\": expected a boolean"},
+    {"{\"log\": {\"level\": 1}}", "invalid \"log.level\": expected a string"},
+    {"{\"log\": {\"level\": \"verbose\"}}",
+     "invalid \"log.level\": expected \"debug\", \"info\", \"warn\" or \"error\""},
+    {"{\"run_types\": []}", "invalid \"run_types\": expected an object"},
+    {"{\"run_types\": {\"x\": 1}}", "invalid \"run_types.x\": expected an object"},
+    {"{\"run_types\": {\"x\": {\"action\": 7}}}",
+     "invalid \"run_types.x.action\": expected a string"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"params\": []}}}",
+     "invalid \"run_types.x.params\": expected an object"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"max_running\": \"2\"}}}",
+     "invalid \"run_types.x.max_running\": expected an integer"},
+    {"{\"routes\": {}}", "invalid \"routes\": expected an array"},
+    {"{\"routes\": [\"demo\"]}", "invalid \"routes[0]\": expected an object"},
+    {"{\"routes\": [{\"run_type\": 1}]}", "invalid \"routes[0].run_type\": expected a string"},
+    {"{\"routes\": [{\"run_type\": \"demo\", \"match\": []}]}",
+     "invalid \"routes[0].match\": expected an object"},
+    {"{\"routes\": [{\"run_type\": \"demo\", \"match\": {\"severity\": 1}}]}",
+     "invalid \"routes[0].match.severity\": expected a string"},
+    /* bounds */
+    {"{\"queue\": {\"workers\": 0}}", "invalid \"queue.workers\": must be between 1 and 1024"},
+    {"{\"queue\": {\"workers\": 1025}}", "invalid \"queue.workers\": must be between 1 and 1024"},
+    {"{\"queue\": {\"workers\": 9223372036854775807}}",
+     "invalid \"queue.workers\": must be between 1 and 1024"},
+    {"{\"queue\": {\"max_running\": 0}}",
+     "invalid \"queue.max_running\": must be between 1 and 100000"},
+    {"{\"queue\": {\"claim_batch\": 1001}}",
+     "invalid \"queue.claim_batch\": must be between 1 and 1000"},
+    {"{\"queue\": {\"poll_interval_ms\": 49}}",
+     "invalid \"queue.poll_interval_ms\": must be between 50 and 600000"},
+    {"{\"queue\": {\"heartbeat_interval_s\": 0}}",
+     "invalid \"queue.heartbeat_interval_s\": must be between 1 and 3600"},
+    {"{\"queue\": {\"shutdown_grace_s\": 86401}}",
+     "invalid \"queue.shutdown_grace_s\": must be between 0 and 86400"},
+    {"{\"queue\": {\"retention_s\": 59}}",
+     "invalid \"queue.retention_s\": must be between 60 and 31536000"},
+    {"{\"queue\": {\"retention_s\": 31536001}}",
+     "invalid \"queue.retention_s\": must be between 60 and 31536000"},
+    {"{\"http\": {\"threads\": 1}}", "invalid \"http.threads\": must be between 2 and 64"},
+    {"{\"http\": {\"threads\": 65}}", "invalid \"http.threads\": must be between 2 and 64"},
+    {"{\"http\": {\"max_body_bytes\": 1023}}",
+     "invalid \"http.max_body_bytes\": must be between 1024 and 67108864"},
+    {"{\"db\": {\"pool_size\": 1}}", "invalid \"db.pool_size\": must be 0 or between 2 and 1000"},
+    {"{\"db\": {\"pool_size\": 1001}}",
+     "invalid \"db.pool_size\": must be 0 or between 2 and 1000"},
+    {"{\"db\": {\"pool_size\": -1}}", "invalid \"db.pool_size\": must be 0 or between 2 and 1000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"max_attempts\": 0}}}",
+     "invalid \"run_types.x.max_attempts\": must be between 1 and 100"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"max_attempts\": 101}}}",
+     "invalid \"run_types.x.max_attempts\": must be between 1 and 100"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"retry_backoff_ms\": -1}}}",
+     "invalid \"run_types.x.retry_backoff_ms\": must be between 0 and 3600000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"retry_backoff_ms\": 3600001}}}",
+     "invalid \"run_types.x.retry_backoff_ms\": must be between 0 and 3600000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"retry_backoff_ms\": 1000,"
+     " \"retry_backoff_max_ms\": 999}}}",
+     "invalid \"run_types.x.retry_backoff_max_ms\": must be at least retry_backoff_ms (1000)"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"timeout_s\": 0}}}",
+     "invalid \"run_types.x.timeout_s\": must be between 1 and 604800"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"timeout_s\": 604801}}}",
+     "invalid \"run_types.x.timeout_s\": must be between 1 and 604800"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"max_running\": 0}}}",
+     "invalid \"run_types.x.max_running\": must be null or between 1 and 100000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"max_running\": 100001}}}",
+     "invalid \"run_types.x.max_running\": must be null or between 1 and 100000"},
+    /* names */
+    {"{\"run_types\": {\"bad name\": {\"action\": \"simulate\"}}}",
+     "invalid \"run_types.bad name\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", \".\" "
+     "or \"-\""},
+    {"{\"run_types\": {\"\": {\"action\": \"simulate\"}}}",
+     "invalid \"run_types.\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", \".\" or \"-\""},
+    {"{\"run_types\": {\"a12345678901234567890123456789012345678901234567890123456789012345\":"
+     " {\"action\": \"simulate\"}}}",
+     "invalid \"run_types.a12345678901234567890123456789012345678901234567890123456789012345\": "
+     "must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", \".\" or \"-\""},
+    {"{\"tenant_default\": \"a/b\"}",
+     "invalid \"tenant_default\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", \".\" or "
+     "\"-\""},
+    /* actions */
+    {"{\"run_types\": {\"x\": {}}}", "missing \"run_types.x.action\""},
+    {"{\"run_types\": {\"x\": {\"action\": \"foo\"}}}",
+     "invalid \"run_types.x.action\": unknown action \"foo\""},
+    {"{\"run_types\": {\"demo\": {\"action\": \"exec\"}}}",
+     "invalid \"run_types.demo.action\": unknown action \"exec\""},
+    /* simulate params */
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": -1}}}}",
+     "invalid \"run_types.x.params.duration_ms\": must be between 0 and 86400000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\","
+     " \"params\": {\"duration_ms\": 86400001}}}}",
+     "invalid \"run_types.x.params.duration_ms\": must be between 0 and 86400000"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": \"1s\"}}}}",
+     "invalid \"run_types.x.params.duration_ms\": expected an integer"},
+    {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"params\": {\"steps\": 1001}}}}",
+     "invalid \"run_types.x.params.steps\": must be between 0 and 1000"},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"fail\": \"sometimes\"}}}}",
+     "invalid \"run_types.demo.params.fail\": expected \"never\", \"permanent\", \"transient\" or "
+     "\"first:N\""},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"fail\": \"first:\"}}}}",
+     "invalid \"run_types.demo.params.fail\": expected \"never\", \"permanent\", \"transient\" or "
+     "\"first:N\""},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"fail\": \"first:101\"}}}}",
+     "invalid \"run_types.demo.params.fail\": N of \"first:N\" must be between 0 and 100"},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"fail\": \"first:2x\"}}}}",
+     "invalid \"run_types.demo.params.fail\": expected \"first:N\" with N an integer"},
+    {"{\"run_types\": {\"demo\": {\"params\": {\"fail\": true}}}}",
+     "invalid \"run_types.demo.params.fail\": expected a string"},
+    /* routes */
+    {"{\"routes\": [{\"match\": {\"a\": \"b\"}}]}", "missing \"routes[0].run_type\""},
+    {"{\"routes\": [{\"run_type\": \"nope\"}]}",
+     "invalid \"routes[0].run_type\": unknown run type \"nope\""},
+    {"{\"routes\": [{\"run_type\": \"demo\", \"on_resolved\": \"delete\"}]}",
+     "invalid \"routes[0].on_resolved\": expected \"ignore\" or \"cancel\""},
+    {"{\"routes\": [{\"match\": {\"a\": \"x\"}, \"run_type\": \"demo\"},"
+     " {\"run_type\": \"demo\"},"
+     " {\"match\": {\"alertname\": \"~.*\", \"severity\": \"~(crit\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[2].match.severity\": bad regular expression: Unmatched ( or \\("},
+    {"{\"routes\": [{\"match\": {\"n\": \"~a{2,1}\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": bad regular expression: Invalid content of \\{\\}"},
+    {"{\"default_route\": \"nope\"}", "invalid \"default_route\": unknown run type \"nope\""},
+    /* listen */
+    {"{\"listen\": \"8080\"}", "invalid \"listen\": expected HOST:PORT, got \"8080\""},
+    {"{\"listen\": \"localhost\"}", "invalid \"listen\": expected HOST:PORT, got \"localhost\""},
+    {"{\"listen\": \"[::1]8080\"}", "invalid \"listen\": expected HOST:PORT, got \"[::1]8080\""},
+    {"{\"listen\": \"127.0.0.1:0\"}", "invalid \"listen\": port must be between 1 and 65535"},
+    {"{\"listen\": \"127.0.0.1:65536\"}", "invalid \"listen\": port must be between 1 and 65535"},
+    {"{\"listen\": \"127.0.0.1:\"}", "invalid \"listen\": port must be between 1 and 65535"},
+    {"{\"listen\": \"127.0.0.1:80a\"}", "invalid \"listen\": port must be between 1 and 65535"},
+    {"{\"listen\": \"[::1]:x\"}", "invalid \"listen\": port must be between 1 and 65535"},
+    {"{\"listen\": \"example.com:80\"}",
+     "invalid \"listen\": host must be an IPv4 address, localhost or [IPv6 address]"},
+    {"{\"listen\": \"::1:80\"}",
+     "invalid \"listen\": host must be an IPv4 address, localhost or [IPv6 address]"},
+    {"{\"listen\": \"[zz]:80\"}",
+     "invalid \"listen\": host must be an IPv4 address, localhost or [IPv6 address]"},
+    {"{\"listen\": \":80\"}",
+     "invalid \"listen\": host must be an IPv4 address, localhost or [IPv6 address]"},
+    {"{\"listen\": \"256.0.0.1:80\"}",
+     "invalid \"listen\": host must be an IPv4 address, localhost or [IPv6 address]"},
+    /* the document itself */
+    {"{", "could not parse configuration: string or '}' expected near end of file (line 1, "
+          "column 1)"},
+    {"[1]", "could not load configuration: expected a JSON object"},
+    {"{\"listen\": \"127.0.0.1:1\", \"listen\": \"127.0.0.1:2\"}",
+     "could not parse configuration: duplicate object key near '\"listen\"' (line 1, column 34)"},
+};
+
+START_TEST(test_bad_file)
+{
+    ck_load_fails(bad_files[_i].json, bad_files[_i].message);
+}
+END_TEST
+
+/* ---- cross-field validation ---- */
+
+START_TEST(test_orphan_after_heartbeat)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"queue\": {\"heartbeat_interval_s\": 30, \"orphan_after_s\": 30}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"queue.orphan_after_s\": must be greater than "
+                                  "queue.heartbeat_interval_s (30)");
+    memset(&err, 0, sizeof(err));
+    ck_load_ok("{\"queue\": {\"orphan_after_s\": 20}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_load_ok("{\"queue\": {\"orphan_after_s\": 31}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+START_TEST(test_validate_default_route_from_flag)
+{
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_set(&cfg, "default_route", "nope", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"default_route\": unknown run type \"nope\"");
+}
+END_TEST
+
+START_TEST(test_failed_routes_keep_old)
+{
+    ck_load_ok("{\"routes\": [{\"run_type\": \"demo\", \"match\": {\"a\": \"~b+\"}}]}");
+    ck_load_fails("{\"routes\": [{\"run_type\": \"demo\", \"match\": {\"a\": \"~(\"}}]}",
+                  "invalid \"routes[0].match.a\": bad regular expression: Unmatched ( or \\(");
+    ck_assert_uint_eq(cfg.nroutes, 1);
+    ck_assert_str_eq(cfg.routes[0].matches[0].value, "b+");
+}
+END_TEST
+
+/* ---- the environment and flags ---- */
+
+START_TEST(test_env_applies)
+{
+    static const char *const env[] = {"OPSRUN_LISTEN",    "0.0.0.0:9000",   "OPSRUN_DATABASE_URL",
+                                      "host=db",          "OPSRUN_WORKERS", "3",
+                                      "OPSRUN_LOG_LEVEL", "warn",           NULL};
+    struct error err = {0};
+
+    ck_load_ok("{\"queue\": {\"workers\": 5}, \"listen\": \"127.0.0.1:1\"}");
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_OK);
+    ck_assert_str_eq(cfg.listen, "0.0.0.0:9000");
+    ck_assert_str_eq(cfg.database_url, "host=db");
+    ck_assert_int_eq(cfg.queue.workers, 3);
+    ck_assert_int_eq(cfg.log_level, LOG_WARN);
+    ck_assert_str_eq(source_of("listen"), "env");
+    ck_assert_str_eq(source_of("queue.workers"), "env");
+    ck_assert_str_eq(source_of("log.level"), "env");
+    ck_assert_str_eq(source_of("http.threads"), "default");
+}
+END_TEST
+
+START_TEST(test_env_empty_is_unset)
+{
+    static const char *const env[] = {"OPSRUN_WORKERS", "", "OPSRUN_LISTEN", "", NULL};
+    struct error err = {0};
+
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_OK);
+    ck_assert_int_eq(cfg.queue.workers, 8);
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:8080");
+    ck_assert_str_eq(source_of("queue.workers"), "default");
+}
+END_TEST
+
+static const struct {
+    const char *var, *value, *message;
+} bad_env[] = {
+    {"OPSRUN_WORKERS", "0", "invalid OPSRUN_WORKERS: must be between 1 and 1024"},
+    {"OPSRUN_WORKERS", "2000", "invalid OPSRUN_WORKERS: must be between 1 and 1024"},
+    {"OPSRUN_WORKERS", "99999999999999999999",
+     "invalid OPSRUN_WORKERS: must be between 1 and 1024"},
+    {"OPSRUN_WORKERS", "eight", "invalid OPSRUN_WORKERS: expected an integer"},
+    {"OPSRUN_WORKERS", "8 ", "invalid OPSRUN_WORKERS: expected an integer"},
+    {"OPSRUN_WORKERS", " 8", "invalid OPSRUN_WORKERS: expected an integer"},
+    {"OPSRUN_WORKERS", "-", "invalid OPSRUN_WORKERS: expected an integer"},
+    {"OPSRUN_LISTEN", "nohost", "invalid OPSRUN_LISTEN: expected HOST:PORT, got \"nohost\""},
+    {"OPSRUN_LISTEN", "127.0.0.1:99999", "invalid OPSRUN_LISTEN: port must be between 1 and 65535"},
+    {"OPSRUN_LOG_LEVEL", "trace",
+     "invalid OPSRUN_LOG_LEVEL: expected \"debug\", \"info\", \"warn\" or \"error\""},
+};
+
+START_TEST(test_bad_env)
+{
+    const char *env[] = {bad_env[_i].var, bad_env[_i].value, NULL};
+    struct error err = {0};
+
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, bad_env[_i].message);
+}
+END_TEST
+
+START_TEST(test_flags)
+{
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_set(&cfg, "workers", "3", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_int_eq(cfg.queue.workers, 3);
+    ck_assert_str_eq(source_of("queue.workers"), "flag");
+    ck_assert_int_eq(cfg_set(&cfg, "database-url", "host=a", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_str_eq(cfg.database_url, "host=a");
+    ck_assert_int_eq(cfg_set(&cfg, "database_url", NULL, CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_ptr_null(cfg.database_url);
+    ck_assert_int_eq(cfg_set(&cfg, "log.json", "yes", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert(cfg.log_json);
+    ck_assert_int_eq(cfg_set(&cfg, "queue.listen", "off", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert(!cfg.queue.listen);
+    ck_assert_int_eq(cfg_set(&cfg, "http.max_body_bytes", "4096", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_int_eq(cfg.http.max_body_bytes, 4096);
+    ck_assert_int_eq(cfg_set(&cfg, "db.pool_size", "0", CFG_SRC_FLAG, &err), ST_OK);
+}
+END_TEST
+
+static const struct {
+    const char *key, *value, *message;
+} bad_flags[] = {
+    {"workers", "0", "invalid --workers: must be between 1 and 1024"},
+    {"queue.workers", "x", "invalid --workers: expected an integer"},
+    {"listen", "x", "invalid --listen: expected HOST:PORT, got \"x\""},
+    {"listen", NULL, "invalid --listen: expected a value"},
+    {"queue.max_running", "0", "invalid \"queue.max_running\": must be between 1 and 100000"},
+    {"log.json", "maybe", "invalid \"log.json\": expected true or false"},
+    {"log.level", "loud",
+     "invalid --log-level: expected \"debug\", \"info\", \"warn\" or \"error\""},
+    {"log-level", "loud",
+     "invalid --log-level: expected \"debug\", \"info\", \"warn\" or \"error\""},
+    {"log.level", NULL, "invalid --log-level: expected a value"},
+    {"nope", "1", "unknown key \"nope\""},
+    {"queue", "1", "unknown key \"queue\""},
+    {"config", "/x.json", "invalid \"config_path\": set by loading the file"},
+};
+
+START_TEST(test_bad_flag)
+{
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_set(&cfg, bad_flags[_i].key, bad_flags[_i].value, CFG_SRC_FLAG, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, bad_flags[_i].message);
+}
+END_TEST
+
+/* ---- the file on disk ---- */
+
+static char *write_temp(const char *text)
+{
+    char *path = strdup("/tmp/test_cfg_XXXXXX");
+    int fd = mkstemp(path);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+START_TEST(test_load_file)
+{
+    static const char *env[] = {"OPSRUN_CONFIG", NULL, NULL};
+    char *path = write_temp("{\"queue\": {\"workers\": 2}}");
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_load_file(&cfg, path, &err), ST_OK);
+    ck_assert_int_eq(cfg.queue.workers, 2);
+    ck_assert_str_eq(cfg.config_path, path);
+    ck_assert_str_eq(source_of("config_path"), "flag");
+    env[1] = "/elsewhere.json";
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_OK);
+    ck_assert_str_eq(source_of("config_path"), "flag");
+    env[1] = path;
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_OK);
+    ck_assert_str_eq(source_of("config_path"), "env");
+    cfg_mark_source(&cfg, "config", CFG_SRC_FLAG);
+    ck_assert_str_eq(source_of("config_path"), "flag");
+    cfg_mark_source(&cfg, "queue.workers", CFG_SRC_ENV);
+    ck_assert_str_eq(source_of("queue.workers"), "env");
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+START_TEST(test_load_file_errors)
+{
+    char *path = write_temp("{\"queue\": {\"workers\": }");
+    char want[512];
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_load_file(&cfg, "/nonexistent/opsrun.json", &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "could not open config file \"/nonexistent/opsrun.json\": No "
+                                  "such file or directory");
+    ck_assert_int_eq(cfg_load_file(&cfg, path, &err), ST_INVALID);
+    snprintf(want, sizeof(want),
+             "could not parse config file \"%s\": unexpected token near '}' (line 1, column 23)",
+             path);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_ptr_null(cfg.config_path);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+/* ---- routing ---- */
+
+static const char routing_file[] =
+    "{\"run_types\": {\"latency\": {\"action\": \"simulate\"},"
+    "                 \"disk\": {\"action\": \"simulate\"},"
+    "                 \"fallback\": {\"action\": \"simulate\"}},"
+    " \"routes\": ["
+    "   {\"match\": {\"alertname\": \"~High.*\", \"severity\": \"critical\"},"
+    "    \"run_type\": \"latency\", \"on_resolved\": \"cancel\"},"
+    "   {\"match\": {\"alertname\": \"~High.*\"}, \"run_type\": \"disk\"},"
+    "   {\"match\": {\"alert_type\": \"disk_full\"}, \"run_type\": \"disk\"}"
+    " ]}";
+
+static const char *route_name(const char *alert_type, const char *labels_json,
+                              const struct route **route_out)
+{
+    json_t *labels = labels_json ? json_loads(labels_json, 0, NULL) : NULL;
+    const struct run_type *rt = cfg_route(&cfg, alert_type, labels, route_out);
+
+    json_decref(labels);
+    return rt ? rt->name : "(none)";
+}
+
+START_TEST(test_route_first_match_wins)
+{
+    const struct route *r = NULL;
+
+    ck_load_ok(routing_file);
+    ck_assert_str_eq(
+        route_name(NULL, "{\"alertname\": \"HighLatency\", \"severity\": \"critical\"}", &r),
+        "latency");
+    ck_assert_ptr_eq(r, &cfg.routes[0]);
+    ck_assert(r->on_resolved_cancel);
+    ck_assert_str_eq(
+        route_name(NULL, "{\"alertname\": \"HighLatency\", \"severity\": \"warning\"}", &r),
+        "disk");
+    ck_assert_ptr_eq(r, &cfg.routes[1]);
+    ck_assert(!r->on_resolved_cancel);
+    /* A route beats an alert_type naming another type. */
+    ck_assert_str_eq(route_name("fallback", "{\"alertname\": \"HighCPU\"}", NULL), "disk");
+    ck_assert_str_eq(route_name("disk_full", NULL, &r), "disk");
+    ck_assert_ptr_eq(r, &cfg.routes[2]);
+}
+END_TEST
+
+START_TEST(test_route_regex_anchored)
+{
+    ck_load_ok("{\"routes\": [{\"match\": {\"alertname\": \"~High.*\"}, \"run_type\": \"demo\"},"
+               "             {\"match\": {\"alertname\": \"~igh\"}, \"run_type\": \"demo\"}]}");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"HighLatency\"}", NULL), "demo");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"High\"}", NULL), "demo");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"XHighLatency\"}", NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"igh\"}", NULL), "demo");
+    ck_load_ok("{\"routes\": [{\"match\": {\"alertname\": \"~igh\"}, \"run_type\": \"demo\"}]}");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"High\"}", NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"highs\"}", NULL), "(none)");
+}
+END_TEST
+
+START_TEST(test_route_exact_is_not_regex)
+{
+    ck_load_ok("{\"routes\": [{\"match\": {\"alertname\": \"High.*\"}, \"run_type\": \"demo\"}]}");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"HighLatency\"}", NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": \"High.*\"}", NULL), "demo");
+}
+END_TEST
+
+START_TEST(test_route_alert_type_fallback)
+{
+    const struct route *r = (const struct route *)&cfg;
+
+    ck_load_ok(routing_file);
+    ck_assert_str_eq(route_name("fallback", "{\"alertname\": \"DiskFull\"}", &r), "fallback");
+    ck_assert_ptr_null(r);
+    ck_assert_str_eq(route_name("demo", NULL, NULL), "demo");
+}
+END_TEST
+
+START_TEST(test_route_missing_labels)
+{
+    ck_load_ok(routing_file);
+    /* labels NULL, a missing label, or a non-string value: that key does not match. */
+    ck_assert_str_eq(route_name(NULL, NULL, NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "{\"severity\": \"critical\"}", NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "{\"alertname\": 5}", NULL), "(none)");
+    ck_assert_str_eq(route_name(NULL, "[\"HighLatency\"]", NULL), "(none)");
+}
+END_TEST
+
+START_TEST(test_route_default_and_none)
+{
+    const struct route *r = (const struct route *)&cfg;
+
+    ck_load_ok(routing_file);
+    ck_assert_str_eq(route_name("unknown", "{\"alertname\": \"DiskFull\"}", &r), "(none)");
+    ck_assert_ptr_null(r);
+    ck_load_ok("{\"default_route\": \"fallback\"}");
+    ck_assert_str_eq(route_name("unknown", "{\"alertname\": \"DiskFull\"}", &r), "fallback");
+    ck_assert_ptr_null(r);
+    ck_assert_str_eq(route_name(NULL, NULL, NULL), "fallback");
+    /* The alert_type naming a type still comes before the default route. */
+    ck_assert_str_eq(route_name("demo", NULL, NULL), "demo");
+}
+END_TEST
+
+START_TEST(test_route_empty_match_matches_all)
+{
+    ck_load_ok("{\"run_types\": {\"x\": {\"action\": \"simulate\"}},"
+               " \"routes\": [{\"match\": {}, \"run_type\": \"x\"}]}");
+    ck_assert_str_eq(route_name("demo", NULL, NULL), "x");
+    ck_assert_str_eq(route_name(NULL, NULL, NULL), "x");
+    ck_load_ok("{\"routes\": [{\"run_type\": \"x\"}]}");
+    ck_assert_str_eq(route_name("demo", "{}", NULL), "x");
+}
+END_TEST
+
+/* ---- --print-config ---- */
+
+static const struct {
+    const char *url, *masked;
+} masks[] = {
+    {"postgresql://app:s3cret@db.example:5432/opsrun?sslmode=require",
+     "postgresql://app:****@db.example:5432/opsrun?sslmode=require"},
+    {"postgres://app:p%40ss@db/x?password=other&sslpassword=k&application_name=o",
+     "postgres://app:****@db/x?password=****&sslpassword=****&application_name=o"},
+    {"postgresql://app@db/x", "postgresql://app@db/x"},
+    {"postgresql://db/x?user=a", "postgresql://db/x?user=a"},
+    {"postgresql:///x?host=/run/pg", "postgresql:///x?host=/run/pg"},
+    {"host=db user=app password=s3cret dbname=opsrun",
+     "host=db user=app password=**** dbname=opsrun"},
+    {"host=db password='a b\\' c' dbname=x", "host=db password=**** dbname=x"},
+    {"password = pw host=h", "password = **** host=h"},
+    {"dbname=x", "dbname=x"},
+    {"", ""},
+};
+
+START_TEST(test_to_json_masks_password)
+{
+    struct error err = {0};
+    json_t *j;
+
+    ck_assert_int_eq(cfg_set(&cfg, "database_url", masks[_i].url, CFG_SRC_ENV, &err), ST_OK);
+    j = cfg_to_json(&cfg);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "database_url")), masks[_i].masked);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(j, "sources"), "database_url")), "env");
+    json_decref(j);
+    /* The configuration itself keeps the secret. */
+    ck_assert_str_eq(cfg.database_url, masks[_i].url);
+}
+END_TEST
+
+START_TEST(test_to_json_shape)
+{
+    json_t *j, *rt, *route;
+    struct error err = {0};
+
+    ck_load_ok(full_file);
+    ck_assert_int_eq(cfg_set(&cfg, "workers", "12", CFG_SRC_FLAG, &err), ST_OK);
+    j = cfg_to_json(&cfg);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "listen")), "0.0.0.0:9090");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "database_url")),
+                     "postgresql://u:****@db/opsrun");
+    ck_assert(json_is_null(json_object_get(j, "config_path")));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "log"), "level")),
+                     "debug");
+    ck_assert(json_is_true(json_object_get(json_object_get(j, "log"), "json")));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "queue"), "workers")),
+                     12);
+    ck_assert(json_is_false(json_object_get(json_object_get(j, "queue"), "listen")));
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "http"), "max_body_bytes")), 2048);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "default_route")), "quiet.v2");
+
+    rt = json_object_get(json_object_get(j, "run_types"), "restart");
+    ck_assert_str_eq(json_string_value(json_object_get(rt, "action")), "simulate");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(rt, "params"), "fail")),
+                     "first:1");
+    ck_assert_int_eq(json_integer_value(json_object_get(rt, "max_running")), 2);
+    rt = json_object_get(json_object_get(j, "run_types"), "demo");
+    ck_assert(json_is_null(json_object_get(rt, "max_running")));
+    ck_assert_int_eq(json_integer_value(json_object_get(rt, "retry_backoff_max_ms")), 60000);
+
+    route = json_array_get(json_object_get(j, "routes"), 0);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(route, "match"), "severity")),
+        "~crit|page");
+    ck_assert_str_eq(json_string_value(json_object_get(route, "on_resolved")), "cancel");
+
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(j, "sources"), "queue.workers")), "flag");
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(j, "sources"), "http.threads")), "file");
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(j, "sources"), "queue.claim_batch")),
+        "file");
+    json_decref(j);
+}
+END_TEST
+
+/* What --print-config shows, minus the bookkeeping, loads back to the same. */
+START_TEST(test_to_json_round_trip)
+{
+    struct config again;
+    json_t *a, *b;
+    char *text;
+    struct error err = {0};
+
+    ck_load_ok(full_file);
+    a = cfg_to_json(&cfg);
+    ck_assert_ptr_nonnull(a);
+    json_object_del(a, "sources");
+    json_object_del(a, "config_path");
+    text = json_dumps(a, 0);
+    cfg_init(&again);
+    ck_assert_msg(cfg_load_json(&again, text, &err) == ST_OK, "%s", err.message);
+    b = cfg_to_json(&again);
+    json_object_del(b, "sources");
+    json_object_del(b, "config_path");
+    ck_assert(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
+    free(text);
+    cfg_cleanup(&again);
+}
+END_TEST
+
+/* ---- simulate parameters ---- */
+
+START_TEST(test_sim_params_layering)
+{
+    int64_t duration = 100;
+    int steps = 4, first_n = 0;
+    enum sim_fail fail = SIM_FAIL_NEVER;
+    json_t *params = json_loads("{\"steps\": 2, \"fail\": \"transient\"}", 0, NULL);
+    json_t *input = json_loads("{\"fail\": \"first:3\", \"labels\": {\"a\": \"b\"}}", 0, NULL);
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_sim_params(NULL, "params", &duration, &steps, &fail, &first_n, &err),
+                     ST_OK);
+    ck_assert_int_eq(cfg_sim_params(params, "params", &duration, &steps, &fail, &first_n, &err),
+                     ST_OK);
+    ck_assert_int_eq(duration, 100);
+    ck_assert_int_eq(steps, 2);
+    ck_assert_int_eq(fail, SIM_FAIL_TRANSIENT);
+    /* An input's other keys are its own business. */
+    ck_assert_int_eq(cfg_sim_params(input, "input", &duration, &steps, &fail, &first_n, &err),
+                     ST_OK);
+    ck_assert_int_eq(steps, 2);
+    ck_assert_int_eq(fail, SIM_FAIL_FIRST);
+    ck_assert_int_eq(first_n, 3);
+    json_decref(params);
+    json_decref(input);
+}
+END_TEST
+
+START_TEST(test_sim_params_errors_touch_nothing)
+{
+    int64_t duration = 100;
+    int steps = 4, first_n = 0;
+    enum sim_fail fail = SIM_FAIL_NEVER;
+    json_t *input =
+        json_loads("{\"duration_ms\": 5, \"fail\": \"never\", \"steps\": \"x\"}", 0, NULL);
+    json_t *arr = json_array();
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_sim_params(input, "input", &duration, &steps, &fail, &first_n, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"input.steps\": expected an integer");
+    ck_assert_int_eq(duration, 100);
+    ck_assert_int_eq(steps, 4);
+    ck_assert_int_eq(cfg_sim_params(arr, "input", &duration, &steps, &fail, &first_n, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"input\": expected an object");
+    ck_assert_int_eq(cfg_sim_params(input, NULL, &duration, &steps, &fail, &first_n, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"steps\": expected an integer");
+    json_decref(input);
+    json_decref(arr);
+}
+END_TEST
+
+START_TEST(test_sim_params_fail_values)
+{
+    static const struct {
+        const char *fail;
+        enum sim_fail want;
+        int n;
+    } cases[] = {{"never", SIM_FAIL_NEVER, -1},
+                 {"permanent", SIM_FAIL_PERMANENT, -1},
+                 {"transient", SIM_FAIL_TRANSIENT, -1},
+                 {"first:0", SIM_FAIL_FIRST, 0},
+                 {"first:100", SIM_FAIL_FIRST, 100}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t duration = 0;
+        int steps = 0, first_n = -1;
+        enum sim_fail fail = SIM_FAIL_PERMANENT;
+        json_t *obj = json_pack("{s:s}", "fail", cases[i].fail);
+        struct error err = {0};
+        ck_assert_int_eq(cfg_sim_params(obj, "p", &duration, &steps, &fail, &first_n, &err), ST_OK);
+        ck_assert_int_eq(fail, cases[i].want);
+        ck_assert_int_eq(first_n, cases[i].n);
+        json_decref(obj);
+    }
+}
+END_TEST
+
+static Suite *cfg_suite(void)
+{
+    Suite *s = suite_create("cfg");
+    TCase *tc = tcase_create("load");
+    TCase *tr = tcase_create("route");
+    TCase *to = tcase_create("output");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_cleanup_twice);
+    tcase_add_test(tc, test_full_file);
+    tcase_add_test(tc, test_empty_file_keeps_defaults);
+    tcase_add_test(tc, test_null_clears_nullable);
+    tcase_add_test(tc, test_demo_redefined_field_by_field);
+    tcase_add_test(tc, test_failed_run_type_changes_nothing);
+    tcase_add_test(tc, test_demo_removed_by_null);
+    tcase_add_test(tc, test_removed_type_still_routed);
+    tcase_add_test(tc, test_good_listen);
+    tcase_add_loop_test(tc, test_bad_file, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
+    tcase_add_test(tc, test_orphan_after_heartbeat);
+    tcase_add_test(tc, test_validate_default_route_from_flag);
+    tcase_add_test(tc, test_failed_routes_keep_old);
+    tcase_add_test(tc, test_env_applies);
+    tcase_add_test(tc, test_env_empty_is_unset);
+    tcase_add_loop_test(tc, test_bad_env, 0, (int)(sizeof(bad_env) / sizeof(bad_env[0])));
+    tcase_add_test(tc, test_flags);
+    tcase_add_loop_test(tc, test_bad_flag, 0, (int)(sizeof(bad_flags) / sizeof(bad_flags[0])));
+    tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_load_file_errors);
+    tcase_add_test(tc, test_sim_params_layering);
+    tcase_add_test(tc, test_sim_params_errors_touch_nothing);
+    tcase_add_test(tc, test_sim_params_fail_values);
+    suite_add_tcase(s, tc);
+
+    tcase_add_checked_fixture(tr, setup, teardown);
+    tcase_add_test(tr, test_route_first_match_wins);
+    tcase_add_test(tr, test_route_regex_anchored);
+    tcase_add_test(tr, test_route_exact_is_not_regex);
+    tcase_add_test(tr, test_route_alert_type_fallback);
+    tcase_add_test(tr, test_route_missing_labels);
+    tcase_add_test(tr, test_route_default_and_none);
+    tcase_add_test(tr, test_route_empty_match_matches_all);
+    suite_add_tcase(s, tr);
+
+    tcase_add_checked_fixture(to, setup, teardown);
+    tcase_add_loop_test(to, test_to_json_masks_password, 0,
+                        (int)(sizeof(masks) / sizeof(masks[0])));
+    tcase_add_test(to, test_to_json_shape);
+    tcase_add_test(to, test_to_json_round_trip);
+    suite_add_tcase(s, to);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cfg_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
