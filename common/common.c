@@ -132,6 +132,29 @@ char *xasprintf(const char *fmt, ...)
     return s;
 }
 
+void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+void abstime_after_ms(struct timespec *ts, int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 int64_t clock_mono_ms(void)
 {
     struct timespec ts;

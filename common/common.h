@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
 
 #define WUR __attribute__((warn_unused_result))
 #define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
@@ -62,6 +64,13 @@ char *xstrndup(const char *s, size_t n);
 size_t xsnprintf(char *buf, size_t n, const char *fmt, ...) PRINTF_LIKE(3, 4);
 /* Heap-allocated formatted string. */
 char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
+
+/* Condition variables that time out on the monotonic clock, so a step of
+ * the wall clock never lengthens or shortens a wait. */
+void cond_init_monotonic(pthread_cond_t *cv);
+/* The absolute monotonic time ms from now, for pthread_cond_timedwait on a
+ * cond_init_monotonic() variable. */
+void abstime_after_ms(struct timespec *ts, int64_t ms);
 
 /* Monotonic and wall clocks in milliseconds. */
 int64_t clock_mono_ms(void);

@@ -28,17 +28,6 @@
 #define RETENTION_EVERY_MS 60000
 #define RETENTION_ROUNDS 20
 
-static void abstime_ms(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* ---- doorbell ---- */
 
 void engine_ring(struct engine *e, bool queue, bool events)
@@ -301,7 +290,7 @@ static void *maint_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         maint_tick(e, &due);
         pthread_mutex_lock(&e->mu);
-        abstime_ms(&ts, tick);
+        abstime_after_ms(&ts, tick);
         if (!e->maint_stop)
             pthread_cond_timedwait(&e->maint_cv, &e->mu, &ts);
     }

@@ -16,17 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void abstime_in(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Claims up to n runs; returns how many it queued and sets *due_ms to the
  * wait before the next delayed run (-1 = unknown). */
 static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms)
@@ -86,7 +75,7 @@ static void *dispatcher_main(void *arg)
         pthread_mutex_lock(&e->mu);
         while (!e->stop_claims && (e->idle == 0 || (!e->wake && clock_mono_ms() < next_ms))) {
             struct timespec ts;
-            abstime_in(&ts, e->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            abstime_after_ms(&ts, e->idle == 0 ? 1000 : next_ms - clock_mono_ms());
             pthread_cond_timedwait(&e->dispatch_cv, &e->mu, &ts);
         }
         if (e->stop_claims) {
@@ -237,7 +226,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         e->st.lost_total++;
     pthread_mutex_unlock(&e->mu);
     if (st == ST_OK)
-        engine_ring(e, step == STEP_RETRY, true);
+        engine_ring(e, step == STEP_RETRY || atomic_load(&s->stop) == STOP_SHUTDOWN, true);
 }
 
 static void slot_execute(struct slot *s)
@@ -245,8 +234,7 @@ static void slot_execute(struct slot *s)
     const struct run *run = s->run;
     const struct run_type *rt = cfg_run_type(s->e->cfg, run->type);
     const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
-    int64_t left_ms =
-        run->deadline_ms ? run->deadline_ms - clock_wall_ms() : (rt ? rt->timeout_s * 1000 : 0);
+    int64_t left_ms = run->has_deadline ? run->deadline_left_ms : (rt ? rt->timeout_s * 1000 : 0);
     struct run_ctx rc = {
         .run = run,
         .type = rt,
@@ -325,11 +313,11 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     e->host[sizeof(e->host) - 1] = '\0';
     xsnprintf(e->worker_id, sizeof(e->worker_id), "w-%s", rid);
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->dispatch_cv, NULL);
-    pthread_cond_init(&e->work_cv, NULL);
-    pthread_cond_init(&e->idle_cv, NULL);
-    pthread_cond_init(&e->maint_cv, NULL);
-    pthread_cond_init(&e->bell_cv, NULL);
+    cond_init_monotonic(&e->dispatch_cv);
+    cond_init_monotonic(&e->work_cv);
+    cond_init_monotonic(&e->idle_cv);
+    cond_init_monotonic(&e->maint_cv);
+    cond_init_monotonic(&e->bell_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
@@ -405,6 +393,7 @@ static void engine_release_queued(struct engine *e)
     }
     pthread_mutex_unlock(&e->mu);
     db_pool_put(e->pool, db);
+    engine_ring(e, true, true);
 }
 
 void engine_drain(struct engine *e, int grace_s)
@@ -421,7 +410,7 @@ void engine_drain(struct engine *e, int grace_s)
     pthread_join(e->dispatcher, NULL);
 
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
-    abstime_in(&until, (int64_t)grace_s * 1000);
+    abstime_after_ms(&until, (int64_t)grace_s * 1000);
     pthread_mutex_lock(&e->mu);
     while ((e->busy > 0 || e->qlen > 0) && !e->hurry &&
            pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)

@@ -42,6 +42,22 @@ static json_t *engine_json(const struct hctx *hc)
                      "rescued_total", (json_int_t)s.rescued_total);
 }
 
+/* A 503 problem+json that says why (probes are for operators, so the
+ * reason is given in full), with extension members taken from extra. */
+static void health_unavailable(struct reply *rp, const char *reason, json_t *extra)
+{
+    json_t *body =
+        json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
+                  "Service Unavailable", "status", 503, "detail", reason, "reason", reason);
+
+    if (extra)
+        json_object_update(body, extra);
+    json_decref(extra);
+    reply_json_take(rp, 503, body);
+    rp->problem = true;
+    reply_header(rp, "Retry-After", "1");
+}
+
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq, struct reply *rp)
 {
     struct error err = {0};
@@ -56,9 +72,7 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         st = store_workers_list(db, &workers, &err);
     db_pool_put(hc->pool, db);
     if (st != ST_OK) {
-        reply_json_take(rp, 503,
-                        json_pack("{s:s, s:s, s:o}", "status", "unavailable", "reason", err.message,
-                                  "engine", engine_json(hc)));
+        health_unavailable(rp, err.message, json_pack("{s:o}", "engine", engine_json(hc)));
         json_decref(counts);
         return ST_OK;
     }
@@ -94,7 +108,6 @@ enum status handle_health_readyz(const struct hctx *hc, const struct request *rq
     if (st == ST_OK)
         reply_json_take(rp, 200, json_pack("{s:s}", "status", "ready"));
     else
-        reply_json_take(rp, 503,
-                        json_pack("{s:s, s:s}", "status", "unavailable", "reason", err.message));
+        health_unavailable(rp, err.message, NULL);
     return ST_OK;
 }

@@ -1,6 +1,8 @@
 /* handlers/reply.c — replies and the status → problem+json mapping. */
 #include "handlers/handlers.h"
 
+#include "common/log.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,10 +68,14 @@ void reply_error(struct reply *rp, enum status st, const struct error *err)
     for (size_t i = 0; i < ARRAY_LEN(problems); i++)
         if (problems[i].st == st)
             title = problems[i].title;
-    /* Internal details stay in the log, not in the answer. */
+    /* Internal details (database errors, socket paths) stay in the log. */
+    if (http >= 500)
+        LOG(LOG_WARN, "answering %u: %s", http, err && err->message[0] ? err->message : title);
     body = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title, "status",
                      (int)http, "detail",
-                     http == 500              ? "internal error; see the server log"
+                     http == 500 ? "internal error; see the server log"
+                     : http == 503
+                         ? "temporarily unavailable (database unreachable or busy); retry later"
                      : err && err->message[0] ? err->message
                                               : title);
     if (err && err->nfields > 0) {

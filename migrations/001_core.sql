@@ -166,7 +166,7 @@ BEGIN
            SET status = 'running', worker_id = p_worker, attempt = r.attempt + 1,
                heartbeat_at = now(), started_at = coalesce(r.started_at, now()),
                deadline_at = now() + make_interval(secs => r.timeout_s),
-               error = NULL, updated_at = now()
+               progress = 0, step = NULL, error = NULL, updated_at = now()
           FROM picked
          WHERE r.tenant = picked.tenant AND r.id = picked.id
         RETURNING r.*

@@ -32,6 +32,15 @@ struct db_pool {
     struct db *free;
 };
 
+/* Server notices ("relation already exists, skipping") go to the debug log,
+ * one line each, instead of libpq's default raw write to stderr. */
+static void db_notice(void *arg, const char *message)
+{
+    size_t n = strcspn(message, "\n");
+    (void)arg;
+    LOG(LOG_DEBUG, "database notice: %.*s", (int)n, message);
+}
+
 static enum status db_open(struct db *db, struct error *err)
 {
     char timeout[16], options[64];
@@ -63,6 +72,7 @@ static enum status db_open(struct db *db, struct error *err)
         db->conn = NULL;
         return st;
     }
+    PQsetNoticeProcessor(db->conn, db_notice, NULL);
     return ST_OK;
 }
 
@@ -220,14 +230,17 @@ enum status db_ping(struct db *db, int timeout_ms, struct error *err)
     PGresult *r;
     enum status st;
 
-    xsnprintf(sql, sizeof(sql), "SET statement_timeout = %d", timeout_ms);
+    /* SET LOCAL ends with the transaction, so a transaction pooler never
+     * hands the short timeout to another client. */
+    xsnprintf(sql, sizeof(sql), "BEGIN; SET LOCAL statement_timeout = %d", timeout_ms);
     st = db_exec_simple(db, sql, err);
-    if (st == ST_OK) {
+    if (st == ST_OK)
         st = db_run(db, &ping, 0, NULL, &r, err);
-        if (st == ST_OK)
-            PQclear(r);
-        if (st != ST_UNAVAILABLE)
-            (void)!db_exec_simple(db, "RESET statement_timeout", NULL);
+    if (st == ST_OK) {
+        PQclear(r);
+        st = db_exec_simple(db, "COMMIT", err);
+    } else if (db->conn && PQstatus(db->conn) == CONNECTION_OK) {
+        (void)!db_exec_simple(db, "ROLLBACK", NULL);
     }
     return st;
 }
@@ -267,7 +280,7 @@ struct db_pool *db_pool_new(const struct db_options *opt, int size, int wait_ms)
     struct db_pool *p = xcalloc(1, sizeof(*p));
 
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    cond_init_monotonic(&p->cv);
     p->conninfo = xstrdup(opt->conninfo);
     p->opt = *opt;
     p->opt.conninfo = p->conninfo;
@@ -291,17 +304,6 @@ void db_pool_free(struct db_pool *pool)
     free(pool);
 }
 
-static void deadline_after(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out, struct error *err)
 {
     struct timespec until;
@@ -309,7 +311,7 @@ enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
     enum status st;
 
     *out = NULL;
-    deadline_after(&until, wait_ms);
+    abstime_after_ms(&until, wait_ms);
     pthread_mutex_lock(&pool->mu);
     while (!pool->free && pool->opened >= pool->size) {
         if (pthread_cond_timedwait(&pool->cv, &pool->mu, &until) == ETIMEDOUT)

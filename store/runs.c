@@ -90,7 +90,8 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
     xsnprintf(run->outcome, sizeof(run->outcome), "%s", db_val(r, row, 5));
     run->attempt = (int)db_i64(r, row, 6);
     run->max_attempts = (int)db_i64(r, row, 7);
-    run->deadline_ms = db_i64(r, row, 8);
+    run->has_deadline = db_val(r, row, 8) != NULL;
+    run->deadline_left_ms = db_i64(r, row, 8);
     run->created_us = db_i64(r, row, 9);
     *out = run;
     return ST_OK;

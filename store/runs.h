@@ -19,7 +19,8 @@ struct run {
     char *tenant, *id, *type;
     char status[16], outcome[24];
     int attempt, max_attempts;
-    int64_t deadline_ms; /* wall clock, 0 = none */
+    bool has_deadline;
+    int64_t deadline_left_ms; /* time left when read, by the database's clock */
     int64_t created_us;
     json_t *json; /* owned */
 };

@@ -10,12 +10,12 @@
  * select list over a CTE of it; RUN_COLS reads a runs row "r" the same way. */
 #define RUN_RET                                                                                    \
     "opsrun_run_json(r)::text AS j, r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, "      \
-    "r.max_attempts, (extract(epoch FROM r.deadline_at) * 1000)::bigint AS dl, "                   \
+    "r.max_attempts, (extract(epoch FROM r.deadline_at - now()) * 1000)::bigint AS dl, "           \
     "(extract(epoch FROM r.created_at) * 1000000)::bigint AS cus, r.progress, r.step"
 #define RUN_OUT "j, tenant, id, type, status, outcome, attempt, max_attempts, dl, cus"
 #define RUN_COLS                                                                                   \
     "opsrun_run_json(r)::text, r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, "           \
-    "r.max_attempts, (extract(epoch FROM r.deadline_at) * 1000)::bigint, "                         \
+    "r.max_attempts, (extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "                 \
     "(extract(epoch FROM r.created_at) * 1000000)::bigint"
 #define RUN_NCOLS 10
 /* The event row for each run in CTE "upd" (type and message as SQL). */

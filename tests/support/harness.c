@@ -129,11 +129,11 @@ char *th_db_create(const char *name)
     PGconn *c = th_pg(admin);
     char *tmpl_err = NULL;
     PQconninfoOption *opts = PQconninfoParse(template_url(), &tmpl_err);
-    const char *tmpl = "opsrun_template";
+    char tmpl[256] = "opsrun_template";
 
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
         if (strcmp(o->keyword, "dbname") == 0 && o->val)
-            tmpl = strdup(o->val);
+            snprintf(tmpl, sizeof(tmpl), "%s", o->val);
     PQconninfoFree(opts);
     PQclear(th_sql(c, "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", name));
     PQclear(th_sql(c, "CREATE DATABASE \"%s\" TEMPLATE \"%s\"", name, tmpl));

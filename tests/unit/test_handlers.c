@@ -1,0 +1,290 @@
+/* tests/unit/test_handlers.c — the pure parts of the HTTP layer: generic
+ * submission validation, list filter parsing, routing, and the status →
+ * problem+json mapping. */
+#include "handlers/handlers.h"
+#include "server/route.h"
+
+#include "common/util.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *parse(const char *text)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+/* Asserts that body fails validation with exactly the given field first. */
+static void assert_invalid(const char *body, const char *field, const char *message)
+{
+    json_t *j = parse(body);
+    struct submission s;
+    struct error err = {0};
+
+    ck_assert_int_eq(alerts_parse_generic(j, &s, &err), ST_INVALID);
+    ck_assert_uint_ge(err.nfields, 1);
+    ck_assert_str_eq(err.fields[0].field, field);
+    ck_assert_str_eq(err.fields[0].message, message);
+    json_decref(j);
+}
+
+START_TEST(generic_valid_full)
+{
+    json_t *j = parse("{\"alert_type\":\"demo\",\"data\":{\"a\":1},\"run_id\":\"deploy-1.a:b_c\","
+                      "\"dedupe_key\":\"k\",\"priority\":-5,\"run_at\":\"2030-01-02T03:04:05Z\","
+                      "\"labels\":{\"severity\":\"page\"}}");
+    struct submission s;
+    struct error err = {0};
+
+    ck_assert_int_eq(alerts_parse_generic(j, &s, &err), ST_OK);
+    ck_assert_str_eq(s.alert_type, "demo");
+    ck_assert_str_eq(s.run_id, "deploy-1.a:b_c");
+    ck_assert_str_eq(s.dedupe_key, "k");
+    ck_assert_int_eq(s.priority, -5);
+    ck_assert(s.has_run_at);
+    ck_assert_int_eq(s.run_at_us, 1893553445000000LL);
+    ck_assert(json_is_object(s.data));
+    ck_assert(json_is_object(s.labels));
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(generic_minimal)
+{
+    json_t *j = parse("{\"alert_type\":\"demo\"}");
+    struct submission s;
+    struct error err = {0};
+
+    ck_assert_int_eq(alerts_parse_generic(j, &s, &err), ST_OK);
+    ck_assert_ptr_null(s.data);
+    ck_assert_ptr_null(s.run_id);
+    ck_assert_int_eq(s.priority, 0);
+    ck_assert(!s.has_run_at);
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(generic_invalid_fields)
+{
+    assert_invalid("[]", "body", "must be a JSON object");
+    assert_invalid("{}", "alert_type", "is required");
+    assert_invalid("{\"alert_type\":3}", "alert_type", "must be a string of 1 to 128 characters");
+    assert_invalid("{\"alert_type\":\"\"}", "alert_type",
+                   "must be a string of 1 to 128 characters");
+    assert_invalid("{\"alert_type\":\"d\",\"run_id\":\"a/b\"}", "run_id",
+                   "must match [A-Za-z0-9._:-]{1,128}");
+    assert_invalid("{\"alert_type\":\"d\",\"run_id\":7}", "run_id",
+                   "must match [A-Za-z0-9._:-]{1,128}");
+    assert_invalid("{\"alert_type\":\"d\",\"dedupe_key\":\"\"}", "dedupe_key",
+                   "must be a string of 1 to 512 characters");
+    assert_invalid("{\"alert_type\":\"d\",\"data\":[1]}", "data", "must be an object");
+    assert_invalid("{\"alert_type\":\"d\",\"priority\":1.5}", "priority",
+                   "must be an integer from -1000 to 1000");
+    assert_invalid("{\"alert_type\":\"d\",\"priority\":1001}", "priority",
+                   "must be an integer from -1000 to 1000");
+    assert_invalid("{\"alert_type\":\"d\",\"run_at\":\"tomorrow\"}", "run_at",
+                   "must be an RFC 3339 timestamp");
+    assert_invalid("{\"alert_type\":\"d\",\"labels\":{\"a\":1}}", "labels",
+                   "label \"a\" must be a string");
+    assert_invalid("{\"alert_type\":\"d\",\"labels\":\"x\"}", "labels",
+                   "must be an object of strings");
+    assert_invalid("{\"alert_type\":\"d\",\"prority\":1}", "prority", "is not a known field");
+}
+END_TEST
+
+START_TEST(generic_reports_every_field)
+{
+    json_t *j = parse("{\"alert_type\":1,\"priority\":\"x\",\"run_at\":5,\"bogus\":true}");
+    struct submission s;
+    struct error err = {0};
+
+    ck_assert_int_eq(alerts_parse_generic(j, &s, &err), ST_INVALID);
+    ck_assert_uint_eq(err.nfields, 4);
+    ck_assert_str_eq(err.fields[0].field, "alert_type");
+    ck_assert_str_eq(err.fields[1].field, "priority");
+    ck_assert_str_eq(err.fields[2].field, "run_at");
+    ck_assert_str_eq(err.fields[3].field, "bogus");
+    ck_assert_str_eq(err.message,
+                     "invalid \"alert_type\": must be a string of 1 to 128 characters");
+    json_decref(j);
+}
+END_TEST
+
+struct qpairs {
+    const char *k[8], *v[8];
+};
+
+static const char *qlookup(const struct request *rq, const char *key)
+{
+    const struct qpairs *q = rq->query_arg;
+    for (int i = 0; i < 8 && q->k[i]; i++)
+        if (strcmp(q->k[i], key) == 0)
+            return q->v[i];
+    return NULL;
+}
+
+static enum status filter(struct qpairs *q, struct run_filter *f, struct error *err)
+{
+    struct request rq = {.query = qlookup, .query_arg = q};
+    return runs_parse_filter(&rq, f, err);
+}
+
+START_TEST(filter_defaults_and_values)
+{
+    struct qpairs q = {{"status", "outcome", "type", "external_id", "limit"},
+                       {"running", "timed_out", "demo", "job-7", "500"}};
+    struct qpairs none = {{NULL}, {NULL}};
+    struct run_filter f;
+    struct error err = {0};
+
+    ck_assert_int_eq(filter(&none, &f, &err), ST_OK);
+    ck_assert_int_eq(f.limit, 50);
+    ck_assert_ptr_null(f.status);
+    ck_assert(!f.has_cursor);
+    ck_assert_int_eq(filter(&q, &f, &err), ST_OK);
+    ck_assert_str_eq(f.status, "running");
+    ck_assert_str_eq(f.outcome, "timed_out");
+    ck_assert_str_eq(f.type, "demo");
+    ck_assert_str_eq(f.external_id, "job-7");
+    ck_assert_int_eq(f.limit, 500);
+}
+END_TEST
+
+START_TEST(filter_cursor_round_trip)
+{
+    char *token = cursor_encode(1700000000123456LL, "01ABC");
+    struct qpairs q = {{"cursor"}, {token}};
+    struct run_filter f;
+    struct error err = {0};
+
+    ck_assert_int_eq(filter(&q, &f, &err), ST_OK);
+    ck_assert(f.has_cursor);
+    ck_assert_int_eq(f.cursor_us, 1700000000123456LL);
+    ck_assert_str_eq(f.cursor_id, "01ABC");
+    free(token);
+}
+END_TEST
+
+START_TEST(filter_invalid)
+{
+    static const struct {
+        const char *k, *v, *field;
+    } cases[] = {
+        {"limit", "0", "limit"},    {"limit", "501", "limit"},    {"limit", "5x", "limit"},
+        {"limit", "", "limit"},     {"status", "done", "status"}, {"outcome", "ok", "outcome"},
+        {"cursor", "!!", "cursor"}, {"type", "", "type"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct qpairs q = {{cases[i].k}, {cases[i].v}};
+        struct run_filter f;
+        struct error err = {0};
+        ck_assert_int_eq(filter(&q, &f, &err), ST_INVALID);
+        ck_assert_str_eq(err.fields[0].field, cases[i].field);
+    }
+}
+END_TEST
+
+START_TEST(routes_match)
+{
+    struct route_hit m;
+
+    ck_assert_int_eq(route_find("POST", "/alerts", &m), ROUTE_FOUND);
+    ck_assert(m.entry->json_body);
+    ck_assert_int_eq(route_find("GET", "/runs", &m), ROUTE_FOUND);
+    ck_assert_int_eq(route_find("GET", "/runs/abc.1:2-3_4", &m), ROUTE_FOUND);
+    ck_assert_str_eq(m.id, "abc.1:2-3_4");
+    ck_assert_int_eq(route_find("GET", "/runs/r1/events", &m), ROUTE_FOUND);
+    ck_assert_str_eq(m.id, "r1");
+    ck_assert_int_eq(route_find("POST", "/runs/r1/cancel", &m), ROUTE_FOUND);
+    ck_assert(!m.entry->json_body);
+    ck_assert_int_eq(route_find("HEAD", "/healthz", &m), ROUTE_FOUND);
+}
+END_TEST
+
+START_TEST(routes_reject)
+{
+    struct route_hit m;
+
+    ck_assert_int_eq(route_find("GET", "/", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/runs/", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/runs/a b", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/runs/r1/events/x", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/alertsx", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("DELETE", "/runs", &m), ROUTE_METHOD);
+    ck_assert_str_eq(m.allow, "GET");
+    ck_assert_int_eq(route_find("GET", "/alerts", &m), ROUTE_METHOD);
+    ck_assert_str_eq(m.allow, "POST");
+    ck_assert_int_eq(route_find("GET", "/runs/r1/cancel", &m), ROUTE_METHOD);
+    ck_assert_str_eq(m.allow, "POST");
+}
+END_TEST
+
+START_TEST(problem_mapping)
+{
+    static const struct {
+        enum status st;
+        unsigned http;
+    } map[] = {
+        {ST_INVALID, 400},   {ST_NOT_FOUND, 404},   {ST_METHOD, 405},        {ST_CONFLICT, 409},
+        {ST_TOO_LARGE, 413}, {ST_UNSUPPORTED, 415}, {ST_UNPROCESSABLE, 422}, {ST_UNAVAILABLE, 503},
+        {ST_DB, 500},        {ST_INTERNAL, 500},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        struct reply rp;
+        struct error err = {0};
+        error_field(&err, map[i].st, "f", "bad");
+        reply_init(&rp);
+        reply_error(&rp, map[i].st, &err);
+        ck_assert_uint_eq(rp.http_status, map[i].http);
+        ck_assert(rp.problem);
+        ck_assert_int_eq(json_integer_value(json_object_get(rp.body, "status")), map[i].http);
+        ck_assert(json_is_string(json_object_get(rp.body, "title")));
+        ck_assert_str_eq(json_string_value(json_object_get(rp.body, "type")), "about:blank");
+        if (map[i].http == 500)
+            ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
+                             "internal error; see the server log");
+        else if (map[i].http == 503)
+            ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
+                             "temporarily unavailable (database unreachable or busy); retry later");
+        else
+            ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
+                             "invalid \"f\": bad");
+        ck_assert_uint_eq(json_array_size(json_object_get(rp.body, "errors")), 1);
+        ck_assert_uint_eq(rp.nheaders, map[i].http == 503 ? 1u : 0u);
+        reply_cleanup(&rp);
+    }
+}
+END_TEST
+
+static Suite *handlers_suite(void)
+{
+    Suite *s = suite_create("handlers");
+    TCase *t = tcase_create("validation");
+
+    tcase_add_test(t, generic_valid_full);
+    tcase_add_test(t, generic_minimal);
+    tcase_add_test(t, generic_invalid_fields);
+    tcase_add_test(t, generic_reports_every_field);
+    tcase_add_test(t, filter_defaults_and_values);
+    tcase_add_test(t, filter_cursor_round_trip);
+    tcase_add_test(t, filter_invalid);
+    tcase_add_test(t, routes_match);
+    tcase_add_test(t, routes_reject);
+    tcase_add_test(t, problem_mapping);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(handlers_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
