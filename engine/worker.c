@@ -16,9 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Claims up to n runs; returns how many it queued and sets *due_ms to the
- * wait before the next delayed run (-1 = unknown). */
-static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms)
+/* Claims up to n runs; returns how many it queued, sets *due_ms to the wait
+ * before the next delayed run (-1 = unknown) and *capped when due runs were
+ * left behind (a cap was full, or their type is not executed here). */
+static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *capped)
 {
     const struct config *cfg = e->cfg;
     const char **types = xcalloc(cfg->nrun_types, sizeof(*types));
@@ -34,12 +35,13 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms)
         caps[i] = cfg->run_types[i].max_running;
     }
     *due_ms = -1;
+    *capped = false;
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK)
         st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
                               cfg->nrun_types, &runs, &got, &err);
     if (st == ST_OK && (int)got < n)
-        st = store_runs_next_due(db, due_ms, &err);
+        st = store_runs_next_due(db, due_ms, capped, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
@@ -51,7 +53,9 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms)
         e->queue[(e->qhead + e->qlen++) % (size_t)e->nslots] = runs[i];
     }
     e->idle += n - (int)got;
-    e->backlog = (int)got == n;
+    /* More is likely waiting: claim again as soon as a worker frees up. When
+     * due runs were left behind by a cap, a local finish may free a slot. */
+    e->backlog = (int)got == n || *capped;
     e->st.claimed_total += (int64_t)got;
     if (got)
         pthread_cond_broadcast(&e->work_cv);
@@ -70,6 +74,7 @@ static void *dispatcher_main(void *arg)
     for (;;) {
         int n;
         int64_t due = -1, poll_ms;
+        bool capped = false;
         size_t got;
 
         pthread_mutex_lock(&e->mu);
@@ -87,7 +92,7 @@ static void *dispatcher_main(void *arg)
         e->idle -= n;
         pthread_mutex_unlock(&e->mu);
 
-        got = dispatch_claim(e, n, &due);
+        got = dispatch_claim(e, n, &due, &capped);
         poll_ms = jitter_ms(e->cfg->queue.poll_interval_ms, 0.5);
         if ((int)got == n)
             next_ms = clock_mono_ms(); /* more may be waiting: claim as workers free up */

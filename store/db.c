@@ -112,8 +112,24 @@ void db_close(struct db *db)
     free(db);
 }
 
+/* An idle connection has nothing to read; a readable one was closed by the
+ * server (a restart, an idle timeout) or holds an async message. Reading it
+ * turns a dead connection into CONNECTION_BAD without a round trip, so a
+ * restart does not cost one failed request per pooled connection. */
+static void db_check_idle(struct db *db)
+{
+    /* A shut-down server sends a FATAL message, then closes: read both. */
+    for (int i = 0; i < 4 && PQstatus(db->conn) == CONNECTION_OK; i++) {
+        struct pollfd pf = {PQsocket(db->conn), POLLIN, 0};
+        if (pf.fd < 0 || poll(&pf, 1, 0) <= 0 || !PQconsumeInput(db->conn))
+            break;
+    }
+}
+
 enum status db_ensure(struct db *db, struct error *err)
 {
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
+        db_check_idle(db);
     if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
         return ST_OK;
     if (db->conn) {

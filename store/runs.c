@@ -110,7 +110,7 @@ static enum status run_query_one(struct db *db, const struct stmt *st, int n,
         return s;
     if (PQntuples(r) > 0)
         s = run_from_row(r, 0, out, err);
-    if (keep && s == ST_OK)
+    if (keep && s == ST_OK && *out)
         *keep = r;
     else
         PQclear(r);

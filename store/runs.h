@@ -79,8 +79,11 @@ struct fence {
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
-/* Milliseconds until the next delayed queued run is due (-1 = none). */
-enum status store_runs_next_due(struct db *db, int64_t *ms, struct error *err) WUR;
+/* Milliseconds until the next delayed queued run is due (-1 = none), and
+ * whether a queued run is due now (one a claim just left behind: a cap was
+ * reached, or its type is not executed here). */
+enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now,
+                                struct error *err) WUR;
 
 /* Fenced writes: ST_LOST when the run is no longer this attempt's. */
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,

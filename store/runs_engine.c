@@ -12,12 +12,19 @@
     "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
     "AND r.status IN ('running', 'cancelling')"
 
+/* The event message of a retry or release that found the run cancelling
+ * (and so ended it cancelled): say that, not what the worker meant to do. */
+#define CANCELLED_OR(message)                                                                      \
+    "CASE WHEN outcome = 'cancelled' THEN 'cancelled while running' ELSE " message " END"
+
 static const struct stmt S_CLAIM = {
     "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
                   "$5::int[]) AS r"};
 static const struct stmt S_NEXT_DUE = {
-    "runs_next_due", "SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::bigint "
-                     "FROM runs WHERE status = 'queued'"};
+    "runs_next_due",
+    "SELECT (SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::bigint FROM runs "
+    "WHERE status = 'queued' AND run_at > now()), "
+    "EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now())"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
@@ -44,7 +51,7 @@ static const struct stmt S_RETRY = {
     "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
     "WHERE " FENCE
     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'", "$7") " SELECT count(*) FROM upd"};
+        "'status'", CANCELLED_OR("$7")) " SELECT count(*) FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
     "WITH upd AS (UPDATE runs r SET "
@@ -55,7 +62,9 @@ static const struct stmt S_RELEASE = {
     "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
     "updated_at = now() WHERE " FENCE
     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'", "format('released by %s at shutdown', $3::text)") " SELECT count(*) FROM upd"};
+        "'status'",
+        CANCELLED_OR(
+            "format('released by %s at shutdown', $3::text)")) " SELECT count(*) FROM upd"};
 static const struct stmt S_HEARTBEAT = {
     "runs_heartbeat", "UPDATE runs SET heartbeat_at = now() WHERE worker_id = $1 AND "
                       "status IN ('running', 'cancelling')"};
@@ -159,7 +168,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     return st;
 }
 
-enum status store_runs_next_due(struct db *db, int64_t *ms, struct error *err)
+enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err)
 {
     PGresult *r;
     enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
@@ -169,6 +178,7 @@ enum status store_runs_next_due(struct db *db, int64_t *ms, struct error *err)
     *ms = db_val(r, 0, 0) ? db_i64(r, 0, 0) : -1;
     if (db_val(r, 0, 0) && *ms < 0)
         *ms = 0;
+    *due_now = db_val(r, 0, 1) && db_val(r, 0, 1)[0] == 't';
     PQclear(r);
     return ST_OK;
 }

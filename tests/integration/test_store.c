@@ -1,0 +1,1670 @@
+/* tests/integration/test_store.c — the store API (store/runs.h, store/db.h,
+ * store/migrations.h) driven in-process against a real PostgreSQL: migrations,
+ * submit and dedupe (with a 50-thread race), claim order, max_running and
+ * per-type caps under contention (sampled from outside), fencing, orphan
+ * rescue, every cancel and retry path, progress, retention, listing with
+ * cursors, tenant isolation, and a PostgreSQL restart (last).
+ *
+ * Each test gets a fresh database cloned from the migrated template. The code
+ * under test only sees its own struct db; raw libpq (th_sql) arranges states
+ * and checks rows. Threads never call ck_assert: they record what went wrong
+ * and the test thread asserts after joining them.
+ *
+ * System headers come before the opsrun headers, ahead of common.h's poison
+ * pragma. */
+#include <check.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "common/util.h"
+#include "store/db.h"
+#include "store/migrations.h"
+#include "store/runs.h"
+#include "tests/support/harness.h"
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static char *g_ci;      /* conninfo of this test's database */
+static PGconn *g_pg;    /* raw connection: arranging states, assertions */
+static struct db *g_db; /* the code under test's connection */
+static struct error g_err;
+
+/* Asserts that call (which passes &g_err) returns want. */
+#define EXPECT(want, call)                                                                         \
+    do {                                                                                           \
+        enum status want_ = (want), got_;                                                          \
+        memset(&g_err, 0, sizeof(g_err));                                                          \
+        got_ = (call);                                                                             \
+        ck_assert_msg(got_ == want_, "%s returned %s (%s), want %s", #call, status_name(got_),     \
+                      g_err.message, status_name(want_));                                          \
+    } while (0)
+#define OK(call) EXPECT(ST_OK, call)
+
+static const char *const TYPES_T[] = {"T"};
+static const int CAPS_NONE[] = {0};
+
+static struct db *connect_db(const char *ci)
+{
+    struct db_options o = {.conninfo = ci, .connect_timeout_s = 5, .application_name = "it_store"};
+    struct db *db = NULL;
+
+    OK(db_connect(&o, &db, &g_err));
+    ck_assert_ptr_nonnull(db);
+    return db;
+}
+
+static void open_test_db(const char *name)
+{
+    g_ci = th_db_create(name);
+    g_pg = th_pg(g_ci);
+    g_db = connect_db(g_ci);
+}
+
+static void close_test_db(void)
+{
+    db_close(g_db);
+    PQfinish(g_pg);
+    free(g_ci);
+    g_db = NULL;
+    g_pg = NULL;
+    g_ci = NULL;
+}
+
+/* The first column of the first row as a heap string (NULL for SQL NULL or
+ * no row). */
+static char *sql_str(const char *fmt, ...) PRINTF_LIKE(1, 2);
+static char *sql_str(const char *fmt, ...)
+{
+    char sql[4096];
+    va_list ap;
+    PGresult *r;
+    char *v = NULL;
+
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    va_end(ap);
+    r = th_sql(g_pg, "%s", sql);
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = xstrdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+/* Asserts that SQL expression expr over run id's row is the text want
+ * (NULL = SQL NULL). */
+static void assert_col(const char *id, const char *expr, const char *want)
+{
+    char *got = sql_str("SELECT (%s)::text FROM runs WHERE id = '%s'", expr, id);
+
+    if (want)
+        ck_assert_msg(got && strcmp(got, want) == 0, "run %s: %s is %s, want %s", id, expr,
+                      got ? got : "NULL", want);
+    else
+        ck_assert_msg(!got, "run %s: %s is %s, want NULL", id, expr, got);
+    free(got);
+}
+
+static long long col_int(const char *id, const char *expr)
+{
+    return th_sql_int(g_pg, "SELECT (%s)::bigint FROM runs WHERE id = '%s'", expr, id);
+}
+
+static void assert_state(const char *id, const char *status, const char *outcome)
+{
+    assert_col(id, "status", status);
+    assert_col(id, "outcome", outcome);
+}
+
+static long long n_events(const char *id)
+{
+    return th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = '%s'", id);
+}
+
+/* The newest event of run id, as "type/status/outcome/progress/step/message"
+ * (NULL parts as "-"). */
+static char *last_event(const char *id)
+{
+    return sql_str("SELECT concat_ws('/', type, status, outcome, progress, coalesce(step, '-'), "
+                   "coalesce(message, '-')) FROM run_events WHERE run_id = '%s' "
+                   "ORDER BY id DESC LIMIT 1",
+                   id);
+}
+
+static void assert_last_event(const char *id, const char *want)
+{
+    char *got = last_event(id);
+
+    ck_assert_msg(got && strcmp(got, want) == 0, "run %s: last event %s, want %s", id,
+                  got ? got : "(none)", want);
+    free(got);
+}
+
+struct sub {
+    const char *tenant, *id, *type, *ident, *req, *run_at;
+    int priority, max_attempts;
+};
+
+/* Submits with the store API on db, asserting ST_OK; returns the run. */
+static struct run *submit_on(struct db *db, const struct sub *s, bool *dedup)
+{
+    json_t *in = json_pack("{s:s}", "ident", s->ident);
+    struct run_new rn = {
+        .tenant = s->tenant ? s->tenant : "default",
+        .id = s->id,
+        .type = s->type ? s->type : "T",
+        .priority = s->priority,
+        .run_at = s->run_at,
+        .max_attempts = s->max_attempts ? s->max_attempts : 3,
+        .timeout_s = 300,
+        .input = in,
+        .identity_hash = s->ident,
+        .request_hash = s->req ? s->req : "req",
+    };
+    struct run *run = NULL;
+    bool d = true;
+
+    OK(store_runs_submit(db, &rn, &run, &d, &g_err));
+    ck_assert_ptr_nonnull(run);
+    json_decref(in);
+    if (dedup)
+        *dedup = d;
+    return run;
+}
+
+/* A new queued run with a generated id; returns the id (heap). */
+static char *new_run_full(const char *tenant, const char *type, int priority, const char *run_at,
+                          int max_attempts)
+{
+    char id[27], ident[64];
+    bool dedup = true;
+    struct run *run;
+    char *out;
+
+    run_id_new(id);
+    snprintf(ident, sizeof(ident), "ident-%s", id);
+    run = submit_on(g_db,
+                    &(struct sub){.tenant = tenant,
+                                  .id = id,
+                                  .type = type,
+                                  .ident = ident,
+                                  .run_at = run_at,
+                                  .priority = priority,
+                                  .max_attempts = max_attempts},
+                    &dedup);
+    ck_assert(!dedup);
+    ck_assert_str_eq(run->id, id);
+    ck_assert_str_eq(run->status, "queued");
+    out = xstrdup(run->id);
+    run_free(run);
+    return out;
+}
+
+static char *new_run(int max_attempts)
+{
+    return new_run_full(NULL, "T", 0, NULL, max_attempts);
+}
+
+/* Claims up to limit runs of type T for worker (max_running 100). */
+static size_t claim_t(const char *worker, int limit, struct run ***runs)
+{
+    size_t n = 0;
+
+    OK(store_runs_claim(g_db, worker, limit, 100, TYPES_T, CAPS_NONE, 1, runs, &n, &g_err));
+    return n;
+}
+
+static void free_runs(struct run **runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        run_free(runs[i]);
+    free(runs);
+}
+
+/* Claims one run of type T for worker and asserts it is id at attempt. */
+static void claim_expect(const char *worker, const char *id, int attempt)
+{
+    struct run **runs = NULL;
+    size_t n = claim_t(worker, 1, &runs);
+
+    ck_assert_msg(n == 1, "%s claimed %zu runs, want 1 (%s)", worker, n, id);
+    ck_assert_str_eq(runs[0]->id, id);
+    ck_assert_str_eq(runs[0]->status, "running");
+    ck_assert_int_eq(runs[0]->attempt, attempt);
+    free_runs(runs, n);
+    assert_col(id, "worker_id", worker);
+}
+
+static void claim_none(const char *worker)
+{
+    struct run **runs = NULL;
+    size_t n = claim_t(worker, 10, &runs);
+
+    ck_assert_msg(n == 0, "%s claimed %zu runs (first %s), want none", worker, n,
+                  n ? runs[0]->id : "");
+    free_runs(runs, n);
+}
+
+static enum status finish_as(const char *id, const char *worker, int attempt, const char *outcome)
+{
+    struct fence f = {"default", id, worker, attempt};
+    struct run_result res = {.outcome = outcome, .message = outcome};
+
+    memset(&g_err, 0, sizeof(g_err));
+    return store_runs_finish(g_db, &f, &res, &g_err);
+}
+
+static void rfc3339_in(int64_t offset_ms, char out[40])
+{
+    time_format_rfc3339((clock_wall_ms() + offset_ms) * 1000, out, 40);
+}
+
+/* ---- migrations ------------------------------------------------------- */
+
+START_TEST(migrate_idempotent)
+{
+    char *admin = th_conninfo("postgres"), *ci;
+    PGconn *a;
+    struct db *db;
+    int applied = -1;
+
+    open_test_db("it_store_migrate");
+    OK(store_migrate(g_db, &applied, &g_err));
+    ck_assert_int_eq(applied, 0);
+    OK(store_migrations_current(g_db, &g_err));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM schema_migrations"),
+                     (long long)migrations_count);
+
+    /* An empty database: everything once, then nothing. */
+    a = th_pg(admin);
+    PQclear(th_sql(a, "DROP DATABASE IF EXISTS it_store_empty WITH (FORCE)"));
+    PQclear(th_sql(a, "CREATE DATABASE it_store_empty TEMPLATE template0"));
+    ci = th_conninfo("it_store_empty");
+    db = connect_db(ci);
+    applied = -1;
+    OK(store_migrate(db, &applied, &g_err));
+    ck_assert_int_eq(applied, (int)migrations_count);
+    OK(store_migrations_current(db, &g_err));
+    applied = -1;
+    OK(store_migrate(db, &applied, &g_err));
+    ck_assert_int_eq(applied, 0);
+    OK(store_migrations_current(db, &g_err));
+    db_close(db);
+    PQclear(th_sql(a, "DROP DATABASE it_store_empty WITH (FORCE)"));
+    PQfinish(a);
+    free(ci);
+    free(admin);
+    close_test_db();
+}
+END_TEST
+
+/* ---- submit and dedupe ------------------------------------------------ */
+
+START_TEST(submit_dedupe_and_conflict)
+{
+    struct sub s1 = {.id = "sub-1", .ident = "ident-1", .req = "req-1"};
+    struct run *run;
+    bool dedup = true;
+    json_t *evs = NULL;
+
+    open_test_db("it_store_submit");
+
+    /* New run. */
+    run = submit_on(g_db, &s1, &dedup);
+    ck_assert(!dedup);
+    ck_assert_str_eq(run->id, "sub-1");
+    ck_assert_str_eq(run->tenant, "default");
+    ck_assert_str_eq(run->status, "queued");
+    ck_assert_str_eq(run->outcome, "pending");
+    ck_assert_int_eq(run->attempt, 0);
+    ck_assert_int_eq(run->max_attempts, 3);
+    ck_assert_str_eq(json_string_value(json_object_get(run->json, "status")), "queued");
+    ck_assert_str_eq(json_string_value(json_object_get(run_input(run), "ident")), "ident-1");
+    run_free(run);
+    OK(store_events_list(g_db, "default", "sub-1", &evs, &g_err));
+    ck_assert_int_eq(json_array_size(evs), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(evs, 0), "type")), "status");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(evs, 0), "status")),
+                     "queued");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(evs, 0), "message")),
+                     "submitted");
+    json_decref(evs);
+
+    /* Same id, same request: the same run. */
+    run = submit_on(g_db, &s1, &dedup);
+    ck_assert(dedup);
+    ck_assert_str_eq(run->id, "sub-1");
+    ck_assert_str_eq(run->status, "queued");
+    run_free(run);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 1);
+    ck_assert_int_eq(n_events("sub-1"), 1);
+
+    /* Same id, another request: conflict, nothing touched. */
+    {
+        json_t *in = json_object();
+        struct run_new rn = {.tenant = "default",
+                             .id = "sub-1",
+                             .type = "T",
+                             .max_attempts = 1,
+                             .timeout_s = 5,
+                             .input = in,
+                             .identity_hash = "ident-other",
+                             .request_hash = "req-2"};
+        run = (struct run *)1;
+        EXPECT(ST_CONFLICT, store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
+        ck_assert_ptr_null(run);
+        ck_assert_msg(strstr(g_err.message, "sub-1") != NULL, "message: %s", g_err.message);
+        json_decref(in);
+    }
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 1);
+    assert_col("sub-1", "request_hash", "req-1");
+    assert_col("sub-1", "max_attempts", "3");
+    ck_assert_int_eq(n_events("sub-1"), 1);
+
+    /* Another id, same identity while active: joins the active run. */
+    run = submit_on(g_db, &(struct sub){.id = "sub-2", .ident = "ident-1", .req = "req-3"}, &dedup);
+    ck_assert(dedup);
+    ck_assert_str_eq(run->id, "sub-1");
+    run_free(run);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 1);
+
+    /* Also while running (any status but completed is active). */
+    claim_expect("w1", "sub-1", 1);
+    run = submit_on(g_db, &(struct sub){.id = "sub-2", .ident = "ident-1", .req = "req-3"}, &dedup);
+    ck_assert(dedup);
+    ck_assert_str_eq(run->id, "sub-1");
+    ck_assert_str_eq(run->status, "running");
+    run_free(run);
+
+    /* Once it completed, the identity starts a new run. */
+    ck_assert_int_eq(finish_as("sub-1", "w1", 1, "succeeded"), ST_OK);
+    run = submit_on(g_db, &(struct sub){.id = "sub-2", .ident = "ident-1", .req = "req-3"}, &dedup);
+    ck_assert(!dedup);
+    ck_assert_str_eq(run->id, "sub-2");
+    ck_assert_str_eq(run->status, "queued");
+    run_free(run);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE identity_hash = 'ident-1'"),
+                     2);
+    ck_assert_int_eq(n_events("sub-2"), 1);
+
+    /* The id still names the completed run: an id collision wins over the
+     * identity. */
+    run = submit_on(g_db, &s1, &dedup);
+    ck_assert(dedup);
+    ck_assert_str_eq(run->id, "sub-1");
+    ck_assert_str_eq(run->status, "completed");
+    run_free(run);
+    close_test_db();
+}
+END_TEST
+
+/* ---- the dedupe race -------------------------------------------------- */
+
+#define RACE_THREADS 50
+#define RACE_ROUNDS 3
+
+struct racer {
+    pthread_barrier_t *bar;
+    const char *ci;
+    char id[RACE_ROUNDS][27];
+    char got[RACE_ROUNDS][130];
+    bool dedup[RACE_ROUNDS];
+    enum status st;
+    char msg[640];
+};
+
+static void *racer_main(void *arg)
+{
+    struct racer *r = arg;
+    struct db_options o = {.conninfo = r->ci, .connect_timeout_s = 10};
+    struct error err = {0};
+    struct db *db = NULL;
+
+    r->st = db_connect(&o, &db, &err);
+    if (r->st != ST_OK)
+        snprintf(r->msg, sizeof(r->msg), "connect: %s", err.message);
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        char ident[32];
+        json_t *in = json_object();
+        struct run_new rn = {.tenant = "default",
+                             .id = r->id[round],
+                             .type = "T",
+                             .max_attempts = 3,
+                             .timeout_s = 60,
+                             .input = in,
+                             .identity_hash = ident,
+                             .request_hash = r->id[round]};
+        struct run *run = NULL;
+
+        snprintf(ident, sizeof(ident), "race-%d", round);
+        run_id_new(r->id[round]);
+        pthread_barrier_wait(r->bar);
+        if (r->st == ST_OK) {
+            r->st = store_runs_submit(db, &rn, &run, &r->dedup[round], &err);
+            if (r->st != ST_OK)
+                snprintf(r->msg, sizeof(r->msg), "round %d submit: %s", round, err.message);
+            else
+                snprintf(r->got[round], sizeof(r->got[round]), "%s", run->id);
+        }
+        run_free(run);
+        json_decref(in);
+    }
+    db_close(db);
+    return NULL;
+}
+
+START_TEST(dedupe_race)
+{
+    static struct racer rs[RACE_THREADS];
+    pthread_t th[RACE_THREADS];
+    pthread_barrier_t bar;
+
+    open_test_db("it_store_race");
+    pthread_barrier_init(&bar, NULL, RACE_THREADS);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        memset(&rs[i], 0, sizeof(rs[i]));
+        rs[i].bar = &bar;
+        rs[i].ci = g_ci;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, racer_main, &rs[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+
+    for (int i = 0; i < RACE_THREADS; i++)
+        ck_assert_msg(rs[i].st == ST_OK, "racer %d: %s: %s", i, status_name(rs[i].st), rs[i].msg);
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        int inserted = 0, winner = -1;
+
+        for (int i = 0; i < RACE_THREADS; i++) {
+            ck_assert_msg(strcmp(rs[i].got[round], rs[0].got[round]) == 0,
+                          "round %d: racer %d got run %s, racer 0 got %s", round, i,
+                          rs[i].got[round], rs[0].got[round]);
+            if (!rs[i].dedup[round]) {
+                inserted++;
+                winner = i;
+            }
+        }
+        ck_assert_msg(inserted == 1, "round %d: %d submissions were not deduplicated", round,
+                      inserted);
+        ck_assert_str_eq(rs[winner].got[round], rs[winner].id[round]);
+        ck_assert_int_eq(
+            th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE identity_hash = 'race-%d'", round),
+            1);
+        ck_assert_int_eq(n_events(rs[winner].id[round]), 1);
+    }
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), RACE_ROUNDS);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE type = 'status' "
+                                      "AND message = 'submitted'"),
+                     RACE_ROUNDS);
+    close_test_db();
+}
+END_TEST
+
+/* ---- max_running and caps under contention ---------------------------- */
+
+#define CONT_RUNS 300
+#define CONT_CLAIMERS 16
+#define CONT_MAX_RUNNING 10
+#define CONT_CAP_A 3
+
+struct contention {
+    const char *ci;
+    pthread_barrier_t bar;
+    atomic_int done;     /* runs finished */
+    atomic_bool stop;    /* a claimer failed: everyone stops */
+    atomic_bool sampler; /* claimers are done: the sampler stops */
+};
+
+struct claimer {
+    struct contention *c;
+    char worker[16];
+    int claimed, finished, bad_attempt;
+    enum status st;
+    char msg[640];
+};
+
+static void *claimer_main(void *arg)
+{
+    static const char *const types[] = {"A", "B"};
+    static const int caps[] = {CONT_CAP_A, 0};
+    struct claimer *w = arg;
+    struct contention *c = w->c;
+    struct db_options o = {.conninfo = c->ci, .connect_timeout_s = 10};
+    struct error err = {0};
+    struct db *db = NULL;
+    int64_t deadline = clock_mono_ms() + 40000;
+
+    w->st = db_connect(&o, &db, &err);
+    if (w->st != ST_OK)
+        snprintf(w->msg, sizeof(w->msg), "connect: %s", err.message);
+    pthread_barrier_wait(&c->bar);
+    while (w->st == ST_OK && !atomic_load(&c->stop) && atomic_load(&c->done) < CONT_RUNS &&
+           clock_mono_ms() < deadline) {
+        struct run **runs = NULL;
+        size_t n = 0;
+
+        w->st =
+            store_runs_claim(db, w->worker, 4, CONT_MAX_RUNNING, types, caps, 2, &runs, &n, &err);
+        if (w->st != ST_OK) {
+            snprintf(w->msg, sizeof(w->msg), "claim: %s", err.message);
+            break;
+        }
+        w->claimed += (int)n;
+        for (size_t i = 0; i < n; i++) {
+            struct fence f = {runs[i]->tenant, runs[i]->id, w->worker, runs[i]->attempt};
+            struct run_result res = {.outcome = "succeeded", .message = "done"};
+
+            if (runs[i]->attempt != 1)
+                w->bad_attempt++;
+            th_sleep_ms(1 + (long)rand_below(5));
+            if (w->st == ST_OK) {
+                w->st = store_runs_finish(db, &f, &res, &err);
+                if (w->st != ST_OK)
+                    snprintf(w->msg, sizeof(w->msg), "finish %s: %s", runs[i]->id, err.message);
+                else {
+                    w->finished++;
+                    atomic_fetch_add(&c->done, 1);
+                }
+            }
+        }
+        free_runs(runs, n);
+        if (n == 0)
+            th_sleep_ms(1);
+    }
+    if (w->st != ST_OK)
+        atomic_store(&c->stop, true);
+    db_close(db);
+    return NULL;
+}
+
+struct sampler {
+    struct contention *c;
+    long samples, at_max, a_at_cap, hist[CONT_MAX_RUNNING + 2];
+    int max_total, max_a;
+    char msg[640];
+};
+
+static void *sampler_main(void *arg)
+{
+    struct sampler *s = arg;
+    PGconn *pg = PQconnectdb(s->c->ci);
+
+    if (PQstatus(pg) != CONNECTION_OK)
+        snprintf(s->msg, sizeof(s->msg), "connect: %s", PQerrorMessage(pg));
+    pthread_barrier_wait(&s->c->bar);
+    while (!s->msg[0] && !atomic_load(&s->c->sampler)) {
+        PGresult *r = PQexec(pg, "SELECT count(*) FILTER (WHERE status IN ('running', "
+                                 "'cancelling')), count(*) FILTER (WHERE type = 'A' AND "
+                                 "status IN ('running', 'cancelling')) FROM runs");
+        int total, a;
+
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            snprintf(s->msg, sizeof(s->msg), "sample: %s", PQerrorMessage(pg));
+            PQclear(r);
+            break;
+        }
+        total = atoi(PQgetvalue(r, 0, 0));
+        a = atoi(PQgetvalue(r, 0, 1));
+        PQclear(r);
+        s->samples++;
+        s->max_total = total > s->max_total ? total : s->max_total;
+        s->max_a = a > s->max_a ? a : s->max_a;
+        s->at_max += total == CONT_MAX_RUNNING;
+        s->a_at_cap += a == CONT_CAP_A;
+        s->hist[total > CONT_MAX_RUNNING ? CONT_MAX_RUNNING + 1 : total]++;
+    }
+    PQfinish(pg);
+    return NULL;
+}
+
+START_TEST(max_running_under_contention)
+{
+    static struct claimer ws[CONT_CLAIMERS];
+    struct contention c = {0};
+    struct sampler s = {.c = &c};
+    pthread_t th[CONT_CLAIMERS], sth;
+    int claimed = 0, finished = 0;
+    int64_t t0;
+
+    open_test_db("it_store_contention");
+    /* Half A (capped at 3), half B (no cap), interleaved. */
+    for (int i = 0; i < CONT_RUNS; i++)
+        free(new_run_full(NULL, i % 2 ? "B" : "A", 0, NULL, 3));
+    c.ci = g_ci;
+    atomic_init(&c.done, 0);
+    atomic_init(&c.stop, false);
+    atomic_init(&c.sampler, false);
+    pthread_barrier_init(&c.bar, NULL, CONT_CLAIMERS + 1);
+    ck_assert_int_eq(pthread_create(&sth, NULL, sampler_main, &s), 0);
+    t0 = clock_mono_ms();
+    for (int i = 0; i < CONT_CLAIMERS; i++) {
+        memset(&ws[i], 0, sizeof(ws[i]));
+        ws[i].c = &c;
+        snprintf(ws[i].worker, sizeof(ws[i].worker), "w%02d", i);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, claimer_main, &ws[i]), 0);
+    }
+    for (int i = 0; i < CONT_CLAIMERS; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&c.sampler, true);
+    pthread_join(sth, NULL);
+    pthread_barrier_destroy(&c.bar);
+    fprintf(stderr,
+            "contention: %d runs in %lld ms; %ld samples, max total %d (at max %ld), max A %d "
+            "(at cap %ld)\n",
+            atomic_load(&c.done), (long long)(clock_mono_ms() - t0), s.samples, s.max_total,
+            s.at_max, s.max_a, s.a_at_cap);
+    for (int i = 0; i <= CONT_MAX_RUNNING + 1; i++)
+        fprintf(stderr, "%d:%ld ", i, s.hist[i]);
+    fprintf(stderr, "\n");
+
+    for (int i = 0; i < CONT_CLAIMERS; i++) {
+        ck_assert_msg(ws[i].st == ST_OK, "%s: %s: %s", ws[i].worker, status_name(ws[i].st),
+                      ws[i].msg);
+        ck_assert_msg(ws[i].bad_attempt == 0, "%s claimed %d runs at attempt != 1", ws[i].worker,
+                      ws[i].bad_attempt);
+        claimed += ws[i].claimed;
+        finished += ws[i].finished;
+    }
+    ck_assert_msg(!s.msg[0], "sampler: %s", s.msg);
+    ck_assert_int_eq(claimed, CONT_RUNS);
+    ck_assert_int_eq(finished, CONT_RUNS);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE status = 'completed' AND "
+                                      "outcome = 'succeeded' AND attempt = 1"),
+                     CONT_RUNS);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs r WHERE (SELECT count(*) FROM "
+                                      "run_events e WHERE e.run_id = r.id AND e.type = 'status' "
+                                      "AND e.status = 'running') <> 1"),
+                     0);
+    ck_assert_msg(s.max_total <= CONT_MAX_RUNNING, "sampled %d running, max_running is %d",
+                  s.max_total, CONT_MAX_RUNNING);
+    ck_assert_msg(s.max_a <= CONT_CAP_A, "sampled %d running of type A, its cap is %d", s.max_a,
+                  CONT_CAP_A);
+    ck_assert_msg(s.samples >= 300, "only %ld samples", s.samples);
+    ck_assert_msg(s.at_max > 0, "never saw %d running: no contention", CONT_MAX_RUNNING);
+    ck_assert_msg(s.a_at_cap > 0, "never saw %d running of type A: the cap never bit", CONT_CAP_A);
+    close_test_db();
+}
+END_TEST
+
+/* ---- claim order ------------------------------------------------------ */
+
+START_TEST(claim_order_delay_and_types)
+{
+    char at_m20[40], at_m10[40], at_m5[40], at_m1[40], at_p1h[40];
+    char *lo_old, *hi, *oldest, *tie1, *tie2, *future, *unknown;
+    int64_t due = -2;
+    bool due_now = true;
+
+    open_test_db("it_store_order");
+    rfc3339_in(-20000, at_m20);
+    rfc3339_in(-10000, at_m10);
+    rfc3339_in(-5000, at_m5);
+    rfc3339_in(-1000, at_m1);
+    rfc3339_in(3600000, at_p1h);
+    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    ck_assert_int_eq(due, -1);
+    ck_assert(!due_now);
+
+    lo_old = new_run_full(NULL, "T", 0, at_m10, 3);
+    hi = new_run_full(NULL, "T", 5, at_m1, 3);
+    oldest = new_run_full(NULL, "T", 0, at_m20, 3);
+    tie1 = new_run_full(NULL, "T", 0, at_m5, 3);
+    tie2 = new_run_full(NULL, "T", 0, at_m5, 3);
+    future = new_run_full(NULL, "T", 10, at_p1h, 3);
+    /* Same priority and run_at: creation decides, not insertion order. */
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET created_at = created_at - interval '1 minute' "
+                   "WHERE id = '%s'",
+                   tie2));
+
+    claim_expect("w1", hi, 1);     /* priority first */
+    claim_expect("w1", oldest, 1); /* then run_at */
+    claim_expect("w1", lo_old, 1);
+    claim_expect("w1", tie2, 1); /* then creation */
+    claim_expect("w1", tie1, 1);
+    claim_none("w1"); /* the future run is not due, for all its priority */
+    assert_state(future, "queued", "pending");
+    ck_assert_int_eq(col_int(future, "attempt"), 0);
+
+    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    ck_assert_msg(due > 3590000 && due <= 3600000, "next due in %lld ms, want ~3600000",
+                  (long long)due);
+    ck_assert(!due_now);
+
+    /* A type this process does not execute is never claimed; it is reported
+     * as due now, so the dispatcher waits instead of spinning on it. */
+    unknown = new_run_full(NULL, "U", 100, at_m20, 3);
+    claim_none("w1");
+    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    ck_assert(due_now);
+    ck_assert_msg(due > 3590000, "a due run must not make the delay 0 (got %lld)", (long long)due);
+    assert_state(unknown, "queued", "pending");
+    assert_col(unknown, "worker_id", NULL);
+    {
+        static const char *const tu[] = {"T", "U"};
+        static const int cu[] = {0, 0};
+        struct run **runs = NULL;
+        size_t n = 0;
+        OK(store_runs_claim(g_db, "w2", 10, 100, tu, cu, 2, &runs, &n, &g_err));
+        ck_assert_int_eq(n, 1);
+        ck_assert_str_eq(runs[0]->id, unknown);
+        free_runs(runs, n);
+    }
+    /* limit and max_running bound a claim. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", future));
+    {
+        struct run **runs = NULL;
+        size_t n = 0;
+        /* Six running already: max_running 6 leaves no room. */
+        OK(store_runs_claim(g_db, "w3", 10, 6, TYPES_T, CAPS_NONE, 1, &runs, &n, &g_err));
+        ck_assert_int_eq(n, 0);
+        free_runs(runs, n);
+        OK(store_runs_claim(g_db, "w3", 10, 7, TYPES_T, CAPS_NONE, 1, &runs, &n, &g_err));
+        ck_assert_int_eq(n, 1);
+        ck_assert_str_eq(runs[0]->id, future);
+        free_runs(runs, n);
+    }
+    free(lo_old);
+    free(hi);
+    free(oldest);
+    free(tie1);
+    free(tie2);
+    free(future);
+    free(unknown);
+    close_test_db();
+}
+END_TEST
+
+/* ---- fencing ---------------------------------------------------------- */
+
+START_TEST(fencing_of_a_stale_worker)
+{
+    char *id;
+    int rescued = -1;
+    json_t *err_json = json_pack("{s:s,s:s}", "code", "x", "message", "late");
+
+    open_test_db("it_store_fencing");
+    id = new_run(3);
+    claim_expect("w1", id, 1);
+    PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour' WHERE id = '%s'",
+                   id));
+    OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 1);
+    assert_state(id, "queued", "pending");
+    assert_col(id, "error->>'code'", "orphaned");
+    assert_col(id, "worker_id", NULL);
+    assert_col(id, "heartbeat_at", NULL);
+    assert_col(id, "attempt", "1");
+    assert_last_event(id, "status/queued/pending/0/-/orphan rescued: heartbeat went stale");
+
+    claim_expect("w2", id, 2);
+    assert_col(id, "error", NULL);
+    ck_assert_int_eq(n_events(id), 4);
+
+    /* w1 wakes up with attempt 1: every fenced write is refused. */
+    {
+        struct fence f1 = {"default", id, "w1", 1};
+        struct fence w1_att2 = {"default", id, "w1", 2}; /* right attempt, wrong worker */
+        struct fence w2_att1 = {"default", id, "w2", 1}; /* right worker, wrong attempt */
+        struct fence other_tenant = {"t2", id, "w2", 2};
+        struct run_result res = {.outcome = "succeeded", .message = "late"};
+
+        EXPECT(ST_LOST, store_runs_progress(g_db, &f1, 50, "late", &g_err));
+        ck_assert_msg(strstr(g_err.message, id) != NULL, "message: %s", g_err.message);
+        EXPECT(ST_LOST, store_runs_finish(g_db, &f1, &res, &g_err));
+        EXPECT(ST_LOST, store_runs_retry(g_db, &f1, 0, err_json, &g_err));
+        EXPECT(ST_LOST, store_runs_release(g_db, &f1, &g_err));
+        EXPECT(ST_LOST, store_runs_progress(g_db, &w1_att2, 50, "late", &g_err));
+        EXPECT(ST_LOST, store_runs_finish(g_db, &w1_att2, &res, &g_err));
+        EXPECT(ST_LOST, store_runs_finish(g_db, &w2_att1, &res, &g_err));
+        EXPECT(ST_LOST, store_runs_finish(g_db, &other_tenant, &res, &g_err));
+    }
+    assert_state(id, "running", "pending");
+    assert_col(id, "worker_id", "w2");
+    assert_col(id, "attempt", "2");
+    assert_col(id, "progress", "0");
+    assert_col(id, "step", NULL);
+    assert_col(id, "error", NULL);
+    ck_assert_int_eq(n_events(id), 4);
+
+    /* w2 finishes; after that its fence is spent too. */
+    ck_assert_int_eq(finish_as(id, "w2", 2, "succeeded"), ST_OK);
+    assert_state(id, "completed", "succeeded");
+    assert_col(id, "progress", "100");
+    ck_assert_int_eq(finish_as(id, "w2", 2, "failed"), ST_LOST);
+    assert_state(id, "completed", "succeeded");
+    ck_assert_int_eq(n_events(id), 5);
+    json_decref(err_json);
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* ---- orphan rescue and heartbeats ------------------------------------- */
+
+struct seen {
+    int n;
+    char tenant[64], id[130];
+    int attempt;
+};
+
+static void on_cancelling(void *arg, const char *tenant, const char *id, int attempt)
+{
+    struct seen *s = arg;
+
+    s->n++;
+    snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    s->attempt = attempt;
+}
+
+START_TEST(orphan_rescue_paths)
+{
+    char *spent, *cancelling, *fresh;
+    struct run *run = NULL;
+    bool changed = false;
+    int rescued = -1;
+
+    open_test_db("it_store_orphans");
+    spent = new_run(1);
+    cancelling = new_run(3);
+    fresh = new_run(3);
+    claim_expect("w1", spent, 1);
+    claim_expect("w1", cancelling, 1);
+    claim_expect("w2", fresh, 1);
+    OK(store_runs_cancel(g_db, "default", cancelling, &run, &changed, &g_err));
+    ck_assert(changed);
+    ck_assert_str_eq(run->status, "cancelling");
+    run_free(run);
+    PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '5 minutes' "
+                         "WHERE worker_id = 'w1'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '20 seconds' "
+                         "WHERE worker_id = 'w2'"));
+
+    OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 2);
+    /* Past max_attempts: failed, for good. */
+    assert_state(spent, "completed", "failed");
+    assert_col(spent, "error->>'code'", "orphaned");
+    assert_col(spent, "completed_at IS NOT NULL", "true");
+    assert_col(spent, "attempt", "1");
+    assert_last_event(spent, "status/completed/failed/0/-/orphan rescued: heartbeat went stale");
+    /* Cancelling: the cancel wins. */
+    assert_state(cancelling, "completed", "cancelled");
+    assert_col(cancelling, "completed_at IS NOT NULL", "true");
+    assert_last_event(cancelling,
+                      "status/completed/cancelled/0/-/orphan rescued: heartbeat went stale");
+    /* Fresh enough: untouched. */
+    assert_state(fresh, "running", "pending");
+    assert_col(fresh, "worker_id", "w2");
+    ck_assert_int_eq(n_events(fresh), 2);
+
+    /* Nothing left to rescue. */
+    OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 0);
+    /* Ended runs are not requeued. */
+    claim_none("w3");
+    free(spent);
+    free(cancelling);
+    free(fresh);
+    close_test_db();
+}
+END_TEST
+
+START_TEST(rescue_batches)
+{
+    int rescued = -1;
+
+    open_test_db("it_store_rescue_batch");
+    for (int i = 0; i < 5; i++) {
+        char *id = new_run(3);
+        claim_expect("w1", id, 1);
+        free(id);
+    }
+    PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour'"));
+    OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 3);
+    OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 2);
+    OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
+    ck_assert_int_eq(rescued, 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE status = 'queued' AND "
+                                      "worker_id IS NULL AND error->>'code' = 'orphaned'"),
+                     5);
+    close_test_db();
+}
+END_TEST
+
+START_TEST(heartbeat_only_own_runs)
+{
+    char *a1, *a2, *a3, *b1, *done;
+    int held = -1;
+    struct run *run = NULL;
+    bool changed = false;
+
+    open_test_db("it_store_heartbeat");
+    a1 = new_run(3);
+    a2 = new_run(3);
+    a3 = new_run(3);
+    done = new_run(3);
+    b1 = new_run(3);
+    claim_expect("w1", a1, 1);
+    claim_expect("w1", a2, 1);
+    claim_expect("w1", a3, 1);
+    claim_expect("w1", done, 1);
+    claim_expect("w2", b1, 1);
+    ck_assert_int_eq(finish_as(done, "w1", 1, "succeeded"), ST_OK);
+    /* A cancelling run is still held. */
+    OK(store_runs_cancel(g_db, "default", a3, &run, &changed, &g_err));
+    ck_assert(changed);
+    run_free(run);
+    PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour' "
+                         "WHERE status IN ('running', 'cancelling')"));
+
+    OK(store_runs_heartbeat(g_db, "w1", &held, &g_err));
+    ck_assert_int_eq(held, 3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE heartbeat_at > "
+                                      "now() - interval '10 seconds'"),
+                     3);
+    assert_col(a1, "heartbeat_at > now() - interval '10 seconds'", "true");
+    assert_col(a3, "heartbeat_at > now() - interval '10 seconds'", "true");
+    assert_col(b1, "heartbeat_at < now() - interval '50 minutes'", "true");
+    assert_col(done, "heartbeat_at", NULL);
+    OK(store_runs_heartbeat(g_db, "nobody", &held, &g_err));
+    ck_assert_int_eq(held, 0);
+    OK(store_runs_heartbeat(g_db, "w1", NULL, &g_err));
+
+    /* A heartbeat keeps the rescue away; the other worker's run goes. */
+    {
+        int rescued = -1;
+        OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
+        ck_assert_int_eq(rescued, 1);
+        assert_state(b1, "queued", "pending");
+        assert_state(a1, "running", "pending");
+        assert_state(a3, "cancelling", "pending");
+    }
+    free(a1);
+    free(a2);
+    free(a3);
+    free(b1);
+    free(done);
+    close_test_db();
+}
+END_TEST
+
+/* ---- cancel ----------------------------------------------------------- */
+
+START_TEST(cancel_paths)
+{
+    char *queued, *running, *waiting, *retried, *released;
+    struct run *run = NULL;
+    bool changed = false;
+    struct seen s = {0};
+    json_t *evs = NULL, *fail = json_pack("{s:s,s:s}", "code", "boom", "message", "it broke");
+
+    open_test_db("it_store_cancel");
+    queued = new_run(3);
+    running = new_run(3);
+    waiting = new_run(3);
+    retried = new_run(3);
+    released = new_run(3);
+
+    /* queued: ends cancelled at once. */
+    OK(store_runs_cancel(g_db, "default", queued, &run, &changed, &g_err));
+    ck_assert(changed);
+    ck_assert_str_eq(run->status, "completed");
+    ck_assert_str_eq(run->outcome, "cancelled");
+    ck_assert_str_eq(json_string_value(json_object_get(run->json, "outcome")), "cancelled");
+    run_free(run);
+    assert_state(queued, "completed", "cancelled");
+    assert_col(queued, "completed_at IS NOT NULL", "true");
+    assert_last_event(queued, "status/completed/cancelled/0/-/cancel requested");
+    OK(store_events_list(g_db, "default", queued, &evs, &g_err));
+    ck_assert_int_eq(json_array_size(evs), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(evs, 1), "outcome")),
+                     "cancelled");
+    ck_assert(json_integer_value(json_object_get(json_array_get(evs, 1), "id")) >
+              json_integer_value(json_object_get(json_array_get(evs, 0), "id")));
+    json_decref(evs);
+
+    /* running: cancelling, and the owner hears of it. */
+    claim_expect("w1", running, 1);
+    OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
+    ck_assert(changed);
+    ck_assert_str_eq(run->status, "cancelling");
+    ck_assert_str_eq(run->outcome, "pending");
+    run_free(run);
+    assert_state(running, "cancelling", "pending");
+    assert_col(running, "worker_id", "w1");
+    assert_last_event(running, "status/cancelling/pending/0/-/cancel requested");
+    ck_assert_int_eq(n_events(running), 3);
+    OK(store_runs_cancelling(g_db, "w1", on_cancelling, &s, &g_err));
+    ck_assert_int_eq(s.n, 1);
+    ck_assert_str_eq(s.tenant, "default");
+    ck_assert_str_eq(s.id, running);
+    ck_assert_int_eq(s.attempt, 1);
+    memset(&s, 0, sizeof(s));
+    OK(store_runs_cancelling(g_db, "w2", on_cancelling, &s, &g_err));
+    ck_assert_int_eq(s.n, 0);
+
+    /* Again: nothing changes, no event. */
+    OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
+    ck_assert(!changed);
+    ck_assert_str_eq(run->status, "cancelling");
+    run_free(run);
+    ck_assert_int_eq(n_events(running), 3);
+
+    /* The owner ends it cancelled; still fenced, progress works meanwhile. */
+    {
+        struct fence f = {"default", running, "w1", 1};
+        OK(store_runs_progress(g_db, &f, 30, "aborting", &g_err));
+    }
+    ck_assert_int_eq(finish_as(running, "w1", 1, "cancelled"), ST_OK);
+    assert_state(running, "completed", "cancelled");
+    assert_last_event(running, "status/completed/cancelled/30/aborting/cancelled");
+    ck_assert_int_eq(n_events(running), 5);
+    memset(&s, 0, sizeof(s));
+    OK(store_runs_cancelling(g_db, "w1", on_cancelling, &s, &g_err));
+    ck_assert_int_eq(s.n, 0);
+
+    /* completed: nothing changes, no event. */
+    changed = true;
+    OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
+    ck_assert(!changed);
+    ck_assert_str_eq(run->status, "completed");
+    ck_assert_str_eq(run->outcome, "cancelled");
+    run_free(run);
+    OK(store_runs_cancel(g_db, "default", queued, &run, &changed, &g_err));
+    ck_assert(!changed);
+    ck_assert_str_eq(run->status, "completed");
+    run_free(run);
+    ck_assert_int_eq(n_events(running), 5);
+    ck_assert_int_eq(n_events(queued), 2);
+
+    /* Unknown. */
+    run = (struct run *)1;
+    EXPECT(ST_NOT_FOUND, store_runs_cancel(g_db, "default", "nope", &run, &changed, &g_err));
+    ck_assert_ptr_null(run);
+    ck_assert_msg(strstr(g_err.message, "nope") != NULL, "message: %s", g_err.message);
+
+    /* waiting: ends cancelled at once, the poll schedule cleared. */
+    claim_expect("w1", waiting, 1);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET status = 'waiting', worker_id = NULL, "
+                   "heartbeat_at = NULL, next_poll_at = now() + interval '1 minute' "
+                   "WHERE id = '%s'",
+                   waiting));
+    OK(store_runs_cancel(g_db, "default", waiting, &run, &changed, &g_err));
+    ck_assert(changed);
+    ck_assert_str_eq(run->status, "completed");
+    ck_assert_str_eq(run->outcome, "cancelled");
+    run_free(run);
+    assert_col(waiting, "next_poll_at", NULL);
+    assert_col(waiting, "completed_at IS NOT NULL", "true");
+    ck_assert_int_eq(n_events(waiting), 3);
+
+    /* A retry of a cancelling run ends it cancelled. */
+    claim_expect("w1", retried, 1);
+    OK(store_runs_cancel(g_db, "default", retried, &run, &changed, &g_err));
+    run_free(run);
+    {
+        struct fence f = {"default", retried, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 60000, fail, &g_err));
+    }
+    assert_state(retried, "completed", "cancelled");
+    assert_col(retried, "completed_at IS NOT NULL", "true");
+    assert_col(retried, "heartbeat_at", NULL);
+    assert_col(retried, "error->>'code'", "boom");
+    assert_col(retried, "worker_id", "w1");
+    ck_assert_int_eq(n_events(retried), 4);
+
+    /* So does a release at shutdown. */
+    claim_expect("w1", released, 1);
+    OK(store_runs_cancel(g_db, "default", released, &run, &changed, &g_err));
+    run_free(run);
+    {
+        struct fence f = {"default", released, "w1", 1};
+        OK(store_runs_release(g_db, &f, &g_err));
+    }
+    assert_state(released, "completed", "cancelled");
+    assert_col(released, "attempt", "1");
+    ck_assert_int_eq(n_events(released), 4);
+    /* Neither came back to the queue. */
+    claim_none("w2");
+
+    json_decref(fail);
+    free(queued);
+    free(running);
+    free(waiting);
+    free(retried);
+    free(released);
+    close_test_db();
+}
+END_TEST
+
+/* ---- retry and release ------------------------------------------------ */
+
+START_TEST(retry_paths)
+{
+    char *id;
+    int64_t due = -2;
+    bool due_now = false;
+    json_t *fail = json_pack("{s:s,s:s}", "code", "http_500", "message", "upstream said 500");
+
+    open_test_db("it_store_retry");
+    id = new_run(5);
+    claim_expect("w1", id, 1);
+    {
+        struct fence f = {"default", id, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 60000, fail, &g_err));
+        /* The fence is spent. */
+        EXPECT(ST_LOST, store_runs_retry(g_db, &f, 0, fail, &g_err));
+    }
+    assert_state(id, "queued", "pending");
+    assert_col(id, "attempt", "1");
+    assert_col(id, "worker_id", NULL);
+    assert_col(id, "heartbeat_at", NULL);
+    assert_col(id, "deadline_at", NULL);
+    assert_col(id, "error->>'code'", "http_500");
+    assert_col(id, "error->>'message'", "upstream said 500");
+    {
+        long long ms = col_int(id, "extract(epoch FROM run_at - now()) * 1000");
+        ck_assert_msg(ms > 55000 && ms <= 60000, "run_at is now + %lld ms, want ~60000", ms);
+    }
+    assert_last_event(
+        id, "status/queued/pending/0/-/attempt 1 failed, retrying in 60000 ms: upstream said 500");
+    ck_assert_int_eq(n_events(id), 3);
+
+    /* Not claimable before run_at; the dispatcher is told when. */
+    claim_none("w2");
+    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    ck_assert_msg(due > 55000 && due <= 60000, "next due in %lld ms, want ~60000", (long long)due);
+    ck_assert(!due_now);
+
+    /* Due: the next attempt, the old error cleared. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", id));
+    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    ck_assert_int_eq(due, -1);
+    ck_assert(due_now);
+    claim_expect("w2", id, 2);
+    assert_col(id, "error", NULL);
+
+    /* Release at shutdown: queued, due now, the attempt given back. */
+    {
+        struct fence f = {"default", id, "w2", 2};
+        OK(store_runs_release(g_db, &f, &g_err));
+        EXPECT(ST_LOST, store_runs_release(g_db, &f, &g_err));
+    }
+    assert_state(id, "queued", "pending");
+    assert_col(id, "attempt", "1");
+    assert_col(id, "worker_id", NULL);
+    assert_col(id, "heartbeat_at", NULL);
+    assert_col(id, "run_at <= now()", "true");
+    assert_last_event(id, "status/queued/pending/0/-/released by w2 at shutdown");
+    claim_expect("w3", id, 2);
+
+    /* A retry without delay is due at once. */
+    {
+        struct fence f = {"default", id, "w3", 2};
+        OK(store_runs_retry(g_db, &f, 0, NULL, &g_err));
+    }
+    assert_col(id, "error", NULL);
+    claim_expect("w1", id, 3);
+    ck_assert_int_eq(finish_as(id, "w1", 3, "failed"), ST_OK);
+    assert_state(id, "completed", "failed");
+    assert_col(id, "progress", "0");
+    json_decref(fail);
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* ---- progress --------------------------------------------------------- */
+
+START_TEST(progress_writes_and_clamps)
+{
+    char *id;
+    struct fence f = {"default", NULL, "w1", 1};
+
+    open_test_db("it_store_progress");
+    id = new_run(3);
+    f.id = id;
+    claim_expect("w1", id, 1);
+
+    OK(store_runs_progress(g_db, &f, 42, "downloading", &g_err));
+    assert_col(id, "progress", "42");
+    assert_col(id, "step", "downloading");
+    assert_last_event(id, "progress/running/pending/42/downloading/-");
+    {
+        struct run *run = NULL;
+        OK(store_runs_get(g_db, "default", id, &run, &g_err));
+        ck_assert_int_eq(json_integer_value(json_object_get(run->json, "progress")), 42);
+        ck_assert_str_eq(json_string_value(json_object_get(run->json, "step")), "downloading");
+        run_free(run);
+    }
+
+    OK(store_runs_progress(g_db, &f, -5, NULL, &g_err));
+    assert_col(id, "progress", "0");
+    assert_col(id, "step", NULL);
+    assert_last_event(id, "progress/running/pending/0/-/-");
+
+    OK(store_runs_progress(g_db, &f, 250, "almost", &g_err));
+    assert_col(id, "progress", "100");
+    assert_last_event(id, "progress/running/pending/100/almost/-");
+
+    OK(store_runs_progress(g_db, &f, 100, "done", &g_err));
+    assert_col(id, "progress", "100");
+    ck_assert_int_eq(
+        th_sql_int(g_pg,
+                   "SELECT count(*) FROM run_events WHERE run_id = '%s' AND type = 'progress'", id),
+        4);
+    ck_assert_int_eq(n_events(id), 6);
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* ---- retention -------------------------------------------------------- */
+
+START_TEST(prune_in_batches)
+{
+    char *old[5], *recent, *active, *held;
+    int deleted = -1;
+    const int want[] = {2, 2, 1, 0};
+
+    open_test_db("it_store_prune");
+    for (int i = 0; i < 5; i++) {
+        old[i] = new_run(3);
+        PQclear(th_sql(g_pg,
+                       "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                       "completed_at = now() - interval '2 days' - %d * interval '1 minute', "
+                       "created_at = now() - interval '3 days' WHERE id = '%s'",
+                       i, old[i]));
+        PQclear(th_sql(g_pg,
+                       "INSERT INTO run_events (tenant, run_id, type, status, outcome, progress) "
+                       "VALUES ('default', '%s', 'status', 'completed', 'succeeded', 100)",
+                       old[i]));
+    }
+    recent = new_run(3);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                   "completed_at = now() - interval '23 hours', created_at = now() - "
+                   "interval '3 days' WHERE id = '%s'",
+                   recent));
+    held = new_run(3);
+    claim_expect("w1", held, 1);
+    active = new_run(3);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET created_at = now() - interval '10 days', updated_at = "
+                   "now() - interval '10 days' WHERE id = '%s'",
+                   active));
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET created_at = now() - interval '10 days', started_at = "
+                   "now() - interval '10 days' WHERE id = '%s'",
+                   held));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events"), 5 * 2 + 1 + 1 + 2);
+
+    for (size_t i = 0; i < ARRAY_LEN(want); i++) {
+        OK(store_runs_prune(g_db, 86400, 2, &deleted, &g_err));
+        ck_assert_msg(deleted == want[i], "prune round %zu deleted %d, want %d", i, deleted,
+                      want[i]);
+    }
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = '%s'", old[i]), 0);
+        ck_assert_int_eq(n_events(old[i]), 0);
+        free(old[i]);
+    }
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 3);
+    assert_state(recent, "completed", "failed");
+    assert_state(active, "queued", "pending");
+    assert_state(held, "running", "pending");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events"), 1 + 1 + 2);
+    free(recent);
+    free(active);
+    free(held);
+    close_test_db();
+}
+END_TEST
+
+/* ---- list, cursor, tenants -------------------------------------------- */
+
+/* One page of tenant's runs under f (a new JSON array); *next gets the cursor. */
+static json_t *list_page(const char *tenant, struct run_filter *f, char **next)
+{
+    json_t *runs = NULL;
+
+    OK(store_runs_list(g_db, tenant, f, &runs, next, &g_err));
+    ck_assert_ptr_nonnull(runs);
+    return runs;
+}
+
+static void assert_list_ids(const char *tenant, struct run_filter *f, const char *const *want,
+                            size_t nwant)
+{
+    char *next = NULL;
+    json_t *runs = list_page(tenant, f, &next);
+
+    ck_assert_msg(json_array_size(runs) == nwant, "listed %zu runs, want %zu",
+                  json_array_size(runs), nwant);
+    for (size_t i = 0; i < nwant; i++)
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(runs, i), "id")),
+                         want[i]);
+    ck_assert_ptr_null(next);
+    json_decref(runs);
+}
+
+START_TEST(list_cursor_filters_and_tenants)
+{
+    /* Seconds after a base with microseconds; r3 ties with r6 on created_at
+     * and the tie straddles the first page boundary. */
+    static const int created_s[7] = {5, 1, 6, 4, 3, 0, 4};
+    char *ids[7], *want_order[7];
+    char *x1;
+    PGresult *r;
+    int seen = 0;
+    struct run_filter f = {.limit = 3};
+    const size_t page_sizes[] = {3, 3, 1};
+
+    open_test_db("it_store_list");
+    for (int i = 0; i < 7; i++) {
+        ids[i] = new_run_full(NULL, i == 0 || i == 2 ? "B" : "A", 0, NULL, 3);
+        PQclear(th_sql(g_pg,
+                       "UPDATE runs SET created_at = timestamptz '2026-01-01 00:00:00.123457+00' "
+                       "+ %d * interval '1 second' WHERE id = '%s'",
+                       created_s[i], ids[i]));
+    }
+    x1 = new_run_full("t2", "A", 0, NULL, 3);
+    r = th_sql(g_pg, "SELECT id FROM runs WHERE tenant = 'default' ORDER BY created_at DESC, "
+                     "id DESC");
+    ck_assert_int_eq(PQntuples(r), 7);
+    for (int i = 0; i < 7; i++)
+        want_order[i] = xstrdup(PQgetvalue(r, i, 0));
+    PQclear(r);
+    /* Sanity of the arrangement: newest is r2 (6 s), oldest r5 (0 s). */
+    ck_assert_str_eq(want_order[0], ids[2]);
+    ck_assert_str_eq(want_order[6], ids[5]);
+
+    /* Pages of 3, 3, 1, newest first, no duplicates, no gaps. */
+    for (size_t p = 0; p < ARRAY_LEN(page_sizes); p++) {
+        char *next = NULL;
+        json_t *runs = list_page("default", &f, &next);
+
+        ck_assert_msg(json_array_size(runs) == page_sizes[p], "page %zu has %zu runs, want %zu", p,
+                      json_array_size(runs), page_sizes[p]);
+        for (size_t i = 0; i < json_array_size(runs); i++) {
+            const char *id = json_string_value(json_object_get(json_array_get(runs, i), "id"));
+            ck_assert_msg(strcmp(id, want_order[seen]) == 0, "position %d: %s, want %s", seen, id,
+                          want_order[seen]);
+            seen++;
+        }
+        if (p + 1 < ARRAY_LEN(page_sizes)) {
+            ck_assert_ptr_nonnull(next);
+            f.has_cursor = cursor_decode(next, &f.cursor_us, f.cursor_id);
+            ck_assert(f.has_cursor);
+        } else {
+            ck_assert_ptr_null(next);
+        }
+        free(next);
+        json_decref(runs);
+    }
+    ck_assert_int_eq(seen, 7);
+
+    /* Filters. */
+    {
+        char *cancel_ids[2] = {ids[1], ids[5]};
+        for (int i = 0; i < 2; i++) {
+            struct run *run = NULL;
+            bool changed = false;
+            OK(store_runs_cancel(g_db, "default", cancel_ids[i], &run, &changed, &g_err));
+            ck_assert(changed);
+            run_free(run);
+        }
+    }
+    {
+        struct run_filter fs = {.limit = 100, .status = "completed"};
+        const char *want[] = {ids[1], ids[5]};
+        assert_list_ids("default", &fs, want, 2);
+    }
+    {
+        struct run_filter fo = {.limit = 100, .outcome = "cancelled"};
+        const char *want[] = {ids[1], ids[5]};
+        assert_list_ids("default", &fo, want, 2);
+    }
+    {
+        struct run_filter ft = {.limit = 100, .type = "B"};
+        const char *want[] = {ids[2], ids[0]};
+        assert_list_ids("default", &ft, want, 2);
+    }
+    {
+        struct run_filter fst = {.limit = 100, .status = "queued", .type = "A"};
+        const char *want[] = {want_order[2], want_order[3], ids[4]};
+        assert_list_ids("default", &fst, want, 3);
+    }
+    {
+        struct run_filter fe = {.limit = 100, .external_id = "nothing"};
+        assert_list_ids("default", &fe, NULL, 0);
+    }
+
+    /* Tenant isolation. */
+    {
+        struct run *run = NULL;
+        bool changed = false;
+        json_t *evs = NULL;
+        struct run_filter fa = {.limit = 500};
+        const char *want[] = {x1};
+
+        run = (struct run *)1;
+        EXPECT(ST_NOT_FOUND, store_runs_get(g_db, "default", x1, &run, &g_err));
+        ck_assert_ptr_null(run);
+        EXPECT(ST_NOT_FOUND, store_runs_cancel(g_db, "default", x1, &run, &changed, &g_err));
+        EXPECT(ST_NOT_FOUND, store_events_list(g_db, "default", x1, &evs, &g_err));
+        ck_assert_ptr_null(evs);
+        assert_state(x1, "queued", "pending");
+        ck_assert_int_eq(n_events(x1), 1);
+        {
+            char *next = NULL;
+            json_t *runs = list_page("default", &fa, &next);
+            ck_assert_int_eq(json_array_size(runs), 7);
+            for (size_t i = 0; i < json_array_size(runs); i++)
+                ck_assert_str_ne(json_string_value(json_object_get(json_array_get(runs, i), "id")),
+                                 x1);
+            json_decref(runs);
+        }
+        assert_list_ids("t2", &fa, want, 1);
+        OK(store_runs_get(g_db, "t2", x1, &run, &g_err));
+        ck_assert_str_eq(run->tenant, "t2");
+        run_free(run);
+        OK(store_events_list(g_db, "t2", x1, &evs, &g_err));
+        ck_assert_int_eq(json_array_size(evs), 1);
+        json_decref(evs);
+        EXPECT(ST_NOT_FOUND, store_runs_get(g_db, "t2", ids[0], &run, &g_err));
+    }
+
+    /* The same id and identity in two tenants are two runs. */
+    {
+        struct sub s = {.tenant = "default", .id = "shared", .ident = "same", .req = "r"};
+        struct run *run;
+        bool dedup = true, changed = false;
+
+        run = submit_on(g_db, &s, &dedup);
+        ck_assert(!dedup);
+        run_free(run);
+        s.tenant = "t2";
+        run = submit_on(g_db, &s, &dedup);
+        ck_assert(!dedup);
+        ck_assert_str_eq(run->tenant, "t2");
+        run_free(run);
+        OK(store_runs_cancel(g_db, "t2", "shared", &run, &changed, &g_err));
+        ck_assert(changed);
+        run_free(run);
+        ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'shared' AND "
+                                          "tenant = 'default' AND status = 'queued'"),
+                         1);
+        ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'shared' AND "
+                                          "tenant = 't2' AND status = 'completed'"),
+                         1);
+    }
+    for (int i = 0; i < 7; i++) {
+        free(ids[i]);
+        free(want_order[i]);
+    }
+    free(x1);
+    close_test_db();
+}
+END_TEST
+
+/* ---- PostgreSQL restart (runs last) ----------------------------------- */
+
+/* Retries pool get + store_runs_get for up to 10 s; every failure must be
+ * ST_UNAVAILABLE. Returns the number of failures before success. */
+static int get_through_pool(struct db_pool *pool, const char *id, int hold)
+{
+    int failures = 0;
+    int64_t until = clock_mono_ms() + 10000;
+
+    for (;;) {
+        struct db *dbs[4] = {0};
+        struct run *run = NULL;
+        struct error err = {0};
+        enum status st = ST_OK;
+        int got = 0;
+
+        /* hold connections at once, so the stale ones are used too */
+        for (; got < hold && st == ST_OK; got++)
+            st = db_pool_get(pool, &dbs[got], &err);
+        for (int i = 0; i < got && st == ST_OK; i++) {
+            st = store_runs_get(dbs[i], "default", id, &run, &err);
+            if (st == ST_OK) {
+                ck_assert_str_eq(run->id, id);
+                run_free(run);
+            }
+        }
+        for (int i = 0; i < got; i++)
+            db_pool_put(pool, dbs[i]);
+        if (st == ST_OK)
+            return failures;
+        ck_assert_msg(st == ST_UNAVAILABLE, "after a restart: %s (%s), want ST_UNAVAILABLE",
+                      status_name(st), err.message);
+        failures++;
+        ck_assert_msg(clock_mono_ms() < until, "no connection within 10 s: %s", err.message);
+        th_sleep_ms(100);
+    }
+}
+
+START_TEST(survives_postgres_restart)
+{
+    struct db_options o = {.conninfo = NULL, .connect_timeout_s = 5};
+    struct db_pool *pool;
+    struct run *run = NULL;
+    char *id;
+    int failures;
+    int64_t until;
+    enum status st;
+
+    open_test_db("it_store_restart");
+    id = new_run(3);
+    o.conninfo = g_ci;
+    pool = db_pool_new(&o, 2, 2000);
+    ck_assert_int_eq(get_through_pool(pool, id, 2), 0); /* two open connections */
+
+    th_pg_restart();
+
+    failures = get_through_pool(pool, id, 2);
+    fprintf(stderr, "restart: the pool recovered after %d failed attempts\n", failures);
+    /* Idle pooled connections closed by the restart are noticed at checkout
+     * (db_ensure reads the socket), so no request pays for them. */
+    ck_assert_int_eq(failures, 0);
+    ck_assert_int_eq(get_through_pool(pool, id, 2), 0);
+    db_pool_free(pool);
+
+    /* A standalone connection: one ST_UNAVAILABLE at most, then db_ensure
+     * reconnects. */
+    memset(&g_err, 0, sizeof(g_err));
+    st = store_runs_get(g_db, "default", id, &run, &g_err);
+    ck_assert_msg(st == ST_OK || st == ST_UNAVAILABLE, "standalone after restart: %s (%s)",
+                  status_name(st), g_err.message);
+    run_free(run);
+    until = clock_mono_ms() + 10000;
+    while ((st = db_ensure(g_db, &g_err)) != ST_OK) {
+        ck_assert_int_eq(st, ST_UNAVAILABLE);
+        ck_assert_msg(clock_mono_ms() < until, "db_ensure: %s", g_err.message);
+        th_sleep_ms(100);
+    }
+    OK(store_runs_get(g_db, "default", id, &run, &g_err));
+    ck_assert_str_eq(run->id, id);
+    run_free(run);
+    /* The writes work too (statements are prepared again). */
+    {
+        bool changed = false;
+        OK(store_runs_cancel(g_db, "default", id, &run, &changed, &g_err));
+        ck_assert(changed);
+        run_free(run);
+    }
+    PQfinish(g_pg);
+    g_pg = th_pg(g_ci);
+    assert_state(id, "completed", "cancelled");
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------- */
+
+static TCase *tcase(const char *name, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    return tc;
+}
+
+int main(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc;
+
+    tc = tcase("migrate", 60);
+    tcase_add_test(tc, migrate_idempotent);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("submit", 60);
+    tcase_add_test(tc, submit_dedupe_and_conflict);
+    tcase_add_test(tc, dedupe_race);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("claim", 120);
+    tcase_add_test(tc, max_running_under_contention);
+    tcase_add_test(tc, claim_order_delay_and_types);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("fencing", 60);
+    tcase_add_test(tc, fencing_of_a_stale_worker);
+    tcase_add_test(tc, orphan_rescue_paths);
+    tcase_add_test(tc, rescue_batches);
+    tcase_add_test(tc, heartbeat_only_own_runs);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("cancel_retry", 60);
+    tcase_add_test(tc, cancel_paths);
+    tcase_add_test(tc, retry_paths);
+    tcase_add_test(tc, progress_writes_and_clamps);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("retention_list", 60);
+    tcase_add_test(tc, prune_in_batches);
+    tcase_add_test(tc, list_cursor_filters_and_tenants);
+    suite_add_tcase(s, tc);
+
+    /* Last: it restarts the server under everyone. */
+    tc = tcase("restart", 120);
+    tcase_add_test(tc, survives_postgres_restart);
+    suite_add_tcase(s, tc);
+
+    return th_run_suite(s);
+}
