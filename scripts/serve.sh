@@ -2,8 +2,8 @@
 # serve.sh — installs what is missing, builds opsrun (Release, build/opsrun)
 # and serves it in the foreground: scripts/serve.sh [opsrun serve flags...]
 #
-# Without a database (no --database-url among the flags, no
-# OPSRUN_DATABASE_URL in the environment) a private PostgreSQL cluster is
+# Without a database (none in the flags, OPSRUN_DATABASE_URL or the config
+# file, as `opsrun serve --print-config` reports) a private PostgreSQL cluster is
 # started in .data/pg with a database "opsrun", and stopped again when opsrun
 # exits. SIGINT/SIGTERM are passed on to opsrun (as SIGTERM: both mean a
 # graceful drain); serve.sh exits with opsrun's exit status.
@@ -28,13 +28,14 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null ||
 cmake --build build -j "$JOBS" || die "build failed"
 [[ -x build/opsrun ]] || die "build/opsrun was not built"
 
+# Ask opsrun itself whether a database is configured (flag, environment or
+# config file), so every way of giving one is honoured. A configuration it
+# rejects is reported by the serve below, with the key it names.
 have_db=0
-[[ -n "${OPSRUN_DATABASE_URL:-}" ]] && have_db=1
-for arg in "$@"; do
-    case "$arg" in
-    --database-url | --database-url=*) have_db=1 ;;
-    esac
-done
+if effective=$(build/opsrun serve --print-config "$@" 2>/dev/null) &&
+    ! grep -q '^  "database_url": null' <<<"$effective"; then
+    have_db=1
+fi
 
 PGDATA_DIR="$ROOT/.data/pg"
 started_pg=0
