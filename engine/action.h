@@ -16,7 +16,10 @@
 
 enum step { STEP_DONE, STEP_FAIL, STEP_RETRY, STEP_WAIT };
 
-enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN };
+/* Why a run must stop: cancelled by a user; process shutting down (hand it
+ * back); lost (this attempt is no longer ours: rescued or ended elsewhere,
+ * so nothing may be written). */
+enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN, STOP_LOST };
 
 struct run_ctx {
     const struct run *run;

@@ -13,8 +13,9 @@
 struct slot {
     struct engine *e;
     pthread_t thread;
-    struct run *run;  /* the run executing here, NULL when idle */
-    _Atomic int stop; /* enum stop_reason for the current run */
+    struct run *run;    /* the run executing here, NULL when idle */
+    _Atomic int stop;   /* enum stop_reason for the current run */
+    int64_t started_ms; /* monotonic: when the run was taken */
     /* Throttled progress: the action records, maintenance and the worker's
      * final flush write; write_mu keeps those writes in order. */
     pthread_mutex_t write_mu;
@@ -46,6 +47,7 @@ struct engine {
     /* maintenance, doorbell, listener (engine/maint.c) */
     pthread_t maint, bell, listener;
     bool maint_stop, bell_stop, ring_queue, ring_events, listener_started;
+    int64_t heartbeat_ok_ms; /* monotonic: the last heartbeat that worked */
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
 

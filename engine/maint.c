@@ -173,17 +173,77 @@ static void maint_progress(struct engine *e, struct db *db)
     }
 }
 
+struct held_scan {
+    struct engine *e;
+    bool *held; /* per slot: its run is still ours */
+};
+
+static void on_held(void *arg, const char *tenant, const char *id, int attempt)
+{
+    struct held_scan *h = arg;
+    struct engine *e = h->e;
+
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->nslots; i++) {
+        const struct run *run = e->slots[i].run;
+        if (run && run->attempt == attempt && strcmp(run->id, id) == 0 &&
+            strcmp(run->tenant, tenant) == 0)
+            h->held[i] = true;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Stops the slots whose runs this process no longer holds: a run taken
+ * before `before` and missing from the heartbeat's answer was rescued or
+ * ended elsewhere (this process was frozen, or cut off from the database),
+ * and its action must not go on as a second live execution. With held NULL,
+ * every busy slot is stopped. */
+static void stop_lost(struct engine *e, const bool *held, int64_t before, const char *why)
+{
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->nslots; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->run || s->started_ms >= before || (held && held[i]) ||
+            atomic_load(&s->stop) == STOP_LOST)
+            continue;
+        atomic_store(&s->stop, STOP_LOST);
+        LOG(LOG_WARN, "stopping run=%s attempt=%d worker=%s: %s", s->run->id, s->run->attempt,
+            e->worker_id, why);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void maint_heartbeat(struct engine *e, struct db *db)
 {
     struct error err = {0};
+    struct held_scan h = {e, xcalloc((size_t)e->nslots, sizeof(bool))};
+    int64_t t0 = clock_mono_ms();
     int held = 0, busy;
+    enum status st;
 
     pthread_mutex_lock(&e->mu);
     busy = e->busy;
     pthread_mutex_unlock(&e->mu);
-    if (store_runs_heartbeat(db, e->worker_id, &held, &err) != ST_OK ||
-        store_workers_heartbeat(db, e->worker_id, busy, held, &err) != ST_OK)
+    st = store_runs_heartbeat(db, e->worker_id, &held, on_held, &h, &err);
+    if (st == ST_OK) {
+        e->heartbeat_ok_ms = t0;
+        stop_lost(e, h.held, t0, "the run is no longer held by this worker");
+        st = store_workers_heartbeat(db, e->worker_id, busy, held, &err);
+    }
+    if (st != ST_OK)
         LOG(LOG_WARN, "could not heartbeat worker=%s: %s", e->worker_id, err.message);
+    free(h.held);
+}
+
+/* Without a heartbeat for orphan_after_s, other replicas rescue our runs:
+ * stop them here before they become second live executions. */
+static void maint_check_contact(struct engine *e)
+{
+    int64_t now = clock_mono_ms();
+
+    if (now - e->heartbeat_ok_ms > (int64_t)e->cfg->queue.orphan_after_s * 1000)
+        stop_lost(e, NULL, now - (int64_t)e->cfg->queue.orphan_after_s * 1000,
+                  "no heartbeat reached the database within queue.orphan_after_s");
 }
 
 /* Rescues orphans in batches; returns false on a database error. */
@@ -252,6 +312,7 @@ static void maint_tick(struct engine *e, struct maint_clock *due)
     struct error err = {0};
     int busy;
 
+    maint_check_contact(e);
     if (db_pool_get(e->pool, &db, &err) != ST_OK) {
         LOG(LOG_DEBUG, "maintenance skipped: %s", err.message);
         return;
@@ -306,6 +367,7 @@ enum status maint_start(struct engine *e, struct error *err)
     if (st == ST_OK)
         st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
                                     e->nslots, err);
+    e->heartbeat_ok_ms = clock_mono_ms(); /* registering counts as contact */
     if (st == ST_OK && !maint_rescue(e, db))
         st = error_set(err, ST_UNAVAILABLE, "the orphan scan at start-up failed");
     db_pool_put(e->pool, db);

@@ -156,6 +156,9 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     json_t *err_json = NULL;
     enum status st;
 
+    if (stop == STOP_LOST)
+        return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
+                         f->attempt);
     if (stop == STOP_SHUTDOWN)
         return store_runs_release(db, f, err);
     if (stop == STOP_CANCEL) {
@@ -282,6 +285,7 @@ static void *worker_main(void *arg)
         e->qhead = (e->qhead + 1) % (size_t)e->nslots;
         e->qlen--;
         s->run = run;
+        s->started_ms = clock_mono_ms();
         s->pending = false;
         atomic_store(&s->stop, e->stop_all ? STOP_SHUTDOWN : STOP_NONE);
         e->busy++;

@@ -82,8 +82,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
 /* Milliseconds until the next delayed queued run is due (-1 = none), and
  * whether a queued run is due now (one a claim just left behind: a cap was
  * reached, or its type is not executed here). */
-enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now,
-                                struct error *err) WUR;
+enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err) WUR;
 
 /* Fenced writes: ST_LOST when the run is no longer this attempt's. */
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
@@ -102,14 +101,17 @@ enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay
 /* Shutdown: hands the run back to the queue without spending the attempt. */
 enum status store_runs_release(struct db *db, const struct fence *f, struct error *err) WUR;
 
-/* One statement refreshing heartbeat_at of every run the worker holds. */
-enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held,
-                                 struct error *err) WUR;
+/* Called once per run of a result: one attempt of one run. */
+typedef void (*run_ref_fn)(void *arg, const char *tenant, const char *id, int attempt);
+
+/* One statement refreshing heartbeat_at of every run the worker holds; fn
+ * (optional) is called for each run still held, so the worker can stop the
+ * ones it lost (rescued, re-claimed, or ended by someone else). */
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, run_ref_fn fn,
+                                 void *arg, struct error *err) WUR;
 /* Calls fn for each run of this worker in status cancelling. */
-enum status store_runs_cancelling(struct db *db, const char *worker_id,
-                                  void (*fn)(void *arg, const char *tenant, const char *id,
-                                             int attempt),
-                                  void *arg, struct error *err) WUR;
+enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_fn fn, void *arg,
+                                  struct error *err) WUR;
 /* Requeues (or fails, past max_attempts; or ends cancelled, when cancelling)
  * up to batch runs whose heartbeat is older than orphan_after_s. */
 enum status store_runs_rescue(struct db *db, int orphan_after_s, int batch, int *rescued,

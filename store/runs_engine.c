@@ -67,7 +67,7 @@ static const struct stmt S_RELEASE = {
             "format('released by %s at shutdown', $3::text)")) " SELECT count(*) FROM upd"};
 static const struct stmt S_HEARTBEAT = {
     "runs_heartbeat", "UPDATE runs SET heartbeat_at = now() WHERE worker_id = $1 AND "
-                      "status IN ('running', 'cancelling')"};
+                      "status IN ('running', 'cancelling') RETURNING tenant, id, attempt"};
 static const struct stmt S_CANCELLING = {
     "runs_cancelling", "SELECT tenant, id, attempt FROM runs WHERE worker_id = $1 AND "
                        "status = 'cancelling'"};
@@ -257,33 +257,33 @@ enum status store_runs_release(struct db *db, const struct fence *f, struct erro
     return run_fenced(db, &S_RELEASE, 4, p, f, err);
 }
 
-enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, struct error *err)
+/* Runs st with the worker id and calls fn for each (tenant, id, attempt) row. */
+static enum status run_refs(struct db *db, const struct stmt *st, const char *worker_id, int *n,
+                            run_ref_fn fn, void *arg, struct error *err)
 {
     PGresult *r;
-    enum status st = db_run(db, &S_HEARTBEAT, 1, &worker_id, &r, err);
+    enum status s = db_run(db, st, 1, &worker_id, &r, err);
 
-    if (st != ST_OK)
-        return st;
-    if (held)
-        *held = atoi(PQcmdTuples(r));
+    if (s != ST_OK)
+        return s;
+    for (int i = 0; fn && i < PQntuples(r); i++)
+        fn(arg, db_val(r, i, 0), db_val(r, i, 1), (int)db_i64(r, i, 2));
+    if (n)
+        *n = PQntuples(r);
     PQclear(r);
     return ST_OK;
 }
 
-enum status store_runs_cancelling(struct db *db, const char *worker_id,
-                                  void (*fn)(void *arg, const char *tenant, const char *id,
-                                             int attempt),
-                                  void *arg, struct error *err)
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, run_ref_fn fn,
+                                 void *arg, struct error *err)
 {
-    PGresult *r;
-    enum status st = db_run(db, &S_CANCELLING, 1, &worker_id, &r, err);
+    return run_refs(db, &S_HEARTBEAT, worker_id, held, fn, arg, err);
+}
 
-    if (st != ST_OK)
-        return st;
-    for (int i = 0; i < PQntuples(r); i++)
-        fn(arg, db_val(r, i, 0), db_val(r, i, 1), (int)db_i64(r, i, 2));
-    PQclear(r);
-    return ST_OK;
+enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_fn fn, void *arg,
+                                  struct error *err)
+{
+    return run_refs(db, &S_CANCELLING, worker_id, NULL, fn, arg, err);
 }
 
 static enum status run_count2(struct db *db, const struct stmt *s, const char *a, const char *b,

@@ -968,7 +968,7 @@ START_TEST(heartbeat_only_own_runs)
     PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour' "
                          "WHERE status IN ('running', 'cancelling')"));
 
-    OK(store_runs_heartbeat(g_db, "w1", &held, &g_err));
+    OK(store_runs_heartbeat(g_db, "w1", &held, NULL, NULL, &g_err));
     ck_assert_int_eq(held, 3);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE heartbeat_at > "
                                       "now() - interval '10 seconds'"),
@@ -977,9 +977,9 @@ START_TEST(heartbeat_only_own_runs)
     assert_col(a3, "heartbeat_at > now() - interval '10 seconds'", "true");
     assert_col(b1, "heartbeat_at < now() - interval '50 minutes'", "true");
     assert_col(done, "heartbeat_at", NULL);
-    OK(store_runs_heartbeat(g_db, "nobody", &held, &g_err));
+    OK(store_runs_heartbeat(g_db, "nobody", &held, NULL, NULL, &g_err));
     ck_assert_int_eq(held, 0);
-    OK(store_runs_heartbeat(g_db, "w1", NULL, &g_err));
+    OK(store_runs_heartbeat(g_db, "w1", NULL, NULL, NULL, &g_err));
 
     /* A heartbeat keeps the rescue away; the other worker's run goes. */
     {
