@@ -2,6 +2,7 @@
  * identity, insert or join a run. The intake dispatches on the body's shape
  * so the Alertmanager webhook body can sit beside the generic one. */
 #include "handlers/handlers.h"
+#include "handlers/intake.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -123,7 +124,7 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 
-static json_t *submit_reply_body(const struct run *run, bool dedup)
+json_t *intake_result(const struct run *run, bool dedup)
 {
     char self[200], stream[220], cancel[220];
 
@@ -155,12 +156,31 @@ static void submission_hashes(const char *tenant, const struct run_type *rt,
     }
 }
 
+enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
+                          struct run **out, bool *dedup, struct error *err)
+{
+    char id[27];
+    const struct run_new rn = {
+        .tenant = tenant,
+        .id = in->id ? in->id : (run_id_new(id), id),
+        .type = in->type->name,
+        .priority = in->priority,
+        .run_at = in->run_at,
+        .max_attempts = in->type->max_attempts,
+        .timeout_s = (int)in->type->timeout_s,
+        .input = in->input,
+        .identity_hash = in->identity_hash,
+        .request_hash = in->request_hash,
+    };
+    return store_runs_submit(db, &rn, out, dedup, err);
+}
+
 static enum status alerts_generic(const struct hctx *hc, const struct request *rq, struct reply *rp,
                                   struct error *err)
 {
     struct submission s;
     const struct run_type *rt;
-    char id[27], identity[65], request[65], run_at[40];
+    char identity[65], request[65], run_at[40];
     json_t *empty = json_object();
     struct run *run = NULL;
     struct db *db = NULL;
@@ -178,25 +198,20 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
     if (!s.data)
         s.data = empty;
     submission_hashes(rq->tenant, rt, &s, rq->body, identity, request);
-    if (!s.run_id)
-        run_id_new(id);
     if (s.has_run_at)
         time_format_rfc3339(s.run_at_us, run_at, sizeof(run_at));
     st = db_pool_get(hc->pool, &db, err);
     if (st == ST_OK) {
-        const struct run_new rn = {
-            .tenant = rq->tenant,
-            .id = s.run_id ? s.run_id : id,
-            .type = rt->name,
+        const struct intake_run in = {
+            .type = rt,
+            .id = s.run_id,
+            .input = s.data,
             .priority = s.priority,
             .run_at = s.has_run_at ? run_at : NULL,
-            .max_attempts = rt->max_attempts,
-            .timeout_s = (int)rt->timeout_s,
-            .input = s.data,
             .identity_hash = identity,
             .request_hash = request,
         };
-        st = store_runs_submit(db, &rn, &run, &dedup, err);
+        st = intake_submit(db, rq->tenant, &in, &run, &dedup, err);
     }
     db_pool_put(hc->pool, db);
     if (st != ST_OK)
@@ -209,7 +224,7 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
         if (hc->engine)
             engine_submitted(hc->engine);
     }
-    reply_json_take(rp, dedup ? 200 : 202, submit_reply_body(run, dedup));
+    reply_json_take(rp, dedup ? 200 : 202, intake_result(run, dedup));
 out:
     run_free(run);
     json_decref(empty);
@@ -228,8 +243,7 @@ enum status handle_alerts_create(const struct hctx *hc, const struct request *rq
     enum status st;
 
     if (is_alertmanager(rq->body))
-        st = error_set(&err, ST_UNPROCESSABLE,
-                       "alertmanager webhook bodies are not accepted by this version yet");
+        st = alerts_alertmanager(hc, rq, rp, &err);
     else
         st = alerts_generic(hc, rq, rp, &err);
     if (st != ST_OK)

@@ -187,6 +187,17 @@ enum status store_runs_get(struct db *db, const char *tenant, const char *id, st
     return st;
 }
 
+enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
+                                  struct run **out, struct error *err)
+{
+    const char *p[2] = {tenant, identity_hash};
+    enum status st = run_query_one(db, &S_BY_IDENTITY, 2, p, out, NULL, err);
+
+    if (st == ST_OK && !*out)
+        st = error_set(err, ST_NOT_FOUND, "no active run with this identity");
+    return st;
+}
+
 enum status store_runs_list(struct db *db, const char *tenant, const struct run_filter *f,
                             json_t **runs, char **next_cursor, struct error *err)
 {

@@ -1,0 +1,33 @@
+/* handlers/intake.h — what the two bodies of POST /alerts share: the
+ * generic body (handlers/alerts.c) and the Alertmanager webhook body
+ * (handlers/alertmanager.c). Internal to handlers/. */
+#ifndef OPSRUN_HANDLERS_INTAKE_H
+#define OPSRUN_HANDLERS_INTAKE_H
+
+#include "handlers/handlers.h"
+
+struct db;
+
+/* One run to insert or join. */
+struct intake_run {
+    const struct run_type *type;
+    const char *id; /* NULL = a new generated id */
+    const json_t *input;
+    int priority;
+    const char *run_at;        /* RFC 3339, NULL = now */
+    const char *identity_hash; /* lower-case hex SHA-256 */
+    const char *request_hash;
+};
+
+/* Inserts the run or joins the run it matches (see store_runs_submit), on
+ * the caller's connection. */
+enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
+                          struct run **out, bool *dedup, struct error *err) WUR;
+/* {"run_id", "status", "outcome", "deduplicated", "links": {...}}: new ref. */
+json_t *intake_result(const struct run *run, bool dedup);
+
+/* POST /alerts with an Alertmanager webhook body. */
+enum status alerts_alertmanager(const struct hctx *hc, const struct request *rq, struct reply *rp,
+                                struct error *err) WUR;
+
+#endif
