@@ -203,6 +203,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
 {
     struct engine *e = s->e;
     const struct fence f = {s->run->tenant, s->run->id, e->worker_id, s->run->attempt};
+    bool waiting;
     int64_t give_up = clock_mono_ms() + (int64_t)e->cfg->queue.orphan_after_s * 2000;
     int64_t pause = 100;
     enum status st;
@@ -232,9 +233,15 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         e->st.finished_total++;
     else if (st == ST_LOST)
         e->st.lost_total++;
+    waiting = e->backlog;
     pthread_mutex_unlock(&e->mu);
+    /* Wake the other replicas for a run back in the queue, and for a slot
+     * freed while runs wait for one: under a shared cap they would
+     * otherwise only try on their next poll, and this replica, woken
+     * first, would take every freed slot. */
     if (st == ST_OK)
-        engine_ring(e, step == STEP_RETRY || atomic_load(&s->stop) == STOP_SHUTDOWN, true);
+        engine_ring(e, step == STEP_RETRY || waiting || atomic_load(&s->stop) == STOP_SHUTDOWN,
+                    true);
 }
 
 static void slot_execute(struct slot *s)
