@@ -78,10 +78,8 @@ static void parse_labels(const json_t *labels, const char *prefix, struct am_ale
     char field[64];
 
     xsnprintf(field, sizeof(field), "%slabels", prefix);
-    if (!labels) {
-        error_field(err, ST_INVALID, field, "is required");
-        return;
-    }
+    if (!labels)
+        return; /* absent (reported by the caller) or of the wrong type (by member) */
     json_object_foreach((json_t *)labels, key, v)
     {
         if (!json_is_string(v)) {
@@ -110,10 +108,14 @@ enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *o
     }
     status = member_str(alert, "status", prefix, err);
     xsnprintf(field, sizeof(field), "%sstatus", prefix);
-    if (!status || (strcmp(status, "firing") != 0 && strcmp(status, "resolved") != 0))
+    if (status ? strcmp(status, "firing") != 0 && strcmp(status, "resolved") != 0
+               : !json_object_get(alert, "status"))
         error_field(err, ST_INVALID, field, "must be \"firing\" or \"resolved\"");
-    else
+    else if (status)
         out->resolved = strcmp(status, "resolved") == 0;
+    xsnprintf(field, sizeof(field), "%slabels", prefix);
+    if (!json_object_get(alert, "labels"))
+        error_field(err, ST_INVALID, field, "is required");
     parse_labels(member(alert, "labels", JSON_OBJECT, prefix, err), prefix, out, err);
     out->fingerprint = member_str(alert, "fingerprint", prefix, err);
     if (out->fingerprint && (!*out->fingerprint || strlen(out->fingerprint) > FINGERPRINT_MAX)) {
@@ -276,9 +278,21 @@ static enum status alert_one(struct am_batch *b, size_t index, const json_t *ale
     return ST_OK;
 }
 
+/* The receiver name for a log value in quotes: at most 100 bytes, quotes,
+ * backslashes and control characters replaced, so it cannot fake fields. */
+static void log_value(const char *in, char out[101])
+{
+    size_t n = 0;
+
+    for (; in && in[n] && n < 100; n++)
+        out[n] = (in[n] == '"' || in[n] == '\\' || (unsigned char)in[n] < 0x20) ? '?' : in[n];
+    out[n] = '\0';
+}
+
 enum status alerts_alertmanager(const struct hctx *hc, const struct request *rq, struct reply *rp,
                                 struct error *err)
 {
+    char receiver[101];
     struct am_envelope env;
     struct am_batch b = {.hc = hc, .rq = rq, .env = &env};
     enum status st = am_parse_envelope(rq->body, &env, err);
@@ -298,12 +312,13 @@ enum status alerts_alertmanager(const struct hctx *hc, const struct request *rq,
             break;
     }
     db_pool_put(hc->pool, b.db);
+    log_value(env.receiver, receiver);
     LOG(LOG_INFO,
-        "alertmanager notification receiver=%s alerts=%zu created=%d joined=%d cancelled=%d "
+        "alertmanager notification receiver=\"%s\" alerts=%zu created=%d joined=%d "
+        "cancelled=%d "
         "ignored=%d unrouted=%d invalid=%d truncated=%lld%s",
-        env.receiver ? env.receiver : "", json_array_size(env.alerts), b.created, b.joined,
-        b.cancelled, b.ignored, b.unrouted, b.invalid, env.truncated,
-        st == ST_OK ? "" : " failed=true");
+        receiver, json_array_size(env.alerts), b.created, b.joined, b.cancelled, b.ignored,
+        b.unrouted, b.invalid, env.truncated, st == ST_OK ? "" : " failed=true");
     if (st != ST_OK) {
         json_decref(b.results);
         /* Only a failure on our side is left here: ask Alertmanager to retry. */
