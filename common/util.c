@@ -717,6 +717,11 @@ static bool parse_us(const char *s, size_t n, int64_t *out)
     return true;
 }
 
+bool time_in_range(int64_t us)
+{
+    return us >= INT64_C(-62135596800) * US_PER_SEC && us <= RFC3339_MAX_US;
+}
+
 /* plain is NUL-terminated, n bytes long, with no NUL inside. */
 static bool cursor_split(const char *plain, size_t n, int64_t *us_out, char id_out[129])
 {
@@ -727,7 +732,7 @@ static bool cursor_split(const char *plain, size_t n, int64_t *us_out, char id_o
         return false;
     us = plain + 3;
     colon = strchr(us, ':');
-    if (!colon || !parse_us(us, (size_t)(colon - us), &v))
+    if (!colon || !parse_us(us, (size_t)(colon - us), &v) || !time_in_range(v))
         return false;
     id = colon + 1;
     if (!id_valid_n(id, n - (size_t)(id - plain)))

@@ -24,8 +24,9 @@ enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN, STOP_LOST };
 struct run_ctx {
     const struct run *run;
     const struct run_type *type;
-    int64_t deadline_mono_ms; /* monotonic clock; the run's timeout */
-    const _Atomic int *stop;  /* enum stop_reason, set by other threads */
+    int64_t deadline_mono_ms;        /* monotonic clock; the run's timeout */
+    const _Atomic int *stop;         /* enum stop_reason, set by other threads */
+    const _Atomic int64_t *lease_ms; /* monotonic; past it the run may be rescued */
     /* Set by the action: */
     const char *outcome; /* STEP_DONE: "succeeded" (default) or "partially_succeeded" */
     json_t *result, *error, *summary_counts, *failure_summary; /* owned by the context */
@@ -45,7 +46,8 @@ struct action_ops {
 /* The built-in actions by name; NULL when unknown. */
 const struct action_ops *action_find(const char *name);
 
-/* True once the run should stop: cancel requested, shutdown, or deadline. */
+/* True once the run should stop: cancel requested, shutdown, deadline, or
+ * the end of its lease (another replica may be rescuing it). */
 bool rc_should_stop(const struct run_ctx *rc);
 /* Sleeps up to ms, in short slices, returning false early when it should stop. */
 bool rc_sleep(const struct run_ctx *rc, int64_t ms);

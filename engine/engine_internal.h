@@ -16,6 +16,12 @@ struct slot {
     struct run *run;    /* the run executing here, NULL when idle */
     _Atomic int stop;   /* enum stop_reason for the current run */
     int64_t started_ms; /* monotonic: when the run was taken */
+    /* Monotonic time until which no other replica may rescue this run: the
+     * last heartbeat that covered it (or the claim) plus orphan_after_s less
+     * one heartbeat interval. Past it the action stops and nothing is
+     * written, even when the maintenance thread is stuck. */
+    _Atomic int64_t lease_ms;
+    bool done; /* the terminal write is made; the heartbeat skips it */
     /* Throttled progress: the action records, maintenance and the worker's
      * final flush write; write_mu keeps those writes in order. */
     pthread_mutex_t write_mu;
@@ -47,7 +53,6 @@ struct engine {
     /* maintenance, doorbell, listener (engine/maint.c) */
     pthread_t maint, bell, listener;
     bool maint_stop, bell_stop, ring_queue, ring_events, listener_started;
-    int64_t heartbeat_ok_ms; /* monotonic: the last heartbeat that worked */
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
 
@@ -60,6 +65,9 @@ enum status maint_start(struct engine *e, struct error *err) WUR;
 void maint_stop(struct engine *e);
 void engine_ring(struct engine *e, bool queue, bool events);
 void engine_wake_dispatcher(struct engine *e);
+/* How long a claim or a heartbeat protects a run from rescue, less a margin
+ * of one heartbeat interval. */
+int64_t engine_lease_ms(const struct engine *e);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 

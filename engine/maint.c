@@ -141,19 +141,28 @@ static void *listener_main(void *arg)
 
 /* ---- maintenance ---- */
 
+/* The slot executing this attempt, or -1; caller holds e->mu. */
+static int slot_index(const struct engine *e, const char *tenant, const char *id, int attempt)
+{
+    for (int i = 0; i < e->nslots; i++) {
+        const struct run *run = e->slots[i].run;
+        if (run && run->attempt == attempt && strcmp(run->id, id) == 0 &&
+            strcmp(run->tenant, tenant) == 0)
+            return i;
+    }
+    return -1;
+}
+
 static void on_cancelling(void *arg, const char *tenant, const char *id, int attempt)
 {
     struct engine *e = arg;
+    int i;
 
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->nslots; i++) {
-        struct run *run = e->slots[i].run;
-        if (run && run->attempt == attempt && strcmp(run->id, id) == 0 &&
-            strcmp(run->tenant, tenant) == 0 && atomic_load(&e->slots[i].stop) == STOP_NONE) {
-            atomic_store(&e->slots[i].stop, STOP_CANCEL);
-            LOG(LOG_INFO, "cancel requested run=%s attempt=%d worker=%s", id, attempt,
-                e->worker_id);
-        }
+    i = slot_index(e, tenant, id, attempt);
+    if (i >= 0 && atomic_load(&e->slots[i].stop) == STOP_NONE) {
+        atomic_store(&e->slots[i].stop, STOP_CANCEL);
+        LOG(LOG_INFO, "cancel requested run=%s attempt=%d worker=%s", id, attempt, e->worker_id);
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -181,34 +190,64 @@ struct held_scan {
 static void on_held(void *arg, const char *tenant, const char *id, int attempt)
 {
     struct held_scan *h = arg;
-    struct engine *e = h->e;
+    int i;
 
-    pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->nslots; i++) {
-        const struct run *run = e->slots[i].run;
-        if (run && run->attempt == attempt && strcmp(run->id, id) == 0 &&
-            strcmp(run->tenant, tenant) == 0)
-            h->held[i] = true;
-    }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&h->e->mu);
+    i = slot_index(h->e, tenant, id, attempt);
+    if (i >= 0)
+        h->held[i] = true;
+    pthread_mutex_unlock(&h->e->mu);
 }
 
-/* Stops the slots whose runs this process no longer holds: a run taken
- * before `before` and missing from the heartbeat's answer was rescued or
- * ended elsewhere (this process was frozen, or cut off from the database),
- * and its action must not go on as a second live execution. With held NULL,
- * every busy slot is stopped. */
-static void stop_lost(struct engine *e, const bool *held, int64_t before, const char *why)
+/* The runs this process is executing or about to: busy slots whose terminal
+ * write is not made yet, and the local queue. Copies (free_refs). */
+static struct run_ref *held_refs(struct engine *e, size_t *n, int *busy)
+{
+    struct run_ref *refs = xcalloc((size_t)e->nslots * 2, sizeof(*refs));
+
+    *n = 0;
+    pthread_mutex_lock(&e->mu);
+    *busy = e->busy;
+    for (int i = 0; i < e->nslots; i++) {
+        const struct run *run = e->slots[i].run;
+        if (run && !e->slots[i].done)
+            refs[(*n)++] = (struct run_ref){xstrdup(run->tenant), xstrdup(run->id), run->attempt};
+    }
+    for (size_t q = 0; q < e->qlen; q++) {
+        const struct run *run = e->queue[(e->qhead + q) % (size_t)e->nslots];
+        refs[(*n)++] = (struct run_ref){xstrdup(run->tenant), xstrdup(run->id), run->attempt};
+    }
+    pthread_mutex_unlock(&e->mu);
+    return refs;
+}
+
+static void free_refs(struct run_ref *refs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free((char *)refs[i].tenant);
+        free((char *)refs[i].id);
+    }
+    free(refs);
+}
+
+/* After a heartbeat at t0: a run it covered is leased anew; a run taken
+ * before t0 that it did not find was rescued, re-claimed or ended elsewhere
+ * (this process was frozen or cut off), so its action must stop before it
+ * becomes a second live execution, and write nothing. */
+static void apply_heartbeat(struct engine *e, const bool *held, int64_t t0)
 {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->nslots; i++) {
         struct slot *s = &e->slots[i];
-        if (!s->run || s->started_ms >= before || (held && held[i]) ||
-            atomic_load(&s->stop) == STOP_LOST)
+        if (!s->run || s->done)
             continue;
-        atomic_store(&s->stop, STOP_LOST);
-        LOG(LOG_WARN, "stopping run=%s attempt=%d worker=%s: %s", s->run->id, s->run->attempt,
-            e->worker_id, why);
+        if (held[i]) {
+            atomic_store(&s->lease_ms, t0 + engine_lease_ms(e));
+        } else if (s->started_ms < t0 && atomic_load(&s->stop) != STOP_LOST) {
+            atomic_store(&s->stop, STOP_LOST);
+            LOG(LOG_WARN, "stopping run=%s attempt=%d worker=%s: no longer held by this worker",
+                s->run->id, s->run->attempt, e->worker_id);
+        }
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -218,32 +257,19 @@ static void maint_heartbeat(struct engine *e, struct db *db)
     struct error err = {0};
     struct held_scan h = {e, xcalloc((size_t)e->nslots, sizeof(bool))};
     int64_t t0 = clock_mono_ms();
+    size_t nrefs;
     int held = 0, busy;
-    enum status st;
+    struct run_ref *refs = held_refs(e, &nrefs, &busy);
+    enum status st = store_runs_heartbeat(db, e->worker_id, refs, nrefs, &held, on_held, &h, &err);
 
-    pthread_mutex_lock(&e->mu);
-    busy = e->busy;
-    pthread_mutex_unlock(&e->mu);
-    st = store_runs_heartbeat(db, e->worker_id, &held, on_held, &h, &err);
     if (st == ST_OK) {
-        e->heartbeat_ok_ms = t0;
-        stop_lost(e, h.held, t0, "the run is no longer held by this worker");
+        apply_heartbeat(e, h.held, t0);
         st = store_workers_heartbeat(db, e->worker_id, busy, held, &err);
     }
     if (st != ST_OK)
         LOG(LOG_WARN, "could not heartbeat worker=%s: %s", e->worker_id, err.message);
+    free_refs(refs, nrefs);
     free(h.held);
-}
-
-/* Without a heartbeat for orphan_after_s, other replicas rescue our runs:
- * stop them here before they become second live executions. */
-static void maint_check_contact(struct engine *e)
-{
-    int64_t now = clock_mono_ms();
-
-    if (now - e->heartbeat_ok_ms > (int64_t)e->cfg->queue.orphan_after_s * 1000)
-        stop_lost(e, NULL, now - (int64_t)e->cfg->queue.orphan_after_s * 1000,
-                  "no heartbeat reached the database within queue.orphan_after_s");
 }
 
 /* Rescues orphans in batches; returns false on a database error. */
@@ -312,7 +338,6 @@ static void maint_tick(struct engine *e, struct maint_clock *due)
     struct error err = {0};
     int busy;
 
-    maint_check_contact(e);
     if (db_pool_get(e->pool, &db, &err) != ST_OK) {
         LOG(LOG_DEBUG, "maintenance skipped: %s", err.message);
         return;
@@ -367,7 +392,6 @@ enum status maint_start(struct engine *e, struct error *err)
     if (st == ST_OK)
         st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
                                     e->nslots, err);
-    e->heartbeat_ok_ms = clock_mono_ms(); /* registering counts as contact */
     if (st == ST_OK && !maint_rescue(e, db))
         st = error_set(err, ST_UNAVAILABLE, "the orphan scan at start-up failed");
     db_pool_put(e->pool, db);

@@ -255,6 +255,7 @@ static void slot_execute(struct slot *s)
         .type = rt,
         .deadline_mono_ms = clock_mono_ms() + left_ms,
         .stop = &s->stop,
+        .lease_ms = &s->lease_ms,
         .progress_fn = slot_progress,
         .progress_arg = s,
     };
@@ -314,6 +315,11 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+int64_t engine_lease_ms(const struct engine *e)
+{
+    return ((int64_t)e->cfg->queue.orphan_after_s - e->cfg->queue.heartbeat_interval_s) * 1000;
 }
 
 struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
@@ -392,24 +398,31 @@ void engine_events_written(struct engine *e)
 /* Hands back the runs claimed but not started, at shutdown. */
 static void engine_release_queued(struct engine *e)
 {
+    struct run **runs = xcalloc((size_t)e->nslots, sizeof(*runs));
     struct db *db = NULL;
     struct error err = {0};
+    size_t n = 0;
 
-    if (db_pool_get(e->pool, &db, &err) != ST_OK)
-        LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);
+    /* Take them out under the lock; talk to the database without it. */
     pthread_mutex_lock(&e->mu);
     while (e->qlen > 0) {
-        struct run *run = e->queue[e->qhead];
-        struct fence f = {run->tenant, run->id, e->worker_id, run->attempt};
+        runs[n++] = e->queue[e->qhead];
         e->qhead = (e->qhead + 1) % (size_t)e->nslots;
         e->qlen--;
-        if (db && store_runs_release(db, &f, &err) != ST_OK)
-            LOG(LOG_WARN, "could not release run=%s: %s", run->id, err.message);
-        run_free(run);
     }
     pthread_mutex_unlock(&e->mu);
+    if (n > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
+        LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);
+    for (size_t i = 0; i < n; i++) {
+        struct fence f = {runs[i]->tenant, runs[i]->id, e->worker_id, runs[i]->attempt};
+        if (db && store_runs_release(db, &f, &err) != ST_OK)
+            LOG(LOG_WARN, "could not release run=%s: %s", runs[i]->id, err.message);
+        run_free(runs[i]);
+    }
     db_pool_put(e->pool, db);
-    engine_ring(e, true, true);
+    free(runs);
+    if (n > 0)
+        engine_ring(e, true, true);
 }
 
 void engine_drain(struct engine *e, int grace_s)

@@ -100,6 +100,8 @@ static void parse_others(const json_t *body, struct submission *s, struct error 
     v = json_object_get(body, "run_at");
     if (v && !(json_is_string(v) && time_parse_rfc3339(json_string_value(v), &s->run_at_us)))
         error_field(err, ST_INVALID, "run_at", "must be an RFC 3339 timestamp");
+    else if (v && !time_in_range(s->run_at_us))
+        error_field(err, ST_INVALID, "run_at", "must be between years 0001 and 9999 in UTC");
     else if (v)
         s->has_run_at = true;
 

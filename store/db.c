@@ -43,18 +43,23 @@ static void db_notice(void *arg, const char *message)
 
 static enum status db_open(struct db *db, struct error *err)
 {
-    char timeout[16], options[64];
-    const char *keys[8], *vals[8];
+    char timeout[16], options[64], user_timeout[24];
+    const char *keys[10], *vals[10];
     int n = 0;
 
     xsnprintf(timeout, sizeof(timeout), "%d", db->opt.connect_timeout_s);
     xsnprintf(options, sizeof(options), "-c statement_timeout=%d", db->opt.statement_timeout_ms);
+    xsnprintf(user_timeout, sizeof(user_timeout), "%d",
+              (db->opt.statement_timeout_ms > 0 ? db->opt.statement_timeout_ms : 30000) + 5000);
     keys[n] = "dbname", vals[n++] = db->conninfo;
     keys[n] = "connect_timeout", vals[n++] = timeout;
     keys[n] = "keepalives", vals[n++] = "1";
     keys[n] = "keepalives_idle", vals[n++] = "30";
     keys[n] = "keepalives_interval", vals[n++] = "10";
     keys[n] = "application_name", vals[n++] = db->appname;
+    /* Without it a call on a silently dead network waits for TCP to give up
+     * (about 15 minutes); the server's statement_timeout cannot help. */
+    keys[n] = "tcp_user_timeout", vals[n++] = user_timeout;
     if (db->opt.statement_timeout_ms > 0)
         keys[n] = "options", vals[n++] = options;
     keys[n] = NULL, vals[n] = NULL;

@@ -19,9 +19,9 @@ static const struct stmt S_INSERT = {
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
-static const struct stmt S_BY_IDENTITY = {"runs_by_identity",
-                                          "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
-                                          "r.identity_hash = $2 AND r.status <> 'completed'"};
+static const struct stmt S_BY_IDENTITY = {
+    "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
+                        "r.identity_hash = $2 AND r.status IN ('queued', 'running', 'waiting')"};
 static const struct stmt S_LIST = {
     "runs_list",
     "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 "
@@ -30,9 +30,13 @@ static const struct stmt S_LIST = {
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
     "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"};
+/* cur locks the run and carries its newest version: a cancel that waited
+ * behind a finish must answer with the finished run (409), not the version
+ * its statement started with. */
 static const struct stmt S_CANCEL = {
     "runs_cancel",
-    "WITH cur AS (SELECT tenant, id, status FROM runs WHERE tenant = $1 AND id = $2 FOR UPDATE), "
+    "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
+    "WHERE r.tenant = $1 AND r.id = $2 FOR UPDATE), "
     "upd AS (UPDATE runs r SET "
     "status = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'completed' ELSE 'cancelling' "
     "END, "
@@ -41,11 +45,14 @@ static const struct stmt S_CANCEL = {
     "next_poll_at = NULL, updated_at = now() FROM cur "
     "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN ('queued', 'waiting', "
     "'running') RETURNING " RUN_RET "), " EVENT_FROM_UPD(
-        "'status'", "'cancel requested'") " SELECT " RUN_OUT
-                                          ", true FROM upd UNION ALL SELECT " RUN_COLS
-                                          ", false FROM runs r "
-                                          "WHERE r.tenant = $1 AND r.id = $2 AND NOT EXISTS "
-                                          "(SELECT 1 FROM upd)"};
+        "'status'",
+        "'cancel requested'") " SELECT " RUN_OUT ", true FROM upd UNION ALL "
+                              "SELECT opsrun_run_json(c.cr)::text, (c.cr).tenant, (c.cr).id, "
+                              "(c.cr).type, (c.cr).status, "
+                              "(c.cr).outcome, (c.cr).attempt, (c.cr).max_attempts, "
+                              "(extract(epoch FROM (c.cr).deadline_at - now()) * 1000)::bigint, "
+                              "(extract(epoch FROM (c.cr).created_at) * 1000000)::bigint, false "
+                              "FROM cur c WHERE NOT EXISTS (SELECT 1 FROM upd)"};
 static const struct stmt S_EVENTS = {
     "events_list",
     "SELECT (SELECT count(*) FROM runs WHERE tenant = $1 AND id = $2), "

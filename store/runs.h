@@ -107,11 +107,21 @@ enum status store_runs_release(struct db *db, const struct fence *f, struct erro
 /* Called once per run of a result: one attempt of one run. */
 typedef void (*run_ref_fn)(void *arg, const char *tenant, const char *id, int attempt);
 
-/* One statement refreshing heartbeat_at of every run the worker holds; fn
- * (optional) is called for each run still held, so the worker can stop the
- * ones it lost (rescued, re-claimed, or ended by someone else). */
-enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, run_ref_fn fn,
-                                 void *arg, struct error *err) WUR;
+/* One attempt of one run, as the worker knows it. */
+struct run_ref {
+    const char *tenant, *id;
+    int attempt;
+};
+
+/* One statement refreshing heartbeat_at of the runs the worker says it is
+ * executing (refs), and only those that are still its own: a row that names
+ * this worker but is not in refs (a claim whose answer was lost, a run the
+ * worker gave up on) goes stale and is rescued. fn (optional) is called for
+ * each run still held, so the worker can stop the ones it lost (rescued,
+ * re-claimed or ended elsewhere); *held (optional) gets their number. */
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, const struct run_ref *refs,
+                                 size_t nrefs, int *held, run_ref_fn fn, void *arg,
+                                 struct error *err) WUR;
 /* Calls fn for each run of this worker in status cancelling. */
 enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_fn fn, void *arg,
                                   struct error *err) WUR;

@@ -66,8 +66,11 @@ static const struct stmt S_RELEASE = {
         CANCELLED_OR(
             "format('released by %s at shutdown', $3::text)")) " SELECT count(*) FROM upd"};
 static const struct stmt S_HEARTBEAT = {
-    "runs_heartbeat", "UPDATE runs SET heartbeat_at = now() WHERE worker_id = $1 AND "
-                      "status IN ('running', 'cancelling') RETURNING tenant, id, attempt"};
+    "runs_heartbeat",
+    "UPDATE runs r SET heartbeat_at = now() FROM unnest($2::text[], $3::text[], $4::int[]) "
+    "AS h(tenant, id, attempt) WHERE r.worker_id = $1 AND r.tenant = h.tenant AND r.id = h.id "
+    "AND r.attempt = h.attempt AND r.status IN ('running', 'cancelling') "
+    "RETURNING r.tenant, r.id, r.attempt"};
 static const struct stmt S_CANCELLING = {
     "runs_cancelling", "SELECT tenant, id, attempt FROM runs WHERE worker_id = $1 AND "
                        "status = 'cancelling'"};
@@ -99,8 +102,10 @@ static const struct stmt S_PRUNE = {
     "FOR UPDATE SKIP LOCKED) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
 static const struct stmt S_COUNTS = {
-    "runs_counts", "SELECT s, (SELECT count(*) FROM runs WHERE status = s) FROM "
-                   "unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) AS s"};
+    "runs_counts",
+    "SELECT s, coalesce(c.n, 0) FROM unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) "
+    "AS s LEFT JOIN (SELECT status, count(*) AS n FROM runs WHERE status <> 'completed' "
+    "GROUP BY status) c ON c.status = s"};
 static const struct stmt S_NOTIFY = {
     "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
                    "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END"};
@@ -221,8 +226,10 @@ enum status store_runs_finish(struct db *db, const struct fence *f, const struct
     char *j[4] = {
         res->result ? json_dumps(res->result, JSON_COMPACT | JSON_ENCODE_ANY) : NULL,
         res->error ? json_dumps(res->error, JSON_COMPACT | JSON_ENCODE_ANY) : NULL,
-        res->summary_counts ? json_dumps(res->summary_counts, JSON_COMPACT) : NULL,
-        res->failure_summary ? json_dumps(res->failure_summary, JSON_COMPACT) : NULL,
+        res->summary_counts ? json_dumps(res->summary_counts, JSON_COMPACT | JSON_ENCODE_ANY)
+                            : NULL,
+        res->failure_summary ? json_dumps(res->failure_summary, JSON_COMPACT | JSON_ENCODE_ANY)
+                             : NULL,
     };
     const char *p[10] = {NULL, NULL, NULL, NULL, res->outcome,
                          j[0], j[1], j[2], j[3], res->message};
@@ -257,33 +264,59 @@ enum status store_runs_release(struct db *db, const struct fence *f, struct erro
     return run_fenced(db, &S_RELEASE, 4, p, f, err);
 }
 
-/* Runs st with the worker id and calls fn for each (tenant, id, attempt) row. */
-static enum status run_refs(struct db *db, const struct stmt *st, const char *worker_id, int *n,
-                            run_ref_fn fn, void *arg, struct error *err)
+/* Calls fn for each (tenant, id, attempt) row of r; *n gets their number. */
+static void run_refs(PGresult *r, int *n, run_ref_fn fn, void *arg)
 {
-    PGresult *r;
-    enum status s = db_run(db, st, 1, &worker_id, &r, err);
-
-    if (s != ST_OK)
-        return s;
     for (int i = 0; fn && i < PQntuples(r); i++)
         fn(arg, db_val(r, i, 0), db_val(r, i, 1), (int)db_i64(r, i, 2));
     if (n)
         *n = PQntuples(r);
     PQclear(r);
-    return ST_OK;
 }
 
-enum status store_runs_heartbeat(struct db *db, const char *worker_id, int *held, run_ref_fn fn,
-                                 void *arg, struct error *err)
+enum status store_runs_heartbeat(struct db *db, const char *worker_id, const struct run_ref *refs,
+                                 size_t nrefs, int *held, run_ref_fn fn, void *arg,
+                                 struct error *err)
 {
-    return run_refs(db, &S_HEARTBEAT, worker_id, held, fn, arg, err);
+    const char **tenants = xcalloc(nrefs + 1, sizeof(*tenants));
+    const char **ids = xcalloc(nrefs + 1, sizeof(*ids));
+    char *t, *i, *a;
+    size_t cap = 3 + nrefs * 12, len = 0;
+    const char *p[4];
+    PGresult *r = NULL;
+    enum status st;
+
+    a = xmalloc(cap);
+    a[len++] = '{';
+    for (size_t k = 0; k < nrefs; k++) {
+        tenants[k] = refs[k].tenant;
+        ids[k] = refs[k].id;
+        len += xsnprintf(a + len, cap - len, "%s%d", k ? "," : "", refs[k].attempt);
+    }
+    xsnprintf(a + len, cap - len, "}");
+    t = pg_text_array(tenants, nrefs);
+    i = pg_text_array(ids, nrefs);
+    p[0] = worker_id, p[1] = t, p[2] = i, p[3] = a;
+    st = db_run(db, &S_HEARTBEAT, 4, p, &r, err);
+    if (st == ST_OK)
+        run_refs(r, held, fn, arg);
+    free(tenants);
+    free(ids);
+    free(t);
+    free(i);
+    free(a);
+    return st;
 }
 
 enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_fn fn, void *arg,
                                   struct error *err)
 {
-    return run_refs(db, &S_CANCELLING, worker_id, NULL, fn, arg, err);
+    PGresult *r;
+    enum status st = db_run(db, &S_CANCELLING, 1, &worker_id, &r, err);
+
+    if (st == ST_OK)
+        run_refs(r, NULL, fn, arg);
+    return st;
 }
 
 static enum status run_count2(struct db *db, const struct stmt *s, const char *a, const char *b,

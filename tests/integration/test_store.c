@@ -968,25 +968,40 @@ START_TEST(heartbeat_only_own_runs)
     PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour' "
                          "WHERE status IN ('running', 'cancelling')"));
 
-    OK(store_runs_heartbeat(g_db, "w1", &held, NULL, NULL, &g_err));
-    ck_assert_int_eq(held, 3);
+    /* w1 says it executes a1, a3, the finished run and w2's run, plus one
+     * that does not exist; it does not name a2 (a claim whose answer it
+     * never got). Only a1 and a3 are refreshed and reported. */
+    {
+        const struct run_ref refs[] = {
+            {"default", a1, 1}, {"default", a3, 1},      {"default", done, 1},
+            {"default", b1, 1}, {"default", "ghost", 1}, {"default", a2, 2},
+        };
+        OK(store_runs_heartbeat(g_db, "w1", refs, 6, &held, NULL, NULL, &g_err));
+    }
+    ck_assert_int_eq(held, 2);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE heartbeat_at > "
                                       "now() - interval '10 seconds'"),
-                     3);
+                     2);
     assert_col(a1, "heartbeat_at > now() - interval '10 seconds'", "true");
     assert_col(a3, "heartbeat_at > now() - interval '10 seconds'", "true");
+    assert_col(a2, "heartbeat_at < now() - interval '50 minutes'", "true");
     assert_col(b1, "heartbeat_at < now() - interval '50 minutes'", "true");
     assert_col(done, "heartbeat_at", NULL);
-    OK(store_runs_heartbeat(g_db, "nobody", &held, NULL, NULL, &g_err));
-    ck_assert_int_eq(held, 0);
-    OK(store_runs_heartbeat(g_db, "w1", NULL, NULL, NULL, &g_err));
+    {
+        const struct run_ref refs[] = {{"default", a1, 1}};
+        OK(store_runs_heartbeat(g_db, "nobody", refs, 1, &held, NULL, NULL, &g_err));
+        ck_assert_int_eq(held, 0);
+        OK(store_runs_heartbeat(g_db, "w1", NULL, 0, &held, NULL, NULL, &g_err));
+        ck_assert_int_eq(held, 0);
+    }
 
     /* A heartbeat keeps the rescue away; the other worker's run goes. */
     {
         int rescued = -1;
         OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
-        ck_assert_int_eq(rescued, 1);
+        ck_assert_int_eq(rescued, 2); /* b1, and a2 which w1 no longer claimed */
         assert_state(b1, "queued", "pending");
+        assert_state(a2, "queued", "pending");
         assert_state(a1, "running", "pending");
         assert_state(a3, "cancelling", "pending");
     }
@@ -1615,6 +1630,111 @@ START_TEST(survives_postgres_restart)
 }
 END_TEST
 
+struct cancel_call {
+    const char *ci, *id;
+    enum status st;
+    bool changed;
+    char status[16], outcome[24];
+};
+
+/* Cancels on a connection of its own (the caller's test may block it). */
+static void *cancel_main(void *arg)
+{
+    struct cancel_call *c = arg;
+    struct db *db = connect_db(c->ci);
+    struct error err = {0};
+    struct run *run = NULL;
+
+    c->st = store_runs_cancel(db, "default", c->id, &run, &c->changed, &err);
+    if (run) {
+        snprintf(c->status, sizeof(c->status), "%s", run->status);
+        snprintf(c->outcome, sizeof(c->outcome), "%s", run->outcome);
+    }
+    run_free(run);
+    db_close(db);
+    return NULL;
+}
+
+/* A cancel that waits behind another writer answers with the run as that
+ * writer left it: after a finish, the completed run (the handler's 409);
+ * after another cancel, cancelling (not the running version the statement
+ * started with). */
+START_TEST(cancel_waits_for_the_newest_version)
+{
+    struct cancel_call c;
+    pthread_t th;
+    PGconn *other;
+    char *id;
+
+    open_test_db("it_store_cancel_race");
+    other = th_pg(g_ci);
+
+    id = new_run(3);
+    claim_expect("w1", id, 1);
+    PQclear(th_sql(other, "BEGIN"));
+    PQclear(th_sql(other,
+                   "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                   "completed_at = now() WHERE id = '%s'",
+                   id));
+    c = (struct cancel_call){.ci = g_ci, .id = id};
+    pthread_create(&th, NULL, cancel_main, &c);
+    th_sleep_ms(300); /* the cancel now waits for the row lock */
+    PQclear(th_sql(other, "COMMIT"));
+    pthread_join(th, NULL);
+    ck_assert_int_eq(c.st, ST_OK);
+    ck_assert(!c.changed);
+    ck_assert_str_eq(c.status, "completed");
+    ck_assert_str_eq(c.outcome, "succeeded");
+    free(id);
+
+    id = new_run(3);
+    claim_expect("w1", id, 1);
+    PQclear(th_sql(other, "BEGIN"));
+    PQclear(th_sql(other, "UPDATE runs SET status = 'cancelling' WHERE id = '%s'", id));
+    c = (struct cancel_call){.ci = g_ci, .id = id};
+    pthread_create(&th, NULL, cancel_main, &c);
+    th_sleep_ms(300);
+    PQclear(th_sql(other, "COMMIT"));
+    pthread_join(th, NULL);
+    ck_assert_int_eq(c.st, ST_OK);
+    ck_assert(!c.changed);
+    ck_assert_str_eq(c.status, "cancelling");
+    free(id);
+    PQfinish(other);
+    close_test_db();
+}
+END_TEST
+
+/* A submission that matches a run being cancelled starts a new run: joining
+ * it would start nothing, since that run is about to end cancelled. */
+START_TEST(identity_does_not_join_a_cancelling_run)
+{
+    struct run *a, *b, *c;
+    bool dedup = true, changed = false;
+    struct run *cancelled = NULL;
+
+    open_test_db("it_store_identity_cancelling");
+    a = submit_on(g_db, &(struct sub){.id = "first", .ident = "k1"}, &dedup);
+    ck_assert(!dedup);
+    claim_expect("w1", "first", 1);
+    OK(store_runs_cancel(g_db, "default", "first", &cancelled, &changed, &g_err));
+    ck_assert(changed);
+    ck_assert_str_eq(cancelled->status, "cancelling");
+    b = submit_on(g_db, &(struct sub){.id = "second", .ident = "k1"}, &dedup);
+    ck_assert(!dedup);
+    ck_assert_str_eq(b->id, "second");
+    /* While "second" is active, the same identity joins it. */
+    c = submit_on(g_db, &(struct sub){.id = "third", .ident = "k1"}, &dedup);
+    ck_assert(dedup);
+    ck_assert_str_eq(c->id, "second");
+    run_free(a);
+    run_free(b);
+    run_free(c);
+    run_free(cancelled);
+    close_test_db();
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------- */
 
 static TCase *tcase(const char *name, double timeout_s)
@@ -1652,6 +1772,8 @@ int main(void)
 
     tc = tcase("cancel_retry", 60);
     tcase_add_test(tc, cancel_paths);
+    tcase_add_test(tc, cancel_waits_for_the_newest_version);
+    tcase_add_test(tc, identity_does_not_join_a_cancelling_run);
     tcase_add_test(tc, retry_paths);
     tcase_add_test(tc, progress_writes_and_clamps);
     suite_add_tcase(s, tc);

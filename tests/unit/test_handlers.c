@@ -87,6 +87,11 @@ START_TEST(generic_invalid_fields)
                    "must be an integer from -1000 to 1000");
     assert_invalid("{\"alert_type\":\"d\",\"run_at\":\"tomorrow\"}", "run_at",
                    "must be an RFC 3339 timestamp");
+    /* Valid RFC 3339, but before year 1 in UTC: PostgreSQL has no year 0. */
+    assert_invalid("{\"alert_type\":\"d\",\"run_at\":\"0000-01-01T00:00:00Z\"}", "run_at",
+                   "must be between years 0001 and 9999 in UTC");
+    assert_invalid("{\"alert_type\":\"d\",\"run_at\":\"0001-01-01T00:00:00+01:00\"}", "run_at",
+                   "must be between years 0001 and 9999 in UTC");
     assert_invalid("{\"alert_type\":\"d\",\"labels\":{\"a\":1}}", "labels",
                    "label \"a\" must be a string");
     assert_invalid("{\"alert_type\":\"d\",\"labels\":\"x\"}", "labels",

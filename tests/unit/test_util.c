@@ -644,7 +644,9 @@ END_TEST
 
 START_TEST(cursor_round_trip)
 {
-    static const int64_t us[] = {0, 1, -1, T0_US + 123456, INT64_MAX, INT64_MIN};
+    /* The ends are the instants PostgreSQL can hold (years 0001 to 9999). */
+    static const int64_t us[] = {
+        0, 1, -1, T0_US + 123456, INT64_C(253402300799999999), INT64_C(-62135596800000000)};
     char long_id[129], id[129];
 
     memset(long_id, 'Z', 128);
@@ -663,6 +665,18 @@ START_TEST(cursor_round_trip)
             free(tok);
         }
     }
+}
+END_TEST
+
+START_TEST(time_range_bounds)
+{
+    ck_assert(time_in_range(0));
+    ck_assert(time_in_range(INT64_C(-62135596800000000))); /* 0001-01-01T00:00:00Z */
+    ck_assert(!time_in_range(INT64_C(-62135596800000001)));
+    ck_assert(time_in_range(INT64_C(253402300799999999))); /* 9999-12-31T23:59:59.999999Z */
+    ck_assert(!time_in_range(INT64_C(253402300800000000)));
+    ck_assert(!time_in_range(INT64_MIN));
+    ck_assert(!time_in_range(INT64_MAX));
 }
 END_TEST
 
@@ -734,6 +748,10 @@ START_TEST(cursor_rejects_bad_plain)
         "v1:9223372036854775808:a",
         "v1:-9223372036854775809:a",
         "v1:99999999999999999999999:a",
+        /* Instants PostgreSQL cannot hold: they would be a 500, not a 400. */
+        "v1:9223372036854775807:a",
+        "v1:253402300800000000:a",
+        "v1:-62135596800000001:a",
         "v1:1:a/b",
         "v1:1:a b",
         "v1:1:caf\xc3\xa9",
@@ -966,6 +984,7 @@ static TCase *tc_cursor(void)
 
     tcase_add_test(tc, cursor_round_trip);
     tcase_add_test(tc, cursor_known_token);
+    tcase_add_test(tc, time_range_bounds);
     tcase_add_test(tc, cursor_rejects_bad_base64);
     tcase_add_test(tc, cursor_rejects_noncanonical_bits);
     tcase_add_test(tc, cursor_rejects_bad_plain);
