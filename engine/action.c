@@ -23,7 +23,10 @@ const struct action_ops *action_find(const char *name)
 
 bool rc_should_stop(const struct run_ctx *rc)
 {
-    return atomic_load(rc->stop) != STOP_NONE || clock_mono_ms() >= rc->deadline_mono_ms;
+    int64_t now = clock_mono_ms();
+
+    return atomic_load(rc->stop) != STOP_NONE || now >= rc->deadline_mono_ms ||
+           (rc->lease_ms && now > atomic_load(rc->lease_ms));
 }
 
 bool rc_sleep(const struct run_ctx *rc, int64_t ms)

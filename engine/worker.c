@@ -145,6 +145,13 @@ void slot_flush_progress(struct slot *s, struct db *db)
         engine_ring(s->e, false, true);
 }
 
+/* True when this attempt may no longer write: it was found lost, or its
+ * lease ran out (another replica may be rescuing it). */
+static bool slot_lost(struct slot *s)
+{
+    return atomic_load(&s->stop) == STOP_LOST || clock_mono_ms() > atomic_load(&s->lease_ms);
+}
+
 /* Decides the terminal write for what the action returned. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
                                const struct fence *f, struct db *db, struct error *err)
@@ -156,7 +163,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     json_t *err_json = NULL;
     enum status st;
 
-    if (stop == STOP_LOST)
+    if (slot_lost(s))
         return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
                          f->attempt);
     if (stop == STOP_SHUTDOWN)
@@ -197,8 +204,9 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
 }
 
 /* Writes the terminal state, retrying while the database is unreachable: a
- * run must not be dropped because of an outage. Past orphan_after_s the run
- * is rescued by someone else anyway, and the fence turns our write away. */
+ * run must not be dropped because of an outage. Once the lease is over the
+ * run is someone else's to rescue: nothing more is written, and no database
+ * call is even started. */
 static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
 {
     struct engine *e = s->e;
@@ -211,6 +219,11 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     for (;;) {
         struct error err = {0};
         struct db *db = NULL;
+        if (slot_lost(s)) {
+            st = ST_LOST;
+            LOG(LOG_WARN, "not settling run=%s attempt=%d: this worker lost it", f.id, f.attempt);
+            break;
+        }
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
@@ -229,6 +242,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         pause = pause < 2000 ? pause * 2 : 2000;
     }
     pthread_mutex_lock(&e->mu);
+    s->done = true;
     if (st == ST_OK)
         e->st.finished_total++;
     else if (st == ST_LOST)
@@ -294,6 +308,8 @@ static void *worker_main(void *arg)
         e->qlen--;
         s->run = run;
         s->started_ms = clock_mono_ms();
+        atomic_store(&s->lease_ms, s->started_ms + engine_lease_ms(e));
+        s->done = false;
         s->pending = false;
         atomic_store(&s->stop, e->stop_all ? STOP_SHUTDOWN : STOP_NONE);
         e->busy++;
