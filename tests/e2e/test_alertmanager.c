@@ -89,21 +89,6 @@ static void am_body(char *out, size_t cap, const char *status, const char *group
 
 /* ---- helpers ---- */
 
-static const char *js(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static long long ji(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
-}
-
-static bool streq(const char *a, const char *b)
-{
-    return a && b && strcmp(a, b) == 0;
-}
-
 /* POSTs a webhook body, asserts the HTTP status, a JSON body and, for 2xx,
  * the shape {"runs": [...], "truncated_alerts": n}. */
 static void post_am(const struct th_proc *p, const char *body, long want, struct th_resp *r)
@@ -128,13 +113,13 @@ static const json_t *result(const struct th_resp *r, size_t i, const char *actio
 
     ck_assert_msg(json_is_object(res), "no result %zu: %s", i, r->body);
     ck_assert_msg(json_is_integer(json_object_get(res, "index")) &&
-                      ji(res, "index") == (long long)i,
-                  "result %zu: index %lld: %s", i, ji(res, "index"), r->body);
+                      th_ji(res, "index") == (long long)i,
+                  "result %zu: index %lld: %s", i, th_ji(res, "index"), r->body);
     ck_assert_msg(json_object_get(res, "fingerprint") != NULL, "result %zu: no fingerprint: %s", i,
                   r->body);
     if (action)
-        ck_assert_msg(streq(js(res, "action"), action), "result %zu: action %s, want %s: %s", i,
-                      js(res, "action") ? js(res, "action") : "(none)", action, r->body);
+        ck_assert_msg(th_streq(th_js(res, "action"), action), "result %zu: action %s, want %s: %s",
+                      i, th_js(res, "action") ? th_js(res, "action") : "(none)", action, r->body);
     return res;
 }
 
@@ -142,7 +127,7 @@ static const json_t *result(const struct th_resp *r, size_t i, const char *actio
 static const char *result_run(const struct th_resp *r, size_t i, const char *action)
 {
     const json_t *res = result(r, i, action);
-    const char *id = js(res, "run_id");
+    const char *id = th_js(res, "run_id");
     char path[256];
 
     ck_assert_msg(id && *id, "result %zu: no run_id: %s", i, r->body);
@@ -151,11 +136,11 @@ static const char *result_run(const struct th_resp *r, size_t i, const char *act
                   "result %zu: no status/outcome: %s", i, r->body);
     ck_assert_msg(json_is_boolean(json_object_get(res, "deduplicated")) &&
                       json_is_true(json_object_get(res, "deduplicated")) ==
-                          !streq(action, "created"),
+                          !th_streq(action, "created"),
                   "result %zu: deduplicated wrong for %s: %s", i, action, r->body);
     snprintf(path, sizeof(path), "/runs/%s", id);
-    ck_assert_msg(streq(js(json_object_get(res, "links"), "self"), path), "result %zu: links: %s",
-                  i, r->body);
+    ck_assert_msg(th_streq(th_js(json_object_get(res, "links"), "self"), path),
+                  "result %zu: links: %s", i, r->body);
     return id;
 }
 
@@ -169,8 +154,8 @@ static const json_t *result_error(const struct th_resp *r, size_t i, long http)
     ck_assert_msg(json_is_object(e), "result %zu: no error: %s", i, r->body);
     ck_assert_msg(!json_object_get(res, "run_id") && !json_object_get(res, "action"),
                   "result %zu: an error result with a run: %s", i, r->body);
-    ck_assert_msg(ji(e, "status") == http, "result %zu: error status %lld, want %ld: %s", i,
-                  ji(e, "status"), http, r->body);
+    ck_assert_msg(th_ji(e, "status") == http, "result %zu: error status %lld, want %ld: %s", i,
+                  th_ji(e, "status"), http, r->body);
     ck_assert_msg(json_is_string(json_object_get(e, "detail")), "result %zu: no detail: %s", i,
                   r->body);
     ck_assert_msg(json_is_array(json_object_get(e, "errors")), "result %zu: no errors[]: %s", i,
@@ -178,86 +163,13 @@ static const json_t *result_error(const struct th_resp *r, size_t i, long http)
     return e;
 }
 
-static bool has_field(const json_t *errors, const char *field)
-{
-    size_t i;
-    const json_t *e;
+/* The current test's database (each test case runs in its own process). */
+static const char *test_conninfo;
 
-    json_array_foreach(errors, i, e)
-    {
-        if (streq(js(e, "field"), field) && json_is_string(json_object_get(e, "message")))
-            return true;
-    }
-    return false;
-}
-
-static json_t *get_run(const struct th_proc *p, const char *id)
-{
-    char path[256];
-    struct th_resp r;
-    json_t *j;
-
-    snprintf(path, sizeof(path), "/runs/%s", id);
-    th_get(p->url, path, &r);
-    ck_assert_msg(r.status == 200 && r.json, "GET %s: HTTP %ld %s", path, r.status, r.body);
-    j = json_incref(r.json);
-    th_resp_free(&r);
-    return j;
-}
-
-/* Polls until the run's status is want; false on timeout. */
-static bool wait_status(const struct th_proc *p, const char *id, const char *want, int timeout_ms)
-{
-    char url[512];
-    snprintf(url, sizeof(url), "%s/runs/%s", p->url, id);
-    for (long long until = th_now_ms() + timeout_ms; th_now_ms() < until; th_sleep_ms(20)) {
-        struct th_resp r;
-        bool ok = th_http("GET", url, NULL, NULL, &r) && r.status == 200 && r.json &&
-                  streq(js(r.json, "status"), want);
-        th_resp_free(&r);
-        if (ok)
-            return true;
-    }
-    return false;
-}
-
-static void expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s)
-{
-    char *o = th_wait_run(p->url, id, timeout_s);
-    ck_assert_msg(o != NULL, "run %s did not complete within %d s", id, timeout_s);
-    ck_assert_msg(streq(o, want), "run %s: outcome %s, want %s", id, o, want);
-    free(o);
-}
-
-static void check_problem(const struct th_resp *r, long want, const char *what)
-{
-    ck_assert_msg(r->status == want, "%s: HTTP %ld, want %ld; body %s", what, r->status, want,
-                  r->body);
-    ck_assert_msg(strncmp(r->content_type, "application/problem+json", 24) == 0,
-                  "%s: Content-Type \"%s\", want problem+json", what, r->content_type);
-    ck_assert_msg(json_is_object(r->json) && ji(r->json, "status") == want &&
-                      json_is_string(json_object_get(r->json, "title")) &&
-                      json_is_string(json_object_get(r->json, "detail")),
-                  "%s: not a problem: %s", what, r->body);
-}
-
-static char *test_conninfo;
-
+/* A process with config_json on a fresh database (test_conninfo). */
 static void start_fresh(struct th_proc *p, const char *db)
 {
-    char *path = th_config_file(db, config_json);
-    const char *args[3] = {"--config", path, NULL};
-
-    free(test_conninfo);
-    test_conninfo = th_db_create(db);
-    th_start(p, test_conninfo, args, NULL);
-    free(path);
-}
-
-static void stop_clean(struct th_proc *p)
-{
-    int rc = th_stop(p, SIGTERM, 20);
-    ck_assert_msg(rc == 0, "opsrun exited with %d after SIGTERM; log: %s", rc, p->log);
+    test_conninfo = th_start_fresh(p, db, config_json);
 }
 
 /* Runs in the database of the current test case. */
@@ -283,7 +195,7 @@ static bool cancel_requested(const struct th_proc *p, const char *id)
     ck_assert_msg(r.status == 200 && r.json, "GET %s: HTTP %ld %s", path, r.status, r.body);
     json_array_foreach(json_object_get(r.json, "events"), i, ev)
     {
-        found = found || streq(js(ev, "message"), "cancel requested");
+        found = found || th_streq(th_js(ev, "message"), "cancel requested");
     }
     th_resp_free(&r);
     return found;
@@ -329,32 +241,33 @@ START_TEST(test_firing_and_repeat)
     post_am(&p, body, 202, &r);
     ck_assert_msg(r.location[0] == '\0', "a batch answer with Location: %s", r.location);
     ck_assert_uint_eq(json_array_size(json_object_get(r.json, "runs")), 1);
-    ck_assert_int_eq(ji(r.json, "truncated_alerts"), 0);
+    ck_assert_int_eq(th_ji(r.json, "truncated_alerts"), 0);
     id = strdup(result_run(&r, 0, "created"));
-    ck_assert_str_eq(js(result(&r, 0, NULL), "fingerprint"), "6d1c9b2a8f7e0d43");
+    ck_assert_str_eq(th_js(result(&r, 0, NULL), "fingerprint"), "6d1c9b2a8f7e0d43");
     th_resp_free(&r);
 
     /* The run: type from route A, input the whole alert plus the group's
      * receiver, externalURL and groupKey. */
-    run = get_run(&p, id);
-    ck_assert_str_eq(js(run, "type"), "restart");
+    run = th_get_run(&p, id);
+    ck_assert_str_eq(th_js(run, "type"), "restart");
     in = json_object_get(run, "input");
     want_labels = json_loads(LATENCY_LABELS, 0, NULL);
     ck_assert_msg(json_equal(json_object_get(in, "labels"), want_labels), "input.labels: %s",
                   json_dumps(in, 0));
-    ck_assert_str_eq(js(json_object_get(in, "annotations"), "summary"),
+    ck_assert_str_eq(th_js(json_object_get(in, "annotations"), "summary"),
                      "p99 request latency above 2s");
-    ck_assert_str_eq(js(json_object_get(in, "annotations"), "runbook_url"),
+    ck_assert_str_eq(th_js(json_object_get(in, "annotations"), "runbook_url"),
                      "https://runbooks.example.com/high-latency");
-    ck_assert_str_eq(js(in, "status"), "firing");
-    ck_assert_str_eq(js(in, "fingerprint"), "6d1c9b2a8f7e0d43");
-    ck_assert_str_eq(js(in, "startsAt"), STARTS_AT);
-    ck_assert_str_eq(js(in, "endsAt"), "0001-01-01T00:00:00Z");
-    ck_assert(strncmp(js(in, "generatorURL"), "http://prometheus.example.com:9090/graph?", 41) ==
+    ck_assert_str_eq(th_js(in, "status"), "firing");
+    ck_assert_str_eq(th_js(in, "fingerprint"), "6d1c9b2a8f7e0d43");
+    ck_assert_str_eq(th_js(in, "startsAt"), STARTS_AT);
+    ck_assert_str_eq(th_js(in, "endsAt"), "0001-01-01T00:00:00Z");
+    ck_assert(strncmp(th_js(in, "generatorURL"), "http://prometheus.example.com:9090/graph?", 41) ==
               0);
-    ck_assert_str_eq(js(in, "receiver"), RECEIVER);
-    ck_assert_str_eq(js(in, "externalURL"), EXTERNAL_URL);
-    ck_assert_str_eq(js(in, "groupKey"), "{}/{severity=\"critical\"}:{alertname=\"HighLatency\"}");
+    ck_assert_str_eq(th_js(in, "receiver"), RECEIVER);
+    ck_assert_str_eq(th_js(in, "externalURL"), EXTERNAL_URL);
+    ck_assert_str_eq(th_js(in, "groupKey"),
+                     "{}/{severity=\"critical\"}:{alertname=\"HighLatency\"}");
     ck_assert(json_is_array(json_object_get(in, "mutedBy")));
     ck_assert_ptr_null(json_object_get(in, "notificationTimestamp"));
     json_decref(want_labels);
@@ -366,7 +279,7 @@ START_TEST(test_firing_and_repeat)
     th_resp_free(&r);
 
     /* Again once it runs, its severity escalated (same fingerprint). */
-    ck_assert_msg(wait_status(&p, id, "running", 10000), "run %s never started", id);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run %s never started", id);
     am_alert(
         alert, sizeof(alert), "firing",
         "{\"alertname\": \"HighLatency\", \"severity\": \"page\", \"instance\": \"api-1:9100\","
@@ -375,11 +288,11 @@ START_TEST(test_firing_and_repeat)
     am_body(body, sizeof(body), "firing", "HighLatency", alert, 0, "");
     post_am(&p, body, 200, &r);
     ck_assert_str_eq(result_run(&r, 0, "joined"), id);
-    ck_assert_str_eq(js(result(&r, 0, NULL), "status"), "running");
+    ck_assert_str_eq(th_js(result(&r, 0, NULL), "status"), "running");
     th_resp_free(&r);
     /* Joining does not change the input: it is the creating alert's. */
-    run = get_run(&p, id);
-    ck_assert_str_eq(js(json_object_get(json_object_get(run, "input"), "labels"), "severity"),
+    run = th_get_run(&p, id);
+    ck_assert_str_eq(th_js(json_object_get(json_object_get(run, "input"), "labels"), "severity"),
                      "critical");
     ck_assert_ptr_null(json_object_get(json_object_get(run, "input"), "escalatedBy"));
     json_decref(run);
@@ -387,7 +300,7 @@ START_TEST(test_firing_and_repeat)
     ck_assert_int_eq(count_runs("input->>'fingerprint' = '6d1c9b2a8f7e0d43'"), 1);
     ck_assert_int_eq(count_runs("true"), 1);
     free(id);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -427,14 +340,14 @@ START_TEST(test_mixed_batch)
     id_a = strdup(result_run(&r, 0, "created"));
     id_b = strdup(result_run(&r, 1, "created"));
     ck_assert_str_ne(id_a, id_b);
-    ck_assert_str_eq(js(result(&r, 1, NULL), "fingerprint"), "0b0b0b0b0b0b0b0b");
+    ck_assert_str_eq(th_js(result(&r, 1, NULL), "fingerprint"), "0b0b0b0b0b0b0b0b");
     e = result_error(&r, 2, 422);
-    ck_assert_msg(strstr(js(e, "detail"), "HighLatency") != NULL, "422 detail: %s", r.body);
-    ck_assert_str_eq(js(result(&r, 2, NULL), "fingerprint"), "0c0c0c0c0c0c0c0c");
+    ck_assert_msg(strstr(th_js(e, "detail"), "HighLatency") != NULL, "422 detail: %s", r.body);
+    ck_assert_str_eq(th_js(result(&r, 2, NULL), "fingerprint"), "0c0c0c0c0c0c0c0c");
     e = result_error(&r, 3, 400);
-    ck_assert_msg(has_field(json_object_get(e, "errors"), "alerts[3].labels"),
+    ck_assert_msg(th_has_error_field(json_object_get(e, "errors"), "alerts[3].labels"),
                   "400 errors[] lacks alerts[3].labels: %s", r.body);
-    ck_assert_str_eq(js(result(&r, 3, NULL), "fingerprint"), "0d0d0d0d0d0d0d0d");
+    ck_assert_str_eq(th_js(result(&r, 3, NULL), "fingerprint"), "0d0d0d0d0d0d0d0d");
     th_resp_free(&r);
     {
         static const char *const line[] = {"alertmanager notification receiver=\"" RECEIVER "\""
@@ -445,12 +358,12 @@ START_TEST(test_mixed_batch)
                       p.log);
     }
 
-    run = get_run(&p, id_a);
-    ck_assert_str_eq(js(run, "type"), "restart");
+    run = th_get_run(&p, id_a);
+    ck_assert_str_eq(th_js(run, "type"), "restart");
     json_decref(run);
-    run = get_run(&p, id_b);
-    ck_assert_str_eq(js(run, "type"), "demo");
-    ck_assert_str_eq(js(json_object_get(json_object_get(run, "input"), "labels"), "device"),
+    run = th_get_run(&p, id_b);
+    ck_assert_str_eq(th_js(run, "type"), "demo");
+    ck_assert_str_eq(th_js(json_object_get(json_object_get(run, "input"), "labels"), "device"),
                      "/dev/nvme0n1p1");
     json_decref(run);
     ck_assert_int_eq(count_runs("true"), 2);
@@ -480,13 +393,14 @@ START_TEST(test_mixed_batch)
     am_body(body, sizeof(body), "resolved", "DiskWillFillIn4Hours", a[1], 0, "");
     post_am(&p, body, 200, &r);
     (void)result(&r, 0, "ignored");
-    ck_assert_str_eq(js(result(&r, 0, NULL), "fingerprint"), "0b0b0b0b0b0b0b0b");
+    ck_assert_str_eq(th_js(result(&r, 0, NULL), "fingerprint"), "0b0b0b0b0b0b0b0b");
     th_resp_free(&r);
-    run = get_run(&p, id_b);
-    ck_assert_msg(!streq(js(run, "status"), "completed") && !streq(js(run, "status"), "cancelling"),
-                  "run %s is %s right after the ignored resolve", id_b, js(run, "status"));
+    run = th_get_run(&p, id_b);
+    ck_assert_msg(!th_streq(th_js(run, "status"), "completed") &&
+                      !th_streq(th_js(run, "status"), "cancelling"),
+                  "run %s is %s right after the ignored resolve", id_b, th_js(run, "status"));
     json_decref(run);
-    expect_outcome(&p, id_b, "succeeded", 15);
+    th_expect_outcome(&p, id_b, "succeeded", 15);
     ck_assert_msg(!cancel_requested(&p, id_b), "an ignored resolve requested a cancel");
 
     /* Resolved through route A for an alert with no active run: none. */
@@ -496,13 +410,13 @@ START_TEST(test_mixed_batch)
     am_body(body, sizeof(body), "resolved", "HighLatency", a[0], 0, "");
     post_am(&p, body, 200, &r);
     (void)result(&r, 0, "none");
-    ck_assert_str_eq(js(result(&r, 0, NULL), "fingerprint"), "0e0e0e0e0e0e0e0e");
+    ck_assert_str_eq(th_js(result(&r, 0, NULL), "fingerprint"), "0e0e0e0e0e0e0e0e");
     th_resp_free(&r);
     ck_assert_msg(!cancel_requested(&p, id_a), "another alert's resolve touched run %s", id_a);
     ck_assert_int_eq(count_runs("true"), 2);
     free(id_a);
     free(id_b);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -522,18 +436,18 @@ START_TEST(test_resolved_cancel)
     post_am(&p, body, 202, &r);
     id = strdup(result_run(&r, 0, "created"));
     th_resp_free(&r);
-    ck_assert_msg(wait_status(&p, id, "running", 10000), "run %s never started", id);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run %s never started", id);
 
     am_alert(alert, sizeof(alert), "resolved", LATENCY_LABELS, "5f5f5f5f00000001", "");
     am_body(body, sizeof(body), "resolved", "HighLatency", alert, 0, "");
     post_am(&p, body, 200, &r);
     ck_assert_str_eq(result_run(&r, 0, "cancelled"), id);
-    ck_assert_str_eq(js(result(&r, 0, NULL), "fingerprint"), "5f5f5f5f00000001");
+    ck_assert_str_eq(th_js(result(&r, 0, NULL), "fingerprint"), "5f5f5f5f00000001");
     th_resp_free(&r);
     /* The 20 s run stops long before it would have finished. */
-    expect_outcome(&p, id, "cancelled", 10);
-    run = get_run(&p, id);
-    ck_assert_str_eq(js(run, "status"), "completed");
+    th_expect_outcome(&p, id, "cancelled", 10);
+    run = th_get_run(&p, id);
+    ck_assert_str_eq(th_js(run, "status"), "completed");
     json_decref(run);
     ck_assert(cancel_requested(&p, id));
 
@@ -565,17 +479,17 @@ START_TEST(test_resolved_cancel)
         am_body(body, sizeof(body), "firing", "HighLatency", alerts, 0, "");
         post_am(&p, body, 202, &r);
         ck_assert_str_eq(result_run(&r, 0, "cancelled"), id2);
-        ck_assert_msg(!js(result(&r, 1, "none"), "run_id") ||
-                          streq(js(result(&r, 1, NULL), "run_id"), id2),
+        ck_assert_msg(!th_js(result(&r, 1, "none"), "run_id") ||
+                          th_streq(th_js(result(&r, 1, NULL), "run_id"), id2),
                       "second resolve: %s", r.body);
         (void)result_run(&r, 2, "created");
         th_resp_free(&r);
     }
-    expect_outcome(&p, id2, "cancelled", 10);
+    th_expect_outcome(&p, id2, "cancelled", 10);
     ck_assert_int_eq(count_runs("input->>'fingerprint' = '5f5f5f5f00000001'"), 2);
     free(id);
     free(id2);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -645,11 +559,11 @@ START_TEST(test_no_fingerprint)
     post_am(&p, body, 200, &r);
     ck_assert_str_eq(result_run(&r, 0, "cancelled"), lat);
     th_resp_free(&r);
-    expect_outcome(&p, lat, "cancelled", 10);
+    th_expect_outcome(&p, lat, "cancelled", 10);
     ck_assert_int_eq(count_runs("input->'labels'->>'alertname' = 'DiskFull'"), 3);
     free(id);
     free(lat);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -675,7 +589,7 @@ START_TEST(test_truncated)
     snprintf(alerts, sizeof(alerts), "%s, %s", a1, a2);
     am_body(body, sizeof(body), "firing", "DiskFull", alerts, 37, "");
     post_am(&p, body, 202, &r);
-    ck_assert_int_eq(ji(r.json, "truncated_alerts"), 37);
+    ck_assert_int_eq(th_ji(r.json, "truncated_alerts"), 37);
     ck_assert_uint_eq(json_array_size(json_object_get(r.json, "runs")), 2);
     (void)result_run(&r, 0, "created");
     (void)result_run(&r, 1, "created");
@@ -686,10 +600,10 @@ START_TEST(test_truncated)
     snprintf(body, sizeof(body), "{\"version\": \"4\", \"status\": \"firing\", \"alerts\": [%s]}",
              a1);
     post_am(&p, body, 200, &r);
-    ck_assert_int_eq(ji(r.json, "truncated_alerts"), 0);
+    ck_assert_int_eq(th_ji(r.json, "truncated_alerts"), 0);
     (void)result_run(&r, 0, "joined");
     th_resp_free(&r);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -702,9 +616,9 @@ static void expect_400_fields(const struct th_proc *p, const char *body, const c
 
     snprintf(what, sizeof(what), "malformed envelope (%s...)", fields[0]);
     th_post_json(p->url, "/alerts", body, &r);
-    check_problem(&r, 400, what);
+    th_check_problem(&r, 400, what);
     for (size_t i = 0; fields[i]; i++)
-        ck_assert_msg(has_field(json_object_get(r.json, "errors"), fields[i]),
+        ck_assert_msg(th_has_error_field(json_object_get(r.json, "errors"), fields[i]),
                       "%s: errors[] does not name \"%s\": %s", what, fields[i], r.body);
     th_resp_free(&r);
 }
@@ -742,7 +656,7 @@ START_TEST(test_malformed_envelope)
 
     /* Not JSON at all: 400 too. */
     th_post_json(p.url, "/alerts", "{\"version\": \"4\", \"alerts\": [", &r);
-    check_problem(&r, 400, "truncated JSON");
+    th_check_problem(&r, 400, "truncated JSON");
     th_resp_free(&r);
 
     /* A malformed envelope creates nothing, even around a valid alert. */
@@ -752,7 +666,7 @@ START_TEST(test_malformed_envelope)
     post_am(&p, "{\"version\": \"4\", \"status\": \"resolved\", \"alerts\": []}", 200, &r);
     ck_assert_uint_eq(json_array_size(json_object_get(r.json, "runs")), 0);
     th_resp_free(&r);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -771,12 +685,12 @@ START_TEST(test_generic_labels)
                  " \"labels\": {\"alertname\": \"HighLatency\", \"severity\": \"page\"}}",
                  &r);
     ck_assert_msg(r.status == 202 && r.json, "HTTP %ld: %s", r.status, r.body);
-    id = strdup(js(r.json, "run_id"));
+    id = strdup(th_js(r.json, "run_id"));
     th_resp_free(&r);
-    run = get_run(&p, id);
-    ck_assert_str_eq(js(run, "type"), "restart");
+    run = th_get_run(&p, id);
+    ck_assert_str_eq(th_js(run, "type"), "restart");
     json_decref(run);
-    expect_outcome(&p, id, "succeeded", 15);
+    th_expect_outcome(&p, id, "succeeded", 15);
     free(id);
 
     th_post_json(p.url, "/alerts",
@@ -784,8 +698,8 @@ START_TEST(test_generic_labels)
                  " \"labels\": {\"alertname\": \"DiskPressure\"}}",
                  &r);
     ck_assert_msg(r.status == 202 && r.json, "HTTP %ld: %s", r.status, r.body);
-    run = get_run(&p, js(r.json, "run_id"));
-    ck_assert_str_eq(js(run, "type"), "demo");
+    run = th_get_run(&p, th_js(r.json, "run_id"));
+    ck_assert_str_eq(th_js(run, "type"), "demo");
     json_decref(run);
     th_resp_free(&r);
 
@@ -794,9 +708,9 @@ START_TEST(test_generic_labels)
                  "{\"alert_type\": \"latency\","
                  " \"labels\": {\"alertname\": \"HighLatency\", \"severity\": \"info\"}}",
                  &r);
-    check_problem(&r, 422, "generic body, no route");
+    th_check_problem(&r, 422, "generic body, no route");
     th_resp_free(&r);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -858,16 +772,16 @@ START_TEST(test_concurrent_senders)
         ck_assert_uint_eq(json_array_size(json_object_get(rc[i].r.json, "runs")), 3);
         for (size_t k = 0; k < 3; k++) {
             const json_t *res = result(&rc[i].r, k, NULL);
-            const char *action = js(res, "action");
+            const char *action = th_js(res, "action");
             const char *id = result_run(&rc[i].r, k, action);
-            ck_assert_msg(streq(action, "created") || streq(action, "joined"),
+            ck_assert_msg(th_streq(action, "created") || th_streq(action, "joined"),
                           "sender %d alert %zu: %s", i, k, rc[i].r.body);
-            created[k] += streq(action, "created");
-            created_here += streq(action, "created");
-            joined[k] += streq(action, "joined");
+            created[k] += th_streq(action, "created");
+            created_here += th_streq(action, "created");
+            joined[k] += th_streq(action, "joined");
             if (!ids[k])
                 ids[k] = id;
-            ck_assert_msg(streq(ids[k], id), "alert %zu: runs %s and %s", k, ids[k], id);
+            ck_assert_msg(th_streq(ids[k], id), "alert %zu: runs %s and %s", k, ids[k], id);
         }
         ck_assert_msg((rc[i].r.status == 202) == (created_here > 0),
                       "sender %d: HTTP %ld with %d alerts created", i, rc[i].r.status,
@@ -879,7 +793,7 @@ START_TEST(test_concurrent_senders)
     ck_assert_int_eq(count_runs("true"), 3);
     for (int i = 0; i < RACERS; i++)
         th_resp_free(&rc[i].r);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -928,7 +842,7 @@ START_TEST(test_db_down)
 
     pg_ctl("stop");
     th_post_json(p.url, "/alerts", body, &r);
-    check_problem(&r, 503, "database down");
+    th_check_problem(&r, 503, "database down");
     ck_assert_msg(r.retry_after[0] != '\0', "503 without Retry-After");
     ck_assert_msg(!json_object_get(r.json, "runs"), "503 with results: %s", r.body);
     th_resp_free(&r);
@@ -939,7 +853,7 @@ START_TEST(test_db_down)
     for (until = th_now_ms() + 15000; th_now_ms() < until && !accepted; th_sleep_ms(200)) {
         th_post_json(p.url, "/alerts", body, &r);
         if (r.status == 503) {
-            check_problem(&r, 503, "database coming back");
+            th_check_problem(&r, 503, "database coming back");
             th_resp_free(&r);
             continue;
         }
@@ -962,7 +876,7 @@ START_TEST(test_db_down)
     ck_assert_int_eq(count_runs("true"), 2);
     free(ids[0]);
     free(ids[1]);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 

@@ -13,26 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static const char *js(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static long long ji(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
-}
-
-static bool streq(const char *a, const char *b)
-{
-    return a && b && strcmp(a, b) == 0;
-}
 
 static bool req(const struct th_proc *p, const char *method, const char *path, const char *ct,
                 const char *body, struct th_resp *r)
@@ -51,35 +35,6 @@ static void get_ok(const struct th_proc *p, const char *path, long want, struct 
     ck_assert_msg(r->json != NULL, "GET %s: body is not JSON: %s", path, r->body);
 }
 
-/* POSTs a generic alert, asserts the status, returns the run id (heap). */
-static char *submit(const struct th_proc *p, const char *body, long want)
-{
-    struct th_resp r;
-    char *id;
-
-    th_post_json(p->url, "/alerts", body, &r);
-    ck_assert_msg(r.status == want, "POST /alerts %s: HTTP %ld, want %ld; body %s", body, r.status,
-                  want, r.body);
-    ck_assert_msg(r.json && js(r.json, "run_id"), "POST /alerts: no run_id in %s", r.body);
-    id = strdup(js(r.json, "run_id"));
-    th_resp_free(&r);
-    return id;
-}
-
-/* The run as JSON (new reference). */
-static json_t *get_run(const struct th_proc *p, const char *id)
-{
-    char path[256];
-    struct th_resp r;
-    json_t *j;
-
-    snprintf(path, sizeof(path), "/runs/%s", id);
-    get_ok(p, path, 200, &r);
-    j = json_incref(r.json);
-    th_resp_free(&r);
-    return j;
-}
-
 static json_t *get_events(const struct th_proc *p, const char *id)
 {
     char path[256];
@@ -94,67 +49,15 @@ static json_t *get_events(const struct th_proc *p, const char *id)
     return j;
 }
 
-/* Polls until the run's status is want; false on timeout. */
-static bool wait_status(const struct th_proc *p, const char *id, const char *want, int timeout_ms)
-{
-    char url[512];
-    snprintf(url, sizeof(url), "%s/runs/%s", p->url, id);
-    for (long long until = th_now_ms() + timeout_ms; th_now_ms() < until; th_sleep_ms(20)) {
-        struct th_resp r;
-        bool ok = th_http("GET", url, NULL, NULL, &r) && r.status == 200 && r.json &&
-                  streq(js(r.json, "status"), want);
-        th_resp_free(&r);
-        if (ok)
-            return true;
-    }
-    return false;
-}
-
-/* Waits for completion and asserts the outcome. */
-static void expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s)
-{
-    char *o = th_wait_run(p->url, id, timeout_s);
-    ck_assert_msg(o != NULL, "run %s did not complete within %d s", id, timeout_s);
-    ck_assert_msg(streq(o, want), "run %s: outcome %s, want %s", id, o, want);
-    free(o);
-}
-
 static bool is_problem_type(const char *ct)
 {
     return strncmp(ct, "application/problem+json", 24) == 0;
 }
 
-/* An RFC 9457 problem whose status is the HTTP status. */
-static void check_problem(const struct th_resp *r, long want, const char *what)
-{
-    ck_assert_msg(r->status == want, "%s: HTTP %ld, want %ld; body %s", what, r->status, want,
-                  r->body);
-    ck_assert_msg(is_problem_type(r->content_type), "%s: Content-Type \"%s\", want problem+json",
-                  what, r->content_type);
-    ck_assert_msg(json_is_object(r->json), "%s: body is not a JSON object: %s", what, r->body);
-    ck_assert_msg(json_is_string(json_object_get(r->json, "type")), "%s: no type: %s", what,
-                  r->body);
-    ck_assert_msg(json_is_string(json_object_get(r->json, "title")), "%s: no title: %s", what,
-                  r->body);
-    ck_assert_msg(json_is_string(json_object_get(r->json, "detail")), "%s: no detail: %s", what,
-                  r->body);
-    ck_assert_msg(json_is_integer(json_object_get(r->json, "status")) &&
-                      ji(r->json, "status") == want,
-                  "%s: problem status is not %ld: %s", what, want, r->body);
-}
-
+/* Whether the problem's errors[] names field. */
 static bool has_error_field(const struct th_resp *r, const char *field)
 {
-    const json_t *errs = json_object_get(r->json, "errors");
-    size_t i;
-    const json_t *e;
-
-    json_array_foreach(errs, i, e)
-    {
-        if (streq(js(e, "field"), field) && json_is_string(json_object_get(e, "message")))
-            return true;
-    }
-    return false;
+    return th_has_error_field(json_object_get(r->json, "errors"), field);
 }
 
 static bool is_rfc3339z(const char *s)
@@ -181,73 +84,6 @@ static void rfc3339_in(long offset_s, char *out, size_t cap)
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static bool alive(pid_t pid)
-{
-    int st;
-    return pid > 0 && waitpid(pid, &st, WNOHANG) == 0 && kill(pid, 0) == 0;
-}
-
-/* The current test's database (each test case runs in its own process). */
-static char *test_conninfo;
-
-/* Starts a process on a fresh database, optionally with a config file;
- * returns the database's conninfo (owned here). */
-static const char *start_fresh(struct th_proc *p, const char *db, const char *config_json)
-{
-    char *path = config_json ? th_config_file(db, config_json) : NULL;
-    const char *args[3] = {path ? "--config" : NULL, path, NULL};
-
-    free(test_conninfo);
-    test_conninfo = th_db_create(db);
-    th_start(p, test_conninfo, args, NULL);
-    free(path);
-    return test_conninfo;
-}
-
-/* The first line of a sanitizer report in a process log, with the first
- * frames in our sources, for failure messages ("" when there is none). */
-static void sanitizer_report(const char *log, char *out, size_t cap)
-{
-    FILE *f = fopen(log, "r");
-    char line[512];
-    bool found = false;
-    int frames = 0;
-
-    out[0] = '\0';
-    while (f && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!found && (strstr(line, "ERROR: AddressSanitizer") ||
-                       strstr(line, "ERROR: LeakSanitizer") || strstr(line, "runtime error:"))) {
-            snprintf(out, cap, "%s", line);
-            found = true;
-        } else if (found && strstr(line, ".c:") && strstr(line, " in ") &&
-                   !strstr(line, "/tests/")) {
-            size_t n = strlen(out);
-            snprintf(out + n, cap - n, " | %s", strstr(line, " in ") + 4);
-            if (++frames == 3)
-                break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
-/* Asserts a stopped process exited 0 (th_stop keeps p->log). */
-static void check_exit0(const struct th_proc *p, int rc)
-{
-    char report[1024];
-
-    sanitizer_report(p->log, report, sizeof(report));
-    ck_assert_msg(rc == 0, "opsrun exited with %d after SIGTERM%s%s; log: %s", rc,
-                  report[0] ? ": " : "", report, p->log);
-}
-
-/* SIGTERM with nothing active left: the process must exit 0 quickly. */
-static void stop_clean(struct th_proc *p)
-{
-    check_exit0(p, th_stop(p, SIGTERM, 20));
-}
-
 /* ---- POST /alerts, GET /runs/{id}, GET /runs/{id}/events ---- */
 
 static const char *const run_keys[] = {
@@ -272,52 +108,52 @@ START_TEST(test_submit_generic)
     int phase = 0, nprogress = 0, last_pct = -1;
     long long last_id = 0;
 
-    start_fresh(&p, "e2e_api_generic", NULL);
+    th_start_fresh(&p, "e2e_api_generic", NULL);
     th_post_json(p.url, "/alerts",
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":400,\"steps\":4}}", &r);
     ck_assert_msg(r.status == 202, "HTTP %ld: %s", r.status, r.body);
     ck_assert_msg(strncmp(r.content_type, "application/json", 16) == 0, "Content-Type %s",
                   r.content_type);
     ck_assert_ptr_nonnull(r.json);
-    id = js(r.json, "run_id");
+    id = th_js(r.json, "run_id");
     ck_assert_msg(id && *id, "no run_id: %s", r.body);
     snprintf(path, sizeof(path), "/runs/%s", id);
-    ck_assert_msg(streq(r.location, path), "Location \"%s\", want \"%s\"", r.location, path);
-    ck_assert_msg(streq(js(r.json, "status"), "queued"), "status: %s", r.body);
-    ck_assert_msg(streq(js(r.json, "outcome"), "pending"), "outcome: %s", r.body);
+    ck_assert_msg(th_streq(r.location, path), "Location \"%s\", want \"%s\"", r.location, path);
+    ck_assert_msg(th_streq(th_js(r.json, "status"), "queued"), "status: %s", r.body);
+    ck_assert_msg(th_streq(th_js(r.json, "outcome"), "pending"), "outcome: %s", r.body);
     ck_assert_msg(json_is_false(json_object_get(r.json, "deduplicated")), "deduplicated: %s",
                   r.body);
     links = json_object_get(r.json, "links");
     ck_assert_msg(json_is_object(links), "links: %s", r.body);
-    ck_assert_msg(streq(js(links, "self"), path), "links.self: %s", r.body);
+    ck_assert_msg(th_streq(th_js(links, "self"), path), "links.self: %s", r.body);
     snprintf(path, sizeof(path), "/runs/%s/stream", id);
-    ck_assert_msg(streq(js(links, "stream"), path), "links.stream: %s", r.body);
+    ck_assert_msg(th_streq(th_js(links, "stream"), path), "links.stream: %s", r.body);
     snprintf(path, sizeof(path), "/runs/%s/cancel", id);
-    ck_assert_msg(streq(js(links, "cancel"), path), "links.cancel: %s", r.body);
+    ck_assert_msg(th_streq(th_js(links, "cancel"), path), "links.cancel: %s", r.body);
 
-    expect_outcome(&p, id, "succeeded", 20);
+    th_expect_outcome(&p, id, "succeeded", 20);
 
-    run = get_run(&p, id);
+    run = th_get_run(&p, id);
     for (i = 0; i < sizeof(run_keys) / sizeof(run_keys[0]); i++)
         ck_assert_msg(json_object_get(run, run_keys[i]) != NULL, "GET /runs/{id} lacks \"%s\"",
                       run_keys[i]);
-    ck_assert(streq(js(run, "id"), id));
-    ck_assert(streq(js(run, "type"), "demo"));
-    ck_assert(streq(js(run, "status"), "completed"));
-    ck_assert(streq(js(run, "outcome"), "succeeded"));
-    ck_assert_int_eq(ji(run, "attempt"), 1);
-    ck_assert_int_eq(ji(run, "max_attempts"), 3);
-    ck_assert_int_eq(ji(run, "progress"), 100);
-    ck_assert_int_eq(ji(json_object_get(run, "input"), "duration_ms"), 400);
+    ck_assert(th_streq(th_js(run, "id"), id));
+    ck_assert(th_streq(th_js(run, "type"), "demo"));
+    ck_assert(th_streq(th_js(run, "status"), "completed"));
+    ck_assert(th_streq(th_js(run, "outcome"), "succeeded"));
+    ck_assert_int_eq(th_ji(run, "attempt"), 1);
+    ck_assert_int_eq(th_ji(run, "max_attempts"), 3);
+    ck_assert_int_eq(th_ji(run, "progress"), 100);
+    ck_assert_int_eq(th_ji(json_object_get(run, "input"), "duration_ms"), 400);
     ck_assert_msg(json_is_string(json_object_get(run, "worker_id")), "worker_id not set");
     {
         static const char *const ts[] = {"created_at", "run_at", "started_at", "completed_at",
                                          "updated_at"};
         for (i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
-            ck_assert_msg(is_rfc3339z(js(run, ts[i])), "%s \"%s\" is not RFC 3339 UTC (Z)", ts[i],
-                          js(run, ts[i]) ? js(run, ts[i]) : "(null)");
-        ck_assert_msg(strcmp(js(run, "created_at"), js(run, "started_at")) <= 0 &&
-                          strcmp(js(run, "started_at"), js(run, "completed_at")) <= 0,
+            ck_assert_msg(is_rfc3339z(th_js(run, ts[i])), "%s \"%s\" is not RFC 3339 UTC (Z)",
+                          ts[i], th_js(run, ts[i]) ? th_js(run, ts[i]) : "(null)");
+        ck_assert_msg(strcmp(th_js(run, "created_at"), th_js(run, "started_at")) <= 0 &&
+                          strcmp(th_js(run, "started_at"), th_js(run, "completed_at")) <= 0,
                       "timestamps out of order");
     }
 
@@ -325,31 +161,31 @@ START_TEST(test_submit_generic)
     ck_assert_msg(json_array_size(events) >= 4, "only %zu events", json_array_size(events));
     json_array_foreach(events, i, ev)
     {
-        const char *type = js(ev, "type"), *status = js(ev, "status");
+        const char *type = th_js(ev, "type"), *status = th_js(ev, "status");
         for (size_t k = 0; k < sizeof(event_keys) / sizeof(event_keys[0]); k++)
             ck_assert_msg(json_object_get(ev, event_keys[k]) != NULL, "event %zu lacks \"%s\"", i,
                           event_keys[k]);
-        ck_assert_msg(ji(ev, "id") > last_id, "events not oldest first at %zu", i);
-        last_id = ji(ev, "id");
-        ck_assert(streq(js(ev, "run_id"), id));
-        ck_assert_msg(is_rfc3339z(js(ev, "created_at")), "event created_at");
+        ck_assert_msg(th_ji(ev, "id") > last_id, "events not oldest first at %zu", i);
+        last_id = th_ji(ev, "id");
+        ck_assert(th_streq(th_js(ev, "run_id"), id));
+        ck_assert_msg(is_rfc3339z(th_js(ev, "created_at")), "event created_at");
         /* queued → running → progress… → completed */
         if (phase == 0) {
-            ck_assert_msg(streq(type, "status") && streq(status, "queued"),
+            ck_assert_msg(th_streq(type, "status") && th_streq(status, "queued"),
                           "first event is %s/%s, want status/queued", type, status);
             phase = 1;
         } else if (phase == 1) {
-            ck_assert_msg(streq(type, "status") && streq(status, "running"),
+            ck_assert_msg(th_streq(type, "status") && th_streq(status, "running"),
                           "second event is %s/%s, want status/running", type, status);
             phase = 2;
-        } else if (phase == 2 && streq(type, "progress")) {
-            ck_assert(streq(status, "running"));
-            ck_assert_msg(ji(ev, "progress") >= last_pct, "progress went backwards");
-            last_pct = (int)ji(ev, "progress");
+        } else if (phase == 2 && th_streq(type, "progress")) {
+            ck_assert(th_streq(status, "running"));
+            ck_assert_msg(th_ji(ev, "progress") >= last_pct, "progress went backwards");
+            last_pct = (int)th_ji(ev, "progress");
             nprogress++;
         } else if (phase == 2) {
-            ck_assert_msg(streq(type, "status") && streq(status, "completed") &&
-                              streq(js(ev, "outcome"), "succeeded"),
+            ck_assert_msg(th_streq(type, "status") && th_streq(status, "completed") &&
+                              th_streq(th_js(ev, "outcome"), "succeeded"),
                           "event %zu is %s/%s, want status/completed", i, type, status);
             phase = 3;
         } else {
@@ -361,7 +197,7 @@ START_TEST(test_submit_generic)
     json_decref(events);
     json_decref(run);
     th_resp_free(&r);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -375,44 +211,46 @@ START_TEST(test_dedupe)
     const char *by_id = "{\"alert_type\":\"demo\",\"run_id\":\"dup-1\","
                         "\"data\":{\"duration_ms\":30000}}";
 
-    start_fresh(&p, "e2e_api_dedupe", NULL);
+    th_start_fresh(&p, "e2e_api_dedupe", NULL);
 
     /* run_id: same body joins, a different body conflicts */
-    a = submit(&p, by_id, 202);
+    a = th_submit(&p, by_id, 202);
     ck_assert_str_eq(a, "dup-1");
     th_post_json(p.url, "/alerts", by_id, &r);
     ck_assert_msg(r.status == 200, "repeat: HTTP %ld %s", r.status, r.body);
     ck_assert(json_is_true(json_object_get(r.json, "deduplicated")));
-    ck_assert(streq(js(r.json, "run_id"), "dup-1"));
+    ck_assert(th_streq(th_js(r.json, "run_id"), "dup-1"));
     ck_assert(json_is_object(json_object_get(r.json, "links")));
     th_resp_free(&r);
     th_post_json(p.url, "/alerts",
                  "{\"alert_type\":\"demo\",\"run_id\":\"dup-1\",\"data\":{\"duration_ms\":1}}", &r);
-    check_problem(&r, 409, "run_id repeated with another body");
+    th_check_problem(&r, 409, "run_id repeated with another body");
     th_resp_free(&r);
 
     /* no run_id: the same data joins the active run */
-    b = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000,\"k\":\"same\"}}",
-               202);
+    b = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000,\"k\":\"same\"}}",
+                  202);
     th_post_json(p.url, "/alerts",
                  "{\"alert_type\":\"demo\",\"data\":{\"k\":\"same\",\"duration_ms\":30000}}", &r);
     ck_assert_msg(r.status == 200, "same data: HTTP %ld %s", r.status, r.body);
     ck_assert(json_is_true(json_object_get(r.json, "deduplicated")));
-    ck_assert_msg(streq(js(r.json, "run_id"), b), "joined %s, want %s", js(r.json, "run_id"), b);
+    ck_assert_msg(th_streq(th_js(r.json, "run_id"), b), "joined %s, want %s",
+                  th_js(r.json, "run_id"), b);
     th_resp_free(&r);
 
     /* dedupe_key: different data, same key joins */
-    c = submit(&p,
-               "{\"alert_type\":\"demo\",\"dedupe_key\":\"dk-1\","
-               "\"data\":{\"duration_ms\":30000,\"n\":1}}",
-               202);
+    c = th_submit(&p,
+                  "{\"alert_type\":\"demo\",\"dedupe_key\":\"dk-1\","
+                  "\"data\":{\"duration_ms\":30000,\"n\":1}}",
+                  202);
     th_post_json(p.url, "/alerts",
                  "{\"alert_type\":\"demo\",\"dedupe_key\":\"dk-1\","
                  "\"data\":{\"duration_ms\":30000,\"n\":2}}",
                  &r);
     ck_assert_msg(r.status == 200, "dedupe_key: HTTP %ld %s", r.status, r.body);
     ck_assert(json_is_true(json_object_get(r.json, "deduplicated")));
-    ck_assert_msg(streq(js(r.json, "run_id"), c), "joined %s, want %s", js(r.json, "run_id"), c);
+    ck_assert_msg(th_streq(th_js(r.json, "run_id"), c), "joined %s, want %s",
+                  th_js(r.json, "run_id"), c);
     th_resp_free(&r);
 
     /* Once the run is over, the same data starts a new run; the same run_id
@@ -426,19 +264,19 @@ START_TEST(test_dedupe)
     snprintf(path, sizeof(path), "/runs/%s/cancel", c);
     th_post_json(p.url, path, "", &r);
     th_resp_free(&r);
-    expect_outcome(&p, "dup-1", "cancelled", 10);
-    expect_outcome(&p, b, "cancelled", 10);
-    expect_outcome(&p, c, "cancelled", 10);
+    th_expect_outcome(&p, "dup-1", "cancelled", 10);
+    th_expect_outcome(&p, b, "cancelled", 10);
+    th_expect_outcome(&p, c, "cancelled", 10);
     th_post_json(p.url, "/alerts", by_id, &r);
     ck_assert_msg(r.status == 200, "repeat after completion: HTTP %ld %s", r.status, r.body);
     ck_assert(json_is_true(json_object_get(r.json, "deduplicated")));
-    ck_assert(streq(js(r.json, "status"), "completed"));
+    ck_assert(th_streq(th_js(r.json, "status"), "completed"));
     th_resp_free(&r);
-    d = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"k\":\"same\"}}", 202);
+    d = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"k\":\"same\"}}", 202);
     ck_assert_str_ne(d, b);
-    expect_outcome(&p, d, "succeeded", 10);
+    th_expect_outcome(&p, d, "succeeded", 10);
     free(a), free(b), free(c), free(d);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -465,8 +303,8 @@ static void *concurrent_submit(void *p)
         th_http("POST", a->url, "application/json",
                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":60000,\"tag\":\"c50\"}}", &r);
     a->status = r.status;
-    if (r.json && js(r.json, "run_id"))
-        snprintf(a->run_id, sizeof(a->run_id), "%s", js(r.json, "run_id"));
+    if (r.json && th_js(r.json, "run_id"))
+        snprintf(a->run_id, sizeof(a->run_id), "%s", th_js(r.json, "run_id"));
     a->dedup = r.json && json_is_true(json_object_get(r.json, "deduplicated"));
     th_resp_free(&r);
     return NULL;
@@ -481,7 +319,7 @@ START_TEST(test_concurrent_identical)
     char url[160], cancel[256];
     int n202 = 0, n200 = 0;
     struct th_resp r;
-    const char *ci = start_fresh(&p, "e2e_api_concurrent", NULL);
+    const char *ci = th_start_fresh(&p, "e2e_api_concurrent", NULL);
     PGconn *db;
 
     snprintf(url, sizeof(url), "%s/alerts", p.url);
@@ -497,7 +335,7 @@ START_TEST(test_concurrent_identical)
         ck_assert_msg(args[i].transport_ok, "request %d failed in transport", i);
         ck_assert_msg(args[i].status == 202 || args[i].status == 200, "request %d: HTTP %ld", i,
                       args[i].status);
-        ck_assert_msg(streq(args[i].run_id, args[0].run_id), "request %d got run %s, not %s", i,
+        ck_assert_msg(th_streq(args[i].run_id, args[0].run_id), "request %d got run %s, not %s", i,
                       args[i].run_id, args[0].run_id);
         if (args[i].status == 202) {
             n202++;
@@ -515,8 +353,8 @@ START_TEST(test_concurrent_identical)
     snprintf(cancel, sizeof(cancel), "/runs/%s/cancel", args[0].run_id);
     th_post_json(p.url, cancel, "", &r);
     th_resp_free(&r);
-    expect_outcome(&p, args[0].run_id, "cancelled", 10);
-    stop_clean(&p);
+    th_expect_outcome(&p, args[0].run_id, "cancelled", 10);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -539,25 +377,25 @@ START_TEST(test_errors)
         {"/runs?cursor=djE6MTIzOmFiYw_garbage", "cursor"},
     };
 
-    start_fresh(&p, "e2e_api_errors", NULL);
+    th_start_fresh(&p, "e2e_api_errors", NULL);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json", "{\"alert_type\": \"demo\",", &r));
-    check_problem(&r, 400, "malformed JSON");
+    th_check_problem(&r, 400, "malformed JSON");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json", "", &r));
-    check_problem(&r, 400, "empty body");
+    th_check_problem(&r, 400, "empty body");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json", "[1,2]", &r));
-    check_problem(&r, 400, "array body");
+    th_check_problem(&r, 400, "array body");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json",
                   "{\"alert_type\":5,\"priority\":\"high\",\"run_at\":\"yesterday\","
                   "\"run_id\":\"has space\",\"data\":[1],\"colour\":\"red\"}",
                   &r));
-    check_problem(&r, 400, "wrong types");
+    th_check_problem(&r, 400, "wrong types");
     {
         static const char *const fields[] = {"alert_type", "priority", "run_at",
                                              "run_id",     "data",     "colour"};
@@ -569,7 +407,7 @@ START_TEST(test_errors)
 
     ck_assert(req(&p, "POST", "/alerts", "application/json",
                   "{\"alert_type\":\"demo\",\"priority\":1.5,\"dedupe_key\":\"\"}", &r));
-    check_problem(&r, 400, "priority not an integer, empty dedupe_key");
+    th_check_problem(&r, 400, "priority not an integer, empty dedupe_key");
     ck_assert_msg(has_error_field(&r, "priority") && has_error_field(&r, "dedupe_key"), "%s",
                   r.body);
     th_resp_free(&r);
@@ -580,26 +418,26 @@ START_TEST(test_errors)
         long_id[129] = '\0';
         snprintf(body, sizeof(body), "{\"alert_type\":\"demo\",\"run_id\":\"%s\"}", long_id);
         ck_assert(req(&p, "POST", "/alerts", "application/json", body, &r));
-        check_problem(&r, 400, "run_id of 129 characters");
+        th_check_problem(&r, 400, "run_id of 129 characters");
         ck_assert_msg(has_error_field(&r, "run_id"), "%s", r.body);
         th_resp_free(&r);
     }
     ck_assert(req(&p, "POST", "/alerts", "application/json",
                   "{\"alert_type\":\"demo\",\"priority\":1001}", &r));
-    check_problem(&r, 400, "priority 1001");
+    th_check_problem(&r, 400, "priority 1001");
     ck_assert_msg(has_error_field(&r, "priority"), "%s", r.body);
     th_resp_free(&r);
     ck_assert(req(&p, "POST", "/alerts", "application/json",
                   "{\"alert_type\":\"demo\",\"alert_type\":\"demo\"}", &r));
-    check_problem(&r, 400, "duplicate key");
+    th_check_problem(&r, 400, "duplicate key");
     th_resp_free(&r);
     ck_assert(req(&p, "POST", "/alerts", "application/json",
                   "{\"alert_type\":\"demo\",\"data\":{\"s\":\"\xff\xfe\"}}", &r));
-    check_problem(&r, 400, "invalid UTF-8");
+    th_check_problem(&r, 400, "invalid UTF-8");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json", "{\"data\":{}}", &r));
-    check_problem(&r, 400, "alert_type missing");
+    th_check_problem(&r, 400, "alert_type missing");
     ck_assert_msg(has_error_field(&r, "alert_type"), "%s", r.body);
     th_resp_free(&r);
 
@@ -611,7 +449,7 @@ START_TEST(test_errors)
     big[big_n] = '\0';
     ck_assert_msg(req(&p, "POST", "/alerts", "application/json", big, &r),
                   "2 MiB body: transport failure instead of a 413");
-    check_problem(&r, 413, "2 MiB body");
+    th_check_problem(&r, 413, "2 MiB body");
     th_resp_free(&r);
     free(big);
 
@@ -623,52 +461,52 @@ START_TEST(test_errors)
     big[512 * 1024] = '\0';
     ck_assert(req(&p, "POST", "/alerts", "application/json", big, &r));
     ck_assert_msg(r.status == 202, "512 KiB body: HTTP %ld %.300s", r.status, r.body);
-    big_id = strdup(js(r.json, "run_id"));
+    big_id = strdup(th_js(r.json, "run_id"));
     th_resp_free(&r);
     free(big);
-    expect_outcome(&p, big_id, "succeeded", 15);
+    th_expect_outcome(&p, big_id, "succeeded", 15);
     free(big_id);
 
     ck_assert(req(&p, "POST", "/alerts", "text/plain", "{\"alert_type\":\"demo\"}", &r));
-    check_problem(&r, 415, "text/plain");
+    th_check_problem(&r, 415, "text/plain");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", NULL, "{\"alert_type\":\"demo\"}", &r));
-    check_problem(&r, 415, "no content type");
+    th_check_problem(&r, 415, "no content type");
     th_resp_free(&r);
 
     ck_assert(req(&p, "POST", "/alerts", "application/json; charset=utf-8",
                   "{\"alert_type\":\"nosuchtype\"}", &r));
-    check_problem(&r, 422, "unknown alert_type");
+    th_check_problem(&r, 422, "unknown alert_type");
     th_resp_free(&r);
 
     ck_assert(req(&p, "GET", "/nope", NULL, NULL, &r));
-    check_problem(&r, 404, "unknown path");
+    th_check_problem(&r, 404, "unknown path");
     th_resp_free(&r);
 
     ck_assert(req(&p, "DELETE", "/runs", NULL, NULL, &r));
-    check_problem(&r, 405, "DELETE /runs");
+    th_check_problem(&r, 405, "DELETE /runs");
     ck_assert_msg(strstr(r.allow, "GET") != NULL, "Allow \"%s\" for /runs", r.allow);
     th_resp_free(&r);
 
     ck_assert(req(&p, "GET", "/alerts", NULL, NULL, &r));
-    check_problem(&r, 405, "GET /alerts");
+    th_check_problem(&r, 405, "GET /alerts");
     ck_assert_msg(strstr(r.allow, "POST") != NULL, "Allow \"%s\" for /alerts", r.allow);
     th_resp_free(&r);
 
     ck_assert(req(&p, "GET", "/runs/no-such-run", NULL, NULL, &r));
-    check_problem(&r, 404, "GET unknown run");
+    th_check_problem(&r, 404, "GET unknown run");
     th_resp_free(&r);
     ck_assert(req(&p, "POST", "/runs/no-such-run/cancel", NULL, NULL, &r));
-    check_problem(&r, 404, "cancel unknown run");
+    th_check_problem(&r, 404, "cancel unknown run");
     th_resp_free(&r);
     ck_assert(req(&p, "GET", "/runs/no-such-run/events", NULL, NULL, &r));
-    check_problem(&r, 404, "events of unknown run");
+    th_check_problem(&r, 404, "events of unknown run");
     th_resp_free(&r);
 
     for (size_t i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++) {
         ck_assert(req(&p, "GET", bad_lists[i][0], NULL, NULL, &r));
-        check_problem(&r, 400, bad_lists[i][0]);
+        th_check_problem(&r, 400, bad_lists[i][0]);
         ck_assert_msg(has_error_field(&r, bad_lists[i][1]), "%s: errors[] lacks %s: %s",
                       bad_lists[i][0], bad_lists[i][1], r.body);
         th_resp_free(&r);
@@ -678,8 +516,8 @@ START_TEST(test_errors)
     get_ok(&p, "/runs", 200, &r);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), 1);
     th_resp_free(&r);
-    ck_assert(alive(p.pid));
-    stop_clean(&p);
+    ck_assert(th_alive(p.pid));
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -697,8 +535,8 @@ START_TEST(test_list)
     const json_t *run;
     size_t i;
 
-    start_fresh(&p, "e2e_api_list",
-                "{\"run_types\":{\"other\":{\"action\":\"simulate\",\"max_attempts\":1}}}");
+    th_start_fresh(&p, "e2e_api_list",
+                   "{\"run_types\":{\"other\":{\"action\":\"simulate\",\"max_attempts\":1}}}");
     rfc3339_in(3600, later, sizeof(later));
     /* 5 demo succeeded, 2 demo failed, 3 other succeeded, 2 demo queued */
     for (int k = 0; k < 12; k++) {
@@ -712,10 +550,10 @@ START_TEST(test_list)
                      "{\"alert_type\":\"%s\",\"data\":{\"n\":%d,\"duration_ms\":0,\"steps\":0,"
                      "\"fail\":\"%s\"}}",
                      type, k, fail);
-        ids[k] = submit(&p, body, 202);
+        ids[k] = th_submit(&p, body, 202);
     }
     for (int k = 0; k < 10; k++)
-        expect_outcome(&p, ids[k], k >= 5 && k < 7 ? "failed" : "succeeded", 20);
+        th_expect_outcome(&p, ids[k], k >= 5 && k < 7 ? "failed" : "succeeded", 20);
 
     {
         static const struct {
@@ -735,9 +573,9 @@ START_TEST(test_list)
             ck_assert_msg(json_array_size(json_object_get(r.json, "runs")) == filters[f].n,
                           "%s: %zu runs, want %zu", filters[f].q,
                           json_array_size(json_object_get(r.json, "runs")), filters[f].n);
-            json_array_foreach(json_object_get(r.json, "runs"), i, run)
-                ck_assert_msg(streq(js(run, filters[f].key), filters[f].val), "%s: run %s has %s",
-                              filters[f].q, js(run, "id"), js(run, filters[f].key));
+            json_array_foreach(json_object_get(r.json, "runs"), i, run) ck_assert_msg(
+                th_streq(th_js(run, filters[f].key), filters[f].val), "%s: run %s has %s",
+                filters[f].q, th_js(run, "id"), th_js(run, filters[f].key));
             ck_assert(json_is_null(json_object_get(r.json, "next_cursor")));
             th_resp_free(&r);
         }
@@ -754,7 +592,7 @@ START_TEST(test_list)
                       pages, json_array_size(json_object_get(r.json, "runs")));
         json_array_foreach(json_object_get(r.json, "runs"), i, run)
             json_array_append(all, (json_t *)run);
-        cursor = js(r.json, "next_cursor");
+        cursor = th_js(r.json, "next_cursor");
         ck_assert_msg(cursor || json_is_null(json_object_get(r.json, "next_cursor")),
                       "next_cursor is neither a string nor null: %s", r.body);
         if (cursor)
@@ -769,24 +607,25 @@ START_TEST(test_list)
         const json_t *a = json_array_get(all, i);
         for (size_t k = i + 1; k < 12; k++) {
             const json_t *b = json_array_get(all, k);
-            ck_assert_msg(!streq(js(a, "id"), js(b, "id")), "run %s listed twice", js(a, "id"));
+            ck_assert_msg(!th_streq(th_js(a, "id"), th_js(b, "id")), "run %s listed twice",
+                          th_js(a, "id"));
         }
         if (i + 1 < 12) {
             const json_t *b = json_array_get(all, i + 1);
-            int c = strcmp(js(a, "created_at"), js(b, "created_at"));
-            ck_assert_msg(c > 0 || (c == 0 && strcmp(js(a, "id"), js(b, "id")) > 0),
-                          "not newest first at %zu: %s %s / %s %s", i, js(a, "created_at"),
-                          js(a, "id"), js(b, "created_at"), js(b, "id"));
+            int c = strcmp(th_js(a, "created_at"), th_js(b, "created_at"));
+            ck_assert_msg(c > 0 || (c == 0 && strcmp(th_js(a, "id"), th_js(b, "id")) > 0),
+                          "not newest first at %zu: %s %s / %s %s", i, th_js(a, "created_at"),
+                          th_js(a, "id"), th_js(b, "created_at"), th_js(b, "id"));
         }
     }
     /* newest first: the last submission comes first */
-    ck_assert_str_eq(js(json_array_get(all, 0), "id"), ids[11]);
-    ck_assert_str_eq(js(json_array_get(all, 11), "id"), ids[0]);
+    ck_assert_str_eq(th_js(json_array_get(all, 0), "id"), ids[11]);
+    ck_assert_str_eq(th_js(json_array_get(all, 11), "id"), ids[0]);
 
     /* limit=5 over 12: 5, 5, 2 */
     get_ok(&p, "/runs?limit=5", 200, &r);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), 5);
-    ck_assert(js(r.json, "next_cursor") != NULL);
+    ck_assert(th_js(r.json, "next_cursor") != NULL);
     th_resp_free(&r);
 
     /* cancel the two delayed runs so the drain is quick */
@@ -799,7 +638,7 @@ START_TEST(test_list)
     for (int k = 0; k < 12; k++)
         free(ids[k]);
     json_decref(all);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -814,31 +653,31 @@ START_TEST(test_cancel)
     long long t0, took;
     char *o;
 
-    start_fresh(&p, "e2e_api_cancel", NULL);
+    th_start_fresh(&p, "e2e_api_cancel", NULL);
 
     /* queued (delayed an hour) → 200 completed/cancelled at once */
     rfc3339_in(3600, later, sizeof(later));
     snprintf(body, sizeof(body), "{\"alert_type\":\"demo\",\"run_at\":\"%s\"}", later);
-    q = submit(&p, body, 202);
+    q = th_submit(&p, body, 202);
     snprintf(path, sizeof(path), "/runs/%s/cancel", q);
     th_post_json(p.url, path, "", &r);
     ck_assert_msg(r.status == 200, "cancel queued: HTTP %ld %s", r.status, r.body);
-    ck_assert(streq(js(r.json, "status"), "completed"));
-    ck_assert(streq(js(r.json, "outcome"), "cancelled"));
-    ck_assert(streq(js(r.json, "id"), q));
+    ck_assert(th_streq(th_js(r.json, "status"), "completed"));
+    ck_assert(th_streq(th_js(r.json, "outcome"), "cancelled"));
+    ck_assert(th_streq(th_js(r.json, "id"), q));
     th_resp_free(&r);
     th_post_json(p.url, path, "", &r);
-    check_problem(&r, 409, "cancel of a completed run");
+    th_check_problem(&r, 409, "cancel of a completed run");
     th_resp_free(&r);
 
     /* run_at with a numeric offset is stored and shown in UTC */
-    q2 = submit(&p, "{\"alert_type\":\"demo\",\"run_at\":\"2999-01-01T01:30:00+02:00\"}", 202);
+    q2 = th_submit(&p, "{\"alert_type\":\"demo\",\"run_at\":\"2999-01-01T01:30:00+02:00\"}", 202);
     {
-        json_t *j = get_run(&p, q2);
-        ck_assert_msg(strncmp(js(j, "run_at"), "2998-12-31T23:30:00", 19) == 0 &&
-                          is_rfc3339z(js(j, "run_at")),
-                      "run_at %s, want 2998-12-31T23:30:00Z", js(j, "run_at"));
-        ck_assert(streq(js(j, "status"), "queued"));
+        json_t *j = th_get_run(&p, q2);
+        ck_assert_msg(strncmp(th_js(j, "run_at"), "2998-12-31T23:30:00", 19) == 0 &&
+                          is_rfc3339z(th_js(j, "run_at")),
+                      "run_at %s, want 2998-12-31T23:30:00Z", th_js(j, "run_at"));
+        ck_assert(th_streq(th_js(j, "status"), "queued"));
         ck_assert(json_is_null(json_object_get(j, "started_at")));
         json_decref(j);
     }
@@ -849,27 +688,28 @@ START_TEST(test_cancel)
     free(q2);
 
     /* running → 202 cancelling, then completed/cancelled within 1.5 s */
-    run = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10000}}", 202);
-    ck_assert_msg(wait_status(&p, run, "running", 10000), "run never started");
+    run = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10000}}", 202);
+    ck_assert_msg(th_wait_status(&p, run, "running", 10000), "run never started");
     snprintf(path, sizeof(path), "/runs/%s/cancel", run);
     t0 = th_now_ms();
     th_post_json(p.url, path, "", &r);
     ck_assert_msg(r.status == 202, "cancel running: HTTP %ld %s", r.status, r.body);
-    ck_assert_msg(streq(js(r.json, "status"), "cancelling"), "status %s", js(r.json, "status"));
-    ck_assert(streq(js(r.json, "outcome"), "pending"));
+    ck_assert_msg(th_streq(th_js(r.json, "status"), "cancelling"), "status %s",
+                  th_js(r.json, "status"));
+    ck_assert(th_streq(th_js(r.json, "outcome"), "pending"));
     th_resp_free(&r);
     o = th_wait_run(p.url, run, 10);
     took = th_now_ms() - t0;
-    ck_assert_msg(o && streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
+    ck_assert_msg(o && th_streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
     fprintf(stderr, "cancel of a running run took %lld ms\n", took);
     ck_assert_msg(took <= 1500, "cancel took %lld ms (> 1500)", took);
     free(o);
     th_post_json(p.url, path, "", &r);
-    check_problem(&r, 409, "cancel after cancelled");
+    th_check_problem(&r, 409, "cancel after cancelled");
     th_resp_free(&r);
     free(q);
     free(run);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -885,30 +725,30 @@ START_TEST(test_retries)
     int running = 0, retried = 0;
     bool after_running = false;
 
-    start_fresh(&p, "e2e_api_retries", NULL);
-    first2 = submit(
+    th_start_fresh(&p, "e2e_api_retries", NULL);
+    first2 = th_submit(
         &p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"fail\":\"first:2\"}}", 202);
-    transient = submit(
+    transient = th_submit(
         &p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"fail\":\"transient\"}}", 202);
-    permanent = submit(
+    permanent = th_submit(
         &p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"fail\":\"permanent\"}}", 202);
 
-    expect_outcome(&p, first2, "succeeded", 20);
-    run = get_run(&p, first2);
-    ck_assert_int_eq(ji(run, "attempt"), 3);
+    th_expect_outcome(&p, first2, "succeeded", 20);
+    run = th_get_run(&p, first2);
+    ck_assert_int_eq(th_ji(run, "attempt"), 3);
     json_decref(run);
     events = get_events(&p, first2);
     json_array_foreach(events, i, ev)
     {
-        if (!streq(js(ev, "type"), "status"))
+        if (!th_streq(th_js(ev, "type"), "status"))
             continue;
-        if (streq(js(ev, "status"), "running")) {
+        if (th_streq(th_js(ev, "status"), "running")) {
             running++;
             after_running = true;
-        } else if (streq(js(ev, "status"), "queued") && after_running) {
+        } else if (th_streq(th_js(ev, "status"), "queued") && after_running) {
             retried++;
-            ck_assert_msg(js(ev, "message") && strstr(js(ev, "message"), "failed"),
-                          "retry event message: %s", js(ev, "message"));
+            ck_assert_msg(th_js(ev, "message") && strstr(th_js(ev, "message"), "failed"),
+                          "retry event message: %s", th_js(ev, "message"));
             after_running = false;
         }
     }
@@ -916,21 +756,21 @@ START_TEST(test_retries)
     ck_assert_int_eq(retried, 2);
     json_decref(events);
 
-    expect_outcome(&p, transient, "failed", 20);
-    run = get_run(&p, transient);
-    ck_assert_int_eq(ji(run, "attempt"), 3);
-    ck_assert_int_eq(ji(run, "max_attempts"), 3);
-    ck_assert_msg(streq(js(json_object_get(run, "error"), "code"), "simulated_transient"),
-                  "error.code %s", js(json_object_get(run, "error"), "code"));
+    th_expect_outcome(&p, transient, "failed", 20);
+    run = th_get_run(&p, transient);
+    ck_assert_int_eq(th_ji(run, "attempt"), 3);
+    ck_assert_int_eq(th_ji(run, "max_attempts"), 3);
+    ck_assert_msg(th_streq(th_js(json_object_get(run, "error"), "code"), "simulated_transient"),
+                  "error.code %s", th_js(json_object_get(run, "error"), "code"));
     json_decref(run);
 
-    expect_outcome(&p, permanent, "failed", 20);
-    run = get_run(&p, permanent);
-    ck_assert_int_eq(ji(run, "attempt"), 1);
+    th_expect_outcome(&p, permanent, "failed", 20);
+    run = th_get_run(&p, permanent);
+    ck_assert_int_eq(th_ji(run, "attempt"), 1);
     ck_assert(json_is_object(json_object_get(run, "error")));
     json_decref(run);
     free(first2), free(transient), free(permanent);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -943,22 +783,22 @@ START_TEST(test_timeout)
     char *id;
     long long t0, took;
 
-    start_fresh(&p, "e2e_api_timeout",
-                "{\"run_types\":{\"slow\":{\"action\":\"simulate\",\"timeout_s\":1}}}");
+    th_start_fresh(&p, "e2e_api_timeout",
+                   "{\"run_types\":{\"slow\":{\"action\":\"simulate\",\"timeout_s\":1}}}");
     t0 = th_now_ms();
-    id = submit(&p, "{\"alert_type\":\"slow\",\"data\":{\"duration_ms\":5000}}", 202);
-    expect_outcome(&p, id, "timed_out", 10);
+    id = th_submit(&p, "{\"alert_type\":\"slow\",\"data\":{\"duration_ms\":5000}}", 202);
+    th_expect_outcome(&p, id, "timed_out", 10);
     took = th_now_ms() - t0;
     fprintf(stderr, "timeout_s 1 run ended after %lld ms\n", took);
     ck_assert_msg(took < 3000, "timed out only after %lld ms", took);
-    run = get_run(&p, id);
-    ck_assert(streq(js(run, "type"), "slow"));
-    ck_assert_msg(streq(js(json_object_get(run, "error"), "code"), "timeout"), "error.code %s",
-                  js(json_object_get(run, "error"), "code"));
-    ck_assert_int_eq(ji(run, "attempt"), 1);
+    run = th_get_run(&p, id);
+    ck_assert(th_streq(th_js(run, "type"), "slow"));
+    ck_assert_msg(th_streq(th_js(json_object_get(run, "error"), "code"), "timeout"),
+                  "error.code %s", th_js(json_object_get(run, "error"), "code"));
+    ck_assert_int_eq(th_ji(run, "attempt"), 1);
     json_decref(run);
     free(id);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -972,31 +812,31 @@ START_TEST(test_health)
     size_t i;
     bool found = false;
 
-    start_fresh(&p, "e2e_api_health", NULL);
+    th_start_fresh(&p, "e2e_api_health", NULL);
     get_ok(&p, "/healthz", 200, &r);
-    ck_assert(streq(js(r.json, "status"), "ok"));
+    ck_assert(th_streq(th_js(r.json, "status"), "ok"));
     engine = json_object_get(r.json, "engine");
     ck_assert_msg(json_is_object(engine), "no engine object: %s", r.body);
-    ck_assert(js(engine, "worker_id") != NULL);
-    ck_assert_int_eq(ji(engine, "workers"), 8);
+    ck_assert(th_js(engine, "worker_id") != NULL);
+    ck_assert_int_eq(th_ji(engine, "workers"), 8);
     ck_assert(json_is_integer(json_object_get(engine, "busy")));
     ck_assert(json_is_true(json_object_get(engine, "claiming")));
     ck_assert(json_is_object(json_object_get(r.json, "runs")));
     json_array_foreach(json_object_get(r.json, "workers"), i, w)
     {
-        if (streq(js(w, "id"), js(engine, "worker_id")))
-            found = streq(js(w, "status"), "running");
+        if (th_streq(th_js(w, "id"), th_js(engine, "worker_id")))
+            found = th_streq(th_js(w, "status"), "running");
     }
     ck_assert_msg(found, "own worker row missing or not running: %s", r.body);
     th_resp_free(&r);
     get_ok(&p, "/livez", 200, &r);
-    ck_assert(streq(js(r.json, "status"), "ok"));
+    ck_assert(th_streq(th_js(r.json, "status"), "ok"));
     th_resp_free(&r);
     get_ok(&p, "/readyz", 200, &r);
-    ck_assert(streq(js(r.json, "status"), "ready"));
+    ck_assert(th_streq(th_js(r.json, "status"), "ready"));
     th_resp_free(&r);
     /* SIGINT drains like SIGTERM. */
-    check_exit0(&p, th_stop(&p, SIGINT, 20));
+    th_check_exit0(&p, th_stop(&p, SIGINT, 20));
 }
 END_TEST
 
@@ -1007,21 +847,22 @@ START_TEST(test_poll_only)
     struct th_proc p;
     struct th_resp r;
     char *ids[3];
-    const char *ci = start_fresh(&p, "e2e_api_pollonly",
-                                 "{\"queue\":{\"listen\":false,\"poll_interval_ms\":200}}");
+    const char *ci = th_start_fresh(&p, "e2e_api_pollonly",
+                                    "{\"queue\":{\"listen\":false,\"poll_interval_ms\":200}}");
     PGconn *db = th_pg(ci);
     char *o;
 
     get_ok(&p, "/healthz", 200, &r);
-    ck_assert_msg(streq(js(json_object_get(r.json, "engine"), "wakeups"), "poll"), "%s", r.body);
+    ck_assert_msg(th_streq(th_js(json_object_get(r.json, "engine"), "wakeups"), "poll"), "%s",
+                  r.body);
     th_resp_free(&r);
     for (int i = 0; i < 3; i++) {
         char body[128];
         snprintf(body, sizeof(body), "{\"alert_type\":\"demo\",\"data\":{\"n\":%d}}", i);
-        ids[i] = submit(&p, body, 202);
+        ids[i] = th_submit(&p, body, 202);
     }
     for (int i = 0; i < 3; i++) {
-        expect_outcome(&p, ids[i], "succeeded", 15);
+        th_expect_outcome(&p, ids[i], "succeeded", 15);
         free(ids[i]);
     }
     /* A run this process was not told about (as from another replica
@@ -1030,10 +871,10 @@ START_TEST(test_poll_only)
                        "identity_hash, request_hash) VALUES ('default', 'from-sql', 'demo', 3, "
                        "60, '{\"duration_ms\": 0}', 'from-sql', 'from-sql')"));
     o = th_wait_run(p.url, "from-sql", 5);
-    ck_assert_msg(o && streq(o, "succeeded"), "SQL-inserted run: %s", o ? o : "(timeout)");
+    ck_assert_msg(o && th_streq(o, "succeeded"), "SQL-inserted run: %s", o ? o : "(timeout)");
     free(o);
     PQfinish(db);
-    stop_clean(&p);
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -1057,7 +898,7 @@ static void hammer_check(struct hammer *h, const struct th_resp *r, bool ok)
         return;
     }
     if (r->status == 503 && is_problem_type(r->content_type) && r->json &&
-        ji(r->json, "status") == 503) {
+        th_ji(r->json, "status") == 503) {
         h->n503++;
         return;
     }
@@ -1081,9 +922,9 @@ static void *hammer_main(void *arg)
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,\"h\":%d}}", n);
         ok = req(h->p, "POST", "/alerts", "application/json", body, &r);
         hammer_check(h, &r, ok);
-        if (ok && r.status == 202 && js(r.json, "run_id") && h->naccepted < 256)
+        if (ok && r.status == 202 && th_js(r.json, "run_id") && h->naccepted < 256)
             snprintf(h->accepted[h->naccepted++], sizeof(h->accepted[0]), "%s",
-                     js(r.json, "run_id"));
+                     th_js(r.json, "run_id"));
         th_resp_free(&r);
         ok = req(h->p, "GET", "/runs?limit=5", NULL, NULL, &r);
         hammer_check(h, &r, ok);
@@ -1115,17 +956,17 @@ START_TEST(test_pg_restart)
     long long t0, until;
     char *id = NULL, *across;
 
-    start_fresh(&p, "e2e_api_pgrestart", NULL);
-    id = submit(&p,
-                "{\"alert_type\":\"demo\",\"run_id\":\"before-restart\","
-                "\"data\":{\"duration_ms\":0}}",
-                202);
-    expect_outcome(&p, id, "succeeded", 10);
+    th_start_fresh(&p, "e2e_api_pgrestart", NULL);
+    id = th_submit(&p,
+                   "{\"alert_type\":\"demo\",\"run_id\":\"before-restart\","
+                   "\"data\":{\"duration_ms\":0}}",
+                   202);
+    th_expect_outcome(&p, id, "succeeded", 10);
     free(id);
 
     /* A run that is running while the database goes away still finishes. */
-    across = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":2500}}", 202);
-    ck_assert_msg(wait_status(&p, across, "running", 10000), "run never started");
+    across = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":2500}}", 202);
+    ck_assert_msg(th_wait_status(&p, across, "running", 10000), "run never started");
     h.p = &p;
     ck_assert(pthread_create(&th, NULL, hammer_main, &h) == 0);
     th_sleep_ms(300);
@@ -1136,7 +977,7 @@ START_TEST(test_pg_restart)
     pthread_join(th, NULL);
     fprintf(stderr, "during the restart: %d requests, %d × 503, %d other errors\n", h.requests,
             h.n503, h.bad);
-    ck_assert_msg(alive(p.pid), "opsrun died during the PostgreSQL restart; log: %s", p.log);
+    ck_assert_msg(th_alive(p.pid), "opsrun died during the PostgreSQL restart; log: %s", p.log);
     ck_assert_msg(h.transport == 0, "%d requests failed in transport", h.transport);
     ck_assert_msg(h.bad == 0, "%d requests answered neither 2xx nor 503 problem+json: %ld %s",
                   h.bad, h.bad_status, h.bad_body);
@@ -1147,7 +988,7 @@ START_TEST(test_pg_restart)
         bool ok = req(&p, "POST", "/alerts", "application/json",
                       "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"after\":1}}", &r);
         if (ok && r.status == 202)
-            id = strdup(js(r.json, "run_id"));
+            id = strdup(th_js(r.json, "run_id"));
         else
             ck_assert_msg(ok && r.status == 503 && is_problem_type(r.content_type),
                           "after restart: HTTP %ld %s", r.status, r.body);
@@ -1156,21 +997,21 @@ START_TEST(test_pg_restart)
     ck_assert_msg(id, "no successful submission within 15 s of the restart");
     {
         char *o = th_wait_run(p.url, id, (int)((until - th_now_ms()) / 1000) + 1);
-        ck_assert_msg(o && streq(o, "succeeded"), "run after restart: %s", o ? o : "(timeout)");
+        ck_assert_msg(o && th_streq(o, "succeeded"), "run after restart: %s", o ? o : "(timeout)");
         fprintf(stderr, "run after the restart completed %lld ms after it\n", th_now_ms() - t0);
         free(o);
     }
     free(id);
-    expect_outcome(&p, across, "succeeded", 15);
+    th_expect_outcome(&p, across, "succeeded", 15);
     {
-        json_t *run = get_run(&p, across);
-        ck_assert_int_eq(ji(run, "attempt"), 1);
+        json_t *run = th_get_run(&p, across);
+        ck_assert_int_eq(th_ji(run, "attempt"), 1);
         json_decref(run);
     }
     free(across);
     /* Every run accepted around the restart completes too: none was lost. */
     for (int i = 0; i < h.naccepted; i++)
-        expect_outcome(&p, h.accepted[i], "succeeded", 15);
+        th_expect_outcome(&p, h.accepted[i], "succeeded", 15);
     get_ok(&p, "/readyz", 200, &r);
     th_resp_free(&r);
     /* The LISTEN connection came back too (wake-ups from other replicas). */
@@ -1178,13 +1019,13 @@ START_TEST(test_pg_restart)
         bool listening = false;
         for (until = th_now_ms() + 15000; th_now_ms() < until && !listening; th_sleep_ms(200)) {
             get_ok(&p, "/healthz", 200, &r);
-            listening = streq(js(json_object_get(r.json, "engine"), "wakeups"), "listen");
+            listening = th_streq(th_js(json_object_get(r.json, "engine"), "wakeups"), "listen");
             th_resp_free(&r);
         }
         ck_assert_msg(listening, "the LISTEN connection did not come back within 15 s");
     }
-    ck_assert(alive(p.pid));
-    stop_clean(&p);
+    ck_assert(th_alive(p.pid));
+    th_stop_clean(&p);
 }
 END_TEST
 
@@ -1194,7 +1035,7 @@ START_TEST(test_sigterm_drain)
 {
     struct th_proc p;
     struct th_resp r;
-    const char *ci = start_fresh(&p, "e2e_api_drain", NULL);
+    const char *ci = th_start_fresh(&p, "e2e_api_drain", NULL);
     char *id;
     bool saw503 = false, late_accepted;
     long long t0;
@@ -1202,8 +1043,9 @@ START_TEST(test_sigterm_drain)
     PGconn *db;
     PGresult *res;
 
-    id = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":1500,\"steps\":3}}", 202);
-    ck_assert_msg(wait_status(&p, id, "running", 10000), "run never started");
+    id =
+        th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":1500,\"steps\":3}}", 202);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run never started");
     t0 = th_now_ms();
     kill(p.pid, SIGTERM);
     while (th_now_ms() - t0 < 1000 && !saw503) {
@@ -1226,7 +1068,7 @@ START_TEST(test_sigterm_drain)
     th_resp_free(&r);
     rc = th_stop(&p, 0, 20); /* no second signal: that would cut the grace short */
     fprintf(stderr, "drain: exit %d after %lld ms\n", rc, th_now_ms() - t0);
-    check_exit0(&p, rc);
+    th_check_exit0(&p, rc);
     db = th_pg(ci);
     res = th_sql(db, "SELECT status, outcome, attempt FROM runs WHERE id = '%s'", id);
     ck_assert_str_eq(PQgetvalue(res, 0, 0), "completed");
@@ -1247,22 +1089,23 @@ END_TEST
 START_TEST(test_sigterm_twice)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_api_twice", NULL);
+    const char *ci = th_start_fresh(&p, "e2e_api_twice", NULL);
     char *id;
     long long t0, took;
     int rc;
     PGconn *db;
 
-    id = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000}}", 202);
-    ck_assert_msg(wait_status(&p, id, "running", 10000), "run never started");
+    id = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000}}", 202);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run never started");
     kill(p.pid, SIGTERM);
     th_sleep_ms(500);
-    ck_assert_msg(alive(p.pid), "exited on the first SIGTERM with a run in progress (grace 900 s)");
+    ck_assert_msg(th_alive(p.pid),
+                  "exited on the first SIGTERM with a run in progress (grace 900 s)");
     t0 = th_now_ms();
     rc = th_stop(&p, SIGTERM, 10);
     took = th_now_ms() - t0;
     fprintf(stderr, "second SIGTERM: exit %d after %lld ms\n", rc, took);
-    check_exit0(&p, rc);
+    th_check_exit0(&p, rc);
     ck_assert_msg(took <= 2000, "exit took %lld ms after the second SIGTERM", took);
     db = th_pg(ci);
     ck_assert_msg(th_sql_int(db,
@@ -1278,7 +1121,7 @@ END_TEST
 START_TEST(test_sigterm_short_grace)
 {
     struct th_proc p, p2;
-    const char *ci = start_fresh(&p, "e2e_api_grace", "{\"queue\":{\"shutdown_grace_s\":1}}");
+    const char *ci = th_start_fresh(&p, "e2e_api_grace", "{\"queue\":{\"shutdown_grace_s\":1}}");
     char *cfg = th_config_file("e2e_api_grace", "{\"queue\":{\"shutdown_grace_s\":1}}");
     const char *args[] = {"--config", cfg, NULL};
     char *id;
@@ -1287,22 +1130,22 @@ START_TEST(test_sigterm_short_grace)
     PGconn *db;
     PGresult *res;
 
-    id = submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":20000}}", 202);
-    ck_assert_msg(wait_status(&p, id, "running", 10000), "run never started");
+    id = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":20000}}", 202);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run never started");
     t0 = th_now_ms();
     rc = th_stop(&p, SIGTERM, 10);
     took = th_now_ms() - t0;
     fprintf(stderr, "short grace: exit %d after %lld ms\n", rc, took);
-    check_exit0(&p, rc);
+    th_check_exit0(&p, rc);
     ck_assert_msg(took <= 3000, "exit took %lld ms with a 1 s grace", took);
     db = th_pg(ci);
     res = th_sql(db, "SELECT status, outcome, attempt, worker_id IS NULL FROM runs WHERE id = '%s'",
                  id);
-    ck_assert_msg(streq(PQgetvalue(res, 0, 0), "queued"), "status %s after the hand-back",
+    ck_assert_msg(th_streq(PQgetvalue(res, 0, 0), "queued"), "status %s after the hand-back",
                   PQgetvalue(res, 0, 0));
     ck_assert_str_eq(PQgetvalue(res, 0, 1), "pending");
-    ck_assert_msg(streq(PQgetvalue(res, 0, 2), "0"), "attempt %s: the hand-back spent an attempt",
-                  PQgetvalue(res, 0, 2));
+    ck_assert_msg(th_streq(PQgetvalue(res, 0, 2), "0"),
+                  "attempt %s: the hand-back spent an attempt", PQgetvalue(res, 0, 2));
     ck_assert_str_eq(PQgetvalue(res, 0, 3), "t");
     PQclear(res);
     ck_assert_int_eq(th_sql_int(db,
@@ -1314,13 +1157,13 @@ START_TEST(test_sigterm_short_grace)
     PQclear(th_sql(db, "UPDATE runs SET input = '{\"duration_ms\": 100}' WHERE id = '%s'", id));
     th_start(&p2, ci, args, NULL);
     free(cfg);
-    expect_outcome(&p2, id, "succeeded", 15);
+    th_expect_outcome(&p2, id, "succeeded", 15);
     res = th_sql(db, "SELECT attempt FROM runs WHERE id = '%s'", id);
     ck_assert_str_eq(PQgetvalue(res, 0, 0), "1");
     PQclear(res);
     PQfinish(db);
     free(id);
-    stop_clean(&p2);
+    th_stop_clean(&p2);
 }
 END_TEST
 

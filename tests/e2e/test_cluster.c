@@ -14,65 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static const char *js(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static bool streq(const char *a, const char *b)
-{
-    return a && b && strcmp(a, b) == 0;
-}
-
-static bool alive(pid_t pid)
-{
-    int st;
-    return pid > 0 && waitpid(pid, &st, WNOHANG) == 0 && kill(pid, 0) == 0;
-}
-
-/* The first line of a sanitizer report in a process log, with the first
- * frames in our sources ("" when there is none). */
-static void sanitizer_report(const char *log, char *out, size_t cap)
-{
-    FILE *f = fopen(log, "r");
-    char line[512];
-    bool found = false;
-    int frames = 0;
-
-    out[0] = '\0';
-    while (f && fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!found && (strstr(line, "ERROR: AddressSanitizer") ||
-                       strstr(line, "ERROR: LeakSanitizer") || strstr(line, "runtime error:"))) {
-            snprintf(out, cap, "%s", line);
-            found = true;
-        } else if (found && strstr(line, ".c:") && strstr(line, " in ") &&
-                   !strstr(line, "/tests/")) {
-            size_t n = strlen(out);
-            snprintf(out + n, cap - n, " | %s", strstr(line, " in ") + 4);
-            if (++frames == 3)
-                break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
-/* SIGTERM once every run is over: exit 0, no sanitizer report. */
-static void stop_clean(struct th_proc *p)
-{
-    char report[1024];
-    int rc = th_stop(p, SIGTERM, 20);
-
-    sanitizer_report(p->log, report, sizeof(report));
-    ck_assert_msg(rc == 0, "opsrun exited with %d after SIGTERM%s%s; log: %s", rc,
-                  report[0] ? ": " : "", report, p->log);
-}
 
 /* The worker id a process reports in /healthz (heap). */
 static char *worker_id_of(const struct th_proc *p)
@@ -82,7 +26,7 @@ static char *worker_id_of(const struct th_proc *p)
 
     th_get(p->url, "/healthz", &r);
     ck_assert_msg(r.status == 200 && r.json, "/healthz: HTTP %ld %s", r.status, r.body);
-    id = strdup(js(json_object_get(r.json, "engine"), "worker_id"));
+    id = strdup(th_js(json_object_get(r.json, "engine"), "worker_id"));
     th_resp_free(&r);
     return id;
 }
@@ -97,18 +41,6 @@ static long long engine_stat(const struct th_proc *p, const char *key)
     v = json_integer_value(json_object_get(json_object_get(r.json, "engine"), key));
     th_resp_free(&r);
     return v;
-}
-
-static char *submit(const struct th_proc *p, const char *body)
-{
-    struct th_resp r;
-    char *id;
-
-    th_post_json(p->url, "/alerts", body, &r);
-    ck_assert_msg(r.status == 202, "POST /alerts %s: HTTP %ld %s", body, r.status, r.body);
-    id = strdup(js(r.json, "run_id"));
-    th_resp_free(&r);
-    return id;
 }
 
 static char *config_args(const char *name, const char *json, const char *workers,
@@ -270,7 +202,7 @@ START_TEST(test_load_5000)
     }
     PQfinish(db);
     for (int i = 0; i < LOAD_PROCS; i++) {
-        stop_clean(&p[i]);
+        th_stop_clean(&p[i]);
         free(wid[i]);
     }
     free(ci);
@@ -335,7 +267,7 @@ START_TEST(test_max_running)
         char body[160];
         snprintf(body, sizeof(body),
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":200,\"n\":%d}}", i);
-        free(submit(&p[i % 2], body));
+        free(th_submit(&p[i % 2], body, 202));
     }
     left = wait_count(db, 60, 60000,
                       "SELECT count(*) FROM runs WHERE status = 'completed' AND "
@@ -351,8 +283,8 @@ START_TEST(test_max_running)
     fprintf(stderr, "max_running: the runs were executed by %lld of 2 processes\n",
             th_sql_int(db, "SELECT count(DISTINCT worker_id) FROM runs"));
     PQfinish(db);
-    stop_clean(&p[0]);
-    stop_clean(&p[1]);
+    th_stop_clean(&p[0]);
+    th_stop_clean(&p[1]);
     free(ci);
     free(cfg);
 }
@@ -380,7 +312,7 @@ START_TEST(test_capped_claims_do_not_spin)
         char body[160];
         snprintf(body, sizeof(body),
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":6000,\"n\":%d}}", i);
-        ids[i] = submit(&p[i % 2], body);
+        ids[i] = th_submit(&p[i % 2], body, 202);
     }
     ck_assert_int_eq(wait_count(db, 2, 10000, "SELECT count(*) FROM runs WHERE status = 'running'"),
                      2);
@@ -411,8 +343,8 @@ START_TEST(test_capped_claims_do_not_spin)
     ck_assert_int_eq(
         wait_count(db, 6, 10000, "SELECT count(*) FROM runs WHERE status = 'completed'"), 6);
     PQfinish(db);
-    stop_clean(&p[0]);
-    stop_clean(&p[1]);
+    th_stop_clean(&p[0]);
+    th_stop_clean(&p[1]);
     free(ci);
     free(cfg);
 }
@@ -439,12 +371,12 @@ START_TEST(test_cross_replica_cancel)
     wid[0] = worker_id_of(&p[0]);
     wid[1] = worker_id_of(&p[1]);
     db = th_pg(ci);
-    id = submit(&p[0], "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10000}}");
+    id = th_submit(&p[0], "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10000}}", 202);
     ck_assert_int_eq(wait_count(db, 1, 10000, "SELECT count(*) FROM runs WHERE status = 'running'"),
                      1);
     res = th_sql(db, "SELECT worker_id FROM runs WHERE id = '%s'", id);
     for (int i = 0; i < 2; i++)
-        if (streq(PQgetvalue(res, 0, 0), wid[i]))
+        if (th_streq(PQgetvalue(res, 0, 0), wid[i]))
             owner = i;
     PQclear(res);
     ck_assert_msg(owner >= 0, "the run's worker is neither process");
@@ -454,12 +386,12 @@ START_TEST(test_cross_replica_cancel)
     t0 = th_now_ms();
     th_post_json(p[1 - owner].url, path, "", &r);
     ck_assert_msg(r.status == 202, "cancel: HTTP %ld %s", r.status, r.body);
-    ck_assert(streq(js(r.json, "status"), "cancelling"));
+    ck_assert(th_streq(th_js(r.json, "status"), "cancelling"));
     th_resp_free(&r);
     o = th_wait_run(p[1 - owner].url, id, 10);
     took = th_now_ms() - t0;
     fprintf(stderr, "cross-replica cancel took %lld ms\n", took);
-    ck_assert_msg(o && streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
+    ck_assert_msg(o && th_streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
     ck_assert_msg(took <= 1500, "cancel through the other replica took %lld ms", took);
     free(o);
     res = th_sql(db, "SELECT worker_id, attempt FROM runs WHERE id = '%s'", id);
@@ -468,7 +400,7 @@ START_TEST(test_cross_replica_cancel)
     PQclear(res);
     PQfinish(db);
     for (int i = 0; i < 2; i++) {
-        stop_clean(&p[i]);
+        th_stop_clean(&p[i]);
         free(wid[i]);
     }
     free(id);
@@ -502,7 +434,7 @@ START_TEST(test_sigkill_rescue)
         char body[160];
         snprintf(body, sizeof(body),
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":2000,\"n\":%d}}", k);
-        free(submit(&a, body));
+        free(th_submit(&a, body, 202));
     }
     ck_assert_int_eq(wait_count(db, 8, 10000, "SELECT count(*) FROM runs WHERE status = 'running'"),
                      8);
@@ -536,15 +468,15 @@ START_TEST(test_sigkill_rescue)
         ck_assert_int_eq(r.status, 200);
         json_array_foreach(json_object_get(r.json, "workers"), i, w)
         {
-            if (streq(js(w, "id"), dead))
-                marked = streq(js(w, "status"), "stopped");
+            if (th_streq(th_js(w, "id"), dead))
+                marked = th_streq(th_js(w, "status"), "stopped");
         }
         th_resp_free(&r);
     }
     ck_assert_msg(marked, "worker %s is not marked stopped in /healthz", dead);
-    ck_assert(alive(b.pid));
+    ck_assert(th_alive(b.pid));
     PQfinish(db);
-    stop_clean(&b);
+    th_stop_clean(&b);
     free(dead);
     free(ci);
     free(cfg);
@@ -581,7 +513,7 @@ static void pair_stop(struct pair *pr)
     PQfinish(pr->db);
     for (int i = 0; i < 2; i++) {
         kill(pr->p[i].pid, SIGCONT);
-        stop_clean(&pr->p[i]);
+        th_stop_clean(&pr->p[i]);
         free(pr->wid[i]);
     }
     free(pr->cfg);
@@ -595,7 +527,7 @@ static int owner_of(struct pair *pr, const char *id)
     int owner = -1;
 
     for (int i = 0; i < 2; i++)
-        if (!PQgetisnull(res, 0, 0) && streq(PQgetvalue(res, 0, 0), pr->wid[i]))
+        if (!PQgetisnull(res, 0, 0) && th_streq(PQgetvalue(res, 0, 0), pr->wid[i]))
             owner = i;
     PQclear(res);
     return owner;
@@ -611,7 +543,8 @@ START_TEST(test_frozen_owner_fenced)
     long long n;
 
     pair_start(&pr, "e2e_cluster_frozen");
-    id = submit(&pr.p[0], "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":3000,\"steps\":3}}");
+    id = th_submit(&pr.p[0],
+                   "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":3000,\"steps\":3}}", 202);
     ck_assert_int_eq(
         wait_count(pr.db, 1, 10000, "SELECT count(*) FROM runs WHERE status = 'running'"), 1);
     owner = owner_of(&pr, id);
@@ -632,7 +565,7 @@ START_TEST(test_frozen_owner_fenced)
     ck_assert_msg(n == 1, "the other replica did not take over the frozen owner's run");
     {
         char *o = th_wait_run(pr.p[other].url, id, 15);
-        ck_assert_msg(o && streq(o, "succeeded"), "outcome %s", o ? o : "(timeout)");
+        ck_assert_msg(o && th_streq(o, "succeeded"), "outcome %s", o ? o : "(timeout)");
         free(o);
     }
     ck_assert_int_eq(owner_of(&pr, id), other);
@@ -679,7 +612,7 @@ START_TEST(test_cancel_frozen_owner)
     long long t0, busy = -1, thawed;
 
     pair_start(&pr, "e2e_cluster_frozen_cancel");
-    id = submit(&pr.p[0], "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000}}");
+    id = th_submit(&pr.p[0], "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":30000}}", 202);
     ck_assert_int_eq(
         wait_count(pr.db, 1, 10000, "SELECT count(*) FROM runs WHERE status = 'running'"), 1);
     owner = owner_of(&pr, id);
@@ -695,9 +628,9 @@ START_TEST(test_cancel_frozen_owner)
         char *o = th_wait_run(pr.p[other].url, id, 10);
         fprintf(stderr, "cancel with a frozen owner: %s after %lld ms\n", o ? o : "(timeout)",
                 th_now_ms() - t0);
-        if (!o || !streq(o, "cancelled"))
+        if (!o || !th_streq(o, "cancelled"))
             kill(pr.p[owner].pid, SIGCONT);
-        ck_assert_msg(o && streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
+        ck_assert_msg(o && th_streq(o, "cancelled"), "outcome %s", o ? o : "(timeout)");
         free(o);
     }
     kill(pr.p[owner].pid, SIGCONT);

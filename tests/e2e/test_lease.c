@@ -11,19 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Returns the run id submitted through p (asserts 202). */
-static char *submit_run(const struct th_proc *p, const char *body)
-{
-    struct th_resp r;
-    char *id;
-
-    th_post_json(p->url, "/alerts", body, &r);
-    ck_assert_msg(r.status == 202, "submit: %ld %s", r.status, r.body);
-    id = strdup(json_string_value(json_object_get(r.json, "run_id")));
-    th_resp_free(&r);
-    return id;
-}
-
 /* The duration_ms of the "run finished run=<id> ... attempt=<n>" log line, or
  * -1 when there is none yet. */
 static long finished_after_ms(const char *log, const char *id, int attempt)
@@ -56,7 +43,8 @@ START_TEST(lease_stops_the_action_when_heartbeats_hang)
     char *id, *outcome;
 
     th_start(&p, ci, args, NULL);
-    id = submit_run(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":8000,\"steps\":8}}");
+    id =
+        th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":8000,\"steps\":8}}", 202);
     for (t0 = th_now_ms(); th_now_ms() - t0 < 5000; th_sleep_ms(20))
         if (th_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'running'") == 1)
             break;

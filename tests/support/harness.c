@@ -407,6 +407,166 @@ void th_pg_restart(void)
         die("could not restart PostgreSQL: %s", cmd);
 }
 
+/* ---- small helpers the end-to-end suites share ---- */
+
+const char *th_js(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+long long th_ji(const json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+bool th_streq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+bool th_alive(pid_t pid)
+{
+    int st;
+    return pid > 0 && waitpid(pid, &st, WNOHANG) == 0 && kill(pid, 0) == 0;
+}
+
+void th_sanitizer_report(const char *log, char *out, size_t cap)
+{
+    FILE *f = fopen(log, "r");
+    char line[512];
+    bool found = false;
+    int frames = 0;
+
+    out[0] = '\0';
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!found && (strstr(line, "ERROR: AddressSanitizer") ||
+                       strstr(line, "ERROR: LeakSanitizer") || strstr(line, "runtime error:"))) {
+            snprintf(out, cap, "%s", line);
+            found = true;
+        } else if (found && strstr(line, ".c:") && strstr(line, " in ") &&
+                   !strstr(line, "/tests/")) {
+            size_t n = strlen(out);
+            snprintf(out + n, cap - n, " | %s", strstr(line, " in ") + 4);
+            if (++frames == 3)
+                break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+void th_check_exit0(const struct th_proc *p, int rc)
+{
+    char report[1024];
+
+    th_sanitizer_report(p->log, report, sizeof(report));
+    ck_assert_msg(rc == 0, "opsrun exited with %d after SIGTERM%s%s; log: %s", rc,
+                  report[0] ? ": " : "", report, p->log);
+}
+
+void th_stop_clean(struct th_proc *p)
+{
+    th_check_exit0(p, th_stop(p, SIGTERM, 20));
+}
+
+const char *th_start_fresh(struct th_proc *p, const char *db, const char *config_json)
+{
+    static char *conninfo;
+    char *path = config_json ? th_config_file(db, config_json) : NULL;
+    const char *args[3] = {path ? "--config" : NULL, path, NULL};
+
+    free(conninfo);
+    conninfo = th_db_create(db);
+    th_start(p, conninfo, args, NULL);
+    free(path);
+    return conninfo;
+}
+
+char *th_submit(const struct th_proc *p, const char *body, long want)
+{
+    struct th_resp r;
+    char *id;
+
+    th_post_json(p->url, "/alerts", body, &r);
+    ck_assert_msg(r.status == want, "POST /alerts %s: HTTP %ld, want %ld; body %s", body, r.status,
+                  want, r.body);
+    ck_assert_msg(r.json && th_js(r.json, "run_id"), "POST /alerts: no run_id in %s", r.body);
+    id = strdup(th_js(r.json, "run_id"));
+    th_resp_free(&r);
+    return id;
+}
+
+json_t *th_get_run(const struct th_proc *p, const char *id)
+{
+    char path[256];
+    struct th_resp r;
+    json_t *j;
+
+    snprintf(path, sizeof(path), "/runs/%s", id);
+    th_get(p->url, path, &r);
+    ck_assert_msg(r.status == 200, "GET %s: HTTP %ld, want %ld; body %s", path, r.status, 200L,
+                  r.body);
+    ck_assert_msg(r.json != NULL, "GET %s: body is not JSON: %s", path, r.body);
+    j = json_incref(r.json);
+    th_resp_free(&r);
+    return j;
+}
+
+bool th_wait_status(const struct th_proc *p, const char *id, const char *want, int timeout_ms)
+{
+    char url[512];
+    snprintf(url, sizeof(url), "%s/runs/%s", p->url, id);
+    for (long long until = th_now_ms() + timeout_ms; th_now_ms() < until; th_sleep_ms(20)) {
+        struct th_resp r;
+        bool ok = th_http("GET", url, NULL, NULL, &r) && r.status == 200 && r.json &&
+                  th_streq(th_js(r.json, "status"), want);
+        th_resp_free(&r);
+        if (ok)
+            return true;
+    }
+    return false;
+}
+
+void th_expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s)
+{
+    char *o = th_wait_run(p->url, id, timeout_s);
+    ck_assert_msg(o != NULL, "run %s did not complete within %d s", id, timeout_s);
+    ck_assert_msg(th_streq(o, want), "run %s: outcome %s, want %s", id, o, want);
+    free(o);
+}
+
+void th_check_problem(const struct th_resp *r, long want, const char *what)
+{
+    ck_assert_msg(r->status == want, "%s: HTTP %ld, want %ld; body %s", what, r->status, want,
+                  r->body);
+    ck_assert_msg(strncmp(r->content_type, "application/problem+json", 24) == 0,
+                  "%s: Content-Type \"%s\", want problem+json", what, r->content_type);
+    ck_assert_msg(json_is_object(r->json), "%s: body is not a JSON object: %s", what, r->body);
+    ck_assert_msg(json_is_string(json_object_get(r->json, "type")), "%s: no type: %s", what,
+                  r->body);
+    ck_assert_msg(json_is_string(json_object_get(r->json, "title")), "%s: no title: %s", what,
+                  r->body);
+    ck_assert_msg(json_is_string(json_object_get(r->json, "detail")), "%s: no detail: %s", what,
+                  r->body);
+    ck_assert_msg(json_is_integer(json_object_get(r->json, "status")) &&
+                      th_ji(r->json, "status") == want,
+                  "%s: problem status is not %ld: %s", what, want, r->body);
+}
+
+bool th_has_error_field(const json_t *errors, const char *field)
+{
+    size_t i;
+    const json_t *e;
+
+    json_array_foreach(errors, i, e)
+    {
+        if (th_streq(th_js(e, "field"), field) && json_is_string(json_object_get(e, "message")))
+            return true;
+    }
+    return false;
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

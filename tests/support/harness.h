@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 /* Creates (or recreates) database `name` from the template; returns its
@@ -68,6 +69,42 @@ char *th_wait_run(const char *base, const char *run_id, int timeout_s);
 void th_pg_restart(void);
 void th_sleep_ms(long ms);
 long long th_now_ms(void);
+
+/* ---- small helpers the end-to-end suites share ---- */
+
+/* o[k] as a string, NULL when absent or not a string. */
+const char *th_js(const json_t *o, const char *k);
+/* o[k] as an integer, 0 when absent or not an integer. */
+long long th_ji(const json_t *o, const char *k);
+/* Both non-NULL and equal. */
+bool th_streq(const char *a, const char *b);
+/* Whether pid is a child still running (reaps it when it has exited). */
+bool th_alive(pid_t pid);
+/* The first sanitizer report line in log plus up to 3 frames outside
+ * tests/ (" | "-separated) into out; "" when there is none. */
+void th_sanitizer_report(const char *log, char *out, size_t cap);
+/* Asserts a stopped process's status rc (from th_stop) is 0, quoting any
+ * sanitizer report and the log path. */
+void th_check_exit0(const struct th_proc *p, int rc);
+/* SIGTERM with nothing active left: asserts exit 0 within 20 s. */
+void th_stop_clean(struct th_proc *p);
+/* Starts p on a freshly created database db, with a config file when
+ * config_json is non-NULL; returns the conninfo (harness-owned, valid
+ * until the next call). */
+const char *th_start_fresh(struct th_proc *p, const char *db, const char *config_json);
+/* POSTs body to /alerts, asserts HTTP want and a run_id; returns it (heap). */
+char *th_submit(const struct th_proc *p, const char *body, long want);
+/* GET /runs/{id}, asserting 200 and a JSON body; the run (new reference). */
+json_t *th_get_run(const struct th_proc *p, const char *id);
+/* Polls GET /runs/{id} every 20 ms until status == want; false on timeout. */
+bool th_wait_status(const struct th_proc *p, const char *id, const char *want, int timeout_ms);
+/* Waits up to timeout_s for the run to complete; asserts its outcome. */
+void th_expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s);
+/* Asserts an RFC 9457 problem: HTTP want, problem+json, string type, title
+ * and detail, integer status == want; what names the request. */
+void th_check_problem(const struct th_resp *r, long want, const char *what);
+/* Whether errors (an array) holds {"field": field, "message": string}. */
+bool th_has_error_field(const json_t *errors, const char *field);
 
 /* Runs a Check suite (CK_NOFORK off by default); returns exit code. */
 int th_run_suite(Suite *s);
