@@ -30,6 +30,45 @@ const char *status_name(enum status st)
     return "unknown";
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one
+ * (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+void utf8_scrub(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+
+    while (*p) {
+        size_t n = utf8_len(p);
+        if (n == 0)
+            *p++ = '?';
+        else
+            p += n;
+    }
+}
+
 enum status error_set(struct error *err, enum status st, const char *fmt, ...)
 {
     va_list ap;
@@ -39,6 +78,7 @@ enum status error_set(struct error *err, enum status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
+    utf8_scrub(err->message);
     return st;
 }
 
@@ -54,9 +94,12 @@ enum status error_field(struct error *err, enum status st, const char *field, co
     va_start(ap, fmt);
     vsnprintf(f->message, sizeof(f->message), fmt, ap);
     va_end(ap);
+    utf8_scrub(f->field);
+    utf8_scrub(f->message);
     if (!err->message[0]) {
         char first[sizeof(err->message)];
         snprintf(first, sizeof(first), "invalid \"%s\": %s", f->field, f->message);
+        utf8_scrub(first);
         memcpy(err->message, first, sizeof(first));
     }
     return st;

@@ -55,6 +55,11 @@ enum status error_set(struct error *err, enum status st, const char *fmt, ...) P
 enum status error_field(struct error *err, enum status st, const char *field, const char *fmt, ...)
     PRINTF_LIKE(4, 5);
 
+/* Replaces, in place, every byte that is not part of a valid UTF-8 sequence
+ * (including a sequence cut short by truncation) with '?', so the text can
+ * go into JSON. */
+void utf8_scrub(char *s);
+
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);

@@ -37,6 +37,8 @@ struct req_ctx {
     char run_id[130];
 };
 
+static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
+
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
@@ -93,6 +95,7 @@ static enum MHD_Result http_send_error(struct req_ctx *rc, enum status st, const
     va_start(ap, fmt);
     vsnprintf(err.message, sizeof(err.message), fmt, ap);
     va_end(ap);
+    utf8_scrub(err.message); /* jansson's parse errors can cut a character */
     reply_init(&rp);
     reply_error(&rp, st, &err);
     if (st == ST_METHOD)

@@ -46,10 +46,11 @@ enum route_result route_find(const char *method, const char *path, struct route_
 {
     bool path_known = false;
     size_t alen = 0;
-    char id[130];
+    char id[130] = "";
 
     memset(m, 0, sizeof(*m));
     for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        id[0] = '\0'; /* a pattern without {id} leaves it empty */
         if (!route_match_path(routes[i].pattern, path, id, sizeof(id)))
             continue;
         path_known = true;

@@ -85,6 +85,7 @@ PGconn *th_pg(const char *conninfo)
     return c;
 }
 
+static PGresult *vsql(PGconn *c, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 static PGresult *vsql(PGconn *c, const char *fmt, va_list ap)
 {
     char sql[8192];

@@ -668,6 +668,31 @@ START_TEST(cursor_round_trip)
 }
 END_TEST
 
+START_TEST(utf8_scrub_cases)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"cut \xc3", "cut ?"},        /* truncated two-byte sequence */
+        {"cut \xe2\x82", "cut ??"},   /* truncated three-byte sequence */
+        {"\xc0\xaf", "??"},           /* overlong */
+        {"\xe0\x80\xaf", "???"},      /* overlong three-byte */
+        {"\xed\xa0\x80", "???"},      /* UTF-16 surrogate */
+        {"\xf4\x90\x80\x80", "????"}, /* above U+10FFFF */
+        {"\xff\xfe x", "?? x"},
+        {"\x80lone continuation", "?lone continuation"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char buf[64];
+        snprintf(buf, sizeof(buf), "%s", cases[i].in);
+        utf8_scrub(buf);
+        ck_assert_msg(strcmp(buf, cases[i].out) == 0, "case %zu: got \"%s\"", i, buf);
+    }
+}
+END_TEST
+
 START_TEST(time_range_bounds)
 {
     ck_assert(time_in_range(0));
@@ -985,6 +1010,7 @@ static TCase *tc_cursor(void)
     tcase_add_test(tc, cursor_round_trip);
     tcase_add_test(tc, cursor_known_token);
     tcase_add_test(tc, time_range_bounds);
+    tcase_add_test(tc, utf8_scrub_cases);
     tcase_add_test(tc, cursor_rejects_bad_base64);
     tcase_add_test(tc, cursor_rejects_noncanonical_bits);
     tcase_add_test(tc, cursor_rejects_bad_plain);
