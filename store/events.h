@@ -1,0 +1,76 @@
+/* store/events.h — the global, id-ordered reader of run_events for the SSE
+ * hub, poll-only mode and GET /stream replay (docs/design-event-order.md,
+ * approach (d'), migration 003).
+ *
+ * Event ids are taken at insert and become visible at commit, so a plain
+ * "id > last" reader skips events. The reader therefore moves only up to a
+ * horizon whose ids are all final:
+ *   1. store_events_horizon: h = the highest id handed out, then the writer
+ *      transactions that may still hold an id <= h;
+ *   2. store_events_settled, in a later statement (poll it, e.g. every
+ *      5-10 ms): true once those transactions have all ended;
+ *   3. store_events_after(pos, h, ...), in a later statement still, pages
+ *      through (pos, h]; every id <= h is then final (committed or never
+ *      will be), so pos may move to h once a page comes back short.
+ * Each step must run in its own statement in autocommit or READ COMMITTED:
+ * never inside one REPEATABLE READ/SERIALIZABLE transaction, whose snapshot
+ * would predate the settling. Read from the primary only.
+ *
+ * Thread-safety: a db handle is used by one thread at a time; a struct
+ * event_horizon belongs to its caller. Functions return ST_OK or a failure
+ * with *err filled: ST_INVALID for bad arguments, ST_UNAVAILABLE when the
+ * connection is lost or a statement timed out, ST_DB for other database
+ * errors. */
+#ifndef OPSRUN_STORE_EVENTS_H
+#define OPSRUN_STORE_EVENTS_H
+
+#include "common/common.h"
+
+struct db;
+
+#define EVENTS_PAGE_MAX 1000
+
+/* Step 1's result. inflight is the PostgreSQL text[] literal of the writers'
+ * virtual transaction ids (heap, owned; "{}" when none). */
+struct event_horizon {
+    int64_t h;     /* highest id handed out so far; 0 when none yet */
+    int ninflight; /* 0: already settled, step 2 may be skipped */
+    char *inflight;
+};
+void event_horizon_cleanup(struct event_horizon *h); /* frees inflight; idempotent */
+
+/* Step 1. *h is overwritten (clean it up first when reusing it); on failure
+ * it holds nothing to free. */
+enum status store_events_horizon(struct db *db, struct event_horizon *h, struct error *err) WUR;
+/* Step 2: *settled true once every transaction recorded in h has ended. */
+enum status store_events_settled(struct db *db, const struct event_horizon *h, bool *settled,
+                                 struct error *err) WUR;
+
+/* One event as the SSE frames need it. The strings are borrowed for the
+ * duration of the call. event_json is the API representation of the event
+ * (opsrun_event_json); run_json the run's current API representation
+ * (opsrun_run_json), NULL when the run no longer exists. */
+typedef void (*event_fn)(void *arg, int64_t id, const char *tenant, const char *run_id,
+                         const char *type, const char *event_json, const char *run_json);
+
+/* Step 3: the events with after_id < id <= upto_id in id order, at most
+ * limit (1..EVENTS_PAGE_MAX) of them, each passed to fn; *n is how many.
+ * upto_id must be a settled horizon for the page to be complete. */
+enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id, int limit,
+                               event_fn fn, void *arg, int *n, struct error *err) WUR;
+
+/* The three steps for a caller that may block: takes a horizon, polls
+ * step 2 every 2 ms for up to wait_ms, then reads one page of at most limit
+ * events after *pos and advances *pos (to the last id delivered, or to the
+ * horizon when the page came back short). When the horizon is not above
+ * *pos, or does not settle within wait_ms, it delivers nothing (*n = 0) and
+ * leaves *pos alone. Every event is delivered exactly once and in strictly
+ * increasing id order across calls that pass the same *pos. wait_ms should
+ * exceed a writer statement's duration (tens of ms): each call takes a fresh
+ * horizon, so too short a wait under constant writes may never settle. The
+ * hub, which must not block, drives the steps itself and keeps a pending
+ * horizon across rounds instead. */
+enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int limit, event_fn fn,
+                                 void *arg, int *n, struct error *err) WUR;
+
+#endif
