@@ -29,51 +29,10 @@
 #include "common/util.h"
 #include "store/db.h"
 #include "store/events.h"
+#include "tests/support/fixture.h"
 #include "tests/support/harness.h"
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static char *g_ci;      /* conninfo of this test's database */
-static PGconn *g_pg;    /* raw connection: arranging states, assertions */
-static struct db *g_db; /* the reader under test */
-static struct error g_err;
-
-#define EXPECT(want, call)                                                                         \
-    do {                                                                                           \
-        enum status want_ = (want), got_;                                                          \
-        memset(&g_err, 0, sizeof(g_err));                                                          \
-        got_ = (call);                                                                             \
-        ck_assert_msg(got_ == want_, "%s returned %s (%s), want %s", #call, status_name(got_),     \
-                      g_err.message, status_name(want_));                                          \
-    } while (0)
-#define OK(call) EXPECT(ST_OK, call)
-
-static struct db *connect_db(const char *ci)
-{
-    struct db_options o = {.conninfo = ci, .connect_timeout_s = 5, .application_name = "it_events"};
-    struct db *db = NULL;
-
-    OK(db_connect(&o, &db, &g_err));
-    ck_assert_ptr_nonnull(db);
-    return db;
-}
-
-static void open_test_db(const char *name)
-{
-    g_ci = th_db_create(name);
-    g_pg = th_pg(g_ci);
-    g_db = connect_db(g_ci);
-}
-
-static void close_test_db(void)
-{
-    db_close(g_db);
-    PQfinish(g_pg);
-    free(g_ci);
-    g_db = NULL;
-    g_pg = NULL;
-    g_ci = NULL;
-}
 
 /* n running runs <prefix>0 .. <prefix>(n-1) held by worker w, attempt 1,
  * inserted without events. */

@@ -27,55 +27,13 @@
 #include "store/db.h"
 #include "store/migrations.h"
 #include "store/runs.h"
+#include "tests/support/fixture.h"
 #include "tests/support/harness.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static char *g_ci;      /* conninfo of this test's database */
-static PGconn *g_pg;    /* raw connection: arranging states, assertions */
-static struct db *g_db; /* the code under test's connection */
-static struct error g_err;
-
-/* Asserts that call (which passes &g_err) returns want. */
-#define EXPECT(want, call)                                                                         \
-    do {                                                                                           \
-        enum status want_ = (want), got_;                                                          \
-        memset(&g_err, 0, sizeof(g_err));                                                          \
-        got_ = (call);                                                                             \
-        ck_assert_msg(got_ == want_, "%s returned %s (%s), want %s", #call, status_name(got_),     \
-                      g_err.message, status_name(want_));                                          \
-    } while (0)
-#define OK(call) EXPECT(ST_OK, call)
-
 static const char *const TYPES_T[] = {"T"};
 static const int CAPS_NONE[] = {0};
-
-static struct db *connect_db(const char *ci)
-{
-    struct db_options o = {.conninfo = ci, .connect_timeout_s = 5, .application_name = "it_store"};
-    struct db *db = NULL;
-
-    OK(db_connect(&o, &db, &g_err));
-    ck_assert_ptr_nonnull(db);
-    return db;
-}
-
-static void open_test_db(const char *name)
-{
-    g_ci = th_db_create(name);
-    g_pg = th_pg(g_ci);
-    g_db = connect_db(g_ci);
-}
-
-static void close_test_db(void)
-{
-    db_close(g_db);
-    PQfinish(g_pg);
-    free(g_ci);
-    g_db = NULL;
-    g_pg = NULL;
-    g_ci = NULL;
-}
 
 /* The first column of the first row as a heap string (NULL for SQL NULL or
  * no row). */
