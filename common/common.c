@@ -24,6 +24,7 @@ const char *status_name(enum status st)
         [ST_UNAVAILABLE] = "unavailable",
         [ST_LOST] = "lost",
         [ST_INTERNAL] = "internal",
+        [ST_BUSY] = "busy",
     };
     if ((size_t)st < ARRAY_LEN(names) && names[st])
         return names[st];

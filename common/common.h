@@ -31,6 +31,8 @@ enum status {
     ST_UNAVAILABLE,   /* database unreachable, pool exhausted, shutting down: 503 */
     ST_LOST,          /* a fenced write matched nothing: the run is no longer ours */
     ST_INTERNAL,      /* a bug or resource failure: 500 */
+    ST_BUSY,          /* a limit of this process (stream subscribers, shutdown): 503, the
+                         message is shown to the client */
 };
 
 const char *status_name(enum status st);

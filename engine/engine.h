@@ -27,6 +27,12 @@ struct engine_stats {
 
 /* cfg and pool must outlive the engine. */
 struct engine *engine_new(const struct config *cfg, struct db_pool *pool);
+/* fn(arg) is called, on any engine thread, whenever run events may have
+ * been committed: a NOTIFY on opsrun_events from any replica (this process's
+ * LISTEN connection carries both channels), this process's own event
+ * writes, and each (re)connection of the LISTEN connection. Set it before
+ * engine_start; fn must be cheap and must not block. */
+void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg);
 /* Registers the worker row, rescues orphans once, starts the threads. */
 enum status engine_start(struct engine *e, struct error *err) WUR;
 /* A run was submitted by this process: wake a worker here at once and ring

@@ -30,8 +30,22 @@
 
 /* ---- doorbell ---- */
 
+void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg)
+{
+    e->on_events = fn;
+    e->on_events_arg = arg;
+}
+
+static void events_hint(struct engine *e)
+{
+    if (e->on_events)
+        e->on_events(e->on_events_arg);
+}
+
 void engine_ring(struct engine *e, bool queue, bool events)
 {
+    if (events)
+        events_hint(e); /* this process's hub need not wait for the NOTIFY */
     pthread_mutex_lock(&e->mu);
     e->ring_queue |= queue;
     e->ring_events |= events;
@@ -75,6 +89,8 @@ static void on_notify(void *arg, const char *channel, const char *payload)
     (void)payload;
     if (strcmp(channel, "opsrun_queue") == 0)
         engine_wake_dispatcher(e);
+    else if (strcmp(channel, "opsrun_events") == 0)
+        events_hint(e);
 }
 
 static void set_listening(struct engine *e, bool up)
@@ -120,11 +136,12 @@ static void *listener_main(void *arg)
         bool stop = false;
 
         if (db_connect(&opt, &db, &err) == ST_OK &&
-            db_exec_simple(db, "LISTEN opsrun_queue", &err) == ST_OK) {
-            LOG(LOG_INFO, "listening for wake-ups channel=opsrun_queue");
+            db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK) {
+            LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
             set_listening(e, true);
             pause = 250;
             engine_wake_dispatcher(e); /* anything sent while we were away */
+            events_hint(e);
             stop = listen_loop(e, db);
             set_listening(e, false);
         } else {

@@ -177,6 +177,30 @@ enum status intake_submit(struct db *db, const char *tenant, const struct intake
     return store_runs_submit(db, &rn, out, dedup, err);
 }
 
+/* The long-poll's refresh: the run's status and outcome as they are now,
+ * in the answer the submission got. */
+static enum status alerts_refresh(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct run *run = NULL;
+    struct db *db = NULL;
+    enum status st = db_pool_get(hc->pool, &db, &err);
+
+    if (st == ST_OK)
+        st = store_runs_get(db, rq->tenant, rp->wait_run_id, &run, &err);
+    db_pool_put(hc->pool, db);
+    if (st == ST_OK) {
+        json_object_set_new(rp->body, "status", json_string(run->status));
+        json_object_set_new(rp->body, "outcome", json_string(run->outcome));
+    } else {
+        LOG(LOG_WARN, "could not refresh run=%s for a long-poll: %s", rp->wait_run_id, err.message);
+    }
+    if (st != ST_OK || run_is_terminal(run))
+        rp->wait_ms = 0;
+    run_free(run);
+    return st;
+}
+
 static enum status alerts_generic(const struct hctx *hc, const struct request *rq, struct reply *rp,
                                   struct error *err)
 {
@@ -187,8 +211,11 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
     struct run *run = NULL;
     struct db *db = NULL;
     bool dedup = false;
+    int64_t wait_ms = 0;
     enum status st = alerts_parse_generic(rq->body, &s, err);
 
+    if (st == ST_OK)
+        st = parse_wait(rq, &wait_ms, err);
     if (st != ST_OK)
         goto out;
     rt = cfg_route(hc->cfg, s.alert_type, s.labels, NULL);
@@ -227,6 +254,11 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
             engine_submitted(hc->engine);
     }
     reply_json_take(rp, dedup ? 200 : 202, intake_result(run, dedup));
+    if (wait_ms > 0 && !run_is_terminal(run)) {
+        rp->wait_ms = wait_ms;
+        xsnprintf(rp->wait_run_id, sizeof(rp->wait_run_id), "%s", run->id);
+        rp->refresh = alerts_refresh;
+    }
 out:
     run_free(run);
     json_decref(empty);

@@ -14,12 +14,14 @@
 
 struct db_pool;
 struct engine;
+struct hub;
 
 /* What every handler may use; lives as long as the server. */
 struct hctx {
     const struct config *cfg;
     struct db_pool *pool;
     struct engine *engine; /* NULL in tests that need no engine */
+    struct hub *hub;       /* live events; NULL: no streams and no long-polls */
     const _Atomic bool *draining;
 };
 
@@ -35,6 +37,11 @@ struct request {
 };
 
 #define REPLY_HEADERS_MAX 4
+#define WAIT_MAX_S 60
+struct reply;
+typedef enum status (*handler_fn)(const struct hctx *hc, const struct request *rq,
+                                  struct reply *rp);
+
 struct reply {
     unsigned http_status;
     json_t *body;          /* owned; NULL = no body */
@@ -47,6 +54,13 @@ struct reply {
     } headers[REPLY_HEADERS_MAX];
     unsigned nheaders;
     char run_id[130]; /* for the access log */
+    /* A long-poll (?wait=S): when wait_ms > 0 the server holds the answer
+     * until run wait_run_id is completed or wait_ms has passed, then calls
+     * refresh to bring the answer up to date. refresh sets wait_ms to 0 once
+     * the run is completed (or cannot be read). */
+    int64_t wait_ms;
+    char wait_run_id[130];
+    handler_fn refresh;
 };
 
 void reply_init(struct reply *rp);
@@ -58,9 +72,6 @@ void reply_json_take(struct reply *rp, unsigned http_status, json_t *body);
  * (RFC 9457) with errors[] from err's fields. */
 void reply_error(struct reply *rp, enum status st, const struct error *err);
 unsigned status_http(enum status st);
-
-typedef enum status (*handler_fn)(const struct hctx *hc, const struct request *rq,
-                                  struct reply *rp);
 
 enum status handle_alerts_create(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
@@ -84,6 +95,12 @@ struct submission {
 };
 /* Validates a generic POST /alerts body; field problems go to err->fields. */
 enum status alerts_parse_generic(const json_t *body, struct submission *out, struct error *err) WUR;
+/* The long-poll parameter "wait": whole seconds 0..WAIT_MAX_S, 0 when
+ * absent; *wait_ms gets milliseconds. */
+enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error *err) WUR;
+/* GET /stream's filters "type" and "status" (NULL when absent). */
+enum status stream_parse_filter(const struct request *rq, const char **type, const char **status,
+                                struct error *err) WUR;
 /* Validates GET /runs query parameters into f. */
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
                               struct error *err) WUR;

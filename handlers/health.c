@@ -4,6 +4,7 @@
 
 #include "common/util.h"
 #include "engine/engine.h"
+#include "server/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
 #include "store/runs.h"
@@ -42,6 +43,27 @@ static json_t *engine_json(const struct hctx *hc)
                      "rescued_total", (json_int_t)s.rescued_total);
 }
 
+/* The event hub: streams, long-polls, and how far it has read. A positive
+ * pending_ms that keeps growing means a transaction holding run_events
+ * (an open psql session that wrote an event, a long retention delete)
+ * holds every stream back. */
+static json_t *streams_json(const struct hctx *hc)
+{
+    struct hub_stats s;
+
+    if (!hc->hub)
+        return json_null();
+    hub_stats(hc->hub, &s);
+    return json_pack("{s:b, s:b, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "ready",
+                     s.ready, "reading", s.db_ok, "position", (json_int_t)s.pos,
+                     "horizon_pending_ms", (json_int_t)s.pending_ms, "subscribers", s.subscribers,
+                     "long_polls", s.waiters, "ring_frames", (json_int_t)s.ring_frames,
+                     "ring_bytes", (json_int_t)s.ring_bytes, "published_total",
+                     (json_int_t)s.published_total, "dropped_total", (json_int_t)s.dropped_total,
+                     "refused_total", (json_int_t)s.refused_total, "reconnects_total",
+                     (json_int_t)s.reconnects_total);
+}
+
 /* A 503 problem+json that says why (probes are for operators, so the
  * reason is given in full), with extension members taken from extra. */
 static void health_unavailable(struct reply *rp, const char *reason, json_t *extra)
@@ -77,9 +99,10 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         return ST_OK;
     }
     reply_json_take(rp, 200,
-                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o}", "status", "ok", "draining",
+                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o}", "status", "ok", "draining",
                               hc->draining && atomic_load(hc->draining), "database", "ok", "engine",
-                              engine_json(hc), "runs", counts, "workers", workers));
+                              engine_json(hc), "streams", streams_json(hc), "runs", counts,
+                              "workers", workers));
     return ST_OK;
 }
 

@@ -49,6 +49,7 @@ static const struct {
     {ST_UNSUPPORTED, 415, "Unsupported Media Type"},
     {ST_UNPROCESSABLE, 422, "Unprocessable Content"},
     {ST_UNAVAILABLE, 503, "Service Unavailable"},
+    {ST_BUSY, 503, "Service Unavailable"},
 };
 
 unsigned status_http(enum status st)
@@ -74,7 +75,7 @@ void reply_error(struct reply *rp, enum status st, const struct error *err)
     body = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title, "status",
                      (int)http, "detail",
                      http == 500 ? "internal error; see the server log"
-                     : http == 503
+                     : http == 503 && !(st == ST_BUSY && err && err->message[0])
                          ? "temporarily unavailable (database unreachable or busy); retry later"
                      : err && err->message[0] ? err->message
                                               : title);

@@ -53,17 +53,49 @@ static void parse_text(const char *v, const char *name, size_t max, const char *
         *out = v;
 }
 
+enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error *err)
+{
+    const char *v = rq->query(rq, "wait");
+    char *end;
+    long n;
+
+    *wait_ms = 0;
+    if (!v)
+        return ST_OK;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || end == v || *end || strspn(v, "0123456789") != strlen(v) || n > WAIT_MAX_S)
+        return error_field(err, ST_INVALID, "wait", "must be whole seconds from 0 to %d",
+                           WAIT_MAX_S);
+    *wait_ms = n * 1000;
+    return ST_OK;
+}
+
+static void parse_status(const char *v, const char **out, struct error *err)
+{
+    if (v && !one_of(v, statuses, ARRAY_LEN(statuses)))
+        error_field(err, ST_INVALID, "status",
+                    "must be one of queued, running, waiting, cancelling, completed");
+    else
+        *out = v;
+}
+
+enum status stream_parse_filter(const struct request *rq, const char **type, const char **status,
+                                struct error *err)
+{
+    *type = *status = NULL;
+    parse_status(rq->query(rq, "status"), status, err);
+    parse_text(rq->query(rq, "type"), "type", 64, type, err);
+    return err && err->nfields > 0 ? ST_INVALID : ST_OK;
+}
+
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f, struct error *err)
 {
     const char *status = rq->query(rq, "status"), *outcome = rq->query(rq, "outcome");
     const char *cursor = rq->query(rq, "cursor");
 
     memset(f, 0, sizeof(*f));
-    if (status && !one_of(status, statuses, ARRAY_LEN(statuses)))
-        error_field(err, ST_INVALID, "status",
-                    "must be one of queued, running, waiting, cancelling, completed");
-    else
-        f->status = status;
+    parse_status(status, &f->status, err);
     if (outcome && !one_of(outcome, outcomes, ARRAY_LEN(outcomes)))
         error_field(err, ST_INVALID, "outcome",
                     "must be one of pending, succeeded, partially_succeeded, failed, "
@@ -91,16 +123,42 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
         db_pool_put((hc)->pool, db_);                                                              \
     } while (0)
 
-enum status handle_runs_get(const struct hctx *hc, const struct request *rq, struct reply *rp)
+/* The long-poll's refresh: the run as it is now. */
+static enum status runs_get_refresh(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp)
 {
     struct error err = {0};
     struct run *run = NULL;
     enum status st;
 
-    WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rq->path_id, &run, &err));
+    WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rp->wait_run_id, &run, &err));
+    if (st == ST_OK)
+        reply_json_take(rp, 200, json_incref(run->json));
+    else
+        reply_error(rp, st, &err);
+    if (st != ST_OK || run_is_terminal(run))
+        rp->wait_ms = 0;
+    run_free(run);
+    return st;
+}
+
+enum status handle_runs_get(const struct hctx *hc, const struct request *rq, struct reply *rp)
+{
+    struct error err = {0};
+    struct run *run = NULL;
+    int64_t wait_ms = 0;
+    enum status st = parse_wait(rq, &wait_ms, &err);
+
+    if (st == ST_OK)
+        WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rq->path_id, &run, &err));
     if (st == ST_OK) {
         xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", run->id);
         reply_json_take(rp, 200, json_incref(run->json));
+        if (wait_ms > 0 && !run_is_terminal(run)) {
+            rp->wait_ms = wait_ms;
+            xsnprintf(rp->wait_run_id, sizeof(rp->wait_run_id), "%s", run->id);
+            rp->refresh = runs_get_refresh;
+        }
     } else {
         reply_error(rp, st, &err);
     }

@@ -69,7 +69,7 @@ static const struct opt cfg_opts[] = {
      .def = LOG_INFO, .off = CFG_OFF(log_level)},
     {.key = "log.json", .type = OPT_BOOL, .def = 0, .off = CFG_OFF(log_json)},
     CFG_NUM(OPT_INT,  http.threads,                 4,       2,    64),
-    CFG_NUM(OPT_INT,  http.connection_limit,        1000,    1,    1000000),
+    CFG_NUM(OPT_INT,  http.connection_limit,        10000,   1,    1000000),
     CFG_NUM(OPT_INT,  http.connection_timeout_s,    60,      1,    3600),
     CFG_NUM(OPT_I64,  http.max_body_bytes,          1048576, 1024, 67108864),
     {.key = "db.pool_size", .type = OPT_INT, .flags = OPT_ZERO, .def = 0, .min = 2, .max = 1000,
@@ -91,6 +91,14 @@ static const struct opt cfg_opts[] = {
     CFG_NUM(OPT_BOOL, queue.listen,                 1,       0,    0),
     CFG_NUM(OPT_I64,  queue.retention_s,            604800,  60,   31536000),
     CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
+    CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),
+    CFG_NUM(OPT_INT,  sse.heartbeat_ms,             15000,   100,  600000),
+    CFG_NUM(OPT_INT,  sse.retry_ms,                 3000,    0,    600000),
+    CFG_NUM(OPT_INT,  sse.ring_frames,              4096,    16,   1000000),
+    CFG_NUM(OPT_I64,  sse.ring_bytes,               16777216, 65536, 4294967296),
+    CFG_NUM(OPT_INT,  sse.poll_interval_ms,         250,     10,   60000),
+    CFG_NUM(OPT_INT,  sse.send_timeout_s,           60,      1,    3600),
+    CFG_NUM(OPT_INT,  sse.send_buffer_bytes,        262144,  4096, 16777216),
     {.key = "default_route", .type = OPT_STR, .flags = OPT_NULL, .off = CFG_OFF(default_route),
      .check = check_name},
 };
@@ -1101,6 +1109,11 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
                          "invalid \"queue.orphan_after_s\": must be greater than "
                          "queue.heartbeat_interval_s (%d)",
                          cfg->queue.heartbeat_interval_s);
+    if ((int64_t)cfg->sse.heartbeat_ms >= (int64_t)cfg->sse.send_timeout_s * 1000)
+        return error_set(err, ST_INVALID,
+                         "invalid \"sse.heartbeat_ms\": must be less than sse.send_timeout_s "
+                         "(%d s), or idle streams are closed",
+                         cfg->sse.send_timeout_s);
     return check_refs(cfg, err);
 }
 

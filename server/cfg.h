@@ -52,7 +52,7 @@ struct config {
 
     struct {
         int threads;              /* MHD pool, 2..64, default 4 */
-        int connection_limit;     /* default 1000 */
+        int connection_limit;     /* default 10000 */
         int connection_timeout_s; /* default 60 */
         int64_t max_body_bytes;   /* default 1 MiB, 1 KiB..64 MiB */
     } http;
@@ -79,6 +79,17 @@ struct config {
         int64_t retention_s;        /* completed runs kept, default 7 days */
         int retention_batch;        /* default 500 */
     } queue;
+
+    struct {
+        int max_subscribers;   /* streams per process, default 5000 */
+        int heartbeat_ms;      /* keep-alive comment interval, default 15000 */
+        int retry_ms;          /* the retry: hint, default 3000 */
+        int ring_frames;       /* live frames kept, default 4096 */
+        int64_t ring_bytes;    /* and their bytes, default 16 MiB */
+        int poll_interval_ms;  /* event reads without LISTEN, default 250 */
+        int send_timeout_s;    /* a stream whose client takes nothing this long is closed */
+        int send_buffer_bytes; /* kernel send buffer per stream (SO_SNDBUF), default 256 KiB */
+    } sse;
 
     struct run_type *run_types;
     size_t nrun_types;

@@ -1,17 +1,26 @@
 /* server/http.c — libmicrohttpd glue. Per request, one req_ctx holds the
  * route, the capped body and the reply; it is freed in the completion
- * callback, which also writes the access-log line. */
+ * callback, which also writes the access-log line.
+ *
+ * Two kinds of answer park their connection instead of holding a thread:
+ * an SSE stream suspends whenever it has nothing to send, and a long-poll
+ * (?wait=S) suspends until its run completes or S passes. The hub resumes
+ * both (server/hub.h). */
 #include "server/http.h"
 
 #include "common/log.h"
+#include "server/hub.h"
 #include "server/route.h"
+#include "server/sse.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 /* A chunked body past the cap is read and dropped up to this many times the
  * cap so the client gets its 413; past that the connection is closed. */
@@ -21,6 +30,19 @@ struct http {
     struct MHD_Daemon *d;
     const struct hctx *hc;
     unsigned port;
+};
+
+/* A long-poll's parked answer. */
+struct http_wait {
+    struct reply rp;
+    struct hub_waiter w;
+};
+
+/* An SSE response's state: owned by the response (freed by its free
+ * callback, which may run after the request's completion callback). */
+struct http_stream {
+    struct MHD_Connection *conn;
+    struct sse_stream *st;
 };
 
 struct req_ctx {
@@ -35,6 +57,7 @@ struct req_ctx {
     bool too_large, responded;
     unsigned http_status;
     char run_id[130];
+    struct http_wait *wait; /* a parked long-poll */
 };
 
 static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
@@ -100,6 +123,19 @@ static enum MHD_Result http_send_error(struct req_ctx *rc, enum status st, const
     reply_error(&rp, st, &err);
     if (st == ST_METHOD)
         reply_header(&rp, "Allow", rc->m.allow);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
+static enum MHD_Result http_send_problem(struct req_ctx *rc, enum status st,
+                                         const struct error *err)
+{
+    struct reply rp;
+    enum MHD_Result ret;
+
+    reply_init(&rp);
+    reply_error(&rp, st, err);
     ret = http_send(rc, &rp);
     reply_cleanup(&rp);
     return ret;
@@ -173,18 +209,222 @@ static const char *http_query(const struct request *rq, const char *key)
     return MHD_lookup_connection_value(rq->query_arg, MHD_GET_ARGUMENT_KIND, key);
 }
 
+static struct request http_request(const struct req_ctx *rc)
+{
+    return (struct request){
+        .method = rc->method,
+        .path = rc->url,
+        .path_id = rc->m.id[0] ? rc->m.id : NULL,
+        .tenant = rc->h->hc->cfg->tenant_default,
+        .query = http_query,
+        .query_arg = rc->conn,
+    };
+}
+
+/* ---- long-polls --------------------------------------------------------- */
+
+/* Both run with the hub lock held (server/hub.h). */
+static bool http_wait_suspend(void *arg)
+{
+    struct req_ctx *rc = arg;
+
+    MHD_suspend_connection(rc->conn);
+    return true;
+}
+
+static void http_wait_resume(void *arg)
+{
+    struct req_ctx *rc = arg;
+
+    MHD_resume_connection(rc->conn);
+}
+
+/* Answers a long-poll with its run as it is now. */
+static enum MHD_Result http_wait_finish(struct req_ctx *rc, bool refresh)
+{
+    struct http_wait *hw = rc->wait;
+    struct request rq = http_request(rc);
+    enum MHD_Result ret;
+
+    hub_wait_remove(rc->h->hc->hub, &hw->w);
+    if (refresh)
+        (void)hw->rp.refresh(rc->h->hc, &rq, &hw->rp);
+    ret = http_send(rc, &hw->rp);
+    reply_cleanup(&hw->rp);
+    return ret;
+}
+
+/* Parks the answer until the run completes or the wait ends. The run is
+ * read again after the waiter is armed: a completion committed between the
+ * handler's read and the arming is then seen here, and any later one
+ * reaches the waiter through the hub. */
+static enum MHD_Result http_wait_begin(struct req_ctx *rc, struct reply *rp)
+{
+    const struct hctx *hc = rc->h->hc;
+    struct request rq = http_request(rc);
+    struct http_wait *hw = xcalloc(1, sizeof(*hw));
+    struct error err = {0};
+
+    hw->rp = *rp;
+    reply_init(rp); /* the body moved to hw */
+    rc->wait = hw;
+    xsnprintf(hw->w.tenant, sizeof(hw->w.tenant), "%s", rq.tenant);
+    xsnprintf(hw->w.run_id, sizeof(hw->w.run_id), "%s", hw->rp.wait_run_id);
+    hw->w.deadline_ms = clock_mono_ms() + hw->rp.wait_ms;
+    hw->w.wake = (struct hub_wake){http_wait_suspend, http_wait_resume, rc};
+    if (hub_wait_add(hc->hub, &hw->w, &err) != ST_OK)
+        return http_wait_finish(rc, false);
+    (void)hw->rp.refresh(hc, &rq, &hw->rp);
+    if (hw->rp.wait_ms == 0)
+        return http_wait_finish(rc, false);
+    if (!hub_wait_suspend(hc->hub, &hw->w))
+        return http_wait_finish(rc, true);
+    return MHD_YES;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+/* Runs with the hub lock held, on the connection's thread. A peer that
+ * closed is noticed here: MHD sees nothing while a connection is suspended
+ * (notes/mhd-sse.md section 5). */
+static bool http_stream_suspend(void *arg)
+{
+    struct http_stream *hs = arg;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hs->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char b;
+
+    if (ci) {
+        ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return false;
+    }
+    MHD_suspend_connection(hs->conn);
+    return true;
+}
+
+static void http_stream_resume(void *arg)
+{
+    struct http_stream *hs = arg;
+
+    MHD_resume_connection(hs->conn);
+}
+
+static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct http_stream *hs = cls;
+    size_t n = 0;
+
+    (void)pos;
+    switch (sse_read(hs->st, buf, max, &n)) {
+    case SSE_DATA:
+        return (ssize_t)n;
+    case SSE_SUSPENDED:
+        return 0;
+    case SSE_END:
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    case SSE_ABORT:
+        break;
+    }
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void http_stream_free(void *cls)
+{
+    struct http_stream *hs = cls;
+
+    sse_close(hs->st);
+    free(hs);
+}
+
+/* The request's SSE parameters; a problem goes to err->fields. */
+static enum status http_stream_params(struct req_ctx *rc, struct sse_request *q, struct error *err)
+{
+    const struct config *cfg = rc->h->hc->cfg;
+    const char *lid = MHD_lookup_connection_value(rc->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    const char *field = "Last-Event-ID";
+
+    *q = (struct sse_request){.tenant = cfg->tenant_default, .retry_ms = cfg->sse.retry_ms};
+    if (rc->m.id[0])
+        q->run_id = rc->m.id;
+    if (!lid || !*lid)
+        lid = MHD_lookup_connection_value(rc->conn, MHD_GET_ARGUMENT_KIND, "last_event_id"),
+        field = "last_event_id";
+    if (lid && *lid) {
+        q->has_last_id = true;
+        if (!sse_parse_last_id(lid, &q->last_id))
+            error_field(err, ST_INVALID, field, "must be an event id (a decimal integer)");
+    }
+    if (!q->run_id) {
+        struct request rq = http_request(rc);
+        if (stream_parse_filter(&rq, &q->run_type, &q->status, err) != ST_OK)
+            return ST_INVALID; /* err has every field, Last-Event-ID's too */
+    }
+    return err->nfields ? ST_INVALID : ST_OK;
+}
+
+/* A stream's own limits: the kernel would otherwise let a stalled client's
+ * socket buffer grow to tcp_wmem's maximum (4 MiB by default) before the
+ * send timeout can start counting. */
+static void http_stream_socket(struct MHD_Connection *c, const struct config *cfg)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int sndbuf = cfg->sse.send_buffer_bytes;
+
+    if (ci && setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0)
+        LOG(LOG_DEBUG, "could not set SO_SNDBUF on a stream: %s", strerror(errno));
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned int)cfg->sse.send_timeout_s);
+}
+
+static enum MHD_Result http_stream(struct req_ctx *rc)
+{
+    const struct hctx *hc = rc->h->hc;
+    struct http_stream *hs = xcalloc(1, sizeof(*hs));
+    struct error err = {0};
+    struct sse_request q;
+    struct MHD_Response *r = NULL;
+    enum MHD_Result ret;
+    enum status st = http_stream_params(rc, &q, &err);
+
+    hs->conn = rc->conn;
+    if (st == ST_OK && !hc->hub)
+        st = error_set(&err, ST_BUSY, "streams are not enabled");
+    if (st == ST_OK)
+        st = sse_open(hc->hub, hc->pool, &q,
+                      &(struct hub_wake){http_stream_suspend, http_stream_resume, hs}, &hs->st,
+                      &err);
+    if (st == ST_OK)
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, http_stream_read, hs,
+                                              http_stream_free);
+    if (!r) {
+        sse_close(hs->st);
+        free(hs);
+        if (st == ST_OK)
+            return MHD_NO;
+        return http_send_problem(rc, st, &err);
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    http_stream_socket(rc->conn, hc->cfg);
+    ret = MHD_queue_response(rc->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    rc->responded = true;
+    rc->http_status = MHD_HTTP_OK;
+    if (q.run_id)
+        xsnprintf(rc->run_id, sizeof(rc->run_id), "%s", q.run_id);
+    return ret;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
 /* The last call: parse, run the handler, answer. */
 static enum MHD_Result http_dispatch(struct req_ctx *rc)
 {
     const struct hctx *hc = rc->h->hc;
-    struct request rq = {
-        .method = rc->method,
-        .path = rc->url,
-        .path_id = rc->m.id[0] ? rc->m.id : NULL,
-        .tenant = hc->cfg->tenant_default,
-        .query = http_query,
-        .query_arg = rc->conn,
-    };
+    struct request rq = http_request(rc);
     json_error_t jerr;
     struct reply rp;
     enum MHD_Result ret;
@@ -204,13 +444,17 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
                                    "line %d column %d",
                                    jerr.text, jerr.line, jerr.column);
     }
+    if (rc->m.entry->stream)
+        return http_stream(rc);
     reply_init(&rp);
     (void)rc->m.entry->fn(hc, &rq, &rp);
+    json_decref(rq.body);
     if (rp.http_status == 0)
         reply_error(&rp, ST_INTERNAL, NULL);
+    if (rp.wait_ms > 0 && rp.refresh && hc->hub)
+        return http_wait_begin(rc, &rp);
     ret = http_send(rc, &rp);
     reply_cleanup(&rp);
-    json_decref(rq.body);
     return ret;
 }
 
@@ -236,6 +480,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         return http_body(rc, upload_data, upload_size);
     if (rc->responded)
         return MHD_YES;
+    if (rc->wait)
+        return http_wait_finish(rc, true); /* resumed: the run completed or the wait ended */
     return http_dispatch(rc);
 }
 
@@ -251,6 +497,12 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s", rc->method, rc->url,
         rc->http_status, (long long)(clock_mono_ms() - rc->t0), rc->run_id[0] ? " run=" : "",
         rc->run_id, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
+    if (rc->wait) {
+        hub_wait_remove(rc->h->hc->hub, &rc->wait->w);
+        hub_wait_release(rc->h->hc->hub, &rc->wait->w);
+        reply_cleanup(&rc->wait->rp);
+        free(rc->wait);
+    }
     free(rc->body);
     free(rc);
     *con_cls = NULL;

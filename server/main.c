@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 #include "server/cfg.h"
 #include "server/http.h"
+#include "server/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
 
@@ -218,6 +219,43 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
     pthread_join(th, NULL);
 }
 
+/* With LISTEN on, the hub still reads this often in case a NOTIFY was lost. */
+#define HUB_SAFETY_POLL_MS 2000
+
+static void on_events(void *hub)
+{
+    hub_doorbell(hub);
+}
+
+static struct hub *hub_create(const struct config *cfg)
+{
+    const struct hub_options o = {
+        .db = db_opts(cfg, "opsrun-hub"),
+        .ring_frames = cfg->sse.ring_frames,
+        .ring_bytes = cfg->sse.ring_bytes,
+        .max_subscribers = cfg->sse.max_subscribers,
+        .heartbeat_ms = cfg->sse.heartbeat_ms,
+        .poll_ms = cfg->queue.listen ? HUB_SAFETY_POLL_MS : cfg->sse.poll_interval_ms,
+        .retry_ms = cfg->sse.retry_ms,
+    };
+    return hub_new(&o);
+}
+
+/* Ends the streams and long-polls, then stops HTTP: libmicrohttpd aborts
+ * when it is stopped with a connection still suspended. */
+static void stop_http(struct http *http, struct hub *hub)
+{
+    struct hub_stats hs;
+
+    hub_close(hub);
+    if (!hub_wait_empty(hub, 5000)) {
+        hub_stats(hub, &hs);
+        LOG(LOG_WARN, "streams still open after 5 s subscribers=%d waiters=%d", hs.subscribers,
+            hs.waiters);
+    }
+    http_stop(http);
+}
+
 /* Never runs: the signals stay blocked and are taken by sigwait(). */
 static void on_signal(int sig)
 {
@@ -229,6 +267,7 @@ static int serve(const struct config *cfg)
     const struct db_options opt = db_opts(cfg, "opsrun");
     struct db_pool *pool = NULL;
     struct engine *engine = NULL;
+    struct hub *hub = NULL;
     struct http *http = NULL;
     struct error err = {0};
     _Atomic bool draining = false;
@@ -250,11 +289,14 @@ static int serve(const struct config *cfg)
         return 1;
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
     engine = engine_new(cfg, pool);
-    if (engine_start(engine, &err) != ST_OK) {
+    hub = hub_create(cfg);
+    engine_on_events(engine, on_events, hub);
+    if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start the engine: %s", err.message);
         goto out;
     }
-    hc = (struct hctx){.cfg = cfg, .pool = pool, .engine = engine, .draining = &draining};
+    hc = (struct hctx){
+        .cfg = cfg, .pool = pool, .engine = engine, .hub = hub, .draining = &draining};
     if (http_start(&hc, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
@@ -263,11 +305,12 @@ static int serve(const struct config *cfg)
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
-    http_stop(http);
+    stop_http(http, hub);
     rc = 0;
     LOG(LOG_INFO, "stopped");
 out:
     engine_free(engine);
+    hub_free(hub);
     db_pool_free(pool);
     return rc;
 }

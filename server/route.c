@@ -6,14 +6,16 @@
 #include <string.h>
 
 static const struct route_entry routes[] = {
-    {"POST", "/alerts", handle_alerts_create, true},
-    {"GET", "/runs", handle_runs_list, false},
-    {"GET", "/runs/{id}", handle_runs_get, false},
-    {"GET", "/runs/{id}/events", handle_runs_events, false},
-    {"POST", "/runs/{id}/cancel", handle_runs_cancel, false},
-    {"GET", "/healthz", handle_health_healthz, false},
-    {"GET", "/livez", handle_health_livez, false},
-    {"GET", "/readyz", handle_health_readyz, false},
+    {"POST", "/alerts", handle_alerts_create, true, false},
+    {"GET", "/runs", handle_runs_list, false, false},
+    {"GET", "/runs/{id}", handle_runs_get, false, false},
+    {"GET", "/runs/{id}/events", handle_runs_events, false, false},
+    {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false},
+    {"GET", "/runs/{id}/stream", NULL, false, true},
+    {"GET", "/stream", NULL, false, true},
+    {"GET", "/healthz", handle_health_healthz, false, false},
+    {"GET", "/livez", handle_health_livez, false, false},
+    {"GET", "/readyz", handle_health_readyz, false, false},
 };
 
 /* Matches path against pattern; the {id} segment is copied to id. */

@@ -10,8 +10,9 @@ enum route_result { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_METHOD };
 struct route_entry {
     const char *method;
     const char *pattern;
-    handler_fn fn;
+    handler_fn fn;  /* NULL for a stream */
     bool json_body; /* expects a JSON request body */
+    bool stream;    /* a server-sent event stream (server/sse.h) */
 };
 
 struct route_hit {

@@ -16,13 +16,47 @@ static const struct stmt S_HORIZON = {
     "events_horizon",
     "SELECT h, inflight::text, cardinality(inflight) FROM opsrun_event_horizon()"};
 static const struct stmt S_SETTLED = {"events_settled", "SELECT opsrun_events_settled($1::text[])"};
+/* The columns every event reader returns, in struct event_row's order. */
+#define EVENT_COLS                                                                                 \
+    "e.id, e.tenant, e.run_id, e.type, e.status, r.type, "                                         \
+    "CASE WHEN r.id IS NULL THEN NULL ELSE opsrun_run_json_at(r, e)::text END"
 /* A LEFT JOIN, so an event whose run is gone still comes back (run JSON
- * NULL); opsrun_run_json is not strict, hence the CASE. */
+ * NULL) and the position can move past it. */
 static const struct stmt S_AFTER = {
-    "events_after", "SELECT e.id, e.tenant, e.run_id, e.type, opsrun_event_json(e)::text, "
-                    "CASE WHEN r.id IS NULL THEN NULL ELSE opsrun_run_json(r)::text END "
-                    "FROM run_events e LEFT JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id "
+    "events_after", "SELECT " EVENT_COLS " FROM run_events e "
+                    "LEFT JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id "
                     "WHERE e.id > $1::bigint AND e.id <= $2::bigint ORDER BY e.id LIMIT $3::int"};
+/* One run's events: the run_events_run index. */
+static const struct stmt S_REPLAY_RUN = {
+    "events_replay_run",
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
+    "e.run_id WHERE e.tenant = $1 AND e.run_id = $2 AND e.id > $3::bigint AND e.id <= $4::bigint "
+    "ORDER BY e.id LIMIT $5::int"};
+/* Every run's events of a tenant: the primary key's id range. */
+static const struct stmt S_REPLAY_ALL = {
+    "events_replay_all",
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
+    "e.run_id WHERE e.id > $1::bigint AND e.id <= $2::bigint AND e.tenant = $3 "
+    "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR e.status = $5) "
+    "ORDER BY e.id LIMIT $6::int"};
+/* One statement, so the run and its newest event id agree: every writer
+ * locks the run row before it inserts the event (design-event-order.md). */
+static const struct stmt S_RUN_SNAPSHOT = {
+    "events_run_snapshot",
+    "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
+    "(SELECT max(e.id) FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id), "
+    "EXISTS (SELECT 1 FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id "
+    "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+static const struct stmt S_ACTIVE = {
+    "events_active",
+    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE e.tenant = r.tenant "
+    "AND e.run_id = r.id), r.tenant, r.id, 'snapshot', r.status, r.type, opsrun_run_json(r)::text "
+    "FROM runs r WHERE r.tenant = $1 AND r.status <> 'completed' AND r.id > $2 "
+    "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "
+    "ORDER BY r.id LIMIT $5::int"};
+static const struct stmt S_BOUNDS = {
+    "events_bounds", "SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END, "
+                     "(SELECT upto FROM run_events_pruned) FROM run_events_id_seq s"};
 
 #define SETTLE_POLL_MS 2
 
@@ -82,6 +116,37 @@ enum status store_events_settled(struct db *db, const struct event_horizon *h, b
     return ST_OK;
 }
 
+/* Passes each row of an EVENT_COLS result to fn; returns the row count. */
+static int deliver(const PGresult *r, event_fn fn, void *arg)
+{
+    int rows = PQntuples(r);
+
+    for (int i = 0; i < rows; i++) {
+        const struct event_row ev = {
+            .id = db_i64(r, i, 0),
+            .tenant = db_val(r, i, 1),
+            .run_id = db_val(r, i, 2),
+            .kind = db_val(r, i, 3),
+            .status = db_val(r, i, 4),
+            .run_type = db_val(r, i, 5),
+            .run_json = db_val(r, i, 6),
+        };
+        fn(arg, &ev);
+    }
+    return rows;
+}
+
+static enum status check_page(int64_t after_id, int limit, struct error *err)
+{
+    if (limit < 1 || limit > EVENTS_PAGE_MAX)
+        return error_set(err, ST_INVALID, "could not read events: limit %d is not in 1..%d", limit,
+                         EVENTS_PAGE_MAX);
+    if (after_id < 0)
+        return error_set(err, ST_INVALID, "could not read events: negative position %" PRId64,
+                         after_id);
+    return ST_OK;
+}
+
 enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id, int limit,
                                event_fn fn, void *arg, int *n, struct error *err)
 {
@@ -91,24 +156,16 @@ enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id,
     enum status st;
 
     *n = 0;
-    if (limit < 1 || limit > EVENTS_PAGE_MAX)
-        return error_set(err, ST_INVALID, "could not read events: limit %d is not in 1..%d", limit,
-                         EVENTS_PAGE_MAX);
-    if (after_id < 0)
-        return error_set(err, ST_INVALID, "could not read events: negative position %" PRId64,
-                         after_id);
-    if (upto_id <= after_id)
-        return ST_OK;
+    st = check_page(after_id, limit, err);
+    if (st != ST_OK || upto_id <= after_id)
+        return st;
     xsnprintf(a, sizeof(a), "%" PRId64, after_id);
     xsnprintf(u, sizeof(u), "%" PRId64, upto_id);
     xsnprintf(l, sizeof(l), "%d", limit);
     st = db_run(db, &S_AFTER, 3, p, &r, err);
     if (st != ST_OK)
         return st;
-    for (int i = 0; i < PQntuples(r); i++)
-        fn(arg, db_i64(r, i, 0), db_val(r, i, 1), db_val(r, i, 2), db_val(r, i, 3), db_val(r, i, 4),
-           db_val(r, i, 5));
-    *n = PQntuples(r);
+    *n = deliver(r, fn, arg);
     PQclear(r);
     return ST_OK;
 }
@@ -143,13 +200,12 @@ struct advance_ctx {
     int64_t last;
 };
 
-static void advance_one(void *arg, int64_t id, const char *tenant, const char *run_id,
-                        const char *type, const char *event_json, const char *run_json)
+static void advance_one(void *arg, const struct event_row *ev)
 {
     struct advance_ctx *c = arg;
 
-    c->last = id;
-    c->fn(c->arg, id, tenant, run_id, type, event_json, run_json);
+    c->last = ev->id;
+    c->fn(c->arg, ev);
 }
 
 enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int limit, event_fn fn,
@@ -175,4 +231,110 @@ enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int l
         *pos = *n < limit ? h.h : c.last;
     event_horizon_cleanup(&h);
     return st;
+}
+
+enum status store_events_replay(struct db *db, const struct event_filter *f, int64_t after_id,
+                                int64_t upto_id, int limit, event_fn fn, void *arg, int *n,
+                                struct error *err)
+{
+    char a[24], u[24], l[16];
+    PGresult *r;
+    enum status st;
+
+    *n = 0;
+    st = check_page(after_id, limit, err);
+    if (st != ST_OK || upto_id <= after_id)
+        return st;
+    xsnprintf(a, sizeof(a), "%" PRId64, after_id);
+    xsnprintf(u, sizeof(u), "%" PRId64, upto_id);
+    xsnprintf(l, sizeof(l), "%d", limit);
+    if (f->run_id) {
+        const char *p[5] = {f->tenant, f->run_id, a, u, l};
+        st = db_run(db, &S_REPLAY_RUN, 5, p, &r, err);
+    } else {
+        const char *p[6] = {a, u, f->tenant, f->run_type, f->status, l};
+        st = db_run(db, &S_REPLAY_ALL, 6, p, &r, err);
+    }
+    if (st != ST_OK)
+        return st;
+    *n = deliver(r, fn, arg);
+    PQclear(r);
+    return ST_OK;
+}
+
+void run_snapshot_cleanup(struct run_snapshot *s)
+{
+    if (!s)
+        return;
+    free(s->run_json);
+    s->run_json = NULL;
+}
+
+enum status store_events_run_snapshot(struct db *db, const char *tenant, const char *run_id,
+                                      int64_t probe_id, struct run_snapshot *out, struct error *err)
+{
+    char probe[24];
+    const char *p[3] = {tenant, run_id, probe};
+    PGresult *r;
+    enum status st;
+
+    memset(out, 0, sizeof(*out));
+    xsnprintf(probe, sizeof(probe), "%" PRId64, probe_id);
+    st = db_run(db, &S_RUN_SNAPSHOT, 3, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return error_set(err, ST_NOT_FOUND, "run \"%s\" not found", run_id);
+    }
+    out->run_json = xstrdup(db_val(r, 0, 0));
+    out->terminal = strcmp(db_val(r, 0, 1), "t") == 0;
+    out->last_id = db_i64(r, 0, 2);
+    out->probe_found = probe_id > 0 && strcmp(db_val(r, 0, 3), "t") == 0;
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_events_active(struct db *db, const struct event_filter *f,
+                                const char *after_run_id, int limit, event_fn fn, void *arg, int *n,
+                                char **last_run_id, struct error *err)
+{
+    char l[16];
+    const char *p[5] = {f->tenant, after_run_id, f->run_type, f->status, l};
+    PGresult *r;
+    enum status st = check_page(0, limit, err);
+
+    *n = 0;
+    if (st != ST_OK)
+        return st;
+    xsnprintf(l, sizeof(l), "%d", limit);
+    st = db_run(db, &S_ACTIVE, 5, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    *n = deliver(r, fn, arg);
+    if (*n > 0) {
+        free(*last_run_id);
+        *last_run_id = xstrdup(db_val(r, *n - 1, 2));
+    }
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_events_bounds(struct db *db, int64_t *last_id, int64_t *pruned_upto,
+                                struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_BOUNDS, 0, NULL, &r, err);
+
+    *last_id = *pruned_upto = 0;
+    if (st != ST_OK)
+        return st;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return error_set(err, ST_DB, "%s failed: unexpected result", S_BOUNDS.name);
+    }
+    *last_id = db_i64(r, 0, 0);
+    *pruned_upto = db_i64(r, 0, 1);
+    PQclear(r);
+    return ST_OK;
 }

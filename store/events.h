@@ -46,12 +46,20 @@ enum status store_events_horizon(struct db *db, struct event_horizon *h, struct 
 enum status store_events_settled(struct db *db, const struct event_horizon *h, bool *settled,
                                  struct error *err) WUR;
 
-/* One event as the SSE frames need it. The strings are borrowed for the
- * duration of the call. event_json is the API representation of the event
- * (opsrun_event_json); run_json the run's current API representation
- * (opsrun_run_json), NULL when the run no longer exists. */
-typedef void (*event_fn)(void *arg, int64_t id, const char *tenant, const char *run_id,
-                         const char *type, const char *event_json, const char *run_json);
+/* One event as the SSE frames need it; every string is borrowed for the
+ * duration of the callback. run_json is the run as of the event
+ * (opsrun_run_json_at: the run's current representation with the event's
+ * status, outcome, progress and step); it and run_type are NULL when the
+ * run no longer exists. */
+struct event_row {
+    int64_t id;
+    const char *tenant, *run_id;
+    const char *kind;   /* "status" or "progress" */
+    const char *status; /* the run's status as of the event */
+    const char *run_type;
+    const char *run_json;
+};
+typedef void (*event_fn)(void *arg, const struct event_row *ev);
 
 /* Step 3: the events with after_id < id <= upto_id in id order, at most
  * limit (1..EVENTS_PAGE_MAX) of them, each passed to fn; *n is how many.
@@ -72,5 +80,53 @@ enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id,
  * horizon across rounds instead. */
 enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int limit, event_fn fn,
                                  void *arg, int *n, struct error *err) WUR;
+
+/* ---- what the SSE streams read when a client connects ---- */
+
+/* Which events a stream carries: one tenant, and either one run or all
+ * runs, optionally of one run type and one status (the event's). */
+struct event_filter {
+    const char *tenant;
+    const char *run_id;   /* NULL: every run */
+    const char *run_type; /* NULL: any (only without run_id) */
+    const char *status;   /* NULL: any (only without run_id) */
+};
+
+/* Like store_events_after, restricted to the filter; events of runs that
+ * no longer exist are left out. upto_id must be settled (the hub's
+ * position) for the page to be complete. */
+enum status store_events_replay(struct db *db, const struct event_filter *f, int64_t after_id,
+                                int64_t upto_id, int limit, event_fn fn, void *arg, int *n,
+                                struct error *err) WUR;
+
+/* A run's snapshot for its stream, read in one statement: its current JSON
+ * (heap, *run_json), its newest event id, whether it is completed, and
+ * whether probe_id (0: none) is one of its events, i.e. a Last-Event-ID this
+ * run's stream can resume from. ST_NOT_FOUND when the run does not exist. */
+struct run_snapshot {
+    char *run_json;
+    int64_t last_id;
+    bool terminal;
+    bool probe_found;
+};
+enum status store_events_run_snapshot(struct db *db, const char *tenant, const char *run_id,
+                                      int64_t probe_id, struct run_snapshot *out,
+                                      struct error *err) WUR;
+void run_snapshot_cleanup(struct run_snapshot *s); /* idempotent */
+
+/* One page of the runs of a tenant that are not completed, in id order
+ * after after_run_id ("" for the first page), filtered by f's run_type and
+ * status (f->run_id is ignored): fn gets each run's JSON in row->run_json
+ * and its newest event id in row->id (kind "snapshot"). *last_run_id (heap,
+ * replaced) is the last run's id, for the next page. */
+enum status store_events_active(struct db *db, const struct event_filter *f,
+                                const char *after_run_id, int limit, event_fn fn, void *arg, int *n,
+                                char **last_run_id, struct error *err) WUR;
+
+/* The highest event id handed out so far (0 when none), and the highest id
+ * retention ever deleted: a global Last-Event-ID above the first is unknown,
+ * one below the second may have lost events. */
+enum status store_events_bounds(struct db *db, int64_t *last_id, int64_t *pruned_upto,
+                                struct error *err) WUR;
 
 #endif

@@ -95,11 +95,15 @@ static const struct stmt S_RESCUE = {
     "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
     "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
         "'status'", "'orphan rescued: heartbeat went stale'") " SELECT count(*) FROM upd"};
+/* m raises the pruned-events mark (migration 004) to the highest event id
+ * this batch deletes; its subquery sees the events before the cascade. */
 static const struct stmt S_PRUNE = {
     "runs_prune",
     "WITH d AS (SELECT tenant, id FROM runs WHERE status = 'completed' AND completed_at < "
     "now() - make_interval(secs => $1::bigint) ORDER BY completed_at LIMIT $2::int "
-    "FOR UPDATE SKIP LOCKED) "
+    "FOR UPDATE SKIP LOCKED), "
+    "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max(e.id) FROM run_events e "
+    "JOIN d ON e.tenant = d.tenant AND e.run_id = d.id)) WHERE EXISTS (SELECT 1 FROM d)) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
 static const struct stmt S_COUNTS = {
     "runs_counts",

@@ -74,7 +74,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg.log_level, LOG_INFO);
     ck_assert(!cfg.log_json);
     ck_assert_int_eq(cfg.http.threads, 4);
-    ck_assert_int_eq(cfg.http.connection_limit, 1000);
+    ck_assert_int_eq(cfg.http.connection_limit, 10000);
     ck_assert_int_eq(cfg.http.connection_timeout_s, 60);
     ck_assert_int_eq(cfg.http.max_body_bytes, 1048576);
     ck_assert_int_eq(cfg.db.pool_size, 0);
@@ -94,6 +94,14 @@ START_TEST(test_defaults)
     ck_assert(cfg.queue.listen);
     ck_assert_int_eq(cfg.queue.retention_s, 604800);
     ck_assert_int_eq(cfg.queue.retention_batch, 500);
+    ck_assert_int_eq(cfg.sse.max_subscribers, 5000);
+    ck_assert_int_eq(cfg.sse.heartbeat_ms, 15000);
+    ck_assert_int_eq(cfg.sse.retry_ms, 3000);
+    ck_assert_int_eq(cfg.sse.ring_frames, 4096);
+    ck_assert_int_eq(cfg.sse.ring_bytes, 16777216);
+    ck_assert_int_eq(cfg.sse.poll_interval_ms, 250);
+    ck_assert_int_eq(cfg.sse.send_timeout_s, 60);
+    ck_assert_int_eq(cfg.sse.send_buffer_bytes, 262144);
     ck_assert_uint_eq(cfg.nroutes, 0);
     ck_assert_ptr_null(cfg.default_route);
 
@@ -503,6 +511,22 @@ START_TEST(test_orphan_after_heartbeat)
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 31}}");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* A keep-alive must come before the send timeout closes an idle stream. */
+START_TEST(test_heartbeat_under_send_timeout)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"sse\": {\"heartbeat_ms\": 30000, \"send_timeout_s\": 30}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"sse.heartbeat_ms\": must be less than "
+                                  "sse.send_timeout_s (30 s), or idle streams are closed");
+    ck_load_ok("{\"sse\": {\"heartbeat_ms\": 29999}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+    ck_load_fails("{\"sse\": {\"heartbeat_ms\": 99}}",
+                  "invalid \"sse.heartbeat_ms\": must be between 100 and 600000");
 }
 END_TEST
 
@@ -1029,6 +1053,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_good_listen);
     tcase_add_loop_test(tc, test_bad_file, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
     tcase_add_test(tc, test_orphan_after_heartbeat);
+    tcase_add_test(tc, test_heartbeat_under_send_timeout);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_env_applies);

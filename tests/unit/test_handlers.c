@@ -158,6 +158,53 @@ START_TEST(filter_defaults_and_values)
 }
 END_TEST
 
+/* ?wait=S: whole seconds 0..60, in milliseconds; anything else names
+ * "wait". */
+START_TEST(wait_param)
+{
+    static const char *const bad[] = {"", "-1", "61", "1.5", "2s", " 3", "99999999999999999999"};
+    struct qpairs none = {{NULL}, {NULL}}, q = {{"wait"}, {"60"}};
+    struct request rq = {.query = qlookup, .query_arg = &none};
+    struct error err = {0};
+    int64_t ms = -1;
+
+    ck_assert_int_eq(parse_wait(&rq, &ms, &err), ST_OK);
+    ck_assert_int_eq(ms, 0);
+    rq.query_arg = &q;
+    ck_assert_int_eq(parse_wait(&rq, &ms, &err), ST_OK);
+    ck_assert_int_eq(ms, 60000);
+    q.v[0] = "0";
+    ck_assert_int_eq(parse_wait(&rq, &ms, &err), ST_OK);
+    ck_assert_int_eq(ms, 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct error e = {0};
+        q.v[0] = bad[i];
+        ck_assert_msg(parse_wait(&rq, &ms, &e) == ST_INVALID, "wait=\"%s\" accepted", bad[i]);
+        ck_assert_str_eq(e.fields[0].field, "wait");
+        ck_assert_str_eq(e.fields[0].message, "must be whole seconds from 0 to 60");
+    }
+}
+END_TEST
+
+START_TEST(stream_filter)
+{
+    struct qpairs q = {{"type", "status", "limit"}, {"demo", "running", "junk"}};
+    struct qpairs bad = {{"type", "status"}, {"", "done"}};
+    struct request rq = {.query = qlookup, .query_arg = &q};
+    const char *type, *status;
+    struct error err = {0};
+
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &status, &err), ST_OK); /* limit: not ours */
+    ck_assert_str_eq(type, "demo");
+    ck_assert_str_eq(status, "running");
+    rq.query_arg = &bad;
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &status, &err), ST_INVALID);
+    ck_assert_uint_eq(err.nfields, 2);
+    ck_assert_str_eq(err.fields[0].field, "status");
+    ck_assert_str_eq(err.fields[1].field, "type");
+}
+END_TEST
+
 START_TEST(filter_cursor_round_trip)
 {
     char *token = cursor_encode(1700000000123456LL, "01ABC");
@@ -235,7 +282,7 @@ START_TEST(problem_mapping)
     } map[] = {
         {ST_INVALID, 400},   {ST_NOT_FOUND, 404},   {ST_METHOD, 405},        {ST_CONFLICT, 409},
         {ST_TOO_LARGE, 413}, {ST_UNSUPPORTED, 415}, {ST_UNPROCESSABLE, 422}, {ST_UNAVAILABLE, 503},
-        {ST_DB, 500},        {ST_INTERNAL, 500},
+        {ST_BUSY, 503},      {ST_DB, 500},          {ST_INTERNAL, 500},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         struct reply rp;
@@ -251,7 +298,7 @@ START_TEST(problem_mapping)
         if (map[i].http == 500)
             ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
                              "internal error; see the server log");
-        else if (map[i].http == 503)
+        else if (map[i].st == ST_UNAVAILABLE) /* internal details stay in the log */
             ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
                              "temporarily unavailable (database unreachable or busy); retry later");
         else
@@ -275,6 +322,8 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, generic_reports_every_field);
     tcase_add_test(t, filter_defaults_and_values);
     tcase_add_test(t, filter_cursor_round_trip);
+    tcase_add_test(t, wait_param);
+    tcase_add_test(t, stream_filter);
     tcase_add_test(t, filter_invalid);
     tcase_add_test(t, routes_match);
     tcase_add_test(t, routes_reject);
