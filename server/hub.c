@@ -12,7 +12,10 @@
 #include <string.h>
 
 #define HUB_PAGE 500
+/* A pending horizon is checked again after 5 ms, doubling up to 100 ms
+ * while a writer stays open (an idle transaction holds it for good). */
 #define SETTLE_TICK_MS 5
+#define SETTLE_TICK_MAX_MS 100
 #define RETRY_MAX_MS 2000
 #define HEARTBEAT_TEXT ": hb\n\n"
 #define RUN_SKIPS_MAX 4096
@@ -370,6 +373,7 @@ struct reader {
     struct db *db;
     struct event_horizon pend; /* pend.inflight != NULL: a horizon waiting to settle */
     int64_t retry_ms;          /* after a failure; 0 when healthy */
+    int64_t settle_ms;         /* the next settle check's delay while pend waits */
 };
 
 static void reader_fail(struct hub *h, struct reader *r, const struct error *err)
@@ -531,7 +535,13 @@ static void *hub_main(void *arg)
         pthread_mutex_unlock(&h->mu);
         pending = reader_round(h, &r);
         now = clock_mono_ms();
-        next_round = now + (pending ? SETTLE_TICK_MS : r.retry_ms ? r.retry_ms : h->o.poll_ms);
+        if (pending)
+            r.settle_ms = r.settle_ms ? (r.settle_ms * 2 < SETTLE_TICK_MAX_MS ? r.settle_ms * 2
+                                                                              : SETTLE_TICK_MAX_MS)
+                                      : SETTLE_TICK_MS;
+        else
+            r.settle_ms = 0;
+        next_round = now + (pending ? r.settle_ms : r.retry_ms ? r.retry_ms : h->o.poll_ms);
         pthread_mutex_lock(&h->mu);
     }
     pthread_mutex_unlock(&h->mu);

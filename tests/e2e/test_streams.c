@@ -732,6 +732,62 @@ START_TEST(cross_replica)
 }
 END_TEST
 
+/* ---- an open writer transaction ---------------------------------------- */
+
+/* A session that wrote an event and keeps its transaction open (psql inside
+ * BEGIN) holds every stream at that event: later events, committed by
+ * opsrun, are not delivered past it, /healthz shows the pending horizon,
+ * and on its commit everything arrives in id order. Skipping past it would
+ * lose the event for good. */
+START_TEST(open_writer_holds_streams)
+{
+    struct th_proc p;
+    struct th_sse *s;
+    struct th_sse_event ev;
+    struct ids got = {0}, want;
+    const char *conninfo;
+    PGconn *held;
+    long long held_id, end;
+    char *id;
+
+    conninfo = th_start_fresh(&p, "e2e_sse_openw", NULL);
+    g_db = th_pg(conninfo);
+    held = th_pg(conninfo);
+    s = open_stream(&p, "/stream", NULL);
+    PQclear(th_sql(g_db, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, "
+                         "timeout_s, worker_id, heartbeat_at, input, identity_hash, request_hash) "
+                         "VALUES ('default', 'held', 'demo', 'running', 1, 3, 300, 'elsewhere', "
+                         "now() + interval '1 hour', '{}', 'ident-held', 'req')"));
+    PQclear(th_sql(held, "BEGIN"));
+    held_id = th_sql_int(held, "WITH upd AS (UPDATE runs r SET progress = 10 WHERE r.tenant = "
+                               "'default' AND r.id = 'held' RETURNING r.*), ev AS (INSERT INTO "
+                               "run_events (tenant, run_id, type, status, outcome, progress) "
+                               "SELECT tenant, id, 'progress', status, outcome, progress FROM upd "
+                               "RETURNING id) SELECT id FROM ev");
+    id = submit_demo(&p, "after-1", 50, 2);
+    th_expect_outcome(&p, id, "succeeded", 10);
+    ck_assert_int_eq(th_sse_next(s, &ev, 1500), 0); /* nothing gets past the open writer */
+    ck_assert_int_ge(stream_stat(&p, "horizon_pending_ms"), 1000);
+    PQclear(th_sql(held, "COMMIT"));
+    end = max_event_id(NULL);
+    ck_assert_int_gt(end, held_id);
+    while ((got.n == 0 || got.v[got.n - 1] < end) && th_sse_next(s, &ev, 5000) == 1) {
+        ids_add(&got, ev.id);
+        th_sse_event_free(&ev);
+    }
+    want = db_ids(NULL, 0, end);
+    ck_assert_int_eq(want.v[0], held_id);
+    ids_expect(&got, &want, "the stream after the writer committed");
+    ck_assert(wait_stream_stat(&p, "horizon_pending_ms", 0, 2000));
+    ids_free(&got);
+    ids_free(&want);
+    th_sse_close(s);
+    PQfinish(held);
+    free(id);
+    stop(&p);
+}
+END_TEST
+
 /* ---- PostgreSQL restart ------------------------------------------------ */
 
 /* One /stream connection stays open while PostgreSQL restarts under runs
@@ -1134,6 +1190,7 @@ static Suite *streams_suite(void)
         {"subscriber_limit", subscriber_limit, 60},
         {"long_polls", long_polls, 90},
         {"cross_replica", cross_replica, 90},
+        {"open_writer_holds_streams", open_writer_holds_streams, 60},
         {"pg_restart_mid_stream", pg_restart_mid_stream, 180},
         {"stalled_client_dropped", stalled_client_dropped, 180},
         {"many_subscribers", many_subscribers, 300},
