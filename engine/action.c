@@ -8,9 +8,11 @@
 #include <time.h>
 
 extern const struct action_ops action_simulate_ops;
+extern const struct action_ops action_rest_job_ops;
 
 static const struct action_ops *const actions[] = {
     &action_simulate_ops,
+    &action_rest_job_ops,
 };
 
 const struct action_ops *action_find(const char *name)
@@ -66,11 +68,33 @@ void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...)
     rc->error = json_pack("{s:s, s:s}", "code", code, "message", msg);
 }
 
+void rc_set_external_id(struct run_ctx *rc, const char *id)
+{
+    free(rc->external_id);
+    rc->external_id = id ? xstrdup(id) : NULL;
+}
+
+const char *rc_done_outcome(const struct run_ctx *rc)
+{
+    const json_t *c = rc->summary_counts;
+    json_int_t ok = json_integer_value(json_object_get(c, "succeeded"));
+    json_int_t bad = json_integer_value(json_object_get(c, "failed"));
+
+    if (rc->outcome)
+        return rc->outcome;
+    if ((ok > 0 && bad > 0) || json_array_size(rc->failure_summary) > 0)
+        return "partially_succeeded";
+    return "succeeded";
+}
+
 void rc_cleanup(struct run_ctx *rc)
 {
     json_decref(rc->result);
     json_decref(rc->error);
     json_decref(rc->summary_counts);
     json_decref(rc->failure_summary);
-    rc->result = rc->error = rc->summary_counts = rc->failure_summary = NULL;
+    json_decref(rc->poll_state);
+    free(rc->external_id);
+    rc->result = rc->error = rc->summary_counts = rc->failure_summary = rc->poll_state = NULL;
+    rc->external_id = NULL;
 }

@@ -1,10 +1,28 @@
 /* engine/action.h — how a run does its work. A run type names an action; an
- * action is a table of functions. start() runs on a worker thread and must
- * return promptly once rc_should_stop() is true (cancel, deadline or
- * shutdown); it reports progress with rc_progress() (throttled by the
- * worker) and leaves its result, error and summaries in the context, which
- * the worker then owns and writes. poll/cancel/cleanup serve the external-job
- * poller and may be NULL for actions that never wait. */
+ * action is a table of functions.
+ *
+ * start() runs on a worker thread and must return promptly once
+ * rc_should_stop() is true (cancel, deadline or shutdown); it reports
+ * progress with rc_progress() (throttled by the worker) and leaves its
+ * result, error and summaries in the context, which the worker then owns
+ * and writes. It returns STEP_DONE, STEP_FAIL, STEP_RETRY (a transient
+ * failure: the run is retried while attempts are left), or STEP_WAIT after
+ * it started something outside: rc->external_id and rc->poll_state then say
+ * what, and the worker slot is freed while the poller takes over.
+ *
+ * poll() runs on a poller thread, one short check of a waiting run, within
+ * the run type's poll.check_timeout_s (rc_should_stop() turns true at it):
+ * STEP_DONE and STEP_FAIL end the run (rc->outcome may say
+ * "partially_succeeded", or "cancelled" when the remote job was cancelled),
+ * STEP_WAIT checks again later, STEP_RETRY records a transient failure
+ * (network, 5xx) that counts against the poll budget and checks again later.
+ * It may change rc->poll_state, which the next check gets.
+ *
+ * cancel() (the remote cancel) runs when a waiting run is cancelled or
+ * times out; cleanup() after every terminal transition of a run that waited
+ * or ran a remote action. Both are best effort: failures are logged and
+ * counted, and never change the run's outcome. poll/cancel/cleanup may be
+ * NULL. check_params validates a run type's params at configuration load. */
 #ifndef OPSRUN_ENGINE_ACTION_H
 #define OPSRUN_ENGINE_ACTION_H
 
@@ -28,8 +46,17 @@ struct run_ctx {
     const _Atomic int *stop;         /* enum stop_reason, set by other threads */
     const _Atomic int64_t *lease_ms; /* monotonic; past it the run may be rescued */
     /* Set by the action: */
-    const char *outcome; /* STEP_DONE: "succeeded" (default) or "partially_succeeded" */
+    const char *outcome; /* STEP_DONE: "succeeded" (default) or "partially_succeeded";
+                            STEP_FAIL from poll(): "failed" (default) or "cancelled" */
     json_t *result, *error, *summary_counts, *failure_summary; /* owned by the context */
+    /* The external job: set by start() before STEP_WAIT, given to poll(),
+     * cancel() and cleanup(). Owned by the context. */
+    char *external_id;
+    json_t *poll_state;    /* what the action keeps between checks (an object) */
+    int64_t next_delay_ms; /* STEP_WAIT/STEP_RETRY: the next check's delay; 0 = the schedule */
+    /* For poll(): */
+    int poll_count;    /* this check's number, from 1 */
+    int64_t waited_ms; /* since the run began waiting */
     /* The worker's progress sink. */
     void (*progress_fn)(void *arg, int pct, const char *step);
     void *progress_arg;
@@ -37,10 +64,11 @@ struct run_ctx {
 
 struct action_ops {
     const char *name;
+    enum status (*check_params)(const json_t *params, const char *path, struct error *err);
     enum step (*start)(struct run_ctx *rc);
     enum step (*poll)(struct run_ctx *rc);
-    void (*cancel)(struct run_ctx *rc);
-    void (*cleanup)(struct run_ctx *rc);
+    bool (*cancel)(struct run_ctx *rc);  /* true when it worked */
+    bool (*cleanup)(struct run_ctx *rc); /* true when it worked */
 };
 
 /* The built-in actions by name; NULL when unknown. */
@@ -54,6 +82,12 @@ bool rc_sleep(const struct run_ctx *rc, int64_t ms);
 void rc_progress(struct run_ctx *rc, int pct, const char *step);
 /* Sets rc->error to {"code": code, "message": ...}, replacing any earlier. */
 void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...) PRINTF_LIKE(3, 4);
+/* Sets rc->external_id (copied). */
+void rc_set_external_id(struct run_ctx *rc, const char *id);
+/* An outcome that fits what the action reported: "succeeded" becomes
+ * "partially_succeeded" when summary_counts has a positive "failed" next to
+ * a positive "succeeded", or failure_summary is a non-empty array. */
+const char *rc_done_outcome(const struct run_ctx *rc);
 void rc_cleanup(struct run_ctx *rc); /* frees what the action left */
 
 #endif

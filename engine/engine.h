@@ -13,6 +13,17 @@
 struct db_pool;
 struct engine;
 
+/* The poller's figures (engine/poller.h). */
+struct poller_stats {
+    bool running;                             /* some run type here can be polled */
+    int concurrency, in_flight;               /* checker threads, checks running now */
+    int64_t checks_total;                     /* checks made */
+    int64_t check_failures_total;             /* network errors, 5xx, malformed answers */
+    int64_t finished_total;                   /* runs the poller ended (timed_out included) */
+    int64_t timed_out_total;                  /* of those, past their poll budget */
+    int64_t hooks_total, hook_failures_total; /* cancel and cleanup hooks */
+};
+
 struct engine_stats {
     char worker_id[64];
     int workers, busy;
@@ -23,6 +34,7 @@ struct engine_stats {
     int64_t rescued_total;       /* by this process's orphan scans */
     int64_t last_orphan_scan_ms; /* wall clock, 0 = not yet */
     int64_t pruned_total;
+    struct poller_stats poller;
 };
 
 /* cfg and pool must outlive the engine. */

@@ -55,6 +55,7 @@ struct engine {
     bool maint_stop, bell_stop, ring_queue, ring_events, listener_started;
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
+    struct poller *poller; /* engine/poller.c */
     void (*on_events)(void *arg);
     void *on_events_arg;
 

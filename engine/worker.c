@@ -9,7 +9,9 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "engine/poller.h"
 #include "store/db.h"
+#include "store/polls.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +168,13 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     if (slot_lost(s))
         return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
                          f->attempt);
+    /* Something outside was started: the poller takes over, whatever else
+     * happened meanwhile (a cancel ends it cancelled with its hooks due;
+     * at shutdown it waits like any other). */
+    if (step == STEP_WAIT && rc->external_id)
+        return store_runs_wait(
+            db, f, rc->external_id, rc->poll_state,
+            rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms, err);
     if (stop == STOP_SHUTDOWN)
         return store_runs_release(db, f, err);
     if (stop == STOP_CANCEL) {
@@ -194,9 +203,9 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
         res.failure_summary = rc->failure_summary;
         res.message = step == STEP_RETRY ? "failed: attempts exhausted" : "failed";
         if (step == STEP_WAIT)
-            res.error = err_json = json_pack("{s:s, s:s}", "code", "unsupported", "message",
-                                             "the action asked to wait for an external job, "
-                                             "which this version cannot poll");
+            res.error = err_json = json_pack("{s:s, s:s}", "code", "no_external_id", "message",
+                                             "the action asked to wait without naming the "
+                                             "external job to wait for");
     }
     st = store_runs_finish(db, f, &res, err);
     json_decref(err_json);
@@ -256,6 +265,8 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     if (st == ST_OK)
         engine_ring(e, step == STEP_RETRY || waiting || atomic_load(&s->stop) == STOP_SHUTDOWN,
                     true);
+    if (st == ST_OK && step == STEP_WAIT)
+        poller_wake(e->poller);
 }
 
 static void slot_execute(struct slot *s)
@@ -376,6 +387,10 @@ enum status engine_start(struct engine *e, struct error *err)
 
     if (st != ST_OK)
         return st;
+    e->poller = poller_new(e);
+    st = poller_start(e->poller, err);
+    if (st != ST_OK)
+        return st;
     pthread_mutex_lock(&e->mu);
     e->idle = e->nslots;
     e->wake = true;
@@ -453,6 +468,7 @@ void engine_drain(struct engine *e, int grace_s)
     pthread_cond_signal(&e->dispatch_cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->dispatcher, NULL);
+    poller_stop(e->poller); /* its checks are due again at once, for other replicas */
 
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
     abstime_after_ms(&until, (int64_t)grace_s * 1000);
@@ -487,6 +503,7 @@ void engine_free(struct engine *e)
 {
     if (!e)
         return;
+    poller_free(e->poller);
     for (int i = 0; i < e->nslots; i++)
         pthread_mutex_destroy(&e->slots[i].write_mu);
     pthread_cond_destroy(&e->dispatch_cv);
@@ -506,4 +523,5 @@ void engine_stats(struct engine *e, struct engine_stats *out)
     *out = e->st;
     out->busy = e->busy;
     pthread_mutex_unlock(&e->mu);
+    poller_stats(e->poller, &out->poller);
 }

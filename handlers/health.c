@@ -21,26 +21,41 @@ static enum status health_db(const struct hctx *hc, struct db **db, struct error
     return st;
 }
 
+/* The poller: checks of waiting runs and the hooks after them. */
+static json_t *poller_json(const struct poller_stats *p)
+{
+    return json_pack("{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "running", p->running,
+                     "concurrency", p->concurrency, "in_flight", p->in_flight, "checks_total",
+                     (json_int_t)p->checks_total, "check_failures_total",
+                     (json_int_t)p->check_failures_total, "finished_total",
+                     (json_int_t)p->finished_total, "timed_out_total",
+                     (json_int_t)p->timed_out_total, "hooks_total", (json_int_t)p->hooks_total,
+                     "hook_failures_total", (json_int_t)p->hook_failures_total);
+}
+
 static json_t *engine_json(const struct hctx *hc)
 {
     struct engine_stats s;
     char ts[40] = "";
+    json_t *j;
 
     if (!hc->engine)
         return json_null();
     engine_stats(hc->engine, &s);
     if (s.last_orphan_scan_ms)
         time_format_rfc3339(s.last_orphan_scan_ms * 1000, ts, sizeof(ts));
-    return json_pack("{s:s, s:i, s:i, s:i, s:b, s:s, s:I, s:I, s:I, s:{s:o, s:I}}", "worker_id",
-                     s.worker_id, "workers", s.workers, "busy", s.busy, "idle", s.workers - s.busy,
-                     "claiming", s.claiming, "wakeups",
-                     s.poll_only   ? "poll"
-                     : s.listening ? "listen"
-                                   : "listen-reconnecting",
-                     "claimed_total", (json_int_t)s.claimed_total, "finished_total",
-                     (json_int_t)s.finished_total, "lost_total", (json_int_t)s.lost_total,
-                     "orphans", "last_scan_at", ts[0] ? json_string(ts) : json_null(),
-                     "rescued_total", (json_int_t)s.rescued_total);
+    j = json_pack("{s:s, s:i, s:i, s:i, s:b, s:s, s:I, s:I, s:I, s:{s:o, s:I}}", "worker_id",
+                  s.worker_id, "workers", s.workers, "busy", s.busy, "idle", s.workers - s.busy,
+                  "claiming", s.claiming, "wakeups",
+                  s.poll_only   ? "poll"
+                  : s.listening ? "listen"
+                                : "listen-reconnecting",
+                  "claimed_total", (json_int_t)s.claimed_total, "finished_total",
+                  (json_int_t)s.finished_total, "lost_total", (json_int_t)s.lost_total, "orphans",
+                  "last_scan_at", ts[0] ? json_string(ts) : json_null(), "rescued_total",
+                  (json_int_t)s.rescued_total);
+    json_object_set_new(j, "poller", poller_json(&s.poller));
+    return j;
 }
 
 /* The event hub: streams, long-polls, and how far it has read. A positive

@@ -5,6 +5,8 @@
  * loaders below. Every error names the key, the variable or the flag. */
 #include "cfg.h"
 
+#include "engine/actions/actions.h"
+
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -91,6 +93,8 @@ static const struct opt cfg_opts[] = {
     CFG_NUM(OPT_BOOL, queue.listen,                 1,       0,    0),
     CFG_NUM(OPT_I64,  queue.retention_s,            604800,  60,   31536000),
     CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
+    CFG_NUM(OPT_INT,  poller.concurrency,           16,      1,    256),
+    CFG_NUM(OPT_INT,  poller.interval_ms,           1000,    50,   600000),
     CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),
     CFG_NUM(OPT_INT,  sse.heartbeat_ms,             15000,   100,  600000),
     CFG_NUM(OPT_INT,  sse.retry_ms,                 3000,    0,    600000),
@@ -111,18 +115,26 @@ static const struct opt rt_opts[] = {
     RT_NUM(OPT_I64, timeout_s,            900,   1, 604800),
     {.key = "max_running", .type = OPT_INT, .flags = OPT_NULL, .def = 0, .min = 1, .max = 100000,
      .off = RT_OFF(max_running)},
+    RT_NUM(OPT_I64, poll.initial_delay_ms, 2000,  1,  3600000),
+    RT_NUM(OPT_INT, poll.multiplier,       2,     1,  10),
+    RT_NUM(OPT_I64, poll.max_delay_ms,     30000, 1,  86400000),
+    RT_NUM(OPT_INT, poll.jitter_pct,       20,    0,  100),
+    RT_NUM(OPT_INT, poll.max_checks,       120,   1,  1000000),
+    RT_NUM(OPT_I64, poll.max_duration_s,   1740,  1,  2592000),
+    RT_NUM(OPT_INT, poll.check_timeout_s,  60,    1,  3600),
 };
 /* clang-format on */
 
 static enum status sim_check_params(const json_t *params, const char *path, struct error *err);
 
-/* The actions a run type may name, with the check of their params at load.
- * http, rest_job, soap_job and exec join this list as they are written. */
+/* The actions a run type may name, with the check of their params at load
+ * (each action module validates its own params: engine/actions/). */
 static const struct action_spec {
     const char *name;
     enum status (*check_params)(const json_t *params, const char *path, struct error *err);
 } actions[] = {
     {"simulate", sim_check_params},
+    {"rest_job", action_rest_job_check},
 };
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
@@ -608,6 +620,29 @@ static enum status rt_set_action(struct run_type *rt, const json_t *v, const cha
     return ST_OK;
 }
 
+/* "poll": {"initial_delay_ms": ..., ...}, each key an rt_opts "poll.x". */
+static enum status rt_apply_poll(struct run_type *rt, const json_t *poll, const char *path,
+                                 struct error *err)
+{
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(poll))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    json_object_foreach((json_t *)poll, key, v)
+    {
+        char name[KEY_MAX], label[KEY_MAX + 2];
+        const struct opt *o;
+        xsnprintf(name, sizeof(name), "poll.%s", key);
+        if (!(o = opt_find(rt_opts, ARRAY_LEN(rt_opts), name)))
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+        xsnprintf(label, sizeof(label), "\"%s.%s\"", path, key);
+        if (opt_from_json(rt, o, v, label, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return ST_OK;
+}
+
 static enum status rt_apply_key(struct run_type *rt, const char *key, json_t *v, const char *path,
                                 struct error *err)
 {
@@ -623,7 +658,9 @@ static enum status rt_apply_key(struct run_type *rt, const char *key, json_t *v,
         rt->params = json_incref(v);
         return ST_OK;
     }
-    if (!(o = opt_find(rt_opts, ARRAY_LEN(rt_opts), key)))
+    if (strcmp(key, "poll") == 0)
+        return rt_apply_poll(rt, v, path, err);
+    if (!(o = opt_find(rt_opts, ARRAY_LEN(rt_opts), key)) || strchr(key, '.'))
         return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
     xsnprintf(label, sizeof(label), "\"%s\"", path);
     return opt_from_json(rt, o, v, label, err);
@@ -647,6 +684,11 @@ static enum status rt_check(const struct run_type *rt, const char *path, struct 
                          "invalid \"%s.retry_backoff_max_ms\": must be at least "
                          "retry_backoff_ms (%lld)",
                          path, (long long)rt->retry_backoff_ms);
+    if (rt->poll.max_delay_ms < rt->poll.initial_delay_ms)
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.poll.max_delay_ms\": must be at least "
+                         "poll.initial_delay_ms (%lld)",
+                         path, (long long)rt->poll.initial_delay_ms);
     return ST_OK;
 }
 
@@ -1128,7 +1170,7 @@ int cfg_pool_size(const struct config *cfg)
 {
     if (cfg->db.pool_size > 0)
         return cfg->db.pool_size;
-    return cfg->queue.workers + cfg->http.threads + 4;
+    return cfg->queue.workers + cfg->http.threads + 4 + (cfg->poller.concurrency + 3) / 4;
 }
 
 static bool route_matches(const struct route *r, const char *alert_type, const json_t *labels)
@@ -1352,7 +1394,7 @@ static json_t *rt_to_json(const struct run_type *rt)
     bool ok = j != NULL;
 
     for (size_t i = 0; ok && i < ARRAY_LEN(rt_opts); i++)
-        ok = json_object_set_new(j, rt_opts[i].key, opt_to_json(rt, &rt_opts[i])) == 0;
+        ok = jset_path(j, rt_opts[i].key, opt_to_json(rt, &rt_opts[i]));
     if (!ok) {
         json_decref(j);
         return NULL;

@@ -16,15 +16,30 @@ enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
 /* The simulate action's parameters (also the per-input overrides). */
 enum sim_fail { SIM_FAIL_NEVER, SIM_FAIL_PERMANENT, SIM_FAIL_TRANSIENT, SIM_FAIL_FIRST };
 
+/* How the poller drives a run of this type while it waits on an external
+ * job: the delay before check n is min(initial * multiplier^(n-1), max),
+ * ± jitter_pct; the run ends timed_out after max_checks checks or
+ * max_duration_s of waiting, whichever comes first. */
+struct poll_policy {
+    int64_t initial_delay_ms; /* default 2000 */
+    int multiplier;           /* default 2 */
+    int64_t max_delay_ms;     /* default 30000 */
+    int jitter_pct;           /* default 20 */
+    int max_checks;           /* default 120 */
+    int64_t max_duration_s;   /* default 1740 (29 min) */
+    int check_timeout_s;      /* one check's time limit, default 60 */
+};
+
 struct run_type {
     char *name;
-    char *action;                 /* "simulate" for now */
+    char *action;                 /* simulate, http, rest_job, soap_job or exec */
     json_t *params;               /* owned; {} when absent */
     int max_attempts;             /* 1..100, default 3 */
     int64_t retry_backoff_ms;     /* base, default 200 */
     int64_t retry_backoff_max_ms; /* cap, default 60000 */
     int64_t timeout_s;            /* default 900 */
     int max_running;              /* 0 = no per-type cap (JSON null) */
+    struct poll_policy poll;
 };
 
 struct route_match {
@@ -58,7 +73,7 @@ struct config {
     } http;
 
     struct {
-        int pool_size;            /* 0 = workers + http.threads + 4 */
+        int pool_size;            /* 0 = workers + http.threads + 4 + poller.concurrency / 4 */
         int pool_wait_ms;         /* checkout wait, default 2000 */
         int connect_timeout_s;    /* default 3 */
         int statement_timeout_ms; /* default 10000 */
@@ -79,6 +94,11 @@ struct config {
         int64_t retention_s;        /* completed runs kept, default 7 days */
         int retention_batch;        /* default 500 */
     } queue;
+
+    struct {
+        int concurrency; /* checks in flight per process, 1..256, default 16 */
+        int interval_ms; /* look for due checks at least this often, default 1000 */
+    } poller;
 
     struct {
         int max_subscribers;   /* streams per process, default 5000 */

@@ -10,6 +10,7 @@
 #include "store/db.h"
 #include "store/migrations.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -346,6 +347,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "opsrun: unknown command \"%s\"\n%s", cli.command, usage);
         return 2;
     }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "opsrun: could not initialise libcurl\n");
+        return 1;
+    }
     rc = build_config(&cli, &cfg);
     if (rc == 0) {
         log_init(cfg.log_level, cfg.log_json);
@@ -360,5 +365,6 @@ int main(int argc, char **argv)
             rc = serve(&cfg);
     }
     cfg_cleanup(&cfg);
+    curl_global_cleanup();
     return rc;
 }

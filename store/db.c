@@ -377,3 +377,28 @@ void db_pool_put(struct db_pool *pool, struct db *db)
     pthread_cond_signal(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
 }
+
+char *db_text_array(const char *const *v, size_t n)
+{
+    size_t cap = 3, len = 1;
+    char *s;
+
+    for (size_t i = 0; i < n; i++)
+        cap += 2 * strlen(v[i]) + 3;
+    s = xmalloc(cap);
+    s[0] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            s[len++] = ',';
+        s[len++] = '"';
+        for (const char *p = v[i]; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                s[len++] = '\\';
+            s[len++] = *p;
+        }
+        s[len++] = '"';
+    }
+    s[len++] = '}';
+    s[len] = '\0';
+    return s;
+}

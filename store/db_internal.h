@@ -22,6 +22,10 @@ enum status db_run(struct db *db, const struct stmt *st, int nparams, const char
                    PGresult **res, struct error *err) WUR;
 PGconn *db_conn(struct db *db);
 
+/* A PostgreSQL text[] literal of v: "{"a","b"}", each element quoted and
+ * escaped. Heap. */
+char *db_text_array(const char *const *v, size_t n);
+
 /* Result helpers: NULL for SQL NULL. */
 const char *db_val(const PGresult *r, int row, int col);
 int64_t db_i64(const PGresult *r, int row, int col); /* 0 for NULL */

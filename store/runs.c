@@ -32,7 +32,8 @@ static const struct stmt S_LIST = {
     "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"};
 /* cur locks the run and carries its newest version: a cancel that waited
  * behind a finish must answer with the finished run (409), not the version
- * its statement started with. */
+ * its statement started with. A waiting run ends at once and owes its
+ * action's remote cancel and cleanup: hooks_at makes the poller run them. */
 static const struct stmt S_CANCEL = {
     "runs_cancel",
     "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
@@ -42,7 +43,9 @@ static const struct stmt S_CANCEL = {
     "END, "
     "outcome = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'cancelled' ELSE r.outcome END, "
     "completed_at = CASE WHEN cur.status IN ('queued', 'waiting') THEN now() END, "
-    "next_poll_at = NULL, updated_at = now() FROM cur "
+    "next_poll_at = NULL, updated_at = now(), "
+    "hooks_at = CASE WHEN cur.status = 'waiting' THEN now() ELSE r.hooks_at END, "
+    "hooks_attempts = CASE WHEN cur.status = 'waiting' THEN 0 ELSE r.hooks_attempts END FROM cur "
     "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN ('queued', 'waiting', "
     "'running') RETURNING " RUN_RET "), " EVENT_FROM_UPD(
         "'status'",

@@ -115,21 +115,6 @@ static const struct stmt S_NOTIFY = {
                    "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END"};
 
 /* A Postgres array literal of text values; names are [A-Za-z0-9_.-]. */
-static char *pg_text_array(const char *const *v, size_t n)
-{
-    size_t cap = 3, len = 0;
-    char *s;
-
-    for (size_t i = 0; i < n; i++)
-        cap += strlen(v[i]) + 3;
-    s = xmalloc(cap);
-    s[len++] = '{';
-    for (size_t i = 0; i < n; i++)
-        len += xsnprintf(s + len, cap - len, "%s\"%s\"", i ? "," : "", v[i]);
-    xsnprintf(s + len, cap - len, "}");
-    return s;
-}
-
 static char *pg_cap_array(const int *caps, size_t n)
 {
     size_t cap = 3 + n * 12, len = 0;
@@ -151,7 +136,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
                              struct run ***out, size_t *n, struct error *err)
 {
     char lim[16], maxr[16];
-    char *tarr = pg_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
+    char *tarr = db_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
     const char *p[5] = {worker_id, lim, maxr, tarr, carr};
     PGresult *r;
     enum status st;
@@ -298,8 +283,8 @@ enum status store_runs_heartbeat(struct db *db, const char *worker_id, const str
         len += xsnprintf(a + len, cap - len, "%s%d", k ? "," : "", refs[k].attempt);
     }
     xsnprintf(a + len, cap - len, "}");
-    t = pg_text_array(tenants, nrefs);
-    i = pg_text_array(ids, nrefs);
+    t = db_text_array(tenants, nrefs);
+    i = db_text_array(ids, nrefs);
     p[0] = worker_id, p[1] = t, p[2] = i, p[3] = a;
     st = db_run(db, &S_HEARTBEAT, 4, p, &r, err);
     if (st == ST_OK)

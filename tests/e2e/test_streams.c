@@ -753,7 +753,7 @@ START_TEST(open_writer_holds_streams)
     conninfo = th_start_fresh(&p, "e2e_sse_openw", NULL);
     g_db = th_pg(conninfo);
     held = th_pg(conninfo);
-    s = open_stream(&p, "/stream", NULL);
+    s = open_stream(&p, "/stream", "0"); /* a replay from the start: no snapshots */
     PQclear(th_sql(g_db, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, "
                          "timeout_s, worker_id, heartbeat_at, input, identity_hash, request_hash) "
                          "VALUES ('default', 'held', 'demo', 'running', 1, 3, 300, 'elsewhere', "

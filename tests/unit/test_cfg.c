@@ -118,7 +118,16 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(cfg_run_type(&cfg, "nope"));
     ck_assert_ptr_null(cfg_run_type(&cfg, NULL));
 
-    ck_assert_int_eq(cfg_pool_size(&cfg), 8 + 4 + 4);
+    ck_assert_int_eq(demo->poll.initial_delay_ms, 2000);
+    ck_assert_int_eq(demo->poll.multiplier, 2);
+    ck_assert_int_eq(demo->poll.max_delay_ms, 30000);
+    ck_assert_int_eq(demo->poll.jitter_pct, 20);
+    ck_assert_int_eq(demo->poll.max_checks, 120);
+    ck_assert_int_eq(demo->poll.max_duration_s, 1740);
+    ck_assert_int_eq(demo->poll.check_timeout_s, 60);
+    ck_assert_int_eq(cfg.poller.concurrency, 16);
+    ck_assert_int_eq(cfg.poller.interval_ms, 1000);
+    ck_assert_int_eq(cfg_pool_size(&cfg), 8 + 4 + 4 + 16 / 4);
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
     ck_assert_str_eq(source_of("listen"), "default");
     ck_assert_str_eq(source_of("queue.workers"), "default");
@@ -510,6 +519,56 @@ START_TEST(test_orphan_after_heartbeat)
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 20}}");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 31}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* A run type's "poll" object: each key bounded, unknown keys named, the
+ * cap at least the first delay; rest_job params checked by the action. */
+START_TEST(test_poll_policy_and_rest_job)
+{
+    struct error err = {0};
+    const struct run_type *rt;
+
+    ck_load_ok("{\"run_types\": {\"demo\": {\"poll\": {\"initial_delay_ms\": 500, "
+               "\"multiplier\": 3, \"max_checks\": 7}}}}");
+    rt = cfg_run_type(&cfg, "demo");
+    ck_assert_int_eq(rt->poll.initial_delay_ms, 500);
+    ck_assert_int_eq(rt->poll.multiplier, 3);
+    ck_assert_int_eq(rt->poll.max_checks, 7);
+    ck_assert_int_eq(rt->poll.max_delay_ms, 30000);
+    ck_load_fails("{\"run_types\": {\"demo\": {\"poll\": {\"every\": 1}}}}",
+                  "unknown key \"run_types.demo.poll.every\"");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"poll\": {\"multiplier\": 11}}}}",
+                  "invalid \"run_types.demo.poll.multiplier\": must be between 1 and 10");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"poll.multiplier\": 2}}}",
+                  "unknown key \"run_types.demo.poll.multiplier\"");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"poll\": {\"initial_delay_ms\": 5000, "
+                  "\"max_delay_ms\": 1000}}}}",
+                  "invalid \"run_types.demo.poll.max_delay_ms\": must be at least "
+                  "poll.initial_delay_ms (5000)");
+    ck_load_fails("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {}}}}",
+                  "missing \"run_types.j.params.submit\"");
+    ck_load_fails("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+                  "\"submit\": {\"url\": \"ftp://x\"}}}}}",
+                  "invalid \"run_types.j.params.submit.url\": expected an http:// or https:// URL");
+    ck_load_fails("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+                  "\"submit\": {\"url\": \"http://x/{{env:OPSRUN_TEST_SURELY_UNSET}}\"}}}}}",
+                  "invalid \"run_types.j.params.submit.url\": environment variable "
+                  "OPSRUN_TEST_SURELY_UNSET is not set");
+    ck_load_fails("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+                  "\"submit\": {\"url\": \"http://x/\"}, \"id_pointer\": \"id\"}}}}",
+                  "invalid \"run_types.j.params.id_pointer\": expected a JSON pointer such as "
+                  "\"/job/id\"");
+    ck_load_ok("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+               "\"submit\": {\"url\": \"http://x/jobs\", \"body\": {\"in\": \"{{input}}\"}}, "
+               "\"id_pointer\": \"/id\", \"status\": {\"url\": \"http://x/jobs/{{external_id}}\"}, "
+               "\"state_pointer\": \"/state\", \"state_map\": {\"DONE\": \"succeeded\"}}}}}");
+    ck_load_fails("{\"run_types\": {\"j\": {\"params\": {\"submit\": {\"url\": \"http://x/\"}, "
+                  "\"id_pointer\": \"/id\", \"status\": {\"url\": \"http://x/\"}, "
+                  "\"state_pointer\": \"/s\", \"state_map\": {\"X\": \"done\"}}}}}",
+                  "invalid \"run_types.j.params.state_map.X\": expected running, succeeded, "
+                  "failed or cancelled");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
 }
 END_TEST
@@ -1054,6 +1113,7 @@ static Suite *cfg_suite(void)
     tcase_add_loop_test(tc, test_bad_file, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
     tcase_add_test(tc, test_orphan_after_heartbeat);
     tcase_add_test(tc, test_heartbeat_under_send_timeout);
+    tcase_add_test(tc, test_poll_policy_and_rest_job);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_env_applies);

@@ -1,0 +1,677 @@
+/* engine/actions/remote.c — request templates, secrets, the libcurl call and
+ * JSON pointers for the remote actions (engine/actions/remote.h). */
+#include "engine/actions/remote.h"
+
+#include "engine/action.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define PLACEHOLDER_MAX 256
+
+/* ---- JSON pointers -------------------------------------------------------- */
+
+bool json_pointer_valid(const char *ptr)
+{
+    if (!ptr || (*ptr && *ptr != '/'))
+        return false;
+    for (const char *p = ptr; *p; p++)
+        if (*p == '~' && p[1] != '0' && p[1] != '1')
+            return false;
+    return true;
+}
+
+/* The next reference token of *ptr (after its '/'), unescaped into tok. */
+static bool pointer_token(const char **ptr, char *tok, size_t cap)
+{
+    const char *p = *ptr + 1;
+    size_t n = 0;
+
+    for (; *p && *p != '/'; p++) {
+        char c = *p;
+        if (c == '~') {
+            c = p[1] == '0' ? '~' : '/';
+            p++;
+        }
+        if (n + 1 >= cap)
+            return false;
+        tok[n++] = c;
+    }
+    tok[n] = '\0';
+    *ptr = p;
+    return true;
+}
+
+/* An array index: "0" or digits without a leading zero. */
+static bool pointer_index(const char *tok, size_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (!*tok || (tok[0] == '0' && tok[1]) || strspn(tok, "0123456789") != strlen(tok))
+        return false;
+    errno = 0;
+    v = strtoull(tok, &end, 10);
+    if (errno)
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+const json_t *json_pointer_get(const json_t *doc, const char *ptr)
+{
+    char tok[512];
+
+    if (!json_pointer_valid(ptr))
+        return NULL;
+    while (doc && *ptr) {
+        size_t i;
+        if (!pointer_token(&ptr, tok, sizeof(tok)))
+            return NULL;
+        if (json_is_object(doc))
+            doc = json_object_get(doc, tok);
+        else if (json_is_array(doc) && pointer_index(tok, &i))
+            doc = json_array_get(doc, i);
+        else
+            return NULL;
+    }
+    return doc;
+}
+
+char *json_pointer_text(const json_t *doc, const char *ptr)
+{
+    const json_t *v = json_pointer_get(doc, ptr);
+
+    if (json_is_string(v))
+        return xstrdup(json_string_value(v));
+    if (json_is_integer(v))
+        return xasprintf("%lld", (long long)json_integer_value(v));
+    if (json_is_real(v))
+        return xasprintf("%.17g", json_real_value(v));
+    return NULL;
+}
+
+/* ---- placeholders ---------------------------------------------------------- */
+
+/* One placeholder's value: text (heap) and, for JSON bodies, a JSON value
+ * (new reference). */
+static enum status placeholder_value(const char *name, const struct remote_vars *v, char **text,
+                                     json_t **json, struct error *err)
+{
+    json_t *j = NULL;
+
+    if (strcmp(name, "run_id") == 0 && v->run_id) {
+        j = json_string(v->run_id);
+    } else if (strcmp(name, "tenant") == 0 && v->tenant) {
+        j = json_string(v->tenant);
+    } else if (strcmp(name, "attempt") == 0) {
+        j = json_integer(v->attempt);
+    } else if (strcmp(name, "external_id") == 0 && v->external_id) {
+        j = json_string(v->external_id);
+    } else if (strcmp(name, "input") == 0) {
+        j = v->input ? json_deep_copy(v->input) : json_null();
+    } else if (strncmp(name, "input:", 6) == 0) {
+        const json_t *x = json_pointer_get(v->input, name + 6);
+        if (!x)
+            return error_set(err, ST_INVALID, "the run's input has no value at \"%s\"", name + 6);
+        j = json_deep_copy(x);
+    } else if (strncmp(name, "env:", 4) == 0) {
+        const char *e = getenv(name + 4);
+        if (!e)
+            return error_set(err, ST_INVALID, "environment variable %s is not set", name + 4);
+        j = json_string(e);
+    } else {
+        return error_set(err, ST_INVALID, "placeholder {{%s}} has no value here", name);
+    }
+    if (!j)
+        abort();
+    if (text)
+        *text = json_is_string(j) ? xstrdup(json_string_value(j))
+                                  : json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (json)
+        *json = j;
+    else
+        json_decref(j);
+    return ST_OK;
+}
+
+static bool placeholder_known(const char *name)
+{
+    static const char *const plain[] = {"run_id", "tenant", "attempt", "external_id", "input"};
+
+    for (size_t i = 0; i < ARRAY_LEN(plain); i++)
+        if (strcmp(name, plain[i]) == 0)
+            return true;
+    if (strncmp(name, "input:", 6) == 0)
+        return json_pointer_valid(name + 6);
+    return strncmp(name, "env:", 4) == 0 && name[4] != '\0';
+}
+
+/* Finds the next "{{name}}" at or after s: *start and *end bracket it, name
+ * gets its inside. False when there is none; an unclosed one is an error. */
+static bool next_placeholder(const char *s, const char **start, const char **end, char *name,
+                             bool *bad)
+{
+    const char *a = strstr(s, "{{"), *b;
+    size_t n;
+
+    *bad = false;
+    if (!a)
+        return false;
+    b = strstr(a + 2, "}}");
+    n = b ? (size_t)(b - a - 2) : 0;
+    if (!b || n == 0 || n >= PLACEHOLDER_MAX) {
+        *bad = true;
+        return false;
+    }
+    memcpy(name, a + 2, n);
+    name[n] = '\0';
+    *start = a;
+    *end = b + 2;
+    return true;
+}
+
+/* Checks every placeholder of a template string; env ones must be set. */
+static enum status check_template(const char *s, const char *path, struct error *err)
+{
+    const char *a, *b;
+    char name[PLACEHOLDER_MAX];
+    bool bad;
+
+    while (next_placeholder(s, &a, &b, name, &bad)) {
+        if (!placeholder_known(name))
+            return error_set(err, ST_INVALID, "invalid \"%s\": unknown placeholder {{%s}}", path,
+                             name);
+        if (strncmp(name, "env:", 4) == 0 && !getenv(name + 4))
+            return error_set(err, ST_INVALID, "invalid \"%s\": environment variable %s is not set",
+                             path, name + 4);
+        s = b;
+    }
+    if (bad)
+        return error_set(err, ST_INVALID, "invalid \"%s\": an unterminated or empty {{...}}", path);
+    return ST_OK;
+}
+
+static void buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static void add_encoded(char **buf, size_t *len, size_t *cap, const char *s, int mode)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (mode == REMOTE_URL && !(c >= 'A' && c <= 'Z') && !(c >= 'a' && c <= 'z') &&
+            !(c >= '0' && c <= '9') && !strchr("-._~", c)) {
+            esc[0] = '%', esc[1] = hex[c >> 4], esc[2] = hex[c & 15];
+            buf_add(buf, len, cap, esc, 3);
+        } else if (mode == REMOTE_XML && strchr("&<>\"'", c)) {
+            const char *e = c == '&'   ? "&amp;"
+                            : c == '<' ? "&lt;"
+                            : c == '>' ? "&gt;"
+                            : c == '"' ? "&quot;"
+                                       : "&apos;";
+            buf_add(buf, len, cap, e, strlen(e));
+        } else {
+            buf_add(buf, len, cap, s, 1);
+        }
+    }
+}
+
+enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
+                               struct error *err)
+{
+    char *buf = xstrdup(""), name[PLACEHOLDER_MAX];
+    size_t len = 0, cap = 1;
+    const char *s = tmpl, *a, *b;
+    bool bad;
+
+    *out = NULL;
+    while (next_placeholder(s, &a, &b, name, &bad)) {
+        char *val = NULL;
+        enum status st = placeholder_value(name, v, &val, NULL, err);
+        if (st != ST_OK) {
+            free(buf);
+            return st;
+        }
+        buf_add(&buf, &len, &cap, s, (size_t)(a - s));
+        add_encoded(&buf, &len, &cap, val, mode);
+        free(val);
+        s = b;
+    }
+    buf_add(&buf, &len, &cap, s, strlen(s));
+    *out = buf;
+    return ST_OK;
+}
+
+enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
+                               struct error *err)
+{
+    enum status st = ST_OK;
+    const char *key, *a, *b;
+    char name[PLACEHOLDER_MAX];
+    json_t *x, *r;
+    size_t i;
+    bool bad;
+
+    *out = NULL;
+    if (json_is_string(tmpl)) {
+        const char *s = json_string_value(tmpl);
+        char *text = NULL;
+        if (next_placeholder(s, &a, &b, name, &bad) && a == s && *b == '\0')
+            return placeholder_value(name, v, NULL, out, err);
+        st = remote_expand_text(s, v, REMOTE_RAW, &text, err);
+        if (st == ST_OK)
+            *out = json_string(text);
+        free(text);
+        return st;
+    }
+    if (json_is_object(tmpl)) {
+        r = json_object();
+        json_object_foreach((json_t *)tmpl, key, x)
+        {
+            json_t *e;
+            if ((st = remote_expand_json(x, v, &e, err)) != ST_OK)
+                break;
+            json_object_set_new(r, key, e);
+        }
+    } else if (json_is_array(tmpl)) {
+        r = json_array();
+        json_array_foreach(tmpl, i, x)
+        {
+            json_t *e;
+            if ((st = remote_expand_json(x, v, &e, err)) != ST_OK)
+                break;
+            json_array_append_new(r, e);
+        }
+    } else {
+        r = json_deep_copy(tmpl);
+    }
+    if (st != ST_OK)
+        json_decref(r);
+    else
+        *out = r;
+    return st;
+}
+
+/* ---- request descriptions -------------------------------------------------- */
+
+static const char *const methods[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+
+/* Every string inside a JSON template. */
+static enum status check_json_template(const json_t *t, const char *path, struct error *err)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+    enum status st = ST_OK;
+
+    if (json_is_string(t))
+        return check_template(json_string_value(t), path, err);
+    if (json_is_object(t)) {
+        json_object_foreach((json_t *)t, key, x)
+        {
+            if ((st = check_json_template(x, path, err)) != ST_OK)
+                return st;
+        }
+    }
+    if (json_is_array(t)) {
+        json_array_foreach(t, i, x)
+        {
+            if ((st = check_json_template(x, path, err)) != ST_OK)
+                return st;
+        }
+    }
+    return st;
+}
+
+static enum status check_method(const json_t *m, const char *path, struct error *err)
+{
+    if (!m)
+        return ST_OK;
+    for (size_t i = 0; json_is_string(m) && i < ARRAY_LEN(methods); i++)
+        if (strcmp(json_string_value(m), methods[i]) == 0)
+            return ST_OK;
+    return error_set(err, ST_INVALID,
+                     "invalid \"%s.method\": expected GET, POST, PUT, PATCH or DELETE", path);
+}
+
+static enum status check_url(const json_t *u, const char *path, bool need, struct error *err)
+{
+    char sub[160];
+    const char *s = json_string_value(u);
+
+    xsnprintf(sub, sizeof(sub), "%s.url", path);
+    if (!u)
+        return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
+    if (!s || (strncmp(s, "http://", 7) != 0 && strncmp(s, "https://", 8) != 0 &&
+               strncmp(s, "{{", 2) != 0))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an http:// or https:// URL",
+                         sub);
+    return check_template(s, sub, err);
+}
+
+static enum status check_headers(const json_t *h, const char *path, struct error *err)
+{
+    char sub[200];
+    const char *key;
+    json_t *x;
+
+    if (!h)
+        return ST_OK;
+    if (!json_is_object(h))
+        return error_set(err, ST_INVALID, "invalid \"%s.headers\": expected an object", path);
+    json_object_foreach((json_t *)h, key, x)
+    {
+        xsnprintf(sub, sizeof(sub), "%s.headers.%s", path, key);
+        if (!json_is_string(x) || strpbrk(json_string_value(x), "\r\n") || strpbrk(key, "\r\n: ") ||
+            !*key)
+            return error_set(err, ST_INVALID,
+                             "invalid \"%s\": expected a header name and a one-line string", sub);
+        if (check_template(json_string_value(x), sub, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return ST_OK;
+}
+
+enum status remote_check_request(const json_t *req, const char *path, bool need_url,
+                                 struct error *err)
+{
+    static const char *const keys[] = {"method",    "url",          "headers",    "body",
+                                       "body_text", "content_type", "timeout_ms", "xml_escape"};
+    const json_t *t = json_object_get(req, "timeout_ms");
+    char sub[200];
+    const char *key;
+    json_t *x;
+
+    if (!json_is_object(req))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    json_object_foreach((json_t *)req, key, x)
+    {
+        bool known = false;
+        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
+            known = strcmp(key, keys[i]) == 0;
+        if (!known)
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+    }
+    if (check_method(json_object_get(req, "method"), path, err) != ST_OK ||
+        check_url(json_object_get(req, "url"), path, need_url, err) != ST_OK ||
+        check_headers(json_object_get(req, "headers"), path, err) != ST_OK)
+        return ST_INVALID;
+    if (json_object_get(req, "body") && json_object_get(req, "body_text"))
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s\": \"body\" and \"body_text\" exclude "
+                         "each other",
+                         path);
+    xsnprintf(sub, sizeof(sub), "%s.body", path);
+    if (check_json_template(json_object_get(req, "body"), sub, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.body_text", path);
+    x = json_object_get(req, "body_text");
+    if (x && (!json_is_string(x) || check_template(json_string_value(x), sub, err) != ST_OK))
+        return err->message[0]
+                   ? ST_INVALID
+                   : error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
+    x = json_object_get(req, "content_type");
+    if (x && !json_is_string(x))
+        return error_set(err, ST_INVALID, "invalid \"%s.content_type\": expected a string", path);
+    x = json_object_get(req, "xml_escape");
+    if (x && !json_is_boolean(x))
+        return error_set(err, ST_INVALID, "invalid \"%s.xml_escape\": expected true or false",
+                         path);
+    if (t && (!json_is_integer(t) || json_integer_value(t) < 1 ||
+              json_integer_value(t) > REMOTE_TIMEOUT_MAX_MS))
+        return error_set(err, ST_INVALID, "invalid \"%s.timeout_ms\": must be between 1 and %d",
+                         path, REMOTE_TIMEOUT_MAX_MS);
+    return ST_OK;
+}
+
+/* ---- the call -------------------------------------------------------------- */
+
+struct sink {
+    struct remote_response *r;
+    size_t cap;
+    bool too_big;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct sink *k = arg;
+    size_t add = size * n;
+
+    if (k->r->len + add > REMOTE_RESPONSE_MAX) {
+        k->too_big = true;
+        return 0; /* aborts the transfer */
+    }
+    if (k->r->len + add + 1 > k->cap) {
+        k->cap = (k->r->len + add + 1) * 2;
+        k->r->body = xrealloc(k->r->body, k->cap);
+    }
+    memcpy(k->r->body + k->r->len, p, add);
+    k->r->len += add;
+    k->r->body[k->r->len] = '\0';
+    return add;
+}
+
+static void header_copy(const char *line, size_t n, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+
+    if (n > nl + 1 && strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+        const char *v = line + nl + 1;
+        size_t k = n - nl - 1;
+        while (k && (*v == ' ' || *v == '\t'))
+            v++, k--;
+        while (k && (v[k - 1] == '\r' || v[k - 1] == '\n' || v[k - 1] == ' '))
+            k--;
+        xsnprintf(out, cap, "%.*s", (int)k, v);
+    }
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct remote_response *r = arg;
+
+    header_copy(p, size * n, "Location", r->location, sizeof(r->location));
+    header_copy(p, size * n, "Content-Type", r->content_type, sizeof(r->content_type));
+    return size * n;
+}
+
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)a, (void)b, (void)c, (void)d;
+    return arg && rc_should_stop(arg) ? 1 : 0;
+}
+
+/* The expanded body and its content type; *body NULL when there is none. */
+static enum status build_body(const json_t *req, const struct remote_vars *v, char **body,
+                              const char **ctype, struct error *err)
+{
+    const json_t *b = json_object_get(req, "body"), *t = json_object_get(req, "body_text");
+    json_t *x = NULL;
+    enum status st = ST_OK;
+
+    *body = NULL;
+    *ctype = json_string_value(json_object_get(req, "content_type"));
+    if (b) {
+        st = remote_expand_json(b, v, &x, err);
+        if (st == ST_OK)
+            *body = json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(x);
+        if (!*ctype)
+            *ctype = "application/json";
+    } else if (t) {
+        st = remote_expand_text(
+            json_string_value(t), v,
+            json_is_true(json_object_get(req, "xml_escape")) ? REMOTE_XML : REMOTE_RAW, body, err);
+        if (!*ctype)
+            *ctype = "text/xml; charset=utf-8";
+    }
+    return st;
+}
+
+static enum status build_headers(const json_t *req, const struct remote_vars *v, const char *ctype,
+                                 struct curl_slist **out, struct error *err)
+{
+    const json_t *h = json_object_get(req, "headers");
+    const char *key;
+    json_t *x;
+
+    *out = curl_slist_append(NULL, "Expect:");
+    if (ctype) {
+        char *line = xasprintf("Content-Type: %s", ctype);
+        *out = curl_slist_append(*out, line);
+        free(line);
+    }
+    json_object_foreach((json_t *)h, key, x)
+    {
+        char *val = NULL, *line;
+        if (remote_expand_text(json_string_value(x), v, REMOTE_RAW, &val, err) != ST_OK)
+            return ST_INVALID;
+        if (strpbrk(val, "\r\n")) {
+            free(val);
+            return error_set(err, ST_INVALID, "header %s would span lines", key);
+        }
+        line = xasprintf("%s: %s", key, val);
+        *out = curl_slist_append(*out, line);
+        free(line);
+        free(val);
+    }
+    return ST_OK;
+}
+
+void remote_response_cleanup(struct remote_response *r)
+{
+    if (!r)
+        return;
+    free(r->body);
+    r->body = NULL;
+    r->len = 0;
+}
+
+static void set_options(CURL *c, const char *method, const char *url, const char *body,
+                        long timeout_ms)
+{
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "GET") == 0)
+        curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "opsrun/" OPSRUN_VERSION);
+}
+
+enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
+                        const struct run_ctx *rc, struct remote_response *out, struct error *err)
+{
+    const char *method = json_string_value(json_object_get(req, "method"));
+    const char *tmpl = url_override ? url_override : json_string_value(json_object_get(req, "url"));
+    const json_t *t = json_object_get(req, "timeout_ms");
+    long timeout_ms = t ? (long)json_integer_value(t) : REMOTE_TIMEOUT_DEFAULT_MS;
+    struct curl_slist *hdrs = NULL;
+    struct sink k = {out, 0, false};
+    const char *ctype = NULL;
+    char *url = NULL, *body = NULL;
+    enum status st;
+    CURLcode cc;
+    CURL *c;
+
+    memset(out, 0, sizeof(*out));
+    if (!method)
+        method = json_object_get(req, "body") || json_object_get(req, "body_text") ? "POST" : "GET";
+    if (!tmpl)
+        return error_set(err, ST_INVALID, "no URL to call");
+    if (url_override) {
+        url = xstrdup(url_override);
+        st = ST_OK;
+    } else {
+        st = remote_expand_text(tmpl, v, REMOTE_URL, &url, err);
+    }
+    if (st == ST_OK)
+        st = build_body(req, v, &body, &ctype, err);
+    if (st == ST_OK)
+        st = build_headers(req, v, body ? ctype : NULL, &hdrs, err);
+    if (st != ST_OK || !(c = curl_easy_init())) {
+        free(url), free(body), curl_slist_free_all(hdrs);
+        return st != ST_OK ? st : error_set(err, ST_INTERNAL, "could not start a transfer");
+    }
+    set_options(c, method, url, body, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &k);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, out);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)rc);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    cc = curl_easy_perform(c);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdrs);
+    free(url);
+    free(body);
+    if (!out->body)
+        out->body = xstrdup("");
+    if (cc == CURLE_OK)
+        return ST_OK;
+    out->transport_error = true;
+    out->timed_out = cc == CURLE_OPERATION_TIMEDOUT;
+    out->stopped = cc == CURLE_ABORTED_BY_CALLBACK;
+    xsnprintf(out->error, sizeof(out->error), "%s %s: %s", method, tmpl,
+              k.too_big ? "the response is larger than 4 MiB" : curl_easy_strerror(cc));
+    return error_set(err, ST_UNAVAILABLE, "could not call %s", out->error);
+}
+
+enum remote_class remote_classify(const struct remote_response *r)
+{
+    if (r->transport_error || r->status == 408 || r->status == 429 || r->status >= 500)
+        return REMOTE_TRANSIENT;
+    if (r->status >= 200 && r->status < 300)
+        return REMOTE_OK;
+    if (r->status == 404 || r->status == 410)
+        return REMOTE_GONE;
+    return REMOTE_REJECTED;
+}
+
+void remote_error(struct run_ctx *rc, const char *code, const char *what,
+                  const struct remote_response *r)
+{
+    char excerpt[201];
+    size_t n = 0;
+
+    if (r->transport_error) {
+        rc_error(rc, code, "%s: %s", what, r->error);
+        return;
+    }
+    for (size_t i = 0; r->body && i < r->len && n < sizeof(excerpt) - 1; i++)
+        excerpt[n++] =
+            r->body[i] == '\n' || r->body[i] == '\r' || r->body[i] == '\0' ? ' ' : r->body[i];
+    excerpt[n] = '\0';
+    utf8_scrub(excerpt);
+    rc_error(rc, code, "%s: HTTP %ld%s%s", what, r->status, n ? ": " : "", excerpt);
+}
+
+json_t *remote_json(const struct remote_response *r)
+{
+    return r->body ? json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL) : NULL;
+}

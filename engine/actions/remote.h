@@ -1,0 +1,107 @@
+/* engine/actions/remote.h — what the remote actions (http, rest_job,
+ * soap_job) share: HTTP requests described in a run type's params, with
+ * templates, secrets from the environment, a bounded libcurl call, and JSON
+ * pointers (RFC 6901).
+ *
+ * A request description is a JSON object:
+ *   {"method": "POST", "url": "https://jobs/api/jobs/{{external_id}}",
+ *    "headers": {"Authorization": "Bearer {{env:JOBS_TOKEN}}"},
+ *    "body": <a JSON template>  |  "body_text": "<a text template>",
+ *    "content_type": "application/json", "timeout_ms": 10000}
+ * Placeholders: {{run_id}}, {{attempt}}, {{external_id}}, {{tenant}},
+ * {{input}} (the run's input as JSON), {{input:/json/pointer}} (one value of
+ * it), {{env:NAME}} (an environment variable: the only way to put a secret
+ * in a request). In the URL every value is percent-encoded; in a JSON body
+ * a string that is exactly one placeholder becomes that value (so
+ * "{{input}}" is the input object), and placeholders inside longer strings
+ * are spliced in as text; in body_text (XML for SOAP) values are inserted
+ * as they are, or XML-escaped with "xml_escape": true.
+ *
+ * Secrets never leave the request: errors and logs name the URL template,
+ * never the expanded URL, headers or body.
+ *
+ * Thread-safety: every function is reentrant; curl_global_init must have run
+ * (main does it). */
+#ifndef OPSRUN_ENGINE_REMOTE_H
+#define OPSRUN_ENGINE_REMOTE_H
+
+#include "common/common.h"
+
+#include <jansson.h>
+
+struct run_ctx;
+
+#define REMOTE_TIMEOUT_DEFAULT_MS 10000
+#define REMOTE_TIMEOUT_MAX_MS 600000
+#define REMOTE_RESPONSE_MAX (4 * 1024 * 1024)
+
+/* The values placeholders take. */
+struct remote_vars {
+    const char *run_id, *tenant, *external_id; /* external_id may be NULL */
+    int attempt;
+    const json_t *input;
+};
+
+/* Checks a request description at configuration load: its keys and types,
+ * its placeholders, and that every {{env:NAME}} is set. need_url: "url" is
+ * required (a status request may take its URL from the job instead). Errors
+ * name path. */
+enum status remote_check_request(const json_t *req, const char *path, bool need_url,
+                                 struct error *err) WUR;
+
+struct remote_response {
+    long status; /* HTTP status; 0 when no response */
+    char *body;  /* heap, NUL-terminated (may hold NULs before it) */
+    size_t len;
+    char location[2048];
+    char content_type[128];
+    bool transport_error; /* no HTTP answer: connect failure, reset, timeout */
+    bool timed_out;
+    bool stopped;    /* aborted because rc_should_stop() turned true */
+    char error[256]; /* what went wrong, without secrets */
+};
+void remote_response_cleanup(struct remote_response *r);
+
+/* Performs the request; url_override (may be NULL) replaces the template's
+ * URL (a status URL from a Location header). rc (may be NULL) aborts the
+ * transfer once rc_should_stop() is true. ST_OK whenever an HTTP answer came
+ * back, whatever its status; ST_UNAVAILABLE for a transport failure (out
+ * says which); ST_INVALID when the request could not be built (a
+ * placeholder with no value). */
+enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
+                        const struct run_ctx *rc, struct remote_response *out,
+                        struct error *err) WUR;
+
+/* What an answer means for a remote job. */
+enum remote_class {
+    REMOTE_OK,        /* 2xx */
+    REMOTE_TRANSIENT, /* no answer, a timeout, 408, 429 or 5xx: try again later */
+    REMOTE_GONE,      /* 404 or 410: the remote does not know it (any more) */
+    REMOTE_REJECTED,  /* any other status: a permanent refusal */
+};
+enum remote_class remote_classify(const struct remote_response *r);
+/* Sets rc->error to {"code": code, "message": "<what>: HTTP 503: <the
+ * start of the body>"} (or the transport error), without secrets. */
+void remote_error(struct run_ctx *rc, const char *code, const char *what,
+                  const struct remote_response *r);
+/* The body parsed as JSON, or NULL (not JSON). New reference. */
+json_t *remote_json(const struct remote_response *r);
+
+/* Template expansion (exposed for tests). *out is heap. */
+enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
+                               struct error *err) WUR;
+#define REMOTE_RAW 0
+#define REMOTE_URL 1 /* percent-encode every value */
+#define REMOTE_XML 2 /* XML-escape every value */
+enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
+                               struct error *err) WUR;
+
+/* RFC 6901: the value at ptr ("" is the whole document), or NULL. */
+const json_t *json_pointer_get(const json_t *doc, const char *ptr);
+/* Whether ptr is a valid JSON pointer ("" or "/..." with valid escapes). */
+bool json_pointer_valid(const char *ptr);
+/* The value at ptr as text: a string as it is, a number printed; NULL for
+ * anything else. Heap. */
+char *json_pointer_text(const json_t *doc, const char *ptr);
+
+#endif

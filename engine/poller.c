@@ -1,0 +1,512 @@
+/* engine/poller.c — the scheduler and checker threads that drive waiting
+ * runs (engine/poller.h). Lock order: p->mu only; no database call or
+ * action runs under it. */
+#include "engine/poller.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "engine/engine_internal.h"
+#include "store/db.h"
+#include "store/polls.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Hooks are tried this often, this far apart, then given up (logged). */
+#define HOOKS_MAX_ATTEMPTS 3
+#define HOOKS_RETRY_MS 30000
+/* A claim's lease beyond the time its work may take. */
+#define LEASE_MARGIN_MS 5000
+
+struct job {
+    struct poll_claim c;
+    bool hooks; /* the terminal hooks, not a check */
+};
+
+struct poller {
+    struct engine *e;
+    const char **types; /* run types whose action can poll */
+    size_t ntypes;
+    int n;            /* checker threads */
+    int64_t lease_ms; /* covers a check, or both hooks, of any of those types */
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, sched_cv;
+    struct job *queue; /* claimed, not yet started (at most n) */
+    size_t qhead, qlen;
+    int idle; /* checkers not promised a job */
+    bool stop, wake, started;
+    _Atomic int halt; /* enum stop_reason for the checks in flight */
+    pthread_t sched, *checkers;
+    struct poller_stats st;
+};
+
+int64_t poller_backoff_ms(const struct poll_policy *pp, int n)
+{
+    int64_t d = pp->initial_delay_ms;
+
+    for (int i = 1; i < n && d < pp->max_delay_ms; i++)
+        d *= pp->multiplier;
+    if (d > pp->max_delay_ms)
+        d = pp->max_delay_ms;
+    return jitter_ms(d, pp->jitter_pct / 100.0);
+}
+
+/* ---- results ---------------------------------------------------------- */
+
+static void count(struct poller *p, int64_t *field, int64_t by)
+{
+    pthread_mutex_lock(&p->mu);
+    *field += by;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The action's hooks for a run that ended: the remote cancel when opsrun
+ * ended it while the remote job may still run (cancel), then cleanup; then
+ * the record that they ran. */
+static void run_hooks(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
+                      bool cancel)
+{
+    struct engine *e = p->e;
+    struct db *db = NULL;
+    struct error err = {0};
+    bool ok = true;
+    int calls = 0;
+
+    if (cancel && ops->cancel && rc->external_id) {
+        calls++;
+        if (!ops->cancel(rc)) {
+            ok = false;
+            LOG(LOG_WARN, "remote cancel failed run=%s external_id=%s", rc->run->id,
+                rc->external_id);
+        }
+    }
+    if (ops->cleanup) {
+        calls++;
+        if (!ops->cleanup(rc)) {
+            ok = false;
+            LOG(LOG_WARN, "cleanup failed run=%s external_id=%s", rc->run->id,
+                rc->external_id ? rc->external_id : "");
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    p->st.hooks_total += calls;
+    p->st.hook_failures_total += !ok;
+    pthread_mutex_unlock(&p->mu);
+    if (db_pool_get(e->pool, &db, &err) != ST_OK ||
+        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, HOOKS_MAX_ATTEMPTS,
+                         HOOKS_RETRY_MS, &err) != ST_OK)
+        LOG(LOG_WARN, "could not record the hooks of run=%s: %s", rc->run->id, err.message);
+    db_pool_put(e->pool, db);
+}
+
+/* Writes the end of a run, then runs its hooks. */
+static void finish(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
+                   const struct poll_fence *f, const struct run_result *res)
+{
+    struct engine *e = p->e;
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st = db_pool_get(e->pool, &db, &err);
+
+    if (st == ST_OK)
+        st = store_polls_finish(db, f, res, rc->poll_state, p->lease_ms, &err);
+    db_pool_put(e->pool, db);
+    if (st != ST_OK) {
+        /* The lease runs out and the check is made again: at least once. */
+        if (st != ST_LOST)
+            LOG(LOG_WARN, "could not end run=%s after a check: %s", f->id, err.message);
+        return;
+    }
+    LOG(LOG_INFO, "run finished run=%s type=%s outcome=%s checks=%d external_id=%s", f->id,
+        rc->run->type, res->outcome, f->poll_count, rc->external_id ? rc->external_id : "");
+    count(p, &p->st.finished_total, 1);
+    if (strcmp(res->outcome, "timed_out") == 0)
+        count(p, &p->st.timed_out_total, 1);
+    engine_ring(e, false, true);
+    run_hooks(p, ops, rc, strcmp(res->outcome, "timed_out") == 0);
+}
+
+static void again(struct poller *p, const struct run_ctx *rc, const struct poll_fence *f,
+                  int64_t delay_ms)
+{
+    struct engine *e = p->e;
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st = db_pool_get(e->pool, &db, &err);
+
+    if (st == ST_OK)
+        st = store_polls_again(db, f, rc->poll_state, delay_ms, &err);
+    db_pool_put(e->pool, db);
+    if (st != ST_OK && st != ST_LOST)
+        LOG(LOG_WARN, "could not schedule the next check of run=%s: %s", f->id, err.message);
+}
+
+/* Whether another check is allowed after `made` checks: NULL when it is,
+ * else the budget that ran out. */
+static const char *out_of_budget(const struct run_type *rt, const struct run_ctx *rc, int made)
+{
+    if (made >= rt->poll.max_checks)
+        return "poll.max_checks";
+    if (rc->waited_ms >= rt->poll.max_duration_s * 1000)
+        return "poll.max_duration_s";
+    return NULL;
+}
+
+static void time_out(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
+                     const struct poll_fence *f, const char *which, int made)
+{
+    const json_t *last = json_object_get(rc->poll_state, "last_error");
+    char msg[640];
+    struct run_result res = {.outcome = "timed_out", .message = "timed out"};
+
+    if (strcmp(which, "poll.max_checks") == 0)
+        xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
+                  rc->external_id ? rc->external_id : "", made, which, rc->type->poll.max_checks);
+    else
+        xsnprintf(msg, sizeof(msg), "gave up on external job %s after waiting %lld s (%s %lld)",
+                  rc->external_id ? rc->external_id : "", (long long)(rc->waited_ms / 1000), which,
+                  (long long)rc->type->poll.max_duration_s);
+    if (json_is_string(last))
+        xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
+                  json_string_value(last));
+    res.error = json_pack("{s:s, s:s}", "code", "poll_budget", "message", msg);
+    finish(p, ops, rc, f, &res);
+    json_decref((json_t *)res.error);
+}
+
+/* What the check said, written. */
+static void settle_check(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
+                         const struct poll_fence *f, enum step step)
+{
+    const struct run_type *rt = rc->type;
+    struct run_result res = {0};
+    const char *budget;
+
+    if (step == STEP_DONE || step == STEP_FAIL) {
+        res.outcome = step == STEP_DONE ? rc_done_outcome(rc)
+                      : rc->outcome     ? rc->outcome
+                                        : "failed";
+        res.result = rc->result;
+        res.error = step == STEP_FAIL ? rc->error : NULL;
+        res.summary_counts = rc->summary_counts;
+        res.failure_summary = rc->failure_summary;
+        res.message = step == STEP_DONE ? "finished" : "failed";
+        if (strcmp(res.outcome, "cancelled") == 0)
+            res.message = "cancelled by the remote system";
+        finish(p, ops, rc, f, &res);
+        return;
+    }
+    if (step == STEP_RETRY) {
+        const json_t *msg = json_object_get(rc->error, "message");
+        count(p, &p->st.check_failures_total, 1);
+        LOG(LOG_WARN, "check failed run=%s check=%d: %s", f->id, f->poll_count,
+            json_is_string(msg) ? json_string_value(msg) : "unknown error");
+        if (json_is_string(msg))
+            json_object_set(rc->poll_state, "last_error", (json_t *)msg);
+    }
+    budget = out_of_budget(rt, rc, f->poll_count);
+    if (budget) {
+        time_out(p, ops, rc, f, budget, f->poll_count);
+        return;
+    }
+    again(p, rc, f,
+          rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
+}
+
+static void run_check(struct poller *p, struct poll_claim *c)
+{
+    struct engine *e = p->e;
+    const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
+    const struct action_ops *ops = action_find(rt->action);
+    const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
+    struct run_ctx rc = {
+        .run = c->run,
+        .type = rt,
+        .deadline_mono_ms = clock_mono_ms() + (int64_t)rt->poll.check_timeout_s * 1000,
+        .stop = &p->halt,
+        .external_id = c->external_id,
+        .poll_state = c->poll_state,
+        .poll_count = c->poll_count,
+        .waited_ms = c->waited_ms,
+    };
+    const char *budget = out_of_budget(rt, &rc, c->poll_count - 1);
+    enum step step;
+
+    c->external_id = NULL; /* the context owns them now */
+    c->poll_state = NULL;
+    if (budget) {
+        time_out(p, ops, &rc, &f, budget, c->poll_count - 1);
+    } else {
+        count(p, &p->st.checks_total, 1);
+        step = ops->poll(&rc);
+        if (atomic_load(&p->halt) != STOP_NONE && step != STEP_DONE && step != STEP_FAIL)
+            again(p, &rc, &f, 0); /* shutting down: another replica checks it now */
+        else
+            settle_check(p, ops, &rc, &f, step);
+    }
+    rc_cleanup(&rc);
+}
+
+/* Hooks claimed from the schedule: a waiting run cancelled through the API
+ * (the remote job may still run), or hooks whose owner died or failed
+ * before. A remote cancel that may repeat one already made is harmless:
+ * the job is gone or cancelled either way. */
+static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
+{
+    const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
+    const struct action_ops *ops = action_find(rt->action);
+    struct run_ctx rc = {
+        .run = c->run,
+        .type = rt,
+        .deadline_mono_ms = clock_mono_ms() + (int64_t)rt->poll.check_timeout_s * 1000,
+        .stop = &p->halt,
+        .external_id = c->external_id,
+        .poll_state = c->poll_state,
+        .poll_count = c->poll_count,
+        .waited_ms = c->waited_ms,
+    };
+
+    c->external_id = NULL;
+    c->poll_state = NULL;
+    LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id, c->run->outcome,
+        c->hooks_attempts);
+    run_hooks(p, ops, &rc,
+              strcmp(c->run->outcome, "cancelled") == 0 ||
+                  strcmp(c->run->outcome, "timed_out") == 0);
+    rc_cleanup(&rc);
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+static void *checker_main(void *arg)
+{
+    struct poller *p = arg;
+
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        struct job j;
+        while (!p->stop && p->qlen == 0)
+            pthread_cond_wait(&p->work_cv, &p->mu);
+        if (p->stop)
+            break;
+        j = p->queue[p->qhead];
+        p->qhead = (p->qhead + 1) % (size_t)p->n;
+        p->qlen--;
+        p->st.in_flight++;
+        pthread_mutex_unlock(&p->mu);
+        if (j.hooks)
+            run_claimed_hooks(p, &j.c);
+        else
+            run_check(p, &j.c);
+        run_free(j.c.run);
+        free(j.c.external_id);
+        json_decref(j.c.poll_state);
+        pthread_mutex_lock(&p->mu);
+        p->st.in_flight--;
+        p->idle++;
+        pthread_cond_signal(&p->sched_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = &p->queue[(p->qhead + p->qlen++) % (size_t)p->n];
+        j->c = c[i];
+        j->hooks = hooks;
+    }
+}
+
+/* Claims up to n checks (then hooks) for idle checkers; returns how many,
+ * and in *due_ms the wait before the next one (-1: none scheduled). */
+static size_t claim(struct poller *p, int n, int64_t *due_ms)
+{
+    struct engine *e = p->e;
+    struct poll_claim *checks = NULL, *hooks = NULL;
+    size_t nc = 0, nh = 0;
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st = db_pool_get(e->pool, &db, &err);
+
+    *due_ms = -1;
+    if (st == ST_OK)
+        st = store_polls_claim(db, e->worker_id, n, p->lease_ms, p->types, p->ntypes, &checks, &nc,
+                               &err);
+    if (st == ST_OK && (int)nc < n)
+        st = store_hooks_claim(db, e->worker_id, n - (int)nc, p->lease_ms, p->types, p->ntypes,
+                               &hooks, &nh, &err);
+    if (st == ST_OK && (int)(nc + nh) < n)
+        st = store_polls_next_due(db, p->types, p->ntypes, due_ms, &err);
+    db_pool_put(e->pool, db);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not claim checks: %s", err.message);
+    pthread_mutex_lock(&p->mu);
+    enqueue(p, checks, nc, false);
+    enqueue(p, hooks, nh, true);
+    p->idle += n - (int)(nc + nh);
+    if (nc + nh)
+        pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+    free(checks); /* the claims' contents moved to the queue */
+    free(hooks);
+    return nc + nh;
+}
+
+static void *sched_main(void *arg)
+{
+    struct poller *p = arg;
+    int64_t next_ms = 0;
+
+    for (;;) {
+        int n;
+        int64_t due = -1, interval = p->e->cfg->poller.interval_ms;
+        size_t got;
+
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && (p->idle == 0 || (!p->wake && clock_mono_ms() < next_ms))) {
+            struct timespec ts;
+            abstime_after_ms(&ts, p->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            pthread_cond_timedwait(&p->sched_cv, &p->mu, &ts);
+        }
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        p->wake = false;
+        n = p->idle;
+        p->idle = 0;
+        pthread_mutex_unlock(&p->mu);
+
+        got = claim(p, n, &due);
+        if ((int)got == n)
+            next_ms = clock_mono_ms(); /* more may be due: claim as checkers free up */
+        else
+            next_ms =
+                clock_mono_ms() + (due >= 0 && due < interval ? due : jitter_ms(interval, 0.2));
+    }
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+struct poller *poller_new(struct engine *e)
+{
+    const struct config *cfg = e->cfg;
+    struct poller *p = xcalloc(1, sizeof(*p));
+    int64_t longest = 0;
+
+    p->e = e;
+    p->n = cfg->poller.concurrency;
+    p->types = xcalloc(cfg->nrun_types ? cfg->nrun_types : 1, sizeof(*p->types));
+    for (size_t i = 0; i < cfg->nrun_types; i++) {
+        const struct run_type *rt = &cfg->run_types[i];
+        const struct action_ops *ops = action_find(rt->action);
+        if (!ops || !ops->poll)
+            continue;
+        p->types[p->ntypes++] = rt->name;
+        if (rt->poll.check_timeout_s > longest)
+            longest = rt->poll.check_timeout_s;
+    }
+    /* A check, or a cancel and a cleanup, each bounded by the check time. */
+    p->lease_ms = 2 * longest * 1000 + LEASE_MARGIN_MS;
+    p->queue = xcalloc((size_t)p->n, sizeof(*p->queue));
+    p->checkers = xcalloc((size_t)p->n, sizeof(*p->checkers));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work_cv, NULL);
+    cond_init_monotonic(&p->sched_cv);
+    p->st.concurrency = p->n;
+    return p;
+}
+
+enum status poller_start(struct poller *p, struct error *err)
+{
+    if (p->ntypes == 0)
+        return ST_OK; /* nothing here can wait: no threads */
+    p->idle = p->n;
+    p->wake = true;
+    p->st.running = true;
+    for (int i = 0; i < p->n; i++)
+        if (pthread_create(&p->checkers[i], NULL, checker_main, p) != 0)
+            return error_set(err, ST_INTERNAL, "could not start a poller thread");
+    if (pthread_create(&p->sched, NULL, sched_main, p) != 0)
+        return error_set(err, ST_INTERNAL, "could not start the poller");
+    p->started = true;
+    LOG(LOG_INFO, "poller started concurrency=%d types=%zu lease_ms=%lld", p->n, p->ntypes,
+        (long long)p->lease_ms);
+    return ST_OK;
+}
+
+void poller_wake(struct poller *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->wake = true;
+    pthread_cond_signal(&p->sched_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Claimed checks no checker started: due again now, for anyone. */
+static void release_queued(struct poller *p)
+{
+    struct engine *e = p->e;
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (p->qlen > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
+        LOG(LOG_WARN, "could not release claimed checks: %s", err.message);
+    for (; p->qlen > 0; p->qlen--, p->qhead = (p->qhead + 1) % (size_t)p->n) {
+        struct job *j = &p->queue[p->qhead];
+        const struct poll_fence f = {j->c.run->tenant, j->c.run->id, e->worker_id, j->c.poll_count};
+        if (db && !j->hooks && store_polls_again(db, &f, j->c.poll_state, 0, &err) != ST_OK)
+            LOG(LOG_DEBUG, "could not release the check of run=%s: %s", f.id, err.message);
+        run_free(j->c.run);
+        free(j->c.external_id);
+        json_decref(j->c.poll_state);
+    }
+    db_pool_put(e->pool, db);
+}
+
+void poller_stop(struct poller *p)
+{
+    if (!p || !p->started)
+        return;
+    atomic_store(&p->halt, STOP_SHUTDOWN);
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_cond_broadcast(&p->sched_cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->sched, NULL);
+    for (int i = 0; i < p->n; i++)
+        pthread_join(p->checkers[i], NULL);
+    release_queued(p);
+    p->started = false;
+}
+
+void poller_free(struct poller *p)
+{
+    if (!p)
+        return;
+    pthread_cond_destroy(&p->work_cv);
+    pthread_cond_destroy(&p->sched_cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->queue);
+    free(p->checkers);
+    free(p->types);
+    free(p);
+}
+
+void poller_stats(struct poller *p, struct poller_stats *out)
+{
+    if (!p) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+}

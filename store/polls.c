@@ -1,0 +1,263 @@
+/* store/polls.c — the poll schedule of waiting runs (store/polls.h). */
+#include "store/polls.h"
+
+#include "store/runs_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The worker's fence (store/runs_engine.c), $1..$4. */
+#define FENCE                                                                                      \
+    "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
+    "AND r.status IN ('running', 'cancelling')"
+/* A check's fence, $1..$4. */
+#define PFENCE                                                                                     \
+    "r.tenant = $1 AND r.id = $2 AND r.status = 'waiting' AND r.poll_owner = $3 "                  \
+    "AND r.poll_count = $4::int"
+#define INTERVAL_MS(p) "make_interval(secs => " p "::bigint / 1000.0)"
+/* What a claim returns after RUN_RET: columns 12..16. */
+#define CLAIM_COLS                                                                                 \
+    "r.external_id, coalesce(r.poll_state, '{}')::text, r.poll_count, "                            \
+    "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
+    "r.hooks_attempts"
+#define CLAIM_FIRST 12
+
+static const struct stmt S_WAIT = {
+    "runs_wait",
+    "WITH upd AS (UPDATE runs r SET "
+    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'waiting' END, "
+    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE r.outcome END, "
+    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
+    "hooks_at = CASE WHEN r.status = 'cancelling' THEN now() END, hooks_attempts = 0, "
+    "external_id = $5, poll_state = $6::jsonb, poll_started_at = now(), poll_count = 0, "
+    "poll_owner = NULL, next_poll_at = CASE WHEN r.status = 'cancelling' THEN NULL "
+    "ELSE now() + " INTERVAL_MS(
+        "$7") " END, "
+              "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
+              " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+              "r.step), " EVENT_FROM_UPD(
+                  "'status'",
+                  "CASE WHEN outcome = 'cancelled' THEN 'cancelled while starting external job "
+                  "' || $5 ELSE 'waiting for external job ' || $5 END") " SELECT count(*) FROM "
+                                                                        "upd"};
+static const struct stmt S_POLL_CLAIM = {
+    "polls_claim",
+    "WITH due AS (SELECT tenant, id FROM runs WHERE status = 'waiting' AND next_poll_at <= now() "
+    "AND type = ANY ($4::text[]) ORDER BY next_poll_at LIMIT $2::int FOR UPDATE SKIP LOCKED) "
+    "UPDATE runs r SET next_poll_at = now() + " INTERVAL_MS(
+        "$3") ", poll_owner = $1, poll_count = r.poll_count + 1 FROM due WHERE r.tenant = "
+              "due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
+static const struct stmt S_HOOKS_CLAIM = {
+    "hooks_claim",
+    "WITH due AS (SELECT tenant, id FROM runs WHERE hooks_at <= now() AND type = ANY ($4::text[]) "
+    "ORDER BY hooks_at LIMIT $2::int FOR UPDATE SKIP LOCKED) "
+    "UPDATE runs r SET hooks_at = now() + " INTERVAL_MS(
+        "$3") ", poll_owner = $1, hooks_attempts = r.hooks_attempts + 1 FROM due WHERE "
+              "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
+static const struct stmt S_NEXT_DUE = {
+    "polls_next_due",
+    "SELECT greatest(0, (extract(epoch FROM least("
+    "(SELECT min(next_poll_at) FROM runs WHERE status = 'waiting' AND type = ANY ($1::text[])), "
+    "(SELECT min(hooks_at) FROM runs WHERE hooks_at IS NOT NULL AND type = ANY ($1::text[]))) "
+    "- now()) * 1000)::bigint)"};
+static const struct stmt S_AGAIN = {
+    "polls_again",
+    "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, poll_owner = NULL, "
+    "next_poll_at = now() + " INTERVAL_MS("$6") " WHERE " PFENCE
+                                                " RETURNING 1) SELECT count(*) FROM upd"};
+static const struct stmt S_FINISH = {
+    "polls_finish",
+    "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
+    "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
+    "poll_state = $11::jsonb, next_poll_at = NULL, "
+    "progress = CASE WHEN $5 IN ('succeeded', 'partially_succeeded') THEN 100 "
+    "ELSE r.progress END, completed_at = now(), updated_at = now(), "
+    "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 WHERE " PFENCE
+                                             " RETURNING r.tenant, r.id, r.status, r.outcome, "
+                                             "r.progress, r.step), " EVENT_FROM_UPD(
+                                                 "'status'", "$10") " SELECT count(*) FROM upd"};
+static const struct stmt S_HOOKS_DONE = {
+    "hooks_done",
+    "UPDATE runs r SET hooks_at = CASE WHEN $4::bool OR r.hooks_attempts >= $5::int THEN NULL "
+    "ELSE now() + " INTERVAL_MS("$6") " END WHERE r.tenant = $1 AND r.id = $2 AND "
+                                      "r.poll_owner = $3 AND r.hooks_at IS NOT NULL"};
+
+static char *json_text(const json_t *v)
+{
+    return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+}
+
+/* Runs a fenced statement whose result is one count; 0 = ST_LOST. */
+static enum status fenced(struct db *db, const struct stmt *s, int n, const char **p,
+                          const char *what, const char *id, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, s, n, p, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    if (db_i64(r, 0, 0) == 0)
+        st = error_set(err, ST_LOST, "run \"%s\": %s no longer applies", id, what);
+    PQclear(r);
+    return st;
+}
+
+enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
+                            const json_t *poll_state, int64_t delay_ms, struct error *err)
+{
+    char att[16], delay[24];
+    char *state = json_text(poll_state);
+    const char *p[7] = {f->tenant, f->id, f->worker_id, att, external_id, state ? state : "{}",
+                        delay};
+    enum status st;
+
+    xsnprintf(att, sizeof(att), "%d", f->attempt);
+    xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms);
+    st = fenced(db, &S_WAIT, 7, p, "the hand-over to waiting", f->id, err);
+    free(state);
+    return st;
+}
+
+void poll_claims_free(struct poll_claim *c, size_t n)
+{
+    for (size_t i = 0; c && i < n; i++) {
+        run_free(c[i].run);
+        free(c[i].external_id);
+        json_decref(c[i].poll_state);
+    }
+    free(c);
+}
+
+static enum status claims_from(PGresult *r, struct poll_claim **out, size_t *n, struct error *err)
+{
+    size_t rows = (size_t)PQntuples(r);
+    struct poll_claim *c = xcalloc(rows ? rows : 1, sizeof(*c));
+    enum status st = ST_OK;
+
+    for (size_t i = 0; i < rows && st == ST_OK; i++) {
+        const char *ext = db_val(r, (int)i, CLAIM_FIRST);
+        st = run_from_row(r, (int)i, &c[i].run, err);
+        c[i].external_id = ext ? xstrdup(ext) : NULL;
+        c[i].poll_state = json_loads(db_val(r, (int)i, CLAIM_FIRST + 1), 0, NULL);
+        if (!json_is_object(c[i].poll_state)) {
+            json_decref(c[i].poll_state);
+            c[i].poll_state = json_object();
+        }
+        c[i].poll_count = (int)db_i64(r, (int)i, CLAIM_FIRST + 2);
+        c[i].waited_ms = db_i64(r, (int)i, CLAIM_FIRST + 3);
+        c[i].hooks_attempts = (int)db_i64(r, (int)i, CLAIM_FIRST + 4);
+    }
+    if (st != ST_OK) {
+        poll_claims_free(c, rows);
+        return st;
+    }
+    *out = c;
+    *n = rows;
+    return ST_OK;
+}
+
+static enum status claim(struct db *db, const struct stmt *s, const char *owner, int limit,
+                         int64_t lease_ms, const char *const *types, size_t ntypes,
+                         struct poll_claim **out, size_t *n, struct error *err)
+{
+    char lim[16], lease[24];
+    char *arr = db_text_array(types, ntypes);
+    const char *p[4] = {owner, lim, lease, arr};
+    PGresult *r;
+    enum status st;
+
+    *out = NULL;
+    *n = 0;
+    xsnprintf(lim, sizeof(lim), "%d", limit);
+    xsnprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+    st = db_run(db, s, 4, p, &r, err);
+    free(arr);
+    if (st != ST_OK)
+        return st;
+    st = claims_from(r, out, n, err);
+    PQclear(r);
+    return st;
+}
+
+enum status store_polls_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
+                              const char *const *types, size_t ntypes, struct poll_claim **out,
+                              size_t *n, struct error *err)
+{
+    return claim(db, &S_POLL_CLAIM, owner, limit, lease_ms, types, ntypes, out, n, err);
+}
+
+enum status store_hooks_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
+                              const char *const *types, size_t ntypes, struct poll_claim **out,
+                              size_t *n, struct error *err)
+{
+    return claim(db, &S_HOOKS_CLAIM, owner, limit, lease_ms, types, ntypes, out, n, err);
+}
+
+enum status store_polls_next_due(struct db *db, const char *const *types, size_t ntypes,
+                                 int64_t *ms, struct error *err)
+{
+    char *arr = db_text_array(types, ntypes);
+    const char *p[1] = {arr};
+    PGresult *r;
+    enum status st = db_run(db, &S_NEXT_DUE, 1, p, &r, err);
+
+    free(arr);
+    *ms = -1;
+    if (st != ST_OK)
+        return st;
+    if (db_val(r, 0, 0))
+        *ms = db_i64(r, 0, 0);
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
+                              int64_t delay_ms, struct error *err)
+{
+    char cnt[16], delay[24];
+    char *state = json_text(poll_state);
+    const char *p[6] = {f->tenant, f->id, f->owner, cnt, state ? state : "{}", delay};
+    enum status st;
+
+    xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);
+    xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms < 0 ? 0 : delay_ms);
+    st = fenced(db, &S_AGAIN, 6, p, "this check", f->id, err);
+    free(state);
+    return st;
+}
+
+enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+                               const struct run_result *res, const json_t *poll_state,
+                               int64_t hooks_lease_ms, struct error *err)
+{
+    char cnt[16], lease[24];
+    char *j[5] = {json_text(res->result), json_text(res->error), json_text(res->summary_counts),
+                  json_text(res->failure_summary), json_text(poll_state)};
+    const char *p[12] = {f->tenant, f->id, f->owner, cnt,          res->outcome,       j[0],
+                         j[1],      j[2],  j[3],     res->message, j[4] ? j[4] : "{}", lease};
+    enum status st;
+
+    xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);
+    xsnprintf(lease, sizeof(lease), "%" PRId64, hooks_lease_ms);
+    st = fenced(db, &S_FINISH, 12, p, "this check", f->id, err);
+    for (size_t i = 0; i < ARRAY_LEN(j); i++)
+        free(j[i]);
+    return st;
+}
+
+enum status store_hooks_done(struct db *db, const char *tenant, const char *id, const char *owner,
+                             bool ok, int max_attempts, int64_t retry_ms, struct error *err)
+{
+    char att[16], retry[24];
+    const char *p[6] = {tenant, id, owner, ok ? "true" : "false", att, retry};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(att, sizeof(att), "%d", max_attempts);
+    xsnprintf(retry, sizeof(retry), "%" PRId64, retry_ms);
+    st = db_run(db, &S_HOOKS_DONE, 6, p, &r, err);
+    if (st == ST_OK)
+        PQclear(r);
+    return st;
+}

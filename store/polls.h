@@ -1,0 +1,75 @@
+/* store/polls.h — the poll schedule of waiting runs (migration 005): the
+ * worker's hand-over to waiting, the poller's claims of due checks and due
+ * terminal hooks, and the writes of a check's result, fenced by its claim.
+ *
+ * A claim moves the run's next_poll_at (or hooks_at) lease_ms ahead and
+ * records the claiming replica in poll_owner and the check's number in
+ * poll_count. Until the lease passes no replica finds the run due, so at
+ * most one check per run is in flight anywhere; a replica that dies
+ * mid-check leaves the run due again at the lease's end. A check's result
+ * is written only while poll_owner and poll_count still match (otherwise
+ * ST_LOST: the run was cancelled, or the lease passed and another replica
+ * took over).
+ *
+ * Functions run on the caller's db handle (one thread at a time) and return
+ * ST_OK or a failure with *err filled. */
+#ifndef OPSRUN_STORE_POLLS_H
+#define OPSRUN_STORE_POLLS_H
+
+#include "store/runs.h"
+
+/* start() asked to wait on an external job: running -> waiting with the
+ * first check delay_ms from now, fenced like the worker's other writes. A
+ * run that was asked to cancel meanwhile ends cancelled instead, with its
+ * hooks (the remote cancel, cleanup) due at once. */
+enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
+                            const json_t *poll_state, int64_t delay_ms, struct error *err) WUR;
+
+/* One claimed check (or hooks run) of a waiting (or completed) run. */
+struct poll_claim {
+    struct run *run;
+    char *external_id;  /* NULL when none */
+    json_t *poll_state; /* an object, never NULL */
+    int poll_count;     /* this check's number: the fence */
+    int64_t waited_ms;  /* since the run began waiting */
+    int hooks_attempts; /* hooks claims: this try's number */
+};
+void poll_claims_free(struct poll_claim *c, size_t n); /* NULL is a no-op */
+
+/* Claims up to limit due checks of the given run types for owner, leased
+ * for lease_ms; *out is a heap array of *n claims. */
+enum status store_polls_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
+                              const char *const *types, size_t ntypes, struct poll_claim **out,
+                              size_t *n, struct error *err) WUR;
+/* Claims up to limit runs whose terminal hooks are due, likewise. */
+enum status store_hooks_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
+                              const char *const *types, size_t ntypes, struct poll_claim **out,
+                              size_t *n, struct error *err) WUR;
+/* Milliseconds until the next check or hooks of these types are due (0
+ * when some are due now), -1 when none are scheduled. */
+enum status store_polls_next_due(struct db *db, const char *const *types, size_t ntypes,
+                                 int64_t *ms, struct error *err) WUR;
+
+/* Identifies one claimed check. */
+struct poll_fence {
+    const char *tenant, *id, *owner;
+    int poll_count;
+};
+
+/* The job is still going, or the check failed transiently: the next check
+ * after delay_ms, with the action's new poll_state. */
+enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
+                              int64_t delay_ms, struct error *err) WUR;
+/* The check ended the run (res->outcome), writing its event; the run's
+ * hooks become due after hooks_lease_ms, still owned by f->owner, which is
+ * expected to run them at once and then call store_hooks_done. */
+enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+                               const struct run_result *res, const json_t *poll_state,
+                               int64_t hooks_lease_ms, struct error *err) WUR;
+/* The hooks of a run ran (ok) or failed: done when ok or after
+ * max_attempts tries, else due again after retry_ms. Only while owner still
+ * holds them. */
+enum status store_hooks_done(struct db *db, const char *tenant, const char *id, const char *owner,
+                             bool ok, int max_attempts, int64_t retry_ms, struct error *err) WUR;
+
+#endif

@@ -1,0 +1,311 @@
+/* tests/support/fake_jobs.c — see fake_jobs.h. */
+#include "fake_jobs.h"
+
+#include "harness.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_JOBS 20000
+
+static struct MHD_Daemon *daemon_;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_job *jobs;
+static int njobs, submits, max_in_flight;
+static long long checks_total;
+
+/* The number after "name:" in the scenario, or -1 (0 for a bare name). */
+static int step_arg(const char *scenario, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = scenario; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && (p[n] == ':' || p[n] == ',' || p[n] == '\0'))
+            return p[n] == ':' ? atoi(p + n + 1) : 0;
+    }
+    return -1;
+}
+
+static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *body)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ret;
+
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static struct fake_job *find(const char *id)
+{
+    for (int i = 0; i < njobs; i++)
+        if (strcmp(jobs[i].id, id) == 0)
+            return &jobs[i];
+    return NULL;
+}
+
+static enum MHD_Result on_submit(struct MHD_Connection *c, const char *body)
+{
+    json_t *j = json_loads(body ? body : "", 0, NULL);
+    const char *scenario = json_string_value(json_object_get(j, "scenario"));
+    const char *run = json_string_value(json_object_get(j, "run"));
+    char out[96] = "{}";
+    unsigned status = 201;
+    struct fake_job *fj = NULL;
+
+    pthread_mutex_lock(&mu);
+    submits++;
+    if (!scenario)
+        scenario = "";
+    if (step_arg(scenario, "submit_500") >= 0) {
+        status = 500;
+    } else if (step_arg(scenario, "submit_400") >= 0) {
+        status = 400;
+        snprintf(out, sizeof(out), "{\"error\":\"bad job\"}");
+    } else if (njobs < MAX_JOBS) {
+        fj = &jobs[njobs++];
+        memset(fj, 0, sizeof(*fj));
+        snprintf(fj->id, sizeof(fj->id), "job-%d", njobs);
+        snprintf(fj->run, sizeof(fj->run), "%s", run ? run : "");
+        snprintf(fj->scenario, sizeof(fj->scenario), "%s", scenario);
+        fj->submit_ms = th_now_ms();
+        if (step_arg(scenario, "submit_noid") < 0)
+            snprintf(out, sizeof(out), "{\"id\":\"%s\",\"accepted\":true}", fj->id);
+    }
+    pthread_mutex_unlock(&mu);
+    if (step_arg(scenario, "submit_hang") >= 0)
+        sleep(5);
+    json_decref(j);
+    return answer(c, status, out);
+}
+
+/* What check k of a job gets, as its scenario says. */
+static unsigned check_answer(const char *sc, int k, char *out, size_t cap)
+{
+    int n;
+
+    if ((n = step_arg(sc, "flaky")) >= k)
+        return snprintf(out, cap, "{\"error\":\"overloaded\"}"), 500;
+    if ((n = step_arg(sc, "malformed")) >= k)
+        return snprintf(out, cap, "{not json"), 200;
+    if ((n = step_arg(sc, "unknown")) >= k)
+        return snprintf(out, cap, "{\"state\":\"WEIRD\"}"), 200;
+    if ((n = step_arg(sc, "vanish_after")) >= 0 && k >= n)
+        return snprintf(out, cap, "{\"error\":\"no such job\"}"), 404;
+    if ((n = step_arg(sc, "fail_after")) >= 0 && k >= n)
+        return snprintf(out, cap, "{\"state\":\"FAILED\",\"error\":{\"message\":\"boom\"}}"), 200;
+    if ((n = step_arg(sc, "cancelled_after")) >= 0 && k >= n)
+        return snprintf(out, cap, "{\"state\":\"CANCELLED\"}"), 200;
+    if ((n = step_arg(sc, "done_after")) >= 0 && k >= n) {
+        if (step_arg(sc, "partial") >= 0)
+            snprintf(out, cap,
+                     "{\"state\":\"DONE\",\"output\":{\"rows\":10},\"counts\":{\"succeeded\":8,"
+                     "\"failed\":2},\"failures\":[{\"code\":\"bad_row\",\"message\":\"row 3\"},"
+                     "{\"code\":\"bad_row\",\"message\":\"row 7\"}]}");
+        else
+            snprintf(out, cap, "{\"state\":\"DONE\",\"output\":{\"rows\":%d}}", k);
+        return 200;
+    }
+    return snprintf(out, cap, "{\"state\":\"RUNNING\",\"check\":%d}", k), 200;
+}
+
+static enum MHD_Result on_status(struct MHD_Connection *c, const char *id)
+{
+    struct fake_job *fj;
+    char out[512], sc[128];
+    unsigned status;
+    int k, slow, hang;
+
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (!fj) {
+        pthread_mutex_unlock(&mu);
+        return answer(c, 404, "{\"error\":\"no such job\"}");
+    }
+    k = ++fj->checks;
+    checks_total++;
+    if (k <= FAKE_MAX_CHECKS)
+        fj->check_ms[k - 1] = th_now_ms();
+    if (++fj->in_flight > fj->max_in_flight)
+        fj->max_in_flight = fj->in_flight;
+    if (fj->in_flight > max_in_flight)
+        max_in_flight = fj->in_flight;
+    snprintf(sc, sizeof(sc), "%s", fj->scenario);
+    pthread_mutex_unlock(&mu);
+    slow = step_arg(sc, "slow");
+    hang = step_arg(sc, "hang");
+    if (slow > 0)
+        usleep((useconds_t)slow * 1000);
+    if (hang >= k)
+        sleep(3);
+    status = check_answer(sc, k, out, sizeof(out));
+    pthread_mutex_lock(&mu);
+    fj->in_flight--;
+    pthread_mutex_unlock(&mu);
+    return answer(c, status, out);
+}
+
+static enum MHD_Result on_hook(struct MHD_Connection *c, const char *id, bool cancel)
+{
+    struct fake_job *fj;
+    bool fail = false;
+
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (fj) {
+        if (cancel)
+            fj->cancels++;
+        else
+            fj->cleanups++;
+        fail = !cancel && step_arg(fj->scenario, "cleanup_fail") >= 0;
+    }
+    pthread_mutex_unlock(&mu);
+    if (!fj)
+        return answer(c, 404, "{}");
+    return answer(c, fail ? 500 : 200, "{}");
+}
+
+struct body {
+    char *p;
+    size_t n;
+};
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *size, void **con_cls)
+{
+    struct body *b = *con_cls;
+    char id[64];
+
+    (void)cls, (void)version;
+    if (!b) {
+        *con_cls = calloc(1, sizeof(*b));
+        return MHD_YES;
+    }
+    if (*size) {
+        b->p = realloc(b->p, b->n + *size + 1);
+        memcpy(b->p + b->n, data, *size);
+        b->n += *size;
+        b->p[b->n] = '\0';
+        *size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/jobs") == 0)
+        return on_submit(c, b->p);
+    if (sscanf(url, "/jobs/%63[^/]", id) == 1) {
+        bool is_cancel = strstr(url, "/cancel") != NULL;
+        if (strcmp(method, "GET") == 0 && !is_cancel)
+            return on_status(c, id);
+        if (strcmp(method, "POST") == 0 && is_cancel)
+            return on_hook(c, id, true);
+        if (strcmp(method, "DELETE") == 0)
+            return on_hook(c, id, false);
+    }
+    return answer(c, 405, "{}");
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    struct body *b = *con_cls;
+
+    (void)cls, (void)c, (void)toe;
+    if (b) {
+        free(b->p);
+        free(b);
+    }
+    *con_cls = NULL;
+}
+
+int fake_jobs_start(void)
+{
+    const union MHD_DaemonInfo *info;
+
+    jobs = calloc(MAX_JOBS, sizeof(*jobs));
+    njobs = submits = max_in_flight = 0;
+    checks_total = 0;
+    daemon_ = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
+        NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
+    ck_assert_msg(daemon_ != NULL, "could not start the fake jobs API");
+    info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
+    return info->port;
+}
+
+void fake_jobs_stop(void)
+{
+    MHD_stop_daemon(daemon_);
+    daemon_ = NULL;
+    free(jobs);
+    jobs = NULL;
+}
+
+bool fake_jobs_get(const char *id_or_run, struct fake_job *out)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < njobs && !found; i++) {
+        if (strcmp(jobs[i].id, id_or_run) == 0 || strcmp(jobs[i].run, id_or_run) == 0) {
+            *out = jobs[i];
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return found;
+}
+
+int fake_jobs_create(int n, const char *scenario)
+{
+    int first;
+
+    pthread_mutex_lock(&mu);
+    first = njobs + 1;
+    for (int i = 0; i < n && njobs < MAX_JOBS; i++) {
+        struct fake_job *fj = &jobs[njobs++];
+        memset(fj, 0, sizeof(*fj));
+        snprintf(fj->id, sizeof(fj->id), "job-%d", njobs);
+        snprintf(fj->scenario, sizeof(fj->scenario), "%s", scenario);
+        fj->submit_ms = th_now_ms();
+    }
+    pthread_mutex_unlock(&mu);
+    return first;
+}
+
+int fake_jobs_submits(void)
+{
+    int n;
+
+    pthread_mutex_lock(&mu);
+    n = submits;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+int fake_jobs_max_in_flight(void)
+{
+    int n;
+
+    pthread_mutex_lock(&mu);
+    n = max_in_flight;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+long long fake_jobs_checks(void)
+{
+    long long n;
+
+    pthread_mutex_lock(&mu);
+    n = checks_total;
+    pthread_mutex_unlock(&mu);
+    return n;
+}

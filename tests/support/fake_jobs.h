@@ -1,0 +1,58 @@
+/* tests/support/fake_jobs.h — a fake remote jobs REST API for the poller's
+ * end-to-end tests, served by libmicrohttpd on 127.0.0.1 inside the test
+ * process (a thread per connection, so a scenario can hang).
+ *
+ *   POST   /jobs              {"scenario": "...", "run": "..."} -> 201 {"id": "job-N"}
+ *   GET    /jobs/{id}         the job's state, as its scenario says
+ *   POST   /jobs/{id}/cancel  recorded; 200
+ *   DELETE /jobs/{id}         the cleanup; recorded; 200 (500 with cleanup_fail)
+ *
+ * A scenario is a comma-separated list of steps; k is the number of the
+ * status request (from 1):
+ *   done_after:N      k >= N: {"state": "DONE", "output": {...}}
+ *   fail_after:N      k >= N: {"state": "FAILED", "error": {"message": "boom"}}
+ *   cancelled_after:N k >= N: {"state": "CANCELLED"}
+ *   vanish_after:N    k >= N: 404
+ *   partial           the DONE answer carries counts {succeeded 8, failed 2}
+ *                     and failures [{"code","message"}]
+ *   flaky:N           k <= N: 500
+ *   hang:N            k <= N: answer only after 3 s
+ *   malformed:N       k <= N: "{not json"
+ *   unknown:N         k <= N: {"state": "WEIRD"}
+ *   slow:MS           every status request takes MS ms
+ *   submit_500 / submit_400 / submit_noid / submit_hang   the submit answers so
+ *   cleanup_fail      DELETE answers 500
+ * Anything else: {"state": "RUNNING"}. Thread-safe. */
+#ifndef OPSRUN_TEST_FAKE_JOBS_H
+#define OPSRUN_TEST_FAKE_JOBS_H
+
+#include <stdbool.h>
+
+#define FAKE_MAX_CHECKS 64
+
+struct fake_job {
+    char id[32], run[64], scenario[128];
+    int checks;                          /* status requests */
+    long long check_ms[FAKE_MAX_CHECKS]; /* their monotonic times */
+    long long submit_ms;
+    int in_flight, max_in_flight; /* concurrent status requests */
+    int cancels, cleanups;
+};
+
+/* Starts the server; returns its port. */
+int fake_jobs_start(void);
+void fake_jobs_stop(void);
+/* A copy of the job with this id, or of the job submitted for run_id
+ * (whichever matches); false when there is none. */
+bool fake_jobs_get(const char *id_or_run, struct fake_job *out);
+/* Creates n jobs with this scenario directly (no submit request), named
+ * job-<first>.. in order; returns the number of the first. */
+int fake_jobs_create(int n, const char *scenario);
+/* Submissions received (including refused ones), and the most status
+ * requests in flight for one job at any moment, over all jobs. */
+int fake_jobs_submits(void);
+int fake_jobs_max_in_flight(void);
+/* Status requests over all jobs. */
+long long fake_jobs_checks(void);
+
+#endif

@@ -1,0 +1,248 @@
+/* tests/unit/test_remote.c — the pure parts of the remote actions: JSON
+ * pointers (RFC 6901, its own examples), request templates (text, URL and
+ * XML escaping, JSON bodies where a lone placeholder keeps its type,
+ * secrets from the environment), request checks at load, the answer
+ * classes, and the poller's backoff schedule. */
+#include "engine/actions/remote.h"
+#include "engine/poller.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *parse(const char *text)
+{
+    json_t *j = json_loads(text, 0, NULL);
+
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+/* RFC 6901 section 5. */
+START_TEST(pointer_rfc_examples)
+{
+    json_t *doc = parse("{\"foo\": [\"bar\", \"baz\"], \"\": 0, \"a/b\": 1, \"c%d\": 2, "
+                        "\"e^f\": 3, \"g|h\": 4, \"i\\\\j\": 5, \"k\\\"l\": 6, \" \": 7, "
+                        "\"m~n\": 8}");
+    static const struct {
+        const char *ptr;
+        long long want;
+    } ints[] = {{"/", 0},     {"/a~1b", 1}, {"/c%d", 2}, {"/e^f", 3}, {"/g|h", 4},
+                {"/i\\j", 5}, {"/k\"l", 6}, {"/ ", 7},   {"/m~0n", 8}};
+
+    ck_assert_ptr_eq(json_pointer_get(doc, ""), doc);
+    ck_assert_str_eq(json_string_value(json_pointer_get(doc, "/foo/0")), "bar");
+    ck_assert(json_is_array(json_pointer_get(doc, "/foo")));
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+        ck_assert_msg(json_integer_value(json_pointer_get(doc, ints[i].ptr)) == ints[i].want, "%s",
+                      ints[i].ptr);
+    ck_assert_ptr_null(json_pointer_get(doc, "/foo/2"));
+    ck_assert_ptr_null(json_pointer_get(doc, "/foo/01"));
+    ck_assert_ptr_null(json_pointer_get(doc, "/foo/-"));
+    ck_assert_ptr_null(json_pointer_get(doc, "foo"));
+    ck_assert_ptr_null(json_pointer_get(doc, "/m~2n"));
+    ck_assert(!json_pointer_valid("x"));
+    ck_assert(!json_pointer_valid("/a~"));
+    ck_assert(json_pointer_valid(""));
+    json_decref(doc);
+}
+END_TEST
+
+START_TEST(pointer_text)
+{
+    json_t *doc = parse("{\"s\": \"abc\", \"i\": 42, \"r\": 1.5, \"o\": {}, \"n\": null}");
+    char *t;
+
+    t = json_pointer_text(doc, "/s");
+    ck_assert_str_eq(t, "abc");
+    free(t);
+    t = json_pointer_text(doc, "/i");
+    ck_assert_str_eq(t, "42");
+    free(t);
+    t = json_pointer_text(doc, "/r");
+    ck_assert_str_eq(t, "1.5");
+    free(t);
+    ck_assert_ptr_null(json_pointer_text(doc, "/o"));
+    ck_assert_ptr_null(json_pointer_text(doc, "/n"));
+    ck_assert_ptr_null(json_pointer_text(doc, "/missing"));
+    json_decref(doc);
+}
+END_TEST
+
+static json_t *g_input;
+
+static struct remote_vars vars(void)
+{
+    return (struct remote_vars){"run/1", "acme", "job 7&<x>", 2, g_input};
+}
+
+START_TEST(text_templates)
+{
+    struct remote_vars v = vars();
+    struct error err = {0};
+    char *out = NULL;
+
+    setenv("OPSRUN_TEST_TOKEN", "t0k&n", 1);
+    ck_assert_int_eq(remote_expand_text("{{run_id}}/{{attempt}}/{{tenant}}/{{external_id}}", &v,
+                                        REMOTE_RAW, &out, &err),
+                     ST_OK);
+    ck_assert_str_eq(out, "run/1/2/acme/job 7&<x>");
+    free(out);
+    ck_assert_int_eq(remote_expand_text("https://h/jobs/{{external_id}}?r={{run_id}}", &v,
+                                        REMOTE_URL, &out, &err),
+                     ST_OK);
+    ck_assert_str_eq(out, "https://h/jobs/job%207%26%3Cx%3E?r=run%2F1");
+    free(out);
+    ck_assert_int_eq(remote_expand_text("<id>{{external_id}}</id><t>{{env:OPSRUN_TEST_TOKEN}}</t>",
+                                        &v, REMOTE_XML, &out, &err),
+                     ST_OK);
+    ck_assert_str_eq(out, "<id>job 7&amp;&lt;x&gt;</id><t>t0k&amp;n</t>");
+    free(out);
+    ck_assert_int_eq(
+        remote_expand_text("{{input}} {{input:/n}} {{input:/s}}", &v, REMOTE_RAW, &out, &err),
+        ST_OK);
+    ck_assert_str_eq(out, "{\"n\":3,\"s\":\"x y\",\"o\":{\"k\":[1]}} 3 x y");
+    free(out);
+    ck_assert_int_eq(remote_expand_text("{{input:/nope}}", &v, REMOTE_RAW, &out, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "the run's input has no value at \"/nope\"");
+    ck_assert_int_eq(
+        remote_expand_text("{{env:OPSRUN_TEST_UNSET_VAR}}", &v, REMOTE_RAW, &out, &err),
+        ST_INVALID);
+    ck_assert_str_eq(err.message, "environment variable OPSRUN_TEST_UNSET_VAR is not set");
+    v.external_id = NULL;
+    ck_assert_int_eq(remote_expand_text("{{external_id}}", &v, REMOTE_RAW, &out, &err), ST_INVALID);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
+/* A string that is exactly one placeholder keeps the value's JSON type. */
+START_TEST(json_templates)
+{
+    struct remote_vars v = vars();
+    struct error err = {0};
+    json_t *t = parse("{\"whole\": \"{{input}}\", \"obj\": \"{{input:/o}}\", \"n\": "
+                      "\"{{input:/n}}\", \"att\": \"{{attempt}}\", \"mixed\": \"run {{run_id}} "
+                      "#{{attempt}}\", \"list\": [\"{{tenant}}\", 1, null, true]}");
+    json_t *out = NULL;
+    char *s;
+
+    ck_assert_int_eq(remote_expand_json(t, &v, &out, &err), ST_OK);
+    s = json_dumps(out, JSON_COMPACT);
+    ck_assert_str_eq(s, "{\"whole\":{\"n\":3,\"s\":\"x y\",\"o\":{\"k\":[1]}},\"obj\":{\"k\":[1]},"
+                        "\"n\":3,\"att\":2,\"mixed\":\"run run/1 #2\",\"list\":[\"acme\",1,null,"
+                        "true]}");
+    free(s);
+    json_decref(out);
+    json_decref(t);
+}
+END_TEST
+
+static void check_fails(const char *req, const char *message)
+{
+    json_t *j = parse(req);
+    struct error err = {0};
+
+    ck_assert_int_eq(remote_check_request(j, "p.r", true, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, message);
+    json_decref(j);
+}
+
+START_TEST(request_checks)
+{
+    json_t *ok = parse("{\"method\": \"PUT\", \"url\": \"https://h/{{external_id}}\", \"headers\": "
+                       "{\"X-A\": \"{{env:OPSRUN_TEST_TOKEN}}\"}, \"body\": {\"a\": "
+                       "\"{{input:/n}}\"}, \"timeout_ms\": 5000}");
+    struct error err = {0};
+
+    setenv("OPSRUN_TEST_TOKEN", "x", 1);
+    ck_assert_int_eq(remote_check_request(ok, "p.r", true, &err), ST_OK);
+    json_decref(ok);
+    check_fails("{}", "missing \"p.r.url\"");
+    check_fails("{\"url\": \"http://h\", \"verb\": 1}", "unknown key \"p.r.verb\"");
+    check_fails("{\"url\": \"http://h\", \"method\": \"TRACE\"}",
+                "invalid \"p.r.method\": expected GET, POST, PUT, PATCH or DELETE");
+    check_fails("{\"url\": \"file:///etc/passwd\"}",
+                "invalid \"p.r.url\": expected an http:// or https:// URL");
+    check_fails("{\"url\": \"http://h/{{secret}}\"}",
+                "invalid \"p.r.url\": unknown placeholder {{secret}}");
+    check_fails("{\"url\": \"http://h/{{run_id\"}",
+                "invalid \"p.r.url\": an unterminated or empty {{...}}");
+    check_fails("{\"url\": \"http://h\", \"headers\": {\"X\": \"a\\r\\nB: c\"}}",
+                "invalid \"p.r.headers.X\": expected a header name and a one-line string");
+    check_fails("{\"url\": \"http://h\", \"body\": {}, \"body_text\": \"x\"}",
+                "invalid \"p.r\": \"body\" and \"body_text\" exclude each other");
+    check_fails("{\"url\": \"http://h\", \"body\": [\"{{env:OPSRUN_TEST_UNSET_VAR}}\"]}",
+                "invalid \"p.r.body\": environment variable OPSRUN_TEST_UNSET_VAR is not set");
+    check_fails("{\"url\": \"http://h\", \"timeout_ms\": 0}",
+                "invalid \"p.r.timeout_ms\": must be between 1 and 600000");
+}
+END_TEST
+
+START_TEST(classes)
+{
+    struct remote_response r = {0};
+
+    r.transport_error = true;
+    ck_assert_int_eq(remote_classify(&r), REMOTE_TRANSIENT);
+    r.transport_error = false;
+    for (long s = 200; s < 300; s += 37) {
+        r.status = s;
+        ck_assert_int_eq(remote_classify(&r), REMOTE_OK);
+    }
+    static const struct {
+        long status;
+        enum remote_class want;
+    } cases[] = {{404, REMOTE_GONE},      {410, REMOTE_GONE},      {408, REMOTE_TRANSIENT},
+                 {429, REMOTE_TRANSIENT}, {503, REMOTE_TRANSIENT}, {400, REMOTE_REJECTED},
+                 {302, REMOTE_REJECTED}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        r.status = cases[i].status;
+        ck_assert_int_eq(remote_classify(&r), cases[i].want);
+    }
+}
+END_TEST
+
+/* Seed 000's schedule: 2 s, x2, 30 s cap, +-20 %. */
+START_TEST(backoff)
+{
+    const struct poll_policy pp = {
+        .initial_delay_ms = 2000, .multiplier = 2, .max_delay_ms = 30000, .jitter_pct = 20};
+    const struct poll_policy exact = {
+        .initial_delay_ms = 2000, .multiplier = 2, .max_delay_ms = 30000, .jitter_pct = 0};
+    static const int64_t want[] = {2000, 4000, 8000, 16000, 30000, 30000};
+
+    for (int n = 1; n <= 6; n++)
+        ck_assert_int_eq(poller_backoff_ms(&exact, n), want[n - 1]);
+    ck_assert_int_eq(poller_backoff_ms(&exact, 1000000), 30000);
+    for (int i = 0; i < 2000; i++) {
+        int n = 1 + i % 6;
+        int64_t d = poller_backoff_ms(&pp, n);
+        ck_assert_msg(d >= want[n - 1] * 8 / 10 && d <= want[n - 1] * 12 / 10, "check %d: %lld ms",
+                      n, (long long)d);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("remote");
+    TCase *t = tcase_create("pure");
+    SRunner *r;
+    int failed;
+
+    g_input = json_loads("{\"n\": 3, \"s\": \"x y\", \"o\": {\"k\": [1]}}", 0, NULL);
+    tcase_add_test(t, pointer_rfc_examples);
+    tcase_add_test(t, pointer_text);
+    tcase_add_test(t, text_templates);
+    tcase_add_test(t, json_templates);
+    tcase_add_test(t, request_checks);
+    tcase_add_test(t, classes);
+    tcase_add_test(t, backoff);
+    suite_add_tcase(s, t);
+    r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    json_decref(g_input);
+    return failed == 0 ? 0 : 1;
+}
