@@ -62,12 +62,25 @@ struct req_ctx {
 
 static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 
+/* libmicrohttpd's messages are warnings, but for those it writes when a
+ * stream ends because its client went away (the final chunk cannot be
+ * sent), or is dropped for lagging (sse.c logs that itself): one per
+ * normal disconnect. Only streams are chunked, so these name only them. */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
+    static const char *const expected[] = {
+        "Closing connection (application error generating response)",
+        "Failed to send the footers",
+    };
+    enum log_level lvl = LOG_WARN;
     char msg[512];
+
     (void)cls;
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    LOG(LOG_WARN, "libmicrohttpd: %s", msg);
+    for (size_t i = 0; i < ARRAY_LEN(expected); i++)
+        if (strncmp(msg, expected[i], strlen(expected[i])) == 0)
+            lvl = LOG_DEBUG;
+    LOG(lvl, "libmicrohttpd: %s", msg);
 }
 
 static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)

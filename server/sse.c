@@ -297,7 +297,10 @@ enum sse_read sse_read(struct sse_stream *s, char *buf, size_t max, size_t *n)
         case HUB_END:
             return SSE_END;
         case HUB_GONE:
-            return SSE_ABORT;
+            /* The client left: ending cleanly lets libmicrohttpd notice the
+             * closed socket on its normal path and free the connection at
+             * once; an abort left it until the thread next woke. */
+            return SSE_END;
         case HUB_LAGGED:
             if (lagged(s) == SSE_ABORT)
                 return SSE_ABORT;

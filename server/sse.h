@@ -55,8 +55,8 @@ void sse_close(struct sse_stream *s); /* NULL is a no-op */
 enum sse_read {
     SSE_DATA,      /* *n bytes written */
     SSE_SUSPENDED, /* nothing now; the connection was suspended */
-    SSE_END,       /* finished cleanly */
-    SSE_ABORT,     /* drop the connection: lagging, peer gone, database error */
+    SSE_END,       /* finished cleanly (or the client is gone already) */
+    SSE_ABORT,     /* drop the connection: lagging, database error */
 };
 enum sse_read sse_read(struct sse_stream *s, char *buf, size_t max, size_t *n);
 

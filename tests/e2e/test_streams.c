@@ -17,6 +17,7 @@
 #include "../support/sse.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -990,6 +991,21 @@ static long proc_status(pid_t pid, const char *key)
     return v;
 }
 
+static int open_fds(pid_t pid)
+{
+    char path[64];
+    int n = 0;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    d = opendir(path);
+    ck_assert_msg(d, "no %s", path);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 2; /* . and .. */
+}
+
 static int raw_stream(int port, const char *path)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -1054,7 +1070,7 @@ START_TEST(many_subscribers)
     struct rlimit rl;
     static int fds[MANY];
     long rss0, rss, threads;
-    int got;
+    int got, fds0, open_now = 0;
     char *id;
 
     getrlimit(RLIMIT_NOFILE, &rl);
@@ -1068,6 +1084,7 @@ START_TEST(many_subscribers)
     close(fds[0]);
     th_sleep_ms(2500);
     rss0 = proc_status(p.pid, "VmRSS");
+    fds0 = open_fds(p.pid);
     for (int i = 0; i < MANY; i++)
         fds[i] = raw_stream(p.port, "/stream");
     got = wait_all(fds, MANY, "retry: ", 60000);
@@ -1090,6 +1107,13 @@ START_TEST(many_subscribers)
         close(fds[i]);
     ck_assert_msg(wait_stream_stat(&p, "subscribers", 0, 15000),
                   "closed subscribers not reaped: %lld left", stream_stat(&p, "subscribers"));
+    /* and their sockets closed, without any other request waking the
+     * server's threads (the /healthz polls above are done) */
+    for (long long until = th_now_ms() + 8000; th_now_ms() < until; th_sleep_ms(200))
+        if ((open_now = open_fds(p.pid)) <= fds0 + 5)
+            break;
+    ck_assert_msg(open_now <= fds0 + 5, "%d descriptors open after the clients left, %d before",
+                  open_now, fds0);
     free(id);
     stop(&p);
 }
