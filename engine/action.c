@@ -9,10 +9,14 @@
 
 extern const struct action_ops action_simulate_ops;
 extern const struct action_ops action_rest_job_ops;
+extern const struct action_ops action_exec_ops;
+extern const struct action_ops action_http_ops;
 
 static const struct action_ops *const actions[] = {
     &action_simulate_ops,
     &action_rest_job_ops,
+    &action_exec_ops,
+    &action_http_ops,
 };
 
 const struct action_ops *action_find(const char *name)

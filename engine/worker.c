@@ -181,7 +181,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
         res.outcome = "cancelled";
         res.message = "cancelled while running";
     } else if (step == STEP_DONE) {
-        res.outcome = rc->outcome ? rc->outcome : "succeeded";
+        res.outcome = rc_done_outcome(rc);
         res.result = rc->result;
         res.summary_counts = rc->summary_counts;
         res.failure_summary = rc->failure_summary;

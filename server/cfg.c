@@ -135,6 +135,8 @@ static const struct action_spec {
 } actions[] = {
     {"simulate", sim_check_params},
     {"rest_job", action_rest_job_check},
+    {"exec", action_exec_check},
+    {"http", action_http_check},
 };
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};

@@ -10,5 +10,7 @@
 #include <jansson.h>
 
 enum status action_rest_job_check(const json_t *params, const char *path, struct error *err) WUR;
+enum status action_exec_check(const json_t *params, const char *path, struct error *err) WUR;
+enum status action_http_check(const json_t *params, const char *path, struct error *err) WUR;
 
 #endif

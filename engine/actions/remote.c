@@ -4,6 +4,8 @@
 
 #include "engine/action.h"
 
+#include "common/log.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -175,7 +177,7 @@ static bool next_placeholder(const char *s, const char **start, const char **end
 }
 
 /* Checks every placeholder of a template string; env ones must be set. */
-static enum status check_template(const char *s, const char *path, struct error *err)
+enum status remote_check_template(const char *s, const char *path, struct error *err)
 {
     const char *a, *b;
     char name[PLACEHOLDER_MAX];
@@ -319,7 +321,7 @@ static enum status check_json_template(const json_t *t, const char *path, struct
     enum status st = ST_OK;
 
     if (json_is_string(t))
-        return check_template(json_string_value(t), path, err);
+        return remote_check_template(json_string_value(t), path, err);
     if (json_is_object(t)) {
         json_object_foreach((json_t *)t, key, x)
         {
@@ -360,7 +362,7 @@ static enum status check_url(const json_t *u, const char *path, bool need, struc
                strncmp(s, "{{", 2) != 0))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an http:// or https:// URL",
                          sub);
-    return check_template(s, sub, err);
+    return remote_check_template(s, sub, err);
 }
 
 static enum status check_headers(const json_t *h, const char *path, struct error *err)
@@ -380,7 +382,7 @@ static enum status check_headers(const json_t *h, const char *path, struct error
             !*key)
             return error_set(err, ST_INVALID,
                              "invalid \"%s\": expected a header name and a one-line string", sub);
-        if (check_template(json_string_value(x), sub, err) != ST_OK)
+        if (remote_check_template(json_string_value(x), sub, err) != ST_OK)
             return ST_INVALID;
     }
     return ST_OK;
@@ -420,7 +422,7 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
         return ST_INVALID;
     xsnprintf(sub, sizeof(sub), "%s.body_text", path);
     x = json_object_get(req, "body_text");
-    if (x && (!json_is_string(x) || check_template(json_string_value(x), sub, err) != ST_OK))
+    if (x && (!json_is_string(x) || remote_check_template(json_string_value(x), sub, err) != ST_OK))
         return err->message[0]
                    ? ST_INVALID
                    : error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
@@ -483,9 +485,13 @@ static void header_copy(const char *line, size_t n, const char *name, char *out,
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
     struct remote_response *r = arg;
+    char ra[32] = "";
 
     header_copy(p, size * n, "Location", r->location, sizeof(r->location));
     header_copy(p, size * n, "Content-Type", r->content_type, sizeof(r->content_type));
+    header_copy(p, size * n, "Retry-After", ra, sizeof(ra));
+    if (ra[0] && strspn(ra, "0123456789") == strlen(ra) && strlen(ra) < 6)
+        r->retry_after_s = atoi(ra); /* seconds; an HTTP date is ignored */
     return size * n;
 }
 
@@ -614,6 +620,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
         free(url), free(body), curl_slist_free_all(hdrs);
         return st != ST_OK ? st : error_set(err, ST_INTERNAL, "could not start a transfer");
     }
+    xsnprintf(out->effective_url, sizeof(out->effective_url), "%s", url);
     set_options(c, method, url, body, timeout_ms);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -674,4 +681,222 @@ void remote_error(struct run_ctx *rc, const char *code, const char *what,
 json_t *remote_json(const struct remote_response *r)
 {
     return r->body ? json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* ---- what the job actions share -------------------------------------------- */
+
+const char *remote_param(const struct run_ctx *rc, const char *key, const char *def)
+{
+    const char *v = json_string_value(json_object_get(rc->type->params, key));
+    return v ? v : def;
+}
+
+struct remote_vars remote_vars_of(const struct run_ctx *rc)
+{
+    return (struct remote_vars){
+        .run_id = rc->run->id,
+        .tenant = rc->run->tenant,
+        .external_id = rc->external_id,
+        .attempt = rc->run->attempt,
+        .input = run_input(rc->run),
+    };
+}
+
+/* A pointer's value copied, NULL when the pointer is not configured or
+ * finds nothing of the expected kind (is_kind NULL: any). */
+static json_t *take(const struct run_ctx *rc, const json_t *body, const char *key,
+                    int (*is_kind)(const json_t *))
+{
+    const char *ptr = remote_param(rc, key, NULL);
+    const json_t *v = ptr ? json_pointer_get(body, ptr) : NULL;
+
+    return v && (!is_kind || is_kind(v)) ? json_deep_copy(v) : NULL;
+}
+
+static int is_object(const json_t *v)
+{
+    return json_is_object(v);
+}
+
+static int is_array(const json_t *v)
+{
+    return json_is_array(v);
+}
+
+enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *mapped,
+                           const char *state)
+{
+    char *msg = NULL;
+    const char *eptr = remote_param(rc, "error_pointer", NULL);
+
+    rc->summary_counts = take(rc, body, "summary_counts_pointer", is_object);
+    rc->failure_summary = take(rc, body, "failure_summary_pointer", is_array);
+    if (strcmp(mapped, "succeeded") == 0) {
+        rc->result = remote_param(rc, "result_pointer", NULL)
+                         ? take(rc, body, "result_pointer", NULL)
+                         : json_deep_copy(body);
+        return STEP_DONE;
+    }
+    msg = eptr ? json_pointer_text(body, eptr) : NULL;
+    if (strcmp(mapped, "cancelled") == 0)
+        rc->outcome = "cancelled";
+    rc_error(rc, strcmp(mapped, "cancelled") == 0 ? "remote_cancelled" : "remote_failed",
+             "job %s ended in state \"%s\"%s%s", rc->external_id, state, msg ? ": " : "",
+             msg ? msg : "");
+    free(msg);
+    return STEP_FAIL;
+}
+
+enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r)
+{
+    const char *as = remote_param(rc, "gone", "failed");
+
+    if (strcmp(as, "succeeded") == 0)
+        return STEP_DONE;
+    if (strcmp(as, "cancelled") == 0)
+        rc->outcome = "cancelled";
+    rc_error(rc, "job_gone", "the remote system no longer knows job %s (HTTP %ld)", rc->external_id,
+             r->status);
+    return STEP_FAIL;
+}
+
+enum step remote_job_state(struct run_ctx *rc, const json_t *body)
+{
+    char *state = json_pointer_text(body, remote_param(rc, "state_pointer", ""));
+    const char *mapped;
+    enum step step;
+
+    if (!state) {
+        rc_error(rc, "status_malformed", "the status answer has no state at \"%s\"",
+                 remote_param(rc, "state_pointer", ""));
+        return STEP_RETRY;
+    }
+    mapped =
+        json_string_value(json_object_get(json_object_get(rc->type->params, "state_map"), state));
+    if (!mapped) {
+        mapped = remote_param(rc, "unknown_state", "running");
+        LOG(LOG_DEBUG, "unmapped remote state run=%s state=%s treated_as=%s", rc->run->id, state,
+            mapped);
+    }
+    json_object_set_new(rc->poll_state, "state", json_string(state));
+    step = strcmp(mapped, "running") == 0 ? STEP_WAIT : remote_job_ended(rc, body, mapped, state);
+    free(state);
+    return step;
+}
+
+bool remote_hook(struct run_ctx *rc, const char *key)
+{
+    const json_t *req = json_object_get(rc->type->params, key);
+    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_response r;
+    struct error err = {0};
+    enum remote_class c;
+
+    if (!req)
+        return true;
+    /* without a URL of its own, the request goes to the job's external id
+     * (http: the status URL) */
+    if (remote_call(req, &v, json_object_get(req, "url") ? NULL : rc->external_id, rc, &r, &err) ==
+        ST_INVALID) {
+        LOG(LOG_WARN, "could not build the %s request run=%s: %s", key, rc->run->id, err.message);
+        return false;
+    }
+    c = remote_classify(&r);
+    if (c != REMOTE_OK && c != REMOTE_GONE)
+        LOG(LOG_WARN, "%s request failed run=%s: %s%s HTTP %ld", key, rc->run->id, r.error,
+            r.transport_error ? "" : " answered", r.status);
+    remote_response_cleanup(&r);
+    return c == REMOTE_OK || c == REMOTE_GONE;
+}
+
+/* ---- params every job action reads -------------------------------------- */
+
+static const char *const mapped_states[] = {"running", "succeeded", "failed", "cancelled"};
+
+static bool one_of(const char *s, const char *const *set, size_t n)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (strcmp(s, set[i]) == 0)
+            return true;
+    return false;
+}
+
+static enum status check_pointer(const json_t *params, const char *key, bool need, const char *path,
+                                 struct error *err)
+{
+    const json_t *v = json_object_get(params, key);
+
+    if (!v)
+        return need ? error_set(err, ST_INVALID, "missing \"%s.%s\"", path, key) : ST_OK;
+    if (!json_is_string(v) || !json_pointer_valid(json_string_value(v)))
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.%s\": expected a JSON pointer such as \"/job/id\"", path,
+                         key);
+    return ST_OK;
+}
+
+static enum status check_optional_request(const json_t *params, const char *key, const char *path,
+                                          bool need_url, struct error *err)
+{
+    const json_t *v = json_object_get(params, key);
+    char sub[200];
+
+    if (!v)
+        return ST_OK;
+    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
+    return remote_check_request(v, sub, need_url, err);
+}
+
+static enum status check_state_map(const json_t *map, const char *path, struct error *err)
+{
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(map) || json_object_size(map) == 0)
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.state_map\": expected an object mapping remote states to "
+                         "running, succeeded, failed or cancelled",
+                         path);
+    json_object_foreach((json_t *)map, key, v)
+    {
+        if (!one_of(json_string_value(v), mapped_states, ARRAY_LEN(mapped_states)))
+            return error_set(err, ST_INVALID,
+                             "invalid \"%s.state_map.%s\": expected running, succeeded, failed "
+                             "or cancelled",
+                             path, key);
+    }
+    return ST_OK;
+}
+
+static enum status check_choice(const json_t *params, const char *key, const char *const *set,
+                                size_t n, const char *path, struct error *err)
+{
+    const json_t *v = json_object_get(params, key);
+
+    if (v && !one_of(json_string_value(v), set, n))
+        return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected one of %s, %s%s%s", path,
+                         key, set[0], set[1], n > 2 ? ", " : "", n > 2 ? set[2] : "");
+    return ST_OK;
+}
+
+enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
+                                    bool hooks_need_url, struct error *err)
+{
+    static const char *const unknown[] = {"running", "failed"};
+    static const char *const gone[] = {"failed", "succeeded", "cancelled"};
+    bool state = json_object_get(params, "state_pointer") != NULL;
+
+    if (check_pointer(params, "state_pointer", need_state, path, err) != ST_OK ||
+        ((state || json_object_get(params, "state_map")) &&
+         check_state_map(json_object_get(params, "state_map"), path, err) != ST_OK) ||
+        check_choice(params, "unknown_state", unknown, 2, path, err) != ST_OK ||
+        check_choice(params, "gone", gone, 3, path, err) != ST_OK ||
+        check_pointer(params, "result_pointer", false, path, err) != ST_OK ||
+        check_pointer(params, "error_pointer", false, path, err) != ST_OK ||
+        check_pointer(params, "summary_counts_pointer", false, path, err) != ST_OK ||
+        check_pointer(params, "failure_summary_pointer", false, path, err) != ST_OK ||
+        check_optional_request(params, "cancel", path, hooks_need_url, err) != ST_OK ||
+        check_optional_request(params, "cleanup", path, hooks_need_url, err) != ST_OK)
+        return ST_INVALID;
+    return ST_OK;
 }

@@ -27,9 +27,9 @@
 
 #include "common/common.h"
 
-#include <jansson.h>
+#include "engine/action.h"
 
-struct run_ctx;
+#include <jansson.h>
 
 #define REMOTE_TIMEOUT_DEFAULT_MS 10000
 #define REMOTE_TIMEOUT_MAX_MS 600000
@@ -55,7 +55,9 @@ struct remote_response {
     size_t len;
     char location[2048];
     char content_type[128];
-    bool transport_error; /* no HTTP answer: connect failure, reset, timeout */
+    int retry_after_s;        /* the Retry-After header in seconds, 0 when none */
+    char effective_url[2048]; /* the URL called (may hold secrets: never log it) */
+    bool transport_error;     /* no HTTP answer: connect failure, reset, timeout */
     bool timed_out;
     bool stopped;    /* aborted because rc_should_stop() turned true */
     char error[256]; /* what went wrong, without secrets */
@@ -86,6 +88,39 @@ void remote_error(struct run_ctx *rc, const char *code, const char *what,
                   const struct remote_response *r);
 /* The body parsed as JSON, or NULL (not JSON). New reference. */
 json_t *remote_json(const struct remote_response *r);
+
+/* ---- what the job actions (rest_job, http, soap_job) share ---- */
+
+/* Checks the params every job action reads the same way: state_pointer
+ * (required when need_state) with state_map and unknown_state, gone,
+ * result_pointer, error_pointer, summary_counts_pointer,
+ * failure_summary_pointer, and the cancel and cleanup requests. */
+enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
+                                    bool hooks_need_url, struct error *err) WUR;
+/* A string param of the run type, or def. */
+const char *remote_param(const struct run_ctx *rc, const char *key, const char *def);
+/* The placeholder values of a run. */
+struct remote_vars remote_vars_of(const struct run_ctx *rc);
+/* A job ended as mapped ("succeeded", "failed", "cancelled") in remote
+ * state `state`: the result (result_pointer, or the whole body), the
+ * summaries (summary_counts_pointer, failure_summary_pointer), and for a
+ * failure an error with the message at error_pointer. */
+enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *mapped,
+                           const char *state);
+/* A job the remote no longer knows (404, 410): as params "gone" says. */
+enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r);
+/* The state at state_pointer through state_map (unknown_state for others):
+ * STEP_WAIT while running, else as remote_job_ended; STEP_RETRY when the
+ * body has no state. Records the state in rc->poll_state. */
+enum step remote_job_state(struct run_ctx *rc, const json_t *body);
+/* The optional request params[key] (cancel, cleanup): true when done or
+ * not configured; a job the remote does not know counts as done. A request
+ * without "url" goes to the external id (the http action's status URL). */
+bool remote_hook(struct run_ctx *rc, const char *key);
+
+/* Checks a template string's placeholders at load (known names, every
+ * {{env:NAME}} set); errors name path. */
+enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
 
 /* Template expansion (exposed for tests). *out is heap. */
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,

@@ -612,6 +612,156 @@ START_TEST(load_5000_waiting)
 }
 END_TEST
 
+/* ---- the http action ---------------------------------------------------- */
+
+/* Three http run types against the fake's /call: status by Location, by a
+ * body field, and through a state map. */
+static void start_http(struct th_proc *p, const char *db)
+{
+    char *cfg = malloc(8192), *path, *conninfo = th_db_create(db);
+    const char *args[3];
+    const char *common =
+        "\"max_attempts\": 2, \"retry_backoff_ms\": 50, \"poll\": {\"initial_delay_ms\": 100, "
+        "\"max_delay_ms\": 200, \"jitter_pct\": 0, \"max_checks\": 200, \"check_timeout_s\": 2}";
+    char req[512];
+
+    snprintf(req, sizeof(req),
+             "\"request\": {\"method\": \"POST\", \"url\": \"http://127.0.0.1:%d/call\","
+             " \"headers\": {\"X-Token\": \"{{env:FAKE_TOKEN}}\"}, \"timeout_ms\": 1000,"
+             " \"body\": {\"scenario\": \"{{input:/scenario}}\", \"run\": \"{{run_id}}\"}}",
+             g_port);
+    snprintf(cfg, 8192,
+             "{\"poller\": {\"interval_ms\": 200}, \"run_types\": {"
+             " \"call\": {\"action\": \"http\", %s, \"params\": {%s,"
+             "   \"cancel\": {\"method\": \"DELETE\"}}},"
+             " \"call_body\": {\"action\": \"http\", %s, \"params\": {%s,"
+             "   \"status_url_pointer\": \"/statusUrl\"}},"
+             " \"call_state\": {\"action\": \"http\", %s, \"params\": {%s,"
+             "   \"state_pointer\": \"/status\", \"error_pointer\": \"/why\","
+             "   \"state_map\": {\"working\": \"running\", \"broken\": \"failed\"}}}}}",
+             common, req, common, req, common, req);
+    path = th_config_file(db, cfg);
+    args[0] = "--config", args[1] = path, args[2] = NULL;
+    th_start(p, conninfo, args, SECRET_ENV);
+    if (g_db)
+        PQfinish(g_db);
+    g_db = th_pg(conninfo);
+    free(cfg);
+    free(path);
+    free(conninfo);
+}
+
+static char *submit_to(const struct th_proc *p, const char *type, const char *run_id,
+                       const char *scenario)
+{
+    char body[512];
+
+    snprintf(body, sizeof(body),
+             "{\"alert_type\":\"%s\",\"run_id\":\"%s\",\"data\":{\"scenario\":\"%s\"}}", type,
+             run_id, scenario);
+    return th_submit(p, body, 202);
+}
+
+/* A 2xx answer ends the run: its JSON (or its text) is the result. A 202
+ * with a status URL (a relative Location, or a field of the answer) makes
+ * the run wait; the poller GETs the URL until it answers other than 202
+ * (honouring Retry-After); a state map may read a failure out of a 200. */
+START_TEST(http_sync_and_async)
+{
+    struct th_proc p;
+    struct fake_job j;
+    json_t *run;
+    char *ids[6], want_url[96];
+    static const char *const cases[][3] = {
+        {"call", "h-sync", "sync"},
+        {"call", "h-text", "sync_text"},
+        {"call", "h-async", "async:3"},
+        {"call_body", "h-body", "async_body:2"},
+        {"call", "h-ra", "async_retry_after:3"},
+        {"call_state", "h-state", "async_state:2"},
+    };
+
+    start_http(&p, "e2e_http_ok");
+    for (int i = 0; i < 6; i++)
+        ids[i] = submit_to(&p, cases[i][0], cases[i][1], cases[i][2]);
+    run = wait_done(&p, ids[0], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert_int_eq(th_ji(json_object_get(run, "result"), "answer"), 42);
+    ck_assert_str_eq(th_js(json_object_get(run, "result"), "run"), "h-sync");
+    json_decref(run);
+    run = wait_done(&p, ids[1], 20);
+    ck_assert_str_eq(th_js(json_object_get(run, "result"), "body"), "plain ok");
+    json_decref(run);
+    run = wait_done(&p, ids[2], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert_int_eq(th_ji(json_object_get(run, "result"), "rows"), 3);
+    ck_assert(fake_jobs_get("h-async", &j));
+    snprintf(want_url, sizeof(want_url), "http://127.0.0.1:%d/status/%s", g_port, j.id);
+    ck_assert_str_eq(th_js(run, "external_id"), want_url);
+    ck_assert_int_eq(j.checks, 3);
+    json_decref(run);
+    run = wait_done(&p, ids[3], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    json_decref(run);
+    run = wait_done(&p, ids[4], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert(fake_jobs_get("h-ra", &j));
+    ck_assert_int_eq(j.checks, 3);
+    for (int k = 0; k < 3; k++) { /* Retry-After: 1 beat the 100 ms schedule */
+        long long gap = j.check_ms[k] - (k ? j.check_ms[k - 1] : j.submit_ms);
+        ck_assert_msg(gap >= 950, "check %d came %lld ms after the previous answer", k + 1, gap);
+    }
+    json_decref(run);
+    run = wait_done(&p, ids[5], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "failed");
+    ck_assert_msg(strstr(err_msg(run), "\"broken\": nope"), "%s", err_msg(run));
+    json_decref(run);
+    for (int i = 0; i < 6; i++)
+        free(ids[i]);
+    stop(&p);
+}
+END_TEST
+
+/* 5xx and hangs are retried, then fail; a 404 fails at once; a status URL
+ * that vanishes is "gone"; a cancelled waiting call gets its DELETE. */
+START_TEST(http_errors_and_cancel)
+{
+    struct th_proc p;
+    struct th_resp r;
+    json_t *run;
+    char *a, *b, *c, *d, *e;
+
+    start_http(&p, "e2e_http_err");
+    a = submit_to(&p, "call", "h-500", "call_500");
+    b = submit_to(&p, "call", "h-404", "call_404");
+    c = submit_to(&p, "call", "h-hang", "call_hang");
+    d = submit_to(&p, "call", "h-vanish", "async_vanish");
+    e = submit_to(&p, "call", "h-cancel", "async:1000");
+    run = wait_done(&p, a, 20);
+    ck_assert_str_eq(err_code(run), "unavailable");
+    ck_assert_int_eq(th_ji(run, "attempt"), 2);
+    json_decref(run);
+    run = wait_done(&p, b, 20);
+    ck_assert_str_eq(err_code(run), "rejected");
+    ck_assert_int_eq(th_ji(run, "attempt"), 1);
+    json_decref(run);
+    run = wait_done(&p, c, 30);
+    ck_assert_str_eq(err_code(run), "unavailable");
+    ck_assert_msg(strstr(err_msg(run), "{{") || strstr(err_msg(run), "/call"), "%s", err_msg(run));
+    json_decref(run);
+    run = wait_done(&p, d, 20);
+    ck_assert_str_eq(err_code(run), "job_gone");
+    json_decref(run);
+    ck_assert(th_wait_status(&p, e, "waiting", 5000));
+    th_post_json(p.url, "/runs/h-cancel/cancel", "{}", &r);
+    ck_assert_int_eq(r.status, 200);
+    th_resp_free(&r);
+    wait_hooks("h-cancel", 1, 0);
+    free(a), free(b), free(c), free(d), free(e);
+    stop(&p);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -629,6 +779,8 @@ static Suite *poller_suite(void)
         {"one_check_in_flight", one_check_in_flight, 120},
         {"killed_mid_check", killed_mid_check, 120},
         {"load_5000_waiting", load_5000_waiting, 300},
+        {"http_sync_and_async", http_sync_and_async, 60},
+        {"http_errors_and_cancel", http_errors_and_cancel, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

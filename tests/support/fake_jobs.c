@@ -14,6 +14,7 @@
 #define MAX_JOBS 20000
 
 static struct MHD_Daemon *daemon_;
+static int port_;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_job *jobs;
 static int njobs, submits, max_in_flight;
@@ -31,16 +32,32 @@ static int step_arg(const char *scenario, const char *name)
     return -1;
 }
 
-static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *body)
+/* An answer, with up to two extra headers ("Name: value"; NULL = none). */
+static enum MHD_Result answer_h(struct MHD_Connection *c, unsigned status, const char *body,
+                                const char *ctype, const char *h1, const char *h2)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    const char *hs[2] = {h1, h2};
     enum MHD_Result ret;
 
-    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Content-Type", ctype);
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        const char *colon = hs[i] ? strchr(hs[i], ':') : NULL;
+        if (!colon)
+            continue;
+        snprintf(name, sizeof(name), "%.*s", (int)(colon - hs[i]), hs[i]);
+        MHD_add_response_header(r, name, colon + 2);
+    }
     ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *body)
+{
+    return answer_h(c, status, body, "application/json", NULL, NULL);
 }
 
 static struct fake_job *find(const char *id)
@@ -172,6 +189,98 @@ static enum MHD_Result on_hook(struct MHD_Connection *c, const char *id, bool ca
     return answer(c, fail ? 500 : 200, "{}");
 }
 
+/* A new job record for an accepted call (mu held). */
+static struct fake_job *new_job(const char *scenario, const char *run)
+{
+    struct fake_job *fj = &jobs[njobs++];
+
+    memset(fj, 0, sizeof(*fj));
+    snprintf(fj->id, sizeof(fj->id), "job-%d", njobs);
+    snprintf(fj->run, sizeof(fj->run), "%s", run ? run : "");
+    snprintf(fj->scenario, sizeof(fj->scenario), "%s", scenario);
+    fj->submit_ms = th_now_ms();
+    return fj;
+}
+
+static enum MHD_Result on_call(struct MHD_Connection *c, const char *body, int port)
+{
+    json_t *j = json_loads(body ? body : "", 0, NULL);
+    const char *sc = json_string_value(json_object_get(j, "scenario"));
+    const char *run = json_string_value(json_object_get(j, "run"));
+    char out[256], loc[128], id[32] = "";
+    struct fake_job *fj = NULL;
+    enum MHD_Result ret;
+
+    if (!sc)
+        sc = "";
+    pthread_mutex_lock(&mu);
+    submits++;
+    if (strncmp(sc, "async", 5) == 0 && njobs < MAX_JOBS) {
+        fj = new_job(sc, run);
+        snprintf(id, sizeof(id), "%s", fj->id);
+    }
+    pthread_mutex_unlock(&mu);
+    if (strcmp(sc, "sync") == 0) {
+        snprintf(out, sizeof(out), "{\"answer\":42,\"run\":\"%s\"}", run ? run : "");
+        ret = answer(c, 200, out);
+    } else if (strcmp(sc, "sync_text") == 0) {
+        ret = answer_h(c, 200, "plain ok", "text/plain", NULL, NULL);
+    } else if (strcmp(sc, "call_500") == 0) {
+        ret = answer(c, 500, "{\"error\":\"down\"}");
+    } else if (strcmp(sc, "call_404") == 0) {
+        ret = answer(c, 404, "{\"error\":\"no such endpoint\"}");
+    } else if (strcmp(sc, "call_hang") == 0) {
+        sleep(3);
+        ret = answer(c, 200, "{}");
+    } else if (fj && step_arg(sc, "async_body") >= 0) {
+        snprintf(out, sizeof(out), "{\"statusUrl\":\"http://127.0.0.1:%d/status/%s\"}", port, id);
+        ret = answer(c, 202, out);
+    } else if (fj) {
+        snprintf(loc, sizeof(loc), "Location: /status/%s", id);
+        ret = answer_h(c, 202, "{\"accepted\":true}", "application/json", loc,
+                       step_arg(sc, "async_retry_after") >= 0 ? "Retry-After: 1" : NULL);
+    } else {
+        ret = answer(c, 400, "{\"error\":\"unknown scenario\"}");
+    }
+    json_decref(j);
+    return ret;
+}
+
+/* A check of an accepted call's status URL. */
+static enum MHD_Result on_call_status(struct MHD_Connection *c, const char *id)
+{
+    struct fake_job *fj;
+    char out[256], sc[128];
+    int k, n;
+
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (fj) {
+        k = ++fj->checks;
+        checks_total++;
+        if (k <= FAKE_MAX_CHECKS)
+            fj->check_ms[k - 1] = th_now_ms();
+        snprintf(sc, sizeof(sc), "%s", fj->scenario);
+    }
+    pthread_mutex_unlock(&mu);
+    if (!fj || step_arg(sc, "async_vanish") >= 0)
+        return answer(c, 404, "{\"error\":\"no such operation\"}");
+    if ((n = step_arg(sc, "async_state")) >= 0)
+        return answer(c, 200,
+                      k < n ? "{\"status\":\"working\"}"
+                            : "{\"status\":\"broken\",\"why\":\"nope\"}");
+    n = step_arg(sc, "async");
+    if (n < 0)
+        n = step_arg(sc, "async_body");
+    if (n < 0)
+        n = step_arg(sc, "async_retry_after");
+    if (k < n)
+        return answer_h(c, 202, "{\"pending\":true}", "application/json",
+                        step_arg(sc, "async_retry_after") >= 0 ? "Retry-After: 1" : NULL, NULL);
+    snprintf(out, sizeof(out), "{\"done\":true,\"rows\":%d}", k);
+    return answer(c, 200, out);
+}
+
 struct body {
     char *p;
     size_t n;
@@ -199,6 +308,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/jobs") == 0)
         return on_submit(c, b->p);
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/call") == 0)
+        return on_call(c, b->p, port_);
+    if (sscanf(url, "/status/%63[^/]", id) == 1) {
+        if (strcmp(method, "GET") == 0)
+            return on_call_status(c, id);
+        if (strcmp(method, "DELETE") == 0)
+            return on_hook(c, id, true);
+    }
     if (sscanf(url, "/jobs/%63[^/]", id) == 1) {
         bool is_cancel = strstr(url, "/cancel") != NULL;
         if (strcmp(method, "GET") == 0 && !is_cancel)
@@ -237,7 +354,8 @@ int fake_jobs_start(void)
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
     ck_assert_msg(daemon_ != NULL, "could not start the fake jobs API");
     info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
-    return info->port;
+    port_ = info->port;
+    return port_;
 }
 
 void fake_jobs_stop(void)

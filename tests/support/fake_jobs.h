@@ -22,7 +22,24 @@
  *   slow:MS           every status request takes MS ms
  *   submit_500 / submit_400 / submit_noid / submit_hang   the submit answers so
  *   cleanup_fail      DELETE answers 500
- * Anything else: {"state": "RUNNING"}. Thread-safe. */
+ * Anything else: {"state": "RUNNING"}.
+ *
+ * For the http action (the asynchronous request-reply pattern):
+ *   POST   /call              {"scenario": "...", "run": "..."}
+ *   GET    /status/{id}       the status URL of an accepted call
+ *   DELETE /status/{id}       the cancel; recorded
+ * with the scenarios
+ *   sync          200 {"answer": 42, "run": ...}
+ *   sync_text     200 "plain ok" (text/plain)
+ *   call_500 / call_404 / call_hang   the call answers 500, 404, or after 3 s
+ *   async:N       202, Location: /status/job-K (relative); check k < N: 202,
+ *                 k >= N: 200 {"done": true, "rows": k}
+ *   async_body:N  the same, the status URL absolute in the body's "statusUrl"
+ *   async_retry_after:N   the 202 answers carry Retry-After: 1
+ *   async_state:N check k < N: 200 {"status": "working"}, then 200
+ *                 {"status": "broken", "why": "nope"}
+ *   async_vanish  every check: 404
+ * Thread-safe. */
 #ifndef OPSRUN_TEST_FAKE_JOBS_H
 #define OPSRUN_TEST_FAKE_JOBS_H
 

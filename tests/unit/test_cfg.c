@@ -435,8 +435,8 @@ static const struct {
     {"{\"run_types\": {\"x\": {}}}", "missing \"run_types.x.action\""},
     {"{\"run_types\": {\"x\": {\"action\": \"foo\"}}}",
      "invalid \"run_types.x.action\": unknown action \"foo\""},
-    {"{\"run_types\": {\"demo\": {\"action\": \"exec\"}}}",
-     "invalid \"run_types.demo.action\": unknown action \"exec\""},
+    {"{\"run_types\": {\"demo\": {\"action\": \"ftp_job\"}}}",
+     "invalid \"run_types.demo.action\": unknown action \"ftp_job\""},
     /* simulate params */
     {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": -1}}}}",
      "invalid \"run_types.x.params.duration_ms\": must be between 0 and 86400000"},
@@ -570,6 +570,31 @@ START_TEST(test_poll_policy_and_rest_job)
                   "invalid \"run_types.j.params.state_map.X\": expected running, succeeded, "
                   "failed or cancelled");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+START_TEST(test_exec_params)
+{
+    ck_load_ok("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+               "[\"/bin/true\", \"{{run_id}}\"], \"env\": {\"A\": \"b\"}, \"grace_ms\": 0}}}}");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {}}}}",
+                  "missing \"run_types.x.params.argv\": a non-empty array of strings");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+                  "[\"true\"]}}}}",
+                  "invalid \"run_types.x.params.argv[0]\": expected an absolute path (no search "
+                  "in PATH)");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+                  "[\"/bin/true\", 1]}}}}",
+                  "invalid \"run_types.x.params.argv[1]\": expected a string");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+                  "[\"/bin/true\"], \"shell\": true}}}}",
+                  "unknown key \"run_types.x.params.shell\"");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+                  "[\"/bin/true\"], \"env\": {\"A=B\": \"c\"}}}}}",
+                  "invalid \"run_types.x.params.env.A=B\": expected a name and a string");
+    ck_load_fails("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
+                  "[\"/bin/true\"], \"grace_ms\": -1}}}}",
+                  "invalid \"run_types.x.params.grace_ms\": must be between 0 and 600000");
 }
 END_TEST
 
@@ -1114,6 +1139,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_orphan_after_heartbeat);
     tcase_add_test(tc, test_heartbeat_under_send_timeout);
     tcase_add_test(tc, test_poll_policy_and_rest_job);
+    tcase_add_test(tc, test_exec_params);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_env_applies);

@@ -1,0 +1,529 @@
+/* engine/actions/exec.c — a configured local command (docs/actions/exec.md).
+ *
+ * argv is executed directly (never through a shell), in a process group of
+ * its own, with the run's input as JSON on stdin and a small environment:
+ * PATH, HOME, LANG, LC_ALL, TZ and TMPDIR from opsrun's, the run type's
+ * "env" (templates; secrets through {{env:NAME}}), and OPSRUN_RUN_ID,
+ * OPSRUN_ATTEMPT, OPSRUN_TENANT, OPSRUN_RUN_TYPE and OPSRUN_PROGRESS_FD=3.
+ * Nothing else of opsrun's environment (its database URL among it) is
+ * passed, and no descriptor but 0-3.
+ *
+ * Exit 0: succeeded, stdout's JSON (at most max_stdout_bytes) the result,
+ * its "summary_counts" and "failure_summary" members lifted into the run.
+ * Exit 75 (EX_TEMPFAIL): a retryable failure. Anything else: failed, with
+ * the tail of stderr. Lines "progress <0-100> <step text>" on fd 3 are
+ * progress. On cancel, timeout or shutdown the group gets SIGTERM, then
+ * SIGKILL after grace_ms. */
+#include "engine/action.h"
+#include "engine/actions/actions.h"
+#include "engine/actions/remote.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define EXIT_RETRY 75
+#define PROGRESS_FD 3
+#define STDERR_TAIL 4096
+#define PROGRESS_LINE_MAX 512
+#define GRACE_DEFAULT_MS 5000
+#define STDOUT_DEFAULT_MAX (1024 * 1024)
+#define STDOUT_HARD_MAX (64 * 1024 * 1024)
+
+extern char **environ;
+
+static const char *const inherited[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"};
+
+/* ---- params ------------------------------------------------------------ */
+
+static enum status check_argv(const json_t *argv, const char *path, struct error *err)
+{
+    size_t i;
+    json_t *a;
+    char sub[200];
+
+    if (!json_is_array(argv) || json_array_size(argv) == 0)
+        return error_set(err, ST_INVALID, "missing \"%s.argv\": a non-empty array of strings",
+                         path);
+    json_array_foreach(argv, i, a)
+    {
+        xsnprintf(sub, sizeof(sub), "%s.argv[%zu]", path, i);
+        if (!json_is_string(a))
+            return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
+        if (remote_check_template(json_string_value(a), sub, err) != ST_OK)
+            return ST_INVALID;
+    }
+    if (json_string_value(json_array_get(argv, 0))[0] != '/')
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.argv[0]\": expected an absolute path (no search in PATH)",
+                         path);
+    return ST_OK;
+}
+
+static enum status check_int(const json_t *params, const char *key, json_int_t lo, json_int_t hi,
+                             const char *path, struct error *err)
+{
+    const json_t *v = json_object_get(params, key);
+
+    if (v && (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi))
+        return error_set(err, ST_INVALID, "invalid \"%s.%s\": must be between %lld and %lld", path,
+                         key, (long long)lo, (long long)hi);
+    return ST_OK;
+}
+
+enum status action_exec_check(const json_t *params, const char *path, struct error *err)
+{
+    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes"};
+    const json_t *env = json_object_get(params, "env"), *cwd = json_object_get(params, "cwd");
+    const char *key;
+    json_t *v;
+    char sub[200];
+
+    json_object_foreach((json_t *)params, key, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
+            known = strcmp(key, keys[i]) == 0;
+        if (!known)
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+    }
+    if (check_argv(json_object_get(params, "argv"), path, err) != ST_OK)
+        return ST_INVALID;
+    if (env && !json_is_object(env))
+        return error_set(err, ST_INVALID, "invalid \"%s.env\": expected an object", path);
+    json_object_foreach((json_t *)env, key, v)
+    {
+        xsnprintf(sub, sizeof(sub), "%s.env.%s", path, key);
+        if (!*key || strchr(key, '=') || !json_is_string(v))
+            return error_set(err, ST_INVALID, "invalid \"%s\": expected a name and a string", sub);
+        if (remote_check_template(json_string_value(v), sub, err) != ST_OK)
+            return ST_INVALID;
+    }
+    if (cwd && (!json_is_string(cwd) || json_string_value(cwd)[0] != '/'))
+        return error_set(err, ST_INVALID, "invalid \"%s.cwd\": expected an absolute path", path);
+    if (check_int(params, "grace_ms", 0, 600000, path, err) != ST_OK ||
+        check_int(params, "max_stdout_bytes", 1, STDOUT_HARD_MAX, path, err) != ST_OK)
+        return ST_INVALID;
+    return ST_OK;
+}
+
+/* ---- the child ---------------------------------------------------------- */
+
+/* A NULL-terminated heap array of heap strings. */
+struct strv {
+    char **v;
+    size_t n;
+};
+
+static void strv_add(struct strv *s, char *take)
+{
+    s->v = xrealloc(s->v, (s->n + 2) * sizeof(*s->v));
+    s->v[s->n++] = take;
+    s->v[s->n] = NULL;
+}
+
+static void strv_free(struct strv *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+}
+
+static struct remote_vars vars_of(const struct run_ctx *rc)
+{
+    return (struct remote_vars){
+        .run_id = rc->run->id,
+        .tenant = rc->run->tenant,
+        .attempt = rc->run->attempt,
+        .input = run_input(rc->run),
+    };
+}
+
+static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struct error *err)
+{
+    const struct remote_vars v = vars_of(rc);
+    size_t i;
+    json_t *a;
+
+    json_array_foreach(json_object_get(rc->type->params, "argv"), i, a)
+    {
+        char *s = NULL;
+        if (remote_expand_text(json_string_value(a), &v, REMOTE_RAW, &s, err) != ST_OK)
+            return ST_INVALID;
+        strv_add(argv, s);
+    }
+    return ST_OK;
+}
+
+static enum status build_env(const struct run_ctx *rc, struct strv *env, struct error *err)
+{
+    const struct remote_vars v = vars_of(rc);
+    const char *key;
+    json_t *x;
+
+    for (size_t i = 0; i < ARRAY_LEN(inherited); i++) {
+        const char *val = getenv(inherited[i]);
+        if (val)
+            strv_add(env, xasprintf("%s=%s", inherited[i], val));
+    }
+    json_object_foreach(json_object_get(rc->type->params, "env"), key, x)
+    {
+        char *s = NULL;
+        if (remote_expand_text(json_string_value(x), &v, REMOTE_RAW, &s, err) != ST_OK)
+            return ST_INVALID;
+        strv_add(env, xasprintf("%s=%s", key, s));
+        free(s);
+    }
+    strv_add(env, xasprintf("OPSRUN_RUN_ID=%s", rc->run->id));
+    strv_add(env, xasprintf("OPSRUN_ATTEMPT=%d", rc->run->attempt));
+    strv_add(env, xasprintf("OPSRUN_TENANT=%s", rc->run->tenant));
+    strv_add(env, xasprintf("OPSRUN_RUN_TYPE=%s", rc->run->type));
+    strv_add(env, xasprintf("OPSRUN_PROGRESS_FD=%d", PROGRESS_FD));
+    return ST_OK;
+}
+
+/* The four pipes: [0] stdin, [1] stdout, [2] stderr, [3] progress; each
+ * {read end, write end}, close-on-exec (the child gets dups). */
+struct pipes {
+    int p[4][2];
+};
+
+static void pipes_close(struct pipes *ps)
+{
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++)
+            if (ps->p[i][j] >= 0) {
+                close(ps->p[i][j]);
+                ps->p[i][j] = -1;
+            }
+}
+
+static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid, struct error *err)
+{
+    struct strv argv = {0}, env = {0};
+    const char *cwd = json_string_value(json_object_get(rc->type->params, "cwd"));
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    enum status st = build_argv(rc, &argv, err);
+    int rv;
+
+    if (st == ST_OK)
+        st = build_env(rc, &env, err);
+    for (int i = 0; i < 4 && st == ST_OK; i++)
+        if (pipe2(ps->p[i], O_CLOEXEC) != 0)
+            st = error_set(err, ST_INTERNAL, "could not create a pipe: %s", strerror(errno));
+    if (st != ST_OK) {
+        strv_free(&argv), strv_free(&env);
+        return st;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, ps->p[0][0], 0);
+    posix_spawn_file_actions_adddup2(&fa, ps->p[1][1], 1);
+    posix_spawn_file_actions_adddup2(&fa, ps->p[2][1], 2);
+    posix_spawn_file_actions_adddup2(&fa, ps->p[3][1], PROGRESS_FD);
+    posix_spawn_file_actions_addclosefrom_np(&fa, PROGRESS_FD + 1);
+    if (cwd)
+        posix_spawn_file_actions_addchdir_np(&fa, cwd);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&at, 0);
+    {
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_setsigmask(&at, &none); /* opsrun blocks SIGINT/SIGTERM */
+        posix_spawnattr_setsigdefault(&at, &all);
+    }
+    rv = posix_spawn(pid, argv.v[0], &fa, &at, argv.v, env.v);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rv != 0)
+        st = error_set(err, ST_UNPROCESSABLE, "could not execute %s: %s", argv.v[0], strerror(rv));
+    strv_free(&argv);
+    strv_free(&env);
+    /* The parent keeps the write end of stdin and the read ends. */
+    for (int i = 0; i < 4; i++) {
+        int child_end = i == 0 ? 0 : 1;
+        close(ps->p[i][child_end]);
+        ps->p[i][child_end] = -1;
+    }
+    return st;
+}
+
+/* ---- the parent's loop ------------------------------------------------ */
+
+struct io {
+    const char *input; /* the JSON on stdin */
+    size_t input_len, input_off;
+    char *out;
+    size_t out_len, out_max;
+    bool out_over;
+    char err[STDERR_TAIL];
+    size_t err_len; /* the last STDERR_TAIL bytes */
+    char prog[PROGRESS_LINE_MAX];
+    size_t prog_len;
+};
+
+static void err_append(struct io *io, const char *b, size_t n)
+{
+    if (n >= STDERR_TAIL) {
+        memcpy(io->err, b + n - STDERR_TAIL, STDERR_TAIL);
+        io->err_len = STDERR_TAIL;
+        return;
+    }
+    if (io->err_len + n > STDERR_TAIL) {
+        size_t drop = io->err_len + n - STDERR_TAIL;
+        memmove(io->err, io->err + drop, io->err_len - drop);
+        io->err_len -= drop;
+    }
+    memcpy(io->err + io->err_len, b, n);
+    io->err_len += n;
+}
+
+/* "progress <pct> <step>" lines; others are ignored. */
+static void progress_line(struct run_ctx *rc, char *line)
+{
+    char *end;
+    long pct;
+
+    if (strncmp(line, "progress ", 9) != 0)
+        return;
+    pct = strtol(line + 9, &end, 10);
+    if (end == line + 9 || pct < 0 || pct > 100 || (*end && *end != ' '))
+        return;
+    rc_progress(rc, (int)pct, *end ? end + 1 : NULL);
+}
+
+static void prog_append(struct run_ctx *rc, struct io *io, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (b[i] == '\n') {
+            io->prog[io->prog_len] = '\0';
+            progress_line(rc, io->prog);
+            io->prog_len = 0;
+        } else if (io->prog_len < sizeof(io->prog) - 1) {
+            io->prog[io->prog_len++] = b[i];
+        }
+    }
+}
+
+/* Reads what one descriptor has; false at its end. */
+static bool drain(struct run_ctx *rc, struct io *io, int which, int fd)
+{
+    char buf[16384];
+    ssize_t n = read(fd, buf, sizeof(buf));
+
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR;
+    if (n == 0)
+        return false;
+    if (which == 1) {
+        size_t k = (size_t)n;
+        if (io->out_len + k > io->out_max) {
+            io->out_over = true;
+            k = io->out_max - io->out_len;
+        }
+        io->out = xrealloc(io->out, io->out_len + k + 1);
+        memcpy(io->out + io->out_len, buf, k);
+        io->out_len += k;
+        io->out[io->out_len] = '\0';
+    } else if (which == 2) {
+        err_append(io, buf, (size_t)n);
+    } else {
+        prog_append(rc, io, buf, (size_t)n);
+    }
+    return true;
+}
+
+static void feed_stdin(struct pipes *ps, struct io *io)
+{
+    ssize_t n = write(ps->p[0][1], io->input + io->input_off, io->input_len - io->input_off);
+
+    if (n > 0)
+        io->input_off += (size_t)n;
+    if ((n < 0 && errno != EAGAIN && errno != EINTR) || io->input_off == io->input_len) {
+        close(ps->p[0][1]); /* all written, or the child closed its stdin */
+        ps->p[0][1] = -1;
+    }
+}
+
+/* Pumps the pipes until the child closed stdout, stderr and fd 3, or it
+ * must stop; true when it must stop. */
+static bool pump(struct run_ctx *rc, struct pipes *ps, struct io *io)
+{
+    for (;;) {
+        struct pollfd pf[4] = {{ps->p[0][1], POLLOUT, 0},
+                               {ps->p[1][0], POLLIN, 0},
+                               {ps->p[2][0], POLLIN, 0},
+                               {ps->p[3][0], POLLIN, 0}};
+        bool open = false;
+        if (rc_should_stop(rc))
+            return true;
+        for (int i = 1; i < 4; i++)
+            open |= ps->p[i][0] >= 0;
+        if (!open)
+            return false;
+        if (poll(pf, 4, 50) <= 0)
+            continue;
+        if (pf[0].revents)
+            feed_stdin(ps, io);
+        for (int i = 1; i < 4; i++) {
+            if (pf[i].revents && !drain(rc, io, i, ps->p[i][0])) {
+                close(ps->p[i][0]);
+                ps->p[i][0] = -1;
+            }
+        }
+    }
+}
+
+/* Waits for the child to exit (it may have closed its outputs and kept
+ * running); true when it must be stopped first. */
+static bool wait_child(const struct run_ctx *rc, pid_t pid, int *status)
+{
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            return false;
+        if (rc_should_stop(rc))
+            return true;
+        usleep(10000);
+    }
+}
+
+/* SIGTERM to the group, SIGKILL after grace_ms; reaps the child. */
+static int stop_group(pid_t pid, int64_t grace_ms, bool *killed)
+{
+    int64_t until = clock_mono_ms() + grace_ms;
+    int status = 0;
+
+    kill(-pid, SIGTERM);
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (clock_mono_ms() >= until) {
+            kill(-pid, SIGKILL);
+            *killed = true;
+            waitpid(pid, &status, 0);
+            break;
+        }
+        usleep(10000);
+    }
+    kill(-pid, SIGKILL); /* what the leader left behind in its group */
+    return status;
+}
+
+/* ---- the outcome -------------------------------------------------------- */
+
+static void error_with_stderr(struct run_ctx *rc, const char *code, const char *what, struct io *io)
+{
+    char tail[STDERR_TAIL + 1];
+
+    memcpy(tail, io->err, io->err_len);
+    tail[io->err_len] = '\0';
+    for (char *p = tail; *p; p++)
+        if (*p == '\0' || *p == '\r')
+            *p = ' ';
+    utf8_scrub(tail);
+    while (io->err_len && (tail[strlen(tail) - 1] == '\n' || tail[strlen(tail) - 1] == ' '))
+        tail[strlen(tail) - 1] = '\0', io->err_len--;
+    rc_error(rc, code, "%s%s%s", what, tail[0] ? ": " : "", tail);
+}
+
+/* Exit 0: the result, and summaries lifted out of it. */
+static enum step succeeded(struct run_ctx *rc, struct io *io)
+{
+    json_t *out;
+
+    if (io->out_over) {
+        rc_error(rc, "stdout_too_large", "the command wrote more than %zu bytes to stdout",
+                 io->out_max);
+        return STEP_FAIL;
+    }
+    out = io->out_len ? json_loadb(io->out, io->out_len, 0, NULL) : json_null();
+    if (!out)
+        out = json_pack("{s:s%}", "stdout", io->out, io->out_len);
+    if (json_is_object(out)) {
+        rc->summary_counts = json_incref(json_object_get(out, "summary_counts"));
+        rc->failure_summary = json_incref(json_object_get(out, "failure_summary"));
+        if (rc->summary_counts && !json_is_object(rc->summary_counts))
+            json_decref(rc->summary_counts), rc->summary_counts = NULL;
+        if (rc->failure_summary && !json_is_array(rc->failure_summary))
+            json_decref(rc->failure_summary), rc->failure_summary = NULL;
+        json_object_del(out, "summary_counts");
+        json_object_del(out, "failure_summary");
+    }
+    rc->result = out;
+    return STEP_DONE;
+}
+
+static enum step outcome(struct run_ctx *rc, struct io *io, int status, bool stopped)
+{
+    char what[96];
+
+    if (stopped)
+        return STEP_FAIL; /* the worker says cancelled, timed out or released */
+    if (WIFSIGNALED(status)) {
+        xsnprintf(what, sizeof(what), "the command was killed by signal %d", WTERMSIG(status));
+        error_with_stderr(rc, "killed", what, io);
+        return STEP_FAIL;
+    }
+    if (WEXITSTATUS(status) == 0)
+        return succeeded(rc, io);
+    xsnprintf(what, sizeof(what), "the command exited with status %d", WEXITSTATUS(status));
+    error_with_stderr(rc, WEXITSTATUS(status) == EXIT_RETRY ? "exit_retry" : "exit_failed", what,
+                      io);
+    return WEXITSTATUS(status) == EXIT_RETRY ? STEP_RETRY : STEP_FAIL;
+}
+
+static enum step exec_start(struct run_ctx *rc)
+{
+    const json_t *params = rc->type->params;
+    const json_t *g = json_object_get(params, "grace_ms"),
+                 *m = json_object_get(params, "max_stdout_bytes");
+    struct pipes ps;
+    struct io io = {0};
+    struct error err = {0};
+    char *input = json_dumps(run_input(rc->run), JSON_COMPACT | JSON_ENCODE_ANY);
+    bool stopped, killed = false;
+    int status = 0;
+    pid_t pid = 0;
+    enum step step;
+
+    memset(&ps, -1, sizeof(ps));
+    io.input = input ? input : "null";
+    io.input_len = strlen(io.input);
+    io.out_max = m ? (size_t)json_integer_value(m) : STDOUT_DEFAULT_MAX;
+    if (spawn(rc, &ps, &pid, &err) != ST_OK) {
+        rc_error(rc, "exec_failed", "%s", err.message);
+        pipes_close(&ps);
+        free(input);
+        return STEP_FAIL;
+    }
+    for (int i = 0; i < 4; i++)
+        fcntl(ps.p[i][i == 0 ? 1 : 0], F_SETFL, O_NONBLOCK);
+    stopped = pump(rc, &ps, &io) || wait_child(rc, pid, &status);
+    if (stopped)
+        status = stop_group(pid, g ? json_integer_value(g) : GRACE_DEFAULT_MS, &killed);
+    kill(-pid, SIGKILL); /* no stray children in its group */
+    if (stopped)
+        LOG(LOG_INFO, "stopped command run=%s pid=%d%s", rc->run->id, (int)pid,
+            killed ? " (killed after the grace period)" : "");
+    pipes_close(&ps);
+    step = outcome(rc, &io, status, stopped);
+    free(io.out);
+    free(input);
+    return step;
+}
+
+const struct action_ops action_exec_ops = {
+    .name = "exec",
+    .check_params = action_exec_check,
+    .start = exec_start,
+};

@@ -1,0 +1,243 @@
+/* engine/actions/http.c — one HTTP call per run, with the asynchronous
+ * request-reply pattern (docs/actions/http.md).
+ *
+ * start: the configured request. 2xx: succeeded, the JSON answer the
+ * result. 202 with a status URL (the Location header, or the answer's
+ * status_url_pointer): the run waits, external_id the status URL, and the
+ * poller GETs it: 202 (or a state mapped to running) keeps waiting, honouring
+ * Retry-After; another 2xx ends it (through state_map when state_pointer
+ * is set). Timeouts, connection errors, 408, 429 and 5xx are transient (a
+ * retry at the start, a failed check afterwards); 404 and 410 while polling
+ * are "gone"; other 4xx fail. */
+#include "engine/action.h"
+#include "engine/actions/actions.h"
+#include "engine/actions/remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- params ------------------------------------------------------------ */
+
+static bool key_known(const char *key)
+{
+    static const char *const keys[] = {"request",
+                                       "status",
+                                       "status_url_pointer",
+                                       "state_pointer",
+                                       "state_map",
+                                       "unknown_state",
+                                       "gone",
+                                       "result_pointer",
+                                       "error_pointer",
+                                       "summary_counts_pointer",
+                                       "failure_summary_pointer",
+                                       "cancel",
+                                       "cleanup"};
+
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+enum status action_http_check(const json_t *params, const char *path, struct error *err)
+{
+    const char *key;
+    json_t *v;
+    char sub[200];
+
+    json_object_foreach((json_t *)params, key, v)
+    {
+        if (!key_known(key))
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+    }
+    if (!json_object_get(params, "request"))
+        return error_set(err, ST_INVALID, "missing \"%s.request\"", path);
+    xsnprintf(sub, sizeof(sub), "%s.request", path);
+    if (remote_check_request(json_object_get(params, "request"), sub, true, err) != ST_OK)
+        return ST_INVALID;
+    if (json_object_get(params, "status")) {
+        xsnprintf(sub, sizeof(sub), "%s.status", path);
+        if (remote_check_request(json_object_get(params, "status"), sub, false, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return remote_check_job_params(params, path, json_object_get(params, "state_pointer") != NULL,
+                                   false, err);
+}
+
+/* ---- the action -------------------------------------------------------- */
+
+/* An absolute URL for a Location header value, relative to the request's. */
+static char *absolute(const char *base, const char *loc)
+{
+    const char *scheme_end = strstr(base, "://");
+    const char *host_end = scheme_end ? strchr(scheme_end + 3, '/') : NULL;
+
+    if (strncmp(loc, "http://", 7) == 0 || strncmp(loc, "https://", 8) == 0)
+        return xstrdup(loc);
+    if (loc[0] == '/' && scheme_end)
+        return xasprintf("%.*s%s", (int)(host_end ? host_end - base : (long)strlen(base)), base,
+                         loc);
+    return NULL;
+}
+
+/* The answer's JSON as the result (non-JSON: its text). */
+static json_t *answer_result(const struct run_ctx *rc, const struct remote_response *r)
+{
+    json_t *body = remote_json(r), *res;
+
+    if (!body)
+        return r->len ? json_pack("{s:i, s:s%}", "status", (int)r->status, "body", r->body, r->len)
+                      : json_null();
+    if (remote_param(rc, "result_pointer", NULL)) {
+        const json_t *x = json_pointer_get(body, remote_param(rc, "result_pointer", ""));
+        res = x ? json_deep_copy(x) : json_null();
+        json_decref(body);
+        return res;
+    }
+    return body;
+}
+
+/* A finished answer (2xx but 202): ended through the state map when one is
+ * configured, else succeeded. */
+static enum step finished(struct run_ctx *rc, const struct remote_response *r)
+{
+    json_t *body;
+    enum step step;
+
+    if (!remote_param(rc, "state_pointer", NULL)) {
+        rc->result = answer_result(rc, r);
+        return STEP_DONE;
+    }
+    body = remote_json(r);
+    if (!body) {
+        remote_error(rc, "status_malformed", "the answer is not JSON", r);
+        return STEP_RETRY;
+    }
+    step = remote_job_state(rc, body);
+    json_decref(body);
+    return step;
+}
+
+/* 202: where to look next, from the status URL pointer or Location. */
+static char *status_url(const struct run_ctx *rc, const struct remote_response *r,
+                        const char *request_url)
+{
+    const char *ptr = remote_param(rc, "status_url_pointer", NULL);
+    char *found = NULL, *abs;
+
+    if (ptr) {
+        json_t *body = remote_json(r);
+        found = json_pointer_text(body, ptr);
+        json_decref(body);
+    } else if (r->location[0]) {
+        found = xstrdup(r->location);
+    }
+    abs = found ? absolute(request_url, found) : NULL;
+    free(found);
+    return abs;
+}
+
+/* Retry-After in seconds, as the next check's delay. */
+static void retry_after(struct run_ctx *rc, const struct remote_response *r)
+{
+    if (r->retry_after_s > 0)
+        rc->next_delay_ms = (int64_t)r->retry_after_s * 1000;
+}
+
+static enum step http_start(struct run_ctx *rc)
+{
+    const json_t *req = json_object_get(rc->type->params, "request");
+    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_response r;
+    struct error err = {0};
+    enum step step = STEP_FAIL;
+    char *url;
+
+    if (remote_call(req, &v, NULL, rc, &r, &err) == ST_INVALID) {
+        rc_error(rc, "invalid_request", "could not build the request: %s", err.message);
+        return STEP_FAIL;
+    }
+    switch (remote_classify(&r)) {
+    case REMOTE_TRANSIENT:
+        remote_error(rc, "unavailable", "the call failed", &r);
+        step = r.stopped ? STEP_FAIL : STEP_RETRY;
+        break;
+    case REMOTE_GONE:
+    case REMOTE_REJECTED:
+        remote_error(rc, "rejected", "the call was refused", &r);
+        break;
+    case REMOTE_OK:
+        url = r.status == 202 ? status_url(rc, &r, r.effective_url) : NULL;
+        if (url) {
+            rc_set_external_id(rc, url);
+            rc->poll_state = json_pack("{s:s}", "status_url", url);
+            retry_after(rc, &r);
+            step = STEP_WAIT;
+        } else {
+            step = finished(rc, &r);
+        }
+        free(url);
+        break;
+    }
+    remote_response_cleanup(&r);
+    return step;
+}
+
+static enum step http_poll(struct run_ctx *rc)
+{
+    const json_t *req = json_object_get(rc->type->params, "status");
+    const struct remote_vars v = remote_vars_of(rc);
+    json_t *get = req ? NULL : json_object(); /* no "status": a plain GET */
+    struct remote_response r;
+    struct error err = {0};
+    enum step step = STEP_RETRY;
+    enum status st = remote_call(req ? req : get, &v, rc->external_id, rc, &r, &err);
+
+    json_decref(get);
+    if (st == ST_INVALID) {
+        rc_error(rc, "invalid_request", "could not build the status request: %s", err.message);
+        return STEP_FAIL;
+    }
+    switch (remote_classify(&r)) {
+    case REMOTE_TRANSIENT:
+        remote_error(rc, "status_unavailable", "could not check the status", &r);
+        break;
+    case REMOTE_GONE:
+        step = remote_job_gone(rc, &r);
+        break;
+    case REMOTE_REJECTED:
+        remote_error(rc, "status_rejected", "the status check was refused", &r);
+        step = STEP_FAIL;
+        break;
+    case REMOTE_OK:
+        if (r.status == 202) {
+            retry_after(rc, &r);
+            step = STEP_WAIT;
+        } else {
+            step = finished(rc, &r);
+        }
+        break;
+    }
+    remote_response_cleanup(&r);
+    return step;
+}
+
+static bool http_cancel(struct run_ctx *rc)
+{
+    return remote_hook(rc, "cancel");
+}
+
+static bool http_cleanup(struct run_ctx *rc)
+{
+    return remote_hook(rc, "cleanup");
+}
+
+const struct action_ops action_http_ops = {
+    .name = "http",
+    .check_params = action_http_check,
+    .start = http_start,
+    .poll = http_poll,
+    .cancel = http_cancel,
+    .cleanup = http_cleanup,
+};
