@@ -11,12 +11,11 @@ extern const struct action_ops action_simulate_ops;
 extern const struct action_ops action_rest_job_ops;
 extern const struct action_ops action_exec_ops;
 extern const struct action_ops action_http_ops;
+extern const struct action_ops action_soap_job_ops;
 
 static const struct action_ops *const actions[] = {
-    &action_simulate_ops,
-    &action_rest_job_ops,
-    &action_exec_ops,
-    &action_http_ops,
+    &action_simulate_ops, &action_rest_job_ops, &action_exec_ops,
+    &action_http_ops,     &action_soap_job_ops,
 };
 
 const struct action_ops *action_find(const char *name)

@@ -214,12 +214,10 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
           rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
 }
 
-static void run_check(struct poller *p, struct poll_claim *c)
+/* The context of a claimed check or hooks run: it takes the claim's
+ * external id and poll state, and stops at the check time limit. */
+static struct run_ctx claim_ctx(struct poller *p, struct poll_claim *c, const struct run_type *rt)
 {
-    struct engine *e = p->e;
-    const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
-    const struct action_ops *ops = action_find(rt->action);
-    const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
     struct run_ctx rc = {
         .run = c->run,
         .type = rt,
@@ -230,11 +228,22 @@ static void run_check(struct poller *p, struct poll_claim *c)
         .poll_count = c->poll_count,
         .waited_ms = c->waited_ms,
     };
+
+    c->external_id = NULL;
+    c->poll_state = NULL;
+    return rc;
+}
+
+static void run_check(struct poller *p, struct poll_claim *c)
+{
+    struct engine *e = p->e;
+    const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
+    const struct action_ops *ops = action_find(rt->action);
+    const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
+    struct run_ctx rc = claim_ctx(p, c, rt);
     const char *budget = out_of_budget(rt, &rc, c->poll_count - 1);
     enum step step;
 
-    c->external_id = NULL; /* the context owns them now */
-    c->poll_state = NULL;
     if (budget) {
         time_out(p, ops, &rc, &f, budget, c->poll_count - 1);
     } else {
@@ -256,19 +265,8 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
 {
     const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
-    struct run_ctx rc = {
-        .run = c->run,
-        .type = rt,
-        .deadline_mono_ms = clock_mono_ms() + (int64_t)rt->poll.check_timeout_s * 1000,
-        .stop = &p->halt,
-        .external_id = c->external_id,
-        .poll_state = c->poll_state,
-        .poll_count = c->poll_count,
-        .waited_ms = c->waited_ms,
-    };
+    struct run_ctx rc = claim_ctx(p, c, rt);
 
-    c->external_id = NULL;
-    c->poll_state = NULL;
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id, c->run->outcome,
         c->hooks_attempts);
     run_hooks(p, ops, &rc,

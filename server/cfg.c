@@ -133,10 +133,9 @@ static const struct action_spec {
     const char *name;
     enum status (*check_params)(const json_t *params, const char *path, struct error *err);
 } actions[] = {
-    {"simulate", sim_check_params},
-    {"rest_job", action_rest_job_check},
-    {"exec", action_exec_check},
-    {"http", action_http_check},
+    {"simulate", sim_check_params},      {"rest_job", action_rest_job_check},
+    {"exec", action_exec_check},         {"http", action_http_check},
+    {"soap_job", action_soap_job_check},
 };
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};

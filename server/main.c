@@ -11,6 +11,7 @@
 #include "store/migrations.h"
 
 #include <curl/curl.h>
+#include <libxml/parser.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -351,6 +352,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "opsrun: could not initialise libcurl\n");
         return 1;
     }
+    xmlInitParser(); /* once, before any thread parses */
     rc = build_config(&cli, &cfg);
     if (rc == 0) {
         log_init(cfg.log_level, cfg.log_json);
@@ -365,6 +367,7 @@ int main(int argc, char **argv)
             rc = serve(&cfg);
     }
     cfg_cleanup(&cfg);
+    xmlCleanupParser();
     curl_global_cleanup();
     return rc;
 }

@@ -12,5 +12,6 @@
 enum status action_rest_job_check(const json_t *params, const char *path, struct error *err) WUR;
 enum status action_exec_check(const json_t *params, const char *path, struct error *err) WUR;
 enum status action_http_check(const json_t *params, const char *path, struct error *err) WUR;
+enum status action_soap_job_check(const json_t *params, const char *path, struct error *err) WUR;
 
 #endif

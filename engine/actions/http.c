@@ -223,21 +223,11 @@ static enum step http_poll(struct run_ctx *rc)
     return step;
 }
 
-static bool http_cancel(struct run_ctx *rc)
-{
-    return remote_hook(rc, "cancel");
-}
-
-static bool http_cleanup(struct run_ctx *rc)
-{
-    return remote_hook(rc, "cleanup");
-}
-
 const struct action_ops action_http_ops = {
     .name = "http",
     .check_params = action_http_check,
     .start = http_start,
     .poll = http_poll,
-    .cancel = http_cancel,
-    .cleanup = http_cleanup,
+    .cancel = remote_cancel_hook,
+    .cleanup = remote_cleanup_hook,
 };

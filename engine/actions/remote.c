@@ -120,6 +120,11 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
         if (!x)
             return error_set(err, ST_INVALID, "the run's input has no value at \"%s\"", name + 6);
         j = json_deep_copy(x);
+    } else if (strncmp(name, "state:", 6) == 0) {
+        const json_t *x = json_object_get(v->state, name + 6);
+        if (!json_is_string(x) && !json_is_number(x))
+            return error_set(err, ST_INVALID, "the run's poll state has no \"%s\"", name + 6);
+        j = json_deep_copy(x);
     } else if (strncmp(name, "env:", 4) == 0) {
         const char *e = getenv(name + 4);
         if (!e)
@@ -149,6 +154,8 @@ static bool placeholder_known(const char *name)
             return true;
     if (strncmp(name, "input:", 6) == 0)
         return json_pointer_valid(name + 6);
+    if (strncmp(name, "state:", 6) == 0)
+        return name[6] != '\0';
     return strncmp(name, "env:", 4) == 0 && name[4] != '\0';
 }
 
@@ -699,6 +706,7 @@ struct remote_vars remote_vars_of(const struct run_ctx *rc)
         .external_id = rc->external_id,
         .attempt = rc->run->attempt,
         .input = run_input(rc->run),
+        .state = rc->poll_state,
     };
 }
 
@@ -807,6 +815,16 @@ bool remote_hook(struct run_ctx *rc, const char *key)
             r.transport_error ? "" : " answered", r.status);
     remote_response_cleanup(&r);
     return c == REMOTE_OK || c == REMOTE_GONE;
+}
+
+bool remote_cancel_hook(struct run_ctx *rc)
+{
+    return remote_hook(rc, "cancel");
+}
+
+bool remote_cleanup_hook(struct run_ctx *rc)
+{
+    return remote_hook(rc, "cleanup");
 }
 
 /* ---- params every job action reads -------------------------------------- */

@@ -10,9 +10,10 @@
  *    "content_type": "application/json", "timeout_ms": 10000}
  * Placeholders: {{run_id}}, {{attempt}}, {{external_id}}, {{tenant}},
  * {{input}} (the run's input as JSON), {{input:/json/pointer}} (one value of
- * it), {{env:NAME}} (an environment variable: the only way to put a secret
- * in a request). In the URL every value is percent-encoded; in a JSON body
- * a string that is exactly one placeholder becomes that value (so
+ * it), {{state:NAME}} (a value the action kept in the run's poll state, such
+ * as an id soap_job captured from its start answer), {{env:NAME}} (an
+ * environment variable: the only way to put a secret in a request). In the URL every value is
+ * percent-encoded; in a JSON body a string that is exactly one placeholder becomes that value (so
  * "{{input}}" is the input object), and placeholders inside longer strings
  * are spliced in as text; in body_text (XML for SOAP) values are inserted
  * as they are, or XML-escaped with "xml_escape": true.
@@ -40,6 +41,7 @@ struct remote_vars {
     const char *run_id, *tenant, *external_id; /* external_id may be NULL */
     int attempt;
     const json_t *input;
+    const json_t *state; /* the run's poll state, for {{state:NAME}}; may be NULL */
 };
 
 /* Checks a request description at configuration load: its keys and types,
@@ -117,6 +119,9 @@ enum step remote_job_state(struct run_ctx *rc, const json_t *body);
  * not configured; a job the remote does not know counts as done. A request
  * without "url" goes to the external id (the http action's status URL). */
 bool remote_hook(struct run_ctx *rc, const char *key);
+/* The action hooks of a job action: remote_hook of "cancel", "cleanup". */
+bool remote_cancel_hook(struct run_ctx *rc);
+bool remote_cleanup_hook(struct run_ctx *rc);
 
 /* Checks a template string's placeholders at load (known names, every
  * {{env:NAME}} set); errors name path. */

@@ -156,21 +156,11 @@ static enum step rest_job_poll(struct run_ctx *rc)
     return step;
 }
 
-static bool rest_job_cancel(struct run_ctx *rc)
-{
-    return remote_hook(rc, "cancel");
-}
-
-static bool rest_job_cleanup(struct run_ctx *rc)
-{
-    return remote_hook(rc, "cleanup");
-}
-
 const struct action_ops action_rest_job_ops = {
     .name = "rest_job",
     .check_params = action_rest_job_check,
     .start = rest_job_start,
     .poll = rest_job_poll,
-    .cancel = rest_job_cancel,
-    .cleanup = rest_job_cleanup,
+    .cancel = remote_cancel_hook,
+    .cleanup = remote_cleanup_hook,
 };

@@ -762,6 +762,185 @@ START_TEST(http_errors_and_cancel)
 }
 END_TEST
 
+/* ---- the soap_job action ------------------------------------------------ */
+
+static json_t *soap_request(const char *action, const char *inner)
+{
+    char url[96], *text = NULL;
+    json_t *r;
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/soap", g_port);
+    if (asprintf(&text,
+                 "<soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\">"
+                 "<soap:Body>%s</soap:Body></soap:Envelope>",
+                 inner) < 0)
+        abort();
+    r = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:b}", "method", "POST", "url", url, "headers",
+                  "SOAPAction", action, "Authorization", "Bearer {{env:FAKE_TOKEN}}", "body_text",
+                  text, "xml_escape", 1);
+    free(text);
+    return r;
+}
+
+/* Adds the members of take (stolen) to dst. */
+static void merge(json_t *dst, json_t *take)
+{
+    json_object_update(dst, take);
+    json_decref(take);
+}
+
+static json_t *rest_helper(const char *what, const char *pointer)
+{
+    char url[128];
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/rest/%s/{{state:query_id}}", g_port, what);
+    return json_pack("{s:{s:s}, s:s}", "request", "url", url, "pointer", pointer);
+}
+
+/* The soap_job type "soap" against the fake's /soap and /rest helpers, with
+ * seed 000's decision tree on short timings. */
+static void start_soap(struct th_proc *p, const char *db)
+{
+    json_t *gate = rest_helper("isrunning", "/isRunning"), *probe = rest_helper("probe", "/count");
+    json_t *ready = rest_helper("rowset", "/ready"), *params, *cfg;
+    char *text, *path, *conninfo = th_db_create(db);
+    const char *args[3];
+
+    merge(gate, json_pack("{s:i, s:i, s:i, s:i}", "confirmations", 2, "min_gap_s", 1,
+                          "after_completed_date_s", 0, "stuck_after_s", 2));
+    merge(probe, json_pack("{s:i, s:i}", "min_runtime_s", 0, "min_interval_s", 1));
+    merge(ready, json_pack("{s:i, s:i, s:i}", "max_attempts", 3, "initial_delay_ms", 100,
+                           "max_delay_ms", 200));
+    params = json_pack(
+        "{s:{s:s}, s:o, s:s, s:{s:s}, s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "namespaces",
+        "f", "urn:fake", "start",
+        soap_request("Perform", "<PerformRequestMsg xmlns=\"urn:fake\"><Scenario>"
+                                "{{input:/scenario}}</Scenario><Run>{{run_id}}</Run>"
+                                "</PerformRequestMsg>"),
+        "task_id_xpath", "//f:Task/f:ID", "capture", "query_id", "//f:Object/f:ObjectID", "status",
+        soap_request("Retrieve", "<RetrieveRequestMsg xmlns=\"urn:fake\"><TaskID>{{external_id}}"
+                                 "</TaskID></RetrieveRequestMsg>"),
+        "status_xpath", "//f:Property[f:Name='Status']/f:Value", "error_xpath",
+        "//f:Property[f:Name='ErrorMsg']/f:Value", "completed_date_xpath",
+        "//f:Property[f:Name='CompletedDate']/f:Value", "is_running", gate, "row_probe", probe,
+        "readiness", ready, "cancel",
+        soap_request("Cancel", "<CancelRequestMsg xmlns=\"urn:fake\"><TaskID>{{external_id}}"
+                               "</TaskID></CancelRequestMsg>"),
+        "cleanup",
+        soap_request("Delete", "<DeleteRequestMsg xmlns=\"urn:fake\"><ObjectID>"
+                               "{{state:query_id}}</ObjectID></DeleteRequestMsg>"));
+    cfg = json_pack("{s:{s:i}, s:{s:{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:o}}}",
+                    "poller", "interval_ms", 200, "run_types", "soap", "action", "soap_job",
+                    "max_attempts", 2, "retry_backoff_ms", 50, "poll", "initial_delay_ms", 100,
+                    "max_delay_ms", 200, "jitter_pct", 0, "max_checks", 300, "max_duration_s", 60,
+                    "check_timeout_s", 2, "params", params);
+    ck_assert_ptr_nonnull(cfg);
+    text = json_dumps(cfg, 0);
+    path = th_config_file(db, text);
+    args[0] = "--config", args[1] = path, args[2] = NULL;
+    th_start(p, conninfo, args, SECRET_ENV);
+    if (g_db)
+        PQfinish(g_db);
+    g_db = th_pg(conninfo);
+    json_decref(cfg);
+    free(text);
+    free(path);
+    free(conninfo);
+}
+
+/* Seed 000's decision tree, one branch per run: complete (with readiness
+ * retries), error status, error message, server faults and malformed
+ * answers (failed checks), a stuck task confirmed "not running" twice at
+ * least min_gap_s apart, a completed date opening the gate early, the row
+ * probe's fast path, results never ready, a client fault at the start. */
+START_TEST(soap_decision_tree)
+{
+    static const struct {
+        const char *run, *scenario, *outcome, *code, *msg;
+    } cases[] = {
+        {"s-done", "soap_done:3,ready_after:2", "succeeded", NULL, NULL},
+        {"s-error", "soap_error:2", "failed", "remote_failed", "syntax error near FROM"},
+        {"s-errmsg", "soap_errmsg:2", "failed", "remote_failed", "quota exceeded"},
+        {"s-fault", "soap_fault_server:2,soap_done:3", "succeeded", NULL, NULL},
+        {"s-malformed", "soap_malformed:1,soap_done:2", "succeeded", NULL, NULL},
+        {"s-stuck", "soap_stuck,running_for:1", "succeeded", NULL, NULL},
+        {"s-date", "soap_completed_date", "succeeded", NULL, NULL},
+        {"s-probe", "soap_stuck,running_for:1000,probe_rows:2", "succeeded", NULL, NULL},
+        {"s-notready", "soap_done:1,never_ready", "failed", "not_ready", "not ready after 3"},
+        {"s-client", "soap_fault_client", "failed", "soap_fault", "bad query: unknown table"},
+    };
+    struct th_proc p;
+    struct fake_job j;
+    char *ids[sizeof(cases) / sizeof(cases[0])];
+
+    start_soap(&p, "e2e_soap_tree");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        ids[i] = submit_to(&p, "soap", cases[i].run, cases[i].scenario);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *run = wait_done(&p, ids[i], 40);
+        ck_assert_msg(th_streq(th_js(run, "outcome"), cases[i].outcome), "%s: %s (%s)",
+                      cases[i].run, th_js(run, "outcome"), err_msg(run) ? err_msg(run) : "");
+        if (cases[i].code) {
+            ck_assert_str_eq(err_code(run), cases[i].code);
+            ck_assert_msg(strstr(err_msg(run), cases[i].msg), "%s: %s", cases[i].run, err_msg(run));
+        } else {
+            ck_assert(fake_jobs_get(cases[i].run, &j));
+            ck_assert_str_eq(th_js(json_object_get(run, "result"), "task_id"), j.id);
+            ck_assert_str_eq(th_js(run, "external_id"), j.id);
+        }
+        json_decref(run);
+        free(ids[i]);
+    }
+    ck_assert(fake_jobs_get("s-done", &j));
+    ck_assert_int_eq(j.checks, 3);
+    ck_assert_int_eq(j.readiness, 2);
+    ck_assert_int_eq(j.isrunning, 0);
+    ck_assert(fake_jobs_get("s-stuck", &j));
+    ck_assert_int_eq(j.isrunning, 3); /* true, then false twice */
+    ck_assert_msg(j.isrunning_ms[2] - j.isrunning_ms[1] >= 950,
+                  "the two \"not running\" answers came %lld ms apart",
+                  j.isrunning_ms[2] - j.isrunning_ms[1]);
+    ck_assert_msg(j.isrunning_ms[0] - j.submit_ms >= 1900,
+                  "is-running asked %lld ms after the start, before stuck_after_s",
+                  j.isrunning_ms[0] - j.submit_ms);
+    ck_assert(fake_jobs_get("s-date", &j));
+    ck_assert_int_eq(j.isrunning, 2);
+    ck_assert_msg(j.isrunning_ms[0] - j.submit_ms < 1500, "the completed date did not open the "
+                                                          "gate early");
+    ck_assert(fake_jobs_get("s-probe", &j));
+    ck_assert_int_ge(j.probes, 2);
+    ck_assert(fake_jobs_get("s-notready", &j));
+    ck_assert_int_eq(j.readiness, 3);
+    ck_assert_int_ge(poller_stat(&p, "check_failures_total"), 3);
+    /* cleanup (a SOAP Delete of the captured query definition) after every
+     * end of a run that waited */
+    wait_hooks("s-done", 0, 1);
+    wait_hooks("s-error", 0, 1);
+    ck_assert(fake_jobs_get("s-done", &j));
+    ck_assert_str_eq(j.cleanup_object, "q-1");
+    stop(&p);
+}
+END_TEST
+
+/* A cancelled waiting task gets its SOAP Cancel and its cleanup. */
+START_TEST(soap_cancel)
+{
+    struct th_proc p;
+    struct th_resp r;
+    char *id;
+
+    start_soap(&p, "e2e_soap_cancel");
+    id = submit_to(&p, "soap", "s-cancel", "soap_stuck,running_for:1000");
+    ck_assert(th_wait_status(&p, id, "waiting", 5000));
+    th_post_json(p.url, "/runs/s-cancel/cancel", "{}", &r);
+    ck_assert_int_eq(r.status, 200);
+    th_resp_free(&r);
+    wait_hooks("s-cancel", 1, 1);
+    free(id);
+    stop(&p);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -781,6 +960,8 @@ static Suite *poller_suite(void)
         {"load_5000_waiting", load_5000_waiting, 300},
         {"http_sync_and_async", http_sync_and_async, 60},
         {"http_errors_and_cancel", http_errors_and_cancel, 60},
+        {"soap_decision_tree", soap_decision_tree, 90},
+        {"soap_cancel", soap_cancel, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -281,6 +281,201 @@ static enum MHD_Result on_call_status(struct MHD_Connection *c, const char *id)
     return answer(c, 200, out);
 }
 
+/* ---- SOAP ---- */
+
+#define ENV_HEAD                                                                                   \
+    "<?xml version=\"1.0\"?><soap:Envelope "                                                       \
+    "xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\"><soap:Body>"
+#define ENV_TAIL "</soap:Body></soap:Envelope>"
+
+/* The text of <tag>...</tag> in body, into out. */
+static bool xml_field(const char *body, const char *tag, char *out, size_t cap)
+{
+    char open[64], close[64];
+    const char *a, *b;
+
+    snprintf(open, sizeof(open), "<%s>", tag);
+    snprintf(close, sizeof(close), "</%s>", tag);
+    a = body ? strstr(body, open) : NULL;
+    b = a ? strstr(a, close) : NULL;
+    if (!b)
+        return false;
+    a += strlen(open);
+    snprintf(out, cap, "%.*s", (int)(b - a), a);
+    return true;
+}
+
+static enum MHD_Result soap_answer(struct MHD_Connection *c, unsigned status, const char *inner)
+{
+    char out[2048];
+
+    snprintf(out, sizeof(out), ENV_HEAD "%s" ENV_TAIL, inner);
+    return answer_h(c, status, out, "text/xml; charset=utf-8", NULL, NULL);
+}
+
+static enum MHD_Result soap_fault_answer(struct MHD_Connection *c, const char *code,
+                                         const char *text)
+{
+    char inner[512];
+
+    snprintf(inner, sizeof(inner),
+             "<soap:Fault><faultcode>%s</faultcode><faultstring>%s</faultstring></soap:Fault>",
+             code, text);
+    return soap_answer(c, 500, inner);
+}
+
+static enum MHD_Result soap_perform(struct MHD_Connection *c, const char *body)
+{
+    char sc[128] = "", run[64] = "", inner[512];
+    struct fake_job *fj = NULL;
+
+    xml_field(body, "Scenario", sc, sizeof(sc));
+    xml_field(body, "Run", run, sizeof(run));
+    pthread_mutex_lock(&mu);
+    submits++;
+    if (step_arg(sc, "soap_fault_client") < 0 && njobs < MAX_JOBS)
+        fj = new_job(sc, run);
+    if (fj)
+        snprintf(inner, sizeof(inner),
+                 "<PerformResponseMsg xmlns=\"urn:fake\"><Results><Result><Task><ID>%s</ID>"
+                 "</Task><Object><ObjectID>q-%s</ObjectID></Object></Result></Results>"
+                 "</PerformResponseMsg>",
+                 fj->id, fj->id + 4);
+    pthread_mutex_unlock(&mu);
+    if (!fj)
+        return soap_fault_answer(c, "soap:Client", "bad query: unknown table");
+    return soap_answer(c, 200, inner);
+}
+
+static enum MHD_Result soap_retrieve(struct MHD_Connection *c, const char *body)
+{
+    char id[32] = "", sc[128], inner[1024], props[768];
+    struct fake_job *fj;
+    int k, n;
+
+    xml_field(body, "TaskID", id, sizeof(id));
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (fj) {
+        k = ++fj->checks;
+        checks_total++;
+        if (k <= FAKE_MAX_CHECKS)
+            fj->check_ms[k - 1] = th_now_ms();
+        snprintf(sc, sizeof(sc), "%s", fj->scenario);
+    }
+    pthread_mutex_unlock(&mu);
+    if (!fj)
+        return soap_fault_answer(c, "soap:Client", "no such task");
+    if ((n = step_arg(sc, "soap_fault_server")) >= k)
+        return soap_fault_answer(c, "soap:Server", "the server is busy");
+    if ((n = step_arg(sc, "soap_malformed")) >= k)
+        return answer_h(c, 200, "<not xml", "text/xml", NULL, NULL);
+    if ((n = step_arg(sc, "soap_done")) >= 0 && k >= n)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value> Complete </Value>"
+                 "</Property>");
+    else if ((n = step_arg(sc, "soap_error")) >= 0 && k >= n)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>Error</Value></Property><Property><Name>"
+                 "ErrorMsg</Name><Value>syntax error near FROM</Value></Property>");
+    else if ((n = step_arg(sc, "soap_errmsg")) >= 0 && k >= n)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>Processing</Value></Property><Property>"
+                 "<Name>ErrorMsg</Name><Value>quota exceeded</Value></Property>");
+    else if (step_arg(sc, "soap_completed_date") >= 0)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>Queued</Value></Property><Property><Name>"
+                 "CompletedDate</Name><Value>2026-11-23T01:02:03</Value></Property>");
+    else
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>%s</Value>"
+                 "</Property><Property><Name>ErrorMsg</Name><Value/>"
+                 "</Property>",
+                 step_arg(sc, "soap_stuck") >= 0 ? "Processing" : " Queued ");
+    snprintf(inner, sizeof(inner),
+             "<RetrieveResponseMsg xmlns=\"urn:fake\"><Results><Properties>%s</Properties>"
+             "</Results></RetrieveResponseMsg>",
+             props);
+    return soap_answer(c, 200, inner);
+}
+
+static enum MHD_Result soap_hook(struct MHD_Connection *c, const char *body, bool cancel)
+{
+    char id[32] = "", obj[32] = "";
+    struct fake_job *fj = NULL;
+
+    if (cancel)
+        xml_field(body, "TaskID", id, sizeof(id));
+    else if (xml_field(body, "ObjectID", obj, sizeof(obj)) && strncmp(obj, "q-", 2) == 0)
+        snprintf(id, sizeof(id), "job-%.20s", obj + 2);
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (fj && cancel)
+        fj->cancels++;
+    else if (fj) {
+        fj->cleanups++;
+        snprintf(fj->cleanup_object, sizeof(fj->cleanup_object), "%s", obj);
+    }
+    pthread_mutex_unlock(&mu);
+    if (!fj)
+        return soap_fault_answer(c, "soap:Client", "no such object");
+    return soap_answer(c, 200, "<OK xmlns=\"urn:fake\"/>");
+}
+
+static enum MHD_Result on_soap(struct MHD_Connection *c, const char *body)
+{
+    const char *action = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "SOAPAction");
+
+    if (action && strstr(action, "Perform"))
+        return soap_perform(c, body);
+    if (action && strstr(action, "Retrieve"))
+        return soap_retrieve(c, body);
+    if (action && strstr(action, "Delete"))
+        return soap_hook(c, body, false);
+    if (action && strstr(action, "Cancel"))
+        return soap_hook(c, body, true);
+    return soap_fault_answer(c, "soap:Client", "unknown SOAPAction");
+}
+
+/* GET /rest/<what>/q-K: soap_job's REST helpers. */
+static enum MHD_Result on_rest(struct MHD_Connection *c, const char *what, const char *qid)
+{
+    char id[40], sc[128], out[128];
+    struct fake_job *fj;
+    int k = 0, n;
+
+    snprintf(id, sizeof(id), "job-%.30s", strncmp(qid, "q-", 2) == 0 ? qid + 2 : qid);
+    pthread_mutex_lock(&mu);
+    fj = find(id);
+    if (fj) {
+        snprintf(sc, sizeof(sc), "%s", fj->scenario);
+        if (strcmp(what, "isrunning") == 0) {
+            k = ++fj->isrunning;
+            if (k <= FAKE_MAX_CHECKS)
+                fj->isrunning_ms[k - 1] = th_now_ms();
+        } else if (strcmp(what, "rowset") == 0) {
+            k = ++fj->readiness;
+        } else {
+            k = ++fj->probes;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    if (!fj)
+        return answer(c, 404, "{}");
+    if (strcmp(what, "isrunning") == 0) {
+        n = step_arg(sc, "running_for");
+        snprintf(out, sizeof(out), "{\"isRunning\":%s}", n >= k ? "true" : "false");
+    } else if (strcmp(what, "rowset") == 0) {
+        n = step_arg(sc, "ready_after");
+        snprintf(out, sizeof(out), "{\"ready\":%s,\"rows\":12}",
+                 step_arg(sc, "never_ready") < 0 && k >= (n > 0 ? n : 1) ? "true" : "false");
+    } else {
+        n = step_arg(sc, "probe_rows");
+        snprintf(out, sizeof(out), "{\"count\":%d}", n > 0 && k >= n ? 5 : 0);
+    }
+    return answer(c, 200, out);
+}
+
 struct body {
     char *p;
     size_t n;
@@ -308,6 +503,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/jobs") == 0)
         return on_submit(c, b->p);
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/soap") == 0)
+        return on_soap(c, b->p);
+    if (strcmp(method, "GET") == 0 && strncmp(url, "/rest/", 6) == 0) {
+        char what[32], qid[40];
+        if (sscanf(url, "/rest/%31[^/]/%39[^/]", what, qid) == 2)
+            return on_rest(c, what, qid);
+    }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/call") == 0)
         return on_call(c, b->p, port_);
     if (sscanf(url, "/status/%63[^/]", id) == 1) {

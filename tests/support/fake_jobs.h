@@ -39,6 +39,24 @@
  *   async_state:N check k < N: 200 {"status": "working"}, then 200
  *                 {"status": "broken", "why": "nope"}
  *   async_vanish  every check: 404
+ *
+ * For the soap_job action: POST /soap, the operation in SOAPAction
+ * (Perform: <Scenario>, <Run> -> Task/ID job-K and Object/ObjectID q-K;
+ * Retrieve: <TaskID> -> Properties Status, ErrorMsg, CompletedDate; Delete:
+ * <ObjectID>, the cleanup; Cancel: <TaskID>), in namespace urn:fake; and
+ * GET /rest/isrunning/q-K {"isRunning"}, /rest/rowset/q-K {"ready"},
+ * /rest/probe/q-K {"count"}. Scenarios (k: the Retrieve number):
+ *   soap_done:N          Status " Complete " from k = N, " Queued " before
+ *   soap_error:N         from k = N: Status "Error", ErrorMsg "syntax error near FROM"
+ *   soap_errmsg:N        from k = N: Status "Processing", ErrorMsg "quota exceeded"
+ *   soap_fault_server:N  k <= N: a soap:Server fault (HTTP 500)
+ *   soap_fault_client    Perform answers a soap:Client fault
+ *   soap_malformed:N     k <= N: not XML
+ *   soap_stuck           always "Processing"
+ *   soap_completed_date  always "Queued", with a CompletedDate
+ *   running_for:N        isRunning true for the first N calls, then false
+ *   ready_after:N        rowset ready from call N (default 1); never_ready: never
+ *   probe_rows:N         probe count 5 from call N (default: always 0)
  * Thread-safe. */
 #ifndef OPSRUN_TEST_FAKE_JOBS_H
 #define OPSRUN_TEST_FAKE_JOBS_H
@@ -54,6 +72,10 @@ struct fake_job {
     long long submit_ms;
     int in_flight, max_in_flight; /* concurrent status requests */
     int cancels, cleanups;
+    /* soap_job's REST helpers: calls, and the times of the is-running ones */
+    int isrunning, readiness, probes;
+    long long isrunning_ms[FAKE_MAX_CHECKS];
+    char cleanup_object[32]; /* the ObjectID the cleanup envelope named */
 };
 
 /* Starts the server; returns its port. */

@@ -573,6 +573,42 @@ START_TEST(test_poll_policy_and_rest_job)
 }
 END_TEST
 
+START_TEST(test_soap_params)
+{
+    const char *ok =
+        "\"start\": {\"url\": \"http://s/\", \"body_text\": \"<a/>\"}, "
+        "\"status\": {\"url\": \"http://s/\", \"body_text\": \"<b>{{external_id}}</b>\"}, "
+        "\"task_id_xpath\": \"//t:ID\", \"status_xpath\": \"//t:S\", "
+        "\"namespaces\": {\"t\": \"urn:t\"}";
+    char buf[1024];
+
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": "
+             "{%s, \"cleanup\": {\"url\": \"http://s/\", \"body_text\": "
+             "\"{{state:qid}}\"}}}}}",
+             ok);
+    ck_load_ok(buf);
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": "
+             "{%s, \"error_xpath\": \"//[\"}}}}",
+             ok);
+    ck_load_fails(buf, "invalid \"run_types.s.params.error_xpath\": expected an XPath expression");
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": "
+             "{%s, \"is_running\": {\"request\": {\"url\": \"http://r/\"}, "
+             "\"pointer\": \"/isRunning\", \"min_gap\": 1}}}}}",
+             ok);
+    ck_load_fails(buf, "unknown key \"run_types.s.params.is_running.min_gap\"");
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": "
+             "{%s, \"readiness\": {\"request\": {\"url\": \"http://r/\"}}}}}}",
+             ok);
+    ck_load_fails(buf, "invalid \"run_types.s.params.readiness.pointer\": expected a JSON pointer");
+    ck_load_fails("{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": {}}}}",
+                  "missing \"run_types.s.params.start\"");
+}
+END_TEST
+
 START_TEST(test_exec_params)
 {
     ck_load_ok("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
@@ -1140,6 +1176,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_heartbeat_under_send_timeout);
     tcase_add_test(tc, test_poll_policy_and_rest_job);
     tcase_add_test(tc, test_exec_params);
+    tcase_add_test(tc, test_soap_params);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_env_applies);

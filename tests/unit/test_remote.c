@@ -73,7 +73,7 @@ static json_t *g_input;
 
 static struct remote_vars vars(void)
 {
-    return (struct remote_vars){"run/1", "acme", "job 7&<x>", 2, g_input};
+    return (struct remote_vars){"run/1", "acme", "job 7&<x>", 2, g_input, NULL};
 }
 
 START_TEST(text_templates)
@@ -112,6 +112,29 @@ START_TEST(text_templates)
     v.external_id = NULL;
     ck_assert_int_eq(remote_expand_text("{{external_id}}", &v, REMOTE_RAW, &out, &err), ST_INVALID);
     ck_assert_ptr_null(out);
+}
+END_TEST
+
+/* {{state:NAME}}: a value the action kept in the poll state. */
+START_TEST(state_placeholder)
+{
+    struct remote_vars v = vars();
+    json_t *state = json_pack("{s:s, s:i, s:o}", "query_id", "q-7", "n", 3, "o", json_object());
+    struct error err = {0};
+    char *out = NULL;
+
+    v.state = state;
+    ck_assert_int_eq(
+        remote_expand_text("<id>{{state:query_id}}</id> {{state:n}}", &v, REMOTE_XML, &out, &err),
+        ST_OK);
+    ck_assert_str_eq(out, "<id>q-7</id> 3");
+    free(out);
+    ck_assert_int_eq(remote_expand_text("{{state:o}}", &v, REMOTE_RAW, &out, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "the run's poll state has no \"o\"");
+    v.state = NULL;
+    ck_assert_int_eq(remote_expand_text("{{state:query_id}}", &v, REMOTE_RAW, &out, &err),
+                     ST_INVALID);
+    json_decref(state);
 }
 END_TEST
 
@@ -235,6 +258,7 @@ int main(void)
     tcase_add_test(t, pointer_text);
     tcase_add_test(t, text_templates);
     tcase_add_test(t, json_templates);
+    tcase_add_test(t, state_placeholder);
     tcase_add_test(t, request_checks);
     tcase_add_test(t, classes);
     tcase_add_test(t, backoff);

@@ -1,0 +1,576 @@
+/* engine/actions/soap_job.c — a SOAP asynchronous task (seed 000, the
+ * shell-query poll split, generalised; docs/actions/soap_job.md).
+ *
+ * start: the start envelope; the task id (and any "capture" values, kept in
+ * the poll state for later templates as {{state:NAME}}) read by XPath.
+ * poll, one check, seed 000's decision tree:
+ *   1. in the readiness phase: one readiness check (bounded retries);
+ *   2. the status envelope; status = trim + lower-case of status_xpath;
+ *   3. status in complete_values -> readiness (when configured), else done;
+ *   4. status in error_values, or a non-empty error_xpath -> failed at once;
+ *   5. row probe (optional): rows seen -> readiness/done (the fast path);
+ *   6. is-running gate (optional, REST): once the task reported a completed
+ *      date (after after_completed_date_s) or looks stuck (stuck_after_s):
+ *      true -> keep waiting; false confirmed `confirmations` times at least
+ *      min_gap_s apart -> readiness/done; a REST failure is only logged;
+ *   7. otherwise wait (the backoff).
+ * SOAP faults: Client/Sender faults fail the run, Server/Receiver faults
+ * are transient. cleanup (and cancel) are optional requests. Answers are
+ * parsed by libxml2 without network access or entity expansion. */
+#include "engine/action.h"
+#include "engine/actions/actions.h"
+#include "engine/actions/remote.h"
+
+#include "common/log.h"
+
+#include <ctype.h>
+#include <libxml/parser.h>
+#include <libxml/xpath.h>
+#include <libxml/xpathInternals.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* libxml2 reports XPath and parse problems on stderr by default; we report
+ * them ourselves (a config error, a failed check). The handler is
+ * per-thread in libxml2, so each entry point sets it. */
+static void quiet(void *ctx, xmlErrorPtr e)
+{
+    (void)ctx, (void)e;
+}
+
+/* ---- params ------------------------------------------------------------ */
+
+static bool known(const char *key, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+static enum status check_keys(const json_t *obj, const char *const *keys, size_t n,
+                              const char *path, struct error *err)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        if (!known(key, keys, n))
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+    }
+    return ST_OK;
+}
+
+static enum status check_xpath(const json_t *v, const char *path, bool need, struct error *err)
+{
+    xmlXPathCompExprPtr c;
+
+    if (!v)
+        return need ? error_set(err, ST_INVALID, "missing \"%s\"", path) : ST_OK;
+    xmlSetStructuredErrorFunc(NULL, quiet);
+    if (!json_is_string(v) || !(c = xmlXPathCompile(BAD_CAST json_string_value(v))))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an XPath expression", path);
+    xmlXPathFreeCompExpr(c);
+    return ST_OK;
+}
+
+static enum status check_req(const json_t *params, const char *key, bool need, const char *path,
+                             struct error *err)
+{
+    const json_t *v = json_object_get(params, key);
+    char sub[200];
+
+    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
+    if (!v)
+        return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
+    return remote_check_request(v, sub, true, err);
+}
+
+static enum status check_strings(const json_t *v, const char *path, struct error *err)
+{
+    size_t i;
+    json_t *x;
+
+    if (!v)
+        return ST_OK;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
+    json_array_foreach(v, i, x)
+    {
+        if (!json_is_string(x))
+            return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
+    }
+    return ST_OK;
+}
+
+static enum status check_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
+                             const char *path, struct error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+
+    if (v && (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi))
+        return error_set(err, ST_INVALID, "invalid \"%s.%s\": must be between %lld and %lld", path,
+                         key, (long long)lo, (long long)hi);
+    return ST_OK;
+}
+
+/* The REST helpers: {"request": ..., "pointer": ..., numbers...}. */
+static enum status check_rest(const json_t *params, const char *key, const char *const *nums,
+                              size_t nnums, const char *path, struct error *err)
+{
+    const json_t *o = json_object_get(params, key), *ptr;
+    const char *keys[8] = {"request", "pointer"};
+    char sub[200];
+
+    if (!o)
+        return ST_OK;
+    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
+    if (!json_is_object(o))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", sub);
+    for (size_t i = 0; i < nnums; i++)
+        keys[2 + i] = nums[i];
+    if (check_keys(o, keys, 2 + nnums, sub, err) != ST_OK ||
+        check_req(o, "request", true, sub, err) != ST_OK)
+        return ST_INVALID;
+    ptr = json_object_get(o, "pointer");
+    if (!json_is_string(ptr) || !json_pointer_valid(json_string_value(ptr)))
+        return error_set(err, ST_INVALID, "invalid \"%s.pointer\": expected a JSON pointer", sub);
+    for (size_t i = 0; i < nnums; i++)
+        if (check_int(o, nums[i], 0, 86400000, sub, err) != ST_OK)
+            return ST_INVALID;
+    return ST_OK;
+}
+
+static enum status check_namespaces(const json_t *ns, const char *path, struct error *err)
+{
+    const char *key;
+    json_t *v;
+
+    if (!ns)
+        return ST_OK;
+    if (!json_is_object(ns))
+        return error_set(err, ST_INVALID, "invalid \"%s.namespaces\": expected an object", path);
+    json_object_foreach((json_t *)ns, key, v)
+    {
+        if (!*key || !json_is_string(v))
+            return error_set(err, ST_INVALID,
+                             "invalid \"%s.namespaces.%s\": expected a prefix and a URI", path,
+                             key);
+    }
+    return ST_OK;
+}
+
+static enum status check_capture(const json_t *cap, const char *path, struct error *err)
+{
+    const char *key;
+    json_t *v;
+    char sub[200];
+
+    if (!cap)
+        return ST_OK;
+    if (!json_is_object(cap))
+        return error_set(err, ST_INVALID, "invalid \"%s.capture\": expected an object", path);
+    json_object_foreach((json_t *)cap, key, v)
+    {
+        xsnprintf(sub, sizeof(sub), "%s.capture.%s", path, key);
+        if (check_xpath(v, sub, true, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return ST_OK;
+}
+
+enum status action_soap_job_check(const json_t *params, const char *path, struct error *err)
+{
+    static const char *const keys[] = {
+        "start",           "status",       "namespaces",  "task_id_xpath",
+        "capture",         "status_xpath", "error_xpath", "completed_date_xpath",
+        "complete_values", "error_values", "is_running",  "row_probe",
+        "readiness",       "cancel",       "cleanup"};
+    static const char *const gate[] = {"confirmations", "min_gap_s", "after_completed_date_s",
+                                       "stuck_after_s"};
+    static const char *const probe[] = {"min_runtime_s", "min_interval_s"};
+    static const char *const ready[] = {"max_attempts", "initial_delay_ms", "max_delay_ms"};
+    char sub[200];
+
+    if (check_keys(params, keys, ARRAY_LEN(keys), path, err) != ST_OK ||
+        check_req(params, "start", true, path, err) != ST_OK ||
+        check_req(params, "status", true, path, err) != ST_OK ||
+        check_req(params, "cancel", false, path, err) != ST_OK ||
+        check_req(params, "cleanup", false, path, err) != ST_OK ||
+        check_namespaces(json_object_get(params, "namespaces"), path, err) != ST_OK ||
+        check_capture(json_object_get(params, "capture"), path, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.task_id_xpath", path);
+    if (check_xpath(json_object_get(params, "task_id_xpath"), sub, true, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.status_xpath", path);
+    if (check_xpath(json_object_get(params, "status_xpath"), sub, true, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.error_xpath", path);
+    if (check_xpath(json_object_get(params, "error_xpath"), sub, false, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.completed_date_xpath", path);
+    if (check_xpath(json_object_get(params, "completed_date_xpath"), sub, false, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.complete_values", path);
+    if (check_strings(json_object_get(params, "complete_values"), sub, err) != ST_OK)
+        return ST_INVALID;
+    xsnprintf(sub, sizeof(sub), "%s.error_values", path);
+    if (check_strings(json_object_get(params, "error_values"), sub, err) != ST_OK)
+        return ST_INVALID;
+    if (check_rest(params, "is_running", gate, ARRAY_LEN(gate), path, err) != ST_OK ||
+        check_rest(params, "row_probe", probe, ARRAY_LEN(probe), path, err) != ST_OK ||
+        check_rest(params, "readiness", ready, ARRAY_LEN(ready), path, err) != ST_OK)
+        return ST_INVALID;
+    return ST_OK;
+}
+
+/* ---- XML answers -------------------------------------------------------- */
+
+/* A parsed answer: never touches the network, never expands entities. */
+static xmlDocPtr parse_xml(const struct remote_response *r)
+{
+    if (!r->body || r->len == 0 || r->len > (size_t)INT32_MAX)
+        return NULL;
+    return xmlReadMemory(r->body, (int)r->len, "answer.xml", NULL,
+                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+}
+
+/* The string value of expr in doc, trimmed; NULL when it matches nothing
+ * or only empty text. Heap. */
+static char *xpath_text(xmlDocPtr doc, const json_t *ns, const char *expr)
+{
+    xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
+    xmlXPathObjectPtr obj;
+    xmlChar *s = NULL;
+    char *out = NULL;
+    const char *key;
+    json_t *v;
+
+    if (!ctx)
+        return NULL;
+    xmlSetStructuredErrorFunc(NULL, quiet);
+    json_object_foreach((json_t *)ns, key, v)
+    {
+        xmlXPathRegisterNs(ctx, BAD_CAST key, BAD_CAST json_string_value(v));
+    }
+    obj = xmlXPathEvalExpression(BAD_CAST expr, ctx);
+    if (obj && !(obj->type == XPATH_NODESET && xmlXPathNodeSetIsEmpty(obj->nodesetval)))
+        s = xmlXPathCastToString(obj);
+    if (s) {
+        size_t a = 0, b = strlen((char *)s);
+        while (a < b && isspace(s[a]))
+            a++;
+        while (b > a && isspace(s[b - 1]))
+            b--;
+        if (b > a)
+            out = xstrndup((char *)s + a, b - a);
+        xmlFree(s);
+    }
+    xmlXPathFreeObject(obj);
+    xmlXPathFreeContext(ctx);
+    return out;
+}
+
+/* A SOAP fault (1.1 faultcode/faultstring or 1.2 Code/Reason): its text in
+ * *msg (heap) and whether the server side is at fault (transient). */
+static bool soap_fault(xmlDocPtr doc, char **msg, bool *server)
+{
+    char *code = xpath_text(doc, NULL,
+                            "(//*[local-name()='Fault']/*[local-name()='faultcode'] | "
+                            "//*[local-name()='Fault']/*[local-name()='Code']/"
+                            "*[local-name()='Value'])[1]");
+    char *text;
+
+    if (!code) {
+        xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
+        xmlXPathObjectPtr o =
+            ctx ? xmlXPathEvalExpression(BAD_CAST "//*[local-name()='Fault']", ctx) : NULL;
+        bool any = o && o->type == XPATH_NODESET && !xmlXPathNodeSetIsEmpty(o->nodesetval);
+        xmlXPathFreeObject(o);
+        xmlXPathFreeContext(ctx);
+        if (!any)
+            return false;
+    }
+    text = xpath_text(doc, NULL,
+                      "(//*[local-name()='Fault']/*[local-name()='faultstring'] | "
+                      "//*[local-name()='Fault']/*[local-name()='Reason']/"
+                      "*[local-name()='Text'])[1]");
+    *server = code && (strstr(code, "Server") || strstr(code, "Receiver"));
+    *msg = xasprintf("%s%s%s", code ? code : "soap:Fault", text ? ": " : "", text ? text : "");
+    free(code);
+    free(text);
+    return true;
+}
+
+/* ---- the action -------------------------------------------------------- */
+
+static const json_t *ns_of(const struct run_ctx *rc)
+{
+    return json_object_get(rc->type->params, "namespaces");
+}
+
+static json_int_t num(const json_t *obj, const char *key, json_int_t def)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) ? json_integer_value(v) : def;
+}
+
+/* A SOAP call: the answer's document (or NULL with the step to take and
+ * rc->error set). */
+static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
+{
+    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_response r;
+    struct error err = {0};
+    xmlDocPtr doc = NULL;
+    char *msg = NULL;
+    bool server = false;
+
+    *fail = STEP_RETRY;
+    if (remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err) == ST_INVALID) {
+        rc_error(rc, "invalid_request", "could not build the %s envelope: %s", key, err.message);
+        *fail = STEP_FAIL;
+        return NULL;
+    }
+    doc = r.transport_error ? NULL : parse_xml(&r);
+    if (doc && soap_fault(doc, &msg, &server)) {
+        rc_error(rc, "soap_fault", "%s: %s", what, msg);
+        *fail = server ? STEP_RETRY : STEP_FAIL;
+        xmlFreeDoc(doc), doc = NULL;
+    } else if (remote_classify(&r) != REMOTE_OK) {
+        remote_error(rc,
+                     remote_classify(&r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
+                     what, &r);
+        *fail = remote_classify(&r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
+        xmlFreeDoc(doc), doc = NULL;
+    } else if (!doc) {
+        remote_error(rc, "soap_malformed", what, &r);
+    }
+    if (r.stopped)
+        *fail = STEP_FAIL;
+    free(msg);
+    remote_response_cleanup(&r);
+    return doc;
+}
+
+/* A REST helper's JSON answer value at its pointer (NULL: no answer). */
+static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *what)
+{
+    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_response r;
+    struct error err = {0};
+    json_t *body = NULL, *val = NULL;
+
+    if (remote_call(json_object_get(helper, "request"), &v, NULL, rc, &r, &err) == ST_INVALID) {
+        LOG(LOG_WARN, "could not build the %s request run=%s: %s", what, rc->run->id, err.message);
+        return NULL;
+    }
+    if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
+        const json_t *x =
+            json_pointer_get(body, json_string_value(json_object_get(helper, "pointer")));
+        val = x ? json_incref((json_t *)x) : json_null();
+    } else {
+        LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);
+    }
+    json_decref(body);
+    remote_response_cleanup(&r);
+    return val;
+}
+
+static bool truthy(const json_t *v)
+{
+    return json_is_true(v) || (json_is_integer(v) && json_integer_value(v) > 0) ||
+           (json_is_real(v) && json_real_value(v) > 0) ||
+           (json_is_string(v) && *json_string_value(v));
+}
+
+/* The task is finished: done, with the captured values as the result. */
+static enum step done(struct run_ctx *rc, json_t *readiness)
+{
+    rc->result = json_deep_copy(rc->poll_state);
+    json_object_del(rc->result, "phase");
+    json_object_del(rc->result, "readiness_attempts");
+    json_object_del(rc->result, "not_running");
+    json_object_del(rc->result, "not_running_at_ms");
+    json_object_del(rc->result, "probe_at_ms");
+    json_object_del(rc->result, "last_error");
+    json_object_set_new(rc->result, "task_id", json_string(rc->external_id));
+    if (readiness)
+        json_object_set_new(rc->result, "readiness", readiness);
+    return STEP_DONE;
+}
+
+/* One readiness check (bounded retries with their own backoff). */
+static enum step readiness_check(struct run_ctx *rc)
+{
+    const json_t *rd = json_object_get(rc->type->params, "readiness");
+    json_int_t attempt = num(rc->poll_state, "readiness_attempts", 0) + 1;
+    json_int_t max = num(rd, "max_attempts", 6), d = num(rd, "initial_delay_ms", 1500);
+    json_t *v;
+
+    if (!rd)
+        return done(rc, NULL);
+    json_object_set_new(rc->poll_state, "phase", json_string("readiness"));
+    json_object_set_new(rc->poll_state, "readiness_attempts", json_integer(attempt));
+    v = rest_value(rc, rd, "readiness");
+    if (truthy(v))
+        return done(rc, v);
+    json_decref(v);
+    if (attempt >= max) {
+        rc_error(rc, "not_ready", "the results of task %s were not ready after %lld checks",
+                 rc->external_id, (long long)attempt);
+        return STEP_FAIL;
+    }
+    for (json_int_t i = 1; i < attempt && d < num(rd, "max_delay_ms", 8000); i++)
+        d *= 2;
+    rc->next_delay_ms = d < num(rd, "max_delay_ms", 8000) ? d : num(rd, "max_delay_ms", 8000);
+    return STEP_WAIT;
+}
+
+static bool in_list(const json_t *list, const char *def, const char *s)
+{
+    size_t i;
+    json_t *x;
+
+    if (!list)
+        return strcmp(s, def) == 0;
+    json_array_foreach(list, i, x)
+    {
+        if (strcasecmp(json_string_value(x), s) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The row probe's fast path: rows already there mean the task finished. */
+static bool probe_sees_rows(struct run_ctx *rc)
+{
+    const json_t *p = json_object_get(rc->type->params, "row_probe");
+    json_int_t last = num(rc->poll_state, "probe_at_ms", -1);
+    json_t *v;
+    bool rows;
+
+    if (!p || rc->waited_ms < num(p, "min_runtime_s", 5) * 1000 ||
+        (last >= 0 && rc->waited_ms - last < num(p, "min_interval_s", 15) * 1000))
+        return false;
+    json_object_set_new(rc->poll_state, "probe_at_ms", json_integer(rc->waited_ms));
+    v = rest_value(rc, p, "row probe");
+    rows = truthy(v);
+    json_decref(v);
+    return rows;
+}
+
+/* The completion gate: true once "not running" was confirmed enough times,
+ * far enough apart. A REST failure changes nothing. */
+static bool confirmed_not_running(struct run_ctx *rc, bool completed_date)
+{
+    const json_t *g = json_object_get(rc->type->params, "is_running");
+    json_int_t n = num(rc->poll_state, "not_running", 0);
+    json_int_t at = num(rc->poll_state, "not_running_at_ms", 0);
+    json_int_t gap = num(g, "min_gap_s", 15) * 1000;
+    json_t *v;
+
+    if (!g || !(completed_date ? rc->waited_ms >= num(g, "after_completed_date_s", 5) * 1000
+                               : rc->waited_ms >= num(g, "stuck_after_s", 180) * 1000))
+        return false;
+    if (n > 0 && rc->waited_ms - at < gap) {
+        rc->next_delay_ms = gap - (rc->waited_ms - at);
+        return false; /* the next confirmation must wait */
+    }
+    v = rest_value(rc, g, "is-running");
+    if (json_is_boolean(v)) {
+        n = json_is_true(v) ? 0 : n + 1;
+        json_object_set_new(rc->poll_state, "not_running", json_integer(n));
+        json_object_set_new(rc->poll_state, "not_running_at_ms", json_integer(rc->waited_ms));
+        if (n > 0 && n < num(g, "confirmations", 2))
+            rc->next_delay_ms = gap;
+    }
+    json_decref(v);
+    return n >= num(g, "confirmations", 2);
+}
+
+static enum step soap_start(struct run_ctx *rc)
+{
+    const json_t *cap = json_object_get(rc->type->params, "capture");
+    enum step fail;
+    xmlDocPtr doc = soap_call(rc, "start", "the start call failed", &fail);
+    char *id;
+    const char *key;
+    json_t *x;
+
+    if (!doc)
+        return fail;
+    id = xpath_text(doc, ns_of(rc),
+                    json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
+    if (!id) {
+        rc_error(rc, "start_no_task_id", "the start answer has no task id at %s",
+                 json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
+        xmlFreeDoc(doc);
+        return STEP_FAIL;
+    }
+    rc_set_external_id(rc, id);
+    rc->poll_state = json_object();
+    json_object_foreach((json_t *)cap, key, x)
+    {
+        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        if (val)
+            json_object_set_new(rc->poll_state, key, json_string(val));
+        free(val);
+    }
+    free(id);
+    xmlFreeDoc(doc);
+    return STEP_WAIT;
+}
+
+static void lower(char *s)
+{
+    for (; s && *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+static enum step soap_poll(struct run_ctx *rc)
+{
+    const json_t *params = rc->type->params, *cd = json_object_get(params, "completed_date_xpath");
+    const json_t *ex = json_object_get(params, "error_xpath");
+    enum step step = STEP_WAIT;
+    char *status, *errmsg, *date = NULL;
+    const char *phase;
+    xmlDocPtr doc;
+
+    phase = json_string_value(json_object_get(rc->poll_state, "phase"));
+    if (phase && strcmp(phase, "readiness") == 0)
+        return readiness_check(rc);
+    if (!(doc = soap_call(rc, "status", "the status call failed", &step)))
+        return step;
+    status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
+    errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
+    date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
+    xmlFreeDoc(doc);
+    lower(status);
+    json_object_set_new(rc->poll_state, "status", status ? json_string(status) : json_null());
+    if (status && in_list(json_object_get(params, "complete_values"), "complete", status))
+        step = readiness_check(rc);
+    else if ((status && in_list(json_object_get(params, "error_values"), "error", status)) ||
+             errmsg) {
+        rc_error(rc, "remote_failed", "task %s failed%s%s", rc->external_id, errmsg ? ": " : "",
+                 errmsg ? errmsg : status);
+        step = STEP_FAIL;
+    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL))
+        step = readiness_check(rc);
+    free(status);
+    free(errmsg);
+    free(date);
+    return step;
+}
+
+const struct action_ops action_soap_job_ops = {
+    .name = "soap_job",
+    .check_params = action_soap_job_check,
+    .start = soap_start,
+    .poll = soap_poll,
+    .cancel = remote_cancel_hook,
+    .cleanup = remote_cleanup_hook,
+};
