@@ -4,6 +4,8 @@
 #   docker run --rm -p 8080:8080 -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
 # Migrations are embedded in the binary; `serve` applies them at start
 # (or run `docker run ... opsrun migrate` first).
+# Every event stream is a connection: for many SSE clients give the container
+# a file limit to match, e.g. `docker run --ulimit nofile=20000:20000 ...`.
 
 FROM debian:12-slim AS build
 RUN apt-get update \

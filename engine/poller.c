@@ -63,7 +63,9 @@ static void count(struct poller *p, int64_t *field, int64_t by)
 
 /* The action's hooks for a run that ended: the remote cancel when opsrun
  * ended it while the remote job may still run (cancel), then cleanup; then
- * the record that they ran. */
+ * the record that they ran. They get a check's time limit of their own
+ * (the claim's lease covers a check and both hooks), not what a slow
+ * check left of its. */
 static void run_hooks(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
                       bool cancel)
 {
@@ -73,6 +75,7 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
     bool ok = true;
     int calls = 0;
 
+    rc->deadline_mono_ms = clock_mono_ms() + (int64_t)rc->type->poll.check_timeout_s * 1000;
     if (cancel && ops->cancel && rc->external_id) {
         calls++;
         if (!ops->cancel(rc)) {

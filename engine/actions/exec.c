@@ -425,11 +425,9 @@ static void error_with_stderr(struct run_ctx *rc, const char *code, const char *
 {
     char tail[STDERR_TAIL + 1];
 
-    memcpy(tail, io->err, io->err_len);
+    for (size_t i = 0; i < io->err_len; i++)
+        tail[i] = io->err[i] == '\0' || io->err[i] == '\r' ? ' ' : io->err[i];
     tail[io->err_len] = '\0';
-    for (char *p = tail; *p; p++)
-        if (*p == '\0' || *p == '\r')
-            *p = ' ';
     utf8_scrub(tail);
     while (io->err_len && (tail[strlen(tail) - 1] == '\n' || tail[strlen(tail) - 1] == ' '))
         tail[strlen(tail) - 1] = '\0', io->err_len--;
@@ -447,8 +445,13 @@ static enum step succeeded(struct run_ctx *rc, struct io *io)
         return STEP_FAIL;
     }
     out = io->out_len ? json_loadb(io->out, io->out_len, 0, NULL) : json_null();
-    if (!out)
-        out = json_pack("{s:s%}", "stdout", io->out, io->out_len);
+    if (!out) { /* not JSON: the text, made valid UTF-8 */
+        for (size_t i = 0; i < io->out_len; i++)
+            if (io->out[i] == '\0')
+                io->out[i] = ' ';
+        utf8_scrub(io->out);
+        out = json_pack("{s:s}", "stdout", io->out);
+    }
     if (json_is_object(out)) {
         rc->summary_counts = json_incref(json_object_get(out, "summary_counts"));
         rc->failure_summary = json_incref(json_object_get(out, "failure_summary"));
