@@ -21,7 +21,9 @@ struct slot {
      * one heartbeat interval. Past it the action stops and nothing is
      * written, even when the maintenance thread is stuck. */
     _Atomic int64_t lease_ms;
-    bool done; /* the terminal write is made; the heartbeat skips it */
+    bool done;     /* the terminal write is made; the heartbeat skips it */
+    bool settling; /* the terminal write has begun: a heartbeat that misses the
+                      run may have missed it because that write committed */
     /* Throttled progress: the action records, maintenance and the worker's
      * final flush write; write_mu keeps those writes in order. */
     pthread_mutex_t write_mu;

@@ -250,7 +250,10 @@ static void free_refs(struct run_ref *refs, size_t n)
 /* After a heartbeat at t0: a run it covered is leased anew; a run taken
  * before t0 that it did not find was rescued, re-claimed or ended elsewhere
  * (this process was frozen or cut off), so its action must stop before it
- * becomes a second live execution, and write nothing. */
+ * becomes a second live execution, and write nothing. A slot already
+ * settling is left alone: its own final write may be why the heartbeat did
+ * not find the run, and its lease still ends any write if it was truly
+ * taken over. */
 static void apply_heartbeat(struct engine *e, const bool *held, int64_t t0)
 {
     pthread_mutex_lock(&e->mu);
@@ -260,7 +263,7 @@ static void apply_heartbeat(struct engine *e, const bool *held, int64_t t0)
             continue;
         if (held[i]) {
             atomic_store(&s->lease_ms, t0 + engine_lease_ms(e));
-        } else if (s->started_ms < t0 && atomic_load(&s->stop) != STOP_LOST) {
+        } else if (!s->settling && s->started_ms < t0 && atomic_load(&s->stop) != STOP_LOST) {
             atomic_store(&s->stop, STOP_LOST);
             LOG(LOG_WARN, "stopping run=%s attempt=%d worker=%s: no longer held by this worker",
                 s->run->id, s->run->attempt, e->worker_id);

@@ -225,6 +225,9 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     int64_t pause = 100;
     enum status st;
 
+    pthread_mutex_lock(&e->mu);
+    s->settling = true;
+    pthread_mutex_unlock(&e->mu);
     for (;;) {
         struct error err = {0};
         struct db *db = NULL;
@@ -321,6 +324,7 @@ static void *worker_main(void *arg)
         s->started_ms = clock_mono_ms();
         atomic_store(&s->lease_ms, s->started_ms + engine_lease_ms(e));
         s->done = false;
+        s->settling = false;
         s->pending = false;
         atomic_store(&s->stop, e->stop_all ? STOP_SHUTDOWN : STOP_NONE);
         e->busy++;

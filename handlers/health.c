@@ -7,6 +7,7 @@
 #include "server/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/polls.h"
 #include "store/runs.h"
 #include "store/workers.h"
 
@@ -100,11 +101,14 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
     struct error err = {0};
     struct db *db = NULL;
     json_t *counts = NULL, *workers = NULL;
+    int64_t overdue = 0, lag_ms = 0;
     enum status st = health_db(hc, &db, &err);
 
     (void)rq;
     if (st == ST_OK)
         st = store_runs_counts(db, &counts, &err);
+    if (st == ST_OK)
+        st = store_polls_lag(db, &overdue, &lag_ms, &err);
     if (st == ST_OK)
         st = store_workers_list(db, &workers, &err);
     db_pool_put(hc->pool, db);
@@ -114,10 +118,11 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         return ST_OK;
     }
     reply_json_take(rp, 200,
-                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o}", "status", "ok", "draining",
-                              hc->draining && atomic_load(hc->draining), "database", "ok", "engine",
-                              engine_json(hc), "streams", streams_json(hc), "runs", counts,
-                              "workers", workers));
+                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:{s:I, s:I}, s:o}", "status", "ok",
+                              "draining", hc->draining && atomic_load(hc->draining), "database",
+                              "ok", "engine", engine_json(hc), "streams", streams_json(hc), "runs",
+                              counts, "polls", "overdue", (json_int_t)overdue, "lag_ms",
+                              (json_int_t)lag_ms, "workers", workers));
     return ST_OK;
 }
 

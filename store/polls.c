@@ -55,12 +55,19 @@ static const struct stmt S_HOOKS_CLAIM = {
     "UPDATE runs r SET hooks_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, hooks_attempts = r.hooks_attempts + 1 FROM due WHERE "
               "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
+/* NULL when nothing is scheduled (greatest() would turn that into 0, "due
+ * now", and the scheduler would claim in a loop on an idle server). */
 static const struct stmt S_NEXT_DUE = {
     "polls_next_due",
-    "SELECT greatest(0, (extract(epoch FROM least("
+    "SELECT CASE WHEN t IS NULL THEN NULL ELSE greatest(0, (extract(epoch FROM t - now()) * "
+    "1000)::bigint) END FROM (SELECT least("
     "(SELECT min(next_poll_at) FROM runs WHERE status = 'waiting' AND type = ANY ($1::text[])), "
     "(SELECT min(hooks_at) FROM runs WHERE hooks_at IS NOT NULL AND type = ANY ($1::text[]))) "
-    "- now()) * 1000)::bigint)"};
+    "AS t) x"};
+static const struct stmt S_LAG = {
+    "polls_lag",
+    "SELECT count(*), coalesce((extract(epoch FROM now() - min(next_poll_at)) * 1000)::bigint, 0) "
+    "FROM runs WHERE status = 'waiting' AND next_poll_at < now() - interval '1 second'"};
 static const struct stmt S_AGAIN = {
     "polls_again",
     "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, poll_owner = NULL, "
@@ -260,4 +267,18 @@ enum status store_hooks_done(struct db *db, const char *tenant, const char *id, 
     if (st == ST_OK)
         PQclear(r);
     return st;
+}
+
+enum status store_polls_lag(struct db *db, int64_t *overdue, int64_t *lag_ms, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_LAG, 0, NULL, &r, err);
+
+    *overdue = *lag_ms = 0;
+    if (st != ST_OK)
+        return st;
+    *overdue = db_i64(r, 0, 0);
+    *lag_ms = db_i64(r, 0, 1);
+    PQclear(r);
+    return ST_OK;
 }

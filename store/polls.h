@@ -50,6 +50,12 @@ enum status store_hooks_claim(struct db *db, const char *owner, int limit, int64
 enum status store_polls_next_due(struct db *db, const char *const *types, size_t ntypes,
                                  int64_t *ms, struct error *err) WUR;
 
+/* Over every replica: waiting runs whose check is overdue by more than a
+ * second (*overdue), and how late the most overdue one is (*lag_ms, 0 when
+ * none). A check in flight is not overdue. */
+enum status store_polls_lag(struct db *db, int64_t *overdue, int64_t *lag_ms,
+                            struct error *err) WUR;
+
 /* Identifies one claimed check. */
 struct poll_fence {
     const char *tenant, *id, *owner;

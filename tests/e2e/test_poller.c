@@ -232,6 +232,48 @@ START_TEST(success_and_schedule)
 }
 END_TEST
 
+/* ---- an idle poller ---------------------------------------------------- */
+
+/* With a pollable type configured and nothing waiting, the poller sleeps
+ * (it once claimed in a loop: 16,000 transactions a second on an idle
+ * server); a waiting run that no replica polls shows in /healthz as an
+ * overdue check with its lag. */
+START_TEST(idle_and_lag)
+{
+    struct th_proc p;
+    struct th_resp r;
+    long long x0, x1;
+    json_t *polls;
+    char *id;
+
+    start(&p, "e2e_poll_idle", FAST_POLL, NULL);
+    id = submit(&p, "idle-1", "done_after:1");
+    json_decref(wait_done(&p, id, 20));
+    th_sleep_ms(1500); /* hooks done, stats flushed */
+    x0 = th_sql_int(g_db, "SELECT xact_commit FROM pg_stat_database WHERE datname = "
+                          "current_database()");
+    th_sleep_ms(3000);
+    x1 = th_sql_int(g_db, "SELECT xact_commit FROM pg_stat_database WHERE datname = "
+                          "current_database()");
+    fprintf(stderr, "idle: %lld transactions in 3 s\n", x1 - x0);
+    ck_assert_msg(x1 - x0 < 150, "an idle server committed %lld transactions in 3 s", x1 - x0);
+
+    PQclear(th_sql(g_db, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, "
+                         "timeout_s, input, identity_hash, request_hash, external_id, "
+                         "next_poll_at, poll_started_at) VALUES ('default', 'orphan-wait', "
+                         "'not_here', 'waiting', 1, 1, 60, '{}', 'ow', 'req', 'x-1', "
+                         "now() - interval '5 s', now() - interval '6 s')"));
+    th_get(p.url, "/healthz", &r);
+    polls = json_object_get(r.json, "polls");
+    ck_assert_int_eq(th_ji(polls, "overdue"), 1);
+    ck_assert_msg(th_ji(polls, "lag_ms") >= 4900, "lag %lld ms", th_ji(polls, "lag_ms"));
+    th_resp_free(&r);
+    PQclear(th_sql(g_db, "DELETE FROM runs WHERE id = 'orphan-wait'"));
+    free(id);
+    stop(&p);
+}
+END_TEST
+
 /* ---- remote outcomes -------------------------------------------------- */
 
 /* Every way a remote job can end, one run each, in one process. */
@@ -950,6 +992,7 @@ static Suite *poller_suite(void)
         int timeout;
     } cases[] = {
         {"success_and_schedule", success_and_schedule, 60},
+        {"idle_and_lag", idle_and_lag, 60},
         {"remote_outcomes", remote_outcomes, 90},
         {"unknown_state_and_gone_options", unknown_state_and_gone_options, 60},
         {"budgets", budgets, 90},

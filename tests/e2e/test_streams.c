@@ -689,7 +689,7 @@ START_TEST(cross_replica)
     th_start(&b, conninfo, args_b, NULL);
     th_start(&c, conninfo, args_c, NULL);
 
-    gb = open_stream(&b, "/stream", NULL);
+    gb = open_stream(&b, "/stream", "0"); /* events, not snapshots read after the 200 */
     id = th_submit(&a,
                    "{\"alert_type\":\"xa\",\"run_id\":\"x-1\",\"data\":{\"duration_ms\":1500,"
                    "\"steps\":10}}",
@@ -807,7 +807,7 @@ START_TEST(pg_restart_mid_stream)
     start(&p, "e2e_sse_pgrestart",
           "{\"queue\": {\"heartbeat_interval_s\": 1, \"orphan_after_s\": 4}, "
           "\"sse\": {\"heartbeat_ms\": 500}}");
-    s = open_stream(&p, "/stream", NULL);
+    s = open_stream(&p, "/stream", "0"); /* events, not snapshots read after the 200 */
     for (int i = 0; i < 4; i++) {
         char rid[16];
         snprintf(rid, sizeof(rid), "pg-%d", i);
@@ -902,16 +902,21 @@ START_TEST(stalled_client_dropped)
     struct ids slow_ids = {0}, want;
     pthread_t th;
     char *pad = malloc(8001), *body = malloc(9000), lid[32];
-    long long end, t0;
+    long long head, end, t0;
 
     memset(pad, 'x', 8000);
     pad[8000] = '\0';
     start(&p, "e2e_sse_stall",
           "{\"sse\": {\"ring_frames\": 128, \"ring_bytes\": 1048576, \"send_timeout_s\": 2, "
           "\"heartbeat_ms\": 500, \"send_buffer_bytes\": 65536}}");
-    slow = th_sse_open(p.port, "/stream", NULL, 4096);
+    /* Both resume from the current head: without Last-Event-ID a /stream
+     * opens with snapshots read after the 200, and a run the loop below
+     * starts meanwhile would arrive as a snapshot, not as its events. */
+    head = max_event_id(NULL);
+    snprintf(lid, sizeof(lid), "%lld", head);
+    slow = th_sse_open(p.port, "/stream", lid, 4096);
     ck_assert_int_eq(slow->status, 200);
-    fast.s = open_stream(&p, "/stream", NULL);
+    fast.s = open_stream(&p, "/stream", lid);
     ck_assert_int_eq(pthread_create(&th, NULL, fast_reader, &fast), 0);
     t0 = th_now_ms();
     for (int i = 0; i < 50; i++) {
@@ -934,7 +939,7 @@ START_TEST(stalled_client_dropped)
     end = max_event_id(NULL);
     __atomic_store_n(&fast.end, end, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
-    want = db_ids(NULL, 0, end);
+    want = db_ids(NULL, head, end);
     ck_assert_msg(!fast.cut, "the fast client was cut off");
     ids_expect(&fast.got, &want, "the fast client");
     fprintf(stderr, "stall: %d events (%lld bytes to the fast client) in %lld ms\n", fast.got.n,
@@ -950,7 +955,7 @@ START_TEST(stalled_client_dropped)
     }
     ck_assert_msg(!slow->clean_end, "the stalled client's stream ended cleanly, not dropped");
     ck_assert_msg(slow_ids.n < want.n, "the stalled client got everything (%d)", slow_ids.n);
-    snprintf(lid, sizeof(lid), "%lld", slow_ids.n ? slow_ids.v[slow_ids.n - 1] : 0);
+    snprintf(lid, sizeof(lid), "%lld", slow_ids.n ? slow_ids.v[slow_ids.n - 1] : head);
     slow2 = open_stream(&p, "/stream", lid);
     while ((slow_ids.n == 0 || slow_ids.v[slow_ids.n - 1] < end) &&
            th_sse_next(slow2, &ev, 5000) == 1) {
