@@ -8,7 +8,7 @@
 #define OPSRUN_ENGINE_H
 
 #include "common/common.h"
-#include "server/cfg.h"
+#include "config/config.h"
 
 struct db_pool;
 struct engine;

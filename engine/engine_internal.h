@@ -3,7 +3,7 @@
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
-#include "engine/action.h"
+#include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "store/runs.h"
 

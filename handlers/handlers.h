@@ -6,7 +6,7 @@
 #define OPSRUN_HANDLERS_H
 
 #include "common/common.h"
-#include "server/cfg.h"
+#include "config/config.h"
 #include "store/runs.h"
 
 #include <jansson.h>

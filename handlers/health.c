@@ -4,7 +4,7 @@
 
 #include "common/util.h"
 #include "engine/engine.h"
-#include "server/hub.h"
+#include "live/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
 #include "store/polls.h"

@@ -9,9 +9,9 @@
 #include "server/http.h"
 
 #include "common/log.h"
-#include "server/hub.h"
+#include "live/hub.h"
 #include "server/route.h"
-#include "server/sse.h"
+#include "live/sse.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

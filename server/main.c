@@ -3,10 +3,11 @@
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
 #include "common/log.h"
+#include "engine/actions/action.h"
 #include "engine/engine.h"
-#include "server/cfg.h"
+#include "config/config.h"
 #include "server/http.h"
-#include "server/hub.h"
+#include "live/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
 
@@ -117,7 +118,7 @@ static int build_config(const struct cli *cli, struct config *cfg)
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
     enum status st = ST_OK;
 
-    cfg_init(cfg);
+    cfg_init(cfg, &action_registry);
     if (path && *path)
         st = cfg_load_file(cfg, path, &err);
     if (st == ST_OK)

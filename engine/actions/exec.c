@@ -14,8 +14,7 @@
  * the tail of stderr. Lines "progress <0-100> <step text>" on fd 3 are
  * progress. On cancel, timeout or shutdown the group gets SIGTERM, then
  * SIGKILL after grace_ms. */
-#include "engine/action.h"
-#include "engine/actions/actions.h"
+#include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
 #include "common/log.h"
@@ -79,7 +78,7 @@ static enum status check_int(const json_t *params, const char *key, json_int_t l
     return ST_OK;
 }
 
-enum status action_exec_check(const json_t *params, const char *path, struct error *err)
+static enum status exec_check_params(const json_t *params, const char *path, struct error *err)
 {
     static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes"};
     const json_t *env = json_object_get(params, "env"), *cwd = json_object_get(params, "cwd");
@@ -527,6 +526,6 @@ static enum step exec_start(struct run_ctx *rc)
 
 const struct action_ops action_exec_ops = {
     .name = "exec",
-    .check_params = action_exec_check,
+    .check_params = exec_check_params,
     .start = exec_start,
 };

@@ -9,8 +9,7 @@
  * is set). Timeouts, connection errors, 408, 429 and 5xx are transient (a
  * retry at the start, a failed check afterwards); 404 and 410 while polling
  * are "gone"; other 4xx fail. */
-#include "engine/action.h"
-#include "engine/actions/actions.h"
+#include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
 #include <stdlib.h>
@@ -40,7 +39,7 @@ static bool key_known(const char *key)
     return false;
 }
 
-enum status action_http_check(const json_t *params, const char *path, struct error *err)
+static enum status http_check_params(const json_t *params, const char *path, struct error *err)
 {
     const char *key;
     json_t *v;
@@ -225,7 +224,7 @@ static enum step http_poll(struct run_ctx *rc)
 
 const struct action_ops action_http_ops = {
     .name = "http",
-    .check_params = action_http_check,
+    .check_params = http_check_params,
     .start = http_start,
     .poll = http_poll,
     .cancel = remote_cancel_hook,

@@ -2,7 +2,7 @@
  * JSON pointers for the remote actions (engine/actions/remote.h). */
 #include "engine/actions/remote.h"
 
-#include "engine/action.h"
+#include "engine/actions/action.h"
 
 #include "common/log.h"
 

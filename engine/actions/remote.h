@@ -28,7 +28,7 @@
 
 #include "common/common.h"
 
-#include "engine/action.h"
+#include "engine/actions/action.h"
 
 #include <jansson.h>
 

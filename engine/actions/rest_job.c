@@ -8,8 +8,7 @@
  * "gone" says (failed by default). cancel and cleanup: optional requests.
  * Network errors, 408, 429 and 5xx are transient: a retry at submit, a
  * failed check (counted against the poll budget) afterwards. */
-#include "engine/action.h"
-#include "engine/actions/actions.h"
+#include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
 #include <stdlib.h>
@@ -51,7 +50,7 @@ static enum status check_request(const json_t *params, const char *key, const ch
     return remote_check_request(v, sub, true, err);
 }
 
-enum status action_rest_job_check(const json_t *params, const char *path, struct error *err)
+static enum status rest_job_check_params(const json_t *params, const char *path, struct error *err)
 {
     const json_t *id = json_object_get(params, "id_pointer");
     const char *key;
@@ -158,7 +157,7 @@ static enum step rest_job_poll(struct run_ctx *rc)
 
 const struct action_ops action_rest_job_ops = {
     .name = "rest_job",
-    .check_params = action_rest_job_check,
+    .check_params = rest_job_check_params,
     .start = rest_job_start,
     .poll = rest_job_poll,
     .cancel = remote_cancel_hook,

@@ -17,8 +17,7 @@
  * SOAP faults: Client/Sender faults fail the run, Server/Receiver faults
  * are transient. cleanup (and cancel) are optional requests. Answers are
  * parsed by libxml2 without network access or entity expansion. */
-#include "engine/action.h"
-#include "engine/actions/actions.h"
+#include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
 #include "common/log.h"
@@ -181,7 +180,7 @@ static enum status check_capture(const json_t *cap, const char *path, struct err
     return ST_OK;
 }
 
-enum status action_soap_job_check(const json_t *params, const char *path, struct error *err)
+static enum status soap_job_check_params(const json_t *params, const char *path, struct error *err)
 {
     static const char *const keys[] = {
         "start",           "status",       "namespaces",  "task_id_xpath",
@@ -568,7 +567,7 @@ static enum step soap_poll(struct run_ctx *rc)
 
 const struct action_ops action_soap_job_ops = {
     .name = "soap_job",
-    .check_params = action_soap_job_check,
+    .check_params = soap_job_check_params,
     .start = soap_start,
     .poll = soap_poll,
     .cancel = remote_cancel_hook,

@@ -8,7 +8,8 @@
 
 #include "common/common.h"
 #include "handlers/handlers.h"
-#include "server/cfg.h"
+#include "config/config.h"
+#include "engine/actions/action.h"
 
 #include <jansson.h>
 
@@ -96,7 +97,7 @@ static inline void fuzz_routing_init(struct config *cfg)
 {
     struct error err = {0};
 
-    cfg_init(cfg);
+    cfg_init(cfg, &action_registry);
     if (cfg_load_json(cfg, fuzz_routing_config, &err) != ST_OK ||
         cfg_validate(cfg, &err) != ST_OK) {
         fprintf(stderr, "fuzz: routing configuration: %s\n", err.message);

@@ -5,6 +5,7 @@
  * give the same configuration (run types merge, routes replace). Operators
  * write these files; they are still input. */
 #include "tests/fuzz/fuzz.h"
+#include "engine/actions/simulate.h"
 
 static void use(const struct config *cfg)
 {
@@ -30,8 +31,8 @@ static void use(const struct config *cfg)
         enum sim_fail fail = SIM_FAIL_NEVER;
         struct error err = {0};
         FUZZ_CHECK(cfg_run_type(cfg, rt->name) == rt);
-        FUZZ_CHECK(cfg_sim_params(rt->params, "params", &duration, &steps, &fail, &first_n, &err) ==
-                   ST_OK);
+        FUZZ_CHECK(simulate_params(rt->params, "params", &duration, &steps, &fail, &first_n,
+                                   &err) == ST_OK);
     }
 }
 
@@ -42,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct error err = {0};
     json_t *once, *twice;
 
-    cfg_init(&cfg);
+    cfg_init(&cfg, &action_registry);
     if (cfg_load_json(&cfg, text, &err) != ST_OK || cfg_validate(&cfg, &err) != ST_OK) {
         FUZZ_CHECK(err.message[0] != '\0');
         goto out;

@@ -1,7 +1,8 @@
 /* tests/unit/test_cfg.c — the configuration: defaults, the JSON file, the
  * environment, flags, validation messages (asserted exactly), routing and
  * --print-config output. */
-#include "server/cfg.h"
+#include "config/config.h"
+#include "engine/actions/action.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@ static struct config cfg;
 
 static void setup(void)
 {
-    cfg_init(&cfg);
+    cfg_init(&cfg, &action_registry);
 }
 
 static void teardown(void)
@@ -138,7 +139,7 @@ START_TEST(test_cleanup_twice)
 {
     cfg_cleanup(&cfg);
     cfg_cleanup(&cfg);
-    cfg_init(&cfg);
+    cfg_init(&cfg, &action_registry);
 }
 END_TEST
 
@@ -1060,7 +1061,7 @@ START_TEST(test_to_json_round_trip)
     json_object_del(a, "sources");
     json_object_del(a, "config_path");
     text = json_dumps(a, 0);
-    cfg_init(&again);
+    cfg_init(&again, &action_registry);
     ck_assert_msg(cfg_load_json(&again, text, &err) == ST_OK, "%s", err.message);
     b = cfg_to_json(&again);
     json_object_del(b, "sources");
@@ -1070,86 +1071,6 @@ START_TEST(test_to_json_round_trip)
     json_decref(b);
     free(text);
     cfg_cleanup(&again);
-}
-END_TEST
-
-/* ---- simulate parameters ---- */
-
-START_TEST(test_sim_params_layering)
-{
-    int64_t duration = 100;
-    int steps = 4, first_n = 0;
-    enum sim_fail fail = SIM_FAIL_NEVER;
-    json_t *params = json_loads("{\"steps\": 2, \"fail\": \"transient\"}", 0, NULL);
-    json_t *input = json_loads("{\"fail\": \"first:3\", \"labels\": {\"a\": \"b\"}}", 0, NULL);
-    struct error err = {0};
-
-    ck_assert_int_eq(cfg_sim_params(NULL, "params", &duration, &steps, &fail, &first_n, &err),
-                     ST_OK);
-    ck_assert_int_eq(cfg_sim_params(params, "params", &duration, &steps, &fail, &first_n, &err),
-                     ST_OK);
-    ck_assert_int_eq(duration, 100);
-    ck_assert_int_eq(steps, 2);
-    ck_assert_int_eq(fail, SIM_FAIL_TRANSIENT);
-    /* An input's other keys are its own business. */
-    ck_assert_int_eq(cfg_sim_params(input, "input", &duration, &steps, &fail, &first_n, &err),
-                     ST_OK);
-    ck_assert_int_eq(steps, 2);
-    ck_assert_int_eq(fail, SIM_FAIL_FIRST);
-    ck_assert_int_eq(first_n, 3);
-    json_decref(params);
-    json_decref(input);
-}
-END_TEST
-
-START_TEST(test_sim_params_errors_touch_nothing)
-{
-    int64_t duration = 100;
-    int steps = 4, first_n = 0;
-    enum sim_fail fail = SIM_FAIL_NEVER;
-    json_t *input =
-        json_loads("{\"duration_ms\": 5, \"fail\": \"never\", \"steps\": \"x\"}", 0, NULL);
-    json_t *arr = json_array();
-    struct error err = {0};
-
-    ck_assert_int_eq(cfg_sim_params(input, "input", &duration, &steps, &fail, &first_n, &err),
-                     ST_INVALID);
-    ck_assert_str_eq(err.message, "invalid \"input.steps\": expected an integer");
-    ck_assert_int_eq(duration, 100);
-    ck_assert_int_eq(steps, 4);
-    ck_assert_int_eq(cfg_sim_params(arr, "input", &duration, &steps, &fail, &first_n, &err),
-                     ST_INVALID);
-    ck_assert_str_eq(err.message, "invalid \"input\": expected an object");
-    ck_assert_int_eq(cfg_sim_params(input, NULL, &duration, &steps, &fail, &first_n, &err),
-                     ST_INVALID);
-    ck_assert_str_eq(err.message, "invalid \"steps\": expected an integer");
-    json_decref(input);
-    json_decref(arr);
-}
-END_TEST
-
-START_TEST(test_sim_params_fail_values)
-{
-    static const struct {
-        const char *fail;
-        enum sim_fail want;
-        int n;
-    } cases[] = {{"never", SIM_FAIL_NEVER, -1},
-                 {"permanent", SIM_FAIL_PERMANENT, -1},
-                 {"transient", SIM_FAIL_TRANSIENT, -1},
-                 {"first:0", SIM_FAIL_FIRST, 0},
-                 {"first:100", SIM_FAIL_FIRST, 100}};
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int64_t duration = 0;
-        int steps = 0, first_n = -1;
-        enum sim_fail fail = SIM_FAIL_PERMANENT;
-        json_t *obj = json_pack("{s:s}", "fail", cases[i].fail);
-        struct error err = {0};
-        ck_assert_int_eq(cfg_sim_params(obj, "p", &duration, &steps, &fail, &first_n, &err), ST_OK);
-        ck_assert_int_eq(fail, cases[i].want);
-        ck_assert_int_eq(first_n, cases[i].n);
-        json_decref(obj);
-    }
 }
 END_TEST
 
@@ -1186,9 +1107,6 @@ static Suite *cfg_suite(void)
     tcase_add_loop_test(tc, test_bad_flag, 0, (int)(sizeof(bad_flags) / sizeof(bad_flags[0])));
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_load_file_errors);
-    tcase_add_test(tc, test_sim_params_layering);
-    tcase_add_test(tc, test_sim_params_errors_touch_nothing);
-    tcase_add_test(tc, test_sim_params_fail_values);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tr, setup, teardown);

@@ -5,7 +5,7 @@
  * keep-alives (also falling due in the middle of a frame), the skip rules
  * of the seam, the end of a run stream, lagging behind the ring, the
  * subscriber limit, waiters, and close. */
-#include "server/hub.h"
+#include "live/hub.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* tests/unit/test_sse.c — the pure parts of the streams: Last-Event-ID
  * parsing, SSE frame formatting (with and without the id: line, data with
  * newlines), and the JSON compaction applied to every frame. */
-#include "server/hub.h"
-#include "server/sse.h"
+#include "live/hub.h"
+#include "live/sse.h"
 
 #include <check.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* server/sse.c — SSE streams: the database prelude, then the hub's live
  * frames (server/sse.h). */
-#include "server/sse.h"
+#include "live/sse.h"
 
 #include "common/log.h"
 #include "store/db.h"

@@ -1,4 +1,4 @@
-/* engine/action.h — how a run does its work. A run type names an action; an
+/* engine/actions/action.h — how a run does its work. A run type names an action; an
  * action is a table of functions.
  *
  * start() runs on a worker thread and must return promptly once
@@ -22,12 +22,13 @@
  * times out; cleanup() after every terminal transition of a run that waited
  * or ran a remote action. Both are best effort: failures are logged and
  * counted, and never change the run's outcome. poll/cancel/cleanup may be
- * NULL. check_params validates a run type's params at configuration load. */
-#ifndef OPSRUN_ENGINE_ACTION_H
-#define OPSRUN_ENGINE_ACTION_H
+ * NULL. check_params (required) validates a run type's params when the
+ * configuration is loaded; its errors name keys under path. */
+#ifndef OPSRUN_ENGINE_ACTIONS_ACTION_H
+#define OPSRUN_ENGINE_ACTIONS_ACTION_H
 
 #include "common/common.h"
-#include "server/cfg.h"
+#include "config/config.h"
 #include "store/runs.h"
 
 #include <jansson.h>
@@ -71,8 +72,11 @@ struct action_ops {
     bool (*cleanup)(struct run_ctx *rc); /* true when it worked */
 };
 
-/* The built-in actions by name; NULL when unknown. */
+/* The built-in actions by name (registry.c); NULL when unknown. */
 const struct action_ops *action_find(const char *name);
+/* The same registry as configuration sees it: cfg_init takes it, so that a
+ * run type's action must exist and its params pass the action's check. */
+extern const struct cfg_actions action_registry;
 
 /* True once the run should stop: cancel requested, shutdown, deadline, or
  * the end of its lease (another replica may be rescuing it). */

@@ -1,20 +1,31 @@
-/* server/cfg.h — the configuration: built-in defaults, then the JSON file,
- * then environment variables, then command-line flags. Built once in main,
- * validated, and read-only afterwards (safe to read from any thread).
- * Errors name the key: `invalid "queue.workers": must be between 1 and 1024`. */
-#ifndef OPSRUN_CFG_H
-#define OPSRUN_CFG_H
+/* config/config.h — the configuration: built-in defaults, then the JSON
+ * file, then environment variables, then command-line flags. Built once in
+ * main, validated, and read-only afterwards (safe to read from any thread).
+ * Errors name the key: `invalid "queue.workers": must be between 1 and 1024`.
+ *
+ * Configuration sits below everything that reads it (engine, actions,
+ * handlers, the process). It knows actions only through struct cfg_actions,
+ * which the action registry provides and main passes to cfg_init: a run
+ * type's "action" must exist there, and its "params" are checked by it. */
+#ifndef OPSRUN_CONFIG_H
+#define OPSRUN_CONFIG_H
 
-#include "../common/common.h"
-#include "../common/log.h"
+#include "common/common.h"
+#include "common/log.h"
 
 #include <jansson.h>
 #include <regex.h>
 
 enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
 
-/* The simulate action's parameters (also the per-input overrides). */
-enum sim_fail { SIM_FAIL_NEVER, SIM_FAIL_PERMANENT, SIM_FAIL_TRANSIENT, SIM_FAIL_FIRST };
+/* The actions as configuration sees them: whether one exists, and the check
+ * of a run type's params, whose errors name keys under path
+ * ("run_types.etl.params.url"). Both reentrant. */
+struct cfg_actions {
+    bool (*exists)(const char *action);
+    enum status (*check_params)(const char *action, const json_t *params, const char *path,
+                                struct error *err);
+};
 
 /* How the poller drives a run of this type while it waits on an external
  * job: the delay before check n is min(initial * multiplier^(n-1), max),
@@ -57,6 +68,8 @@ struct route {
 };
 
 struct config {
+    const struct cfg_actions *actions; /* borrowed; outlives the configuration */
+
     /* top level */
     char *listen;             /* "127.0.0.1:8080" */
     char *database_url;       /* NULL = none given (scripts then start a private cluster) */
@@ -118,12 +131,13 @@ struct config {
     char *default_route; /* run type when no route matches; NULL = none */
 
     /* Where each top-level scalar came from, for --print-config. Indexed by
-     * the option table of cfg.c; opaque to other modules. */
+     * the option table of config.c; opaque to other modules. */
     enum cfg_source *sources;
 };
 
-/* Defaults only. */
-void cfg_init(struct config *cfg);
+/* Defaults only, and the built-in run type "demo" (simulate). actions must
+ * outlive cfg. */
+void cfg_init(struct config *cfg, const struct cfg_actions *actions);
 void cfg_cleanup(struct config *cfg);
 
 /* Applies a JSON document (the config file's text). Unknown keys, wrong
@@ -168,16 +182,5 @@ const struct run_type *cfg_route(const struct config *cfg, const char *alert_typ
  * a "sources" object naming the source of every scalar option by its JSON
  * path ("queue.workers": "env"). New reference; NULL if jansson fails. */
 json_t *cfg_to_json(const struct config *cfg);
-
-/* The simulate action's parameters in obj (run type params, or a run's
- * input): "duration_ms" 0..86400000, "steps" 0..1000, "fail" "never" |
- * "permanent" | "transient" | "first:N" (N 0..100). Outputs are left
- * untouched for absent keys, and all of them on error, so callers layer input
- * over params over defaults. Other keys are ignored here (an alert's input
- * holds much else); the loader rejects them in params. Errors name
- * key_prefix.key. obj NULL is a no-op. */
-enum status cfg_sim_params(const json_t *obj, const char *key_prefix, int64_t *duration_ms,
-                           int *steps, enum sim_fail *fail, int *fail_first_n,
-                           struct error *err) WUR;
 
 #endif

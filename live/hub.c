@@ -2,7 +2,7 @@
  * long-poll waiters (server/hub.h). Lock order: hub->mu, then whatever the
  * wake callbacks take (MHD's own mutexes); MHD never calls us with its lock
  * held on a path that takes hub->mu (docs/architecture.md, "Live streams"). */
-#include "server/hub.h"
+#include "live/hub.h"
 
 #include "common/log.h"
 

@@ -29,7 +29,7 @@
 #ifndef OPSRUN_SERVER_SSE_H
 #define OPSRUN_SERVER_SSE_H
 
-#include "server/hub.h"
+#include "live/hub.h"
 
 struct db_pool;
 struct sse_stream;

@@ -1,30 +1,11 @@
-/* engine/action.c — the action registry and the run context helpers. */
-#include "engine/action.h"
+/* engine/actions/action.c — the run context helpers every action uses. */
+#include "engine/actions/action.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-extern const struct action_ops action_simulate_ops;
-extern const struct action_ops action_rest_job_ops;
-extern const struct action_ops action_exec_ops;
-extern const struct action_ops action_http_ops;
-extern const struct action_ops action_soap_job_ops;
-
-static const struct action_ops *const actions[] = {
-    &action_simulate_ops, &action_rest_job_ops, &action_exec_ops,
-    &action_http_ops,     &action_soap_job_ops,
-};
-
-const struct action_ops *action_find(const char *name)
-{
-    for (size_t i = 0; i < ARRAY_LEN(actions); i++)
-        if (strcmp(actions[i]->name, name) == 0)
-            return actions[i];
-    return NULL;
-}
 
 bool rc_should_stop(const struct run_ctx *rc)
 {

@@ -1,0 +1,344 @@
+/* config/config.c — the top-level option table (cfg_opts), the life cycle
+ * of a configuration, its sources (the JSON file, the environment, flags),
+ * the cross-field checks and the lookups. Every error names the key, the
+ * variable or the flag. */
+#include "config/config_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FILE_MAX ((size_t)4 << 20)
+
+/* clang-format off */
+#define CFG_OFF(f) offsetof(struct config, f)
+#define CFG_NUM(t, f, d, lo, hi) OPT_NUM(t, f, d, lo, hi, CFG_OFF(f))
+
+/* Bounds are the contract of config.h; sources[] is indexed by this table. */
+const struct opt cfg_opts[] = {
+    {.key = "listen", .env = "OPSRUN_LISTEN", .flag = "listen", .type = OPT_STR,
+     .def_str = "127.0.0.1:8080", .off = CFG_OFF(listen), .check = check_listen},
+    {.key = "database_url", .env = "OPSRUN_DATABASE_URL", .flag = "database-url", .type = OPT_STR,
+     .flags = OPT_NULL | OPT_SECRET, .off = CFG_OFF(database_url)},
+    {.key = "config_path", .env = "OPSRUN_CONFIG", .flag = "config", .type = OPT_STR,
+     .flags = OPT_NULL | OPT_NOFILE | OPT_NOSET, .off = CFG_OFF(config_path)},
+    {.key = "tenant_default", .type = OPT_STR, .def_str = "default",
+     .off = CFG_OFF(tenant_default), .check = check_name},
+    {.key = "log.level", .env = "OPSRUN_LOG_LEVEL", .flag = "log-level", .type = OPT_LEVEL,
+     .def = LOG_INFO, .off = CFG_OFF(log_level)},
+    {.key = "log.json", .type = OPT_BOOL, .def = 0, .off = CFG_OFF(log_json)},
+    CFG_NUM(OPT_INT,  http.threads,                 4,       2,    64),
+    CFG_NUM(OPT_INT,  http.connection_limit,        10000,   1,    1000000),
+    CFG_NUM(OPT_INT,  http.connection_timeout_s,    60,      1,    3600),
+    CFG_NUM(OPT_I64,  http.max_body_bytes,          1048576, 1024, 67108864),
+    {.key = "db.pool_size", .type = OPT_INT, .flags = OPT_ZERO, .def = 0, .min = 2, .max = 1000,
+     .off = CFG_OFF(db.pool_size)},
+    CFG_NUM(OPT_INT,  db.pool_wait_ms,              2000,    0,    600000),
+    CFG_NUM(OPT_INT,  db.connect_timeout_s,         3,       1,    600),
+    CFG_NUM(OPT_INT,  db.statement_timeout_ms,      10000,   1,    3600000),
+    {.key = "queue.workers", .env = "OPSRUN_WORKERS", .flag = "workers", .type = OPT_INT,
+     .def = 8, .min = 1, .max = 1024, .off = CFG_OFF(queue.workers)},
+    CFG_NUM(OPT_INT,  queue.max_running,            64,      1,    100000),
+    CFG_NUM(OPT_INT,  queue.claim_batch,            16,      1,    1000),
+    CFG_NUM(OPT_INT,  queue.poll_interval_ms,       1000,    50,   600000),
+    CFG_NUM(OPT_INT,  queue.heartbeat_interval_s,   5,       1,    3600),
+    CFG_NUM(OPT_INT,  queue.orphan_after_s,         30,      2,    86400),
+    CFG_NUM(OPT_INT,  queue.orphan_scan_interval_s, 5,       1,    3600),
+    CFG_NUM(OPT_INT,  queue.shutdown_grace_s,       900,     0,    86400),
+    CFG_NUM(OPT_INT,  queue.progress_interval_ms,   250,     0,    60000),
+    CFG_NUM(OPT_INT,  queue.cancel_check_ms,        250,     10,   60000),
+    CFG_NUM(OPT_BOOL, queue.listen,                 1,       0,    0),
+    CFG_NUM(OPT_I64,  queue.retention_s,            604800,  60,   31536000),
+    CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
+    CFG_NUM(OPT_INT,  poller.concurrency,           16,      1,    256),
+    CFG_NUM(OPT_INT,  poller.interval_ms,           1000,    50,   600000),
+    CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),
+    CFG_NUM(OPT_INT,  sse.heartbeat_ms,             15000,   100,  600000),
+    CFG_NUM(OPT_INT,  sse.retry_ms,                 3000,    0,    600000),
+    CFG_NUM(OPT_INT,  sse.ring_frames,              4096,    16,   1000000),
+    CFG_NUM(OPT_I64,  sse.ring_bytes,               16777216, 65536, 4294967296),
+    CFG_NUM(OPT_INT,  sse.poll_interval_ms,         250,     10,   60000),
+    CFG_NUM(OPT_INT,  sse.send_timeout_s,           60,      1,    3600),
+    CFG_NUM(OPT_INT,  sse.send_buffer_bytes,        262144,  4096, 16777216),
+    {.key = "default_route", .type = OPT_STR, .flags = OPT_NULL, .off = CFG_OFF(default_route),
+     .check = check_name},
+};
+const size_t cfg_nopts = ARRAY_LEN(cfg_opts);
+/* clang-format on */
+
+/* The option behind a key of the file, by its full path. */
+static const struct opt *file_opt(const char *path)
+{
+    for (size_t i = 0; i < cfg_nopts; i++)
+        if (!(cfg_opts[i].flags & OPT_NOFILE) && strcmp(cfg_opts[i].key, path) == 0)
+            return &cfg_opts[i];
+    return NULL;
+}
+
+/* True when some file option lives under "path." (a section such as "queue"). */
+static bool is_section(const char *path)
+{
+    size_t n = strlen(path);
+    for (size_t i = 0; i < cfg_nopts; i++)
+        if (!(cfg_opts[i].flags & OPT_NOFILE) && strncmp(cfg_opts[i].key, path, n) == 0 &&
+            cfg_opts[i].key[n] == '.')
+            return true;
+    return false;
+}
+
+/* ---- life cycle ---- */
+
+void cfg_init(struct config *cfg, const struct cfg_actions *actions)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->actions = actions;
+    cfg->sources = xcalloc(cfg_nopts, sizeof(*cfg->sources));
+    for (size_t i = 0; i < cfg_nopts; i++)
+        opt_set_default(cfg, &cfg_opts[i]);
+    rt_add_demo(cfg);
+}
+
+void cfg_cleanup(struct config *cfg)
+{
+    for (size_t i = 0; i < cfg_nopts; i++)
+        if (cfg_opts[i].type == OPT_STR)
+            opt_store_str(cfg, &cfg_opts[i], NULL);
+    rt_free_all(cfg);
+    routes_free(cfg->routes, cfg->nroutes);
+    free(cfg->sources);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* ---- sources: the file, the environment, flags ---- */
+
+static enum status load_value(struct config *cfg, const char *parent, const char *key,
+                              const json_t *v, struct error *err);
+
+static enum status load_section(struct config *cfg, const char *path, const json_t *v,
+                                struct error *err)
+{
+    const char *key;
+    json_t *child;
+    enum status st;
+
+    if (!json_is_object(v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    json_object_foreach((json_t *)v, key, child)
+    {
+        if ((st = load_value(cfg, path, key, child, err)) != ST_OK)
+            return st;
+    }
+    return ST_OK;
+}
+
+static enum status load_value(struct config *cfg, const char *parent, const char *key,
+                              const json_t *v, struct error *err)
+{
+    char path[KEY_MAX], label[KEY_MAX + 2];
+    bool dotted = strchr(key, '.') != NULL; /* "queue.workers" is no key of the top level */
+    const struct opt *o;
+
+    if (parent)
+        xsnprintf(path, sizeof(path), "%s.%s", parent, key);
+    else
+        xsnprintf(path, sizeof(path), "%s", key);
+    if (!dotted && (o = file_opt(path)) != NULL) {
+        xsnprintf(label, sizeof(label), "\"%s\"", path);
+        if (opt_from_json(cfg, o, v, label, err) != ST_OK)
+            return ST_INVALID;
+        cfg->sources[o - cfg_opts] = CFG_SRC_FILE;
+        return ST_OK;
+    }
+    if (!dotted && is_section(path))
+        return load_section(cfg, path, v, err);
+    return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
+}
+
+/* Routes go last, so they may name types defined further down the file. */
+static enum status load_doc(struct config *cfg, const json_t *root, struct error *err)
+{
+    const char *key;
+    json_t *v;
+    enum status st;
+
+    json_object_foreach((json_t *)root, key, v)
+    {
+        if (strcmp(key, "routes") == 0)
+            continue;
+        if (strcmp(key, "run_types") == 0)
+            st = load_run_types(cfg, v, err);
+        else
+            st = load_value(cfg, NULL, key, v, err);
+        if (st != ST_OK)
+            return st;
+    }
+    v = json_object_get(root, "routes");
+    if (v && (st = load_routes(cfg, v, err)) != ST_OK)
+        return st;
+    return check_refs(cfg, err);
+}
+
+static enum status load_text(struct config *cfg, const char *text, size_t len, const char *file,
+                             struct error *err)
+{
+    char what[KEY_MAX + 16];
+    json_error_t jerr;
+    json_t *root;
+    enum status st;
+
+    if (file)
+        xsnprintf(what, sizeof(what), "config file \"%s\"", file);
+    else
+        xsnprintf(what, sizeof(what), "configuration");
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return error_set(err, ST_INVALID, "could not parse %s: %s (line %d, column %d)", what,
+                         jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root))
+        st = error_set(err, ST_INVALID, "could not load %s: expected a JSON object", what);
+    else
+        st = load_doc(cfg, root, err);
+    json_decref(root);
+    return st;
+}
+
+enum status cfg_load_json(struct config *cfg, const char *text, struct error *err)
+{
+    return load_text(cfg, text, strlen(text), NULL, err);
+}
+
+/* The whole file, up to FILE_MAX bytes, in a heap buffer (free). */
+static enum status read_file(const char *path, char **out, size_t *len, struct error *err)
+{
+    FILE *f = fopen(path, "rb");
+    size_t cap = 4096, n = 0, got;
+    char *buf;
+
+    if (!f)
+        return error_set(err, ST_INVALID, "could not open config file \"%s\": %s", path,
+                         strerror(errno));
+    buf = xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n > FILE_MAX)
+            break;
+        if (n == cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+    }
+    if (ferror(f) || n > FILE_MAX) {
+        bool big = n > FILE_MAX;
+        fclose(f);
+        free(buf);
+        return error_set(err, ST_INVALID, "could not read config file \"%s\": %s", path,
+                         big ? "larger than 4 MiB" : "read error");
+    }
+    fclose(f);
+    *out = buf;
+    *len = n;
+    return ST_OK;
+}
+
+enum status cfg_load_file(struct config *cfg, const char *path, struct error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    enum status st = read_file(path, &text, &len, err);
+
+    if (st == ST_OK)
+        st = load_text(cfg, text, len, path, err);
+    free(text);
+    if (st == ST_OK) {
+        const struct opt *o = opt_find(cfg_opts, cfg_nopts, "config_path");
+        opt_store_str(cfg, o, path);
+        cfg->sources[o - cfg_opts] = CFG_SRC_FLAG;
+    }
+    return st;
+}
+
+static enum status set_opt(struct config *cfg, const struct opt *o, const char *value,
+                           enum cfg_source src, struct error *err)
+{
+    char label[KEY_MAX + 2];
+
+    if (o->flags & OPT_NOSET)
+        return error_set(err, ST_INVALID, "invalid \"%s\": set by loading the file", o->key);
+    opt_label(label, sizeof(label), o, src);
+    if (opt_from_text(cfg, o, value, label, err) != ST_OK)
+        return ST_INVALID;
+    cfg->sources[o - cfg_opts] = src;
+    return ST_OK;
+}
+
+enum status cfg_set(struct config *cfg, const char *key, const char *value, enum cfg_source src,
+                    struct error *err)
+{
+    const struct opt *o = opt_find(cfg_opts, cfg_nopts, key);
+
+    if (!o)
+        return error_set(err, ST_INVALID, "unknown key \"%s\"", key);
+    return set_opt(cfg, o, value, src, err);
+}
+
+void cfg_mark_source(struct config *cfg, const char *key, enum cfg_source src)
+{
+    const struct opt *o = opt_find(cfg_opts, cfg_nopts, key);
+
+    assert(o && "cfg_mark_source: unknown key");
+    if (o)
+        cfg->sources[o - cfg_opts] = src;
+}
+
+/* Empty variables count as unset. OPSRUN_CONFIG was loaded by the caller; it
+ * is credited here when it names the file that was loaded. */
+enum status cfg_load_env(struct config *cfg, const char *(*getenv_fn)(const char *),
+                         struct error *err)
+{
+    for (size_t i = 0; i < cfg_nopts; i++) {
+        const struct opt *o = &cfg_opts[i];
+        const char *v = o->env ? getenv_fn(o->env) : NULL;
+        if (!v || !*v)
+            continue;
+        if (o->flags & OPT_NOSET) {
+            const char *cur = *(char **)opt_field(cfg, o);
+            if (cur && strcmp(cur, v) == 0)
+                cfg->sources[i] = CFG_SRC_ENV;
+            continue;
+        }
+        if (set_opt(cfg, o, v, CFG_SRC_ENV, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return ST_OK;
+}
+
+enum status cfg_validate(const struct config *cfg, struct error *err)
+{
+    if (cfg->queue.orphan_after_s <= cfg->queue.heartbeat_interval_s)
+        return error_set(err, ST_INVALID,
+                         "invalid \"queue.orphan_after_s\": must be greater than "
+                         "queue.heartbeat_interval_s (%d)",
+                         cfg->queue.heartbeat_interval_s);
+    if ((int64_t)cfg->sse.heartbeat_ms >= (int64_t)cfg->sse.send_timeout_s * 1000)
+        return error_set(err, ST_INVALID,
+                         "invalid \"sse.heartbeat_ms\": must be less than sse.send_timeout_s "
+                         "(%d s), or idle streams are closed",
+                         cfg->sse.send_timeout_s);
+    return check_refs(cfg, err);
+}
+
+/* ---- lookups ---- */
+
+const struct run_type *cfg_run_type(const struct config *cfg, const char *name)
+{
+    return name ? rt_find(cfg, name) : NULL;
+}
+
+int cfg_pool_size(const struct config *cfg)
+{
+    if (cfg->db.pool_size > 0)
+        return cfg->db.pool_size;
+    return cfg->queue.workers + cfg->http.threads + 4 + (cfg->poller.concurrency + 3) / 4;
+}

@@ -1,0 +1,95 @@
+/* config/config_internal.h — what the config/ sources share, for them only.
+ *
+ * One option table drives every source of a scalar setting: the defaults,
+ * the JSON file, the environment, the flags and --print-config. Two tables
+ * use it: cfg_opts (config.c, the top level and its sections) and rt_opts
+ * (run_types.c, the scalar fields of a run type). option.c holds the
+ * machinery both share; routes.c and print.c the rest. */
+#ifndef OPSRUN_CONFIG_INTERNAL_H
+#define OPSRUN_CONFIG_INTERNAL_H
+
+#include "config/config.h"
+
+#include <stddef.h>
+
+#define KEY_MAX 256
+#define NAME_MAX_LEN 64
+
+enum opt_type { OPT_STR, OPT_INT, OPT_I64, OPT_BOOL, OPT_LEVEL };
+
+enum {
+    OPT_NULL = 1u << 0,   /* JSON null allowed: a NULL string, or 0 for an integer */
+    OPT_ZERO = 1u << 1,   /* 0 is allowed besides [min, max] */
+    OPT_NOFILE = 1u << 2, /* not a key of the JSON file */
+    OPT_NOSET = 1u << 3,  /* set only by cfg_load_file, never by cfg_set */
+    OPT_SECRET = 1u << 4, /* a connection string: passwords masked on output */
+};
+
+/* Checks a string value before it is stored; label names it in errors. */
+typedef enum status (*opt_check_fn)(const char *label, const char *value, struct error *err);
+
+struct opt {
+    const char *key;  /* the JSON path, "queue.workers" */
+    const char *env;  /* environment variable, or NULL */
+    const char *flag; /* command-line flag without "--", or NULL */
+    enum opt_type type;
+    unsigned flags;
+    const char *def_str; /* OPT_STR default (NULL allowed with OPT_NULL) */
+    int64_t def, min, max;
+    size_t off; /* offsetof the field in its struct */
+    opt_check_fn check;
+};
+
+/* A number or boolean whose key is its field's name ("queue.workers"). */
+#define OPT_NUM(t, f, d, lo, hi, where)                                                            \
+    {                                                                                              \
+        .key = #f, .type = (t), .def = (d), .min = (lo), .max = (hi), .off = (where)               \
+    }
+
+/* The tables: cfg_opts indexes struct config's sources[]. */
+extern const struct opt cfg_opts[];
+extern const size_t cfg_nopts;
+extern const struct opt rt_opts[];
+extern const size_t rt_nopts;
+
+/* ---- option.c: the machinery of an option table ---- */
+
+/* By JSON path, or by flag name ("workers"), for cfg_set. */
+const struct opt *opt_find(const struct opt *tab, size_t n, const char *key);
+/* How an error names an option: OPSRUN_WORKERS, --workers, or "queue.workers". */
+void opt_label(char *buf, size_t n, const struct opt *o, enum cfg_source src);
+void *opt_field(void *base, const struct opt *o);
+void opt_store_str(void *base, const struct opt *o, const char *s);
+void opt_set_default(void *base, const struct opt *o);
+/* Parse, bound-check and store; label names the option in errors. */
+enum status opt_from_json(void *base, const struct opt *o, const json_t *v, const char *label,
+                          struct error *err) WUR;
+/* s is a flag's or variable's text; NULL clears a nullable string. */
+enum status opt_from_text(void *base, const struct opt *o, const char *s, const char *label,
+                          struct error *err) WUR;
+/* Names of run types, tenants and routes: 1 to 64 of [A-Za-z0-9_.-]. */
+bool name_valid(const char *s);
+enum status name_error(const char *label, struct error *err) WUR;
+enum status check_name(const char *label, const char *value, struct error *err) WUR;
+/* HOST:PORT, where HOST is an IPv4 literal, "localhost" or "[IPv6]". */
+enum status check_listen(const char *label, const char *value, struct error *err) WUR;
+
+/* ---- run_types.c ---- */
+
+/* The type named name, or NULL. */
+struct run_type *rt_find(const struct config *cfg, const char *name);
+/* Appends the built-in "demo" type (the simulate action, default params). */
+void rt_add_demo(struct config *cfg);
+void rt_free_all(struct config *cfg);
+/* The "run_types" object of a file: merged into the types already there. */
+enum status load_run_types(struct config *cfg, const json_t *v, struct error *err) WUR;
+
+/* ---- routes.c ---- */
+
+/* The "routes" array of a file: replaces the routes, and only when all are valid. */
+enum status load_routes(struct config *cfg, const json_t *v, struct error *err) WUR;
+void routes_free(struct route *routes, size_t n);
+/* Every route and default_route names an existing run type. */
+enum status check_refs(const struct config *cfg, struct error *err) WUR;
+
+#endif

@@ -1,0 +1,259 @@
+/* config/run_types.c — run types: the scalar fields through their option
+ * table (rt_opts), "action" checked against the action registry given to
+ * cfg_init, "params" checked by that action, and "poll". */
+#include "config/config_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* clang-format off */
+#define RT_OFF(f) offsetof(struct run_type, f)
+#define RT_NUM(t, f, d, lo, hi) OPT_NUM(t, f, d, lo, hi, RT_OFF(f))
+
+/* The scalar fields of a run type; "action" and "params" are handled apart. */
+const struct opt rt_opts[] = {
+    RT_NUM(OPT_INT, max_attempts,         3,     1, 100),
+    RT_NUM(OPT_I64, retry_backoff_ms,     200,   0, 3600000),
+    RT_NUM(OPT_I64, retry_backoff_max_ms, 60000, 0, 86400000),
+    RT_NUM(OPT_I64, timeout_s,            900,   1, 604800),
+    {.key = "max_running", .type = OPT_INT, .flags = OPT_NULL, .def = 0, .min = 1, .max = 100000,
+     .off = RT_OFF(max_running)},
+    RT_NUM(OPT_I64, poll.initial_delay_ms, 2000,  1,  3600000),
+    RT_NUM(OPT_INT, poll.multiplier,       2,     1,  10),
+    RT_NUM(OPT_I64, poll.max_delay_ms,     30000, 1,  86400000),
+    RT_NUM(OPT_INT, poll.jitter_pct,       20,    0,  100),
+    RT_NUM(OPT_INT, poll.max_checks,       120,   1,  1000000),
+    RT_NUM(OPT_I64, poll.max_duration_s,   1740,  1,  2592000),
+    RT_NUM(OPT_INT, poll.check_timeout_s,  60,    1,  3600),
+};
+const size_t rt_nopts = ARRAY_LEN(rt_opts);
+/* clang-format on */
+
+static json_t *xjson_object(void)
+{
+    json_t *o = json_object();
+    if (!o)
+        abort();
+    return o;
+}
+
+static void rt_free(struct run_type *rt)
+{
+    free(rt->name);
+    free(rt->action);
+    json_decref(rt->params);
+    memset(rt, 0, sizeof(*rt));
+}
+
+/* A new type: the defaults, no action yet. */
+static void rt_init(struct run_type *rt, const char *name)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->name = xstrdup(name);
+    rt->params = xjson_object();
+    for (size_t i = 0; i < rt_nopts; i++)
+        opt_set_default(rt, &rt_opts[i]);
+}
+
+static void rt_copy(struct run_type *dst, const struct run_type *src)
+{
+    *dst = *src;
+    dst->name = xstrdup(src->name);
+    dst->action = src->action ? xstrdup(src->action) : NULL;
+    dst->params = json_incref(src->params);
+}
+
+struct run_type *rt_find(const struct config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        if (strcmp(cfg->run_types[i].name, name) == 0)
+            return &cfg->run_types[i];
+    return NULL;
+}
+
+static void rt_append(struct config *cfg, const struct run_type *rt)
+{
+    cfg->run_types = xrealloc(cfg->run_types, (cfg->nrun_types + 1) * sizeof(*cfg->run_types));
+    cfg->run_types[cfg->nrun_types++] = *rt;
+}
+
+static void rt_remove(struct config *cfg, struct run_type *rt)
+{
+    size_t i = (size_t)(rt - cfg->run_types);
+
+    rt_free(rt);
+    memmove(rt, rt + 1, (cfg->nrun_types - i - 1) * sizeof(*rt));
+    cfg->nrun_types--;
+}
+
+static enum status rt_set_action(const struct cfg_actions *acts, struct run_type *rt,
+                                 const json_t *v, const char *path, struct error *err)
+{
+    if (!json_is_string(v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", path);
+    if (!acts->exists(json_string_value(v)))
+        return error_set(err, ST_INVALID, "invalid \"%s\": unknown action \"%s\"", path,
+                         json_string_value(v));
+    free(rt->action);
+    rt->action = xstrdup(json_string_value(v));
+    return ST_OK;
+}
+
+/* "poll": {"initial_delay_ms": ..., ...}, each key an rt_opts "poll.x". */
+static enum status rt_apply_poll(struct run_type *rt, const json_t *poll, const char *path,
+                                 struct error *err)
+{
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(poll))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    json_object_foreach((json_t *)poll, key, v)
+    {
+        char name[KEY_MAX], label[KEY_MAX + 2];
+        const struct opt *o;
+        xsnprintf(name, sizeof(name), "poll.%s", key);
+        if (!(o = opt_find(rt_opts, rt_nopts, name)))
+            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+        xsnprintf(label, sizeof(label), "\"%s.%s\"", path, key);
+        if (opt_from_json(rt, o, v, label, err) != ST_OK)
+            return ST_INVALID;
+    }
+    return ST_OK;
+}
+
+static enum status rt_apply_key(const struct cfg_actions *acts, struct run_type *rt,
+                                const char *key, json_t *v, const char *path, struct error *err)
+{
+    const struct opt *o;
+    char label[KEY_MAX + 2];
+
+    if (strcmp(key, "action") == 0)
+        return rt_set_action(acts, rt, v, path, err);
+    if (strcmp(key, "params") == 0) {
+        if (!json_is_object(v))
+            return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+        json_decref(rt->params);
+        rt->params = json_incref(v);
+        return ST_OK;
+    }
+    if (strcmp(key, "poll") == 0)
+        return rt_apply_poll(rt, v, path, err);
+    if (!(o = opt_find(rt_opts, rt_nopts, key)) || strchr(key, '.'))
+        return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
+    xsnprintf(label, sizeof(label), "\"%s\"", path);
+    return opt_from_json(rt, o, v, label, err);
+}
+
+/* The checks that need the whole type: an action, its params (checked by
+ * the action itself), the backoff cap. */
+static enum status rt_check(const struct cfg_actions *acts, const struct run_type *rt,
+                            const char *path, struct error *err)
+{
+    char sub[KEY_MAX];
+
+    if (!rt->action)
+        return error_set(err, ST_INVALID, "missing \"%s.action\"", path);
+    xsnprintf(sub, sizeof(sub), "%s.params", path);
+    if (acts->check_params(rt->action, rt->params, sub, err) != ST_OK)
+        return ST_INVALID;
+    if (rt->retry_backoff_max_ms < rt->retry_backoff_ms)
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.retry_backoff_max_ms\": must be at least "
+                         "retry_backoff_ms (%lld)",
+                         path, (long long)rt->retry_backoff_ms);
+    if (rt->poll.max_delay_ms < rt->poll.initial_delay_ms)
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.poll.max_delay_ms\": must be at least "
+                         "poll.initial_delay_ms (%lld)",
+                         path, (long long)rt->poll.initial_delay_ms);
+    return ST_OK;
+}
+
+/* A type the file names again is updated field by field; a new one starts
+ * from the defaults. Nothing changes unless the whole definition is valid. */
+static enum status load_run_type(struct config *cfg, const char *name, const json_t *def,
+                                 const char *path, struct error *err)
+{
+    struct run_type *old = rt_find(cfg, name), rt;
+    enum status st = ST_OK;
+    char sub[KEY_MAX];
+    const char *key;
+    json_t *v;
+
+    if (old)
+        rt_copy(&rt, old);
+    else
+        rt_init(&rt, name);
+    json_object_foreach((json_t *)def, key, v)
+    {
+        xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
+        if ((st = rt_apply_key(cfg->actions, &rt, key, v, sub, err)) != ST_OK)
+            break;
+    }
+    if (st == ST_OK)
+        st = rt_check(cfg->actions, &rt, path, err);
+    if (st != ST_OK) {
+        rt_free(&rt);
+        return st;
+    }
+    if (old) {
+        rt_free(old);
+        *old = rt;
+    } else {
+        rt_append(cfg, &rt);
+    }
+    return ST_OK;
+}
+
+/* Merged into the types already there; a null definition removes a type. */
+enum status load_run_types(struct config *cfg, const json_t *v, struct error *err)
+{
+    char path[KEY_MAX + NAME_MAX_LEN];
+    const char *name;
+    json_t *def;
+    enum status st;
+
+    if (!json_is_object(v))
+        return error_set(err, ST_INVALID, "invalid \"run_types\": expected an object");
+    json_object_foreach((json_t *)v, name, def)
+    {
+        xsnprintf(path, sizeof(path), "run_types.%s", name);
+        if (!name_valid(name)) {
+            char label[sizeof(path) + 2];
+            xsnprintf(label, sizeof(label), "\"%s\"", path);
+            return name_error(label, err);
+        }
+        if (json_is_null(def)) {
+            struct run_type *old = rt_find(cfg, name);
+            if (old)
+                rt_remove(cfg, old);
+            continue;
+        }
+        if (!json_is_object(def))
+            return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+        if ((st = load_run_type(cfg, name, def, path, err)) != ST_OK)
+            return st;
+    }
+    return ST_OK;
+}
+
+/* The built-in type "demo": the simulate action with default params, which
+ * a file may change or remove like any other. */
+void rt_add_demo(struct config *cfg)
+{
+    struct run_type demo;
+
+    rt_init(&demo, "demo");
+    demo.action = xstrdup("simulate");
+    rt_append(cfg, &demo);
+}
+
+void rt_free_all(struct config *cfg)
+{
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        rt_free(&cfg->run_types[i]);
+    free(cfg->run_types);
+    cfg->run_types = NULL;
+    cfg->nrun_types = 0;
+}
