@@ -1,5 +1,11 @@
-/* engine/engine_internal.h — the engine's shared state, for the engine/ sources only.
- * Everything below mu is guarded by it unless marked atomic. */
+/* engine/engine_internal.h — the engine's shared state, for the engine/
+ * sources only. Everything below mu is guarded by it unless marked atomic.
+ *
+ * The files call each other in one direction only:
+ *   engine.c (lifecycle) -> dispatch.c -> poller.c -> doorbell.c -> thread.c
+ *                        -> maint.c -> dispatch.c
+ * The listener (doorbell.c) wakes the dispatcher through e->on_queue, set by
+ * engine.c, so the doorbell needs nothing above it. */
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
@@ -50,30 +56,56 @@ struct engine {
     size_t qhead, qlen;
     struct slot *slots;
     int nslots;
+    int nworkers; /* worker threads running (joined by dispatch_stop_workers) */
     pthread_t dispatcher;
+    bool dispatcher_started;
 
-    /* maintenance, doorbell, listener (engine/maint.c) */
+    /* maintenance (maint.c), doorbell and listener (doorbell.c) */
     pthread_t maint, bell, listener;
-    bool maint_stop, bell_stop, ring_queue, ring_events, listener_started;
+    bool maint_stop, bell_stop, ring_queue, ring_events;
+    bool maint_started, bell_started, listener_started;
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
-    struct poller *poller; /* engine/poller.c */
+    struct poller *poller;              /* engine/poller.c */
+    void (*on_queue)(struct engine *e); /* NOTIFY opsrun_queue heard: dispatch_wake */
     void (*on_events)(void *arg);
     void *on_events_arg;
+    /* Starts a thread as pthread_create does (NULL = pthread_create); tests
+     * set it to make a start fail. */
+    int (*spawn)(pthread_t *t, void *(*fn)(void *), void *arg);
 
     /* stats (under mu) */
     struct engine_stats st;
 };
 
-/* engine/maint.c */
-enum status maint_start(struct engine *e, struct error *err) WUR;
-void maint_stop(struct engine *e);
-void engine_ring(struct engine *e, bool queue, bool events);
-void engine_wake_dispatcher(struct engine *e);
+/* thread.c: starts a thread; on failure ST_INTERNAL naming what and why.
+ * The caller stops what it started before. */
+enum status thread_start(struct engine *e, pthread_t *t, void *(*fn)(void *), void *arg,
+                         const char *what, struct error *err) WUR;
+
+/* doorbell.c: the doorbell and the LISTEN thread (when queue.listen). */
+enum status doorbell_start(struct engine *e, struct error *err) WUR;
+void doorbell_stop(struct engine *e); /* safe after a partial start */
+/* Asks for a NOTIFY on opsrun_queue and/or opsrun_events, coalesced. */
+void doorbell_ring(struct engine *e, bool queue, bool events);
+/* Tells this process's hub that events may have been committed. */
+void events_hint(struct engine *e);
+
+/* dispatch.c: the dispatcher and the workers. */
+enum status dispatch_start(struct engine *e, struct error *err) WUR;
+void dispatch_wake(struct engine *e);         /* claim now */
+void dispatch_stop_claims(struct engine *e);  /* joins the dispatcher */
+void dispatch_stop_workers(struct engine *e); /* hands runs back, joins the workers */
 /* How long a claim or a heartbeat protects a run from rescue, less a margin
  * of one heartbeat interval. */
 int64_t engine_lease_ms(const struct engine *e);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
+
+/* maint.c: the maintenance thread. */
+enum status maint_start(struct engine *e, struct error *err) WUR;
+void maint_stop(struct engine *e); /* safe when not started */
+/* One orphan scan (and stale workers), as at start-up; false on a database error. */
+bool maint_rescue(struct engine *e, struct db *db);
 
 #endif

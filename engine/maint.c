@@ -1,12 +1,7 @@
-/* engine/maint.c — the maintenance thread (progress flushes, cancel checks,
- * heartbeats, orphan rescue, stale workers, retention), the doorbell thread
- * and the LISTEN thread.
- *
- * The doorbell exists because NOTIFY serialises committing transactions in
- * PostgreSQL: one NOTIFY per submission would cap submissions at the rate of
- * that lock. Instead every change is committed without NOTIFY, and this
- * thread sends at most one NOTIFY per channel per few milliseconds after the
- * commits it covers. The payload is empty: the tables are the truth. */
+/* engine/maint.c — the maintenance thread: throttled progress writes,
+ * cancel checks, heartbeats (one statement for every run this process
+ * holds), orphan rescue, stale workers and retention, each on its own
+ * clock, all on one thread. */
 #include "engine/engine_internal.h"
 
 #include "common/log.h"
@@ -14,149 +9,14 @@
 #include "store/db.h"
 #include "store/workers.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
-#include <unistd.h>
 
-#define BELL_MIN_GAP_MS 5
 #define RESCUE_BATCH 500
 #define RESCUE_ROUNDS 20
 #define RETENTION_EVERY_MS 60000
 #define RETENTION_ROUNDS 20
-
-/* ---- doorbell ---- */
-
-void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg)
-{
-    e->on_events = fn;
-    e->on_events_arg = arg;
-}
-
-static void events_hint(struct engine *e)
-{
-    if (e->on_events)
-        e->on_events(e->on_events_arg);
-}
-
-void engine_ring(struct engine *e, bool queue, bool events)
-{
-    if (events)
-        events_hint(e); /* this process's hub need not wait for the NOTIFY */
-    pthread_mutex_lock(&e->mu);
-    e->ring_queue |= queue;
-    e->ring_events |= events;
-    pthread_cond_signal(&e->bell_cv);
-    pthread_mutex_unlock(&e->mu);
-}
-
-static void *bell_main(void *arg)
-{
-    struct engine *e = arg;
-
-    pthread_mutex_lock(&e->mu);
-    for (;;) {
-        bool q, ev;
-        struct db *db = NULL;
-        struct error err = {0};
-
-        while (!e->bell_stop && !e->ring_queue && !e->ring_events)
-            pthread_cond_wait(&e->bell_cv, &e->mu);
-        if (!e->ring_queue && !e->ring_events)
-            break;
-        q = e->ring_queue;
-        ev = e->ring_events;
-        e->ring_queue = e->ring_events = false;
-        pthread_mutex_unlock(&e->mu);
-        if (db_pool_get(e->pool, &db, &err) != ST_OK || store_notify(db, q, ev, &err) != ST_OK)
-            LOG(LOG_DEBUG, "could not ring the doorbell: %s", err.message);
-        db_pool_put(e->pool, db);
-        usleep(BELL_MIN_GAP_MS * 1000);
-        pthread_mutex_lock(&e->mu);
-    }
-    pthread_mutex_unlock(&e->mu);
-    return NULL;
-}
-
-/* ---- listener ---- */
-
-static void on_notify(void *arg, const char *channel, const char *payload)
-{
-    struct engine *e = arg;
-    (void)payload;
-    if (strcmp(channel, "opsrun_queue") == 0)
-        engine_wake_dispatcher(e);
-    else if (strcmp(channel, "opsrun_events") == 0)
-        events_hint(e);
-}
-
-static void set_listening(struct engine *e, bool up)
-{
-    pthread_mutex_lock(&e->mu);
-    e->st.listening = up;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Waits on the LISTEN socket until it breaks or we stop; true = stop. */
-static bool listen_loop(struct engine *e, struct db *db)
-{
-    for (;;) {
-        struct pollfd pf[2] = {{db_socket(db), POLLIN, 0}, {e->stop_efd, POLLIN, 0}};
-        struct error err = {0};
-        int r = poll(pf, 2, 1000);
-
-        if (r < 0 && errno != EINTR)
-            return false;
-        if (pf[1].revents)
-            return true;
-        if (r > 0 && db_consume_notifies(db, on_notify, e, &err) != ST_OK) {
-            LOG(LOG_WARN, "listen connection lost: %s", err.message);
-            return false;
-        }
-    }
-}
-
-static void *listener_main(void *arg)
-{
-    struct engine *e = arg;
-    const struct db_options opt = {
-        .conninfo = e->cfg->database_url,
-        .connect_timeout_s = e->cfg->db.connect_timeout_s,
-        .application_name = "opsrun-listen",
-    };
-    int64_t pause = 250;
-
-    for (;;) {
-        struct db *db = NULL;
-        struct error err = {0};
-        struct pollfd pf = {e->stop_efd, POLLIN, 0};
-        bool stop = false;
-
-        if (db_connect(&opt, &db, &err) == ST_OK &&
-            db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK) {
-            LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
-            set_listening(e, true);
-            pause = 250;
-            engine_wake_dispatcher(e); /* anything sent while we were away */
-            events_hint(e);
-            stop = listen_loop(e, db);
-            set_listening(e, false);
-        } else {
-            LOG(LOG_WARN, "could not listen, retrying in %lld ms: %s", (long long)pause,
-                err.message);
-        }
-        db_close(db);
-        if (stop || poll(&pf, 1, (int)pause) > 0)
-            break;
-        pause = pause < 5000 ? pause * 2 : 5000;
-    }
-    return NULL;
-}
-
-/* ---- maintenance ---- */
 
 /* The slot executing this attempt, or -1; caller holds e->mu. */
 static int slot_index(const struct engine *e, const char *tenant, const char *id, int attempt)
@@ -293,7 +153,7 @@ static void maint_heartbeat(struct engine *e, struct db *db)
 }
 
 /* Rescues orphans in batches; returns false on a database error. */
-static bool maint_rescue(struct engine *e, struct db *db)
+bool maint_rescue(struct engine *e, struct db *db)
 {
     struct error err = {0};
     int total = 0, n = 0, marked = 0;
@@ -317,8 +177,8 @@ static bool maint_rescue(struct engine *e, struct db *db)
     e->st.last_orphan_scan_ms = clock_wall_ms();
     pthread_mutex_unlock(&e->mu);
     if (total > 0) {
-        engine_wake_dispatcher(e);
-        engine_ring(e, true, true);
+        dispatch_wake(e);
+        doorbell_ring(e, true, true);
     }
     return true;
 }
@@ -406,55 +266,20 @@ static void *maint_main(void *arg)
 
 enum status maint_start(struct engine *e, struct error *err)
 {
-    struct db *db = NULL;
-    enum status st = db_pool_get(e->pool, &db, err);
-
-    if (st == ST_OK)
-        st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
-                                    e->nslots, err);
-    if (st == ST_OK && !maint_rescue(e, db))
-        st = error_set(err, ST_UNAVAILABLE, "the orphan scan at start-up failed");
-    db_pool_put(e->pool, db);
-    if (st != ST_OK)
-        return st;
-    e->stop_efd = eventfd(0, EFD_CLOEXEC);
-    if (e->stop_efd < 0)
-        return error_set(err, ST_INTERNAL, "could not create eventfd: %s", strerror(errno));
-    if (pthread_create(&e->maint, NULL, maint_main, e) != 0 ||
-        pthread_create(&e->bell, NULL, bell_main, e) != 0)
-        abort();
-    if (e->cfg->queue.listen) {
-        if (pthread_create(&e->listener, NULL, listener_main, e) != 0)
-            abort();
-        e->listener_started = true;
-    } else {
-        e->st.listening = false;
-    }
+    if (thread_start(e, &e->maint, maint_main, e, "maintenance", err) != ST_OK)
+        return ST_INTERNAL;
+    e->maint_started = true;
     return ST_OK;
 }
 
 void maint_stop(struct engine *e)
 {
-    struct db *db = NULL;
-    struct error err = {0};
-
+    if (!e->maint_started)
+        return;
     pthread_mutex_lock(&e->mu);
     e->maint_stop = true;
-    e->bell_stop = true;
     pthread_cond_signal(&e->maint_cv);
-    pthread_cond_signal(&e->bell_cv);
     pthread_mutex_unlock(&e->mu);
-    if (e->stop_efd >= 0)
-        (void)!eventfd_write(e->stop_efd, 1);
     pthread_join(e->maint, NULL);
-    pthread_join(e->bell, NULL);
-    if (e->listener_started)
-        pthread_join(e->listener, NULL);
-    if (e->stop_efd >= 0)
-        close(e->stop_efd);
-    e->stop_efd = -1;
-    if (db_pool_get(e->pool, &db, &err) != ST_OK ||
-        store_workers_stop(db, e->worker_id, &err) != ST_OK)
-        LOG(LOG_WARN, "could not mark worker stopped: %s", err.message);
-    db_pool_put(e->pool, db);
+    e->maint_started = false;
 }

@@ -35,7 +35,8 @@ struct poller {
     struct job *queue; /* claimed, not yet started (at most n) */
     size_t qhead, qlen;
     int idle; /* checkers not promised a job */
-    bool stop, wake, started;
+    bool stop, wake, started, sched_started;
+    int nstarted;     /* checker threads running */
     _Atomic int halt; /* enum stop_reason for the checks in flight */
     pthread_t sched, *checkers;
     struct poller_stats st;
@@ -126,7 +127,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     count(p, &p->st.finished_total, 1);
     if (strcmp(res->outcome, "timed_out") == 0)
         count(p, &p->st.timed_out_total, 1);
-    engine_ring(e, false, true);
+    doorbell_ring(e, false, true);
     run_hooks(p, ops, rc, strcmp(res->outcome, "timed_out") == 0);
 }
 
@@ -429,15 +430,21 @@ enum status poller_start(struct poller *p, struct error *err)
     p->idle = p->n;
     p->wake = true;
     p->st.running = true;
-    for (int i = 0; i < p->n; i++)
-        if (pthread_create(&p->checkers[i], NULL, checker_main, p) != 0)
-            return error_set(err, ST_INTERNAL, "could not start a poller thread");
-    if (pthread_create(&p->sched, NULL, sched_main, p) != 0)
-        return error_set(err, ST_INTERNAL, "could not start the poller");
-    p->started = true;
+    p->started = true; /* from here poller_stop undoes a partial start */
+    for (int i = 0; i < p->n; i++) {
+        if (thread_start(p->e, &p->checkers[i], checker_main, p, "poll checker", err) != ST_OK)
+            goto fail;
+        p->nstarted = i + 1;
+    }
+    if (thread_start(p->e, &p->sched, sched_main, p, "poll scheduler", err) != ST_OK)
+        goto fail;
+    p->sched_started = true;
     LOG(LOG_INFO, "poller started concurrency=%d types=%zu lease_ms=%lld", p->n, p->ntypes,
         (long long)p->lease_ms);
     return ST_OK;
+fail:
+    poller_stop(p);
+    return ST_INTERNAL;
 }
 
 void poller_wake(struct poller *p)
@@ -481,10 +488,13 @@ void poller_stop(struct poller *p)
     pthread_cond_broadcast(&p->work_cv);
     pthread_cond_broadcast(&p->sched_cv);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->sched, NULL);
-    for (int i = 0; i < p->n; i++)
+    if (p->sched_started)
+        pthread_join(p->sched, NULL);
+    for (int i = 0; i < p->nstarted; i++)
         pthread_join(p->checkers[i], NULL);
     release_queued(p);
+    p->sched_started = false;
+    p->nstarted = 0;
     p->started = false;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh — installs the Debian 12 packages opsrun needs to build, test and
-# serve. Does nothing (quickly) when they are all present. Uses sudo when not
+# serve, and any package named as an argument (test.sh --lint: clang-tidy).
+# Does nothing (quickly) when they are all present. Uses sudo when not
 # root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.
 set -euo pipefail
 
@@ -21,7 +22,7 @@ readonly PACKAGES=(
 command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian 12 (bookworm) only"
 
 missing=()
-for pkg in "${PACKAGES[@]}"; do
+for pkg in "${PACKAGES[@]}" "$@"; do
     status="$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)"
     [[ "$status" == "ii "* ]] || missing+=("$pkg")
 done

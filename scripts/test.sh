@@ -3,7 +3,16 @@
 # ASan+UBSan (build-asan/), starts a throwaway PostgreSQL, migrates a template
 # database and runs every test through ctest. Exits non-zero on any failure.
 #
-#   scripts/test.sh [extra ctest args...]     e.g. scripts/test.sh -R unit_
+#   scripts/test.sh [--tsan] [--lint] [extra ctest args...]
+#                                             e.g. scripts/test.sh -R unit_
+#
+#   --tsan   also builds with ThreadSanitizer (build-tsan/) and runs the
+#            concurrency suites (integration_*, e2e_cluster, e2e_lease,
+#            e2e_streams, e2e_poller) under it; any report fails them.
+#            Adds about 5 minutes.
+#   --lint   also runs clang-tidy (.clang-tidy) over the product code; any
+#            finding fails. Adds about 3 minutes.
+# CI runs neither (it runs this script with no flags).
 #
 # Unit suites (label "unit") run two at a time; integration and e2e suites
 # share one PostgreSQL (some restart it) and run one at a time.
@@ -34,7 +43,22 @@ cd -- "$ROOT"
 PGCTL="$ROOT/scripts/pg.sh"
 BUILD="$ROOT/build-asan"
 
-bash scripts/deps.sh
+TSAN=0
+LINT=0
+while (($#)); do
+    case "$1" in
+    --tsan) TSAN=1 ;;
+    --lint) LINT=1 ;;
+    *) break ;;
+    esac
+    shift
+done
+
+if ((LINT)); then
+    bash scripts/deps.sh clang-tidy
+else
+    bash scripts/deps.sh
+fi
 
 failures=()
 
@@ -68,6 +92,20 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Asan -DOPSRUN_TESTS=ON >/dev/null ||
     die "cmake configure failed"
 cmake --build "$BUILD" -j 2 || die "build failed"
 [[ -x "$BUILD/opsrun" ]] || die "build-asan/opsrun was not built"
+
+# ------------------------------------------------------------ lint
+lint_check() {
+    local out="$TMP/clang-tidy.out" srcs
+    mapfile -t srcs < <(find common config store live engine handlers server -name '*.c' | sort)
+    say "clang-tidy: ${#srcs[@]} files (.clang-tidy)"
+    if run-clang-tidy -p "$BUILD" -j 2 -quiet "${srcs[@]/#/$ROOT/}" >"$out" 2>&1 &&
+        ! grep -q 'error:' "$out"; then
+        say "clang-tidy: no findings"
+        return 0
+    fi
+    grep -E '(warning|error):' "$out" | sed 's/\x1b\[[0-9;]*m//g' | sort -u >&2
+    failures+=("clang-tidy")
+}
 
 # ------------------------------------------------------------ sanitizers
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -117,6 +155,8 @@ export OPSRUN_TEST_ADMIN_URL
 export OPSRUN_TEST_PGCTL="$PGCTL"
 export OPSRUN_TEST_PGDATA="$PGDATA_DIR"
 
+((LINT == 0)) || lint_check
+
 # ------------------------------------------------------------ tests
 total_passed=0
 total_failed=0
@@ -150,6 +190,22 @@ run_ctest() {
 EXTRA=("$@")
 run_ctest 2 -L '^unit$'
 run_ctest 1 -LE '^unit$'
+
+# ThreadSanitizer: the suites where threads and processes race, against a
+# TSan build of the server and the suites. halt_on_error makes a report a
+# failure of the process that had it (the server's exit code fails its
+# suite).
+if ((TSAN)); then
+    say "building with ThreadSanitizer into build-tsan/"
+    cmake -S . -B "$ROOT/build-tsan" -DCMAKE_BUILD_TYPE=Tsan -DOPSRUN_TESTS=ON >/dev/null ||
+        die "cmake configure (tsan) failed"
+    cmake --build "$ROOT/build-tsan" -j 2 || die "tsan build failed"
+    BUILD_ASAN="$BUILD"
+    BUILD="$ROOT/build-tsan"
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+        run_ctest 1 -R '^(integration_.*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller)$'
+    BUILD="$BUILD_ASAN"
+fi
 
 if ((total_passed + total_failed == 0)); then
     say "warning: no tests matched"

@@ -1,4 +1,4 @@
-/* engine/worker.c — the dispatcher and the worker threads.
+/* engine/dispatch.c — the dispatcher and the worker threads.
  *
  * The dispatcher claims at most as many runs as there are idle workers, so a
  * claimed run never waits in this process behind another. It sleeps until a
@@ -144,7 +144,7 @@ void slot_flush_progress(struct slot *s, struct db *db)
         LOG(LOG_WARN, "could not write progress run=%s: %s", f.id, err.message);
     pthread_mutex_unlock(&s->write_mu);
     if (st == ST_OK)
-        engine_ring(s->e, false, true);
+        doorbell_ring(s->e, false, true);
 }
 
 /* True when this attempt may no longer write: it was found lost, or its
@@ -266,8 +266,8 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
      * otherwise only try on their next poll, and this replica, woken
      * first, would take every freed slot. */
     if (st == ST_OK)
-        engine_ring(e, step == STEP_RETRY || waiting || atomic_load(&s->stop) == STOP_SHUTDOWN,
-                    true);
+        doorbell_ring(e, step == STEP_RETRY || waiting || atomic_load(&s->stop) == STOP_SHUTDOWN,
+                      true);
     if (st == ST_OK && step == STEP_WAIT)
         poller_wake(e->poller);
 }
@@ -353,65 +353,7 @@ int64_t engine_lease_ms(const struct engine *e)
     return ((int64_t)e->cfg->queue.orphan_after_s - e->cfg->queue.heartbeat_interval_s) * 1000;
 }
 
-struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
-{
-    struct engine *e = xcalloc(1, sizeof(*e));
-    char rid[27];
-
-    e->cfg = cfg;
-    e->pool = pool;
-    run_id_new(rid);
-    if (gethostname(e->host, sizeof(e->host)) != 0)
-        xsnprintf(e->host, sizeof(e->host), "unknown");
-    e->host[sizeof(e->host) - 1] = '\0';
-    xsnprintf(e->worker_id, sizeof(e->worker_id), "w-%s", rid);
-    pthread_mutex_init(&e->mu, NULL);
-    cond_init_monotonic(&e->dispatch_cv);
-    cond_init_monotonic(&e->work_cv);
-    cond_init_monotonic(&e->idle_cv);
-    cond_init_monotonic(&e->maint_cv);
-    cond_init_monotonic(&e->bell_cv);
-    e->nslots = cfg->queue.workers;
-    e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
-    e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
-    e->stop_efd = -1;
-    for (int i = 0; i < e->nslots; i++) {
-        e->slots[i].e = e;
-        pthread_mutex_init(&e->slots[i].write_mu, NULL);
-    }
-    xsnprintf(e->st.worker_id, sizeof(e->st.worker_id), "%s", e->worker_id);
-    e->st.workers = e->nslots;
-    e->st.poll_only = !cfg->queue.listen;
-    return e;
-}
-
-enum status engine_start(struct engine *e, struct error *err)
-{
-    enum status st = maint_start(e, err);
-
-    if (st != ST_OK)
-        return st;
-    e->poller = poller_new(e);
-    st = poller_start(e->poller, err);
-    if (st != ST_OK)
-        return st;
-    pthread_mutex_lock(&e->mu);
-    e->idle = e->nslots;
-    e->wake = true;
-    e->st.claiming = true;
-    e->started = true;
-    pthread_mutex_unlock(&e->mu);
-    for (int i = 0; i < e->nslots; i++)
-        if (pthread_create(&e->slots[i].thread, NULL, worker_main, &e->slots[i]) != 0)
-            abort();
-    if (pthread_create(&e->dispatcher, NULL, dispatcher_main, e) != 0)
-        abort();
-    LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
-        e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
-    return ST_OK;
-}
-
-void engine_wake_dispatcher(struct engine *e)
+void dispatch_wake(struct engine *e)
 {
     pthread_mutex_lock(&e->mu);
     e->wake = true;
@@ -419,19 +361,8 @@ void engine_wake_dispatcher(struct engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-void engine_submitted(struct engine *e)
-{
-    engine_wake_dispatcher(e);
-    engine_ring(e, true, true);
-}
-
-void engine_events_written(struct engine *e)
-{
-    engine_ring(e, false, true);
-}
-
 /* Hands back the runs claimed but not started, at shutdown. */
-static void engine_release_queued(struct engine *e)
+static void dispatch_release_queued(struct engine *e)
 {
     struct run **runs = xcalloc((size_t)e->nslots, sizeof(*runs));
     struct db *db = NULL;
@@ -457,29 +388,50 @@ static void engine_release_queued(struct engine *e)
     db_pool_put(e->pool, db);
     free(runs);
     if (n > 0)
-        engine_ring(e, true, true);
+        doorbell_ring(e, true, true);
 }
 
-void engine_drain(struct engine *e, int grace_s)
+/* Workers first, so that the dispatcher never claims for a worker that does
+ * not exist; a failure stops the workers already running. */
+enum status dispatch_start(struct engine *e, struct error *err)
 {
-    struct timespec until;
+    pthread_mutex_lock(&e->mu);
+    e->idle = e->nslots;
+    e->wake = true;
+    e->st.claiming = true;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < e->nslots; i++) {
+        if (thread_start(e, &e->slots[i].thread, worker_main, &e->slots[i], "worker", err) != ST_OK)
+            goto fail;
+        e->nworkers = i + 1;
+    }
+    if (thread_start(e, &e->dispatcher, dispatcher_main, e, "dispatcher", err) != ST_OK)
+        goto fail;
+    e->dispatcher_started = true;
+    return ST_OK;
+fail:
+    dispatch_stop_claims(e);
+    dispatch_stop_workers(e);
+    return ST_INTERNAL;
+}
 
-    if (!e->started)
-        return;
+void dispatch_stop_claims(struct engine *e)
+{
     pthread_mutex_lock(&e->mu);
     e->stop_claims = true;
     e->st.claiming = false;
     pthread_cond_signal(&e->dispatch_cv);
     pthread_mutex_unlock(&e->mu);
-    pthread_join(e->dispatcher, NULL);
-    poller_stop(e->poller); /* its checks are due again at once, for other replicas */
+    if (e->dispatcher_started)
+        pthread_join(e->dispatcher, NULL);
+    e->dispatcher_started = false;
+}
 
-    LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
-    abstime_after_ms(&until, (int64_t)grace_s * 1000);
+/* Asks every run still executing to stop and hand its run back, hands back
+ * the runs not started, and joins the workers. */
+void dispatch_stop_workers(struct engine *e)
+{
     pthread_mutex_lock(&e->mu);
-    while ((e->busy > 0 || e->qlen > 0) && !e->hurry &&
-           pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)
-        ;
     e->stop_all = true;
     for (int i = 0; i < e->nslots; i++)
         if (e->slots[i].run)
@@ -488,44 +440,8 @@ void engine_drain(struct engine *e, int grace_s)
         LOG(LOG_WARN, "grace period over, handing back runs=%d worker=%s", e->busy, e->worker_id);
     pthread_cond_broadcast(&e->work_cv);
     pthread_mutex_unlock(&e->mu);
-    engine_release_queued(e);
-    for (int i = 0; i < e->nslots; i++)
+    dispatch_release_queued(e);
+    for (int i = 0; i < e->nworkers; i++)
         pthread_join(e->slots[i].thread, NULL);
-    maint_stop(e);
-    e->started = false;
-}
-
-void engine_hurry(struct engine *e)
-{
-    pthread_mutex_lock(&e->mu);
-    e->hurry = true;
-    pthread_cond_broadcast(&e->idle_cv);
-    pthread_mutex_unlock(&e->mu);
-}
-
-void engine_free(struct engine *e)
-{
-    if (!e)
-        return;
-    poller_free(e->poller);
-    for (int i = 0; i < e->nslots; i++)
-        pthread_mutex_destroy(&e->slots[i].write_mu);
-    pthread_cond_destroy(&e->dispatch_cv);
-    pthread_cond_destroy(&e->work_cv);
-    pthread_cond_destroy(&e->idle_cv);
-    pthread_cond_destroy(&e->maint_cv);
-    pthread_cond_destroy(&e->bell_cv);
-    pthread_mutex_destroy(&e->mu);
-    free(e->slots);
-    free(e->queue);
-    free(e);
-}
-
-void engine_stats(struct engine *e, struct engine_stats *out)
-{
-    pthread_mutex_lock(&e->mu);
-    *out = e->st;
-    out->busy = e->busy;
-    pthread_mutex_unlock(&e->mu);
-    poller_stats(e->poller, &out->poller);
+    e->nworkers = 0;
 }

@@ -1,0 +1,185 @@
+/* engine/doorbell.c — the doorbell thread, which sends the coalesced
+ * NOTIFYs of this process, and the LISTEN thread, which hears those of
+ * every replica.
+ *
+ * The doorbell exists because NOTIFY serialises committing transactions in
+ * PostgreSQL: one NOTIFY per submission would cap submissions at the rate of
+ * that lock. Instead every change is committed without NOTIFY, and this
+ * thread sends at most one NOTIFY per channel per few milliseconds after the
+ * commits it covers. The payload is empty: the tables are the truth. */
+#include "engine/engine_internal.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "store/db.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BELL_MIN_GAP_MS 5
+
+/* ---- doorbell ---- */
+
+void events_hint(struct engine *e)
+{
+    if (e->on_events)
+        e->on_events(e->on_events_arg);
+}
+
+void doorbell_ring(struct engine *e, bool queue, bool events)
+{
+    if (events)
+        events_hint(e); /* this process's hub need not wait for the NOTIFY */
+    pthread_mutex_lock(&e->mu);
+    e->ring_queue |= queue;
+    e->ring_events |= events;
+    pthread_cond_signal(&e->bell_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *bell_main(void *arg)
+{
+    struct engine *e = arg;
+
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        bool q, ev;
+        struct db *db = NULL;
+        struct error err = {0};
+
+        while (!e->bell_stop && !e->ring_queue && !e->ring_events)
+            pthread_cond_wait(&e->bell_cv, &e->mu);
+        if (!e->ring_queue && !e->ring_events)
+            break;
+        q = e->ring_queue;
+        ev = e->ring_events;
+        e->ring_queue = e->ring_events = false;
+        pthread_mutex_unlock(&e->mu);
+        if (db_pool_get(e->pool, &db, &err) != ST_OK || store_notify(db, q, ev, &err) != ST_OK)
+            LOG(LOG_DEBUG, "could not ring the doorbell: %s", err.message);
+        db_pool_put(e->pool, db);
+        usleep(BELL_MIN_GAP_MS * 1000);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- listener ---- */
+
+static void on_notify(void *arg, const char *channel, const char *payload)
+{
+    struct engine *e = arg;
+    (void)payload;
+    if (strcmp(channel, "opsrun_queue") == 0)
+        e->on_queue(e);
+    else if (strcmp(channel, "opsrun_events") == 0)
+        events_hint(e);
+}
+
+static void set_listening(struct engine *e, bool up)
+{
+    pthread_mutex_lock(&e->mu);
+    e->st.listening = up;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Waits on the LISTEN socket until it breaks or we stop; true = stop. */
+static bool listen_loop(struct engine *e, struct db *db)
+{
+    for (;;) {
+        struct pollfd pf[2] = {{db_socket(db), POLLIN, 0}, {e->stop_efd, POLLIN, 0}};
+        struct error err = {0};
+        int r = poll(pf, 2, 1000);
+
+        if (r < 0 && errno != EINTR)
+            return false;
+        if (pf[1].revents)
+            return true;
+        if (r > 0 && db_consume_notifies(db, on_notify, e, &err) != ST_OK) {
+            LOG(LOG_WARN, "listen connection lost: %s", err.message);
+            return false;
+        }
+    }
+}
+
+static void *listener_main(void *arg)
+{
+    struct engine *e = arg;
+    const struct db_options opt = {
+        .conninfo = e->cfg->database_url,
+        .connect_timeout_s = e->cfg->db.connect_timeout_s,
+        .application_name = "opsrun-listen",
+    };
+    int64_t pause = 250;
+
+    for (;;) {
+        struct db *db = NULL;
+        struct error err = {0};
+        struct pollfd pf = {e->stop_efd, POLLIN, 0};
+        bool stop = false;
+
+        if (db_connect(&opt, &db, &err) == ST_OK &&
+            db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK) {
+            LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
+            set_listening(e, true);
+            pause = 250;
+            e->on_queue(e); /* anything sent while we were away */
+            events_hint(e);
+            stop = listen_loop(e, db);
+            set_listening(e, false);
+        } else {
+            LOG(LOG_WARN, "could not listen, retrying in %lld ms: %s", (long long)pause,
+                err.message);
+        }
+        db_close(db);
+        if (stop || poll(&pf, 1, (int)pause) > 0)
+            break;
+        pause = pause < 5000 ? pause * 2 : 5000;
+    }
+    return NULL;
+}
+
+/* ---- start and stop ---- */
+
+enum status doorbell_start(struct engine *e, struct error *err)
+{
+    e->stop_efd = eventfd(0, EFD_CLOEXEC);
+    if (e->stop_efd < 0)
+        return error_set(err, ST_INTERNAL, "could not create eventfd: %s", strerror(errno));
+    if (thread_start(e, &e->bell, bell_main, e, "doorbell", err) != ST_OK)
+        goto fail;
+    e->bell_started = true;
+    if (!e->cfg->queue.listen)
+        return ST_OK;
+    if (thread_start(e, &e->listener, listener_main, e, "listener", err) != ST_OK)
+        goto fail;
+    e->listener_started = true;
+    return ST_OK;
+fail:
+    doorbell_stop(e);
+    return ST_INTERNAL;
+}
+
+void doorbell_stop(struct engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->bell_stop = true;
+    pthread_cond_signal(&e->bell_cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->stop_efd >= 0)
+        (void)!eventfd_write(e->stop_efd, 1);
+    if (e->bell_started)
+        pthread_join(e->bell, NULL);
+    if (e->listener_started)
+        pthread_join(e->listener, NULL);
+    e->bell_started = e->listener_started = false;
+    if (e->stop_efd >= 0)
+        close(e->stop_efd);
+    e->stop_efd = -1;
+}

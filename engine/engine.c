@@ -1,0 +1,181 @@
+/* engine/engine.c — the engine's lifecycle (engine/engine.h): it creates
+ * the shared state, starts every thread in order (doorbell and listener,
+ * maintenance, poller, workers, dispatcher), and stops them in the reverse
+ * order, on a drain and on a start that failed half-way. The threads
+ * themselves live in doorbell.c, maint.c, poller.c and dispatch.c. */
+#include "engine/engine_internal.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "engine/poller.h"
+#include "store/db.h"
+#include "store/workers.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
+{
+    struct engine *e = xcalloc(1, sizeof(*e));
+    char rid[27];
+
+    e->cfg = cfg;
+    e->pool = pool;
+    run_id_new(rid);
+    if (gethostname(e->host, sizeof(e->host)) != 0)
+        xsnprintf(e->host, sizeof(e->host), "unknown");
+    e->host[sizeof(e->host) - 1] = '\0';
+    xsnprintf(e->worker_id, sizeof(e->worker_id), "w-%s", rid);
+    pthread_mutex_init(&e->mu, NULL);
+    cond_init_monotonic(&e->dispatch_cv);
+    cond_init_monotonic(&e->work_cv);
+    cond_init_monotonic(&e->idle_cv);
+    cond_init_monotonic(&e->maint_cv);
+    cond_init_monotonic(&e->bell_cv);
+    e->nslots = cfg->queue.workers;
+    e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
+    e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
+    e->stop_efd = -1;
+    e->on_queue = dispatch_wake;
+    for (int i = 0; i < e->nslots; i++) {
+        e->slots[i].e = e;
+        pthread_mutex_init(&e->slots[i].write_mu, NULL);
+    }
+    xsnprintf(e->st.worker_id, sizeof(e->st.worker_id), "%s", e->worker_id);
+    e->st.workers = e->nslots;
+    e->st.poll_only = !cfg->queue.listen;
+    return e;
+}
+
+void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg)
+{
+    e->on_events = fn;
+    e->on_events_arg = arg;
+}
+
+/* The worker row, and the orphans a dead process left, before any thread. */
+static enum status engine_register(struct engine *e, struct error *err)
+{
+    struct db *db = NULL;
+    enum status st = db_pool_get(e->pool, &db, err);
+
+    if (st == ST_OK)
+        st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
+                                    e->nslots, err);
+    if (st == ST_OK && !maint_rescue(e, db))
+        st = error_set(err, ST_UNAVAILABLE, "the orphan scan at start-up failed");
+    db_pool_put(e->pool, db);
+    return st;
+}
+
+static void engine_unregister(struct engine *e)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (db_pool_get(e->pool, &db, &err) != ST_OK ||
+        store_workers_stop(db, e->worker_id, &err) != ST_OK)
+        LOG(LOG_WARN, "could not mark worker stopped: %s", err.message);
+    db_pool_put(e->pool, db);
+}
+
+enum status engine_start(struct engine *e, struct error *err)
+{
+    enum status st = engine_register(e, err);
+
+    if (st != ST_OK)
+        return st;
+    if ((st = doorbell_start(e, err)) != ST_OK)
+        goto unregister;
+    if ((st = maint_start(e, err)) != ST_OK)
+        goto doorbell;
+    e->poller = poller_new(e);
+    if ((st = poller_start(e->poller, err)) != ST_OK)
+        goto maint;
+    if ((st = dispatch_start(e, err)) != ST_OK)
+        goto poller;
+    e->started = true;
+    LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
+        e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
+    return ST_OK;
+poller:
+    poller_stop(e->poller);
+maint:
+    maint_stop(e);
+doorbell:
+    doorbell_stop(e);
+unregister:
+    engine_unregister(e);
+    return st;
+}
+
+void engine_submitted(struct engine *e)
+{
+    dispatch_wake(e);
+    doorbell_ring(e, true, true);
+}
+
+void engine_events_written(struct engine *e)
+{
+    doorbell_ring(e, false, true);
+}
+
+void engine_drain(struct engine *e, int grace_s)
+{
+    struct timespec until;
+
+    if (!e->started)
+        return;
+    dispatch_stop_claims(e);
+    poller_stop(e->poller); /* its checks are due again at once, for other replicas */
+
+    LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
+    abstime_after_ms(&until, (int64_t)grace_s * 1000);
+    pthread_mutex_lock(&e->mu);
+    while ((e->busy > 0 || e->qlen > 0) && !e->hurry &&
+           pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&e->mu);
+    dispatch_stop_workers(e);
+    maint_stop(e);
+    doorbell_stop(e); /* after the workers: their last writes ring it */
+    engine_unregister(e);
+    e->started = false;
+}
+
+void engine_hurry(struct engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->hurry = true;
+    pthread_cond_broadcast(&e->idle_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    poller_free(e->poller);
+    for (int i = 0; i < e->nslots; i++)
+        pthread_mutex_destroy(&e->slots[i].write_mu);
+    pthread_cond_destroy(&e->dispatch_cv);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_cond_destroy(&e->idle_cv);
+    pthread_cond_destroy(&e->maint_cv);
+    pthread_cond_destroy(&e->bell_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e->slots);
+    free(e->queue);
+    free(e);
+}
+
+void engine_stats(struct engine *e, struct engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->busy = e->busy;
+    pthread_mutex_unlock(&e->mu);
+    poller_stats(e->poller, &out->poller);
+}
