@@ -1,6 +1,6 @@
 /* engine/actions/simulate.c — the built-in action behind the "demo" run
  * type: sleeps for duration_ms, reports `steps` progress values spread over
- * it, then succeeds or fails as "fail" says (CONTRACT.md). The run's input
+ * it, then succeeds or fails as "fail" says (docs/api.md). The run's input
  * overrides the run type's params, which override the defaults. */
 #include "engine/action.h"
 
