@@ -92,7 +92,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
--- The API representation of a run (CONTRACT.md, GET /runs/{id}).
+-- The API representation of a run (docs/api.md, GET /runs/{id}).
 CREATE FUNCTION opsrun_run_json(r runs) RETURNS json
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT json_build_object(

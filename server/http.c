@@ -298,8 +298,10 @@ static enum MHD_Result http_wait_begin(struct req_ctx *rc, struct reply *rp)
 /* ---- streams ------------------------------------------------------------ */
 
 /* Runs with the hub lock held, on the connection's thread. A peer that
- * closed is noticed here: MHD sees nothing while a connection is suspended
- * (notes/mhd-sse.md section 5). */
+ * closed is noticed here: MHD does not read a suspended connection, and the
+ * first write to a closed peer still succeeds, so without this peek a gone
+ * client would hold its connection until a second write (measured:
+ * docs/streams.md, "Noticing a client that left"). */
 static bool http_stream_suspend(void *arg)
 {
     struct http_stream *hs = arg;

@@ -14,7 +14,7 @@
 struct db;
 
 /* A run as read from the database. json is the API representation
- * (CONTRACT.md GET /runs/{id}); the scalar fields are copies for the engine. */
+ * (docs/api.md, "The run object"); the scalar fields are copies for the engine. */
 struct run {
     char *tenant, *id, *type;
     char status[16], outcome[24];

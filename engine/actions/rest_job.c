@@ -1,5 +1,5 @@
-/* engine/actions/rest_job.c — a job on a remote REST jobs API (the
- * Dataflow seed, generalised; docs/actions/rest_job.md).
+/* engine/actions/rest_job.c — a job on a remote REST jobs API (designed
+ * for Google Cloud Dataflow, generalised; docs/actions/rest_job.md).
  *
  * start: the submit request; the job's id is read from its answer at
  * id_pointer, and the run waits. poll: the status request; the remote state

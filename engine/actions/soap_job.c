@@ -1,9 +1,9 @@
-/* engine/actions/soap_job.c — a SOAP asynchronous task (seed 000, the
- * shell-query poll split, generalised; docs/actions/soap_job.md).
+/* engine/actions/soap_job.c — a SOAP asynchronous task, followed by the
+ * poller without holding a worker (docs/actions/soap_job.md).
  *
  * start: the start envelope; the task id (and any "capture" values, kept in
  * the poll state for later templates as {{state:NAME}}) read by XPath.
- * poll, one check, seed 000's decision tree:
+ * poll, one check, the decision tree of docs/actions/soap_job.md:
  *   1. in the readiness phase: one readiness check (bounded retries);
  *   2. the status envelope; status = trim + lower-case of status_xpath;
  *   3. status in complete_values -> readiness (when configured), else done;

@@ -1,5 +1,5 @@
 /* tests/e2e/test_api.c — the HTTP API of one real opsrun process against
- * CONTRACT.md: submissions, dedupe, errors, listing, cancel, retries,
+ * docs/api.md: submissions, dedupe, errors, listing, cancel, retries,
  * timeouts, health, poll-only mode, a PostgreSQL restart while serving, and
  * SIGTERM drains. Every test case gets a fresh database (th_db_create) and
  * its own process. */

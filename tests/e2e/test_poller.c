@@ -171,7 +171,7 @@ static void teardown(void)
 
 /* submit -> waiting (the worker slot free) -> the first check after 200 ms,
  * then 200, 400, 800, 800 ms apart (initial 200, x2, cap 800, jitter 0;
- * seed 000's schedule) -> succeeded with the remote
+ * the default schedule's shape, scaled down) -> succeeded with the remote
  * output as result; found by external_id; cleanup called once, cancel
  * never; the secret went to the fake but nowhere else. */
 START_TEST(success_and_schedule)
@@ -840,7 +840,7 @@ static json_t *rest_helper(const char *what, const char *pointer)
 }
 
 /* The soap_job type "soap" against the fake's /soap and /rest helpers, with
- * seed 000's decision tree on short timings. */
+ * the decision tree of docs/actions/soap_job.md on short timings. */
 static void start_soap(struct th_proc *p, const char *db)
 {
     json_t *gate = rest_helper("isrunning", "/isRunning"), *probe = rest_helper("probe", "/count");
@@ -890,7 +890,7 @@ static void start_soap(struct th_proc *p, const char *db)
     free(conninfo);
 }
 
-/* Seed 000's decision tree, one branch per run: complete (with readiness
+/* The soap_job decision tree, one branch per run: complete (with readiness
  * retries), error status, error message, server faults and malformed
  * answers (failed checks), a stuck task confirmed "not running" twice at
  * least min_gap_s apart, a completed date opening the gate early, the row

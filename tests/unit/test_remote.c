@@ -225,7 +225,7 @@ START_TEST(classes)
 }
 END_TEST
 
-/* Seed 000's schedule: 2 s, x2, 30 s cap, +-20 %. */
+/* The default poll schedule (docs/configuration.md): 2 s, x2, 30 s cap, +-20 %. */
 START_TEST(backoff)
 {
     const struct poll_policy pp = {
