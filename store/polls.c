@@ -241,8 +241,10 @@ enum status store_polls_finish(struct db *db, const struct poll_fence *f,
     char cnt[16], lease[24];
     char *j[5] = {json_text(res->result), json_text(res->error), json_text(res->summary_counts),
                   json_text(res->failure_summary), json_text(poll_state)};
-    const char *p[12] = {f->tenant, f->id, f->owner, cnt,          res->outcome,       j[0],
-                         j[1],      j[2],  j[3],     res->message, j[4] ? j[4] : "{}", lease};
+    const char *outcome = run_outcome_name(res->outcome);
+    const char *p[12] = {
+        f->tenant, f->id,        f->owner,           cnt,  outcome, j[0], j[1], j[2],
+        j[3],      res->message, j[4] ? j[4] : "{}", lease};
     enum status st;
 
     xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);

@@ -75,12 +75,26 @@ void run_free(struct run *run)
 
 bool run_is_terminal(const struct run *run)
 {
-    return strcmp(run->status, "completed") == 0;
+    return run_status_is_terminal(run->status);
 }
 
 const json_t *run_input(const struct run *run)
 {
     return json_object_get(run->json, "input");
+}
+
+/* The status and outcome columns of row; a value outside the names tables
+ * means the schema and this binary disagree. */
+static enum status run_state_from_row(const PGresult *r, int row, struct run *run,
+                                      struct error *err)
+{
+    if (!run_status_parse(db_val(r, row, 4), &run->status))
+        return error_set(err, ST_INTERNAL, "could not parse run \"%s\": unknown status \"%s\"",
+                         db_val(r, row, 2), db_val(r, row, 4));
+    if (!run_outcome_parse(db_val(r, row, 5), &run->outcome))
+        return error_set(err, ST_INTERNAL, "could not parse run \"%s\": unknown outcome \"%s\"",
+                         db_val(r, row, 2), db_val(r, row, 5));
+    return ST_OK;
 }
 
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err)
@@ -96,13 +110,15 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
     run->tenant = xstrdup(db_val(r, row, 1));
     run->id = xstrdup(db_val(r, row, 2));
     run->type = xstrdup(db_val(r, row, 3));
-    xsnprintf(run->status, sizeof(run->status), "%s", db_val(r, row, 4));
-    xsnprintf(run->outcome, sizeof(run->outcome), "%s", db_val(r, row, 5));
     run->attempt = (int)db_i64(r, row, 6);
     run->max_attempts = (int)db_i64(r, row, 7);
     run->has_deadline = db_val(r, row, 8) != NULL;
     run->deadline_left_ms = db_i64(r, row, 8);
     run->created_us = db_i64(r, row, 9);
+    if (run_state_from_row(r, row, run, err) != ST_OK) {
+        run_free(run);
+        return ST_INTERNAL;
+    }
     *out = run;
     return ST_OK;
 }
@@ -213,8 +229,8 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
 {
     char cus[24], lim[16];
     const char *p[8] = {tenant,
-                        f->status,
-                        f->outcome,
+                        f->has_status ? run_status_name(f->status) : NULL,
+                        f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                         f->type,
                         f->external_id,
                         f->has_cursor ? cus : NULL,

@@ -220,7 +220,7 @@ enum status store_runs_finish(struct db *db, const struct fence *f, const struct
         res->failure_summary ? json_dumps(res->failure_summary, JSON_COMPACT | JSON_ENCODE_ANY)
                              : NULL,
     };
-    const char *p[10] = {NULL, NULL, NULL, NULL, res->outcome,
+    const char *p[10] = {NULL, NULL, NULL, NULL, run_outcome_name(res->outcome),
                          j[0], j[1], j[2], j[3], res->message};
     enum status st = run_fenced(db, &S_FINISH, 10, p, f, err);
 
