@@ -1,7 +1,8 @@
 /* store/run_state.h — the run state machine's values: where a run is (its
  * status) and how it ended (its outcome), with the one table of their names.
  * The outcome is OUTCOME_PENDING until the status is RUN_COMPLETED, then one
- * of the others.
+ * of the others. store/run_state_sql.h has the same status sets and the
+ * transition rules in SQL.
  *
  * In C a status or outcome is always one of these enums; the names are used
  * only where a value crosses a boundary: SQL parameters and results, JSON,

@@ -21,7 +21,7 @@ static const struct stmt S_BY_ID = {
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
-                        "r.identity_hash = $2 AND r.status IN ('queued', 'running', 'waiting')"};
+                        "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
 static const struct stmt S_LIST = {
     "runs_list",
     "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 "
@@ -38,16 +38,11 @@ static const struct stmt S_CANCEL = {
     "runs_cancel",
     "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
     "WHERE r.tenant = $1 AND r.id = $2 FOR UPDATE), "
-    "upd AS (UPDATE runs r SET "
-    "status = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'completed' ELSE 'cancelling' "
-    "END, "
-    "outcome = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'cancelled' ELSE r.outcome END, "
-    "completed_at = CASE WHEN cur.status IN ('queued', 'waiting') THEN now() END, "
-    "next_poll_at = NULL, updated_at = now(), "
+    "upd AS (UPDATE runs r SET " SET_CANCEL "next_poll_at = NULL, updated_at = now(), "
     "hooks_at = CASE WHEN cur.status = 'waiting' THEN now() ELSE r.hooks_at END, "
     "hooks_attempts = CASE WHEN cur.status = 'waiting' THEN 0 ELSE r.hooks_attempts END FROM cur "
-    "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN ('queued', 'waiting', "
-    "'running') RETURNING " RUN_RET "), " EVENT_FROM_UPD(
+    "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN " JOINABLE_STATUSES
+    " RETURNING " RUN_RET "), " EVENT_FROM_UPD(
         "'status'",
         "'cancel requested'") " SELECT " RUN_OUT ", true FROM upd UNION ALL "
                               "SELECT opsrun_run_json(c.cr)::text, (c.cr).tenant, (c.cr).id, "

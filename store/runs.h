@@ -47,7 +47,8 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
                               bool *dedup, struct error *err) WUR;
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
-/* The active (not completed) run with this identity; ST_NOT_FOUND if none. */
+/* The joinable (queued, running or waiting) run with this identity;
+ * ST_NOT_FOUND if none. */
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
                                   struct run **out, struct error *err) WUR;
 

@@ -1,6 +1,9 @@
 /* tests/unit/test_run_state.c — the Check suite for store/run_state.c: the
  * exact name of every status and outcome, parsing them back, rejecting
- * everything else, and the status predicates value by value.
+ * everything else, and the status predicates value by value; and for
+ * store/run_state_sql.h: its status sets are the predicates' (built here
+ * from the names table), every quoted word in it is a status or outcome
+ * name, and its transition arms expand to the exact SQL.
  *
  * System headers come before run_state.h, ahead of common.h's poison pragma. */
 #include <check.h>
@@ -8,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/migrations.h"
 #include "store/run_state.h"
+#include "store/run_state_sql.h"
 
 /* The API's names, in enum order: what clients and the database see. */
 static const char *const want_status[] = {"queued", "running", "waiting", "cancelling",
@@ -155,6 +160,141 @@ START_TEST(held)
 }
 END_TEST
 
+/* ---- store/run_state_sql.h ------------------------------------------- */
+
+/* "('a', 'b')": the statuses pred holds for, in enum order. */
+static void sql_set(bool (*pred)(enum run_status), char *out, size_t cap)
+{
+    size_t len = 0;
+
+    out[len++] = '(';
+    for (int i = 0; i < RUN_STATUS_COUNT; i++)
+        if (pred((enum run_status)i))
+            len += (size_t)snprintf(out + len, cap - len, "%s'%s'", len > 1 ? ", " : "",
+                                    run_status_name((enum run_status)i));
+    snprintf(out + len, cap - len, ")");
+}
+
+static bool cancel_at_once(enum run_status s)
+{
+    return run_status_is_joinable(s) && !run_status_is_held(s);
+}
+
+START_TEST(sql_sets_are_the_predicates)
+{
+    char want[128];
+
+    sql_set(run_status_is_held, want, sizeof(want));
+    ck_assert_str_eq(want, "('running', 'cancelling')");
+    ck_assert_str_eq(HELD_STATUSES, want);
+    sql_set(run_status_is_joinable, want, sizeof(want));
+    ck_assert_str_eq(want, "('queued', 'running', 'waiting')");
+    ck_assert_str_eq(JOINABLE_STATUSES, want);
+    sql_set(cancel_at_once, want, sizeof(want));
+    ck_assert_str_eq(want, "('queued', 'waiting')");
+    ck_assert_str_eq(CANCEL_AT_ONCE_STATUSES, want);
+}
+END_TEST
+
+static const char *migration_sql(int version)
+{
+    for (size_t i = 0; i < migrations_count; i++)
+        if (migrations[i].version == version)
+            return migrations[i].sql;
+    ck_abort_msg("no migration %d", version);
+    return NULL;
+}
+
+/* The partial indexes that serve the statements have the same predicates,
+ * so the planner can prove a statement's WHERE clause implies them. */
+START_TEST(sql_sets_are_the_index_predicates)
+{
+    ck_assert_ptr_nonnull(strstr(migration_sql(1),
+                                 "CREATE INDEX runs_held ON runs (worker_id, type) "
+                                 "WHERE status IN " HELD_STATUSES ";"));
+    ck_assert_ptr_nonnull(strstr(migration_sql(1),
+                                 "CREATE INDEX runs_heartbeat ON runs "
+                                 "(heartbeat_at) WHERE status IN " HELD_STATUSES ";"));
+    ck_assert_ptr_nonnull(strstr(migration_sql(2), "CREATE UNIQUE INDEX runs_active_identity ON "
+                                                   "runs (tenant, identity_hash)\n    WHERE status "
+                                                   "IN " JOINABLE_STATUSES ";"));
+}
+END_TEST
+
+/* Every 'quoted' word of sql is a status or an outcome name; *n counts them. */
+static void assert_quoted_names(const char *sql, int *n)
+{
+    for (const char *p = strchr(sql, '\''); p; p = strchr(p, '\'')) {
+        const char *end = strchr(p + 1, '\'');
+        char word[64];
+        enum run_status s;
+        enum run_outcome o;
+
+        ck_assert_ptr_nonnull(end);
+        ck_assert_uint_lt((size_t)(end - p), sizeof(word));
+        snprintf(word, sizeof(word), "%.*s", (int)(end - p - 1), p + 1);
+        ck_assert_msg(run_status_parse(word, &s) || run_outcome_parse(word, &o),
+                      "'%s' in \"%s\" is neither a status nor an outcome", word, sql);
+        (*n)++;
+        p = end + 1;
+    }
+}
+
+START_TEST(sql_words_are_names)
+{
+    const struct {
+        const char *sql;
+        int words;
+    } macros[] = {
+        {HELD_STATUSES, 2}, {JOINABLE_STATUSES, 3}, {CANCEL_AT_ONCE_STATUSES, 2},
+        {CANCEL_ASKED, 1},  {SET_CANCEL, 9},        {SET_REQUEUE, 7},
+        {SET_WAIT, 6},      {SET_RESCUE, 9},        {HAND_BACK_MESSAGE("x", "y"), 1},
+    };
+
+    for (size_t i = 0; i < sizeof(macros) / sizeof(macros[0]); i++) {
+        int n = 0;
+        assert_quoted_names(macros[i].sql, &n);
+        ck_assert_int_eq(n, macros[i].words);
+    }
+}
+END_TEST
+
+START_TEST(sql_transitions)
+{
+    ck_assert_str_eq(CANCEL_ASKED, "r.status = 'cancelling'");
+    ck_assert_str_eq(SET_CANCEL,
+                     "status = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'completed' "
+                     "ELSE 'cancelling' END, "
+                     "outcome = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'cancelled' "
+                     "ELSE r.outcome END, "
+                     "completed_at = CASE WHEN cur.status IN ('queued', 'waiting') THEN now() "
+                     "ELSE NULL END, ");
+    ck_assert_str_eq(SET_REQUEUE,
+                     "status = CASE WHEN r.status = 'cancelling' THEN 'completed' "
+                     "ELSE 'queued' END, "
+                     "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' "
+                     "ELSE 'pending' END, "
+                     "completed_at = CASE WHEN r.status = 'cancelling' THEN now() ELSE NULL END, ");
+    ck_assert_str_eq(SET_WAIT,
+                     "status = CASE WHEN r.status = 'cancelling' THEN 'completed' "
+                     "ELSE 'waiting' END, "
+                     "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' "
+                     "ELSE r.outcome END, "
+                     "completed_at = CASE WHEN r.status = 'cancelling' THEN now() ELSE NULL END, ");
+    ck_assert_str_eq(SET_RESCUE,
+                     "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE "
+                     "CASE WHEN r.attempt >= r.max_attempts THEN 'completed' ELSE 'queued' END "
+                     "END, "
+                     "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE "
+                     "CASE WHEN r.attempt >= r.max_attempts THEN 'failed' ELSE 'pending' END "
+                     "END, "
+                     "completed_at = CASE WHEN r.status = 'cancelling' THEN now() ELSE "
+                     "CASE WHEN r.attempt >= r.max_attempts THEN now() END END, ");
+    ck_assert_str_eq(HAND_BACK_MESSAGE("'a'", "$7"),
+                     "CASE WHEN outcome = 'cancelled' THEN 'a' ELSE $7 END");
+}
+END_TEST
+
 static TCase *tc_names(void)
 {
     TCase *tc = tcase_create("names");
@@ -180,6 +320,17 @@ static TCase *tc_predicates(void)
     return tc;
 }
 
+static TCase *tc_sql(void)
+{
+    TCase *tc = tcase_create("sql");
+
+    tcase_add_test(tc, sql_sets_are_the_predicates);
+    tcase_add_test(tc, sql_sets_are_the_index_predicates);
+    tcase_add_test(tc, sql_words_are_names);
+    tcase_add_test(tc, sql_transitions);
+    return tc;
+}
+
 int main(void)
 {
     Suite *s = suite_create("run_state");
@@ -188,6 +339,7 @@ int main(void)
 
     suite_add_tcase(s, tc_names());
     suite_add_tcase(s, tc_predicates());
+    suite_add_tcase(s, tc_sql());
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
