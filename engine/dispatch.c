@@ -160,7 +160,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
 {
     const struct run *run = s->run;
     const struct run_type *rt = rc->type;
-    struct run_result res = {.outcome = "succeeded"};
+    struct run_result res = {.outcome = OUTCOME_SUCCEEDED};
     int stop = atomic_load(&s->stop);
     json_t *err_json = NULL;
     enum status st;
@@ -178,7 +178,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     if (stop == STOP_SHUTDOWN)
         return store_runs_release(db, f, err);
     if (stop == STOP_CANCEL) {
-        res.outcome = "cancelled";
+        res.outcome = OUTCOME_CANCELLED;
         res.message = "cancelled while running";
     } else if (step == STEP_DONE) {
         res.outcome = rc_done_outcome(rc);
@@ -187,7 +187,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
         res.failure_summary = rc->failure_summary;
         res.message = "finished";
     } else if (clock_mono_ms() >= rc->deadline_mono_ms) {
-        res.outcome = "timed_out";
+        res.outcome = OUTCOME_TIMED_OUT;
         char msg[96];
         xsnprintf(msg, sizeof(msg), "run exceeded its timeout of %lld s", (long long)rt->timeout_s);
         res.error = err_json = json_pack("{s:s, s:s}", "code", "timeout", "message", msg);
@@ -197,7 +197,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
             backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
         return store_runs_retry(db, f, delay, rc->error, err);
     } else {
-        res.outcome = "failed";
+        res.outcome = OUTCOME_FAILED;
         res.error = rc->error;
         res.summary_counts = rc->summary_counts;
         res.failure_summary = rc->failure_summary;

@@ -123,12 +123,13 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
         return;
     }
     LOG(LOG_INFO, "run finished run=%s type=%s outcome=%s checks=%d external_id=%s", f->id,
-        rc->run->type, res->outcome, f->poll_count, rc->external_id ? rc->external_id : "");
+        rc->run->type, run_outcome_name(res->outcome), f->poll_count,
+        rc->external_id ? rc->external_id : "");
     count(p, &p->st.finished_total, 1);
-    if (strcmp(res->outcome, "timed_out") == 0)
+    if (res->outcome == OUTCOME_TIMED_OUT)
         count(p, &p->st.timed_out_total, 1);
     doorbell_ring(e, false, true);
-    run_hooks(p, ops, rc, strcmp(res->outcome, "timed_out") == 0);
+    run_hooks(p, ops, rc, res->outcome == OUTCOME_TIMED_OUT);
 }
 
 static void again(struct poller *p, const struct run_ctx *rc, const struct poll_fence *f,
@@ -162,7 +163,7 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
 {
     const json_t *last = json_object_get(rc->poll_state, "last_error");
     char msg[640];
-    struct run_result res = {.outcome = "timed_out", .message = "timed out"};
+    struct run_result res = {.outcome = OUTCOME_TIMED_OUT, .message = "timed out"};
 
     if (strcmp(which, "poll.max_checks") == 0)
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
@@ -188,15 +189,15 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
     const char *budget;
 
     if (step == STEP_DONE || step == STEP_FAIL) {
-        res.outcome = step == STEP_DONE ? rc_done_outcome(rc)
-                      : rc->outcome     ? rc->outcome
-                                        : "failed";
+        res.outcome = step == STEP_DONE                ? rc_done_outcome(rc)
+                      : rc->outcome != OUTCOME_PENDING ? rc->outcome
+                                                       : OUTCOME_FAILED;
         res.result = rc->result;
         res.error = step == STEP_FAIL ? rc->error : NULL;
         res.summary_counts = rc->summary_counts;
         res.failure_summary = rc->failure_summary;
         res.message = step == STEP_DONE ? "finished" : "failed";
-        if (strcmp(res.outcome, "cancelled") == 0)
+        if (res.outcome == OUTCOME_CANCELLED)
             res.message = "cancelled by the remote system";
         finish(p, ops, rc, f, &res);
         return;
@@ -271,11 +272,10 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
     const struct action_ops *ops = action_find(rt->action);
     struct run_ctx rc = claim_ctx(p, c, rt);
 
-    LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id, c->run->outcome,
-        c->hooks_attempts);
+    LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
+        run_outcome_name(c->run->outcome), c->hooks_attempts);
     run_hooks(p, ops, &rc,
-              strcmp(c->run->outcome, "cancelled") == 0 ||
-                  strcmp(c->run->outcome, "timed_out") == 0);
+              c->run->outcome == OUTCOME_CANCELLED || c->run->outcome == OUTCOME_TIMED_OUT);
     rc_cleanup(&rc);
 }
 

@@ -134,8 +134,9 @@ json_t *intake_result(const struct run *run, bool dedup)
     xsnprintf(stream, sizeof(stream), "/runs/%s/stream", run->id);
     xsnprintf(cancel, sizeof(cancel), "/runs/%s/cancel", run->id);
     return json_pack("{s:s, s:s, s:s, s:b, s:{s:s, s:s, s:s}}", "run_id", run->id, "status",
-                     run->status, "outcome", run->outcome, "deduplicated", dedup, "links", "self",
-                     self, "stream", stream, "cancel", cancel);
+                     run_status_name(run->status), "outcome", run_outcome_name(run->outcome),
+                     "deduplicated", dedup, "links", "self", self, "stream", stream, "cancel",
+                     cancel);
 }
 
 /* Fills the identity and request hashes of a submission. */
@@ -190,8 +191,8 @@ static enum status alerts_refresh(const struct hctx *hc, const struct request *r
         st = store_runs_get(db, rq->tenant, rp->wait_run_id, &run, &err);
     db_pool_put(hc->pool, db);
     if (st == ST_OK) {
-        json_object_set_new(rp->body, "status", json_string(run->status));
-        json_object_set_new(rp->body, "outcome", json_string(run->outcome));
+        json_object_set_new(rp->body, "status", json_string(run_status_name(run->status)));
+        json_object_set_new(rp->body, "outcome", json_string(run_outcome_name(run->outcome)));
     } else {
         LOG(LOG_WARN, "could not refresh run=%s for a long-poll: %s", rp->wait_run_id, err.message);
     }

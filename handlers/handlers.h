@@ -98,9 +98,10 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
 /* The long-poll parameter "wait": whole seconds 0..WAIT_MAX_S, 0 when
  * absent; *wait_ms gets milliseconds. */
 enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error *err) WUR;
-/* GET /stream's filters "type" and "status" (NULL when absent). */
-enum status stream_parse_filter(const struct request *rq, const char **type, const char **status,
-                                struct error *err) WUR;
+/* GET /stream's filters "type" (NULL when absent) and "status" (*has_status
+ * false when absent). */
+enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
+                                enum run_status *status, struct error *err) WUR;
 /* Validates GET /runs query parameters into f. */
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
                               struct error *err) WUR;

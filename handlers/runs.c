@@ -14,18 +14,6 @@
 #define LIST_DEFAULT 50
 #define LIST_MAX 500
 
-static const char *const statuses[] = {"queued", "running", "waiting", "cancelling", "completed"};
-static const char *const outcomes[] = {"pending", "succeeded", "partially_succeeded",
-                                       "failed",  "cancelled", "timed_out"};
-
-static bool one_of(const char *v, const char *const *set, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(v, set[i]) == 0)
-            return true;
-    return false;
-}
-
 static void parse_limit(const char *v, struct run_filter *f, struct error *err)
 {
     char *end;
@@ -71,37 +59,39 @@ enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error 
     return ST_OK;
 }
 
-static void parse_status(const char *v, const char **out, struct error *err)
+static void parse_status(const char *v, bool *has, enum run_status *out, struct error *err)
 {
-    if (v && !one_of(v, statuses, ARRAY_LEN(statuses)))
+    *has = v && run_status_parse(v, out);
+    if (v && !*has)
         error_field(err, ST_INVALID, "status",
                     "must be one of queued, running, waiting, cancelling, completed");
-    else
-        *out = v;
 }
 
-enum status stream_parse_filter(const struct request *rq, const char **type, const char **status,
-                                struct error *err)
+static void parse_outcome(const char *v, bool *has, enum run_outcome *out, struct error *err)
 {
-    *type = *status = NULL;
-    parse_status(rq->query(rq, "status"), status, err);
+    *has = v && run_outcome_parse(v, out);
+    if (v && !*has)
+        error_field(err, ST_INVALID, "outcome",
+                    "must be one of pending, succeeded, partially_succeeded, failed, "
+                    "cancelled, timed_out");
+}
+
+enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
+                                enum run_status *status, struct error *err)
+{
+    *type = NULL;
+    parse_status(rq->query(rq, "status"), has_status, status, err);
     parse_text(rq->query(rq, "type"), "type", 64, type, err);
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f, struct error *err)
 {
-    const char *status = rq->query(rq, "status"), *outcome = rq->query(rq, "outcome");
     const char *cursor = rq->query(rq, "cursor");
 
     memset(f, 0, sizeof(*f));
-    parse_status(status, &f->status, err);
-    if (outcome && !one_of(outcome, outcomes, ARRAY_LEN(outcomes)))
-        error_field(err, ST_INVALID, "outcome",
-                    "must be one of pending, succeeded, partially_succeeded, failed, "
-                    "cancelled, timed_out");
-    else
-        f->outcome = outcome;
+    parse_status(rq->query(rq, "status"), &f->has_status, &f->status, err);
+    parse_outcome(rq->query(rq, "outcome"), &f->has_outcome, &f->outcome, err);
     parse_text(rq->query(rq, "type"), "type", 64, &f->type, err);
     parse_text(rq->query(rq, "external_id"), "external_id", 512, &f->external_id, err);
     parse_limit(rq->query(rq, "limit"), f, err);
@@ -212,7 +202,7 @@ enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, 
     xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
     if (st == ST_OK && !changed && run_is_terminal(run))
         st = error_set(&err, ST_CONFLICT, "run \"%s\" is already completed (%s)", run->id,
-                       run->outcome);
+                       run_outcome_name(run->outcome));
     if (st == ST_OK) {
         if (changed && hc->engine)
             engine_events_written(hc->engine);

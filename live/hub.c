@@ -26,7 +26,7 @@ struct frame {
     int64_t id;
     uint64_t run_hash;
     const char *tenant, *run_id, *run_type;
-    char status[16];
+    enum run_status status;
     bool terminal;
     size_t id_len; /* of the "id: N\n" line */
     size_t len;
@@ -42,7 +42,9 @@ struct hub_sub {
     struct hub *h;
     struct hub_sub *prev, *next;
     /* the filter, immutable once registered */
-    char *tenant, *run_id, *run_type, *status;
+    char *tenant, *run_id, *run_type;
+    bool has_status;
+    enum run_status status;
     uint64_t run_hash;
     struct hub_wake wake;
     /* under h->mu */
@@ -160,8 +162,8 @@ static struct frame *frame_new(const struct event_row *ev)
     f->run_id = memcpy(p + tl, ev->run_id, rl);
     f->run_type = memcpy(p + tl + rl, ev->run_type, yl);
     f->run_hash = run_hash(ev->run_id);
-    xsnprintf(f->status, sizeof(f->status), "%s", ev->status);
-    f->terminal = strcmp(ev->status, "completed") == 0;
+    f->status = ev->status;
+    f->terminal = run_status_is_terminal(ev->status);
     return f;
 }
 
@@ -177,7 +179,7 @@ static bool sub_selects(const struct hub_sub *s, const struct frame *f)
         return false;
     if (s->run_type && strcmp(f->run_type, s->run_type) != 0)
         return false;
-    return !s->status || strcmp(f->status, s->status) == 0;
+    return !s->has_status || f->status == s->status;
 }
 
 bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *run_id, bool *with_id)
@@ -713,7 +715,8 @@ enum status hub_sub_new(struct hub *h, const struct event_filter *f, const struc
     s->tenant = xstrdup(f->tenant);
     s->run_id = dup_or_null(f->run_id);
     s->run_type = dup_or_null(f->run_type);
-    s->status = dup_or_null(f->status);
+    s->has_status = f->has_status;
+    s->status = f->status;
     s->run_hash = f->run_id ? run_hash(f->run_id) : 0;
     s->wake = *w;
     s->seq = h->next;
@@ -750,7 +753,6 @@ void hub_sub_free(struct hub_sub *s)
     free(s->tenant);
     free(s->run_id);
     free(s->run_type);
-    free(s->status);
     free(s);
 }
 

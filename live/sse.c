@@ -86,7 +86,7 @@ static void on_replayed(void *arg, const struct event_row *ev)
     if (!hub_sub_gate(s->sub, ev->id, ev->run_id, &with_id))
         return;
     out_frame(s, with_id ? ev->id : 0, ev->kind, ev->run_json);
-    if (s->f.run_id && strcmp(ev->status, "completed") == 0) {
+    if (s->f.run_id && run_status_is_terminal(ev->status)) {
         hub_sub_mark_ended(s->sub);
         s->cursor = s->upto; /* nothing after the terminal event */
     }
@@ -126,7 +126,6 @@ static void stream_free(struct sse_stream *s)
     free((char *)s->f.tenant);
     free((char *)s->f.run_id);
     free((char *)s->f.run_type);
-    free((char *)s->f.status);
     free(s->run_cursor);
     free(s->out);
     free(s);
@@ -208,7 +207,7 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     *out = NULL;
     s->pool = pool;
     s->f = (struct event_filter){xstrdup(rq->tenant), dup_or_null(rq->run_id),
-                                 dup_or_null(rq->run_type), dup_or_null(rq->status)};
+                                 dup_or_null(rq->run_type), rq->has_status, rq->status};
     s->run_cursor = xstrdup("");
     st = hub_sub_new(h, &s->f, w, &s->sub, &pos, err);
     if (st == ST_OK)

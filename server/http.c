@@ -372,7 +372,7 @@ static enum status http_stream_params(struct req_ctx *rc, struct sse_request *q,
     }
     if (!q->run_id) {
         struct request rq = http_request(rc);
-        if (stream_parse_filter(&rq, &q->run_type, &q->status, err) != ST_OK)
+        if (stream_parse_filter(&rq, &q->run_type, &q->has_status, &q->status, err) != ST_OK)
             return ST_INVALID; /* err has every field, Last-Event-ID's too */
     }
     return err->nfields ? ST_INVALID : ST_OK;

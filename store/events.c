@@ -116,24 +116,38 @@ enum status store_events_settled(struct db *db, const struct event_horizon *h, b
     return ST_OK;
 }
 
-/* Passes each row of an EVENT_COLS result to fn; returns the row count. */
-static int deliver(const PGresult *r, event_fn fn, void *arg)
+/* Passes each row of an EVENT_COLS result to fn; *n gets the row count. A
+ * status outside the names table (the schema and this binary disagree)
+ * fails the page before any row is passed on. */
+static enum status deliver(const PGresult *r, event_fn fn, void *arg, int *n, struct error *err)
 {
     int rows = PQntuples(r);
+    enum run_status status;
 
+    for (int i = 0; i < rows; i++)
+        if (!run_status_parse(db_val(r, i, 4), &status))
+            return error_set(err, ST_INTERNAL, "could not parse event %s: unknown status \"%s\"",
+                             db_val(r, i, 0), db_val(r, i, 4));
     for (int i = 0; i < rows; i++) {
-        const struct event_row ev = {
+        struct event_row ev = {
             .id = db_i64(r, i, 0),
             .tenant = db_val(r, i, 1),
             .run_id = db_val(r, i, 2),
             .kind = db_val(r, i, 3),
-            .status = db_val(r, i, 4),
             .run_type = db_val(r, i, 5),
             .run_json = db_val(r, i, 6),
         };
+        (void)run_status_parse(db_val(r, i, 4), &ev.status);
         fn(arg, &ev);
     }
-    return rows;
+    *n = rows;
+    return ST_OK;
+}
+
+/* The filter's status as a statement parameter: NULL for any. */
+static const char *status_param(const struct event_filter *f)
+{
+    return f->has_status ? run_status_name(f->status) : NULL;
 }
 
 static enum status check_page(int64_t after_id, int limit, struct error *err)
@@ -165,9 +179,9 @@ enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id,
     st = db_run(db, &S_AFTER, 3, p, &r, err);
     if (st != ST_OK)
         return st;
-    *n = deliver(r, fn, arg);
+    st = deliver(r, fn, arg, n, err);
     PQclear(r);
-    return ST_OK;
+    return st;
 }
 
 static void sleep_ms(int ms)
@@ -252,14 +266,14 @@ enum status store_events_replay(struct db *db, const struct event_filter *f, int
         const char *p[5] = {f->tenant, f->run_id, a, u, l};
         st = db_run(db, &S_REPLAY_RUN, 5, p, &r, err);
     } else {
-        const char *p[6] = {a, u, f->tenant, f->run_type, f->status, l};
+        const char *p[6] = {a, u, f->tenant, f->run_type, status_param(f), l};
         st = db_run(db, &S_REPLAY_ALL, 6, p, &r, err);
     }
     if (st != ST_OK)
         return st;
-    *n = deliver(r, fn, arg);
+    st = deliver(r, fn, arg, n, err);
     PQclear(r);
-    return ST_OK;
+    return st;
 }
 
 void run_snapshot_cleanup(struct run_snapshot *s)
@@ -300,7 +314,7 @@ enum status store_events_active(struct db *db, const struct event_filter *f,
                                 char **last_run_id, struct error *err)
 {
     char l[16];
-    const char *p[5] = {f->tenant, after_run_id, f->run_type, f->status, l};
+    const char *p[5] = {f->tenant, after_run_id, f->run_type, status_param(f), l};
     PGresult *r;
     enum status st = check_page(0, limit, err);
 
@@ -311,13 +325,13 @@ enum status store_events_active(struct db *db, const struct event_filter *f,
     st = db_run(db, &S_ACTIVE, 5, p, &r, err);
     if (st != ST_OK)
         return st;
-    *n = deliver(r, fn, arg);
-    if (*n > 0) {
+    st = deliver(r, fn, arg, n, err);
+    if (st == ST_OK && *n > 0) {
         free(*last_run_id);
         *last_run_id = xstrdup(db_val(r, *n - 1, 2));
     }
     PQclear(r);
-    return ST_OK;
+    return st;
 }
 
 enum status store_events_bounds(struct db *db, int64_t *last_id, int64_t *pruned_upto,

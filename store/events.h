@@ -25,6 +25,7 @@
 #define OPSRUN_STORE_EVENTS_H
 
 #include "common/common.h"
+#include "store/run_state.h"
 
 struct db;
 
@@ -54,8 +55,8 @@ enum status store_events_settled(struct db *db, const struct event_horizon *h, b
 struct event_row {
     int64_t id;
     const char *tenant, *run_id;
-    const char *kind;   /* "status" or "progress" */
-    const char *status; /* the run's status as of the event */
+    const char *kind;       /* "status" or "progress" */
+    enum run_status status; /* the run's status as of the event */
     const char *run_type;
     const char *run_json;
 };
@@ -89,7 +90,8 @@ struct event_filter {
     const char *tenant;
     const char *run_id;   /* NULL: every run */
     const char *run_type; /* NULL: any (only without run_id) */
-    const char *status;   /* NULL: any (only without run_id) */
+    bool has_status;      /* false: any (only without run_id) */
+    enum run_status status;
 };
 
 /* Like store_events_after, restricted to the filter; events of runs that

@@ -7,10 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The worker's fence (store/runs_engine.c), $1..$4. */
-#define FENCE                                                                                      \
-    "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
-    "AND r.status IN ('running', 'cancelling')"
 /* A check's fence, $1..$4. */
 #define PFENCE                                                                                     \
     "r.tenant = $1 AND r.id = $2 AND r.status = 'waiting' AND r.poll_owner = $3 "                  \
@@ -22,25 +18,23 @@
     "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
     "r.hooks_attempts"
 #define CLAIM_FIRST 12
+/* The event message of the hand-over to waiting. */
+#define WAIT_MESSAGE                                                                               \
+    HAND_BACK_MESSAGE("'cancelled while starting external job ' || $5",                            \
+                      "'waiting for external job ' || $5")
 
 static const struct stmt S_WAIT = {
     "runs_wait",
-    "WITH upd AS (UPDATE runs r SET "
-    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'waiting' END, "
-    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE r.outcome END, "
-    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
-    "hooks_at = CASE WHEN r.status = 'cancelling' THEN now() END, hooks_attempts = 0, "
+    "WITH upd AS (UPDATE runs r SET " SET_WAIT "hooks_at = CASE WHEN " CANCEL_ASKED
+    " THEN now() END, hooks_attempts = 0, "
     "external_id = $5, poll_state = $6::jsonb, poll_started_at = now(), poll_count = 0, "
-    "poll_owner = NULL, next_poll_at = CASE WHEN r.status = 'cancelling' THEN NULL "
+    "poll_owner = NULL, next_poll_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
     "ELSE now() + " INTERVAL_MS(
         "$7") " END, "
               "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
               " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-              "r.step), " EVENT_FROM_UPD(
-                  "'status'",
-                  "CASE WHEN outcome = 'cancelled' THEN 'cancelled while starting external job "
-                  "' || $5 ELSE 'waiting for external job ' || $5 END") " SELECT count(*) FROM "
-                                                                        "upd"};
+              "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*) FROM "
+                                                                   "upd"};
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT tenant, id FROM runs WHERE status = 'waiting' AND next_poll_at <= now() "
@@ -241,8 +235,10 @@ enum status store_polls_finish(struct db *db, const struct poll_fence *f,
     char cnt[16], lease[24];
     char *j[5] = {json_text(res->result), json_text(res->error), json_text(res->summary_counts),
                   json_text(res->failure_summary), json_text(poll_state)};
-    const char *p[12] = {f->tenant, f->id, f->owner, cnt,          res->outcome,       j[0],
-                         j[1],      j[2],  j[3],     res->message, j[4] ? j[4] : "{}", lease};
+    const char *outcome = run_outcome_name(res->outcome);
+    const char *p[12] = {
+        f->tenant, f->id,        f->owner,           cnt,  outcome, j[0], j[1], j[2],
+        j[3],      res->message, j[4] ? j[4] : "{}", lease};
     enum status st;
 
     xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);

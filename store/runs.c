@@ -21,7 +21,7 @@ static const struct stmt S_BY_ID = {
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
-                        "r.identity_hash = $2 AND r.status IN ('queued', 'running', 'waiting')"};
+                        "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
 static const struct stmt S_LIST = {
     "runs_list",
     "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 "
@@ -38,16 +38,11 @@ static const struct stmt S_CANCEL = {
     "runs_cancel",
     "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
     "WHERE r.tenant = $1 AND r.id = $2 FOR UPDATE), "
-    "upd AS (UPDATE runs r SET "
-    "status = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'completed' ELSE 'cancelling' "
-    "END, "
-    "outcome = CASE WHEN cur.status IN ('queued', 'waiting') THEN 'cancelled' ELSE r.outcome END, "
-    "completed_at = CASE WHEN cur.status IN ('queued', 'waiting') THEN now() END, "
-    "next_poll_at = NULL, updated_at = now(), "
+    "upd AS (UPDATE runs r SET " SET_CANCEL "next_poll_at = NULL, updated_at = now(), "
     "hooks_at = CASE WHEN cur.status = 'waiting' THEN now() ELSE r.hooks_at END, "
     "hooks_attempts = CASE WHEN cur.status = 'waiting' THEN 0 ELSE r.hooks_attempts END FROM cur "
-    "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN ('queued', 'waiting', "
-    "'running') RETURNING " RUN_RET "), " EVENT_FROM_UPD(
+    "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN " JOINABLE_STATUSES
+    " RETURNING " RUN_RET "), " EVENT_FROM_UPD(
         "'status'",
         "'cancel requested'") " SELECT " RUN_OUT ", true FROM upd UNION ALL "
                               "SELECT opsrun_run_json(c.cr)::text, (c.cr).tenant, (c.cr).id, "
@@ -75,12 +70,26 @@ void run_free(struct run *run)
 
 bool run_is_terminal(const struct run *run)
 {
-    return strcmp(run->status, "completed") == 0;
+    return run_status_is_terminal(run->status);
 }
 
 const json_t *run_input(const struct run *run)
 {
     return json_object_get(run->json, "input");
+}
+
+/* The status and outcome columns of row; a value outside the names tables
+ * means the schema and this binary disagree. */
+static enum status run_state_from_row(const PGresult *r, int row, struct run *run,
+                                      struct error *err)
+{
+    if (!run_status_parse(db_val(r, row, 4), &run->status))
+        return error_set(err, ST_INTERNAL, "could not parse run \"%s\": unknown status \"%s\"",
+                         db_val(r, row, 2), db_val(r, row, 4));
+    if (!run_outcome_parse(db_val(r, row, 5), &run->outcome))
+        return error_set(err, ST_INTERNAL, "could not parse run \"%s\": unknown outcome \"%s\"",
+                         db_val(r, row, 2), db_val(r, row, 5));
+    return ST_OK;
 }
 
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err)
@@ -96,13 +105,15 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
     run->tenant = xstrdup(db_val(r, row, 1));
     run->id = xstrdup(db_val(r, row, 2));
     run->type = xstrdup(db_val(r, row, 3));
-    xsnprintf(run->status, sizeof(run->status), "%s", db_val(r, row, 4));
-    xsnprintf(run->outcome, sizeof(run->outcome), "%s", db_val(r, row, 5));
     run->attempt = (int)db_i64(r, row, 6);
     run->max_attempts = (int)db_i64(r, row, 7);
     run->has_deadline = db_val(r, row, 8) != NULL;
     run->deadline_left_ms = db_i64(r, row, 8);
     run->created_us = db_i64(r, row, 9);
+    if (run_state_from_row(r, row, run, err) != ST_OK) {
+        run_free(run);
+        return ST_INTERNAL;
+    }
     *out = run;
     return ST_OK;
 }
@@ -213,8 +224,8 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
 {
     char cus[24], lim[16];
     const char *p[8] = {tenant,
-                        f->status,
-                        f->outcome,
+                        f->has_status ? run_status_name(f->status) : NULL,
+                        f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                         f->type,
                         f->external_id,
                         f->has_cursor ? cus : NULL,

@@ -8,6 +8,7 @@
 #define OPSRUN_STORE_RUNS_H
 
 #include "common/common.h"
+#include "store/run_state.h"
 
 #include <jansson.h>
 
@@ -17,7 +18,8 @@ struct db;
  * (docs/api.md, "The run object"); the scalar fields are copies for the engine. */
 struct run {
     char *tenant, *id, *type;
-    char status[16], outcome[24];
+    enum run_status status;
+    enum run_outcome outcome;
     int attempt, max_attempts;
     bool has_deadline;
     int64_t deadline_left_ms; /* time left when read, by the database's clock */
@@ -45,13 +47,17 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
                               bool *dedup, struct error *err) WUR;
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
-/* The active (not completed) run with this identity; ST_NOT_FOUND if none. */
+/* The joinable (queued, running or waiting) run with this identity;
+ * ST_NOT_FOUND if none. */
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
                                   struct run **out, struct error *err) WUR;
 
 struct run_filter {
-    const char *status, *outcome, *type, *external_id; /* NULL = any */
-    int limit;                                         /* 1..500 */
+    bool has_status, has_outcome; /* false = any */
+    enum run_status status;
+    enum run_outcome outcome;
+    const char *type, *external_id; /* NULL = any */
+    int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;
     char cursor_id[129];
@@ -91,7 +97,7 @@ enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struc
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
                                 const char *step, struct error *err) WUR;
 struct run_result {
-    const char *outcome; /* succeeded, partially_succeeded, failed, cancelled, timed_out */
+    enum run_outcome outcome;                                        /* any but OUTCOME_PENDING */
     const json_t *result, *error, *summary_counts, *failure_summary; /* may be NULL */
     const char *message;                                             /* for the event */
 };

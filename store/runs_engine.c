@@ -7,15 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The fence: this run, this worker, this attempt, still held. */
-#define FENCE                                                                                      \
-    "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
-    "AND r.status IN ('running', 'cancelling')"
-
-/* The event message of a retry or release that found the run cancelling
- * (and so ended it cancelled): say that, not what the worker meant to do. */
-#define CANCELLED_OR(message)                                                                      \
-    "CASE WHEN outcome = 'cancelled' THEN 'cancelled while running' ELSE " message " END"
+/* The event message of a retry or release (a hand-back). */
+#define CANCELLED_OR(message) HAND_BACK_MESSAGE("'cancelled while running'", message)
 
 static const struct stmt S_CLAIM = {
     "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
@@ -42,23 +35,17 @@ static const struct stmt S_FINISH = {
         "'status'", "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
-    "WITH upd AS (UPDATE runs r SET "
-    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'queued' END, "
-    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE 'pending' END, "
-    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
+    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE
     "run_at = now() + make_interval(secs => $5::bigint / 1000.0), error = $6::jsonb, "
-    "worker_id = CASE WHEN r.status = 'cancelling' THEN r.worker_id END, "
+    "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
     "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
     "WHERE " FENCE
     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
         "'status'", CANCELLED_OR("$7")) " SELECT count(*) FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
-    "WITH upd AS (UPDATE runs r SET "
-    "status = CASE WHEN r.status = 'cancelling' THEN 'completed' ELSE 'queued' END, "
-    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' ELSE 'pending' END, "
-    "completed_at = CASE WHEN r.status = 'cancelling' THEN now() END, "
-    "attempt = CASE WHEN r.status = 'cancelling' THEN r.attempt ELSE r.attempt - 1 END, "
+    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE "attempt = CASE WHEN " CANCEL_ASKED
+    " THEN r.attempt ELSE r.attempt - 1 END, "
     "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
     "updated_at = now() WHERE " FENCE
     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
@@ -69,28 +56,21 @@ static const struct stmt S_HEARTBEAT = {
     "runs_heartbeat",
     "UPDATE runs r SET heartbeat_at = now() FROM unnest($2::text[], $3::text[], $4::int[]) "
     "AS h(tenant, id, attempt) WHERE r.worker_id = $1 AND r.tenant = h.tenant AND r.id = h.id "
-    "AND r.attempt = h.attempt AND r.status IN ('running', 'cancelling') "
+    "AND r.attempt = h.attempt AND r.status IN " HELD_STATUSES " "
     "RETURNING r.tenant, r.id, r.attempt"};
 static const struct stmt S_CANCELLING = {
     "runs_cancelling", "SELECT tenant, id, attempt FROM runs WHERE worker_id = $1 AND "
                        "status = 'cancelling'"};
 static const struct stmt S_RESCUE = {
     "runs_rescue",
-    "WITH o AS (SELECT tenant, id FROM runs WHERE status IN ('running', 'cancelling') AND "
+    "WITH o AS (SELECT tenant, id FROM runs WHERE status IN " HELD_STATUSES " AND "
     "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at LIMIT $2::int "
     "FOR UPDATE SKIP LOCKED), "
-    "upd AS (UPDATE runs r SET "
-    "status = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
-    "THEN 'completed' ELSE 'queued' END, "
-    "outcome = CASE WHEN r.status = 'cancelling' THEN 'cancelled' "
-    "WHEN r.attempt >= r.max_attempts THEN 'failed' ELSE 'pending' END, "
-    "completed_at = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
-    "THEN now() END, "
-    "error = CASE WHEN r.status = 'cancelling' THEN r.error ELSE jsonb_build_object('code', "
+    "upd AS (UPDATE runs r SET " SET_RESCUE "error = CASE WHEN " CANCEL_ASKED
+    " THEN r.error ELSE jsonb_build_object('code', "
     "'orphaned', 'message', format('worker %s stopped heartbeating during attempt %s', "
     "r.worker_id, r.attempt)) END, "
-    "worker_id = CASE WHEN r.status = 'cancelling' OR r.attempt >= r.max_attempts "
-    "THEN r.worker_id END, "
+    "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED " THEN r.worker_id END, "
     "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
     "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
     "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
@@ -220,7 +200,7 @@ enum status store_runs_finish(struct db *db, const struct fence *f, const struct
         res->failure_summary ? json_dumps(res->failure_summary, JSON_COMPACT | JSON_ENCODE_ANY)
                              : NULL,
     };
-    const char *p[10] = {NULL, NULL, NULL, NULL, res->outcome,
+    const char *p[10] = {NULL, NULL, NULL, NULL, run_outcome_name(res->outcome),
                          j[0], j[1], j[2], j[3], res->message};
     enum status st = run_fenced(db, &S_FINISH, 10, p, f, err);
 

@@ -4,6 +4,7 @@
 #define OPSRUN_STORE_RUNS_INTERNAL_H
 
 #include "store/db_internal.h"
+#include "store/run_state_sql.h"
 #include "store/runs.h"
 
 /* RETURNING list of a statement that writes runs AS r, and the matching
@@ -18,6 +19,11 @@
     "r.max_attempts, (extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "                 \
     "(extract(epoch FROM r.created_at) * 1000000)::bigint"
 #define RUN_NCOLS 10
+/* The worker's fence ($1..$4): this run, this worker, this attempt, still
+ * held. */
+#define FENCE                                                                                      \
+    "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
+    "AND r.status IN " HELD_STATUSES
 /* The event row for each run in CTE "upd" (type and message as SQL). */
 #define EVENT_FROM_UPD(type, message)                                                              \
     "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "       \

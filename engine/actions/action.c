@@ -58,17 +58,17 @@ void rc_set_external_id(struct run_ctx *rc, const char *id)
     rc->external_id = id ? xstrdup(id) : NULL;
 }
 
-const char *rc_done_outcome(const struct run_ctx *rc)
+enum run_outcome rc_done_outcome(const struct run_ctx *rc)
 {
     const json_t *c = rc->summary_counts;
     json_int_t ok = json_integer_value(json_object_get(c, "succeeded"));
     json_int_t bad = json_integer_value(json_object_get(c, "failed"));
 
-    if (rc->outcome)
+    if (rc->outcome != OUTCOME_PENDING)
         return rc->outcome;
     if ((ok > 0 && bad > 0) || json_array_size(rc->failure_summary) > 0)
-        return "partially_succeeded";
-    return "succeeded";
+        return OUTCOME_PARTIALLY_SUCCEEDED;
+    return OUTCOME_SUCCEEDED;
 }
 
 void rc_cleanup(struct run_ctx *rc)

@@ -13,9 +13,10 @@
  * poll() runs on a poller thread, one short check of a waiting run, within
  * the run type's poll.check_timeout_s (rc_should_stop() turns true at it):
  * STEP_DONE and STEP_FAIL end the run (rc->outcome may say
- * "partially_succeeded", or "cancelled" when the remote job was cancelled),
- * STEP_WAIT checks again later, STEP_RETRY records a transient failure
- * (network, 5xx) that counts against the poll budget and checks again later.
+ * OUTCOME_PARTIALLY_SUCCEEDED, or OUTCOME_CANCELLED when the remote job was
+ * cancelled), STEP_WAIT checks again later, STEP_RETRY records a transient
+ * failure (network, 5xx) that counts against the poll budget and checks
+ * again later.
  * It may change rc->poll_state, which the next check gets.
  *
  * cancel() (the remote cancel) runs when a waiting run is cancelled or
@@ -46,9 +47,10 @@ struct run_ctx {
     int64_t deadline_mono_ms;        /* monotonic clock; the run's timeout */
     const _Atomic int *stop;         /* enum stop_reason, set by other threads */
     const _Atomic int64_t *lease_ms; /* monotonic; past it the run may be rescued */
-    /* Set by the action: */
-    const char *outcome; /* STEP_DONE: "succeeded" (default) or "partially_succeeded";
-                            STEP_FAIL from poll(): "failed" (default) or "cancelled" */
+    /* Set by the action. outcome, left OUTCOME_PENDING for the default:
+     * STEP_DONE: succeeded (the default) or OUTCOME_PARTIALLY_SUCCEEDED;
+     * STEP_FAIL from poll(): failed (the default) or OUTCOME_CANCELLED. */
+    enum run_outcome outcome;
     json_t *result, *error, *summary_counts, *failure_summary; /* owned by the context */
     /* The external job: set by start() before STEP_WAIT, given to poll(),
      * cancel() and cleanup(). Owned by the context. */
@@ -88,10 +90,11 @@ void rc_progress(struct run_ctx *rc, int pct, const char *step);
 void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...) PRINTF_LIKE(3, 4);
 /* Sets rc->external_id (copied). */
 void rc_set_external_id(struct run_ctx *rc, const char *id);
-/* An outcome that fits what the action reported: "succeeded" becomes
- * "partially_succeeded" when summary_counts has a positive "failed" next to
- * a positive "succeeded", or failure_summary is a non-empty array. */
-const char *rc_done_outcome(const struct run_ctx *rc);
+/* An outcome that fits what the action reported: rc->outcome when it set
+ * one, else OUTCOME_SUCCEEDED, or OUTCOME_PARTIALLY_SUCCEEDED when
+ * summary_counts has a positive "failed" next to a positive "succeeded", or
+ * failure_summary is a non-empty array. */
+enum run_outcome rc_done_outcome(const struct run_ctx *rc);
 void rc_cleanup(struct run_ctx *rc); /* frees what the action left */
 
 #endif

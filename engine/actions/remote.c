@@ -731,24 +731,34 @@ static int is_array(const json_t *v)
     return json_is_array(v);
 }
 
+/* The outcome a state_map value or the "gone" param names: "succeeded",
+ * "failed" or "cancelled" (checked at configuration load). */
+static enum run_outcome mapped_outcome(const char *mapped)
+{
+    enum run_outcome o;
+
+    return run_outcome_parse(mapped, &o) ? o : OUTCOME_FAILED;
+}
+
 enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *mapped,
                            const char *state)
 {
     char *msg = NULL;
     const char *eptr = remote_param(rc, "error_pointer", NULL);
+    enum run_outcome outcome = mapped_outcome(mapped);
 
     rc->summary_counts = take(rc, body, "summary_counts_pointer", is_object);
     rc->failure_summary = take(rc, body, "failure_summary_pointer", is_array);
-    if (strcmp(mapped, "succeeded") == 0) {
+    if (outcome == OUTCOME_SUCCEEDED) {
         rc->result = remote_param(rc, "result_pointer", NULL)
                          ? take(rc, body, "result_pointer", NULL)
                          : json_deep_copy(body);
         return STEP_DONE;
     }
     msg = eptr ? json_pointer_text(body, eptr) : NULL;
-    if (strcmp(mapped, "cancelled") == 0)
-        rc->outcome = "cancelled";
-    rc_error(rc, strcmp(mapped, "cancelled") == 0 ? "remote_cancelled" : "remote_failed",
+    if (outcome == OUTCOME_CANCELLED)
+        rc->outcome = OUTCOME_CANCELLED;
+    rc_error(rc, outcome == OUTCOME_CANCELLED ? "remote_cancelled" : "remote_failed",
              "job %s ended in state \"%s\"%s%s", rc->external_id, state, msg ? ": " : "",
              msg ? msg : "");
     free(msg);
@@ -757,12 +767,12 @@ enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *m
 
 enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r)
 {
-    const char *as = remote_param(rc, "gone", "failed");
+    enum run_outcome as = mapped_outcome(remote_param(rc, "gone", "failed"));
 
-    if (strcmp(as, "succeeded") == 0)
+    if (as == OUTCOME_SUCCEEDED)
         return STEP_DONE;
-    if (strcmp(as, "cancelled") == 0)
-        rc->outcome = "cancelled";
+    if (as == OUTCOME_CANCELLED)
+        rc->outcome = OUTCOME_CANCELLED;
     rc_error(rc, "job_gone", "the remote system no longer knows job %s (HTTP %ld)", rc->external_id,
              r->status);
     return STEP_FAIL;

@@ -110,10 +110,11 @@ static void collect(void *arg, const struct event_row *ev)
         g->ids = xrealloc(g->ids, (size_t)g->cap * sizeof(*g->ids));
     }
     g->ids[g->n++] = ev->id;
-    if (!ev->tenant || !ev->run_id || !th_streq(ev->kind, "progress") || !ev->status ||
+    if (!ev->tenant || !ev->run_id || !th_streq(ev->kind, "progress") ||
         (ev->run_json &&
          (!run || !th_streq(json_string_value(json_object_get(run, "id")), ev->run_id) ||
-          !th_streq(json_string_value(json_object_get(run, "status")), ev->status))))
+          !th_streq(json_string_value(json_object_get(run, "status")),
+                    run_status_name(ev->status)))))
         g->bad_json++;
     json_decref(run);
     if (!ev->run_json)

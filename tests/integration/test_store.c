@@ -158,7 +158,7 @@ static char *new_run_full(const char *tenant, const char *type, int priority, co
                     &dedup);
     ck_assert(!dedup);
     ck_assert_str_eq(run->id, id);
-    ck_assert_str_eq(run->status, "queued");
+    ck_assert_str_eq(run_status_name(run->status), "queued");
     out = xstrdup(run->id);
     run_free(run);
     return out;
@@ -193,7 +193,7 @@ static void claim_expect(const char *worker, const char *id, int attempt)
 
     ck_assert_msg(n == 1, "%s claimed %zu runs, want 1 (%s)", worker, n, id);
     ck_assert_str_eq(runs[0]->id, id);
-    ck_assert_str_eq(runs[0]->status, "running");
+    ck_assert_str_eq(run_status_name(runs[0]->status), "running");
     ck_assert_int_eq(runs[0]->attempt, attempt);
     free_runs(runs, n);
     assert_col(id, "worker_id", worker);
@@ -209,10 +209,11 @@ static void claim_none(const char *worker)
     free_runs(runs, n);
 }
 
-static enum status finish_as(const char *id, const char *worker, int attempt, const char *outcome)
+static enum status finish_as(const char *id, const char *worker, int attempt,
+                             enum run_outcome outcome)
 {
     struct fence f = {"default", id, worker, attempt};
-    struct run_result res = {.outcome = outcome, .message = outcome};
+    struct run_result res = {.outcome = outcome, .message = run_outcome_name(outcome)};
 
     memset(&g_err, 0, sizeof(g_err));
     return store_runs_finish(g_db, &f, &res, &g_err);
@@ -278,8 +279,8 @@ START_TEST(submit_dedupe_and_conflict)
     ck_assert(!dedup);
     ck_assert_str_eq(run->id, "sub-1");
     ck_assert_str_eq(run->tenant, "default");
-    ck_assert_str_eq(run->status, "queued");
-    ck_assert_str_eq(run->outcome, "pending");
+    ck_assert_str_eq(run_status_name(run->status), "queued");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "pending");
     ck_assert_int_eq(run->attempt, 0);
     ck_assert_int_eq(run->max_attempts, 3);
     ck_assert_str_eq(json_string_value(json_object_get(run->json, "status")), "queued");
@@ -298,7 +299,7 @@ START_TEST(submit_dedupe_and_conflict)
     run = submit_on(g_db, &s1, &dedup);
     ck_assert(dedup);
     ck_assert_str_eq(run->id, "sub-1");
-    ck_assert_str_eq(run->status, "queued");
+    ck_assert_str_eq(run_status_name(run->status), "queued");
     run_free(run);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 1);
     ck_assert_int_eq(n_events("sub-1"), 1);
@@ -337,15 +338,15 @@ START_TEST(submit_dedupe_and_conflict)
     run = submit_on(g_db, &(struct sub){.id = "sub-2", .ident = "ident-1", .req = "req-3"}, &dedup);
     ck_assert(dedup);
     ck_assert_str_eq(run->id, "sub-1");
-    ck_assert_str_eq(run->status, "running");
+    ck_assert_str_eq(run_status_name(run->status), "running");
     run_free(run);
 
     /* Once it completed, the identity starts a new run. */
-    ck_assert_int_eq(finish_as("sub-1", "w1", 1, "succeeded"), ST_OK);
+    ck_assert_int_eq(finish_as("sub-1", "w1", 1, OUTCOME_SUCCEEDED), ST_OK);
     run = submit_on(g_db, &(struct sub){.id = "sub-2", .ident = "ident-1", .req = "req-3"}, &dedup);
     ck_assert(!dedup);
     ck_assert_str_eq(run->id, "sub-2");
-    ck_assert_str_eq(run->status, "queued");
+    ck_assert_str_eq(run_status_name(run->status), "queued");
     run_free(run);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE identity_hash = 'ident-1'"),
                      2);
@@ -356,7 +357,7 @@ START_TEST(submit_dedupe_and_conflict)
     run = submit_on(g_db, &s1, &dedup);
     ck_assert(dedup);
     ck_assert_str_eq(run->id, "sub-1");
-    ck_assert_str_eq(run->status, "completed");
+    ck_assert_str_eq(run_status_name(run->status), "completed");
     run_free(run);
     close_test_db();
 }
@@ -517,7 +518,7 @@ static void *claimer_main(void *arg)
         w->claimed += (int)n;
         for (size_t i = 0; i < n; i++) {
             struct fence f = {runs[i]->tenant, runs[i]->id, w->worker, runs[i]->attempt};
-            struct run_result res = {.outcome = "succeeded", .message = "done"};
+            struct run_result res = {.outcome = OUTCOME_SUCCEEDED, .message = "done"};
 
             if (runs[i]->attempt != 1)
                 w->bad_attempt++;
@@ -772,7 +773,7 @@ START_TEST(fencing_of_a_stale_worker)
         struct fence w1_att2 = {"default", id, "w1", 2}; /* right attempt, wrong worker */
         struct fence w2_att1 = {"default", id, "w2", 1}; /* right worker, wrong attempt */
         struct fence other_tenant = {"t2", id, "w2", 2};
-        struct run_result res = {.outcome = "succeeded", .message = "late"};
+        struct run_result res = {.outcome = OUTCOME_SUCCEEDED, .message = "late"};
 
         EXPECT(ST_LOST, store_runs_progress(g_db, &f1, 50, "late", &g_err));
         ck_assert_msg(strstr(g_err.message, id) != NULL, "message: %s", g_err.message);
@@ -793,10 +794,10 @@ START_TEST(fencing_of_a_stale_worker)
     ck_assert_int_eq(n_events(id), 4);
 
     /* w2 finishes; after that its fence is spent too. */
-    ck_assert_int_eq(finish_as(id, "w2", 2, "succeeded"), ST_OK);
+    ck_assert_int_eq(finish_as(id, "w2", 2, OUTCOME_SUCCEEDED), ST_OK);
     assert_state(id, "completed", "succeeded");
     assert_col(id, "progress", "100");
-    ck_assert_int_eq(finish_as(id, "w2", 2, "failed"), ST_LOST);
+    ck_assert_int_eq(finish_as(id, "w2", 2, OUTCOME_FAILED), ST_LOST);
     assert_state(id, "completed", "succeeded");
     ck_assert_int_eq(n_events(id), 5);
     json_decref(err_json);
@@ -839,7 +840,7 @@ START_TEST(orphan_rescue_paths)
     claim_expect("w2", fresh, 1);
     OK(store_runs_cancel(g_db, "default", cancelling, &run, &changed, &g_err));
     ck_assert(changed);
-    ck_assert_str_eq(run->status, "cancelling");
+    ck_assert_str_eq(run_status_name(run->status), "cancelling");
     run_free(run);
     PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '5 minutes' "
                          "WHERE worker_id = 'w1'"));
@@ -918,7 +919,7 @@ START_TEST(heartbeat_only_own_runs)
     claim_expect("w1", a3, 1);
     claim_expect("w1", done, 1);
     claim_expect("w2", b1, 1);
-    ck_assert_int_eq(finish_as(done, "w1", 1, "succeeded"), ST_OK);
+    ck_assert_int_eq(finish_as(done, "w1", 1, OUTCOME_SUCCEEDED), ST_OK);
     /* A cancelling run is still held. */
     OK(store_runs_cancel(g_db, "default", a3, &run, &changed, &g_err));
     ck_assert(changed);
@@ -992,8 +993,8 @@ START_TEST(cancel_paths)
     /* queued: ends cancelled at once. */
     OK(store_runs_cancel(g_db, "default", queued, &run, &changed, &g_err));
     ck_assert(changed);
-    ck_assert_str_eq(run->status, "completed");
-    ck_assert_str_eq(run->outcome, "cancelled");
+    ck_assert_str_eq(run_status_name(run->status), "completed");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "cancelled");
     ck_assert_str_eq(json_string_value(json_object_get(run->json, "outcome")), "cancelled");
     run_free(run);
     assert_state(queued, "completed", "cancelled");
@@ -1011,8 +1012,8 @@ START_TEST(cancel_paths)
     claim_expect("w1", running, 1);
     OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
     ck_assert(changed);
-    ck_assert_str_eq(run->status, "cancelling");
-    ck_assert_str_eq(run->outcome, "pending");
+    ck_assert_str_eq(run_status_name(run->status), "cancelling");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "pending");
     run_free(run);
     assert_state(running, "cancelling", "pending");
     assert_col(running, "worker_id", "w1");
@@ -1030,7 +1031,7 @@ START_TEST(cancel_paths)
     /* Again: nothing changes, no event. */
     OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
     ck_assert(!changed);
-    ck_assert_str_eq(run->status, "cancelling");
+    ck_assert_str_eq(run_status_name(run->status), "cancelling");
     run_free(run);
     ck_assert_int_eq(n_events(running), 3);
 
@@ -1039,7 +1040,7 @@ START_TEST(cancel_paths)
         struct fence f = {"default", running, "w1", 1};
         OK(store_runs_progress(g_db, &f, 30, "aborting", &g_err));
     }
-    ck_assert_int_eq(finish_as(running, "w1", 1, "cancelled"), ST_OK);
+    ck_assert_int_eq(finish_as(running, "w1", 1, OUTCOME_CANCELLED), ST_OK);
     assert_state(running, "completed", "cancelled");
     assert_last_event(running, "status/completed/cancelled/30/aborting/cancelled");
     ck_assert_int_eq(n_events(running), 5);
@@ -1051,12 +1052,12 @@ START_TEST(cancel_paths)
     changed = true;
     OK(store_runs_cancel(g_db, "default", running, &run, &changed, &g_err));
     ck_assert(!changed);
-    ck_assert_str_eq(run->status, "completed");
-    ck_assert_str_eq(run->outcome, "cancelled");
+    ck_assert_str_eq(run_status_name(run->status), "completed");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "cancelled");
     run_free(run);
     OK(store_runs_cancel(g_db, "default", queued, &run, &changed, &g_err));
     ck_assert(!changed);
-    ck_assert_str_eq(run->status, "completed");
+    ck_assert_str_eq(run_status_name(run->status), "completed");
     run_free(run);
     ck_assert_int_eq(n_events(running), 5);
     ck_assert_int_eq(n_events(queued), 2);
@@ -1076,8 +1077,8 @@ START_TEST(cancel_paths)
                    waiting));
     OK(store_runs_cancel(g_db, "default", waiting, &run, &changed, &g_err));
     ck_assert(changed);
-    ck_assert_str_eq(run->status, "completed");
-    ck_assert_str_eq(run->outcome, "cancelled");
+    ck_assert_str_eq(run_status_name(run->status), "completed");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "cancelled");
     run_free(run);
     assert_col(waiting, "next_poll_at", NULL);
     assert_col(waiting, "completed_at IS NOT NULL", "true");
@@ -1190,7 +1191,7 @@ START_TEST(retry_paths)
     }
     assert_col(id, "error", NULL);
     claim_expect("w1", id, 3);
-    ck_assert_int_eq(finish_as(id, "w1", 3, "failed"), ST_OK);
+    ck_assert_int_eq(finish_as(id, "w1", 3, OUTCOME_FAILED), ST_OK);
     assert_state(id, "completed", "failed");
     assert_col(id, "progress", "0");
     json_decref(fail);
@@ -1401,12 +1402,12 @@ START_TEST(list_cursor_filters_and_tenants)
         }
     }
     {
-        struct run_filter fs = {.limit = 100, .status = "completed"};
+        struct run_filter fs = {.limit = 100, .has_status = true, .status = RUN_COMPLETED};
         const char *want[] = {ids[1], ids[5]};
         assert_list_ids("default", &fs, want, 2);
     }
     {
-        struct run_filter fo = {.limit = 100, .outcome = "cancelled"};
+        struct run_filter fo = {.limit = 100, .has_outcome = true, .outcome = OUTCOME_CANCELLED};
         const char *want[] = {ids[1], ids[5]};
         assert_list_ids("default", &fo, want, 2);
     }
@@ -1416,7 +1417,8 @@ START_TEST(list_cursor_filters_and_tenants)
         assert_list_ids("default", &ft, want, 2);
     }
     {
-        struct run_filter fst = {.limit = 100, .status = "queued", .type = "A"};
+        struct run_filter fst = {
+            .limit = 100, .has_status = true, .status = RUN_QUEUED, .type = "A"};
         const char *want[] = {want_order[2], want_order[3], ids[4]};
         assert_list_ids("default", &fst, want, 3);
     }
@@ -1605,8 +1607,8 @@ static void *cancel_main(void *arg)
 
     c->st = store_runs_cancel(db, "default", c->id, &run, &c->changed, &err);
     if (run) {
-        snprintf(c->status, sizeof(c->status), "%s", run->status);
-        snprintf(c->outcome, sizeof(c->outcome), "%s", run->outcome);
+        snprintf(c->status, sizeof(c->status), "%s", run_status_name(run->status));
+        snprintf(c->outcome, sizeof(c->outcome), "%s", run_outcome_name(run->outcome));
     }
     run_free(run);
     db_close(db);
@@ -1677,7 +1679,7 @@ START_TEST(identity_does_not_join_a_cancelling_run)
     claim_expect("w1", "first", 1);
     OK(store_runs_cancel(g_db, "default", "first", &cancelled, &changed, &g_err));
     ck_assert(changed);
-    ck_assert_str_eq(cancelled->status, "cancelling");
+    ck_assert_str_eq(run_status_name(cancelled->status), "cancelling");
     b = submit_on(g_db, &(struct sub){.id = "second", .ident = "k1"}, &dedup);
     ck_assert(!dedup);
     ck_assert_str_eq(b->id, "second");

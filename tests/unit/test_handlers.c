@@ -147,11 +147,14 @@ START_TEST(filter_defaults_and_values)
 
     ck_assert_int_eq(filter(&none, &f, &err), ST_OK);
     ck_assert_int_eq(f.limit, 50);
-    ck_assert_ptr_null(f.status);
+    ck_assert(!f.has_status);
+    ck_assert(!f.has_outcome);
     ck_assert(!f.has_cursor);
     ck_assert_int_eq(filter(&q, &f, &err), ST_OK);
-    ck_assert_str_eq(f.status, "running");
-    ck_assert_str_eq(f.outcome, "timed_out");
+    ck_assert(f.has_status);
+    ck_assert_int_eq(f.status, RUN_RUNNING);
+    ck_assert(f.has_outcome);
+    ck_assert_int_eq(f.outcome, OUTCOME_TIMED_OUT);
     ck_assert_str_eq(f.type, "demo");
     ck_assert_str_eq(f.external_id, "job-7");
     ck_assert_int_eq(f.limit, 500);
@@ -191,14 +194,19 @@ START_TEST(stream_filter)
     struct qpairs q = {{"type", "status", "limit"}, {"demo", "running", "junk"}};
     struct qpairs bad = {{"type", "status"}, {"", "done"}};
     struct request rq = {.query = qlookup, .query_arg = &q};
-    const char *type, *status;
+    const char *type;
+    bool has_status;
+    enum run_status status;
     struct error err = {0};
 
-    ck_assert_int_eq(stream_parse_filter(&rq, &type, &status, &err), ST_OK); /* limit: not ours */
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &has_status, &status, &err),
+                     ST_OK); /* limit: not ours */
     ck_assert_str_eq(type, "demo");
-    ck_assert_str_eq(status, "running");
+    ck_assert(has_status);
+    ck_assert_int_eq(status, RUN_RUNNING);
     rq.query_arg = &bad;
-    ck_assert_int_eq(stream_parse_filter(&rq, &type, &status, &err), ST_INVALID);
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &has_status, &status, &err), ST_INVALID);
+    ck_assert(!has_status);
     ck_assert_uint_eq(err.nfields, 2);
     ck_assert_str_eq(err.fields[0].field, "status");
     ck_assert_str_eq(err.fields[1].field, "type");

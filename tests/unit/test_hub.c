@@ -55,10 +55,20 @@ static struct hub *new_hub(int frames, int64_t bytes, int max_subs)
     return h;
 }
 
+/* A status by its name; the test fails on a name that is not one. */
+static enum run_status status_of(const char *name)
+{
+    enum run_status s = RUN_QUEUED;
+
+    ck_assert_msg(run_status_parse(name, &s), "\"%s\" is not a status", name);
+    return s;
+}
+
 static struct hub_sub *subscribe(struct hub *h, const char *run_id, const char *type,
                                  const char *status, struct conn *c)
 {
-    const struct event_filter f = {"t", run_id, type, status};
+    const struct event_filter f = {"t", run_id, type, status != NULL,
+                                   status ? status_of(status) : RUN_QUEUED};
     const struct hub_wake w = {fake_suspend, fake_resume, c};
     struct hub_sub *s = NULL;
     struct error err = {0};
@@ -73,8 +83,9 @@ static struct hub_sub *subscribe(struct hub *h, const char *run_id, const char *
 static void inject(struct hub *h, int64_t id, const char *run, const char *status)
 {
     char json[160];
-    struct event_row ev = {id,     "t", run, strcmp(status, "completed") ? "progress" : "status",
-                           status, "T", json};
+    struct event_row ev = {
+        id,  "t", run, strcmp(status, "completed") ? "progress" : "status", status_of(status),
+        "T", json};
 
     snprintf(json, sizeof(json), "{\"id\" : \"%s\", \"status\" : \"%s\", \"n\" : %lld}", run,
              status, (long long)id);
@@ -305,7 +316,7 @@ START_TEST(limit_and_close)
     struct conn c1 = {0}, c2 = {0}, c3 = {0};
     struct hub_sub *s1 = subscribe(h, NULL, NULL, NULL, &c1);
     struct hub_sub *s2 = subscribe(h, "r1", NULL, NULL, &c2), *s3 = NULL;
-    const struct event_filter f = {"t", NULL, NULL, NULL};
+    const struct event_filter f = {"t", NULL, NULL, false, RUN_QUEUED};
     const struct hub_wake w = {fake_suspend, fake_resume, &c3};
     struct error err = {0};
     struct hub_stats st;

@@ -1,0 +1,67 @@
+/* store/run_state_sql.h — the run state machine in SQL, for the statements
+ * of store/ only: the status sets, and the SET arms of every transition that
+ * more than a plain assignment decides, each written once and composed into
+ * the statements. Pure macros that expand to string literals; the runs row
+ * being changed is "r".
+ *
+ * The sets are spelled exactly as the partial indexes of migrations/ spell
+ * their predicates (runs_held and runs_heartbeat: HELD_STATUSES;
+ * runs_active_identity: JOINABLE_STATUSES), because PostgreSQL uses such an
+ * index only for a query whose WHERE clause implies its predicate. Each set
+ * lists, in enum order, the statuses a predicate of store/run_state.h holds
+ * for (tests/unit/test_run_state.c checks that). opsrun_claim (migrations/
+ * 002) is PL/pgSQL and spells its sets itself. */
+#ifndef OPSRUN_STORE_RUN_STATE_SQL_H
+#define OPSRUN_STORE_RUN_STATE_SQL_H
+
+/* run_status_is_held: a worker holds the run, fences its writes and
+ * heartbeats it; it counts against max_running. */
+#define HELD_STATUSES "('running', 'cancelling')"
+/* run_status_is_joinable: the run will still do its work; a submission of
+ * its identity joins it, and a cancel acts on it. */
+#define JOINABLE_STATUSES "('queued', 'running', 'waiting')"
+/* Joinable and not held: a cancel ends the run at once. A held run is
+ * asked instead: it becomes cancelling, and its holder ends it. */
+#define CANCEL_AT_ONCE_STATUSES "('queued', 'waiting')"
+
+/* The SET arms that end a run cancelled (completed/cancelled, completed_at
+ * now) where cond holds, and otherwise give it status, outcome and
+ * completed_at: the one way a run ends cancelled. */
+#define SET_CANCELLED_IF(cond, status, outcome, completed_at)                                      \
+    "status = CASE WHEN " cond " THEN 'completed' ELSE " status " END, "                           \
+    "outcome = CASE WHEN " cond " THEN 'cancelled' ELSE " outcome " END, "                         \
+    "completed_at = CASE WHEN " cond " THEN now() ELSE " completed_at " END, "
+
+/* A held run whose cancel was asked for. */
+#define CANCEL_ASKED "r.status = 'cancelling'"
+/* The holder lets go of a held run: a run that was asked to cancel ends
+ * cancelled instead of going where the holder meant to send it. */
+#define SET_HAND_BACK(status, outcome, completed_at)                                               \
+    SET_CANCELLED_IF(CANCEL_ASKED, status, outcome, completed_at)
+/* The event message of a hand-back, over the CTE of the updated rows: it
+ * says so when the run ended cancelled, not what the holder meant to do. */
+#define HAND_BACK_MESSAGE(cancelled, otherwise)                                                    \
+    "CASE WHEN outcome = 'cancelled' THEN " cancelled " ELSE " otherwise " END"
+
+/* ---- the transitions, as the statements use them ---- */
+
+/* POST /runs/{id}/cancel (runs_cancel), over its locking CTE "cur": queued
+ * and waiting end cancelled at once; running becomes cancelling. */
+#define SET_CANCEL                                                                                 \
+    SET_CANCELLED_IF("cur.status IN " CANCEL_AT_ONCE_STATUSES, "'cancelling'", "r.outcome", "NULL")
+/* Retry and release at shutdown (runs_retry, runs_release): back to queued
+ * and pending. */
+#define SET_REQUEUE SET_HAND_BACK("'queued'", "'pending'", "NULL")
+/* The hand-over of an action that started an external job (runs_wait):
+ * to waiting; the outcome stays pending. */
+#define SET_WAIT SET_HAND_BACK("'waiting'", "r.outcome", "NULL")
+/* The orphan's attempt was its last. */
+#define EXHAUSTED "r.attempt >= r.max_attempts"
+/* Orphan rescue (runs_rescue): back to queued, or completed/failed when
+ * its attempts are spent. */
+#define SET_RESCUE                                                                                 \
+    SET_HAND_BACK("CASE WHEN " EXHAUSTED " THEN 'completed' ELSE 'queued' END",                    \
+                  "CASE WHEN " EXHAUSTED " THEN 'failed' ELSE 'pending' END",                      \
+                  "CASE WHEN " EXHAUSTED " THEN now() END")
+
+#endif
