@@ -4,6 +4,7 @@
 
 #include "engine/action.h"
 
+#include "common/dynbuf.h"
 #include "common/log.h"
 
 #include <curl/curl.h>
@@ -13,6 +14,11 @@
 #include <strings.h>
 
 #define PLACEHOLDER_MAX 256
+/* The longest expanded template: 512 MiB. It holds {{input}} of the
+ * largest input the server accepts (64 MiB, the bound of
+ * http.max_body_bytes) even with every byte XML-escaped (six times as
+ * long); only a template that repeats large placeholders reaches it. */
+#define EXPAND_MAX ((size_t)512 << 20)
 
 /* ---- JSON pointers -------------------------------------------------------- */
 
@@ -204,65 +210,66 @@ enum status remote_check_template(const char *s, const char *path, struct error 
     return ST_OK;
 }
 
-static void buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        *cap = (*len + n + 1) * 2;
-        *buf = xrealloc(*buf, *cap);
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-static void add_encoded(char **buf, size_t *len, size_t *cap, const char *s, int mode)
+static enum status add_encoded(struct dynbuf *buf, const char *s, int mode)
 {
     static const char hex[] = "0123456789ABCDEF";
+    enum status st = ST_OK;
 
-    for (; *s; s++) {
+    for (; *s && st == ST_OK; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (mode == REMOTE_URL && !(c >= 'A' && c <= 'Z') && !(c >= 'a' && c <= 'z') &&
             !(c >= '0' && c <= '9') && !strchr("-._~", c)) {
             esc[0] = '%', esc[1] = hex[c >> 4], esc[2] = hex[c & 15];
-            buf_add(buf, len, cap, esc, 3);
+            st = dynbuf_add(buf, esc, 3);
         } else if (mode == REMOTE_XML && strchr("&<>\"'", c)) {
             const char *e = c == '&'   ? "&amp;"
                             : c == '<' ? "&lt;"
                             : c == '>' ? "&gt;"
                             : c == '"' ? "&quot;"
                                        : "&apos;";
-            buf_add(buf, len, cap, e, strlen(e));
+            st = dynbuf_adds(buf, e);
         } else {
-            buf_add(buf, len, cap, s, 1);
+            st = dynbuf_add(buf, s, 1);
         }
     }
+    return st;
 }
 
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err)
 {
-    char *buf = xstrdup(""), name[PLACEHOLDER_MAX];
-    size_t len = 0, cap = 1;
+    struct dynbuf buf;
+    char name[PLACEHOLDER_MAX];
     const char *s = tmpl, *a, *b;
+    enum status st = ST_OK;
     bool bad;
 
     *out = NULL;
+    dynbuf_init(&buf, EXPAND_MAX);
     while (next_placeholder(s, &a, &b, name, &bad)) {
         char *val = NULL;
-        enum status st = placeholder_value(name, v, &val, NULL, err);
-        if (st != ST_OK) {
-            free(buf);
-            return st;
-        }
-        buf_add(&buf, &len, &cap, s, (size_t)(a - s));
-        add_encoded(&buf, &len, &cap, val, mode);
+        st = placeholder_value(name, v, &val, NULL, err);
+        if (st != ST_OK)
+            goto free_buf;
+        st = dynbuf_add(&buf, s, (size_t)(a - s));
+        if (st == ST_OK)
+            st = add_encoded(&buf, val, mode);
         free(val);
+        if (st != ST_OK)
+            goto too_large;
         s = b;
     }
-    buf_add(&buf, &len, &cap, s, strlen(s));
-    *out = buf;
+    if (dynbuf_adds(&buf, s) != ST_OK)
+        goto too_large;
+    *out = dynbuf_take(&buf);
     return ST_OK;
+too_large:
+    st = error_set(err, ST_INVALID, "could not expand a template: the result exceeds %zu MiB",
+                   EXPAND_MAX >> 20);
+free_buf:
+    dynbuf_free(&buf);
+    return st;
 }
 
 enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
@@ -450,28 +457,19 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
 /* ---- the call -------------------------------------------------------------- */
 
 struct sink {
-    struct remote_response *r;
-    size_t cap;
+    struct dynbuf body; /* capped at REMOTE_RESPONSE_MAX */
     bool too_big;
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     struct sink *k = arg;
-    size_t add = size * n;
 
-    if (k->r->len + add > REMOTE_RESPONSE_MAX) {
+    if (dynbuf_add(&k->body, p, size * n) != ST_OK) {
         k->too_big = true;
         return 0; /* aborts the transfer */
     }
-    if (k->r->len + add + 1 > k->cap) {
-        k->cap = (k->r->len + add + 1) * 2;
-        k->r->body = xrealloc(k->r->body, k->cap);
-    }
-    memcpy(k->r->body + k->r->len, p, add);
-    k->r->len += add;
-    k->r->body[k->r->len] = '\0';
-    return add;
+    return size * n;
 }
 
 static void header_copy(const char *line, size_t n, const char *name, char *out, size_t cap)
@@ -601,7 +599,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     const json_t *t = json_object_get(req, "timeout_ms");
     long timeout_ms = t ? (long)json_integer_value(t) : REMOTE_TIMEOUT_DEFAULT_MS;
     struct curl_slist *hdrs = NULL;
-    struct sink k = {out, 0, false};
+    struct sink k = {.too_big = false};
     const char *ctype = NULL;
     char *url = NULL, *body = NULL;
     enum status st;
@@ -609,6 +607,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     CURL *c;
 
     memset(out, 0, sizeof(*out));
+    dynbuf_init(&k.body, REMOTE_RESPONSE_MAX);
     if (!method)
         method = json_object_get(req, "body") || json_object_get(req, "body_text") ? "POST" : "GET";
     if (!tmpl)
@@ -644,8 +643,8 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     curl_slist_free_all(hdrs);
     free(url);
     free(body);
-    if (!out->body)
-        out->body = xstrdup("");
+    out->len = dynbuf_len(&k.body);
+    out->body = dynbuf_take(&k.body);
     if (cc == CURLE_OK)
         return ST_OK;
     out->transport_error = true;

@@ -71,7 +71,7 @@ void remote_response_cleanup(struct remote_response *r);
  * transfer once rc_should_stop() is true. ST_OK whenever an HTTP answer came
  * back, whatever its status; ST_UNAVAILABLE for a transport failure (out
  * says which); ST_INVALID when the request could not be built (a
- * placeholder with no value). */
+ * placeholder with no value, an expansion past 512 MiB). */
 enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
                         const struct run_ctx *rc, struct remote_response *out,
                         struct error *err) WUR;
@@ -127,7 +127,8 @@ bool remote_cleanup_hook(struct run_ctx *rc);
  * {{env:NAME}} set); errors name path. */
 enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
 
-/* Template expansion (exposed for tests). *out is heap. */
+/* Template expansion (exposed for tests). *out is heap. ST_INVALID for a
+ * placeholder with no value or a result longer than 512 MiB. */
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err) WUR;
 #define REMOTE_RAW 0
