@@ -14,17 +14,10 @@
 #define LIST_DEFAULT 50
 #define LIST_MAX 500
 
-static const char *const statuses[] = {"queued", "running", "waiting", "cancelling", "completed"};
-static const char *const outcomes[] = {"pending", "succeeded", "partially_succeeded",
-                                       "failed",  "cancelled", "timed_out"};
-
-static bool one_of(const char *v, const char *const *set, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(v, set[i]) == 0)
-            return true;
-    return false;
-}
+static const char *const statuses[] = {"queued",     "running",   "waiting",
+                                       "cancelling", "completed", NULL};
+static const char *const outcomes[] = {
+    "pending", "succeeded", "partially_succeeded", "failed", "cancelled", "timed_out", NULL};
 
 static void parse_limit(const char *v, struct run_filter *f, struct error *err)
 {
@@ -73,7 +66,7 @@ enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error 
 
 static void parse_status(const char *v, const char **out, struct error *err)
 {
-    if (v && !one_of(v, statuses, ARRAY_LEN(statuses)))
+    if (v && !str_in(v, statuses))
         error_field(err, ST_INVALID, "status",
                     "must be one of queued, running, waiting, cancelling, completed");
     else
@@ -96,7 +89,7 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
 
     memset(f, 0, sizeof(*f));
     parse_status(status, &f->status, err);
-    if (outcome && !one_of(outcome, outcomes, ARRAY_LEN(outcomes)))
+    if (outcome && !str_in(outcome, outcomes))
         error_field(err, ST_INVALID, "outcome",
                     "must be one of pending, succeeded, partially_succeeded, failed, "
                     "cancelled, timed_out");
