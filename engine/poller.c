@@ -272,9 +272,7 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
 
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id, c->run->outcome,
         c->hooks_attempts);
-    run_hooks(p, ops, &rc,
-              strcmp(c->run->outcome, "cancelled") == 0 ||
-                  strcmp(c->run->outcome, "timed_out") == 0);
+    run_hooks(p, ops, &rc, STR_IN(c->run->outcome, "cancelled", "timed_out"));
     rc_cleanup(&rc);
 }
 

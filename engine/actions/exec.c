@@ -82,7 +82,7 @@ static enum status check_int(const json_t *params, const char *key, json_int_t l
 
 enum status action_exec_check(const json_t *params, const char *path, struct error *err)
 {
-    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes"};
+    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes", NULL};
     const json_t *env = json_object_get(params, "env"), *cwd = json_object_get(params, "cwd");
     const char *key;
     json_t *v;
@@ -90,10 +90,7 @@ enum status action_exec_check(const json_t *params, const char *path, struct err
 
     json_object_foreach((json_t *)params, key, v)
     {
-        bool known = false;
-        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
-            known = strcmp(key, keys[i]) == 0;
-        if (!known)
+        if (!str_in(key, keys))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     if (check_argv(json_object_get(params, "argv"), path, err) != ST_OK)

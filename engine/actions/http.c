@@ -32,12 +32,10 @@ static bool key_known(const char *key)
                                        "summary_counts_pointer",
                                        "failure_summary_pointer",
                                        "cancel",
-                                       "cleanup"};
+                                       "cleanup",
+                                       NULL};
 
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
-        if (strcmp(key, keys[i]) == 0)
-            return true;
-    return false;
+    return str_in(key, keys);
 }
 
 enum status action_http_check(const json_t *params, const char *path, struct error *err)

@@ -153,11 +153,8 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
 
 static bool placeholder_known(const char *name)
 {
-    static const char *const plain[] = {"run_id", "tenant", "attempt", "external_id", "input"};
-
-    for (size_t i = 0; i < ARRAY_LEN(plain); i++)
-        if (strcmp(name, plain[i]) == 0)
-            return true;
+    if (STR_IN(name, "run_id", "tenant", "attempt", "external_id", "input"))
+        return true;
     if (strncmp(name, "input:", 6) == 0)
         return json_pointer_valid(name + 6);
     if (strncmp(name, "state:", 6) == 0)
@@ -324,8 +321,6 @@ enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, 
 
 /* ---- request descriptions -------------------------------------------------- */
 
-static const char *const methods[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
-
 /* Every string inside a JSON template. */
 static enum status check_json_template(const json_t *t, const char *path, struct error *err)
 {
@@ -355,11 +350,8 @@ static enum status check_json_template(const json_t *t, const char *path, struct
 
 static enum status check_method(const json_t *m, const char *path, struct error *err)
 {
-    if (!m)
+    if (!m || STR_IN(json_string_value(m), "GET", "POST", "PUT", "PATCH", "DELETE"))
         return ST_OK;
-    for (size_t i = 0; json_is_string(m) && i < ARRAY_LEN(methods); i++)
-        if (strcmp(json_string_value(m), methods[i]) == 0)
-            return ST_OK;
     return error_set(err, ST_INVALID,
                      "invalid \"%s.method\": expected GET, POST, PUT, PATCH or DELETE", path);
 }
@@ -405,8 +397,9 @@ static enum status check_headers(const json_t *h, const char *path, struct error
 enum status remote_check_request(const json_t *req, const char *path, bool need_url,
                                  struct error *err)
 {
-    static const char *const keys[] = {"method",    "url",          "headers",    "body",
-                                       "body_text", "content_type", "timeout_ms", "xml_escape"};
+    static const char *const keys[] = {"method",     "url",        "headers",
+                                       "body",       "body_text",  "content_type",
+                                       "timeout_ms", "xml_escape", NULL};
     const json_t *t = json_object_get(req, "timeout_ms");
     char sub[200];
     const char *key;
@@ -416,10 +409,7 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
     json_object_foreach((json_t *)req, key, x)
     {
-        bool known = false;
-        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
-            known = strcmp(key, keys[i]) == 0;
-        if (!known)
+        if (!str_in(key, keys))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     if (check_method(json_object_get(req, "method"), path, err) != ST_OK ||
@@ -828,16 +818,6 @@ bool remote_cleanup_hook(struct run_ctx *rc)
 
 /* ---- params every job action reads -------------------------------------- */
 
-static const char *const mapped_states[] = {"running", "succeeded", "failed", "cancelled"};
-
-static bool one_of(const char *s, const char *const *set, size_t n)
-{
-    for (size_t i = 0; s && i < n; i++)
-        if (strcmp(s, set[i]) == 0)
-            return true;
-    return false;
-}
-
 static enum status check_pointer(const json_t *params, const char *key, bool need, const char *path,
                                  struct error *err)
 {
@@ -876,7 +856,7 @@ static enum status check_state_map(const json_t *map, const char *path, struct e
                          path);
     json_object_foreach((json_t *)map, key, v)
     {
-        if (!one_of(json_string_value(v), mapped_states, ARRAY_LEN(mapped_states)))
+        if (!STR_IN(json_string_value(v), "running", "succeeded", "failed", "cancelled"))
             return error_set(err, ST_INVALID,
                              "invalid \"%s.state_map.%s\": expected running, succeeded, failed "
                              "or cancelled",
@@ -885,29 +865,30 @@ static enum status check_state_map(const json_t *map, const char *path, struct e
     return ST_OK;
 }
 
+/* set: two or three choices, NULL-terminated. */
 static enum status check_choice(const json_t *params, const char *key, const char *const *set,
-                                size_t n, const char *path, struct error *err)
+                                const char *path, struct error *err)
 {
     const json_t *v = json_object_get(params, key);
 
-    if (v && !one_of(json_string_value(v), set, n))
+    if (v && !str_in(json_string_value(v), set))
         return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected one of %s, %s%s%s", path,
-                         key, set[0], set[1], n > 2 ? ", " : "", n > 2 ? set[2] : "");
+                         key, set[0], set[1], set[2] ? ", " : "", set[2] ? set[2] : "");
     return ST_OK;
 }
 
 enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
                                     bool hooks_need_url, struct error *err)
 {
-    static const char *const unknown[] = {"running", "failed"};
-    static const char *const gone[] = {"failed", "succeeded", "cancelled"};
+    static const char *const unknown[] = {"running", "failed", NULL};
+    static const char *const gone[] = {"failed", "succeeded", "cancelled", NULL};
     bool state = json_object_get(params, "state_pointer") != NULL;
 
     if (check_pointer(params, "state_pointer", need_state, path, err) != ST_OK ||
         ((state || json_object_get(params, "state_map")) &&
          check_state_map(json_object_get(params, "state_map"), path, err) != ST_OK) ||
-        check_choice(params, "unknown_state", unknown, 2, path, err) != ST_OK ||
-        check_choice(params, "gone", gone, 3, path, err) != ST_OK ||
+        check_choice(params, "unknown_state", unknown, path, err) != ST_OK ||
+        check_choice(params, "gone", gone, path, err) != ST_OK ||
         check_pointer(params, "result_pointer", false, path, err) != ST_OK ||
         check_pointer(params, "error_pointer", false, path, err) != ST_OK ||
         check_pointer(params, "summary_counts_pointer", false, path, err) != ST_OK ||

@@ -31,12 +31,10 @@ static bool key_known(const char *key)
                                        "summary_counts_pointer",
                                        "failure_summary_pointer",
                                        "cancel",
-                                       "cleanup"};
+                                       "cleanup",
+                                       NULL};
 
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
-        if (strcmp(key, keys[i]) == 0)
-            return true;
-    return false;
+    return str_in(key, keys);
 }
 
 static enum status check_request(const json_t *params, const char *key, const char *path,
