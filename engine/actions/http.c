@@ -13,6 +13,8 @@
 #include "engine/actions/actions.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,7 +90,7 @@ static json_t *answer_result(const struct run_ctx *rc, const struct remote_respo
         return r->len ? json_pack("{s:i, s:s%}", "status", (int)r->status, "body", r->body, r->len)
                       : json_null();
     if (remote_param(rc, "result_pointer", NULL)) {
-        const json_t *x = json_pointer_get(body, remote_param(rc, "result_pointer", ""));
+        const json_t *x = jptr_get(body, remote_param(rc, "result_pointer", ""));
         res = x ? json_deep_copy(x) : json_null();
         json_decref(body);
         return res;
@@ -126,7 +128,7 @@ static char *status_url(const struct run_ctx *rc, const struct remote_response *
 
     if (ptr) {
         json_t *body = remote_json(r);
-        found = json_pointer_text(body, ptr);
+        found = jptr_text(body, ptr);
         json_decref(body);
     } else if (r->location[0]) {
         found = xstrdup(r->location);

@@ -1,14 +1,14 @@
-/* engine/actions/remote.c — request templates, secrets, the libcurl call and
- * JSON pointers for the remote actions (engine/actions/remote.h). */
+/* engine/actions/remote.c — request templates, secrets and the libcurl call
+ * for the remote actions (engine/actions/remote.h). */
 #include "engine/actions/remote.h"
 
 #include "engine/action.h"
 
 #include "common/dynbuf.h"
+#include "common/jsonptr.h"
 #include "common/log.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,88 +19,6 @@
  * http.max_body_bytes) even with every byte XML-escaped (six times as
  * long); only a template that repeats large placeholders reaches it. */
 #define EXPAND_MAX ((size_t)512 << 20)
-
-/* ---- JSON pointers -------------------------------------------------------- */
-
-bool json_pointer_valid(const char *ptr)
-{
-    if (!ptr || (*ptr && *ptr != '/'))
-        return false;
-    for (const char *p = ptr; *p; p++)
-        if (*p == '~' && p[1] != '0' && p[1] != '1')
-            return false;
-    return true;
-}
-
-/* The next reference token of *ptr (after its '/'), unescaped into tok. */
-static bool pointer_token(const char **ptr, char *tok, size_t cap)
-{
-    const char *p = *ptr + 1;
-    size_t n = 0;
-
-    for (; *p && *p != '/'; p++) {
-        char c = *p;
-        if (c == '~') {
-            c = p[1] == '0' ? '~' : '/';
-            p++;
-        }
-        if (n + 1 >= cap)
-            return false;
-        tok[n++] = c;
-    }
-    tok[n] = '\0';
-    *ptr = p;
-    return true;
-}
-
-/* An array index: "0" or digits without a leading zero. */
-static bool pointer_index(const char *tok, size_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (!*tok || (tok[0] == '0' && tok[1]) || strspn(tok, "0123456789") != strlen(tok))
-        return false;
-    errno = 0;
-    v = strtoull(tok, &end, 10);
-    if (errno)
-        return false;
-    *out = (size_t)v;
-    return true;
-}
-
-const json_t *json_pointer_get(const json_t *doc, const char *ptr)
-{
-    char tok[512];
-
-    if (!json_pointer_valid(ptr))
-        return NULL;
-    while (doc && *ptr) {
-        size_t i;
-        if (!pointer_token(&ptr, tok, sizeof(tok)))
-            return NULL;
-        if (json_is_object(doc))
-            doc = json_object_get(doc, tok);
-        else if (json_is_array(doc) && pointer_index(tok, &i))
-            doc = json_array_get(doc, i);
-        else
-            return NULL;
-    }
-    return doc;
-}
-
-char *json_pointer_text(const json_t *doc, const char *ptr)
-{
-    const json_t *v = json_pointer_get(doc, ptr);
-
-    if (json_is_string(v))
-        return xstrdup(json_string_value(v));
-    if (json_is_integer(v))
-        return xasprintf("%lld", (long long)json_integer_value(v));
-    if (json_is_real(v))
-        return xasprintf("%.17g", json_real_value(v));
-    return NULL;
-}
 
 /* ---- placeholders ---------------------------------------------------------- */
 
@@ -122,7 +40,7 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
     } else if (strcmp(name, "input") == 0) {
         j = v->input ? json_deep_copy(v->input) : json_null();
     } else if (strncmp(name, "input:", 6) == 0) {
-        const json_t *x = json_pointer_get(v->input, name + 6);
+        const json_t *x = jptr_get(v->input, name + 6);
         if (!x)
             return error_set(err, ST_INVALID, "the run's input has no value at \"%s\"", name + 6);
         j = json_deep_copy(x);
@@ -156,7 +74,7 @@ static bool placeholder_known(const char *name)
     if (STR_IN(name, "run_id", "tenant", "attempt", "external_id", "input"))
         return true;
     if (strncmp(name, "input:", 6) == 0)
-        return json_pointer_valid(name + 6);
+        return jptr_valid(name + 6);
     if (strncmp(name, "state:", 6) == 0)
         return name[6] != '\0';
     return strncmp(name, "env:", 4) == 0 && name[4] != '\0';
@@ -705,7 +623,7 @@ static json_t *take(const struct run_ctx *rc, const json_t *body, const char *ke
                     int (*is_kind)(const json_t *))
 {
     const char *ptr = remote_param(rc, key, NULL);
-    const json_t *v = ptr ? json_pointer_get(body, ptr) : NULL;
+    const json_t *v = ptr ? jptr_get(body, ptr) : NULL;
 
     return v && (!is_kind || is_kind(v)) ? json_deep_copy(v) : NULL;
 }
@@ -734,7 +652,7 @@ enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *m
                          : json_deep_copy(body);
         return STEP_DONE;
     }
-    msg = eptr ? json_pointer_text(body, eptr) : NULL;
+    msg = eptr ? jptr_text(body, eptr) : NULL;
     if (strcmp(mapped, "cancelled") == 0)
         rc->outcome = "cancelled";
     rc_error(rc, strcmp(mapped, "cancelled") == 0 ? "remote_cancelled" : "remote_failed",
@@ -759,7 +677,7 @@ enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r)
 
 enum step remote_job_state(struct run_ctx *rc, const json_t *body)
 {
-    char *state = json_pointer_text(body, remote_param(rc, "state_pointer", ""));
+    char *state = jptr_text(body, remote_param(rc, "state_pointer", ""));
     const char *mapped;
     enum step step;
 
@@ -825,7 +743,7 @@ static enum status check_pointer(const json_t *params, const char *key, bool nee
 
     if (!v)
         return need ? error_set(err, ST_INVALID, "missing \"%s.%s\"", path, key) : ST_OK;
-    if (!json_is_string(v) || !json_pointer_valid(json_string_value(v)))
+    if (!json_is_string(v) || !jptr_valid(json_string_value(v)))
         return error_set(err, ST_INVALID,
                          "invalid \"%s.%s\": expected a JSON pointer such as \"/job/id\"", path,
                          key);

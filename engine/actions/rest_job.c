@@ -12,6 +12,8 @@
 #include "engine/actions/actions.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +66,7 @@ enum status action_rest_job_check(const json_t *params, const char *path, struct
         return ST_INVALID;
     if (!id)
         return error_set(err, ST_INVALID, "missing \"%s.id_pointer\"", path);
-    if (!json_is_string(id) || !json_pointer_valid(json_string_value(id)))
+    if (!json_is_string(id) || !jptr_valid(json_string_value(id)))
         return error_set(err, ST_INVALID,
                          "invalid \"%s.id_pointer\": expected a JSON pointer such as \"/job/id\"",
                          path);
@@ -100,7 +102,7 @@ static enum step rest_job_start(struct run_ctx *rc)
         break;
     case REMOTE_OK:
         body = remote_json(&r);
-        id = json_pointer_text(body, remote_param(rc, "id_pointer", ""));
+        id = jptr_text(body, remote_param(rc, "id_pointer", ""));
         if (!id || !*id) {
             rc_error(rc, "submit_no_id", "the submit answer has no job id at \"%s\"",
                      remote_param(rc, "id_pointer", ""));

@@ -21,6 +21,7 @@
 #include "engine/actions/actions.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
 #include "common/log.h"
 
 #include <assert.h>
@@ -129,7 +130,7 @@ static enum status check_rest(const json_t *params, const char *key, const char 
     if (check_keys(o, keys, sub, err) != ST_OK || check_req(o, "request", true, sub, err) != ST_OK)
         return ST_INVALID;
     ptr = json_object_get(o, "pointer");
-    if (!json_is_string(ptr) || !json_pointer_valid(json_string_value(ptr)))
+    if (!json_is_string(ptr) || !jptr_valid(json_string_value(ptr)))
         return error_set(err, ST_INVALID, "invalid \"%s.pointer\": expected a JSON pointer", sub);
     for (size_t i = 0; i < nnums; i++)
         if (check_int(o, nums[i], 0, 86400000, sub, err) != ST_OK)
@@ -363,8 +364,7 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
         return NULL;
     }
     if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
-        const json_t *x =
-            json_pointer_get(body, json_string_value(json_object_get(helper, "pointer")));
+        const json_t *x = jptr_get(body, json_string_value(json_object_get(helper, "pointer")));
         val = x ? json_incref((json_t *)x) : json_null();
     } else {
         LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);
