@@ -24,7 +24,8 @@ struct dynbuf {
     size_t max; /* the most bytes it may hold, not counting the NUL */
 };
 
-/* An empty buffer that will hold at most max bytes; allocates nothing. */
+/* An empty buffer that will hold at most max bytes (max < SIZE_MAX);
+ * allocates nothing. */
 void dynbuf_init(struct dynbuf *b, size_t max);
 
 /* Appends n bytes (which may include NULs); ST_TOO_LARGE when len + n > max. */
@@ -34,6 +35,7 @@ enum status dynbuf_adds(struct dynbuf *b, const char *s) WUR;
 /* Appends printf-style formatted text; ST_TOO_LARGE, and nothing appended,
  * when all of it does not fit. */
 enum status dynbuf_addf(struct dynbuf *b, const char *fmt, ...) PRINTF_LIKE(2, 3) WUR;
+/* dynbuf_addf with a va_list; the caller va_ends ap, as after vsnprintf. */
 enum status dynbuf_vaddf(struct dynbuf *b, const char *fmt, va_list ap) PRINTF_LIKE(2, 0) WUR;
 
 /* Shortens the contents to len bytes (len <= dynbuf_len(b)). */
