@@ -1,5 +1,5 @@
-/* common/common.c — status names, error text, aborting allocation, clocks,
- * randomness. */
+/* common/common.c — status names, error text, string sets, aborting
+ * allocation, clocks, randomness. */
 #include "common.h"
 
 #include <stdarg.h>
@@ -104,6 +104,14 @@ enum status error_field(struct error *err, enum status st, const char *field, co
         memcpy(err->message, first, sizeof(first));
     }
     return st;
+}
+
+bool str_in(const char *s, const char *const *set)
+{
+    for (; s && *set; set++)
+        if (strcmp(s, *set) == 0)
+            return true;
+    return false;
 }
 
 static void oom(size_t n)

@@ -1,6 +1,6 @@
 /* common/common.h — what every module of opsrun includes: the status codes,
- * the error carrier, allocation that aborts on failure, and the functions
- * curl bans. Thread-safe; no state. */
+ * the error carrier, string sets, allocation that aborts on failure, and the
+ * functions curl bans. Thread-safe; no state. */
 #ifndef OPSRUN_COMMON_H
 #define OPSRUN_COMMON_H
 
@@ -61,6 +61,12 @@ enum status error_field(struct error *err, enum status st, const char *field, co
  * (including a sequence cut short by truncation) with '?', so the text can
  * go into JSON. */
 void utf8_scrub(char *s);
+
+/* True when s equals one of the strings of set, a NULL-terminated array;
+ * false for a NULL s. */
+bool str_in(const char *s, const char *const *set);
+/* str_in over a list written in place: STR_IN(method, "GET", "HEAD"). */
+#define STR_IN(s, ...) str_in((s), (const char *const[]){__VA_ARGS__, NULL})
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);

@@ -12,6 +12,8 @@
 
 #include "util.h"
 
+#include "dynbuf.h"
+
 /* ---- SHA-256 ---------------------------------------------------------- */
 
 static const uint32_t sha256_k[64] = {
@@ -161,25 +163,22 @@ void sha256_hex(const void *data, size_t n, char out[65])
  * matches jansson's: the top-level value is depth 1. */
 #define CANON_MAX_DEPTH 2048
 
+/* The longest canonical text: 1 GiB. A document parsed from a request body
+ * (at most 64 MiB, the bound of http.max_body_bytes) prints at most about
+ * five times as long ("0.1" becomes "0.10000000000000001"), so only a
+ * hand-built document can reach it; canon_json then returns NULL rather than
+ * grow without bound. */
+#define CANON_MAX ((size_t)1 << 30)
+
 struct cbuf {
-    char *p;
-    size_t len;
-    size_t cap;
+    struct dynbuf d;
+    bool too_large; /* an add was refused: the result is NULL */
 };
 
 static void cbuf_add(struct cbuf *b, const char *s, size_t n)
 {
-    if (n >= b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 64;
-
-        while (n >= cap - b->len)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    if (b->too_large || dynbuf_add(&b->d, s, n) != ST_OK)
+        b->too_large = true;
 }
 
 static void cbuf_puts(struct cbuf *b, const char *s)
@@ -189,21 +188,21 @@ static void cbuf_puts(struct cbuf *b, const char *s)
 
 static int cbuf_dump_cb(const char *buffer, size_t size, void *data)
 {
-    cbuf_add(data, buffer, size);
-    return 0;
+    struct cbuf *b = data;
+
+    cbuf_add(b, buffer, size);
+    return b->too_large ? -1 : 0;
 }
 
 /* Jansson does the escaping so strings match what it would print; it fails
  * only on invalid UTF-8 (a string made with a *_nocheck constructor). */
 static bool canon_string(struct cbuf *b, const json_t *str)
 {
-    size_t mark = b->len;
+    size_t mark = dynbuf_len(&b->d);
 
     if (json_dump_callback(str, cbuf_dump_cb, b, JSON_ENCODE_ANY) == 0)
         return true;
-    b->len = mark;
-    if (b->p)
-        b->p[mark] = '\0';
+    dynbuf_truncate(&b->d, mark);
     return false;
 }
 
@@ -356,18 +355,20 @@ static bool canon_value(struct cbuf *b, const json_t *v, int depth)
 }
 
 /* NULL only for a NULL v, a string that is not valid UTF-8 (possible only
- * through jansson's *_nocheck constructors) or a failed jansson allocation. */
+ * through jansson's *_nocheck constructors), a failed jansson allocation or
+ * a result longer than CANON_MAX. */
 char *canon_json(const json_t *v)
 {
-    struct cbuf b = {0};
+    struct cbuf b = {.too_large = false};
 
     if (!v)
         return NULL;
-    if (!canon_value(&b, v, 1)) {
-        free(b.p);
+    dynbuf_init(&b.d, CANON_MAX);
+    if (!canon_value(&b, v, 1) || b.too_large) {
+        dynbuf_free(&b.d);
         return NULL;
     }
-    return b.p;
+    return dynbuf_take(&b.d);
 }
 
 /* ---- identity hash ---------------------------------------------------- */

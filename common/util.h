@@ -22,7 +22,8 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 
 /* Canonical JSON: objects with keys sorted by bytes, compact, no spaces,
  * integers as integers, reals with "%.17g", strings with jansson escaping.
- * Returns a heap string (free), never NULL for a valid json_t. */
+ * Returns a heap string (free), never NULL for a valid json_t whose text is
+ * shorter than 1 GiB (no parsed request body comes near). */
 char *canon_json(const json_t *v);
 
 /* The identity hash of a submission: lower-case hex SHA-256 over the parts,

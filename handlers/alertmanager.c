@@ -108,8 +108,7 @@ enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *o
     }
     status = member_str(alert, "status", prefix, err);
     xsnprintf(field, sizeof(field), "%sstatus", prefix);
-    if (status ? strcmp(status, "firing") != 0 && strcmp(status, "resolved") != 0
-               : !json_object_get(alert, "status"))
+    if (status ? !STR_IN(status, "firing", "resolved") : !json_object_get(alert, "status"))
         error_field(err, ST_INVALID, field, "must be \"firing\" or \"resolved\"");
     else if (status)
         out->resolved = strcmp(status, "resolved") == 0;

@@ -19,15 +19,7 @@
 #define PRIORITY_MAX 1000
 
 static const char *const generic_fields[] = {"alert_type", "data",   "run_id", "dedupe_key",
-                                             "priority",   "run_at", "labels"};
-
-static bool known_field(const char *key)
-{
-    for (size_t i = 0; i < ARRAY_LEN(generic_fields); i++)
-        if (strcmp(key, generic_fields[i]) == 0)
-            return true;
-    return false;
-}
+                                             "priority",   "run_at", "labels", NULL};
 
 static void parse_strings(const json_t *body, struct submission *s, struct error *err)
 {
@@ -120,7 +112,7 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
     parse_others(body, out, err);
     json_object_foreach((json_t *)body, key, val)
     {
-        if (!known_field(key))
+        if (!str_in(key, generic_fields))
             error_field(err, ST_INVALID, key, "is not a known field");
     }
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;

@@ -2,6 +2,7 @@
  * frames (server/sse.h). */
 #include "live/sse.h"
 
+#include "common/dynbuf.h"
 #include "common/log.h"
 #include "store/db.h"
 
@@ -18,6 +19,12 @@
 /* The pool wait of a page read: a stream's connection thread blocks for at
  * most this long on a busy pool. */
 #define POOL_WAIT_MS 1000
+/* The most a page's frames may take: 1 GiB. At the default limits (1 MiB
+ * inputs, 1 MiB of stdout, 4 MiB remote answers) a run's JSON is a few MiB,
+ * so a page of SSE_PAGE frames stays well below it; only runs near the
+ * configurable maxima (64 MiB) can reach it, and the stream then ends,
+ * logged, rather than hold gigabytes. */
+#define SSE_OUT_MAX ((size_t)1 << 30)
 
 enum phase { PH_REPLAY, PH_SNAPSHOTS, PH_LIVE };
 
@@ -30,8 +37,9 @@ struct sse_stream {
     int64_t covered;      /* everything selected up to here is sent */
     char *run_cursor;     /* PH_SNAPSHOTS: the last run sent */
     int rejoins;
-    char *out; /* bytes to send before anything else */
-    size_t len, off, cap;
+    struct dynbuf out; /* bytes to send before anything else, from off */
+    size_t off;
+    bool too_large; /* out refused a frame: the stream must end */
 };
 
 bool sse_parse_last_id(const char *text, int64_t *out)
@@ -54,26 +62,28 @@ static void out_frame(struct sse_stream *s, int64_t id, const char *event, const
 {
     char *compact = hub_json_compact(json);
     const char *data = compact ? compact : json;
-    size_t need = hub_frame_len(id, event, data) + 1;
+    size_t n = hub_frame_len(id, event, data);
+    char *frame = xmalloc(n + 1);
 
-    if (s->len + need > s->cap) {
-        s->cap = (s->len + need) * 2;
-        s->out = xrealloc(s->out, s->cap);
-    }
-    s->len += hub_frame_write(s->out + s->len, id, event, data, NULL);
+    hub_frame_write(frame, id, event, data, NULL);
+    if (!s->too_large && dynbuf_add(&s->out, frame, n) != ST_OK)
+        s->too_large = true;
+    free(frame);
     free(compact);
 }
 
 static void out_text(struct sse_stream *s, const char *text)
 {
-    size_t n = strlen(text);
+    if (!s->too_large && dynbuf_adds(&s->out, text) != ST_OK)
+        s->too_large = true;
+}
 
-    if (s->len + n + 1 > s->cap) {
-        s->cap = (s->len + n + 1) * 2;
-        s->out = xrealloc(s->out, s->cap);
-    }
-    memcpy(s->out + s->len, text, n + 1);
-    s->len += n;
+/* Frames past SSE_OUT_MAX end the stream: none of them may be skipped. */
+static enum status out_check(const struct sse_stream *s, struct error *err)
+{
+    if (!s->too_large)
+        return ST_OK;
+    return error_set(err, ST_INTERNAL, "the frames to send exceed %zu MiB", SSE_OUT_MAX >> 20);
 }
 
 /* A replayed event: through the same skip rules as live frames. */
@@ -113,6 +123,8 @@ static enum status fetch_page(struct sse_stream *s, struct error *err)
         st = store_events_active(db, &s->f, s->run_cursor, SSE_PAGE, on_snapshot, s, &n,
                                  &s->run_cursor, err);
     db_pool_put(s->pool, db);
+    if (st == ST_OK)
+        st = out_check(s, err);
     if (st == ST_OK && (n < SSE_PAGE || (s->phase == PH_REPLAY && s->cursor >= s->upto))) {
         s->phase = PH_LIVE;
         s->covered = s->upto > s->covered ? s->upto : s->covered;
@@ -127,7 +139,7 @@ static void stream_free(struct sse_stream *s)
     free((char *)s->f.run_id);
     free((char *)s->f.run_type);
     free(s->run_cursor);
-    free(s->out);
+    dynbuf_free(&s->out);
     free(s);
 }
 
@@ -205,6 +217,7 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     enum status st;
 
     *out = NULL;
+    dynbuf_init(&s->out, SSE_OUT_MAX);
     s->pool = pool;
     s->f = (struct event_filter){xstrdup(rq->tenant), dup_or_null(rq->run_id),
                                  dup_or_null(rq->run_type), rq->has_status, rq->status};
@@ -221,6 +234,8 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     out_text(s, retry);
     st = rq->run_id ? open_run(s, db, rq, pos, err) : open_all(s, db, rq, err);
     db_pool_put(pool, db);
+    if (st == ST_OK)
+        st = out_check(s, err);
     if (st != ST_OK) {
         stream_free(s);
         return st;
@@ -237,17 +252,17 @@ void sse_close(struct sse_stream *s)
 
 static size_t drain_out(struct sse_stream *s, char *buf, size_t max)
 {
-    size_t k = s->len - s->off < max ? s->len - s->off : max;
+    size_t len = dynbuf_len(&s->out);
+    size_t k = len - s->off < max ? len - s->off : max;
 
-    memcpy(buf, s->out + s->off, k);
+    memcpy(buf, dynbuf_ptr(&s->out) + s->off, k);
     s->off += k;
-    if (s->off == s->len) {
-        s->off = s->len = 0;
-        if (s->cap > 64 * 1024) { /* a big page is over: give it back */
-            free(s->out);
-            s->out = NULL;
-            s->cap = 0;
-        }
+    if (s->off == len) {
+        s->off = 0;
+        if (s->out.cap > 64 * 1024) /* a big page is over: give it back */
+            dynbuf_free(&s->out);
+        else
+            dynbuf_reset(&s->out);
     }
     return k;
 }
@@ -276,7 +291,7 @@ enum sse_read sse_read(struct sse_stream *s, char *buf, size_t max, size_t *n)
     *n = 0;
     for (;;) {
         struct error err = {0};
-        if (s->off < s->len) {
+        if (s->off < dynbuf_len(&s->out)) {
             *n = drain_out(s, buf, max);
             return SSE_DATA;
         }

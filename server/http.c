@@ -8,6 +8,7 @@
  * both (server/hub.h). */
 #include "server/http.h"
 
+#include "common/dynbuf.h"
 #include "common/log.h"
 #include "live/hub.h"
 #include "server/route.h"
@@ -52,8 +53,8 @@ struct req_ctx {
     int64_t t0;
     enum route_result rr;
     struct route_hit m;
-    char *body;
-    size_t len, seen;
+    struct dynbuf body; /* capped at http.max_body_bytes */
+    size_t seen;
     bool too_large, responded;
     unsigned http_status;
     char run_id[130];
@@ -204,16 +205,11 @@ static enum MHD_Result http_body(struct req_ctx *rc, const char *data, size_t *s
     rc->seen += n;
     if (rc->responded || !rc->m.entry || !rc->m.entry->json_body)
         return MHD_YES; /* not wanted: dropped */
-    if (rc->too_large || rc->len + n > cap) {
+    if (rc->too_large || dynbuf_add(&rc->body, data, n) != ST_OK) {
         rc->too_large = true;
-        free(rc->body);
-        rc->body = NULL;
+        dynbuf_free(&rc->body);
         return rc->seen > cap * DISCARD_FACTOR ? MHD_NO : MHD_YES;
     }
-    rc->body = xrealloc(rc->body, rc->len + n + 1);
-    memcpy(rc->body + rc->len, data, n);
-    rc->len += n;
-    rc->body[rc->len] = '\0';
     return MHD_YES;
 }
 
@@ -448,11 +444,12 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
         return http_send_error(rc, ST_TOO_LARGE, "request body exceeds %lld bytes",
                                (long long)hc->cfg->http.max_body_bytes);
     if (rc->m.entry->json_body) {
-        if (!rc->body)
+        if (dynbuf_len(&rc->body) == 0)
             return http_send_error(rc, ST_INVALID,
                                    "request body is empty; a JSON object is "
                                    "expected");
-        rq.body = json_loadb(rc->body, rc->len, JSON_REJECT_DUPLICATES, &jerr);
+        rq.body =
+            json_loadb(dynbuf_ptr(&rc->body), dynbuf_len(&rc->body), JSON_REJECT_DUPLICATES, &jerr);
         if (!rq.body)
             return http_send_error(rc, ST_INVALID,
                                    "could not parse the body as JSON: %s at "
@@ -487,6 +484,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         rc->method = method;
         rc->url = url;
         rc->t0 = clock_mono_ms();
+        dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
         rc->rr = route_find(method, url, &rc->m);
         *con_cls = rc;
         return http_begin(rc);
@@ -518,7 +516,7 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
         reply_cleanup(&rc->wait->rp);
         free(rc->wait);
     }
-    free(rc->body);
+    dynbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
 }

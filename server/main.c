@@ -68,7 +68,7 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool matched = false;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "help") == 0) {
+        if (STR_IN(a, "-h", "--help", "help")) {
             cli->command = "help";
             return 0;
         }
@@ -345,7 +345,7 @@ int main(int argc, char **argv)
         printf("opsrun %s\n", OPSRUN_VERSION);
         return 0;
     }
-    if (strcmp(cli.command, "serve") != 0 && strcmp(cli.command, "migrate") != 0) {
+    if (!STR_IN(cli.command, "serve", "migrate")) {
         fprintf(stderr, "opsrun: unknown command \"%s\"\n%s", cli.command, usage);
         return 2;
     }

@@ -167,9 +167,8 @@ static enum status db_fail(struct db *db, PGresult *r, const char *what, struct 
         st = ST_UNAVAILABLE;
     else if (strcmp(state, "23505") == 0)
         st = ST_CONFLICT;
-    else if (strcmp(state, "57014") == 0 || strncmp(state, "08", 2) == 0 ||
-             strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
-             strcmp(state, "57P03") == 0 || strcmp(state, "53300") == 0)
+    else if (strncmp(state, "08", 2) == 0 ||
+             STR_IN(state, "57014", "57P01", "57P02", "57P03", "53300"))
         st = ST_UNAVAILABLE;
     error_set(err, st, "%s failed: %s", what, msg);
     if (err)

@@ -17,6 +17,7 @@
 #include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
+#include "common/dynbuf.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -80,7 +81,7 @@ static enum status check_int(const json_t *params, const char *key, json_int_t l
 
 static enum status exec_check_params(const json_t *params, const char *path, struct error *err)
 {
-    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes"};
+    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes", NULL};
     const json_t *env = json_object_get(params, "env"), *cwd = json_object_get(params, "cwd");
     const char *key;
     json_t *v;
@@ -88,10 +89,7 @@ static enum status exec_check_params(const json_t *params, const char *path, str
 
     json_object_foreach((json_t *)params, key, v)
     {
-        bool known = false;
-        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
-            known = strcmp(key, keys[i]) == 0;
-        if (!known)
+        if (!str_in(key, keys))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     if (check_argv(json_object_get(params, "argv"), path, err) != ST_OK)
@@ -263,8 +261,7 @@ static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid,
 struct io {
     const char *input; /* the JSON on stdin */
     size_t input_len, input_off;
-    char *out;
-    size_t out_len, out_max;
+    struct dynbuf out; /* capped at max_stdout_bytes */
     bool out_over;
     char err[STDERR_TAIL];
     size_t err_len; /* the last STDERR_TAIL bytes */
@@ -326,15 +323,8 @@ static bool drain(struct run_ctx *rc, struct io *io, int which, int fd)
     if (n == 0)
         return false;
     if (which == 1) {
-        size_t k = (size_t)n;
-        if (io->out_len + k > io->out_max) {
-            io->out_over = true;
-            k = io->out_max - io->out_len;
-        }
-        io->out = xrealloc(io->out, io->out_len + k + 1);
-        memcpy(io->out + io->out_len, buf, k);
-        io->out_len += k;
-        io->out[io->out_len] = '\0';
+        if (!io->out_over && dynbuf_add(&io->out, buf, (size_t)n) != ST_OK)
+            io->out_over = true; /* what it held is never read */
     } else if (which == 2) {
         err_append(io, buf, (size_t)n);
     } else {
@@ -436,20 +426,22 @@ static void error_with_stderr(struct run_ctx *rc, const char *code, const char *
 /* Exit 0: the result, and summaries lifted out of it. */
 static enum step succeeded(struct run_ctx *rc, struct io *io)
 {
+    char *text = dynbuf_ptr(&io->out);
+    size_t len = dynbuf_len(&io->out);
     json_t *out;
 
     if (io->out_over) {
         rc_error(rc, "stdout_too_large", "the command wrote more than %zu bytes to stdout",
-                 io->out_max);
+                 io->out.max);
         return STEP_FAIL;
     }
-    out = io->out_len ? json_loadb(io->out, io->out_len, 0, NULL) : json_null();
+    out = len ? json_loadb(text, len, 0, NULL) : json_null();
     if (!out) { /* not JSON: the text, made valid UTF-8 */
-        for (size_t i = 0; i < io->out_len; i++)
-            if (io->out[i] == '\0')
-                io->out[i] = ' ';
-        utf8_scrub(io->out);
-        out = json_pack("{s:s}", "stdout", io->out);
+        for (size_t i = 0; i < len; i++)
+            if (text[i] == '\0')
+                text[i] = ' ';
+        utf8_scrub(text);
+        out = json_pack("{s:s}", "stdout", text);
     }
     if (json_is_object(out)) {
         rc->summary_counts = json_incref(json_object_get(out, "summary_counts"));
@@ -501,7 +493,7 @@ static enum step exec_start(struct run_ctx *rc)
     memset(&ps, -1, sizeof(ps));
     io.input = input ? input : "null";
     io.input_len = strlen(io.input);
-    io.out_max = m ? (size_t)json_integer_value(m) : STDOUT_DEFAULT_MAX;
+    dynbuf_init(&io.out, m ? (size_t)json_integer_value(m) : STDOUT_DEFAULT_MAX);
     if (spawn(rc, &ps, &pid, &err) != ST_OK) {
         rc_error(rc, "exec_failed", "%s", err.message);
         pipes_close(&ps);
@@ -519,7 +511,7 @@ static enum step exec_start(struct run_ctx *rc)
             killed ? " (killed after the grace period)" : "");
     pipes_close(&ps);
     step = outcome(rc, &io, status, stopped);
-    free(io.out);
+    dynbuf_free(&io.out);
     free(input);
     return step;
 }

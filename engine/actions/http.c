@@ -12,6 +12,8 @@
 #include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,12 +33,10 @@ static bool key_known(const char *key)
                                        "summary_counts_pointer",
                                        "failure_summary_pointer",
                                        "cancel",
-                                       "cleanup"};
+                                       "cleanup",
+                                       NULL};
 
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
-        if (strcmp(key, keys[i]) == 0)
-            return true;
-    return false;
+    return str_in(key, keys);
 }
 
 static enum status http_check_params(const json_t *params, const char *path, struct error *err)
@@ -89,7 +89,7 @@ static json_t *answer_result(const struct run_ctx *rc, const struct remote_respo
         return r->len ? json_pack("{s:i, s:s%}", "status", (int)r->status, "body", r->body, r->len)
                       : json_null();
     if (remote_param(rc, "result_pointer", NULL)) {
-        const json_t *x = json_pointer_get(body, remote_param(rc, "result_pointer", ""));
+        const json_t *x = jptr_get(body, remote_param(rc, "result_pointer", ""));
         res = x ? json_deep_copy(x) : json_null();
         json_decref(body);
         return res;
@@ -127,7 +127,7 @@ static char *status_url(const struct run_ctx *rc, const struct remote_response *
 
     if (ptr) {
         json_t *body = remote_json(r);
-        found = json_pointer_text(body, ptr);
+        found = jptr_text(body, ptr);
         json_decref(body);
     } else if (r->location[0]) {
         found = xstrdup(r->location);

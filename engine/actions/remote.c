@@ -1,100 +1,24 @@
-/* engine/actions/remote.c — request templates, secrets, the libcurl call and
- * JSON pointers for the remote actions (engine/actions/remote.h). */
+/* engine/actions/remote.c — request templates, secrets and the libcurl call
+ * for the remote actions (engine/actions/remote.h). */
 #include "engine/actions/remote.h"
 
 #include "engine/actions/action.h"
 
+#include "common/dynbuf.h"
+#include "common/jsonptr.h"
 #include "common/log.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define PLACEHOLDER_MAX 256
-
-/* ---- JSON pointers -------------------------------------------------------- */
-
-bool json_pointer_valid(const char *ptr)
-{
-    if (!ptr || (*ptr && *ptr != '/'))
-        return false;
-    for (const char *p = ptr; *p; p++)
-        if (*p == '~' && p[1] != '0' && p[1] != '1')
-            return false;
-    return true;
-}
-
-/* The next reference token of *ptr (after its '/'), unescaped into tok. */
-static bool pointer_token(const char **ptr, char *tok, size_t cap)
-{
-    const char *p = *ptr + 1;
-    size_t n = 0;
-
-    for (; *p && *p != '/'; p++) {
-        char c = *p;
-        if (c == '~') {
-            c = p[1] == '0' ? '~' : '/';
-            p++;
-        }
-        if (n + 1 >= cap)
-            return false;
-        tok[n++] = c;
-    }
-    tok[n] = '\0';
-    *ptr = p;
-    return true;
-}
-
-/* An array index: "0" or digits without a leading zero. */
-static bool pointer_index(const char *tok, size_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (!*tok || (tok[0] == '0' && tok[1]) || strspn(tok, "0123456789") != strlen(tok))
-        return false;
-    errno = 0;
-    v = strtoull(tok, &end, 10);
-    if (errno)
-        return false;
-    *out = (size_t)v;
-    return true;
-}
-
-const json_t *json_pointer_get(const json_t *doc, const char *ptr)
-{
-    char tok[512];
-
-    if (!json_pointer_valid(ptr))
-        return NULL;
-    while (doc && *ptr) {
-        size_t i;
-        if (!pointer_token(&ptr, tok, sizeof(tok)))
-            return NULL;
-        if (json_is_object(doc))
-            doc = json_object_get(doc, tok);
-        else if (json_is_array(doc) && pointer_index(tok, &i))
-            doc = json_array_get(doc, i);
-        else
-            return NULL;
-    }
-    return doc;
-}
-
-char *json_pointer_text(const json_t *doc, const char *ptr)
-{
-    const json_t *v = json_pointer_get(doc, ptr);
-
-    if (json_is_string(v))
-        return xstrdup(json_string_value(v));
-    if (json_is_integer(v))
-        return xasprintf("%lld", (long long)json_integer_value(v));
-    if (json_is_real(v))
-        return xasprintf("%.17g", json_real_value(v));
-    return NULL;
-}
+/* The longest expanded template: 512 MiB. It holds {{input}} of the
+ * largest input the server accepts (64 MiB, the bound of
+ * http.max_body_bytes) even with every byte XML-escaped (six times as
+ * long); only a template that repeats large placeholders reaches it. */
+#define EXPAND_MAX ((size_t)512 << 20)
 
 /* ---- placeholders ---------------------------------------------------------- */
 
@@ -116,7 +40,7 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
     } else if (strcmp(name, "input") == 0) {
         j = v->input ? json_deep_copy(v->input) : json_null();
     } else if (strncmp(name, "input:", 6) == 0) {
-        const json_t *x = json_pointer_get(v->input, name + 6);
+        const json_t *x = jptr_get(v->input, name + 6);
         if (!x)
             return error_set(err, ST_INVALID, "the run's input has no value at \"%s\"", name + 6);
         j = json_deep_copy(x);
@@ -147,13 +71,10 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
 
 static bool placeholder_known(const char *name)
 {
-    static const char *const plain[] = {"run_id", "tenant", "attempt", "external_id", "input"};
-
-    for (size_t i = 0; i < ARRAY_LEN(plain); i++)
-        if (strcmp(name, plain[i]) == 0)
-            return true;
+    if (STR_IN(name, "run_id", "tenant", "attempt", "external_id", "input"))
+        return true;
     if (strncmp(name, "input:", 6) == 0)
-        return json_pointer_valid(name + 6);
+        return jptr_valid(name + 6);
     if (strncmp(name, "state:", 6) == 0)
         return name[6] != '\0';
     return strncmp(name, "env:", 4) == 0 && name[4] != '\0';
@@ -204,65 +125,66 @@ enum status remote_check_template(const char *s, const char *path, struct error 
     return ST_OK;
 }
 
-static void buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        *cap = (*len + n + 1) * 2;
-        *buf = xrealloc(*buf, *cap);
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-static void add_encoded(char **buf, size_t *len, size_t *cap, const char *s, int mode)
+static enum status add_encoded(struct dynbuf *buf, const char *s, int mode)
 {
     static const char hex[] = "0123456789ABCDEF";
+    enum status st = ST_OK;
 
-    for (; *s; s++) {
+    for (; *s && st == ST_OK; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (mode == REMOTE_URL && !(c >= 'A' && c <= 'Z') && !(c >= 'a' && c <= 'z') &&
             !(c >= '0' && c <= '9') && !strchr("-._~", c)) {
             esc[0] = '%', esc[1] = hex[c >> 4], esc[2] = hex[c & 15];
-            buf_add(buf, len, cap, esc, 3);
+            st = dynbuf_add(buf, esc, 3);
         } else if (mode == REMOTE_XML && strchr("&<>\"'", c)) {
             const char *e = c == '&'   ? "&amp;"
                             : c == '<' ? "&lt;"
                             : c == '>' ? "&gt;"
                             : c == '"' ? "&quot;"
                                        : "&apos;";
-            buf_add(buf, len, cap, e, strlen(e));
+            st = dynbuf_adds(buf, e);
         } else {
-            buf_add(buf, len, cap, s, 1);
+            st = dynbuf_add(buf, s, 1);
         }
     }
+    return st;
 }
 
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err)
 {
-    char *buf = xstrdup(""), name[PLACEHOLDER_MAX];
-    size_t len = 0, cap = 1;
+    struct dynbuf buf;
+    char name[PLACEHOLDER_MAX];
     const char *s = tmpl, *a, *b;
+    enum status st = ST_OK;
     bool bad;
 
     *out = NULL;
+    dynbuf_init(&buf, EXPAND_MAX);
     while (next_placeholder(s, &a, &b, name, &bad)) {
         char *val = NULL;
-        enum status st = placeholder_value(name, v, &val, NULL, err);
-        if (st != ST_OK) {
-            free(buf);
-            return st;
-        }
-        buf_add(&buf, &len, &cap, s, (size_t)(a - s));
-        add_encoded(&buf, &len, &cap, val, mode);
+        st = placeholder_value(name, v, &val, NULL, err);
+        if (st != ST_OK)
+            goto free_buf;
+        st = dynbuf_add(&buf, s, (size_t)(a - s));
+        if (st == ST_OK)
+            st = add_encoded(&buf, val, mode);
         free(val);
+        if (st != ST_OK)
+            goto too_large;
         s = b;
     }
-    buf_add(&buf, &len, &cap, s, strlen(s));
-    *out = buf;
+    if (dynbuf_adds(&buf, s) != ST_OK)
+        goto too_large;
+    *out = dynbuf_take(&buf);
     return ST_OK;
+too_large:
+    st = error_set(err, ST_INVALID, "could not expand a template: the result exceeds %zu MiB",
+                   EXPAND_MAX >> 20);
+free_buf:
+    dynbuf_free(&buf);
+    return st;
 }
 
 enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
@@ -317,8 +239,6 @@ enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, 
 
 /* ---- request descriptions -------------------------------------------------- */
 
-static const char *const methods[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
-
 /* Every string inside a JSON template. */
 static enum status check_json_template(const json_t *t, const char *path, struct error *err)
 {
@@ -348,11 +268,8 @@ static enum status check_json_template(const json_t *t, const char *path, struct
 
 static enum status check_method(const json_t *m, const char *path, struct error *err)
 {
-    if (!m)
+    if (!m || STR_IN(json_string_value(m), "GET", "POST", "PUT", "PATCH", "DELETE"))
         return ST_OK;
-    for (size_t i = 0; json_is_string(m) && i < ARRAY_LEN(methods); i++)
-        if (strcmp(json_string_value(m), methods[i]) == 0)
-            return ST_OK;
     return error_set(err, ST_INVALID,
                      "invalid \"%s.method\": expected GET, POST, PUT, PATCH or DELETE", path);
 }
@@ -398,8 +315,9 @@ static enum status check_headers(const json_t *h, const char *path, struct error
 enum status remote_check_request(const json_t *req, const char *path, bool need_url,
                                  struct error *err)
 {
-    static const char *const keys[] = {"method",    "url",          "headers",    "body",
-                                       "body_text", "content_type", "timeout_ms", "xml_escape"};
+    static const char *const keys[] = {"method",     "url",        "headers",
+                                       "body",       "body_text",  "content_type",
+                                       "timeout_ms", "xml_escape", NULL};
     const json_t *t = json_object_get(req, "timeout_ms");
     char sub[200];
     const char *key;
@@ -409,10 +327,7 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
     json_object_foreach((json_t *)req, key, x)
     {
-        bool known = false;
-        for (size_t i = 0; i < ARRAY_LEN(keys) && !known; i++)
-            known = strcmp(key, keys[i]) == 0;
-        if (!known)
+        if (!str_in(key, keys))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     if (check_method(json_object_get(req, "method"), path, err) != ST_OK ||
@@ -450,28 +365,19 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
 /* ---- the call -------------------------------------------------------------- */
 
 struct sink {
-    struct remote_response *r;
-    size_t cap;
+    struct dynbuf body; /* capped at REMOTE_RESPONSE_MAX */
     bool too_big;
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     struct sink *k = arg;
-    size_t add = size * n;
 
-    if (k->r->len + add > REMOTE_RESPONSE_MAX) {
+    if (dynbuf_add(&k->body, p, size * n) != ST_OK) {
         k->too_big = true;
         return 0; /* aborts the transfer */
     }
-    if (k->r->len + add + 1 > k->cap) {
-        k->cap = (k->r->len + add + 1) * 2;
-        k->r->body = xrealloc(k->r->body, k->cap);
-    }
-    memcpy(k->r->body + k->r->len, p, add);
-    k->r->len += add;
-    k->r->body[k->r->len] = '\0';
-    return add;
+    return size * n;
 }
 
 static void header_copy(const char *line, size_t n, const char *name, char *out, size_t cap)
@@ -601,7 +507,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     const json_t *t = json_object_get(req, "timeout_ms");
     long timeout_ms = t ? (long)json_integer_value(t) : REMOTE_TIMEOUT_DEFAULT_MS;
     struct curl_slist *hdrs = NULL;
-    struct sink k = {out, 0, false};
+    struct sink k = {.too_big = false};
     const char *ctype = NULL;
     char *url = NULL, *body = NULL;
     enum status st;
@@ -609,6 +515,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     CURL *c;
 
     memset(out, 0, sizeof(*out));
+    dynbuf_init(&k.body, REMOTE_RESPONSE_MAX);
     if (!method)
         method = json_object_get(req, "body") || json_object_get(req, "body_text") ? "POST" : "GET";
     if (!tmpl)
@@ -644,8 +551,8 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     curl_slist_free_all(hdrs);
     free(url);
     free(body);
-    if (!out->body)
-        out->body = xstrdup("");
+    out->len = dynbuf_len(&k.body);
+    out->body = dynbuf_take(&k.body);
     if (cc == CURLE_OK)
         return ST_OK;
     out->transport_error = true;
@@ -716,7 +623,7 @@ static json_t *take(const struct run_ctx *rc, const json_t *body, const char *ke
                     int (*is_kind)(const json_t *))
 {
     const char *ptr = remote_param(rc, key, NULL);
-    const json_t *v = ptr ? json_pointer_get(body, ptr) : NULL;
+    const json_t *v = ptr ? jptr_get(body, ptr) : NULL;
 
     return v && (!is_kind || is_kind(v)) ? json_deep_copy(v) : NULL;
 }
@@ -755,7 +662,7 @@ enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *m
                          : json_deep_copy(body);
         return STEP_DONE;
     }
-    msg = eptr ? json_pointer_text(body, eptr) : NULL;
+    msg = eptr ? jptr_text(body, eptr) : NULL;
     if (outcome == OUTCOME_CANCELLED)
         rc->outcome = OUTCOME_CANCELLED;
     rc_error(rc, outcome == OUTCOME_CANCELLED ? "remote_cancelled" : "remote_failed",
@@ -780,7 +687,7 @@ enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r)
 
 enum step remote_job_state(struct run_ctx *rc, const json_t *body)
 {
-    char *state = json_pointer_text(body, remote_param(rc, "state_pointer", ""));
+    char *state = jptr_text(body, remote_param(rc, "state_pointer", ""));
     const char *mapped;
     enum step step;
 
@@ -839,16 +746,6 @@ bool remote_cleanup_hook(struct run_ctx *rc)
 
 /* ---- params every job action reads -------------------------------------- */
 
-static const char *const mapped_states[] = {"running", "succeeded", "failed", "cancelled"};
-
-static bool one_of(const char *s, const char *const *set, size_t n)
-{
-    for (size_t i = 0; s && i < n; i++)
-        if (strcmp(s, set[i]) == 0)
-            return true;
-    return false;
-}
-
 static enum status check_pointer(const json_t *params, const char *key, bool need, const char *path,
                                  struct error *err)
 {
@@ -856,7 +753,7 @@ static enum status check_pointer(const json_t *params, const char *key, bool nee
 
     if (!v)
         return need ? error_set(err, ST_INVALID, "missing \"%s.%s\"", path, key) : ST_OK;
-    if (!json_is_string(v) || !json_pointer_valid(json_string_value(v)))
+    if (!json_is_string(v) || !jptr_valid(json_string_value(v)))
         return error_set(err, ST_INVALID,
                          "invalid \"%s.%s\": expected a JSON pointer such as \"/job/id\"", path,
                          key);
@@ -887,7 +784,7 @@ static enum status check_state_map(const json_t *map, const char *path, struct e
                          path);
     json_object_foreach((json_t *)map, key, v)
     {
-        if (!one_of(json_string_value(v), mapped_states, ARRAY_LEN(mapped_states)))
+        if (!STR_IN(json_string_value(v), "running", "succeeded", "failed", "cancelled"))
             return error_set(err, ST_INVALID,
                              "invalid \"%s.state_map.%s\": expected running, succeeded, failed "
                              "or cancelled",
@@ -896,29 +793,30 @@ static enum status check_state_map(const json_t *map, const char *path, struct e
     return ST_OK;
 }
 
+/* set: two or three choices, NULL-terminated. */
 static enum status check_choice(const json_t *params, const char *key, const char *const *set,
-                                size_t n, const char *path, struct error *err)
+                                const char *path, struct error *err)
 {
     const json_t *v = json_object_get(params, key);
 
-    if (v && !one_of(json_string_value(v), set, n))
+    if (v && !str_in(json_string_value(v), set))
         return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected one of %s, %s%s%s", path,
-                         key, set[0], set[1], n > 2 ? ", " : "", n > 2 ? set[2] : "");
+                         key, set[0], set[1], set[2] ? ", " : "", set[2] ? set[2] : "");
     return ST_OK;
 }
 
 enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
                                     bool hooks_need_url, struct error *err)
 {
-    static const char *const unknown[] = {"running", "failed"};
-    static const char *const gone[] = {"failed", "succeeded", "cancelled"};
+    static const char *const unknown[] = {"running", "failed", NULL};
+    static const char *const gone[] = {"failed", "succeeded", "cancelled", NULL};
     bool state = json_object_get(params, "state_pointer") != NULL;
 
     if (check_pointer(params, "state_pointer", need_state, path, err) != ST_OK ||
         ((state || json_object_get(params, "state_map")) &&
          check_state_map(json_object_get(params, "state_map"), path, err) != ST_OK) ||
-        check_choice(params, "unknown_state", unknown, 2, path, err) != ST_OK ||
-        check_choice(params, "gone", gone, 3, path, err) != ST_OK ||
+        check_choice(params, "unknown_state", unknown, path, err) != ST_OK ||
+        check_choice(params, "gone", gone, path, err) != ST_OK ||
         check_pointer(params, "result_pointer", false, path, err) != ST_OK ||
         check_pointer(params, "error_pointer", false, path, err) != ST_OK ||
         check_pointer(params, "summary_counts_pointer", false, path, err) != ST_OK ||

@@ -1,7 +1,7 @@
 /* engine/actions/remote.h — what the remote actions (http, rest_job,
  * soap_job) share: HTTP requests described in a run type's params, with
- * templates, secrets from the environment, a bounded libcurl call, and JSON
- * pointers (RFC 6901).
+ * templates, secrets from the environment and a bounded libcurl call. Params
+ * name values inside answers and inputs with JSON pointers (common/jsonptr.h).
  *
  * A request description is a JSON object:
  *   {"method": "POST", "url": "https://jobs/api/jobs/{{external_id}}",
@@ -71,7 +71,7 @@ void remote_response_cleanup(struct remote_response *r);
  * transfer once rc_should_stop() is true. ST_OK whenever an HTTP answer came
  * back, whatever its status; ST_UNAVAILABLE for a transport failure (out
  * says which); ST_INVALID when the request could not be built (a
- * placeholder with no value). */
+ * placeholder with no value, an expansion past 512 MiB). */
 enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
                         const struct run_ctx *rc, struct remote_response *out,
                         struct error *err) WUR;
@@ -127,7 +127,8 @@ bool remote_cleanup_hook(struct run_ctx *rc);
  * {{env:NAME}} set); errors name path. */
 enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
 
-/* Template expansion (exposed for tests). *out is heap. */
+/* Template expansion (exposed for tests). *out is heap. ST_INVALID for a
+ * placeholder with no value or a result longer than 512 MiB. */
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err) WUR;
 #define REMOTE_RAW 0
@@ -135,13 +136,5 @@ enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, in
 #define REMOTE_XML 2 /* XML-escape every value */
 enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
                                struct error *err) WUR;
-
-/* RFC 6901: the value at ptr ("" is the whole document), or NULL. */
-const json_t *json_pointer_get(const json_t *doc, const char *ptr);
-/* Whether ptr is a valid JSON pointer ("" or "/..." with valid escapes). */
-bool json_pointer_valid(const char *ptr);
-/* The value at ptr as text: a string as it is, a number printed; NULL for
- * anything else. Heap. */
-char *json_pointer_text(const json_t *doc, const char *ptr);
 
 #endif

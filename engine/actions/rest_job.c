@@ -11,6 +11,8 @@
 #include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,12 +32,10 @@ static bool key_known(const char *key)
                                        "summary_counts_pointer",
                                        "failure_summary_pointer",
                                        "cancel",
-                                       "cleanup"};
+                                       "cleanup",
+                                       NULL};
 
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
-        if (strcmp(key, keys[i]) == 0)
-            return true;
-    return false;
+    return str_in(key, keys);
 }
 
 static enum status check_request(const json_t *params, const char *key, const char *path,
@@ -65,7 +65,7 @@ static enum status rest_job_check_params(const json_t *params, const char *path,
         return ST_INVALID;
     if (!id)
         return error_set(err, ST_INVALID, "missing \"%s.id_pointer\"", path);
-    if (!json_is_string(id) || !json_pointer_valid(json_string_value(id)))
+    if (!json_is_string(id) || !jptr_valid(json_string_value(id)))
         return error_set(err, ST_INVALID,
                          "invalid \"%s.id_pointer\": expected a JSON pointer such as \"/job/id\"",
                          path);
@@ -101,7 +101,7 @@ static enum step rest_job_start(struct run_ctx *rc)
         break;
     case REMOTE_OK:
         body = remote_json(&r);
-        id = json_pointer_text(body, remote_param(rc, "id_pointer", ""));
+        id = jptr_text(body, remote_param(rc, "id_pointer", ""));
         if (!id || !*id) {
             rc_error(rc, "submit_no_id", "the submit answer has no job id at \"%s\"",
                      remote_param(rc, "id_pointer", ""));

@@ -20,8 +20,10 @@
 #include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 
+#include "common/jsonptr.h"
 #include "common/log.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <libxml/parser.h>
 #include <libxml/xpath.h>
@@ -40,23 +42,16 @@ static void quiet(void *ctx, xmlErrorPtr e)
 
 /* ---- params ------------------------------------------------------------ */
 
-static bool known(const char *key, const char *const *keys, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(key, keys[i]) == 0)
-            return true;
-    return false;
-}
-
-static enum status check_keys(const json_t *obj, const char *const *keys, size_t n,
-                              const char *path, struct error *err)
+/* keys: NULL-terminated. */
+static enum status check_keys(const json_t *obj, const char *const *keys, const char *path,
+                              struct error *err)
 {
     const char *key;
     json_t *v;
 
     json_object_foreach((json_t *)obj, key, v)
     {
-        if (!known(key, keys, n))
+        if (!str_in(key, keys))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     return ST_OK;
@@ -120,7 +115,7 @@ static enum status check_rest(const json_t *params, const char *key, const char 
                               size_t nnums, const char *path, struct error *err)
 {
     const json_t *o = json_object_get(params, key), *ptr;
-    const char *keys[8] = {"request", "pointer"};
+    const char *keys[8] = {"request", "pointer"}; /* NULL-terminated: nnums <= 5 */
     char sub[200];
 
     if (!o)
@@ -128,13 +123,13 @@ static enum status check_rest(const json_t *params, const char *key, const char 
     xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
     if (!json_is_object(o))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", sub);
+    assert(nnums <= ARRAY_LEN(keys) - 3);
     for (size_t i = 0; i < nnums; i++)
         keys[2 + i] = nums[i];
-    if (check_keys(o, keys, 2 + nnums, sub, err) != ST_OK ||
-        check_req(o, "request", true, sub, err) != ST_OK)
+    if (check_keys(o, keys, sub, err) != ST_OK || check_req(o, "request", true, sub, err) != ST_OK)
         return ST_INVALID;
     ptr = json_object_get(o, "pointer");
-    if (!json_is_string(ptr) || !json_pointer_valid(json_string_value(ptr)))
+    if (!json_is_string(ptr) || !jptr_valid(json_string_value(ptr)))
         return error_set(err, ST_INVALID, "invalid \"%s.pointer\": expected a JSON pointer", sub);
     for (size_t i = 0; i < nnums; i++)
         if (check_int(o, nums[i], 0, 86400000, sub, err) != ST_OK)
@@ -186,14 +181,14 @@ static enum status soap_job_check_params(const json_t *params, const char *path,
         "start",           "status",       "namespaces",  "task_id_xpath",
         "capture",         "status_xpath", "error_xpath", "completed_date_xpath",
         "complete_values", "error_values", "is_running",  "row_probe",
-        "readiness",       "cancel",       "cleanup"};
+        "readiness",       "cancel",       "cleanup",     NULL};
     static const char *const gate[] = {"confirmations", "min_gap_s", "after_completed_date_s",
                                        "stuck_after_s"};
     static const char *const probe[] = {"min_runtime_s", "min_interval_s"};
     static const char *const ready[] = {"max_attempts", "initial_delay_ms", "max_delay_ms"};
     char sub[200];
 
-    if (check_keys(params, keys, ARRAY_LEN(keys), path, err) != ST_OK ||
+    if (check_keys(params, keys, path, err) != ST_OK ||
         check_req(params, "start", true, path, err) != ST_OK ||
         check_req(params, "status", true, path, err) != ST_OK ||
         check_req(params, "cancel", false, path, err) != ST_OK ||
@@ -368,8 +363,7 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
         return NULL;
     }
     if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
-        const json_t *x =
-            json_pointer_get(body, json_string_value(json_object_get(helper, "pointer")));
+        const json_t *x = jptr_get(body, json_string_value(json_object_get(helper, "pointer")));
         val = x ? json_incref((json_t *)x) : json_null();
     } else {
         LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);

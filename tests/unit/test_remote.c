@@ -1,8 +1,7 @@
-/* tests/unit/test_remote.c — the pure parts of the remote actions: JSON
- * pointers (RFC 6901, its own examples), request templates (text, URL and
- * XML escaping, JSON bodies where a lone placeholder keeps its type,
- * secrets from the environment), request checks at load, the answer
- * classes, and the poller's backoff schedule. */
+/* tests/unit/test_remote.c — the pure parts of the remote actions: request
+ * templates (text, URL and XML escaping, JSON bodies where a lone
+ * placeholder keeps its type, secrets from the environment), request checks
+ * at load, the answer classes, and the poller's backoff schedule. */
 #include "engine/actions/remote.h"
 #include "engine/poller.h"
 
@@ -17,57 +16,6 @@ static json_t *parse(const char *text)
     ck_assert_ptr_nonnull(j);
     return j;
 }
-
-/* RFC 6901 section 5. */
-START_TEST(pointer_rfc_examples)
-{
-    json_t *doc = parse("{\"foo\": [\"bar\", \"baz\"], \"\": 0, \"a/b\": 1, \"c%d\": 2, "
-                        "\"e^f\": 3, \"g|h\": 4, \"i\\\\j\": 5, \"k\\\"l\": 6, \" \": 7, "
-                        "\"m~n\": 8}");
-    static const struct {
-        const char *ptr;
-        long long want;
-    } ints[] = {{"/", 0},     {"/a~1b", 1}, {"/c%d", 2}, {"/e^f", 3}, {"/g|h", 4},
-                {"/i\\j", 5}, {"/k\"l", 6}, {"/ ", 7},   {"/m~0n", 8}};
-
-    ck_assert_ptr_eq(json_pointer_get(doc, ""), doc);
-    ck_assert_str_eq(json_string_value(json_pointer_get(doc, "/foo/0")), "bar");
-    ck_assert(json_is_array(json_pointer_get(doc, "/foo")));
-    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-        ck_assert_msg(json_integer_value(json_pointer_get(doc, ints[i].ptr)) == ints[i].want, "%s",
-                      ints[i].ptr);
-    ck_assert_ptr_null(json_pointer_get(doc, "/foo/2"));
-    ck_assert_ptr_null(json_pointer_get(doc, "/foo/01"));
-    ck_assert_ptr_null(json_pointer_get(doc, "/foo/-"));
-    ck_assert_ptr_null(json_pointer_get(doc, "foo"));
-    ck_assert_ptr_null(json_pointer_get(doc, "/m~2n"));
-    ck_assert(!json_pointer_valid("x"));
-    ck_assert(!json_pointer_valid("/a~"));
-    ck_assert(json_pointer_valid(""));
-    json_decref(doc);
-}
-END_TEST
-
-START_TEST(pointer_text)
-{
-    json_t *doc = parse("{\"s\": \"abc\", \"i\": 42, \"r\": 1.5, \"o\": {}, \"n\": null}");
-    char *t;
-
-    t = json_pointer_text(doc, "/s");
-    ck_assert_str_eq(t, "abc");
-    free(t);
-    t = json_pointer_text(doc, "/i");
-    ck_assert_str_eq(t, "42");
-    free(t);
-    t = json_pointer_text(doc, "/r");
-    ck_assert_str_eq(t, "1.5");
-    free(t);
-    ck_assert_ptr_null(json_pointer_text(doc, "/o"));
-    ck_assert_ptr_null(json_pointer_text(doc, "/n"));
-    ck_assert_ptr_null(json_pointer_text(doc, "/missing"));
-    json_decref(doc);
-}
-END_TEST
 
 static json_t *g_input;
 
@@ -254,8 +202,6 @@ int main(void)
     int failed;
 
     g_input = json_loads("{\"n\": 3, \"s\": \"x y\", \"o\": {\"k\": [1]}}", 0, NULL);
-    tcase_add_test(t, pointer_rfc_examples);
-    tcase_add_test(t, pointer_text);
     tcase_add_test(t, text_templates);
     tcase_add_test(t, json_templates);
     tcase_add_test(t, state_placeholder);
