@@ -9,6 +9,7 @@
  * again — harmless, because the alerts it already delivered join their
  * runs. Unknown fields are ignored: newer Alertmanagers add some. */
 #include "handlers/handlers.h"
+#include "handlers/alertmanager.h"
 #include "handlers/intake.h"
 
 #include "common/log.h"
@@ -219,7 +220,6 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
                                 const char *identity, json_t **result, struct error *err)
 {
     json_t *input = am_alert_input(b->env, alert);
-    char *canon = canon_json(input);
     char request[65];
     struct run *run = NULL;
     bool dedup = false;
@@ -227,7 +227,7 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
         .type = rt, .input = input, .identity_hash = identity, .request_hash = request};
     enum status st;
 
-    sha256_hex(canon, strlen(canon), request);
+    intake_request_hash(input, request);
     st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
     if (st == ST_OK) {
         dedup ? b->joined++ : b->created++;
@@ -235,7 +235,6 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
         json_object_set_new(*result, "action", json_string(dedup ? "joined" : "created"));
     }
     run_free(run);
-    free(canon);
     json_decref(input);
     return st;
 }
