@@ -171,12 +171,8 @@ static json_t *alert_error(size_t index, const struct am_alert *a, unsigned http
                            const struct error *err)
 {
     json_t *e = json_pack("{s:i, s:s}", "status", (int)http, "detail", err->message);
-    json_t *fields = json_array();
 
-    for (unsigned i = 0; i < err->nfields; i++)
-        json_array_append_new(fields, json_pack("{s:s, s:s}", "field", err->fields[i].field,
-                                                "message", err->fields[i].message));
-    json_object_set_new(e, "errors", fields);
+    json_object_set_new(e, "errors", reply_error_fields(err));
     return json_pack("{s:I, s:o, s:o}", "index", (json_int_t)index, "fingerprint",
                      a->fingerprint ? json_string(a->fingerprint) : json_null(), "error", e);
 }
