@@ -9,6 +9,7 @@
  * again — harmless, because the alerts it already delivered join their
  * runs. Unknown fields are ignored: newer Alertmanagers add some. */
 #include "handlers/handlers.h"
+#include "handlers/alertmanager.h"
 #include "handlers/intake.h"
 
 #include "common/log.h"
@@ -169,12 +170,8 @@ static json_t *alert_error(size_t index, const struct am_alert *a, unsigned http
                            const struct error *err)
 {
     json_t *e = json_pack("{s:i, s:s}", "status", (int)http, "detail", err->message);
-    json_t *fields = json_array();
 
-    for (unsigned i = 0; i < err->nfields; i++)
-        json_array_append_new(fields, json_pack("{s:s, s:s}", "field", err->fields[i].field,
-                                                "message", err->fields[i].message));
-    json_object_set_new(e, "errors", fields);
+    json_object_set_new(e, "errors", reply_error_fields(err));
     return json_pack("{s:I, s:o, s:o}", "index", (json_int_t)index, "fingerprint",
                      a->fingerprint ? json_string(a->fingerprint) : json_null(), "error", e);
 }
@@ -218,7 +215,6 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
                                 const char *identity, json_t **result, struct error *err)
 {
     json_t *input = am_alert_input(b->env, alert);
-    char *canon = canon_json(input);
     char request[65];
     struct run *run = NULL;
     bool dedup = false;
@@ -226,7 +222,7 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
         .type = rt, .input = input, .identity_hash = identity, .request_hash = request};
     enum status st;
 
-    sha256_hex(canon, strlen(canon), request);
+    intake_request_hash(input, request);
     st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
     if (st == ST_OK) {
         dedup ? b->joined++ : b->created++;
@@ -234,7 +230,6 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
         json_object_set_new(*result, "action", json_string(dedup ? "joined" : "created"));
     }
     run_free(run);
-    free(canon);
     json_decref(input);
     return st;
 }

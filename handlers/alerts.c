@@ -1,7 +1,9 @@
 /* handlers/alerts.c — POST /alerts: validate, route to a run type, settle the
  * identity, insert or join a run. The intake dispatches on the body's shape
- * so the Alertmanager webhook body can sit beside the generic one. */
+ * so the Alertmanager webhook body can sit beside the generic one; what the
+ * two share is in intake.c. */
 #include "handlers/handlers.h"
+#include "handlers/alertmanager.h"
 #include "handlers/intake.h"
 
 #include "common/log.h"
@@ -118,28 +120,14 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 
-json_t *intake_result(const struct run *run, bool dedup)
-{
-    char self[200], stream[220], cancel[220];
-
-    xsnprintf(self, sizeof(self), "/runs/%s", run->id);
-    xsnprintf(stream, sizeof(stream), "/runs/%s/stream", run->id);
-    xsnprintf(cancel, sizeof(cancel), "/runs/%s/cancel", run->id);
-    return json_pack("{s:s, s:s, s:s, s:b, s:{s:s, s:s, s:s}}", "run_id", run->id, "status",
-                     run_status_name(run->status), "outcome", run_outcome_name(run->outcome),
-                     "deduplicated", dedup, "links", "self", self, "stream", stream, "cancel",
-                     cancel);
-}
-
 /* Fills the identity and request hashes of a submission. */
 static void submission_hashes(const char *tenant, const struct run_type *rt,
                               const struct submission *s, const json_t *body, char identity[65],
                               char request[65])
 {
-    char *canon = canon_json(body);
+    char *canon;
 
-    sha256_hex(canon, strlen(canon), request);
-    free(canon);
+    intake_request_hash(body, request);
     if (s->dedupe_key) {
         identity_hash(tenant, rt->name, "dedupe_key", s->dedupe_key, identity);
     } else if (s->run_id) {
@@ -149,25 +137,6 @@ static void submission_hashes(const char *tenant, const struct run_type *rt,
         identity_hash(tenant, rt->name, "data", canon, identity);
         free(canon);
     }
-}
-
-enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
-                          struct run **out, bool *dedup, struct error *err)
-{
-    char id[27];
-    const struct run_new rn = {
-        .tenant = tenant,
-        .id = in->id ? in->id : (run_id_new(id), id),
-        .type = in->type->name,
-        .priority = in->priority,
-        .run_at = in->run_at,
-        .max_attempts = in->type->max_attempts,
-        .timeout_s = (int)in->type->timeout_s,
-        .input = in->input,
-        .identity_hash = in->identity_hash,
-        .request_hash = in->request_hash,
-    };
-    return store_runs_submit(db, &rn, out, dedup, err);
 }
 
 /* The long-poll's refresh: the run's status and outcome as they are now,

@@ -68,9 +68,17 @@ void reply_cleanup(struct reply *rp);
 void reply_header(struct reply *rp, const char *name, const char *value);
 /* Takes body. */
 void reply_json_take(struct reply *rp, unsigned http_status, json_t *body);
-/* The one place that maps a status to an HTTP status and a problem+json body
- * (RFC 9457) with errors[] from err's fields. */
+/* Every problem+json body (RFC 9457) is built here: {"type": "about:blank",
+ * "title", "status", "detail"} for st's HTTP status and title, then the
+ * members of extra in their order (taken; NULL for none), which cannot
+ * replace those four. A 503 also gets Retry-After. */
+void reply_problem_take(struct reply *rp, enum status st, const char *detail, json_t *extra);
+/* The one place that maps a status and err to a problem: err's message as
+ * detail (but never the internals of a 500 or 503) and errors[] from its
+ * fields. */
 void reply_error(struct reply *rp, enum status st, const struct error *err);
+/* err's fields as an errors[] array of {"field", "message"}: new ref. */
+json_t *reply_error_fields(const struct error *err);
 unsigned status_http(enum status st);
 
 enum status handle_alerts_create(const struct hctx *hc, const struct request *rq, struct reply *rp);

@@ -80,20 +80,17 @@ static json_t *streams_json(const struct hctx *hc)
                      (json_int_t)s.reconnects_total);
 }
 
-/* A 503 problem+json that says why (probes are for operators, so the
- * reason is given in full), with extension members taken from extra. */
+/* A 503 problem that says why (probes are for operators, so the reason is
+ * given in full, as detail and as "reason"), with the members of extra
+ * after it (taken; NULL for none). */
 static void health_unavailable(struct reply *rp, const char *reason, json_t *extra)
 {
-    json_t *body =
-        json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
-                  "Service Unavailable", "status", 503, "detail", reason, "reason", reason);
+    json_t *members = json_pack("{s:s}", "reason", reason);
 
     if (extra)
-        json_object_update(body, extra);
+        json_object_update(members, extra);
     json_decref(extra);
-    reply_json_take(rp, 503, body);
-    rp->problem = true;
-    reply_header(rp, "Retry-After", "1");
+    reply_problem_take(rp, ST_UNAVAILABLE, reason, members);
 }
 
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq, struct reply *rp)

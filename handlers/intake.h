@@ -1,10 +1,17 @@
-/* handlers/intake.h — what the two bodies of POST /alerts share: the
- * generic body (handlers/alerts.c) and the Alertmanager webhook body
- * (handlers/alertmanager.c). Internal to handlers/. */
+/* handlers/intake.h — what the two bodies of POST /alerts share
+ * (handlers/intake.c): inserting or joining a run, the request hash a
+ * repeated submission is recognised by, and the result object each run is
+ * answered with. The generic body (handlers/alerts.c) and the Alertmanager
+ * webhook body (handlers/alertmanager.c) call in here; intake.c calls
+ * neither. Internal to handlers/; reentrant. */
 #ifndef OPSRUN_HANDLERS_INTAKE_H
 #define OPSRUN_HANDLERS_INTAKE_H
 
-#include "handlers/handlers.h"
+#include "common/common.h"
+#include "config/config.h"
+#include "store/runs.h"
+
+#include <jansson.h>
 
 struct db;
 
@@ -23,11 +30,9 @@ struct intake_run {
  * the caller's connection. */
 enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
                           struct run **out, bool *dedup, struct error *err) WUR;
+/* The request hash of doc: lower-case hex SHA-256 of its canonical JSON. */
+void intake_request_hash(const json_t *doc, char out[65]);
 /* {"run_id", "status", "outcome", "deduplicated", "links": {...}}: new ref. */
 json_t *intake_result(const struct run *run, bool dedup);
-
-/* POST /alerts with an Alertmanager webhook body. */
-enum status alerts_alertmanager(const struct hctx *hc, const struct request *rq, struct reply *rp,
-                                struct error *err) WUR;
 
 #endif

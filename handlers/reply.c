@@ -1,8 +1,10 @@
-/* handlers/reply.c — replies and the status → problem+json mapping. */
+/* handlers/reply.c — replies, and every problem+json body: the status →
+ * problem mapping and the one function that builds them. */
 #include "handlers/handlers.h"
 
 #include "common/log.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,34 +62,56 @@ unsigned status_http(enum status st)
     return st == ST_OK ? 200 : 500;
 }
 
-void reply_error(struct reply *rp, enum status st, const struct error *err)
+static const char *status_title(enum status st)
 {
-    const char *title = "Internal Server Error";
-    unsigned http = status_http(st);
-    json_t *body, *fields;
-
     for (size_t i = 0; i < ARRAY_LEN(problems); i++)
         if (problems[i].st == st)
-            title = problems[i].title;
-    /* Internal details (database errors, socket paths) stay in the log. */
-    if (http >= 500)
-        LOG(LOG_WARN, "answering %u: %s", http, err && err->message[0] ? err->message : title);
-    body = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title, "status",
-                     (int)http, "detail",
-                     http == 500 ? "internal error; see the server log"
-                     : http == 503 && !(st == ST_BUSY && err && err->message[0])
-                         ? "temporarily unavailable (database unreachable or busy); retry later"
-                     : err && err->message[0] ? err->message
-                                              : title);
-    if (err && err->nfields > 0) {
-        fields = json_array();
-        for (unsigned i = 0; i < err->nfields; i++)
-            json_array_append_new(fields, json_pack("{s:s, s:s}", "field", err->fields[i].field,
-                                                    "message", err->fields[i].message));
-        json_object_set_new(body, "errors", fields);
-    }
+            return problems[i].title;
+    return "Internal Server Error";
+}
+
+void reply_problem_take(struct reply *rp, enum status st, const char *detail, json_t *extra)
+{
+    unsigned http = status_http(st);
+    json_t *body = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
+                             status_title(st), "status", (int)http, "detail", detail);
+
+    assert(http >= 400);
+    if (extra)
+        json_object_update_missing(body, extra);
+    json_decref(extra);
     if (http == 503)
         reply_header(rp, "Retry-After", "1");
     reply_json_take(rp, http, body);
     rp->problem = true;
+}
+
+json_t *reply_error_fields(const struct error *err)
+{
+    json_t *fields = json_array();
+
+    for (unsigned i = 0; i < err->nfields; i++)
+        json_array_append_new(fields, json_pack("{s:s, s:s}", "field", err->fields[i].field,
+                                                "message", err->fields[i].message));
+    return fields;
+}
+
+void reply_error(struct reply *rp, enum status st, const struct error *err)
+{
+    const char *title = status_title(st), *detail;
+    unsigned http = status_http(st);
+    bool told = err && err->message[0];
+
+    /* Internal details (database errors, socket paths) stay in the log. */
+    if (http >= 500)
+        LOG(LOG_WARN, "answering %u: %s", http, told ? err->message : title);
+    if (http == 500)
+        detail = "internal error; see the server log";
+    else if (http == 503 && !(st == ST_BUSY && told))
+        detail = "temporarily unavailable (database unreachable or busy); retry later";
+    else
+        detail = told ? err->message : title;
+    reply_problem_take(
+        rp, st, detail,
+        err && err->nfields > 0 ? json_pack("{s:o}", "errors", reply_error_fields(err)) : NULL);
 }

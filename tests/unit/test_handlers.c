@@ -319,6 +319,39 @@ START_TEST(problem_mapping)
 }
 END_TEST
 
+/* Extension members follow the four standard ones in their order, and
+ * cannot replace them; a 503 carries Retry-After. */
+START_TEST(problem_extra_members)
+{
+    struct reply rp;
+    char *got;
+
+    reply_init(&rp);
+    reply_problem_take(&rp, ST_UNAVAILABLE, "why",
+                       json_pack("{s:s, s:s, s:i, s:n}", "reason", "why", "title", "replaced",
+                                 "status", 200, "engine"));
+    ck_assert_uint_eq(rp.http_status, 503);
+    ck_assert(rp.problem);
+    got = json_dumps(rp.body, JSON_COMPACT);
+    ck_assert_str_eq(got, "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\","
+                          "\"status\":503,\"detail\":\"why\",\"reason\":\"why\",\"engine\":null}");
+    ck_assert_uint_eq(rp.nheaders, 1);
+    ck_assert_str_eq(rp.headers[0].name, "Retry-After");
+    ck_assert_str_eq(rp.headers[0].value, "1");
+    free(got);
+    reply_cleanup(&rp);
+
+    reply_init(&rp);
+    reply_problem_take(&rp, ST_NOT_FOUND, "no such thing", NULL);
+    got = json_dumps(rp.body, JSON_COMPACT);
+    ck_assert_str_eq(got, "{\"type\":\"about:blank\",\"title\":\"Not Found\",\"status\":404,"
+                          "\"detail\":\"no such thing\"}");
+    ck_assert_uint_eq(rp.nheaders, 0);
+    free(got);
+    reply_cleanup(&rp);
+}
+END_TEST
+
 static Suite *handlers_suite(void)
 {
     Suite *s = suite_create("handlers");
@@ -336,6 +369,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, routes_match);
     tcase_add_test(t, routes_reject);
     tcase_add_test(t, problem_mapping);
+    tcase_add_test(t, problem_extra_members);
     suite_add_tcase(s, t);
     return s;
 }

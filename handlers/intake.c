@@ -1,0 +1,47 @@
+/* handlers/intake.c — see intake.h. */
+#include "handlers/intake.h"
+
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
+                          struct run **out, bool *dedup, struct error *err)
+{
+    char id[27];
+    const struct run_new rn = {
+        .tenant = tenant,
+        .id = in->id ? in->id : (run_id_new(id), id),
+        .type = in->type->name,
+        .priority = in->priority,
+        .run_at = in->run_at,
+        .max_attempts = in->type->max_attempts,
+        .timeout_s = (int)in->type->timeout_s,
+        .input = in->input,
+        .identity_hash = in->identity_hash,
+        .request_hash = in->request_hash,
+    };
+    return store_runs_submit(db, &rn, out, dedup, err);
+}
+
+void intake_request_hash(const json_t *doc, char out[65])
+{
+    char *canon = canon_json(doc);
+
+    sha256_hex(canon, strlen(canon), out);
+    free(canon);
+}
+
+json_t *intake_result(const struct run *run, bool dedup)
+{
+    char self[200], stream[220], cancel[220];
+
+    xsnprintf(self, sizeof(self), "/runs/%s", run->id);
+    xsnprintf(stream, sizeof(stream), "/runs/%s/stream", run->id);
+    xsnprintf(cancel, sizeof(cancel), "/runs/%s/cancel", run->id);
+    return json_pack("{s:s, s:s, s:s, s:b, s:{s:s, s:s, s:s}}", "run_id", run->id, "status",
+                     run_status_name(run->status), "outcome", run_outcome_name(run->outcome),
+                     "deduplicated", dedup, "links", "self", self, "stream", stream, "cancel",
+                     cancel);
+}

@@ -1,0 +1,773 @@
+/* tests/integration/test_handlers_db.c — the handlers of handlers/handlers.h
+ * called in-process, the way server/http.c calls them, on a struct hctx over
+ * a real configuration and a real pool on a fresh database per test:
+ * POST /alerts (generic and Alertmanager bodies), GET /runs/{id}, GET /runs,
+ * POST /runs/{id}/cancel and the health probes, up and unavailable.
+ *
+ * Each test asserts the HTTP status, the headers that matter and the exact
+ * bytes the server would send: the body as json_dumps(JSON_COMPACT), which is
+ * what http_send writes. Timestamps that the database sets are pinned with
+ * SQL first, or the expected run is the database's own rendering of the row
+ * (opsrun_run_json). The engine and the hub are NULL, which struct hctx
+ * allows: nothing here claims, executes or streams a run.
+ *
+ * System headers come before the opsrun headers, ahead of common.h's poison
+ * pragma. */
+#include <check.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "common/util.h"
+#include "config/config.h"
+#include "engine/actions/action.h"
+#include "handlers/handlers.h"
+#include "store/db.h"
+#include "tests/support/fixture.h"
+#include "tests/support/harness.h"
+
+/* ---- the handler context ---------------------------------------------- */
+
+/* The built-in "demo" type plus "other", for the type filter. */
+static const char config_json[] = "{\"run_types\": {\"other\": {\"action\": \"simulate\"}}}";
+
+#define PINNED "2030-01-02T03:04:05.000000Z"
+
+static struct config g_cfg;
+static struct db_pool *g_pool;
+static _Atomic bool g_draining;
+static struct hctx g_hc;
+
+/* A fresh database and a handler context over it; the pool has pool_size
+ * connections and waits wait_ms for one. */
+static void hc_open(const char *dbname, int pool_size, int wait_ms)
+{
+    struct error err = {0};
+    struct db_options opt;
+
+    open_test_db(dbname);
+    cfg_init(&g_cfg, &action_registry);
+    ck_assert_msg(cfg_load_json(&g_cfg, config_json, &err) == ST_OK &&
+                      cfg_validate(&g_cfg, &err) == ST_OK,
+                  "configuration: %s", err.message);
+    opt = (struct db_options){.conninfo = g_ci,
+                              .connect_timeout_s = 5,
+                              .statement_timeout_ms = 10000,
+                              .application_name = "opsrun_it"};
+    g_pool = db_pool_new(&opt, pool_size, wait_ms);
+    atomic_store(&g_draining, false);
+    g_hc = (struct hctx){.cfg = &g_cfg, .pool = g_pool, .draining = &g_draining};
+}
+
+static void hc_close(void)
+{
+    db_pool_free(g_pool);
+    cfg_cleanup(&g_cfg);
+    close_test_db();
+    g_pool = NULL;
+}
+
+/* ---- requests and replies --------------------------------------------- */
+
+struct query {
+    const char *k[8], *v[8];
+};
+
+static const char *query_get(const struct request *rq, const char *key)
+{
+    const struct query *q = rq->query_arg;
+
+    for (int i = 0; i < 8 && q->k[i]; i++)
+        if (strcmp(q->k[i], key) == 0)
+            return q->v[i];
+    return NULL;
+}
+
+/* Calls fn as server/http.c does: the default tenant, path_id (NULL: none),
+ * query q (NULL: none) and body parsed as the server parses it (NULL: no
+ * body). rp is initialised here; the caller cleans it up. */
+static enum status call(handler_fn fn, const char *path_id, struct query *q, const char *body,
+                        struct reply *rp)
+{
+    static struct query none;
+    json_error_t jerr;
+    json_t *j = NULL;
+    enum status st;
+
+    if (body) {
+        j = json_loads(body, JSON_REJECT_DUPLICATES, &jerr);
+        ck_assert_msg(j != NULL, "test body %s: %s", body, jerr.text);
+    }
+    reply_init(rp);
+    st = fn(&g_hc,
+            &(struct request){.path_id = path_id,
+                              .tenant = "default",
+                              .body = j,
+                              .query = query_get,
+                              .query_arg = q ? q : &none},
+            rp);
+    json_decref(j);
+    return st;
+}
+
+/* The body as http_send puts it on the wire (heap), or NULL for none. */
+static char *wire(const json_t *body)
+{
+    return body ? json_dumps(body, JSON_COMPACT) : NULL;
+}
+
+/* Asserts the HTTP status, the content type (problem+json or JSON) and the
+ * exact body. */
+static void expect_reply(const struct reply *rp, unsigned http, bool problem, const char *want)
+{
+    char *got = wire(rp->body);
+
+    ck_assert_msg(rp->http_status == http, "HTTP %u, want %u; body %s", rp->http_status, http,
+                  got ? got : "(none)");
+    ck_assert_msg(rp->problem == problem, "problem is %d, want %d; body %s", rp->problem, problem,
+                  got ? got : "(none)");
+    ck_assert_msg(got && strcmp(got, want) == 0, "body\n  %s\nwant\n  %s", got ? got : "(none)",
+                  want);
+    free(got);
+}
+
+/* The value of response header name, or NULL. */
+static const char *header(const struct reply *rp, const char *name)
+{
+    for (unsigned i = 0; i < rp->nheaders; i++)
+        if (strcmp(rp->headers[i].name, name) == 0)
+            return rp->headers[i].value;
+    return NULL;
+}
+
+static void expect_headers(const struct reply *rp, unsigned n, const char *name, const char *value)
+{
+    const char *got = name ? header(rp, name) : NULL;
+
+    ck_assert_msg(rp->nheaders == n, "%u headers, want %u", rp->nheaders, n);
+    if (name)
+        ck_assert_msg(got && strcmp(got, value) == 0, "header %s is %s, want %s", name,
+                      got ? got : "(absent)", value);
+}
+
+/* The submission result of POST /alerts for run id. */
+static char *submit_result(const char *id, const char *status, const char *outcome, bool dedup)
+{
+    return xasprintf("{\"run_id\":\"%s\",\"status\":\"%s\",\"outcome\":\"%s\","
+                     "\"deduplicated\":%s,\"links\":{\"self\":\"/runs/%s\",\"stream\":\"/runs/%s/"
+                     "stream\",\"cancel\":\"/runs/%s/cancel\"}}",
+                     id, status, outcome, dedup ? "true" : "false", id, id, id);
+}
+
+/* POST /alerts with a generic body, asserting 202 and a new run. */
+static void create(const char *body)
+{
+    struct reply rp;
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    ck_assert_msg(rp.http_status == 202, "POST /alerts %s: HTTP %u", body, rp.http_status);
+    reply_cleanup(&rp);
+}
+
+/* ---- the database's side ---------------------------------------------- */
+
+static char *sql_str(const char *fmt, ...) PRINTF_LIKE(1, 2);
+static char *sql_str(const char *fmt, ...)
+{
+    char sql[1024];
+    va_list ap;
+    PGresult *r;
+    char *v = NULL;
+
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    va_end(ap);
+    r = th_sql(g_pg, "%s", sql);
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = xstrdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+/* Run id as the database renders it (opsrun_run_json), on the wire. */
+static char *db_run(const char *id)
+{
+    char *text = sql_str("SELECT opsrun_run_json(r)::text FROM runs r "
+                         "WHERE tenant = 'default' AND id = '%s'",
+                         id);
+    json_t *j;
+    char *s;
+
+    ck_assert_msg(text != NULL, "no run %s", id);
+    j = json_loads(text, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    s = wire(j);
+    json_decref(j);
+    free(text);
+    return s;
+}
+
+/* Sets every timestamp the database gave run id to `at` (those still NULL
+ * stay NULL). */
+static void pin_times(const char *id, const char *at)
+{
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET created_at = '%s', run_at = '%s', updated_at = '%s', "
+                   "completed_at = CASE WHEN completed_at IS NULL THEN NULL ELSE "
+                   "timestamptz '%s' END WHERE id = '%s'",
+                   at, at, at, at, id));
+}
+
+static long long n_runs(void)
+{
+    return th_sql_int(g_pg, "SELECT count(*) FROM runs");
+}
+
+/* ---- POST /alerts ----------------------------------------------------- */
+
+/* A new run is 202 with a Location; the same body again joins it (200, no
+ * Location); the same run_id with another body is a 409 problem. */
+START_TEST(alerts_create_join_and_conflict)
+{
+    static const char first[] = "{\"alert_type\":\"demo\",\"run_id\":\"r-1\","
+                                "\"data\":{\"host\":\"db1\"},\"priority\":7}";
+    struct reply rp;
+    char *want;
+    char *input;
+
+    hc_open("it_handlers_create", 2, 2000);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, first, &rp), ST_OK);
+    want = submit_result("r-1", "queued", "pending", false);
+    expect_reply(&rp, 202, false, want);
+    expect_headers(&rp, 1, "Location", "/runs/r-1");
+    ck_assert_str_eq(rp.run_id, "r-1");
+    ck_assert_int_eq(rp.wait_ms, 0);
+    reply_cleanup(&rp);
+    free(want);
+    input = sql_str("SELECT concat_ws(' ', type, status, priority, max_attempts, input::text) "
+                    "FROM runs WHERE id = 'r-1'");
+    ck_assert_str_eq(input, "demo queued 7 3 {\"host\": \"db1\"}");
+    free(input);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, first, &rp), ST_OK);
+    want = submit_result("r-1", "queued", "pending", true);
+    expect_reply(&rp, 200, false, want);
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    free(want);
+
+    ck_assert_int_eq(
+        call(handle_alerts_create, NULL, NULL,
+             "{\"alert_type\":\"demo\",\"run_id\":\"r-1\",\"data\":{\"host\":\"db2\"}}", &rp),
+        ST_CONFLICT);
+    expect_reply(&rp, 409, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Conflict\",\"status\":409,"
+                 "\"detail\":\"run \\\"r-1\\\" already exists with a different request body\"}");
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    hc_close();
+}
+END_TEST
+
+/* Without a run_id the identity is the dedupe_key: the second submission
+ * joins the run the first created, under the id the first got. */
+START_TEST(alerts_create_dedupe_key)
+{
+    static const char body[] = "{\"alert_type\":\"other\",\"dedupe_key\":\"disk-full:db1\"}";
+    struct reply rp;
+    char *id, *want, *loc;
+
+    hc_open("it_handlers_dedupe", 2, 2000);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 202);
+    id = sql_str("SELECT id FROM runs WHERE type = 'other'");
+    ck_assert_ptr_nonnull(id);
+    ck_assert_uint_eq(strlen(id), 26);
+    want = submit_result(id, "queued", "pending", false);
+    loc = xasprintf("/runs/%s", id);
+    expect_reply(&rp, 202, false, want);
+    expect_headers(&rp, 1, "Location", loc);
+    reply_cleanup(&rp);
+    free(want);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    want = submit_result(id, "queued", "pending", true);
+    expect_reply(&rp, 200, false, want);
+    expect_headers(&rp, 0, NULL, NULL);
+    ck_assert_str_eq(rp.run_id, id);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    free(want);
+    free(loc);
+    free(id);
+    hc_close();
+}
+END_TEST
+
+/* Every problem of a bad body is in errors[], the first one is the detail;
+ * an unroutable type is 422; a bad ?wait is 400. Nothing is written. */
+START_TEST(alerts_create_invalid)
+{
+    struct query wait = {{"wait"}, {"61"}};
+    struct reply rp;
+
+    hc_open("it_handlers_invalid", 2, 2000);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "{\"alert_type\":1,\"priority\":\"x\",\"bogus\":true}", &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"alert_type\\\": must be a string of 1 to 128 "
+                 "characters\",\"errors\":["
+                 "{\"field\":\"alert_type\",\"message\":\"must be a string of 1 to 128 "
+                 "characters\"},"
+                 "{\"field\":\"priority\",\"message\":\"must be an integer from -1000 to 1000\"},"
+                 "{\"field\":\"bogus\",\"message\":\"is not a known field\"}]}");
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "[1]", &rp), ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"body\\\": must be a JSON object\",\"errors\":["
+                 "{\"field\":\"body\",\"message\":\"must be a JSON object\"}]}");
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "{\"alert_type\":\"nope\"}", &rp),
+                     ST_UNPROCESSABLE);
+    expect_reply(&rp, 422, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Unprocessable Content\",\"status\":422,"
+                 "\"detail\":\"invalid \\\"alert_type\\\": no route or run type matches "
+                 "\\\"nope\\\"\",\"errors\":[{\"field\":\"alert_type\",\"message\":\"no route or "
+                 "run type matches \\\"nope\\\"\"}]}");
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, &wait, "{\"alert_type\":\"demo\"}", &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"wait\\\": must be whole seconds from 0 to 60\","
+                 "\"errors\":[{\"field\":\"wait\",\"message\":\"must be whole seconds from 0 to "
+                 "60\"}]}");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 0);
+    hc_close();
+}
+END_TEST
+
+/* A valid ?wait on a new run arms the long-poll the server holds. */
+START_TEST(alerts_create_wait)
+{
+    struct query wait = {{"wait"}, {"5"}};
+    struct reply rp;
+
+    hc_open("it_handlers_wait", 2, 2000);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, &wait,
+                          "{\"alert_type\":\"demo\",\"run_id\":\"w-1\"}", &rp),
+                     ST_OK);
+    ck_assert_uint_eq(rp.http_status, 202);
+    ck_assert_int_eq(rp.wait_ms, 5000);
+    ck_assert_str_eq(rp.wait_run_id, "w-1");
+    ck_assert(rp.refresh != NULL);
+    /* What the server calls when the wait ends: the run as it is now. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded' "
+                         "WHERE id = 'w-1'"));
+    ck_assert_int_eq(rp.refresh(&g_hc, &(struct request){.tenant = "default"}, &rp), ST_OK);
+    ck_assert_int_eq(rp.wait_ms, 0);
+    {
+        char *want = submit_result("w-1", "completed", "succeeded", false);
+        expect_reply(&rp, 202, false, want);
+        free(want);
+    }
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* An Alertmanager body goes to the webhook intake: one result per alert, a
+ * bad or unroutable alert is an error item, and the same notification again
+ * joins the run the first created. */
+START_TEST(alerts_create_alertmanager)
+{
+    static const char body[] =
+        "{\"version\":\"4\",\"status\":\"firing\",\"receiver\":\"opsrun\",\"groupKey\":\"g1\","
+        "\"alerts\":["
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"demo\",\"host\":\"db1\"},"
+        "\"fingerprint\":\"fp-1\"},"
+        "{\"status\":\"bogus\",\"labels\":{\"alertname\":\"demo\"}},"
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"Nope\"},\"fingerprint\":\"fp-3\"}]}";
+    static const char errors[] =
+        "{\"index\":1,\"fingerprint\":null,\"error\":{\"status\":400,"
+        "\"detail\":\"invalid \\\"alerts[1].status\\\": must be \\\"firing\\\" or "
+        "\\\"resolved\\\"\",\"errors\":[{\"field\":\"alerts[1].status\",\"message\":\"must be "
+        "\\\"firing\\\" or \\\"resolved\\\"\"}]}},"
+        "{\"index\":2,\"fingerprint\":\"fp-3\",\"error\":{\"status\":422,"
+        "\"detail\":\"no route matches alert \\\"Nope\\\"\",\"errors\":[]}}";
+    struct reply rp;
+    char *id, *run, *want, *input;
+
+    hc_open("it_handlers_am", 2, 2000);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    id = sql_str("SELECT id FROM runs");
+    ck_assert_ptr_nonnull(id);
+    run = submit_result(id, "queued", "pending", false);
+    run[strlen(run) - 1] = '\0'; /* the object goes on */
+    want = xasprintf("{\"runs\":[%s,\"action\":\"created\",\"index\":0,\"fingerprint\":\"fp-1\"},"
+                     "%s],\"truncated_alerts\":0}",
+                     run, errors);
+    expect_reply(&rp, 202, false, want);
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    free(want);
+    free(run);
+    input = sql_str("SELECT concat_ws(' ', type, input->>'receiver', input->>'groupKey', "
+                    "input->>'fingerprint') FROM runs");
+    ck_assert_str_eq(input, "demo opsrun g1 fp-1");
+    free(input);
+
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    run = submit_result(id, "queued", "pending", true);
+    run[strlen(run) - 1] = '\0';
+    want = xasprintf("{\"runs\":[%s,\"action\":\"joined\",\"index\":0,\"fingerprint\":\"fp-1\"},"
+                     "%s],\"truncated_alerts\":0}",
+                     run, errors);
+    expect_reply(&rp, 200, false, want);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    free(want);
+    free(run);
+    free(id);
+    hc_close();
+}
+END_TEST
+
+/* ---- GET /runs/{id} --------------------------------------------------- */
+
+START_TEST(runs_get_found_and_missing)
+{
+    struct query bad_wait = {{"wait"}, {"x"}};
+    struct reply rp;
+
+    hc_open("it_handlers_get", 2, 2000);
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-get\",\"data\":{\"host\":\"db1\"},"
+           "\"priority\":7}");
+    pin_times("r-get", PINNED);
+    ck_assert_int_eq(call(handle_runs_get, "r-get", NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false,
+                 "{\"id\":\"r-get\",\"tenant\":\"default\",\"type\":\"demo\",\"status\":\"queued\","
+                 "\"outcome\":\"pending\",\"priority\":7,\"attempt\":0,\"max_attempts\":3,"
+                 "\"progress\":0,\"step\":null,\"input\":{\"host\":\"db1\"},\"result\":null,"
+                 "\"error\":null,\"summary_counts\":null,\"failure_summary\":null,"
+                 "\"context\":null,\"external_id\":null,\"worker_id\":null,"
+                 "\"created_at\":\"" PINNED "\",\"run_at\":\"" PINNED "\","
+                 "\"started_at\":null,\"completed_at\":null,\"updated_at\":\"" PINNED "\"}");
+    expect_headers(&rp, 0, NULL, NULL);
+    ck_assert_str_eq(rp.run_id, "r-get");
+    ck_assert_int_eq(rp.wait_ms, 0);
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_runs_get, "nope", NULL, NULL, &rp), ST_NOT_FOUND);
+    expect_reply(&rp, 404, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Not Found\",\"status\":404,"
+                 "\"detail\":\"run \\\"nope\\\" does not exist\"}");
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_runs_get, "r-get", &bad_wait, NULL, &rp), ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"wait\\\": must be whole seconds from 0 to 60\","
+                 "\"errors\":[{\"field\":\"wait\",\"message\":\"must be whole seconds from 0 to "
+                 "60\"}]}");
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* ---- GET /runs -------------------------------------------------------- */
+
+/* GET /runs with query q: asserts 200 and a body of exactly the runs ids
+ * (as the database renders them, in this order) and next_cursor. */
+static void expect_list(struct query *q, const char *const *ids, size_t n, const char *next)
+{
+    struct reply rp;
+    char *want = xstrdup("{\"runs\":["), *grown;
+
+    for (size_t i = 0; i < n; i++) {
+        char *run = db_run(ids[i]);
+        grown = xasprintf("%s%s%s", want, i ? "," : "", run);
+        free(want);
+        free(run);
+        want = grown;
+    }
+    grown = next ? xasprintf("%s],\"next_cursor\":\"%s\"}", want, next)
+                 : xasprintf("%s],\"next_cursor\":null}", want);
+    free(want);
+    ck_assert_int_eq(call(handle_runs_list, NULL, q, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false, grown);
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    free(grown);
+}
+
+START_TEST(runs_list_filters_and_cursor)
+{
+    static const char *const all[] = {"r-d", "r-c", "r-b", "r-a"};
+    static const char *const queued_demo[] = {"r-d", "r-a"};
+    static const char *const other[] = {"r-b"};
+    static const char *const cancelled[] = {"r-c"};
+    struct query page1 = {{"limit"}, {"2"}}, page2 = {{"limit", "cursor"}, {"2", NULL}};
+    struct query by_type = {{"type"}, {"other"}};
+    struct query by_state = {{"status", "outcome"}, {"completed", "cancelled"}};
+    struct query by_both = {{"status", "type"}, {"queued", "demo"}};
+    struct query bad = {{"limit", "status", "cursor"}, {"0", "done", "!!"}};
+    struct reply rp;
+    char *cursor;
+
+    hc_open("it_handlers_list", 2, 2000);
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-a\"}");
+    create("{\"alert_type\":\"other\",\"run_id\":\"r-b\"}");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-c\"}");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-d\"}");
+    ck_assert_int_eq(call(handle_runs_cancel, "r-c", NULL, NULL, &rp), ST_OK);
+    reply_cleanup(&rp);
+    pin_times("r-a", "2030-01-01T00:00:01Z");
+    pin_times("r-b", "2030-01-01T00:00:02Z");
+    pin_times("r-c", "2030-01-01T00:00:03Z");
+    pin_times("r-d", "2030-01-01T00:00:04Z");
+
+    expect_list(NULL, all, 4, NULL);
+    /* 2030-01-01T00:00:03Z in microseconds, and the last id of page 1. */
+    cursor = cursor_encode(1893456003000000LL, "r-c");
+    expect_list(&page1, all, 2, cursor);
+    page2.v[1] = cursor;
+    expect_list(&page2, all + 2, 2, NULL);
+    free(cursor);
+    expect_list(&by_type, other, 1, NULL);
+    expect_list(&by_state, cancelled, 1, NULL);
+    expect_list(&by_both, queued_demo, 2, NULL);
+
+    ck_assert_int_eq(call(handle_runs_list, NULL, &bad, NULL, &rp), ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"status\\\": must be one of queued, running, waiting, "
+                 "cancelling, completed\",\"errors\":["
+                 "{\"field\":\"status\",\"message\":\"must be one of queued, running, waiting, "
+                 "cancelling, completed\"},"
+                 "{\"field\":\"limit\",\"message\":\"must be an integer from 1 to 500\"},"
+                 "{\"field\":\"cursor\",\"message\":\"is not a cursor this service issued\"}]}");
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* ---- POST /runs/{id}/cancel ------------------------------------------- */
+
+/* A queued run ends cancelled at once (200); again is a 409; a running run
+ * becomes cancelling (202); an unknown id is a 404. */
+START_TEST(runs_cancel_paths)
+{
+    struct reply rp;
+    char *want, *state;
+
+    hc_open("it_handlers_cancel", 2, 2000);
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-q\"}");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"r-r\"}");
+
+    ck_assert_int_eq(call(handle_runs_cancel, "r-q", NULL, NULL, &rp), ST_OK);
+    state = sql_str("SELECT concat_ws(' ', status, outcome, completed_at IS NOT NULL) "
+                    "FROM runs WHERE id = 'r-q'");
+    ck_assert_str_eq(state, "completed cancelled t");
+    want = db_run("r-q");
+    expect_reply(&rp, 200, false, want);
+    ck_assert_ptr_nonnull(strstr(want, "\"status\":\"completed\",\"outcome\":\"cancelled\""));
+    expect_headers(&rp, 0, NULL, NULL);
+    ck_assert_str_eq(rp.run_id, "r-q");
+    reply_cleanup(&rp);
+    free(want);
+    free(state);
+
+    ck_assert_int_eq(call(handle_runs_cancel, "r-q", NULL, NULL, &rp), ST_CONFLICT);
+    expect_reply(&rp, 409, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Conflict\",\"status\":409,"
+                 "\"detail\":\"run \\\"r-q\\\" is already completed (cancelled)\"}");
+    reply_cleanup(&rp);
+
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'running', attempt = 1, worker_id = 'w-x', "
+                         "started_at = now(), heartbeat_at = now() WHERE id = 'r-r'"));
+    ck_assert_int_eq(call(handle_runs_cancel, "r-r", NULL, NULL, &rp), ST_OK);
+    want = db_run("r-r");
+    expect_reply(&rp, 202, false, want);
+    ck_assert_ptr_nonnull(strstr(want, "\"status\":\"cancelling\",\"outcome\":\"pending\""));
+    reply_cleanup(&rp);
+    free(want);
+
+    ck_assert_int_eq(call(handle_runs_cancel, "nope", NULL, NULL, &rp), ST_NOT_FOUND);
+    expect_reply(&rp, 404, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Not Found\",\"status\":404,"
+                 "\"detail\":\"run \\\"nope\\\" does not exist\"}");
+    ck_assert_str_eq(rp.run_id, "nope");
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* ---- health ----------------------------------------------------------- */
+
+/* The body with its "runs" object's keys sorted: the store returns the
+ * counts in its query plan's order, which the hash join decides. */
+static char *wire_sorted_counts(const json_t *body)
+{
+    json_t *copy = json_deep_copy(body);
+    char *canon = canon_json(json_object_get(body, "runs"));
+    char *s;
+
+    json_object_set_new(copy, "runs", json_loads(canon, 0, NULL));
+    s = wire(copy);
+    json_decref(copy);
+    free(canon);
+    return s;
+}
+
+START_TEST(health_up)
+{
+    struct reply rp;
+    char *got;
+
+    hc_open("it_handlers_health", 2, 2000);
+    create("{\"alert_type\":\"demo\",\"run_id\":\"h-1\"}");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"h-2\"}");
+
+    ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 200);
+    ck_assert(!rp.problem);
+    got = wire_sorted_counts(rp.body);
+    ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
+                          "\"engine\":null,\"streams\":null,"
+                          "\"runs\":{\"cancelling\":0,\"queued\":2,\"running\":0,\"waiting\":0},"
+                          "\"polls\":{\"overdue\":0,\"lag_ms\":0},\"workers\":[]}");
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    free(got);
+
+    ck_assert_int_eq(call(handle_health_livez, NULL, NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false, "{\"status\":\"ok\"}");
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_health_readyz, NULL, NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false, "{\"status\":\"ready\"}");
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* Draining: /readyz is a 503 problem that says why, /healthz stays 200. */
+START_TEST(health_draining)
+{
+    struct reply rp;
+
+    hc_open("it_handlers_draining", 2, 2000);
+    atomic_store(&g_draining, true);
+    ck_assert_int_eq(call(handle_health_readyz, NULL, NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 503, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+                 "\"detail\":\"shutting down\",\"reason\":\"shutting down\"}");
+    expect_headers(&rp, 1, "Retry-After", "1");
+    reply_cleanup(&rp);
+
+    ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 200);
+    ck_assert(json_is_true(json_object_get(rp.body, "draining")));
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* Every connection of the pool taken: the probes answer 503 with the
+ * reason in full (and /healthz with the engine member), while the API hides
+ * it behind the generic 503 detail. */
+START_TEST(health_pool_exhausted)
+{
+    static const char busy[] = "no database connection free within 1000 ms";
+    struct error err = {0};
+    struct db *held = NULL;
+    struct reply rp;
+    char *want;
+
+    hc_open("it_handlers_exhausted", 1, 100);
+    ck_assert_int_eq(db_pool_get(g_pool, &held, &err), ST_OK);
+
+    ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
+    want = xasprintf("{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+                     "\"detail\":\"%s\",\"reason\":\"%s\",\"engine\":null}",
+                     busy, busy);
+    expect_reply(&rp, 503, true, want);
+    expect_headers(&rp, 1, "Retry-After", "1");
+    reply_cleanup(&rp);
+    free(want);
+
+    ck_assert_int_eq(call(handle_health_readyz, NULL, NULL, NULL, &rp), ST_OK);
+    want = xasprintf("{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+                     "\"detail\":\"%s\",\"reason\":\"%s\"}",
+                     busy, busy);
+    expect_reply(&rp, 503, true, want);
+    expect_headers(&rp, 1, "Retry-After", "1");
+    reply_cleanup(&rp);
+    free(want);
+
+    ck_assert_int_eq(call(handle_runs_get, "r-1", NULL, NULL, &rp), ST_UNAVAILABLE);
+    expect_reply(&rp, 503, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+                 "\"detail\":\"temporarily unavailable (database unreachable or busy); retry "
+                 "later\"}");
+    expect_headers(&rp, 1, "Retry-After", "1");
+    reply_cleanup(&rp);
+
+    db_pool_put(g_pool, held);
+    hc_close();
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------- */
+
+static TCase *tcase(const char *name, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    return tc;
+}
+
+int main(void)
+{
+    Suite *s = suite_create("handlers_db");
+    TCase *tc;
+
+    tc = tcase("alerts", 60);
+    tcase_add_test(tc, alerts_create_join_and_conflict);
+    tcase_add_test(tc, alerts_create_dedupe_key);
+    tcase_add_test(tc, alerts_create_invalid);
+    tcase_add_test(tc, alerts_create_wait);
+    tcase_add_test(tc, alerts_create_alertmanager);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("runs", 60);
+    tcase_add_test(tc, runs_get_found_and_missing);
+    tcase_add_test(tc, runs_list_filters_and_cursor);
+    tcase_add_test(tc, runs_cancel_paths);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("health", 60);
+    tcase_add_test(tc, health_up);
+    tcase_add_test(tc, health_draining);
+    tcase_add_test(tc, health_pool_exhausted);
+    suite_add_tcase(s, tc);
+
+    return th_run_suite(s);
+}
