@@ -98,8 +98,8 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
     p->st.hook_failures_total += !ok;
     pthread_mutex_unlock(&p->mu);
     if (db_pool_get(e->pool, &db, &err) != ST_OK ||
-        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, HOOKS_MAX_ATTEMPTS,
-                         HOOKS_RETRY_MS, &err) != ST_OK)
+        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, rc->poll_state,
+                         HOOKS_MAX_ATTEMPTS, HOOKS_RETRY_MS, &err) != ST_OK)
         LOG(LOG_WARN, "could not record the hooks of run=%s: %s", rc->run->id, err.message);
     db_pool_put(e->pool, db);
 }
