@@ -52,6 +52,8 @@
  *   soap_fault_server:N  k <= N: a soap:Server fault (HTTP 500)
  *   soap_fault_client    Perform answers a soap:Client fault
  *   soap_malformed:N     k <= N: not XML
+ *   soap_processing:N    Status "Processing" (ErrorMsg empty) before k = N,
+ *                        " Complete " from k = N: a long normal run
  *   soap_stuck           always "Processing"
  *   soap_completed_date  always "Queued", with a CompletedDate
  *   running_for:N        isRunning true for the first N calls, then false
