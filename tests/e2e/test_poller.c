@@ -983,6 +983,74 @@ START_TEST(soap_cancel)
 }
 END_TEST
 
+/* ---- a long wait is not a failure ----------------------------------------- */
+
+/* Checks 50 ms, then 100 ms, apart. */
+static const char *const QUICK_POLL =
+    "{\"initial_delay_ms\": 50, \"multiplier\": 2, \"max_delay_ms\": 100, \"jitter_pct\": 0,"
+    " \"max_checks\": 100, \"max_duration_s\": 60, \"check_timeout_s\": 2}";
+
+/* Run id of type `type` succeeds after exactly `checks` checks, every one
+ * but the last finding the remote job still going. None of them is a
+ * failure: check_failures_total stays where it was before the run
+ * (failures_before), and p's log, complete once p is stopped, records the
+ * run's end but no "check failed" and no "unknown error" line. Stops p. */
+static void expect_quiet_success(struct th_proc *p, const char *id, const char *type, int checks,
+                                 long long failures_before)
+{
+    json_t *run = wait_done(p, id, 30);
+    char want[160], line[1024];
+
+    ck_assert_msg(th_streq(th_js(run, "outcome"), "succeeded"), "%s: %s (%s)", id,
+                  th_js(run, "outcome"), err_msg(run) ? err_msg(run) : "");
+    json_decref(run);
+    ck_assert_int_ge(poller_stat(p, "checks_total"), checks);
+    ck_assert_int_eq(poller_stat(p, "check_failures_total"), failures_before);
+    stop(p);
+    snprintf(want, sizeof(want), "run finished run=%s type=%s outcome=succeeded checks=%d ", id,
+             type, checks);
+    ck_assert_msg(th_log_find(p->log, want, line, sizeof(line)), "no \"%s\" in %s", want, p->log);
+    ck_assert_msg(!th_log_find(p->log, "check failed", line, sizeof(line)), "%s: %s", p->log, line);
+    ck_assert_msg(!th_log_find(p->log, "unknown error", line, sizeof(line)), "%s: %s", p->log,
+                  line);
+}
+
+/* rest_job: the remote state RUNNING for 19 checks, DONE at the 20th. */
+START_TEST(rest_job_long_wait_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start(&p, "e2e_quiet_rest", QUICK_POLL, NULL);
+    before = poller_stat(&p, "check_failures_total");
+    id = submit(&p, "q-rest", "done_after:20");
+    expect_quiet_success(&p, id, "job", 20, before);
+    ck_assert(fake_jobs_get("q-rest", &j));
+    ck_assert_int_eq(j.checks, 20);
+    free(id);
+}
+END_TEST
+
+/* http: the status URL answers 202 for 15 checks, 200 at the 16th. */
+START_TEST(http_long_wait_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start_http(&p, "e2e_quiet_http");
+    before = poller_stat(&p, "check_failures_total");
+    id = submit_to(&p, "call", "q-http", "async:16");
+    expect_quiet_success(&p, id, "call", 16, before);
+    ck_assert(fake_jobs_get("q-http", &j));
+    ck_assert_int_eq(j.checks, 16);
+    free(id);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -1005,6 +1073,8 @@ static Suite *poller_suite(void)
         {"http_errors_and_cancel", http_errors_and_cancel, 60},
         {"soap_decision_tree", soap_decision_tree, 90},
         {"soap_cancel", soap_cancel, 60},
+        {"rest_job_long_wait_is_quiet", rest_job_long_wait_is_quiet, 60},
+        {"http_long_wait_is_quiet", http_long_wait_is_quiet, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
