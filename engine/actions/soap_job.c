@@ -312,18 +312,20 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
     return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
-/* A SOAP call: the answer's document (or NULL with the step to take and
- * rc->error set). */
+/* A SOAP call: the answer's document, or NULL with rc->error set and *fail
+ * the step the failure means (STEP_RETRY when transient, else STEP_FAIL).
+ * *fail is written only when it returns NULL: what an answer means (done,
+ * failed, still running) is the caller's to decide. */
 static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
 {
     const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
     struct error err = {0};
+    enum step step = STEP_RETRY;
     xmlDocPtr doc = NULL;
     char *msg = NULL;
     bool server = false;
 
-    *fail = STEP_RETRY;
     if (remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err) == ST_INVALID) {
         rc_error(rc, "invalid_request", "could not build the %s envelope: %s", key, err.message);
         *fail = STEP_FAIL;
@@ -332,19 +334,21 @@ static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what
     doc = r.transport_error ? NULL : parse_xml(&r);
     if (doc && soap_fault(doc, &msg, &server)) {
         rc_error(rc, "soap_fault", "%s: %s", what, msg);
-        *fail = server ? STEP_RETRY : STEP_FAIL;
+        step = server ? STEP_RETRY : STEP_FAIL;
         xmlFreeDoc(doc), doc = NULL;
     } else if (remote_classify(&r) != REMOTE_OK) {
         remote_error(rc,
                      remote_classify(&r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
                      what, &r);
-        *fail = remote_classify(&r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
+        step = remote_classify(&r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
         xmlFreeDoc(doc), doc = NULL;
     } else if (!doc) {
         remote_error(rc, "soap_malformed", what, &r);
     }
     if (r.stopped)
-        *fail = STEP_FAIL;
+        step = STEP_FAIL;
+    if (!doc)
+        *fail = step;
     free(msg);
     remote_response_cleanup(&r);
     return doc;
@@ -524,11 +528,14 @@ static void lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
+/* One check. A status answer that says neither finished nor failed is a
+ * normal check (STEP_WAIT), not a failure: only a failed status call is
+ * STEP_RETRY. */
 static enum step soap_poll(struct run_ctx *rc)
 {
     const json_t *params = rc->type->params, *cd = json_object_get(params, "completed_date_xpath");
     const json_t *ex = json_object_get(params, "error_xpath");
-    enum step step = STEP_WAIT;
+    enum step step, fail;
     char *status, *errmsg, *date = NULL;
     const char *phase;
     xmlDocPtr doc;
@@ -536,8 +543,8 @@ static enum step soap_poll(struct run_ctx *rc)
     phase = json_string_value(json_object_get(rc->poll_state, "phase"));
     if (phase && strcmp(phase, "readiness") == 0)
         return readiness_check(rc);
-    if (!(doc = soap_call(rc, "status", "the status call failed", &step)))
-        return step;
+    if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
+        return fail;
     status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
     errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
     date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
@@ -551,8 +558,11 @@ static enum step soap_poll(struct run_ctx *rc)
         rc_error(rc, "remote_failed", "task %s failed%s%s", rc->external_id, errmsg ? ": " : "",
                  errmsg ? errmsg : status);
         step = STEP_FAIL;
-    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL))
+    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL)) {
         step = readiness_check(rc);
+    } else {
+        step = STEP_WAIT; /* still running: check again after the backoff */
+    }
     free(status);
     free(errmsg);
     free(date);

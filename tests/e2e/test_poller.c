@@ -5,8 +5,10 @@
  * (500s, hangs past the time limit, malformed JSON, unknown states), the
  * budgets (checks and duration), the cancel and cleanup hooks, submit
  * errors, secrets kept out of logs and results, at most one check in
- * flight per run across two replicas, a replica killed mid-check, and
- * 5,000 waiting runs beside demo runs. */
+ * flight per run across two replicas, a replica killed mid-check, 5,000
+ * waiting runs beside demo runs; the http and soap_job actions; and, for
+ * every action that polls, a long wait that ends well without a failed
+ * check counted or logged. */
 #include "../support/fake_jobs.h"
 #include "../support/harness.h"
 
@@ -840,8 +842,9 @@ static json_t *rest_helper(const char *what, const char *pointer)
 }
 
 /* The soap_job type "soap" against the fake's /soap and /rest helpers, with
- * the decision tree of docs/actions/soap_job.md on short timings. */
-static void start_soap(struct th_proc *p, const char *db)
+ * the decision tree of docs/actions/soap_job.md on short timings: checks
+ * initial_ms, then up to max_ms, apart. */
+static void start_soap_at(struct th_proc *p, const char *db, int initial_ms, int max_ms)
 {
     json_t *gate = rest_helper("isrunning", "/isRunning"), *probe = rest_helper("probe", "/count");
     json_t *ready = rest_helper("rowset", "/ready"), *params, *cfg;
@@ -873,9 +876,9 @@ static void start_soap(struct th_proc *p, const char *db)
                                "{{state:query_id}}</ObjectID></DeleteRequestMsg>"));
     cfg = json_pack("{s:{s:i}, s:{s:{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:o}}}",
                     "poller", "interval_ms", 200, "run_types", "soap", "action", "soap_job",
-                    "max_attempts", 2, "retry_backoff_ms", 50, "poll", "initial_delay_ms", 100,
-                    "max_delay_ms", 200, "jitter_pct", 0, "max_checks", 300, "max_duration_s", 60,
-                    "check_timeout_s", 2, "params", params);
+                    "max_attempts", 2, "retry_backoff_ms", 50, "poll", "initial_delay_ms",
+                    initial_ms, "max_delay_ms", max_ms, "jitter_pct", 0, "max_checks", 300,
+                    "max_duration_s", 60, "check_timeout_s", 2, "params", params);
     ck_assert_ptr_nonnull(cfg);
     text = json_dumps(cfg, 0);
     path = th_config_file(db, text);
@@ -888,6 +891,11 @@ static void start_soap(struct th_proc *p, const char *db)
     free(text);
     free(path);
     free(conninfo);
+}
+
+static void start_soap(struct th_proc *p, const char *db)
+{
+    start_soap_at(p, db, 100, 200);
 }
 
 /* The soap_job decision tree, one branch per run: complete (with readiness
@@ -1051,6 +1059,30 @@ START_TEST(http_long_wait_is_quiet)
 }
 END_TEST
 
+/* soap_job: Retrieve answers "Processing" for 29 checks, " Complete " at
+ * the 30th. Past stuck_after_s (2 s) the is-running gate is asked too (it
+ * answers true), and the row probe every second (no rows): normal checks
+ * as well. */
+START_TEST(soap_long_processing_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start_soap_at(&p, "e2e_quiet_soap", 50, 100);
+    before = poller_stat(&p, "check_failures_total");
+    id = submit_to(&p, "soap", "q-soap", "soap_processing:30,running_for:1000");
+    expect_quiet_success(&p, id, "soap", 30, before);
+    ck_assert(fake_jobs_get("q-soap", &j));
+    ck_assert_int_eq(j.checks, 30);
+    ck_assert_int_eq(j.readiness, 1);
+    ck_assert_int_ge(j.isrunning, 1);
+    ck_assert_int_ge(j.probes, 2);
+    free(id);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -1075,6 +1107,7 @@ static Suite *poller_suite(void)
         {"soap_cancel", soap_cancel, 60},
         {"rest_job_long_wait_is_quiet", rest_job_long_wait_is_quiet, 60},
         {"http_long_wait_is_quiet", http_long_wait_is_quiet, 60},
+        {"soap_long_processing_is_quiet", soap_long_processing_is_quiet, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
