@@ -369,8 +369,11 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
     if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
         const json_t *x = jptr_get(body, json_string_value(json_object_get(helper, "pointer")));
         val = x ? json_incref((json_t *)x) : json_null();
+    } else if (r.transport_error) {
+        LOG(LOG_INFO, "%s check failed run=%s: %s", what, rc->run->id, r.error);
     } else {
-        LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);
+        LOG(LOG_INFO, "%s check failed run=%s: HTTP %ld%s", what, rc->run->id, r.status,
+            remote_classify(&r) == REMOTE_OK ? ", the answer is not JSON" : "");
     }
     json_decref(body);
     remote_response_cleanup(&r);
