@@ -379,7 +379,7 @@ static bool soap_status_error(struct run_ctx *rc, xmlDocPtr doc, const char *wha
  * the step to take (*fail is only set then). Faults: Client/Sender fail,
  * Server/Receiver are transient; a StatusCode/OverallStatus error fails;
  * HTTP errors as remote_classify says; an answer that is not XML is
- * transient. */
+ * transient, and so is a call that was stopped. */
 static xmlDocPtr soap_read(struct run_ctx *rc, const struct remote_response *r, const char *what,
                            enum step *fail)
 {
@@ -404,13 +404,17 @@ static xmlDocPtr soap_read(struct run_ctx *rc, const struct remote_response *r, 
         step = STEP_FAIL;
         xmlFreeDoc(doc), doc = NULL;
     }
+    /* a call cut off by the check's time limit or a shutdown is transient:
+     * the worker and the poller decide from their stop flag what it means */
     if (!doc)
-        *fail = r->stopped ? STEP_FAIL : step;
+        *fail = step;
     free(msg);
     return doc;
 }
 
-/* A SOAP call of params[key]: as soap_read. */
+/* A SOAP call of params[key]: as soap_read. *fail is written only when it
+ * returns NULL: what an answer means (done, failed, still running) is the
+ * caller's to decide. */
 static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
 {
     const struct remote_vars v = remote_vars_of(rc);
@@ -488,8 +492,11 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
     if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
         const json_t *x = jptr_get(body, json_string_value(json_object_get(helper, "pointer")));
         val = x ? json_incref((json_t *)x) : json_null();
+    } else if (r.transport_error) {
+        LOG(LOG_INFO, "%s check failed run=%s: %s", what, rc->run->id, r.error);
     } else {
-        LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);
+        LOG(LOG_INFO, "%s check failed run=%s: HTTP %ld%s", what, rc->run->id, r.status,
+            remote_classify(&r) == REMOTE_OK ? ", the answer is not JSON" : "");
     }
     json_decref(body);
     remote_response_cleanup(&r);
@@ -655,6 +662,9 @@ static void lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
+/* One check. A status answer that says neither finished nor failed is a
+ * normal check (STEP_WAIT), not a failure: only a failed status call is
+ * STEP_RETRY. */
 static enum step soap_poll(struct run_ctx *rc)
 {
     static const char *const complete_def[] = {"complete", NULL};
@@ -662,7 +672,7 @@ static enum step soap_poll(struct run_ctx *rc)
     static const char *const cancelled_def[] = {"canceled", "cancelled", NULL};
     const json_t *params = rc->type->params, *cd = json_object_get(params, "completed_date_xpath");
     const json_t *ex = json_object_get(params, "error_xpath");
-    enum step step = STEP_WAIT;
+    enum step step, fail;
     char *status, *errmsg, *date = NULL;
     const char *phase;
     xmlDocPtr doc;
@@ -670,8 +680,8 @@ static enum step soap_poll(struct run_ctx *rc)
     phase = json_string_value(json_object_get(rc->poll_state, "phase"));
     if (phase && strcmp(phase, "readiness") == 0)
         return readiness_check(rc);
-    if (!(doc = soap_call(rc, "status", "the status call failed", &step)))
-        return step;
+    if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
+        return fail;
     status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
     errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
     date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
@@ -691,8 +701,11 @@ static enum step soap_poll(struct run_ctx *rc)
         rc_error(rc, "remote_failed", "task %s failed%s%s", rc->external_id, errmsg ? ": " : "",
                  errmsg ? errmsg : status);
         step = STEP_FAIL;
-    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL))
+    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL)) {
         step = readiness_check(rc);
+    } else {
+        step = STEP_WAIT; /* still running: check again after the backoff */
+    }
     free(status);
     free(errmsg);
     free(date);

@@ -443,11 +443,18 @@ static enum MHD_Result soap_retrieve(struct MHD_Connection *c, const char *body)
     pthread_mutex_unlock(&mu);
     if (!fj)
         return soap_fault_answer(c, "soap:Client", "no such task");
+    if ((n = step_arg(sc, "soap_hang")) >= k)
+        sleep(3);
     if ((n = step_arg(sc, "soap_fault_server")) >= k)
         return soap_fault_answer(c, "soap:Server", "the server is busy");
     if ((n = step_arg(sc, "soap_malformed")) >= k)
         return answer_h(c, 200, "<not xml", "text/xml", NULL, NULL);
-    if ((n = step_arg(sc, "soap_done")) >= 0 && k >= n)
+    if ((n = step_arg(sc, "soap_processing")) >= 0)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>%s</Value></Property><Property><Name>"
+                 "ErrorMsg</Name><Value/></Property>",
+                 k >= n ? " Complete " : "Processing");
+    else if ((n = step_arg(sc, "soap_done")) >= 0 && k >= n)
         snprintf(props, sizeof(props),
                  "<Property><Name>Status</Name><Value> Complete </Value>"
                  "</Property>");

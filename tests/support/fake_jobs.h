@@ -53,7 +53,10 @@
  *   soap_fault_server:N  k <= N: a soap:Server fault (HTTP 500)
  *   soap_fault_client    Perform answers a soap:Client fault
  *   soap_malformed:N     k <= N: not XML
+ *   soap_hang:N          k <= N: answered after 3 s
  *   soap_canceled:N      from k = N: Status "Canceled"
+ *   soap_processing:N    Status "Processing" (ErrorMsg empty) before k = N,
+ *                        " Complete " from k = N: a long normal run
  *   soap_stuck           always "Processing"
  *   soap_completed_date  always "Queued", with a CompletedDate
  *   running_for:N        isRunning true for the first N calls, then false
