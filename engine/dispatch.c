@@ -147,6 +147,49 @@ void slot_flush_progress(struct slot *s, struct db *db)
         doorbell_ring(s->e, false, true);
 }
 
+/* The action's state, written at once (it must be durable before the
+ * action's next remote call). Serialised with the progress writes. */
+static enum status slot_save_state(void *arg, const json_t *state, bool cleanup_due)
+{
+    struct slot *s = arg;
+    const struct fence f = {s->run->tenant, s->run->id, s->e->worker_id, s->run->attempt};
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st;
+
+    pthread_mutex_lock(&s->write_mu);
+    st = db_pool_get(s->e->pool, &db, &err);
+    if (st == ST_OK)
+        st = store_runs_save_state(db, &f, state, cleanup_due, &err);
+    db_pool_put(s->e->pool, db);
+    pthread_mutex_unlock(&s->write_mu);
+    if (st == ST_LOST)
+        atomic_store(&s->stop, STOP_LOST);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not record the state of run=%s attempt=%d: %s", f.id, f.attempt,
+            err.message);
+    return st;
+}
+
+static enum status slot_load_state(void *arg, json_t **state)
+{
+    struct slot *s = arg;
+    const struct fence f = {s->run->tenant, s->run->id, s->e->worker_id, s->run->attempt};
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st = db_pool_get(s->e->pool, &db, &err);
+
+    if (st == ST_OK)
+        st = store_runs_load_state(db, &f, state, &err);
+    db_pool_put(s->e->pool, db);
+    if (st == ST_LOST)
+        atomic_store(&s->stop, STOP_LOST);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not read the saved state of run=%s attempt=%d: %s", f.id, f.attempt,
+            err.message);
+    return st;
+}
+
 /* True when this attempt may no longer write: it was found lost, or its
  * lease ran out (another replica may be rescuing it). */
 static bool slot_lost(struct slot *s)
@@ -285,6 +328,8 @@ static void slot_execute(struct slot *s)
         .stop = &s->stop,
         .lease_ms = &s->lease_ms,
         .progress_fn = slot_progress,
+        .save_state_fn = slot_save_state,
+        .load_state_fn = slot_load_state,
         .progress_arg = s,
     };
     int64_t t0 = clock_mono_ms();

@@ -98,8 +98,8 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
     p->st.hook_failures_total += !ok;
     pthread_mutex_unlock(&p->mu);
     if (db_pool_get(e->pool, &db, &err) != ST_OK ||
-        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, HOOKS_MAX_ATTEMPTS,
-                         HOOKS_RETRY_MS, &err) != ST_OK)
+        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, rc->poll_state,
+                         HOOKS_MAX_ATTEMPTS, HOOKS_RETRY_MS, &err) != ST_OK)
         LOG(LOG_WARN, "could not record the hooks of run=%s: %s", rc->run->id, err.message);
     db_pool_put(e->pool, db);
 }
@@ -180,6 +180,29 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
     json_decref((json_t *)res.error);
 }
 
+/* A failed check: counted, logged with what failed, and kept in the poll
+ * state as the last error (a timed-out run's error quotes it). An action
+ * must say why a check failed (rc->error); one that does not has a bug, and
+ * the log names the action and the run type so it can be found. */
+static void check_failed(struct poller *p, const struct run_ctx *rc, const struct poll_fence *f)
+{
+    const json_t *msg = json_object_get(rc->error, "message");
+    char why[256];
+
+    count(p, &p->st.check_failures_total, 1);
+    if (json_is_string(msg)) {
+        LOG(LOG_WARN, "check failed run=%s check=%d: %s", f->id, f->poll_count,
+            json_string_value(msg));
+        json_object_set(rc->poll_state, "last_error", (json_t *)msg);
+        return;
+    }
+    xsnprintf(why, sizeof(why), "action %s reported a transient failure without saying what failed",
+              rc->type->action);
+    LOG(LOG_WARN, "check failed run=%s check=%d type=%s action=%s: %s (a bug in the action)", f->id,
+        f->poll_count, rc->run->type, rc->type->action, why);
+    json_object_set_new(rc->poll_state, "last_error", json_string(why));
+}
+
 /* What the check said, written. */
 static void settle_check(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
                          const struct poll_fence *f, enum step step)
@@ -202,14 +225,8 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         finish(p, ops, rc, f, &res);
         return;
     }
-    if (step == STEP_RETRY) {
-        const json_t *msg = json_object_get(rc->error, "message");
-        count(p, &p->st.check_failures_total, 1);
-        LOG(LOG_WARN, "check failed run=%s check=%d: %s", f->id, f->poll_count,
-            json_is_string(msg) ? json_string_value(msg) : "unknown error");
-        if (json_is_string(msg))
-            json_object_set(rc->poll_state, "last_error", (json_t *)msg);
-    }
+    if (step == STEP_RETRY)
+        check_failed(p, rc, f);
     budget = out_of_budget(rt, rc, f->poll_count);
     if (budget) {
         time_out(p, ops, rc, f, budget, f->poll_count);

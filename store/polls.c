@@ -79,10 +79,10 @@ static const struct stmt S_FINISH = {
                                              "r.progress, r.step), " EVENT_FROM_UPD(
                                                  "'status'", "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_HOOKS_DONE = {
-    "hooks_done",
-    "UPDATE runs r SET hooks_at = CASE WHEN $4::bool OR r.hooks_attempts >= $5::int THEN NULL "
-    "ELSE now() + " INTERVAL_MS("$6") " END WHERE r.tenant = $1 AND r.id = $2 AND "
-                                      "r.poll_owner = $3 AND r.hooks_at IS NOT NULL"};
+    "hooks_done", "UPDATE runs r SET poll_state = coalesce($7::jsonb, r.poll_state), "
+                  "hooks_at = CASE WHEN $4::bool OR r.hooks_attempts >= $5::int THEN NULL "
+                  "ELSE now() + " INTERVAL_MS("$6") " END WHERE r.tenant = $1 AND r.id = $2 AND "
+                                                    "r.poll_owner = $3 AND r.hooks_at IS NOT NULL"};
 
 static char *json_text(const json_t *v)
 {
@@ -250,18 +250,20 @@ enum status store_polls_finish(struct db *db, const struct poll_fence *f,
 }
 
 enum status store_hooks_done(struct db *db, const char *tenant, const char *id, const char *owner,
-                             bool ok, int max_attempts, int64_t retry_ms, struct error *err)
+                             bool ok, const json_t *poll_state, int max_attempts, int64_t retry_ms,
+                             struct error *err)
 {
-    char att[16], retry[24];
-    const char *p[6] = {tenant, id, owner, ok ? "true" : "false", att, retry};
+    char att[16], retry[24], *state = json_text(poll_state);
+    const char *p[7] = {tenant, id, owner, ok ? "true" : "false", att, retry, state};
     PGresult *r;
     enum status st;
 
     xsnprintf(att, sizeof(att), "%d", max_attempts);
     xsnprintf(retry, sizeof(retry), "%" PRId64, retry_ms);
-    st = db_run(db, &S_HOOKS_DONE, 6, p, &r, err);
+    st = db_run(db, &S_HOOKS_DONE, 7, p, &r, err);
     if (st == ST_OK)
         PQclear(r);
+    free(state);
     return st;
 }
 

@@ -73,9 +73,11 @@ enum status store_polls_finish(struct db *db, const struct poll_fence *f,
                                const struct run_result *res, const json_t *poll_state,
                                int64_t hooks_lease_ms, struct error *err) WUR;
 /* The hooks of a run ran (ok) or failed: done when ok or after
- * max_attempts tries, else due again after retry_ms. Only while owner still
- * holds them. */
+ * max_attempts tries, else due again after retry_ms; poll_state (NULL:
+ * unchanged) records what they did, so a later try skips what is done.
+ * Only while owner still holds them. */
 enum status store_hooks_done(struct db *db, const char *tenant, const char *id, const char *owner,
-                             bool ok, int max_attempts, int64_t retry_ms, struct error *err) WUR;
+                             bool ok, const json_t *poll_state, int max_attempts, int64_t retry_ms,
+                             struct error *err) WUR;
 
 #endif

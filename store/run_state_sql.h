@@ -64,4 +64,11 @@
                   "CASE WHEN " EXHAUSTED " THEN 'failed' ELSE 'pending' END",                      \
                   "CASE WHEN " EXHAUSTED " THEN now() END")
 
+/* The terminal hooks of a run that recorded remote preparation
+ * (cleanup_due, migration 006) become due now where ends holds: the one way
+ * a run that ends anywhere but in the poller gets its cleanup. */
+#define SET_CLEANUP_IF(ends)                                                                       \
+    "hooks_at = CASE WHEN r.cleanup_due AND (" ends ") THEN now() ELSE r.hooks_at END, "           \
+    "hooks_attempts = CASE WHEN r.cleanup_due AND (" ends ") THEN 0 ELSE r.hooks_attempts END, "
+
 #endif

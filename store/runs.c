@@ -39,8 +39,10 @@ static const struct stmt S_CANCEL = {
     "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
     "WHERE r.tenant = $1 AND r.id = $2 FOR UPDATE), "
     "upd AS (UPDATE runs r SET " SET_CANCEL "next_poll_at = NULL, updated_at = now(), "
-    "hooks_at = CASE WHEN cur.status = 'waiting' THEN now() ELSE r.hooks_at END, "
-    "hooks_attempts = CASE WHEN cur.status = 'waiting' THEN 0 ELSE r.hooks_attempts END FROM cur "
+    "hooks_at = CASE WHEN cur.status = 'waiting' OR (cur.status = 'queued' AND r.cleanup_due) "
+    "THEN now() ELSE r.hooks_at END, "
+    "hooks_attempts = CASE WHEN cur.status = 'waiting' OR (cur.status = 'queued' AND "
+    "r.cleanup_due) THEN 0 ELSE r.hooks_attempts END FROM cur "
     "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN " JOINABLE_STATUSES
     " RETURNING " RUN_RET "), " EVENT_FROM_UPD(
         "'status'",

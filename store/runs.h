@@ -103,6 +103,16 @@ struct run_result {
 };
 enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,
                               struct error *err) WUR;
+/* The action's own record of what it created on remote systems before it
+ * could wait (preparation steps), kept in poll_state across attempts and
+ * crashes. cleanup_due: something may need deleting, so every transition
+ * that ends the run makes its terminal hooks due (migration 006). */
+enum status store_runs_save_state(struct db *db, const struct fence *f, const json_t *state,
+                                  bool cleanup_due, struct error *err) WUR;
+/* The state saved by an earlier attempt (or earlier in this one) while it
+ * still needs cleaning up: *state a new object, or NULL when none. */
+enum status store_runs_load_state(struct db *db, const struct fence *f, json_t **state,
+                                  struct error *err) WUR;
 /* Back to queued after delay_ms, the failure recorded (a cancelling run ends
  * cancelled instead). */
 enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,

@@ -29,29 +29,38 @@ static const struct stmt S_FINISH = {
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
     "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
     "progress = CASE WHEN $5 = 'succeeded' THEN 100 ELSE r.progress END, "
-    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL "
-    "WHERE " FENCE
-    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'", "$10") " SELECT count(*) FROM upd"};
+    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = "
+    "NULL, " SET_CLEANUP_IF("true") "cleanup_due = false WHERE " FENCE
+                                    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+                                    "r.step), " EVENT_FROM_UPD("'status'",
+                                                               "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
-    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE
-    "run_at = now() + make_interval(secs => $5::bigint / 1000.0), error = $6::jsonb, "
-    "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
-    "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
-    "WHERE " FENCE
-    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'", CANCELLED_OR("$7")) " SELECT count(*) FROM upd"};
+    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
+        CANCEL_ASKED) "run_at = now() + make_interval(secs => $5::bigint / 1000.0), error = "
+                      "$6::jsonb, "
+                      "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
+                      "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
+                      "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+                      "r.step), " EVENT_FROM_UPD("'status'",
+                                                 CANCELLED_OR("$7")) " SELECT count(*) FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
-    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE "attempt = CASE WHEN " CANCEL_ASKED
-    " THEN r.attempt ELSE r.attempt - 1 END, "
-    "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
-    "updated_at = now() WHERE " FENCE
-    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'",
-        CANCELLED_OR(
-            "format('released by %s at shutdown', $3::text)")) " SELECT count(*) FROM upd"};
+    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
+        CANCEL_ASKED) "attempt = CASE WHEN " CANCEL_ASKED " THEN r.attempt ELSE r.attempt - 1 END, "
+                      "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+                      "updated_at = now() WHERE " FENCE
+                      " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+                      "r.step), " EVENT_FROM_UPD(
+                          "'status'", CANCELLED_OR("format('released by %s at shutdown', "
+                                                   "$3::text)")) " SELECT count(*) FROM upd"};
+static const struct stmt S_SAVE_STATE = {
+    "runs_save_state",
+    "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, cleanup_due = $6::bool "
+    "WHERE " FENCE " RETURNING 1) SELECT count(*) FROM upd"};
+static const struct stmt S_LOAD_STATE = {
+    "runs_load_state",
+    "SELECT r.cleanup_due, coalesce(r.poll_state, '{}')::text FROM runs r WHERE " FENCE};
 static const struct stmt S_HEARTBEAT = {
     "runs_heartbeat",
     "UPDATE runs r SET heartbeat_at = now() FROM unnest($2::text[], $3::text[], $4::int[]) "
@@ -66,15 +75,23 @@ static const struct stmt S_RESCUE = {
     "WITH o AS (SELECT tenant, id FROM runs WHERE status IN " HELD_STATUSES " AND "
     "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at LIMIT $2::int "
     "FOR UPDATE SKIP LOCKED), "
-    "upd AS (UPDATE runs r SET " SET_RESCUE "error = CASE WHEN " CANCEL_ASKED
-    " THEN r.error ELSE jsonb_build_object('code', "
-    "'orphaned', 'message', format('worker %s stopped heartbeating during attempt %s', "
-    "r.worker_id, r.attempt)) END, "
-    "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED " THEN r.worker_id END, "
-    "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
-    "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
-    "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'status'", "'orphan rescued: heartbeat went stale'") " SELECT count(*) FROM upd"};
+    "upd AS (UPDATE runs r SET " SET_RESCUE SET_CLEANUP_IF(
+        CANCEL_ASKED
+        " OR " EXHAUSTED) "error = CASE WHEN " CANCEL_ASKED
+                          " THEN r.error ELSE jsonb_build_object('code', "
+                          "'orphaned', 'message', format('worker %s stopped heartbeating during "
+                          "attempt %s', "
+                          "r.worker_id, r.attempt)) END, "
+                          "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED
+                          " THEN r.worker_id END, "
+                          "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = "
+                          "now() "
+                          "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
+                          "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+                          "r.step), " EVENT_FROM_UPD(
+                              "'status'",
+                              "'orphan rescued: heartbeat went stale'") " SELECT count(*) FROM "
+                                                                        "upd"};
 /* m raises the pruned-events mark (migration 004) to the highest event id
  * this batch deletes; its subquery sees the events before the cascade. */
 static const struct stmt S_PRUNE = {
@@ -187,6 +204,48 @@ enum status store_runs_progress(struct db *db, const struct fence *f, int progre
     p[4] = pct;
     p[5] = step;
     return run_fenced(db, &S_PROGRESS, 6, p, f, err);
+}
+
+enum status store_runs_save_state(struct db *db, const struct fence *f, const json_t *state,
+                                  bool cleanup_due, struct error *err)
+{
+    char *text = json_dumps(state, JSON_COMPACT);
+    const char *p[6] = {0};
+    enum status st;
+
+    if (!text)
+        return error_set(err, ST_INTERNAL, "could not encode the state of run \"%s\"", f->id);
+    p[4] = text;
+    p[5] = cleanup_due ? "true" : "false";
+    st = run_fenced(db, &S_SAVE_STATE, 6, p, f, err);
+    free(text);
+    return st;
+}
+
+enum status store_runs_load_state(struct db *db, const struct fence *f, json_t **state,
+                                  struct error *err)
+{
+    char att[16];
+    const char *p[4] = {f->tenant, f->id, f->worker_id, att};
+    PGresult *r;
+    enum status st;
+
+    *state = NULL;
+    xsnprintf(att, sizeof(att), "%d", f->attempt);
+    st = db_run(db, &S_LOAD_STATE, 4, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    if (PQntuples(r) == 0)
+        st = error_set(err, ST_LOST, "run \"%s\" attempt %d is no longer held by %s", f->id,
+                       f->attempt, f->worker_id);
+    else if (db_val(r, 0, 0)[0] == 't')
+        *state = json_loads(db_val(r, 0, 1), 0, NULL);
+    PQclear(r);
+    if (st == ST_OK && *state && !json_is_object(*state)) {
+        json_decref(*state);
+        *state = NULL;
+    }
+    return st;
 }
 
 enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,

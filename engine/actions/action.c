@@ -40,6 +40,33 @@ void rc_progress(struct run_ctx *rc, int pct, const char *step)
         rc->progress_fn(rc->progress_arg, pct, step);
 }
 
+bool rc_save_state(struct run_ctx *rc, const json_t *state, bool cleanup_due)
+{
+    if (!rc->save_state_fn) {
+        rc_error(rc, "internal", "this action may only save state while starting");
+        return false;
+    }
+    if (rc->save_state_fn(rc->progress_arg, state, cleanup_due) != ST_OK) {
+        rc_error(rc, "state_unsaved", "could not record the run's state in the database");
+        return false;
+    }
+    return true;
+}
+
+bool rc_load_state(struct run_ctx *rc, json_t **state)
+{
+    *state = NULL;
+    if (!rc->load_state_fn) {
+        rc_error(rc, "internal", "this action may only load state while starting");
+        return false;
+    }
+    if (rc->load_state_fn(rc->progress_arg, state) != ST_OK) {
+        rc_error(rc, "state_unread", "could not read the run's saved state from the database");
+        return false;
+    }
+    return true;
+}
+
 void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...)
 {
     char msg[512];

@@ -60,8 +60,11 @@ struct run_ctx {
     /* For poll(): */
     int poll_count;    /* this check's number, from 1 */
     int64_t waited_ms; /* since the run began waiting */
-    /* The worker's progress sink. */
+    /* The worker's progress sink, and its durable store of the action's
+     * state while the run is held (NULL on the poller). */
     void (*progress_fn)(void *arg, int pct, const char *step);
+    enum status (*save_state_fn)(void *arg, const json_t *state, bool cleanup_due);
+    enum status (*load_state_fn)(void *arg, json_t **state);
     void *progress_arg;
 };
 
@@ -86,6 +89,18 @@ bool rc_should_stop(const struct run_ctx *rc);
 /* Sleeps up to ms, in short slices, returning false early when it should stop. */
 bool rc_sleep(const struct run_ctx *rc, int64_t ms);
 void rc_progress(struct run_ctx *rc, int pct, const char *step);
+/* start() only. Records state in the run (its poll_state) before start()
+ * returns, durably, for later attempts and for the terminal hooks:
+ * cleanup_due says something was created remotely that cleanup() must
+ * delete, whichever way the run ends, even when this process dies first.
+ * false when it could not be written (rc->error says why); the run may then
+ * be lost, and start() should stop. */
+bool rc_save_state(struct run_ctx *rc, const json_t *state, bool cleanup_due);
+/* start() only: in *state the state an earlier attempt saved with
+ * cleanup_due (its leftovers; a new reference), or NULL when there is none.
+ * false when it could not be read (rc->error says why): start() must not go
+ * on then, or it would record new state over the leftovers. */
+bool rc_load_state(struct run_ctx *rc, json_t **state);
 /* Sets rc->error to {"code": code, "message": ...}, replacing any earlier. */
 void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...) PRINTF_LIKE(3, 4);
 /* Sets rc->external_id (copied). */

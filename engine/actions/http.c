@@ -10,6 +10,7 @@
  * retry at the start, a failed check afterwards); 404 and 410 while polling
  * are "gone"; other 4xx fail. */
 #include "engine/actions/action.h"
+#include "engine/actions/prepare.h"
 #include "engine/actions/remote.h"
 
 #include "common/jsonptr.h"
@@ -21,7 +22,8 @@
 
 static bool key_known(const char *key)
 {
-    static const char *const keys[] = {"request",
+    static const char *const keys[] = {"prepare",
+                                       "request",
                                        "status",
                                        "status_url_pointer",
                                        "state_pointer",
@@ -60,6 +62,8 @@ static enum status http_check_params(const json_t *params, const char *path, str
         if (remote_check_request(json_object_get(params, "status"), sub, false, err) != ST_OK)
             return ST_INVALID;
     }
+    if (prepare_check_params(params, path, &prep_json, err) != ST_OK)
+        return ST_INVALID;
     return remote_check_job_params(params, path, json_object_get(params, "state_pointer") != NULL,
                                    false, err);
 }
@@ -147,12 +151,16 @@ static void retry_after(struct run_ctx *rc, const struct remote_response *r)
 static enum step http_start(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "request");
-    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_vars v;
     struct remote_response r;
     struct error err = {0};
-    enum step step = STEP_FAIL;
+    enum step step = prepare_run(rc, &prep_json);
     char *url;
 
+    if (step != STEP_DONE)
+        return step;
+    step = STEP_FAIL;
+    v = remote_vars_of(rc);
     if (remote_call(req, &v, NULL, rc, &r, &err) == ST_INVALID) {
         rc_error(rc, "invalid_request", "could not build the request: %s", err.message);
         return STEP_FAIL;
@@ -170,7 +178,9 @@ static enum step http_start(struct run_ctx *rc)
         url = r.status == 202 ? status_url(rc, &r, r.effective_url) : NULL;
         if (url) {
             rc_set_external_id(rc, url);
-            rc->poll_state = json_pack("{s:s}", "status_url", url);
+            if (!rc->poll_state)
+                rc->poll_state = json_object();
+            json_object_set_new(rc->poll_state, "status_url", json_string(url));
             retry_after(rc, &r);
             step = STEP_WAIT;
         } else {
@@ -222,11 +232,16 @@ static enum step http_poll(struct run_ctx *rc)
     return step;
 }
 
+static bool http_cleanup(struct run_ctx *rc)
+{
+    return prepare_cleanup(rc, &prep_json, remote_cleanup_hook);
+}
+
 const struct action_ops action_http_ops = {
     .name = "http",
     .check_params = http_check_params,
     .start = http_start,
     .poll = http_poll,
     .cancel = remote_cancel_hook,
-    .cleanup = remote_cleanup_hook,
+    .cleanup = http_cleanup,
 };

@@ -9,6 +9,7 @@
  * Network errors, 408, 429 and 5xx are transient: a retry at submit, a
  * failed check (counted against the poll budget) afterwards. */
 #include "engine/actions/action.h"
+#include "engine/actions/prepare.h"
 #include "engine/actions/remote.h"
 
 #include "common/jsonptr.h"
@@ -20,7 +21,8 @@
 
 static bool key_known(const char *key)
 {
-    static const char *const keys[] = {"submit",
+    static const char *const keys[] = {"prepare",
+                                       "submit",
                                        "id_pointer",
                                        "status",
                                        "state_pointer",
@@ -69,7 +71,8 @@ static enum status rest_job_check_params(const json_t *params, const char *path,
         return error_set(err, ST_INVALID,
                          "invalid \"%s.id_pointer\": expected a JSON pointer such as \"/job/id\"",
                          path);
-    if (check_request(params, "status", path, err) != ST_OK)
+    if (check_request(params, "status", path, err) != ST_OK ||
+        prepare_check_params(params, path, &prep_json, err) != ST_OK)
         return ST_INVALID;
     return remote_check_job_params(params, path, true, true, err);
 }
@@ -78,13 +81,17 @@ static enum status rest_job_check_params(const json_t *params, const char *path,
 
 static enum step rest_job_start(struct run_ctx *rc)
 {
-    const struct remote_vars v = remote_vars_of(rc);
+    struct remote_vars v;
     struct remote_response r;
     struct error err = {0};
     json_t *body = NULL;
     char *id = NULL;
-    enum step step = STEP_FAIL;
+    enum step step = prepare_run(rc, &prep_json);
 
+    if (step != STEP_DONE)
+        return step;
+    step = STEP_FAIL;
+    v = remote_vars_of(rc);
     if (remote_call(json_object_get(rc->type->params, "submit"), &v, NULL, rc, &r, &err) ==
         ST_INVALID) {
         rc_error(rc, "invalid_request", "could not build the submit request: %s", err.message);
@@ -108,7 +115,8 @@ static enum step rest_job_start(struct run_ctx *rc)
             break;
         }
         rc_set_external_id(rc, id);
-        rc->poll_state = json_object();
+        if (!rc->poll_state)
+            rc->poll_state = json_object();
         step = STEP_WAIT;
         break;
     }
@@ -155,11 +163,16 @@ static enum step rest_job_poll(struct run_ctx *rc)
     return step;
 }
 
+static bool rest_job_cleanup(struct run_ctx *rc)
+{
+    return prepare_cleanup(rc, &prep_json, remote_cleanup_hook);
+}
+
 const struct action_ops action_rest_job_ops = {
     .name = "rest_job",
     .check_params = rest_job_check_params,
     .start = rest_job_start,
     .poll = rest_job_poll,
     .cancel = remote_cancel_hook,
-    .cleanup = remote_cleanup_hook,
+    .cleanup = rest_job_cleanup,
 };

@@ -7,7 +7,8 @@
  *   1. in the readiness phase: one readiness check (bounded retries);
  *   2. the status envelope; status = trim + lower-case of status_xpath;
  *   3. status in complete_values -> readiness (when configured), else done;
- *   4. status in error_values, or a non-empty error_xpath -> failed at once;
+ *   4. status in cancelled_values -> cancelled; status in error_values, or
+ *      a non-empty error_xpath -> failed at once;
  *   5. row probe (optional): rows seen -> readiness/done (the fast path);
  *   6. is-running gate (optional, REST): once the task reported a completed
  *      date (after after_completed_date_s) or looks stuck (stuck_after_s):
@@ -18,6 +19,7 @@
  * are transient. cleanup (and cancel) are optional requests. Answers are
  * parsed by libxml2 without network access or entity expansion. */
 #include "engine/actions/action.h"
+#include "engine/actions/prepare.h"
 #include "engine/actions/remote.h"
 
 #include "common/jsonptr.h"
@@ -41,6 +43,8 @@ static void quiet(void *ctx, xmlErrorPtr e)
 }
 
 /* ---- params ------------------------------------------------------------ */
+
+static const struct prep_kind prep_soap;
 
 /* keys: NULL-terminated. */
 static enum status check_keys(const json_t *obj, const char *const *keys, const char *path,
@@ -177,11 +181,24 @@ static enum status check_capture(const json_t *cap, const char *path, struct err
 
 static enum status soap_job_check_params(const json_t *params, const char *path, struct error *err)
 {
-    static const char *const keys[] = {
-        "start",           "status",       "namespaces",  "task_id_xpath",
-        "capture",         "status_xpath", "error_xpath", "completed_date_xpath",
-        "complete_values", "error_values", "is_running",  "row_probe",
-        "readiness",       "cancel",       "cleanup",     NULL};
+    static const char *const keys[] = {"start",
+                                       "status",
+                                       "namespaces",
+                                       "task_id_xpath",
+                                       "capture",
+                                       "status_xpath",
+                                       "error_xpath",
+                                       "completed_date_xpath",
+                                       "complete_values",
+                                       "error_values",
+                                       "is_running",
+                                       "row_probe",
+                                       "readiness",
+                                       "cancel",
+                                       "cleanup",
+                                       "prepare",
+                                       "cancelled_values",
+                                       NULL};
     static const char *const gate[] = {"confirmations", "min_gap_s", "after_completed_date_s",
                                        "stuck_after_s"};
     static const char *const probe[] = {"min_runtime_s", "min_interval_s"};
@@ -214,7 +231,11 @@ static enum status soap_job_check_params(const json_t *params, const char *path,
     xsnprintf(sub, sizeof(sub), "%s.error_values", path);
     if (check_strings(json_object_get(params, "error_values"), sub, err) != ST_OK)
         return ST_INVALID;
-    if (check_rest(params, "is_running", gate, ARRAY_LEN(gate), path, err) != ST_OK ||
+    xsnprintf(sub, sizeof(sub), "%s.cancelled_values", path);
+    if (check_strings(json_object_get(params, "cancelled_values"), sub, err) != ST_OK)
+        return ST_INVALID;
+    if (prepare_check_params(params, path, &prep_soap, err) != ST_OK ||
+        check_rest(params, "is_running", gate, ARRAY_LEN(gate), path, err) != ST_OK ||
         check_rest(params, "row_probe", probe, ARRAY_LEN(probe), path, err) != ST_OK ||
         check_rest(params, "readiness", ready, ARRAY_LEN(ready), path, err) != ST_OK)
         return ST_INVALID;
@@ -312,43 +333,149 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
     return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
-/* A SOAP call: the answer's document (or NULL with the step to take and
- * rc->error set). */
+/* An answer that reports an error in its body, as the Marketing Cloud
+ * style APIs do with HTTP 200: the first StatusCode "Error" of a result
+ * with its StatusMessage and ErrorCode, or an OverallStatus that starts
+ * with "Error" or "Has Errors". Sets rc->error (what: the call) with the
+ * remote's own words in error.remote. */
+static bool soap_status_error(struct run_ctx *rc, xmlDocPtr doc, const char *what)
+{
+#define SC_ERROR                                                                                   \
+    "(//*[local-name()='StatusCode'][translate(normalize-space(.), 'ERO', 'ero') = 'error'])[1]"
+    char *code = xpath_text(doc, NULL, SC_ERROR);
+    char *msg = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='StatusMessage']") : NULL;
+    char *ecode = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='ErrorCode']") : NULL;
+    char *overall = xpath_text(doc, NULL, "(//*[local-name()='OverallStatus'])[1]");
+    bool bad = code || (overall && (strncasecmp(overall, "error", 5) == 0 ||
+                                    strncasecmp(overall, "has errors", 10) == 0));
+#undef SC_ERROR
+
+    if (bad) {
+        json_t *remote = json_object();
+        if (code) {
+            rc_error(rc, "soap_status_error", "%s: StatusCode %s: %s%s%s%s", what, code,
+                     msg ? msg : "(no StatusMessage)", ecode ? " (ErrorCode " : "",
+                     ecode ? ecode : "", ecode ? ")" : "");
+            json_object_set_new(remote, "status_code", json_string(code));
+        } else {
+            rc_error(rc, "soap_status_error", "%s: OverallStatus %s", what, overall);
+        }
+        if (msg)
+            json_object_set_new(remote, "status_message", json_string(msg));
+        if (ecode)
+            json_object_set_new(remote, "error_code", json_string(ecode));
+        if (overall)
+            json_object_set_new(remote, "overall_status", json_string(overall));
+        json_object_set_new(rc->error, "remote", remote);
+    }
+    free(code);
+    free(msg);
+    free(ecode);
+    free(overall);
+    return bad;
+}
+
+/* A SOAP answer read: its document, or NULL with rc->error set and *fail
+ * the step to take (*fail is only set then). Faults: Client/Sender fail,
+ * Server/Receiver are transient; a StatusCode/OverallStatus error fails;
+ * HTTP errors as remote_classify says; an answer that is not XML is
+ * transient, and so is a call that was stopped. */
+static xmlDocPtr soap_read(struct run_ctx *rc, const struct remote_response *r, const char *what,
+                           enum step *fail)
+{
+    xmlDocPtr doc = r->transport_error ? NULL : parse_xml(r);
+    enum step step = STEP_RETRY;
+    char *msg = NULL;
+    bool server = false;
+
+    if (doc && soap_fault(doc, &msg, &server)) {
+        rc_error(rc, "soap_fault", "%s: %s", what, msg);
+        step = server ? STEP_RETRY : STEP_FAIL;
+        xmlFreeDoc(doc), doc = NULL;
+    } else if (remote_classify(r) != REMOTE_OK) {
+        remote_error(rc,
+                     remote_classify(r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
+                     what, r);
+        step = remote_classify(r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
+        xmlFreeDoc(doc), doc = NULL;
+    } else if (!doc) {
+        remote_error(rc, "soap_malformed", what, r);
+    } else if (soap_status_error(rc, doc, what)) {
+        step = STEP_FAIL;
+        xmlFreeDoc(doc), doc = NULL;
+    }
+    /* a call cut off by the check's time limit or a shutdown is transient:
+     * the worker and the poller decide from their stop flag what it means */
+    if (!doc)
+        *fail = step;
+    free(msg);
+    return doc;
+}
+
+/* A SOAP call of params[key]: as soap_read. *fail is written only when it
+ * returns NULL: what an answer means (done, failed, still running) is the
+ * caller's to decide. */
 static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
 {
     const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
     struct error err = {0};
-    xmlDocPtr doc = NULL;
-    char *msg = NULL;
-    bool server = false;
+    xmlDocPtr doc;
 
-    *fail = STEP_RETRY;
     if (remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err) == ST_INVALID) {
         rc_error(rc, "invalid_request", "could not build the %s envelope: %s", key, err.message);
         *fail = STEP_FAIL;
         return NULL;
     }
-    doc = r.transport_error ? NULL : parse_xml(&r);
-    if (doc && soap_fault(doc, &msg, &server)) {
-        rc_error(rc, "soap_fault", "%s: %s", what, msg);
-        *fail = server ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (remote_classify(&r) != REMOTE_OK) {
-        remote_error(rc,
-                     remote_classify(&r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
-                     what, &r);
-        *fail = remote_classify(&r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (!doc) {
-        remote_error(rc, "soap_malformed", what, &r);
-    }
-    if (r.stopped)
-        *fail = STEP_FAIL;
-    free(msg);
+    doc = soap_read(rc, &r, what, fail);
     remote_response_cleanup(&r);
     return doc;
 }
+
+/* Stores the value of each capture (NAME -> XPath) of doc in state; false
+ * (rc->error set) when one finds nothing. */
+static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capture, json_t *state,
+                           const char *what)
+{
+    const char *key;
+    json_t *x;
+
+    json_object_foreach((json_t *)capture, key, x)
+    {
+        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        if (!val) {
+            rc_error(rc, "soap_no_capture", "%s: the answer has no %s at %s", what, key,
+                     json_string_value(x));
+            return false;
+        }
+        json_object_set_new(state, key, json_string(val));
+        free(val);
+    }
+    return true;
+}
+
+/* ---- preparation steps (engine/actions/prepare.h) ----------------------- */
+
+static enum status prep_check_capture(const json_t *expr, const char *path, struct error *err)
+{
+    return check_xpath(expr, path, true, err);
+}
+
+static enum step prep_accept(struct run_ctx *rc, const struct remote_response *r,
+                             const json_t *capture, json_t *state, const char *what)
+{
+    enum step fail;
+    xmlDocPtr doc = soap_read(rc, r, what, &fail);
+    bool ok;
+
+    if (!doc)
+        return fail;
+    ok = !capture || capture_values(rc, doc, capture, state, what);
+    xmlFreeDoc(doc);
+    return ok ? STEP_DONE : STEP_FAIL;
+}
+
+static const struct prep_kind prep_soap = {prep_check_capture, prep_accept};
 
 /* A REST helper's JSON answer value at its pointer (NULL: no answer). */
 static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *what)
@@ -365,8 +492,11 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
     if (remote_classify(&r) == REMOTE_OK && (body = remote_json(&r))) {
         const json_t *x = jptr_get(body, json_string_value(json_object_get(helper, "pointer")));
         val = x ? json_incref((json_t *)x) : json_null();
+    } else if (r.transport_error) {
+        LOG(LOG_INFO, "%s check failed run=%s: %s", what, rc->run->id, r.error);
     } else {
-        LOG(LOG_INFO, "%s check failed run=%s: %s HTTP %ld", what, rc->run->id, r.error, r.status);
+        LOG(LOG_INFO, "%s check failed run=%s: HTTP %ld%s", what, rc->run->id, r.status,
+            remote_classify(&r) == REMOTE_OK ? ", the answer is not JSON" : "");
     }
     json_decref(body);
     remote_response_cleanup(&r);
@@ -390,6 +520,7 @@ static enum step done(struct run_ctx *rc, json_t *readiness)
     json_object_del(rc->result, "not_running_at_ms");
     json_object_del(rc->result, "probe_at_ms");
     json_object_del(rc->result, "last_error");
+    prepare_strip(rc->result);
     json_object_set_new(rc->result, "task_id", json_string(rc->external_id));
     if (readiness)
         json_object_set_new(rc->result, "readiness", readiness);
@@ -423,13 +554,15 @@ static enum step readiness_check(struct run_ctx *rc)
     return STEP_WAIT;
 }
 
-static bool in_list(const json_t *list, const char *def, const char *s)
+/* s (lower-cased) in list, compared without case; def: the default list,
+ * NULL-terminated, when there is none. */
+static bool in_list(const json_t *list, const char *const *def, const char *s)
 {
     size_t i;
     json_t *x;
 
     if (!list)
-        return strcmp(s, def) == 0;
+        return str_in(s, def);
     json_array_foreach(list, i, x)
     {
         if (strcasecmp(json_string_value(x), s) == 0)
@@ -488,13 +621,15 @@ static bool confirmed_not_running(struct run_ctx *rc, bool completed_date)
 static enum step soap_start(struct run_ctx *rc)
 {
     const json_t *cap = json_object_get(rc->type->params, "capture");
-    enum step fail;
-    xmlDocPtr doc = soap_call(rc, "start", "the start call failed", &fail);
+    enum step fail = prepare_run(rc, &prep_soap);
+    xmlDocPtr doc;
     char *id;
     const char *key;
     json_t *x;
 
-    if (!doc)
+    if (fail != STEP_DONE)
+        return fail;
+    if (!(doc = soap_call(rc, "start", "the start call failed", &fail)))
         return fail;
     id = xpath_text(doc, ns_of(rc),
                     json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
@@ -505,7 +640,10 @@ static enum step soap_start(struct run_ctx *rc)
         return STEP_FAIL;
     }
     rc_set_external_id(rc, id);
-    rc->poll_state = json_object();
+    if (!rc->poll_state)
+        rc->poll_state = json_object();
+    /* a missing start capture is not fatal: it is only needed by the
+     * optional helpers, which then fail like any helper call */
     json_object_foreach((json_t *)cap, key, x)
     {
         char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
@@ -524,11 +662,17 @@ static void lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
+/* One check. A status answer that says neither finished nor failed is a
+ * normal check (STEP_WAIT), not a failure: only a failed status call is
+ * STEP_RETRY. */
 static enum step soap_poll(struct run_ctx *rc)
 {
+    static const char *const complete_def[] = {"complete", NULL};
+    static const char *const error_def[] = {"error", NULL};
+    static const char *const cancelled_def[] = {"canceled", "cancelled", NULL};
     const json_t *params = rc->type->params, *cd = json_object_get(params, "completed_date_xpath");
     const json_t *ex = json_object_get(params, "error_xpath");
-    enum step step = STEP_WAIT;
+    enum step step, fail;
     char *status, *errmsg, *date = NULL;
     const char *phase;
     xmlDocPtr doc;
@@ -536,27 +680,41 @@ static enum step soap_poll(struct run_ctx *rc)
     phase = json_string_value(json_object_get(rc->poll_state, "phase"));
     if (phase && strcmp(phase, "readiness") == 0)
         return readiness_check(rc);
-    if (!(doc = soap_call(rc, "status", "the status call failed", &step)))
-        return step;
+    if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
+        return fail;
     status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
     errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
     date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
     xmlFreeDoc(doc);
     lower(status);
     json_object_set_new(rc->poll_state, "status", status ? json_string(status) : json_null());
-    if (status && in_list(json_object_get(params, "complete_values"), "complete", status))
+    if (status && in_list(json_object_get(params, "complete_values"), complete_def, status)) {
         step = readiness_check(rc);
-    else if ((status && in_list(json_object_get(params, "error_values"), "error", status)) ||
-             errmsg) {
+    } else if (status &&
+               in_list(json_object_get(params, "cancelled_values"), cancelled_def, status)) {
+        rc->outcome = OUTCOME_CANCELLED;
+        rc_error(rc, "remote_cancelled", "task %s was cancelled on the remote system%s%s",
+                 rc->external_id, errmsg ? ": " : "", errmsg ? errmsg : "");
+        step = STEP_FAIL;
+    } else if ((status && in_list(json_object_get(params, "error_values"), error_def, status)) ||
+               errmsg) {
         rc_error(rc, "remote_failed", "task %s failed%s%s", rc->external_id, errmsg ? ": " : "",
                  errmsg ? errmsg : status);
         step = STEP_FAIL;
-    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL))
+    } else if (probe_sees_rows(rc) || confirmed_not_running(rc, date != NULL)) {
         step = readiness_check(rc);
+    } else {
+        step = STEP_WAIT; /* still running: check again after the backoff */
+    }
     free(status);
     free(errmsg);
     free(date);
     return step;
+}
+
+static bool soap_cleanup(struct run_ctx *rc)
+{
+    return prepare_cleanup(rc, &prep_soap, remote_cleanup_hook);
 }
 
 const struct action_ops action_soap_job_ops = {
@@ -565,5 +723,5 @@ const struct action_ops action_soap_job_ops = {
     .start = soap_start,
     .poll = soap_poll,
     .cancel = remote_cancel_hook,
-    .cleanup = remote_cleanup_hook,
+    .cleanup = soap_cleanup,
 };

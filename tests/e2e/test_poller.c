@@ -5,8 +5,10 @@
  * (500s, hangs past the time limit, malformed JSON, unknown states), the
  * budgets (checks and duration), the cancel and cleanup hooks, submit
  * errors, secrets kept out of logs and results, at most one check in
- * flight per run across two replicas, a replica killed mid-check, and
- * 5,000 waiting runs beside demo runs. */
+ * flight per run across two replicas, a replica killed mid-check, 5,000
+ * waiting runs beside demo runs; the http and soap_job actions; and, for
+ * every action that polls, a long wait that ends well without a failed
+ * check counted or logged. */
 #include "../support/fake_jobs.h"
 #include "../support/harness.h"
 
@@ -840,8 +842,9 @@ static json_t *rest_helper(const char *what, const char *pointer)
 }
 
 /* The soap_job type "soap" against the fake's /soap and /rest helpers, with
- * the decision tree of docs/actions/soap_job.md on short timings. */
-static void start_soap(struct th_proc *p, const char *db)
+ * the decision tree of docs/actions/soap_job.md on short timings: checks
+ * initial_ms, then up to max_ms, apart. */
+static void start_soap_at(struct th_proc *p, const char *db, int initial_ms, int max_ms)
 {
     json_t *gate = rest_helper("isrunning", "/isRunning"), *probe = rest_helper("probe", "/count");
     json_t *ready = rest_helper("rowset", "/ready"), *params, *cfg;
@@ -873,9 +876,9 @@ static void start_soap(struct th_proc *p, const char *db)
                                "{{state:query_id}}</ObjectID></DeleteRequestMsg>"));
     cfg = json_pack("{s:{s:i}, s:{s:{s:s, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:o}}}",
                     "poller", "interval_ms", 200, "run_types", "soap", "action", "soap_job",
-                    "max_attempts", 2, "retry_backoff_ms", 50, "poll", "initial_delay_ms", 100,
-                    "max_delay_ms", 200, "jitter_pct", 0, "max_checks", 300, "max_duration_s", 60,
-                    "check_timeout_s", 2, "params", params);
+                    "max_attempts", 2, "retry_backoff_ms", 50, "poll", "initial_delay_ms",
+                    initial_ms, "max_delay_ms", max_ms, "jitter_pct", 0, "max_checks", 300,
+                    "max_duration_s", 60, "check_timeout_s", 2, "params", params);
     ck_assert_ptr_nonnull(cfg);
     text = json_dumps(cfg, 0);
     path = th_config_file(db, text);
@@ -888,6 +891,11 @@ static void start_soap(struct th_proc *p, const char *db)
     free(text);
     free(path);
     free(conninfo);
+}
+
+static void start_soap(struct th_proc *p, const char *db)
+{
+    start_soap_at(p, db, 100, 200);
 }
 
 /* The soap_job decision tree, one branch per run: complete (with readiness
@@ -905,6 +913,8 @@ START_TEST(soap_decision_tree)
         {"s-errmsg", "soap_errmsg:2", "failed", "remote_failed", "quota exceeded"},
         {"s-fault", "soap_fault_server:2,soap_done:3", "succeeded", NULL, NULL},
         {"s-malformed", "soap_malformed:1,soap_done:2", "succeeded", NULL, NULL},
+        /* a check cut off at check_timeout_s is a failed check, not the end */
+        {"s-hang", "soap_hang:1,soap_done:2", "succeeded", NULL, NULL},
         {"s-stuck", "soap_stuck,running_for:1", "succeeded", NULL, NULL},
         {"s-date", "soap_completed_date", "succeeded", NULL, NULL},
         {"s-probe", "soap_stuck,running_for:1000,probe_rows:2", "succeeded", NULL, NULL},
@@ -953,7 +963,9 @@ START_TEST(soap_decision_tree)
     ck_assert_int_ge(j.probes, 2);
     ck_assert(fake_jobs_get("s-notready", &j));
     ck_assert_int_eq(j.readiness, 3);
-    ck_assert_int_ge(poller_stat(&p, "check_failures_total"), 3);
+    /* two server faults, one malformed answer, one check cut off; no
+     * Queued or Processing answer counts */
+    ck_assert_int_eq(poller_stat(&p, "check_failures_total"), 4);
     /* cleanup (a SOAP Delete of the captured query definition) after every
      * end of a run that waited */
     wait_hooks("s-done", 0, 1);
@@ -983,6 +995,98 @@ START_TEST(soap_cancel)
 }
 END_TEST
 
+/* ---- a long wait is not a failure ----------------------------------------- */
+
+/* Checks 50 ms, then 100 ms, apart. */
+static const char *const QUICK_POLL =
+    "{\"initial_delay_ms\": 50, \"multiplier\": 2, \"max_delay_ms\": 100, \"jitter_pct\": 0,"
+    " \"max_checks\": 100, \"max_duration_s\": 60, \"check_timeout_s\": 2}";
+
+/* Run id of type `type` succeeds after exactly `checks` checks, every one
+ * but the last finding the remote job still going. None of them is a
+ * failure: check_failures_total stays where it was before the run
+ * (failures_before), and p's log, complete once p is stopped, records the
+ * run's end but no "check failed" and no "unknown error" line. Stops p. */
+static void expect_quiet_success(struct th_proc *p, const char *id, const char *type, int checks,
+                                 long long failures_before)
+{
+    json_t *run = wait_done(p, id, 30);
+    char want[160], line[1024];
+
+    ck_assert_msg(th_streq(th_js(run, "outcome"), "succeeded"), "%s: %s (%s)", id,
+                  th_js(run, "outcome"), err_msg(run) ? err_msg(run) : "");
+    json_decref(run);
+    ck_assert_int_ge(poller_stat(p, "checks_total"), checks);
+    ck_assert_int_eq(poller_stat(p, "check_failures_total"), failures_before);
+    stop(p);
+    snprintf(want, sizeof(want), "run finished run=%s type=%s outcome=succeeded checks=%d ", id,
+             type, checks);
+    ck_assert_msg(th_log_find(p->log, want, line, sizeof(line)), "no \"%s\" in %s", want, p->log);
+    ck_assert_msg(!th_log_find(p->log, "check failed", line, sizeof(line)), "%s: %s", p->log, line);
+    ck_assert_msg(!th_log_find(p->log, "unknown error", line, sizeof(line)), "%s: %s", p->log,
+                  line);
+}
+
+/* rest_job: the remote state RUNNING for 19 checks, DONE at the 20th. */
+START_TEST(rest_job_long_wait_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start(&p, "e2e_quiet_rest", QUICK_POLL, NULL);
+    before = poller_stat(&p, "check_failures_total");
+    id = submit(&p, "q-rest", "done_after:20");
+    expect_quiet_success(&p, id, "job", 20, before);
+    ck_assert(fake_jobs_get("q-rest", &j));
+    ck_assert_int_eq(j.checks, 20);
+    free(id);
+}
+END_TEST
+
+/* http: the status URL answers 202 for 15 checks, 200 at the 16th. */
+START_TEST(http_long_wait_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start_http(&p, "e2e_quiet_http");
+    before = poller_stat(&p, "check_failures_total");
+    id = submit_to(&p, "call", "q-http", "async:16");
+    expect_quiet_success(&p, id, "call", 16, before);
+    ck_assert(fake_jobs_get("q-http", &j));
+    ck_assert_int_eq(j.checks, 16);
+    free(id);
+}
+END_TEST
+
+/* soap_job: Retrieve answers "Processing" for 29 checks, " Complete " at
+ * the 30th. Past stuck_after_s (2 s) the is-running gate is asked too (it
+ * answers true), and the row probe every second (no rows): normal checks
+ * as well. */
+START_TEST(soap_long_processing_is_quiet)
+{
+    struct th_proc p;
+    struct fake_job j;
+    long long before;
+    char *id;
+
+    start_soap_at(&p, "e2e_quiet_soap", 50, 100);
+    before = poller_stat(&p, "check_failures_total");
+    id = submit_to(&p, "soap", "q-soap", "soap_processing:30,running_for:1000");
+    expect_quiet_success(&p, id, "soap", 30, before);
+    ck_assert(fake_jobs_get("q-soap", &j));
+    ck_assert_int_eq(j.checks, 30);
+    ck_assert_int_eq(j.readiness, 1);
+    ck_assert_int_ge(j.isrunning, 1);
+    ck_assert_int_ge(j.probes, 2);
+    free(id);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -1005,6 +1109,9 @@ static Suite *poller_suite(void)
         {"http_errors_and_cancel", http_errors_and_cancel, 60},
         {"soap_decision_tree", soap_decision_tree, 90},
         {"soap_cancel", soap_cancel, 60},
+        {"rest_job_long_wait_is_quiet", rest_job_long_wait_is_quiet, 60},
+        {"http_long_wait_is_quiet", http_long_wait_is_quiet, 60},
+        {"soap_long_processing_is_quiet", soap_long_processing_is_quiet, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,30 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_job *jobs;
 static int njobs, submits, max_in_flight;
 static long long checks_total;
+/* soap_job's preparation: objects created through SOAP Create */
+#define MAX_OBJECTS 512
+static struct fake_object objects[MAX_OBJECTS];
+static int nobjects;
+/* the request log: "<run> <what>" lines */
+#define MAX_LOG 4096
+static char *log_lines[MAX_LOG];
+static int nlog;
+
+/* Appends a line to the request log (mu held). */
+static void log_request(const char *run, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void log_request(const char *run, const char *fmt, ...)
+{
+    char line[256];
+    int n = snprintf(line, sizeof(line), "%s ", run && *run ? run : "-");
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (nlog < MAX_LOG)
+        log_lines[nlog++] = strdup(line);
+}
 
 /* The number after "name:" in the scenario, or -1 (0 for a bare name). */
 static int step_arg(const char *scenario, const char *name)
@@ -324,17 +349,68 @@ static enum MHD_Result soap_fault_answer(struct MHD_Connection *c, const char *c
     return soap_answer(c, 500, inner);
 }
 
+/* The object of this kind with this key or object id: the newest one not
+ * deleted yet, else the newest one (mu held). */
+static struct fake_object *find_object(const char *kind, const char *key, const char *object_id)
+{
+    struct fake_object *found = NULL;
+
+    for (int i = nobjects - 1; i >= 0; i--) {
+        struct fake_object *o = &objects[i];
+        if (strcmp(o->kind, kind) != 0 || !((key && strcmp(o->key, key) == 0) ||
+                                            (object_id && strcmp(o->object_id, object_id) == 0)))
+            continue;
+        if (!o->deleted)
+            return o;
+        if (!found)
+            found = o;
+    }
+    return found;
+}
+
+/* A 200 answer whose result says StatusCode Error, as the Marketing Cloud
+ * SOAP API reports a refused Create, Perform or Delete. */
+static enum MHD_Result soap_status_error(struct MHD_Connection *c, const char *msg_tag,
+                                         const char *message, int code)
+{
+    char inner[768];
+
+    snprintf(inner, sizeof(inner),
+             "<%s xmlns=\"urn:fake\"><Results><StatusCode>Error</StatusCode><StatusMessage>%s"
+             "</StatusMessage><ErrorCode>%d</ErrorCode></Results><OverallStatus>Error"
+             "</OverallStatus></%s>",
+             msg_tag, message, code, msg_tag);
+    return soap_answer(c, 200, inner);
+}
+
 static enum MHD_Result soap_perform(struct MHD_Connection *c, const char *body)
 {
-    char sc[128] = "", run[64] = "", inner[512];
+    char sc[128] = "", run[64] = "", inner[512], qd[64] = "";
     struct fake_job *fj = NULL;
+    struct fake_object *o = NULL;
+    bool by_object;
 
     xml_field(body, "Scenario", sc, sizeof(sc));
     xml_field(body, "Run", run, sizeof(run));
+    by_object = xml_field(body, "ObjectID", qd, sizeof(qd));
     pthread_mutex_lock(&mu);
     submits++;
+    log_request(run, "Perform %s", by_object ? qd : "-");
+    if (by_object) {
+        o = find_object("QueryDefinition", NULL, qd);
+        if (!o || o->deleted || step_arg(sc, "perform_error") >= 0) {
+            pthread_mutex_unlock(&mu);
+            return soap_status_error(c, "PerformResponseMsg",
+                                     o && !o->deleted ? "Query failed validation: column "
+                                                        "\"Email\" is ambiguous"
+                                                      : "QueryDefinition not found",
+                                     o ? 180008 : 2);
+        }
+    }
     if (step_arg(sc, "soap_fault_client") < 0 && njobs < MAX_JOBS)
         fj = new_job(sc, run);
+    if (fj && by_object)
+        snprintf(fj->query, sizeof(fj->query), "%.39s", qd);
     if (fj)
         snprintf(inner, sizeof(inner),
                  "<PerformResponseMsg xmlns=\"urn:fake\"><Results><Result><Task><ID>%s</ID>"
@@ -362,18 +438,29 @@ static enum MHD_Result soap_retrieve(struct MHD_Connection *c, const char *body)
         if (k <= FAKE_MAX_CHECKS)
             fj->check_ms[k - 1] = th_now_ms();
         snprintf(sc, sizeof(sc), "%s", fj->scenario);
+        log_request(fj->run, "Retrieve %s", id);
     }
     pthread_mutex_unlock(&mu);
     if (!fj)
         return soap_fault_answer(c, "soap:Client", "no such task");
+    if ((n = step_arg(sc, "soap_hang")) >= k)
+        sleep(3);
     if ((n = step_arg(sc, "soap_fault_server")) >= k)
         return soap_fault_answer(c, "soap:Server", "the server is busy");
     if ((n = step_arg(sc, "soap_malformed")) >= k)
         return answer_h(c, 200, "<not xml", "text/xml", NULL, NULL);
-    if ((n = step_arg(sc, "soap_done")) >= 0 && k >= n)
+    if ((n = step_arg(sc, "soap_processing")) >= 0)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>%s</Value></Property><Property><Name>"
+                 "ErrorMsg</Name><Value/></Property>",
+                 k >= n ? " Complete " : "Processing");
+    else if ((n = step_arg(sc, "soap_done")) >= 0 && k >= n)
         snprintf(props, sizeof(props),
                  "<Property><Name>Status</Name><Value> Complete </Value>"
                  "</Property>");
+    else if ((n = step_arg(sc, "soap_canceled")) >= 0 && k >= n)
+        snprintf(props, sizeof(props),
+                 "<Property><Name>Status</Name><Value>Canceled</Value></Property>");
     else if ((n = step_arg(sc, "soap_error")) >= 0 && k >= n)
         snprintf(props, sizeof(props),
                  "<Property><Name>Status</Name><Value>Error</Value></Property><Property><Name>"
@@ -410,6 +497,8 @@ static enum MHD_Result soap_hook(struct MHD_Connection *c, const char *body, boo
         snprintf(id, sizeof(id), "job-%.20s", obj + 2);
     pthread_mutex_lock(&mu);
     fj = find(id);
+    if (fj)
+        log_request(fj->run, "%s %s", cancel ? "Cancel" : "Delete", cancel ? id : obj);
     if (fj && cancel)
         fj->cancels++;
     else if (fj) {
@@ -422,9 +511,107 @@ static enum MHD_Result soap_hook(struct MHD_Connection *c, const char *body, boo
     return soap_answer(c, 200, "<OK xmlns=\"urn:fake\"/>");
 }
 
+/* SOAP Create of a DataExtension or a QueryDefinition: <CustomerKey>,
+ * <Scenario>, <Run>. The scenario's create_de_* and create_qd_* steps
+ * script the answers; a slow create makes the object first (the server did
+ * the work; only its answer is late). */
+static enum MHD_Result soap_create(struct MHD_Connection *c, const char *body)
+{
+    const char *kind =
+        strstr(body ? body : "", "QueryDefinition") ? "QueryDefinition" : "DataExtension";
+    bool qd = kind[0] == 'Q';
+    char sc[128] = "", run[64] = "", key[64] = "", inner[768], id[40] = "";
+    struct fake_object *o = NULL;
+    int n, k = 0, slow;
+
+    xml_field(body, "Scenario", sc, sizeof(sc));
+    xml_field(body, "Run", run, sizeof(run));
+    xml_field(body, "CustomerKey", key, sizeof(key));
+    pthread_mutex_lock(&mu);
+    log_request(run, "Create %s %s", kind, key);
+    {
+        char line[160]; /* this create's number for this run and kind */
+        snprintf(line, sizeof(line), "%s Create %s ", *run ? run : "-", kind);
+        for (int i = 0; i < nlog; i++)
+            k += strncmp(log_lines[i], line, strlen(line)) == 0;
+    }
+    if ((n = step_arg(sc, qd ? "create_qd_fault" : "create_de_fault")) >= k) {
+        pthread_mutex_unlock(&mu);
+        return soap_fault_answer(c, "soap:Server", "the server is busy");
+    }
+    if (step_arg(sc, qd ? "create_qd_error" : "create_de_error") >= 0) {
+        pthread_mutex_unlock(&mu);
+        return soap_status_error(c, "CreateResponse",
+                                 qd ? "An error occurred while checking the query syntax"
+                                    : "Data extension name is already in use",
+                                 qd ? 180008 : 310007);
+    }
+    if (find_object(kind, key, NULL) && !find_object(kind, key, NULL)->deleted) {
+        pthread_mutex_unlock(&mu);
+        return soap_status_error(c, "CreateResponse", "An object with this key already exists",
+                                 310007);
+    }
+    if (nobjects < MAX_OBJECTS) {
+        o = &objects[nobjects++];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->kind, sizeof(o->kind), "%s", kind);
+        snprintf(o->key, sizeof(o->key), "%s", key);
+        snprintf(o->run, sizeof(o->run), "%s", run);
+        snprintf(o->object_id, sizeof(o->object_id), "%s-%d", qd ? "qd" : "de", nobjects);
+        snprintf(id, sizeof(id), "%s", o->object_id);
+    }
+    slow = step_arg(sc, qd ? "create_qd_slow" : "create_de_slow");
+    pthread_mutex_unlock(&mu);
+    if (slow > 0)
+        usleep((useconds_t)slow * 1000);
+    snprintf(inner, sizeof(inner),
+             "<CreateResponse xmlns=\"urn:fake\"><Results><StatusCode>OK</StatusCode>"
+             "<StatusMessage>Created %s</StatusMessage><NewID>0</NewID><NewObjectID>%s"
+             "</NewObjectID></Results><OverallStatus>OK</OverallStatus></CreateResponse>",
+             kind, id);
+    return soap_answer(c, 200, inner);
+}
+
+/* SOAP Delete of a created object by <CustomerKey> or <ObjectID>; false
+ * when the body names none (then it is the job cleanup of soap_hook). */
+static bool soap_delete_object(struct MHD_Connection *c, const char *body, enum MHD_Result *ret)
+{
+    const char *kind = strstr(body ? body : "", "QueryDefinition") ? "QueryDefinition"
+                       : strstr(body ? body : "", "DataExtension") ? "DataExtension"
+                                                                   : NULL;
+    char key[64] = "", oid[64] = "";
+    struct fake_object *o;
+    bool by_key;
+
+    if (!kind)
+        return false;
+    by_key = xml_field(body, "CustomerKey", key, sizeof(key));
+    if (!by_key)
+        xml_field(body, "ObjectID", oid, sizeof(oid));
+    pthread_mutex_lock(&mu);
+    o = find_object(kind, by_key ? key : NULL, by_key ? NULL : oid);
+    log_request(o ? o->run : NULL, "Delete %s %s", kind, by_key ? key : oid);
+    if (o)
+        o->deleted++;
+    pthread_mutex_unlock(&mu);
+    *ret = o && o->deleted == 1
+               ? soap_answer(c, 200,
+                             "<DeleteResponse xmlns=\"urn:fake\"><Results><StatusCode>OK"
+                             "</StatusCode></Results><OverallStatus>OK</OverallStatus>"
+                             "</DeleteResponse>")
+               : soap_status_error(c, "DeleteResponse", "The object does not exist", 2);
+    return true;
+}
+
 static enum MHD_Result on_soap(struct MHD_Connection *c, const char *body)
 {
     const char *action = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "SOAPAction");
+    enum MHD_Result ret;
+
+    if (action && strstr(action, "Create"))
+        return soap_create(c, body);
+    if (action && strstr(action, "Delete") && soap_delete_object(c, body, &ret))
+        return ret;
 
     if (action && strstr(action, "Perform"))
         return soap_perform(c, body);
@@ -447,8 +634,12 @@ static enum MHD_Result on_rest(struct MHD_Connection *c, const char *what, const
     snprintf(id, sizeof(id), "job-%.30s", strncmp(qid, "q-", 2) == 0 ? qid + 2 : qid);
     pthread_mutex_lock(&mu);
     fj = find(id);
+    for (int i = njobs - 1; !fj && i >= 0; i--) /* a query definition's ObjectID */
+        if (strcmp(jobs[i].query, qid) == 0)
+            fj = &jobs[i];
     if (fj) {
         snprintf(sc, sizeof(sc), "%s", fj->scenario);
+        log_request(fj->run, "GET /rest/%s/%s", what, qid);
         if (strcmp(what, "isrunning") == 0) {
             k = ++fj->isrunning;
             if (k <= FAKE_MAX_CHECKS)
@@ -550,6 +741,10 @@ int fake_jobs_start(void)
     jobs = calloc(MAX_JOBS, sizeof(*jobs));
     njobs = submits = max_in_flight = 0;
     checks_total = 0;
+    nobjects = 0;
+    for (int i = 0; i < nlog; i++)
+        free(log_lines[i]);
+    nlog = 0;
     daemon_ = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
         NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
@@ -566,6 +761,9 @@ void fake_jobs_stop(void)
     daemon_ = NULL;
     free(jobs);
     jobs = NULL;
+    for (int i = 0; i < nlog; i++)
+        free(log_lines[i]);
+    nlog = 0;
 }
 
 bool fake_jobs_get(const char *id_or_run, struct fake_job *out)
@@ -626,6 +824,39 @@ long long fake_jobs_checks(void)
 
     pthread_mutex_lock(&mu);
     n = checks_total;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+int fake_objects_of(const char *run, struct fake_object *out, int max)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nobjects && n < max; i++)
+        if (strcmp(objects[i].run, run) == 0)
+            out[n++] = objects[i];
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+int fake_jobs_log(const char *run, char *out, size_t cap)
+{
+    size_t len = 0;
+    int n = 0;
+
+    out[0] = '\0';
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nlog; i++) {
+        size_t rl = strlen(run);
+        if (strncmp(log_lines[i], run, rl) != 0 || log_lines[i][rl] != ' ')
+            continue;
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", n ? "\n" : "",
+                                log_lines[i] + rl + 1);
+        if (len >= cap)
+            len = cap - 1;
+        n++;
+    }
     pthread_mutex_unlock(&mu);
     return n;
 }

@@ -45,23 +45,48 @@
  * Retrieve: <TaskID> -> Properties Status, ErrorMsg, CompletedDate; Delete:
  * <ObjectID>, the cleanup; Cancel: <TaskID>), in namespace urn:fake; and
  * GET /rest/isrunning/q-K {"isRunning"}, /rest/rowset/q-K {"ready"},
- * /rest/probe/q-K {"count"}. Scenarios (k: the Retrieve number):
+ * /rest/probe/q-K {"count"} (or .../qd-N: the task that performed that
+ * query definition). Scenarios (k: the Retrieve number):
  *   soap_done:N          Status " Complete " from k = N, " Queued " before
  *   soap_error:N         from k = N: Status "Error", ErrorMsg "syntax error near FROM"
  *   soap_errmsg:N        from k = N: Status "Processing", ErrorMsg "quota exceeded"
  *   soap_fault_server:N  k <= N: a soap:Server fault (HTTP 500)
  *   soap_fault_client    Perform answers a soap:Client fault
  *   soap_malformed:N     k <= N: not XML
+ *   soap_hang:N          k <= N: answered after 3 s
+ *   soap_canceled:N      from k = N: Status "Canceled"
+ *   soap_processing:N    Status "Processing" (ErrorMsg empty) before k = N,
+ *                        " Complete " from k = N: a long normal run
  *   soap_stuck           always "Processing"
  *   soap_completed_date  always "Queued", with a CompletedDate
  *   running_for:N        isRunning true for the first N calls, then false
  *   ready_after:N        rowset ready from call N (default 1); never_ready: never
  *   probe_rows:N         probe count 5 from call N (default: always 0)
+ *
+ * The shell-query flow's preparation (SOAPAction Create and Delete):
+ *   Create   <Objects xsi:type="DataExtension|QueryDefinition"> with
+ *            <CustomerKey>, <Scenario>, <Run> -> Results StatusCode OK,
+ *            NewID 0 and NewObjectID de-N / qd-N (a key already in use:
+ *            StatusCode Error)
+ *   Delete   of a DataExtension or QueryDefinition by <CustomerKey> or
+ *            <ObjectID>: counted; an object unknown or already deleted
+ *            answers StatusCode Error "The object does not exist"
+ *   Perform  with <ObjectID>qd-N</ObjectID>: StatusCode Error "QueryDefinition
+ *            not found" unless that query definition exists
+ * with the scenario steps (k: this run's create of that kind, from 1)
+ *   create_de_error / create_qd_error   StatusCode Error, nothing created
+ *   create_de_fault:N / create_qd_fault:N   k <= N: a soap:Server fault
+ *   create_de_slow:MS / create_qd_slow:MS   created at once, answered MS later
+ *   perform_error        the Perform answers StatusCode Error
+ * Every request of a run is logged ("Create DataExtension de-r1",
+ * "Perform qd-2", "Retrieve job-1", "GET /rest/rowset/q-1", "Delete
+ * QueryDefinition qd-2", ...).
  * Thread-safe. */
 #ifndef OPSRUN_TEST_FAKE_JOBS_H
 #define OPSRUN_TEST_FAKE_JOBS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define FAKE_MAX_CHECKS 64
 
@@ -76,6 +101,16 @@ struct fake_job {
     int isrunning, readiness, probes;
     long long isrunning_ms[FAKE_MAX_CHECKS];
     char cleanup_object[32]; /* the ObjectID the cleanup envelope named */
+    char query[40];          /* the query definition a Perform named (qd-N) */
+};
+
+/* An object made by a SOAP Create. */
+struct fake_object {
+    char kind[24];      /* DataExtension, QueryDefinition */
+    char key[64];       /* its CustomerKey */
+    char object_id[40]; /* de-N, qd-N */
+    char run[64];
+    int deleted; /* Delete requests that named it */
 };
 
 /* Starts the server; returns its port. */
@@ -93,5 +128,10 @@ int fake_jobs_submits(void);
 int fake_jobs_max_in_flight(void);
 /* Status requests over all jobs. */
 long long fake_jobs_checks(void);
+/* Copies up to max objects created for run into out; returns how many. */
+int fake_objects_of(const char *run, struct fake_object *out, int max);
+/* The requests of run, oldest first, one per line (without the run id),
+ * into out; returns how many. */
+int fake_jobs_log(const char *run, char *out, size_t cap);
 
 #endif

@@ -457,6 +457,27 @@ void th_sanitizer_report(const char *log, char *out, size_t cap)
         fclose(f);
 }
 
+bool th_log_find(const char *log, const char *needle, char *out, size_t cap)
+{
+    FILE *f = fopen(log, "r");
+    char *line = NULL;
+    size_t n = 0;
+    bool found = false;
+
+    if (!f)
+        die("could not open the log %s: %s", log, strerror(errno));
+    while (!found && getline(&line, &n, f) >= 0) {
+        if (strstr(line, needle)) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(out, cap, "%s", line);
+            found = true;
+        }
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
 void th_check_exit0(const struct th_proc *p, int rc)
 {
     char report[1024];

@@ -83,6 +83,10 @@ bool th_alive(pid_t pid);
 /* The first sanitizer report line in log plus up to 3 frames outside
  * tests/ (" | "-separated) into out; "" when there is none. */
 void th_sanitizer_report(const char *log, char *out, size_t cap);
+/* The first line of the log file holding needle, into line (cap bytes,
+ * without its newline); false when there is none. A log that cannot be read
+ * aborts the test. */
+bool th_log_find(const char *log, const char *needle, char *line, size_t cap);
 /* Asserts a stopped process's status rc (from th_stop) is 0, quoting any
  * sanitizer report and the log path. */
 void th_check_exit0(const struct th_proc *p, int rc);

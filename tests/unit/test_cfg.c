@@ -610,6 +610,71 @@ START_TEST(test_soap_params)
 }
 END_TEST
 
+/* Preparation steps: their shape, unique names, captures of the action's
+ * kind (XPath for soap_job, JSON pointers for rest_job) under names that do
+ * not clash with the action's own state. */
+START_TEST(test_prepare_params)
+{
+    static const struct {
+        const char *steps, *want; /* want NULL: loads */
+    } soap[] = {
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\", \"body_text\": \"<c/>\"}, "
+         "\"capture\": {\"qid\": \"//t:NewObjectID\"}, \"cleanup\": {\"url\": \"http://s/\", "
+         "\"body_text\": \"<d>{{state:qid}}</d>\"}}]",
+         NULL},
+        {"[]", "invalid \"run_types.s.params.prepare\": expected an array of 1 to 16 steps"},
+        {"[{\"name\": \"mk\"}]", "missing \"run_types.s.params.prepare[0].request\""},
+        {"[{\"name\": \"a b\", \"request\": {\"url\": \"http://s/\"}}]",
+         "invalid \"run_types.s.params.prepare[0].name\": expected a name of letters, digits, _ "
+         "and -"},
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\"}}, {\"name\": \"mk\", "
+         "\"request\": {\"url\": \"http://s/\"}}]",
+         "invalid \"run_types.s.params.prepare[1].name\": \"mk\" is used twice"},
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\"}, \"undo\": {}}]",
+         "unknown key \"run_types.s.params.prepare[0].undo\""},
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\"}, "
+         "\"capture\": {\"q\": \"//[\"}}]",
+         "invalid \"run_types.s.params.prepare[0].capture.q\": expected an XPath expression"},
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\"}, "
+         "\"capture\": {\"prepared\": \"//x\"}}]",
+         "invalid \"run_types.s.params.prepare[0].capture.prepared\": a capture name is letters, "
+         "digits, _ and - and none of the action's own state keys"},
+        {"[{\"name\": \"mk\", \"request\": {\"url\": \"http://s/\"}, "
+         "\"cleanup\": {\"body_text\": \"x\"}}]",
+         "missing \"run_types.s.params.prepare[0].cleanup.url\""},
+    };
+    const char *ok = "\"start\": {\"url\": \"http://s/\", \"body_text\": \"<a/>\"}, "
+                     "\"status\": {\"url\": \"http://s/\", \"body_text\": \"<b/>\"}, "
+                     "\"task_id_xpath\": \"//t:ID\", \"status_xpath\": \"//t:S\", "
+                     "\"namespaces\": {\"t\": \"urn:t\"}";
+    char buf[2048];
+
+    for (size_t i = 0; i < sizeof(soap) / sizeof(soap[0]); i++) {
+        snprintf(buf, sizeof(buf),
+                 "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": "
+                 "{%s, \"prepare\": %s}}}}",
+                 ok, soap[i].steps);
+        if (soap[i].want)
+            ck_load_fails(buf, soap[i].want);
+        else
+            ck_load_ok(buf);
+    }
+    ck_load_ok("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+               "\"prepare\": [{\"name\": \"res\", \"request\": {\"url\": \"http://x/r\"}, "
+               "\"capture\": {\"rid\": \"/id\"}}], "
+               "\"submit\": {\"url\": \"http://x/jobs/{{state:rid}}\"}, \"id_pointer\": \"/id\", "
+               "\"status\": {\"url\": \"http://x/jobs/{{external_id}}\"}, "
+               "\"state_pointer\": \"/state\", \"state_map\": {\"DONE\": \"succeeded\"}}}}}");
+    ck_load_fails("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
+                  "\"prepare\": [{\"name\": \"res\", \"request\": {\"url\": \"http://x/r\"}, "
+                  "\"capture\": {\"rid\": \"id\"}}], "
+                  "\"submit\": {\"url\": \"http://x/jobs\"}, \"id_pointer\": \"/id\", "
+                  "\"status\": {\"url\": \"http://x/jobs/{{external_id}}\"}, "
+                  "\"state_pointer\": \"/state\", \"state_map\": {\"DONE\": \"succeeded\"}}}}}",
+                  "invalid \"run_types.j.params.prepare[0].capture.rid\": expected a JSON pointer");
+}
+END_TEST
+
 START_TEST(test_exec_params)
 {
     ck_load_ok("{\"run_types\": {\"x\": {\"action\": \"exec\", \"params\": {\"argv\": "
@@ -1098,6 +1163,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_poll_policy_and_rest_job);
     tcase_add_test(tc, test_exec_params);
     tcase_add_test(tc, test_soap_params);
+    tcase_add_test(tc, test_prepare_params);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_env_applies);
