@@ -70,26 +70,25 @@ void utf8_scrub(char *s)
     }
 }
 
-enum status error_set(struct error *err, enum status st, const char *fmt, ...)
+void error_message(struct error *err, const char *fmt, ...)
 {
     va_list ap;
 
     if (!err)
-        return st;
+        return;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
     utf8_scrub(err->message);
-    return st;
 }
 
-enum status error_field(struct error *err, enum status st, const char *field, const char *fmt, ...)
+void error_field_message(struct error *err, const char *field, const char *fmt, ...)
 {
     va_list ap;
     struct error_field *f;
 
     if (!err || err->nfields >= ERROR_MAX_FIELDS)
-        return st;
+        return;
     f = &err->fields[err->nfields++];
     snprintf(f->field, sizeof(f->field), "%s", field);
     va_start(ap, fmt);
@@ -103,7 +102,6 @@ enum status error_field(struct error *err, enum status st, const char *field, co
         utf8_scrub(first);
         memcpy(err->message, first, sizeof(first));
     }
-    return st;
 }
 
 bool str_in(const char *s, const char *const *set)

@@ -51,11 +51,24 @@ struct error {
     struct error_field fields[ERROR_MAX_FIELDS];
 };
 
-/* Sets err->message (NULL err is a no-op); returns st for tail calls. */
-enum status error_set(struct error *err, enum status st, const char *fmt, ...) PRINTF_LIKE(3, 4);
+/* Sets err->message (NULL err is a no-op); returns st for tail calls:
+ * return error_set(err, ST_INVALID, "unknown key \"%s\"", key). */
+#define error_set(err, st, ...) (error_message((err), __VA_ARGS__), error_status(st))
 /* Adds a field problem (dropped past ERROR_MAX_FIELDS); returns st. */
-enum status error_field(struct error *err, enum status st, const char *field, const char *fmt, ...)
-    PRINTF_LIKE(4, 5);
+#define error_field(err, st, field, ...)                                                           \
+    (error_field_message((err), (field), __VA_ARGS__), error_status(st))
+
+/* What error_set and error_field call. They are macros, not variadic
+ * functions, so that the status a failure returns is visible where it is
+ * returned: static analysis does not look into variadic functions, and
+ * would otherwise follow "return error_set(...)" as if it might be ST_OK. */
+void error_message(struct error *err, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void error_field_message(struct error *err, const char *field, const char *fmt, ...)
+    PRINTF_LIKE(3, 4);
+static inline enum status error_status(enum status st)
+{
+    return st;
+}
 
 /* Replaces, in place, every byte that is not part of a valid UTF-8 sequence
  * (including a sequence cut short by truncation) with '?', so the text can

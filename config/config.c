@@ -4,13 +4,13 @@
  * variable or the flag. */
 #include "config/config_internal.h"
 
+#include "common/dynbuf.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define FILE_MAX ((size_t)4 << 20)
 
 /* clang-format off */
 #define CFG_OFF(f) offsetof(struct config, f)
@@ -209,36 +209,33 @@ enum status cfg_load_json(struct config *cfg, const char *text, struct error *er
     return load_text(cfg, text, strlen(text), NULL, err);
 }
 
-/* The whole file, up to FILE_MAX bytes, in a heap buffer (free). */
+/* The whole file, up to CFG_FILE_MAX bytes, as a heap string (free). */
 static enum status read_file(const char *path, char **out, size_t *len, struct error *err)
 {
     FILE *f = fopen(path, "rb");
-    size_t cap = 4096, n = 0, got;
-    char *buf;
+    struct dynbuf b;
+    char chunk[4096];
+    size_t got;
+    enum status st = ST_OK;
 
     if (!f)
         return error_set(err, ST_INVALID, "could not open config file \"%s\": %s", path,
                          strerror(errno));
-    buf = xmalloc(cap);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n > FILE_MAX)
-            break;
-        if (n == cap) {
-            cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-    }
-    if (ferror(f) || n > FILE_MAX) {
-        bool big = n > FILE_MAX;
-        fclose(f);
-        free(buf);
-        return error_set(err, ST_INVALID, "could not read config file \"%s\": %s", path,
-                         big ? "larger than 4 MiB" : "read error");
-    }
+    dynbuf_init(&b, CFG_FILE_MAX);
+    while (st == ST_OK && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        st = dynbuf_add(&b, chunk, got);
+    if (st == ST_TOO_LARGE)
+        st = error_set(err, ST_INVALID, "could not read config file \"%s\": larger than %zu MiB",
+                       path, CFG_FILE_MAX >> 20);
+    else if (ferror(f))
+        st = error_set(err, ST_INVALID, "could not read config file \"%s\": read error", path);
     fclose(f);
-    *out = buf;
-    *len = n;
+    if (st != ST_OK) {
+        dynbuf_free(&b);
+        return st;
+    }
+    *len = dynbuf_len(&b);
+    *out = dynbuf_take(&b);
     return ST_OK;
 }
 

@@ -147,7 +147,8 @@ void cfg_cleanup(struct config *cfg);
  * may hold part of the document but stays valid for cfg_cleanup. */
 enum status cfg_load_json(struct config *cfg, const char *text, struct error *err) WUR;
 /* As cfg_load_json, and records path as config_path with source "flag";
- * cfg_load_env credits OPSRUN_CONFIG instead when it names the same file. */
+ * cfg_load_env credits OPSRUN_CONFIG instead when it names the same file.
+ * A file larger than 4 MiB is ST_INVALID, and nothing of it is applied. */
 enum status cfg_load_file(struct config *cfg, const char *path, struct error *err) WUR;
 /* Applies OPSRUN_LISTEN, OPSRUN_DATABASE_URL, OPSRUN_CONFIG (file loaded by
  * the caller first), OPSRUN_WORKERS, OPSRUN_LOG_LEVEL; getenv_fn is getenv

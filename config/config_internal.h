@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+/* The largest config file: 4 MiB (docs/configuration.md). */
+#define CFG_FILE_MAX ((size_t)4 << 20)
 #define KEY_MAX 256
 #define NAME_MAX_LEN 64
 

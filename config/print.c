@@ -3,29 +3,34 @@
  * the secrets of the database URL masked. */
 #include "config/config_internal.h"
 
+#include "common/dynbuf.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #define MASK "****"
 #define WS " \t\n\r\f\v"
 
+/* The longest masked connection string. Each MASK replaces the value after
+ * a "password=" or "sslpassword=" (at least 9 bytes of the source), or the
+ * one password of the user info, so a result is less than twice its source
+ * plus MASK; a source is at most a config file long (a variable or a flag
+ * is shorter). No loadable configuration reaches the cap; past it the value
+ * would show as null, never unmasked. */
+#define MASKED_MAX (2 * CFG_FILE_MAX + sizeof(MASK))
+
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 static const char *const source_names[] = {"default", "file", "env", "flag"};
 
 struct sbuf {
-    char *p;
-    size_t len, cap;
+    struct dynbuf d;
+    bool too_large; /* an add was refused: the result is NULL */
 };
 
 static void sb_putn(struct sbuf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    if (!b->too_large && dynbuf_add(&b->d, s, n) != ST_OK)
+        b->too_large = true;
 }
 
 static void sb_puts(struct sbuf *b, const char *s)
@@ -122,16 +127,21 @@ static void mask_kv(struct sbuf *b, const char *s)
     }
 }
 
+/* url with its secrets masked (heap), or NULL past MASKED_MAX. */
 static char *mask_dburl(const char *url)
 {
-    struct sbuf b = {0};
+    struct sbuf b = {.too_large = false};
 
-    sb_puts(&b, "");
+    dynbuf_init(&b.d, MASKED_MAX);
     if (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0)
         mask_uri(&b, url);
     else
         mask_kv(&b, url);
-    return b.p;
+    if (b.too_large) {
+        dynbuf_free(&b.d);
+        return NULL;
+    }
+    return dynbuf_take(&b.d);
 }
 
 /* Strings from the environment need not be UTF-8; they show as null. */

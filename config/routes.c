@@ -83,7 +83,7 @@ static enum status route_apply_key(struct route *r, const char *key, const json_
 
     if (strcmp(key, "match") == 0)
         return load_matches(r, v, path, err);
-    if (strcmp(key, "run_type") != 0 && strcmp(key, "on_resolved") != 0)
+    if (!STR_IN(key, "run_type", "on_resolved"))
         return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
     if (!json_is_string(v))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", path);
@@ -92,7 +92,7 @@ static enum status route_apply_key(struct route *r, const char *key, const json_
         r->run_type = xstrdup(s);
         return ST_OK;
     }
-    if (strcmp(s, "ignore") != 0 && strcmp(s, "cancel") != 0)
+    if (!STR_IN(s, "ignore", "cancel"))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected \"ignore\" or \"cancel\"",
                          path);
     r->on_resolved_cancel = strcmp(s, "cancel") == 0;

@@ -409,6 +409,7 @@ void dispatch_wake(struct engine *e)
 /* Hands back the runs claimed but not started, at shutdown. */
 static void dispatch_release_queued(struct engine *e)
 {
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     struct run **runs = xcalloc((size_t)e->nslots, sizeof(*runs));
     struct db *db = NULL;
     struct error err = {0};

@@ -36,6 +36,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     cond_init_monotonic(&e->bell_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
     e->stop_efd = -1;
     e->on_queue = dispatch_wake;

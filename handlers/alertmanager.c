@@ -129,17 +129,21 @@ enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *o
     return err && err->nfields > before ? ST_INVALID : ST_OK;
 }
 
-void am_alert_identity(const char *tenant, const char *type, const struct am_alert *a, char out[65])
+enum status am_alert_identity(const char *tenant, const char *type, const struct am_alert *a,
+                              char out[65], struct error *err)
 {
     char *canon;
 
     if (a->fingerprint) {
         identity_hash(tenant, type, "fingerprint", a->fingerprint, out);
-        return;
+        return ST_OK;
     }
     canon = canon_json(a->labels);
+    if (!canon)
+        return error_set(err, ST_INTERNAL, "could not build the canonical JSON of the labels");
     identity_hash(tenant, type, "labels", canon, out);
     free(canon);
+    return ST_OK;
 }
 
 json_t *am_alert_input(const struct am_envelope *env, const json_t *alert)
@@ -220,10 +224,10 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
     bool dedup = false;
     const struct intake_run in = {
         .type = rt, .input = input, .identity_hash = identity, .request_hash = request};
-    enum status st;
+    enum status st = intake_request_hash(input, request, err);
 
-    intake_request_hash(input, request);
-    st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
+    if (st == ST_OK)
+        st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
     if (st == ST_OK) {
         dedup ? b->joined++ : b->created++;
         *result = intake_result(run, dedup);
@@ -258,9 +262,10 @@ static enum status alert_one(struct am_batch *b, size_t index, const json_t *ale
         json_array_append_new(b->results, alert_error(index, &a, 422, &err));
         return ST_OK;
     }
-    am_alert_identity(b->rq->tenant, rt->name, &a, identity);
-    st = a.resolved ? alert_resolved(b, route, identity, &result, &err)
-                    : alert_firing(b, rt, alert, identity, &result, &err);
+    st = am_alert_identity(b->rq->tenant, rt->name, &a, identity, &err);
+    if (st == ST_OK)
+        st = a.resolved ? alert_resolved(b, route, identity, &result, &err)
+                        : alert_firing(b, rt, alert, identity, &result, &err);
     if (st != ST_OK) {
         LOG(LOG_WARN, "alertmanager alert %zu failed: %s", index, err.message);
         return st;

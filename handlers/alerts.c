@@ -120,23 +120,29 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 
-/* Fills the identity and request hashes of a submission. */
-static void submission_hashes(const char *tenant, const struct run_type *rt,
-                              const struct submission *s, const json_t *body, char identity[65],
-                              char request[65])
+/* Fills the identity and request hashes of a submission; ST_INTERNAL when
+ * a canonical JSON text cannot be built (jansson could not allocate). */
+static enum status submission_hashes(const char *tenant, const struct run_type *rt,
+                                     const struct submission *s, const json_t *body,
+                                     char identity[65], char request[65], struct error *err)
 {
+    enum status st = intake_request_hash(body, request, err);
     char *canon;
 
-    intake_request_hash(body, request);
+    if (st != ST_OK)
+        return st;
     if (s->dedupe_key) {
         identity_hash(tenant, rt->name, "dedupe_key", s->dedupe_key, identity);
     } else if (s->run_id) {
         identity_hash(tenant, rt->name, "run_id", s->run_id, identity);
     } else {
         canon = canon_json(s->data);
+        if (!canon)
+            return error_set(err, ST_INTERNAL, "could not build the canonical JSON of \"data\"");
         identity_hash(tenant, rt->name, "data", canon, identity);
         free(canon);
     }
+    return ST_OK;
 }
 
 /* The long-poll's refresh: the run's status and outcome as they are now,
@@ -188,7 +194,9 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
     }
     if (!s.data)
         s.data = empty;
-    submission_hashes(rq->tenant, rt, &s, rq->body, identity, request);
+    st = submission_hashes(rq->tenant, rt, &s, rq->body, identity, request, err);
+    if (st != ST_OK)
+        goto out;
     if (s.has_run_at)
         time_format_rfc3339(s.run_at_us, run_at, sizeof(run_at));
     st = db_pool_get(hc->pool, &db, err);

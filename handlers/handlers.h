@@ -134,9 +134,10 @@ struct am_alert {
 enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *out,
                            struct error *err) WUR;
 /* The alert's identity: its fingerprint when present, otherwise a hash of
- * its labels (canonical JSON), within tenant and run type. */
-void am_alert_identity(const char *tenant, const char *type, const struct am_alert *a,
-                       char out[65]);
+ * its labels (canonical JSON), within tenant and run type. ST_INTERNAL when
+ * the labels' canonical JSON cannot be built (jansson could not allocate). */
+enum status am_alert_identity(const char *tenant, const char *type, const struct am_alert *a,
+                              char out[65], struct error *err) WUR;
 /* The run's input: the whole alert, plus the group's receiver, externalURL
  * and groupKey. New reference. */
 json_t *am_alert_input(const struct am_envelope *env, const json_t *alert);

@@ -25,12 +25,15 @@ enum status intake_submit(struct db *db, const char *tenant, const struct intake
     return store_runs_submit(db, &rn, out, dedup, err);
 }
 
-void intake_request_hash(const json_t *doc, char out[65])
+enum status intake_request_hash(const json_t *doc, char out[65], struct error *err)
 {
     char *canon = canon_json(doc);
 
+    if (!canon)
+        return error_set(err, ST_INTERNAL, "could not build the canonical JSON of the request");
     sha256_hex(canon, strlen(canon), out);
     free(canon);
+    return ST_OK;
 }
 
 json_t *intake_result(const struct run *run, bool dedup)

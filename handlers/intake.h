@@ -30,8 +30,9 @@ struct intake_run {
  * the caller's connection. */
 enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
                           struct run **out, bool *dedup, struct error *err) WUR;
-/* The request hash of doc: lower-case hex SHA-256 of its canonical JSON. */
-void intake_request_hash(const json_t *doc, char out[65]);
+/* The request hash of doc: lower-case hex SHA-256 of its canonical JSON.
+ * ST_INTERNAL when canon_json fails (jansson could not allocate). */
+enum status intake_request_hash(const json_t *doc, char out[65], struct error *err) WUR;
 /* {"run_id", "status", "outcome", "deduplicated", "links": {...}}: new ref. */
 json_t *intake_result(const struct run *run, bool dedup);
 

@@ -559,6 +559,7 @@ struct hub *hub_new(const struct hub_options *o)
     struct hub *h = xcalloc(1, sizeof(*h));
 
     h->o = *o;
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     h->ring = xcalloc((size_t)o->ring_frames, sizeof(*h->ring));
     pthread_mutex_init(&h->mu, NULL);
     cond_init_monotonic(&h->cv);
@@ -653,6 +654,7 @@ void hub_stats(struct hub *h, struct hub_stats *out)
 
 void hub_inject(struct hub *h, const struct event_row *rows, size_t n, int64_t pos)
 {
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     struct frame **frames = xcalloc(n ? n : 1, sizeof(*frames));
     size_t k = 0;
 

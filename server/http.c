@@ -521,7 +521,8 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-/* Resolves "host:port" / "[v6]:port" into addr. */
+/* Resolves "host:port" / "[v6]:port". *addr and *port are set on ST_OK
+ * only. */
 static enum status http_resolve(const char *listen, struct sockaddr_storage *addr, unsigned *port,
                                 struct error *err)
 {

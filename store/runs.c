@@ -100,6 +100,7 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
     struct run *run;
     json_t *j = json_loads(db_val(r, row, 0), 0, &jerr);
 
+    *out = NULL;
     if (!j)
         return error_set(err, ST_INTERNAL, "could not parse run JSON: %s", jerr.text);
     run = xcalloc(1, sizeof(*run));

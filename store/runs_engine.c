@@ -147,6 +147,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     free(carr);
     if (st != ST_OK)
         return st;
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     *out = xcalloc((size_t)PQntuples(r) + 1, sizeof(**out));
     for (int i = 0; i < PQntuples(r); i++) {
         struct run *run;

@@ -29,7 +29,8 @@
     "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "       \
     "message) SELECT tenant, id, " type ", status, outcome, progress, step, " message " FROM upd)"
 
-/* Builds a run from the first RUN_NCOLS columns of row. */
+/* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
+ * new run (run_free); on failure it is NULL and err says why. */
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err) WUR;
 
 #endif

@@ -22,8 +22,10 @@
 
 /* ---- placeholders ---------------------------------------------------------- */
 
-/* One placeholder's value: text (heap) and, for JSON bodies, a JSON value
- * (new reference). */
+/* One placeholder's value: text and, for JSON bodies, a JSON value. On
+ * ST_OK *text (when text is not NULL) is a heap string, never NULL, and
+ * *json (when json is not NULL) a new reference; on failure neither is set
+ * and err names the placeholder. */
 static enum status placeholder_value(const char *name, const struct remote_vars *v, char **text,
                                      json_t **json, struct error *err)
 {
@@ -58,10 +60,13 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
         return error_set(err, ST_INVALID, "placeholder {{%s}} has no value here", name);
     }
     if (!j)
-        abort();
-    if (text)
+        abort(); /* jansson could not allocate: as xmalloc does */
+    if (text) {
         *text = json_is_string(j) ? xstrdup(json_string_value(j))
                                   : json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!*text)
+            abort(); /* the same: json_dumps of a valid value fails only so */
+    }
     if (json)
         *json = j;
     else

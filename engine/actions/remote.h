@@ -127,8 +127,9 @@ bool remote_cleanup_hook(struct run_ctx *rc);
  * {{env:NAME}} set); errors name path. */
 enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
 
-/* Template expansion (exposed for tests). *out is heap. ST_INVALID for a
- * placeholder with no value or a result longer than 512 MiB. */
+/* Template expansion (exposed for tests). On ST_OK *out is a heap string,
+ * never NULL; otherwise it is NULL. ST_INVALID for a placeholder with no
+ * value or a result longer than 512 MiB. */
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err) WUR;
 #define REMOTE_RAW 0

@@ -113,8 +113,7 @@ static enum status simulate_check_params(const json_t *params, const char *path,
 
     json_object_foreach((json_t *)params, key, v)
     {
-        if (strcmp(key, "duration_ms") != 0 && strcmp(key, "steps") != 0 &&
-            strcmp(key, "fail") != 0)
+        if (!STR_IN(key, "duration_ms", "steps", "fail"))
             return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
     }
     return simulate_params(params, path, &d, &steps, &f, &n, err);

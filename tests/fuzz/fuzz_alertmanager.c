@@ -30,7 +30,8 @@ static void one_alert(const struct config *cfg, const struct am_envelope *env, s
         fuzz_check_error(ST_UNPROCESSABLE, &err);
         return;
     }
-    am_alert_identity("default", rt->name, &a, identity);
+    /* Labels parsed from text are valid UTF-8: they always have an identity. */
+    FUZZ_CHECK(am_alert_identity("default", rt->name, &a, identity, &err) == ST_OK);
     FUZZ_CHECK(strlen(identity) == 64 && strspn(identity, "0123456789abcdef") == 64);
     if (!a.resolved) {
         json_t *input = am_alert_input(env, alert);

@@ -91,10 +91,25 @@ static const char *query_get(const struct request *rq, const char *key)
 /* Calls fn as server/http.c does: the default tenant, path_id (NULL: none),
  * query q (NULL: none) and body parsed as the server parses it (NULL: no
  * body). rp is initialised here; the caller cleans it up. */
+/* As call, with a body built in C (one the server's parser might not make). */
+static enum status call_json(handler_fn fn, const char *path_id, struct query *q, json_t *body,
+                             struct reply *rp)
+{
+    static struct query none;
+
+    reply_init(rp);
+    return fn(&g_hc,
+              &(struct request){.path_id = path_id,
+                                .tenant = "default",
+                                .body = body,
+                                .query = query_get,
+                                .query_arg = q ? q : &none},
+              rp);
+}
+
 static enum status call(handler_fn fn, const char *path_id, struct query *q, const char *body,
                         struct reply *rp)
 {
-    static struct query none;
     json_error_t jerr;
     json_t *j = NULL;
     enum status st;
@@ -103,14 +118,7 @@ static enum status call(handler_fn fn, const char *path_id, struct query *q, con
         j = json_loads(body, JSON_REJECT_DUPLICATES, &jerr);
         ck_assert_msg(j != NULL, "test body %s: %s", body, jerr.text);
     }
-    reply_init(rp);
-    st = fn(&g_hc,
-            &(struct request){.path_id = path_id,
-                              .tenant = "default",
-                              .body = j,
-                              .query = query_get,
-                              .query_arg = q ? q : &none},
-            rp);
+    st = call_json(fn, path_id, q, j, rp);
     json_decref(j);
     return st;
 }
@@ -447,6 +455,40 @@ START_TEST(alerts_create_alertmanager)
 }
 END_TEST
 
+/* A body without a canonical JSON text (a string that is not UTF-8, which
+ * only a *_nocheck constructor makes; in production canon_json fails so
+ * only when jansson cannot allocate) is a 500 problem, before any run is
+ * written: for the generic body, and for an Alertmanager alert whose labels
+ * are its identity. */
+START_TEST(alerts_create_without_canonical_json)
+{
+    static const char internal[] =
+        "{\"type\":\"about:blank\",\"title\":\"Internal Server Error\",\"status\":500,"
+        "\"detail\":\"internal error; see the server log\"}";
+    json_t *generic = json_pack("{s:s, s:{s:o}}", "alert_type", "demo", "data", "bad",
+                                json_string_nocheck("\xff"));
+    json_t *am =
+        json_pack("{s:s, s:[{s:s, s:{s:s, s:o}}]}", "version", "4", "alerts", "status", "firing",
+                  "labels", "alertname", "demo", "bad", json_string_nocheck("\xff"));
+    struct reply rp;
+
+    ck_assert_ptr_nonnull(generic);
+    ck_assert_ptr_nonnull(am);
+    hc_open("it_handlers_canon", 2, 2000);
+    ck_assert_int_eq(call_json(handle_alerts_create, NULL, NULL, generic, &rp), ST_INTERNAL);
+    expect_reply(&rp, 500, true, internal);
+    expect_headers(&rp, 0, NULL, NULL);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(call_json(handle_alerts_create, NULL, NULL, am, &rp), ST_INTERNAL);
+    expect_reply(&rp, 500, true, internal);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 0);
+    json_decref(generic);
+    json_decref(am);
+    hc_close();
+}
+END_TEST
+
 /* ---- GET /runs/{id} --------------------------------------------------- */
 
 START_TEST(runs_get_found_and_missing)
@@ -755,6 +797,7 @@ int main(void)
     tcase_add_test(tc, alerts_create_invalid);
     tcase_add_test(tc, alerts_create_wait);
     tcase_add_test(tc, alerts_create_alertmanager);
+    tcase_add_test(tc, alerts_create_without_canonical_json);
     suite_add_tcase(s, tc);
 
     tc = tcase("runs", 60);

@@ -12,7 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* After the system headers: common.h poisons names some of them declare. */
+#include "common/dynbuf.h"
+
 #define MAX_JOBS 20000
+/* The longest request body the fake keeps: far above any opsrun sends it. */
+#define BODY_MAX ((size_t)64 << 20)
 
 static struct MHD_Daemon *daemon_;
 static int port_;
@@ -667,42 +672,39 @@ static enum MHD_Result on_rest(struct MHD_Connection *c, const char *what, const
     return answer(c, 200, out);
 }
 
-struct body {
-    char *p;
-    size_t n;
-};
-
+/* *con_cls is the request body, a heap struct dynbuf; the handlers below get
+ * its text, NULL when it is empty. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *size, void **con_cls)
 {
-    struct body *b = *con_cls;
+    struct dynbuf *b = *con_cls;
     char id[64];
 
     (void)cls, (void)version;
     if (!b) {
-        *con_cls = calloc(1, sizeof(*b));
+        b = xmalloc(sizeof(*b));
+        dynbuf_init(b, BODY_MAX);
+        *con_cls = b;
         return MHD_YES;
     }
     if (*size) {
-        b->p = realloc(b->p, b->n + *size + 1);
-        memcpy(b->p + b->n, data, *size);
-        b->n += *size;
-        b->p[b->n] = '\0';
+        if (dynbuf_add(b, data, *size) != ST_OK)
+            return MHD_NO; /* past BODY_MAX: drop the connection */
         *size = 0;
         return MHD_YES;
     }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/jobs") == 0)
-        return on_submit(c, b->p);
+        return on_submit(c, dynbuf_ptr(b));
     if (strcmp(method, "POST") == 0 && strcmp(url, "/soap") == 0)
-        return on_soap(c, b->p);
+        return on_soap(c, dynbuf_ptr(b));
     if (strcmp(method, "GET") == 0 && strncmp(url, "/rest/", 6) == 0) {
         char what[32], qid[40];
         if (sscanf(url, "/rest/%31[^/]/%39[^/]", what, qid) == 2)
             return on_rest(c, what, qid);
     }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/call") == 0)
-        return on_call(c, b->p, port_);
+        return on_call(c, dynbuf_ptr(b), port_);
     if (sscanf(url, "/status/%63[^/]", id) == 1) {
         if (strcmp(method, "GET") == 0)
             return on_call_status(c, id);
@@ -724,11 +726,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe)
 {
-    struct body *b = *con_cls;
+    struct dynbuf *b = *con_cls;
 
     (void)cls, (void)c, (void)toe;
     if (b) {
-        free(b->p);
+        dynbuf_free(b);
         free(b);
     }
     *con_cls = NULL;

@@ -18,6 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* After the system headers: common.h poisons names some of them declare. */
+#include "common/dynbuf.h"
+
 #define MAX_PROCS 64
 static pid_t procs[MAX_PROCS];
 
@@ -269,20 +272,14 @@ char *th_config_file(const char *name, const char *json)
     return path;
 }
 
-struct buf {
-    char *p;
-    size_t n;
-};
+/* The longest answer th_http keeps: far above any a test reads. */
+#define TH_BODY_MAX ((size_t)256 << 20)
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
-    struct buf *b = arg;
     size_t n = size * nmemb;
-    b->p = realloc(b->p, b->n + n + 1);
-    memcpy(b->p + b->n, ptr, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return n;
+
+    return dynbuf_add(arg, ptr, n) == ST_OK ? n : 0; /* 0 fails the transfer */
 }
 
 static void copy_header(const char *line, size_t n, const char *name, char *out, size_t cap)
@@ -315,11 +312,12 @@ bool th_http(const char *method, const char *url, const char *content_type, cons
 {
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
-    struct buf b = {0};
+    struct dynbuf b;
     char ct[160];
     CURLcode rc;
 
     memset(r, 0, sizeof(*r));
+    dynbuf_init(&b, TH_BODY_MAX);
     if (!url)
         return false;
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -348,7 +346,7 @@ bool th_http(const char *method, const char *url, const char *content_type, cons
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
-    r->body = b.p ? b.p : strdup("");
+    r->body = dynbuf_take(&b);
     if (rc == CURLE_OK && r->body[0])
         r->json = json_loads(r->body, 0, NULL);
     return rc == CURLE_OK;

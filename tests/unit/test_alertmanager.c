@@ -401,7 +401,8 @@ static void identity_of(const char *tenant, const char *type, const char *alert_
     struct error err = {0};
 
     ck_assert_msg(am_parse_alert(alert, 0, &a, &err) == ST_OK, "%s: %s", alert_json, err.message);
-    am_alert_identity(tenant, type, &a, out);
+    ck_assert_msg(am_alert_identity(tenant, type, &a, out, &err) == ST_OK, "%s: %s", alert_json,
+                  err.message);
     json_decref(alert);
 }
 
@@ -525,6 +526,24 @@ START_TEST(identity_tenant_and_type)
 }
 END_TEST
 
+/* Labels with no canonical JSON (here a string that is not UTF-8, which only
+ * a *_nocheck constructor can make) fail the identity; they never hash. */
+START_TEST(identity_without_canonical_labels)
+{
+    json_t *alert = parse("{\"status\": \"firing\", \"labels\": {\"alertname\": \"X\"}}");
+    struct am_alert a;
+    struct error err = {0};
+    char out[65] = "";
+
+    json_object_set_new(json_object_get(alert, "labels"), "bad", json_string_nocheck("\xff"));
+    ck_assert_int_eq(am_parse_alert(alert, 0, &a, &err), ST_OK);
+    ck_assert_int_eq(am_alert_identity("default", "demo", &a, out, &err), ST_INTERNAL);
+    ck_assert_str_eq(err.message, "could not build the canonical JSON of the labels");
+    ck_assert_str_eq(out, "");
+    json_decref(alert);
+}
+END_TEST
+
 /* ---- am_alert_input ---- */
 
 START_TEST(input_whole_alert_plus_group)
@@ -619,6 +638,7 @@ static Suite *alertmanager_suite(void)
     tcase_add_test(i, identity_labels_fallback);
     tcase_add_test(i, identity_kinds_are_separate);
     tcase_add_test(i, identity_tenant_and_type);
+    tcase_add_test(i, identity_without_canonical_labels);
     suite_add_tcase(s, i);
 
     tcase_add_test(n, input_whole_alert_plus_group);

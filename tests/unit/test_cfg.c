@@ -910,6 +910,45 @@ START_TEST(test_load_file_errors)
 }
 END_TEST
 
+/* A document padded with spaces to exactly size bytes (heap). */
+static char *padded(const char *doc, size_t size)
+{
+    char *text = malloc(size + 1);
+
+    ck_assert_ptr_nonnull(text);
+    memset(text, ' ', size);
+    memcpy(text, doc, strlen(doc));
+    text[size] = '\0';
+    return text;
+}
+
+/* The file may be 4 MiB; one byte more is refused whole, naming the limit. */
+START_TEST(test_load_file_too_large)
+{
+    const size_t max = (size_t)4 << 20;
+    char *text = padded("{\"queue\": {\"workers\": 2}}", max + 1), *path = write_temp(text);
+    char want[512];
+    struct error err = {0};
+
+    ck_assert_int_eq(cfg_load_file(&cfg, path, &err), ST_INVALID);
+    snprintf(want, sizeof(want), "could not read config file \"%s\": larger than 4 MiB", path);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(cfg.queue.workers, 8);
+    ck_assert_ptr_null(cfg.config_path);
+    unlink(path);
+    free(path);
+    free(text);
+
+    text = padded("{\"queue\": {\"workers\": 3}}", max);
+    path = write_temp(text);
+    ck_assert_int_eq(cfg_load_file(&cfg, path, &err), ST_OK);
+    ck_assert_int_eq(cfg.queue.workers, 3);
+    unlink(path);
+    free(path);
+    free(text);
+}
+END_TEST
+
 /* ---- routing ---- */
 
 static const char routing_file[] =
@@ -1173,6 +1212,7 @@ static Suite *cfg_suite(void)
     tcase_add_loop_test(tc, test_bad_flag, 0, (int)(sizeof(bad_flags) / sizeof(bad_flags[0])));
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_load_file_errors);
+    tcase_add_test(tc, test_load_file_too_large);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tr, setup, teardown);
