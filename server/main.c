@@ -144,7 +144,8 @@ static struct db_options db_opts(const struct config *cfg, const char *app)
     };
 }
 
-/* Connects and migrates, retrying while the database is starting up. */
+/* Connects and migrates, retrying for up to wait_s while the database is
+ * starting up (wait_s 0: one try). */
 static int migrate(const struct config *cfg, int wait_s)
 {
     const struct db_options opt = db_opts(cfg, "opsrun-migrate");
@@ -159,7 +160,7 @@ static int migrate(const struct config *cfg, int wait_s)
         if (st == ST_OK)
             st = store_migrate(db, &applied, &err);
         db_close(db);
-        if (st != ST_UNAVAILABLE || clock_mono_ms() > give_up)
+        if (st != ST_UNAVAILABLE || clock_mono_ms() >= give_up)
             break;
         LOG(LOG_WARN, "database not reachable yet, retrying: %s", err.message);
         sleep(1);

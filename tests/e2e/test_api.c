@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1167,6 +1168,33 @@ START_TEST(test_sigterm_short_grace)
 }
 END_TEST
 
+/* `opsrun migrate` against a database that refuses connections: one try,
+ * exit 1, one error line naming the cause, no retry (serve waits up to
+ * 30 s; migrate is for scripts that do their own retrying). */
+START_TEST(test_migrate_once)
+{
+    char cmd[1024], line[1024];
+    int errors = 0, retries = 0, rc;
+    long long t0 = th_now_ms();
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd),
+             "'%s' migrate --database-url 'postgresql://127.0.0.1:1/none?connect_timeout=2' 2>&1",
+             getenv("OPSRUN_BIN"));
+    f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f)) {
+        errors += strstr(line, "could not migrate") != NULL;
+        retries += strstr(line, "retrying") != NULL;
+    }
+    rc = pclose(f);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "migrate exited %d", rc);
+    ck_assert_int_eq(errors, 1);
+    ck_assert_int_eq(retries, 0);
+    ck_assert_msg(th_now_ms() - t0 < 1500, "migrate took %lld ms", th_now_ms() - t0);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("e2e_api");
@@ -1188,6 +1216,7 @@ static Suite *api_suite(void)
         {"sigterm_drain", test_sigterm_drain},
         {"sigterm_grace", test_sigterm_short_grace},
         {"sigterm_twice", test_sigterm_twice},
+        {"migrate_once", test_migrate_once},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
