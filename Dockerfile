@@ -1,7 +1,17 @@
 # syntax=docker/dockerfile:1
 # opsrun container image.
 #   docker build -t opsrun .
-#   docker run --rm -p 8080:8080 -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
+#   docker run --rm opsrun token new --name ci --tenant acme --scopes submit,read
+#     (line 1: the token, for the client; line 2: its entry for "auth": {"tokens": [...]}
+#     in opsrun.json)
+#   docker run --rm -p 8080:8080 -v "$PWD/opsrun.json:/etc/opsrun.json:ro" \
+#     -e OPSRUN_CONFIG=/etc/opsrun.json -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
+# The image listens on 0.0.0.0:8080, so it serves only with auth.tokens
+# configured; without them it exits 2 naming auth.tokens. To try it on your
+# own machine without tokens:
+#   docker run --rm -p 127.0.0.1:8080:8080 -e OPSRUN_DATABASE_URL=... opsrun \
+#     serve --listen 0.0.0.0:8080 --insecure-no-auth
+# opsrun speaks plain HTTP: put a TLS proxy in front of it (docs/operations.md).
 # Migrations are embedded in the binary; `serve` applies them at start
 # (or run `docker run ... opsrun migrate` first).
 # Every event stream is a connection: for many SSE clients give the container

@@ -33,6 +33,8 @@ enum status {
     ST_INTERNAL,      /* a bug or resource failure: 500 */
     ST_BUSY,          /* a limit of this process (stream subscribers, shutdown): 503, the
                          message is shown to the client */
+    ST_UNAUTHORIZED,  /* no valid credential: 401 */
+    ST_FORBIDDEN,     /* a valid credential without the right: 403 */
 };
 
 const char *status_name(enum status st);

@@ -156,6 +156,40 @@ void sha256_hex(const void *data, size_t n, char out[65])
     hex_lower(md, sizeof(md), out);
 }
 
+/* The OR of every byte's difference, so the loop never ends early; the
+ * volatile accumulator keeps the compiler from turning it into memcmp. */
+bool ct_equal(const void *a, const void *b, size_t n)
+{
+    const volatile unsigned char *x = a, *y = b;
+    volatile unsigned char acc = 0;
+
+    for (size_t i = 0; i < n; i++)
+        acc = (unsigned char)(acc | (x[i] ^ y[i]));
+    return acc == 0;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool hex_decode(const char *hex, unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_value(hex[2 * i]), lo = hi < 0 ? -1 : hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return hex[2 * n] == '\0';
+}
+
 /* ---- canonical JSON --------------------------------------------------- */
 
 /* Containers nested deeper than jansson's own parser allows render as null,
@@ -688,6 +722,11 @@ static bool b64url_decode(const char *in, size_t n, unsigned char *out, size_t c
         return false;
     *len_out = len;
     return true;
+}
+
+void base64url_encode(const void *in, size_t n, char *out)
+{
+    b64url_encode(in, n, out);
 }
 
 char *cursor_encode(int64_t created_us, const char *id)

@@ -20,6 +20,16 @@ void sha256_update(struct sha256 *s, const void *data, size_t n);
 void sha256_final(struct sha256 *s, unsigned char out[32]);
 void sha256_hex(const void *data, size_t n, char out[65]);
 
+/* Whether the n bytes at a and b are equal, in a time that depends on n
+ * only, never on where they differ (for comparing secrets' digests). */
+bool ct_equal(const void *a, const void *b, size_t n);
+/* Lower- or upper-case hex of exactly 2 * n digits into n bytes; false for
+ * anything else (out may then hold part of the value). */
+bool hex_decode(const char *hex, unsigned char *out, size_t n);
+/* base64url without padding (RFC 4648 section 5); out holds
+ * (n * 4 + 2) / 3 + 1 bytes. */
+void base64url_encode(const void *in, size_t n, char *out);
+
 /* Canonical JSON: objects with keys sorted by bytes, compact, no spaces,
  * integers as integers, reals with "%.17g", strings with jansson escaping.
  * Returns a heap string (free), never NULL for a valid json_t whose text is

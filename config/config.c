@@ -64,6 +64,9 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_INT,  sse.send_buffer_bytes,        262144,  4096, 16777216),
     {.key = "default_route", .type = OPT_STR, .flags = OPT_NULL, .off = CFG_OFF(default_route),
      .check = check_name},
+    CFG_NUM(OPT_BOOL, auth.open_health,             0,       0,    0),
+    {.key = "auth.insecure_no_auth", .env = "OPSRUN_INSECURE_NO_AUTH", .flag = "insecure-no-auth",
+     .type = OPT_BOOL, .def = 0, .off = CFG_OFF(auth.insecure_no_auth)},
 };
 const size_t cfg_nopts = ARRAY_LEN(cfg_opts);
 /* clang-format on */
@@ -107,6 +110,7 @@ void cfg_cleanup(struct config *cfg)
             opt_store_str(cfg, &cfg_opts[i], NULL);
     rt_free_all(cfg);
     routes_free(cfg->routes, cfg->nroutes);
+    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -144,6 +148,8 @@ static enum status load_value(struct config *cfg, const char *parent, const char
         xsnprintf(path, sizeof(path), "%s.%s", parent, key);
     else
         xsnprintf(path, sizeof(path), "%s", key);
+    if (!dotted && strcmp(path, "auth.tokens") == 0)
+        return load_auth_tokens(cfg, v, err);
     if (!dotted && (o = file_opt(path)) != NULL) {
         xsnprintf(label, sizeof(label), "\"%s\"", path);
         if (opt_from_json(cfg, o, v, label, err) != ST_OK)

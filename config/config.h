@@ -67,6 +67,28 @@ struct route {
     bool on_resolved_cancel; /* "cancel"; false = "ignore" (default) */
 };
 
+/* What a token may do: the bits of auth_token.scopes. */
+enum auth_scope {
+    SCOPE_SUBMIT = 1u << 0, /* POST /alerts, the Alertmanager webhook included */
+    SCOPE_READ = 1u << 1,   /* runs, events, streams, long-polls */
+    SCOPE_CANCEL = 1u << 2, /* POST /runs/{id}/cancel (and retry) */
+    SCOPE_HEALTH = 1u << 3, /* GET /healthz when auth.open_health is false */
+    SCOPE_ADMIN = 1u << 4,  /* every scope, in every tenant */
+};
+/* "submit", "read", "cancel", "health", "admin"; false for anything else. */
+bool auth_scope_parse(const char *name, unsigned *bit);
+/* The name of one scope bit, "" for anything else. */
+const char *auth_scope_name(unsigned bit);
+
+/* One entry of auth.tokens. The token itself is never stored: only its
+ * SHA-256, compared in constant time (handlers/auth.h). */
+struct auth_token {
+    char *name;   /* unique; the runs it submits carry it as initiator */
+    char *tenant; /* the tenant it works in */
+    unsigned scopes;
+    unsigned char sha256[32];
+};
+
 struct config {
     const struct cfg_actions *actions; /* borrowed; outlives the configuration */
 
@@ -124,6 +146,13 @@ struct config {
         int send_buffer_bytes; /* kernel send buffer per stream (SO_SNDBUF), default 256 KiB */
     } sse;
 
+    struct {
+        struct auth_token *tokens; /* none: no authentication (loopback only) */
+        size_t ntokens;
+        bool open_health;      /* /healthz without a token; default false */
+        bool insecure_no_auth; /* serve without tokens on any address */
+    } auth;
+
     struct run_type *run_types;
     size_t nrun_types;
     struct route *routes;
@@ -167,6 +196,19 @@ void cfg_mark_source(struct config *cfg, const char *key, enum cfg_source src);
 /* Cross-field checks after every source: orphan_after_s > heartbeat, routes
  * name existing run types, "demo"-free configs, and so on. */
 enum status cfg_validate(const struct config *cfg, struct error *err) WUR;
+
+/* serve's safety check: without auth.tokens, only a loopback "listen" is
+ * allowed, unless auth.insecure_no_auth. ST_INVALID names auth.tokens. */
+enum status cfg_check_exposure(const struct config *cfg, struct error *err) WUR;
+/* Whether host (of a "listen" value: an IPv4 literal, "localhost" or an
+ * IPv6 literal without brackets) is a loopback address. */
+bool cfg_host_is_loopback(const char *host);
+
+/* A new token for `opsrun token new`: 256 random bits, base64url, in
+ * *token (heap), and its auth.tokens entry in *entry (new reference),
+ * checked as the file's entries are. scopes is "s1,s2". */
+enum status cfg_token_new(const char *name, const char *tenant, const char *scopes, char **token,
+                          json_t **entry, struct error *err) WUR;
 
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 int cfg_pool_size(const struct config *cfg);

@@ -86,6 +86,15 @@ void rt_free_all(struct config *cfg);
 /* The "run_types" object of a file: merged into the types already there. */
 enum status load_run_types(struct config *cfg, const json_t *v, struct error *err) WUR;
 
+/* ---- auth.c ---- */
+
+/* The "auth.tokens" array of a file: replaces the tokens, and only when
+ * all are valid. */
+enum status load_auth_tokens(struct config *cfg, const json_t *v, struct error *err) WUR;
+void auth_tokens_free(struct auth_token *tokens, size_t n);
+/* An auth.tokens entry as --print-config shows it (the file's form). */
+json_t *auth_token_to_json(const struct auth_token *t);
+
 /* ---- routes.c ---- */
 
 /* The "routes" array of a file: replaces the routes, and only when all are valid. */

@@ -234,6 +234,21 @@ static json_t *route_to_json(const struct route *r)
                      r->on_resolved_cancel ? "cancel" : "ignore");
 }
 
+static bool tokens_to_json(const struct config *cfg, json_t *root)
+{
+    json_t *auth = json_object_get(root, "auth"), *tokens;
+    bool ok;
+
+    if (!auth)
+        return false;
+    tokens = json_array();
+    ok = json_object_set_new(auth, "tokens", tokens) == 0;
+
+    for (size_t i = 0; ok && i < cfg->auth.ntokens; i++)
+        ok = json_array_append_new(tokens, auth_token_to_json(&cfg->auth.tokens[i])) == 0;
+    return ok;
+}
+
 static bool types_and_routes_to_json(const struct config *cfg, json_t *root)
 {
     json_t *types = json_object(), *routes;
@@ -262,7 +277,7 @@ json_t *cfg_to_json(const struct config *cfg)
              json_object_set_new(sources, cfg_opts[i].key,
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
-    ok = ok && types_and_routes_to_json(cfg, root);
+    ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

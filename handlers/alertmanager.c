@@ -222,8 +222,11 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
     char request[65];
     struct run *run = NULL;
     bool dedup = false;
-    const struct intake_run in = {
-        .type = rt, .input = input, .identity_hash = identity, .request_hash = request};
+    const struct intake_run in = {.type = rt,
+                                  .input = input,
+                                  .identity_hash = identity,
+                                  .request_hash = request,
+                                  .initiator = b->rq->initiator};
     enum status st = intake_request_hash(input, request, err);
 
     if (st == ST_OK)

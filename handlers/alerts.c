@@ -154,8 +154,10 @@ static enum status alerts_refresh(const struct hctx *hc, const struct request *r
     struct db *db = NULL;
     enum status st = db_pool_get(hc->pool, &db, &err);
 
+    (void)rq; /* the run's tenant was noted in rp when the wait began */
+
     if (st == ST_OK)
-        st = store_runs_get(db, rq->tenant, rp->wait_run_id, &run, &err);
+        st = store_runs_get(db, rp->wait_tenant, rp->wait_run_id, &run, &err);
     db_pool_put(hc->pool, db);
     if (st == ST_OK) {
         json_object_set_new(rp->body, "status", json_string(run_status_name(run->status)));
@@ -209,6 +211,7 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
             .run_at = s.has_run_at ? run_at : NULL,
             .identity_hash = identity,
             .request_hash = request,
+            .initiator = rq->initiator,
         };
         st = intake_submit(db, rq->tenant, &in, &run, &dedup, err);
     }
@@ -226,6 +229,7 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
     reply_json_take(rp, dedup ? 200 : 202, intake_result(run, dedup));
     if (wait_ms > 0 && !run_is_terminal(run)) {
         rp->wait_ms = wait_ms;
+        xsnprintf(rp->wait_tenant, sizeof(rp->wait_tenant), "%s", run->tenant);
         xsnprintf(rp->wait_run_id, sizeof(rp->wait_run_id), "%s", run->id);
         rp->refresh = alerts_refresh;
     }

@@ -29,7 +29,13 @@ struct request {
     const char *method;
     const char *path;
     const char *path_id; /* the {id} segment, or NULL */
+    /* Who asks (handlers/auth.h decided): the tenant the request works in,
+     * which its submissions go to; whether its reads reach every tenant
+     * (an admin token without ?tenant=); and the initiator its submissions
+     * record (the token's name, or "anonymous"). */
     const char *tenant;
+    bool all_tenants;
+    const char *initiator;
     json_t *body; /* parsed JSON body, or NULL (borrowed) */
     /* Query parameter lookup (NULL when absent). */
     const char *(*query)(const struct request *rq, const char *key);
@@ -37,6 +43,8 @@ struct request {
 };
 
 #define REPLY_HEADERS_MAX 4
+/* The WWW-Authenticate challenge of every 401 (RFC 6750). */
+#define AUTH_CHALLENGE "Bearer realm=\"opsrun\""
 #define WAIT_MAX_S 60
 struct reply;
 typedef enum status (*handler_fn)(const struct hctx *hc, const struct request *rq,
@@ -59,12 +67,14 @@ struct reply {
      * refresh to bring the answer up to date. refresh sets wait_ms to 0 once
      * the run is completed (or cannot be read). */
     int64_t wait_ms;
+    char wait_tenant[65];
     char wait_run_id[130];
     handler_fn refresh;
 };
 
 void reply_init(struct reply *rp);
 void reply_cleanup(struct reply *rp);
+/* Sets a header, replacing one of the same name (dropped past REPLY_HEADERS_MAX). */
 void reply_header(struct reply *rp, const char *name, const char *value);
 /* Takes body. */
 void reply_json_take(struct reply *rp, unsigned http_status, json_t *body);
@@ -86,6 +96,13 @@ enum status handle_runs_get(const struct hctx *hc, const struct request *rq, str
 enum status handle_runs_list(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_events(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* The tenant that holds run id for this request (copied to out): its own
+ * tenant, or, when its reads reach every tenant, the one tenant that has
+ * a run with this id. ST_NOT_FOUND as for an unknown run; ST_CONFLICT when
+ * several tenants have one (?tenant= then chooses). For the stream of one
+ * run, which the server opens itself. */
+enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
+                               char out[65], struct error *err) WUR;
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);

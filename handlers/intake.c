@@ -21,6 +21,7 @@ enum status intake_submit(struct db *db, const char *tenant, const struct intake
         .input = in->input,
         .identity_hash = in->identity_hash,
         .request_hash = in->request_hash,
+        .initiator = in->initiator,
     };
     return store_runs_submit(db, &rn, out, dedup, err);
 }

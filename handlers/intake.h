@@ -24,6 +24,7 @@ struct intake_run {
     const char *run_at;        /* RFC 3339, NULL = now */
     const char *identity_hash; /* lower-case hex SHA-256 */
     const char *request_hash;
+    const char *initiator; /* the request's (struct request) */
 };
 
 /* Inserts the run or joins the run it matches (see store_runs_submit), on

@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void reply_init(struct reply *rp)
 {
@@ -23,6 +24,12 @@ void reply_cleanup(struct reply *rp)
 
 void reply_header(struct reply *rp, const char *name, const char *value)
 {
+    for (unsigned i = 0; i < rp->nheaders; i++) {
+        if (strcasecmp(rp->headers[i].name, name) == 0) {
+            xsnprintf(rp->headers[i].value, sizeof(rp->headers[0].value), "%s", value);
+            return;
+        }
+    }
     if (rp->nheaders >= REPLY_HEADERS_MAX)
         return;
     xsnprintf(rp->headers[rp->nheaders].name, sizeof(rp->headers[0].name), "%s", name);
@@ -44,6 +51,8 @@ static const struct {
     const char *title;
 } problems[] = {
     {ST_INVALID, 400, "Bad Request"},
+    {ST_UNAUTHORIZED, 401, "Unauthorized"},
+    {ST_FORBIDDEN, 403, "Forbidden"},
     {ST_NOT_FOUND, 404, "Not Found"},
     {ST_METHOD, 405, "Method Not Allowed"},
     {ST_CONFLICT, 409, "Conflict"},
@@ -82,6 +91,8 @@ void reply_problem_take(struct reply *rp, enum status st, const char *detail, js
     json_decref(extra);
     if (http == 503)
         reply_header(rp, "Retry-After", "1");
+    if (http == 401) /* RFC 9110: a 401 names the scheme it wants */
+        reply_header(rp, "WWW-Authenticate", AUTH_CHALLENGE);
     reply_json_take(rp, http, body);
     rp->problem = true;
 }

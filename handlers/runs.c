@@ -1,5 +1,8 @@
 /* handlers/runs.c — GET /runs, GET /runs/{id}, GET /runs/{id}/events,
- * POST /runs/{id}/cancel. */
+ * POST /runs/{id}/cancel. Each works in the request's tenant; an admin
+ * token without ?tenant= reaches every tenant: its lists show every
+ * tenant's runs, and a run id finds the one tenant that has it. A run of
+ * another tenant is answered exactly as one that does not exist. */
 #include "handlers/handlers.h"
 
 #include "common/util.h"
@@ -94,6 +97,7 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
     parse_outcome(rq->query(rq, "outcome"), &f->has_outcome, &f->outcome, err);
     parse_text(rq->query(rq, "type"), "type", 64, &f->type, err);
     parse_text(rq->query(rq, "external_id"), "external_id", 512, &f->external_id, err);
+    parse_text(rq->query(rq, "initiator"), "initiator", 64, &f->initiator, err);
     parse_limit(rq->query(rq, "limit"), f, err);
     if (cursor) {
         f->has_cursor = cursor_decode(cursor, &f->cursor_us, f->cursor_id);
@@ -113,6 +117,39 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
         db_pool_put((hc)->pool, db_);                                                              \
     } while (0)
 
+/* The tenant that holds run id for this request, on the caller's connection. */
+static enum status run_tenant(struct db *db, const struct request *rq, const char *id, char out[65],
+                              struct error *err)
+{
+    if (rq->all_tenants)
+        return store_runs_locate(db, id, out, err);
+    xsnprintf(out, 65, "%s", rq->tenant);
+    return ST_OK;
+}
+
+/* Borrows a pooled connection for one store call on run id, in the tenant
+ * that holds it (tenant_, a char[65] the call may use). */
+#define WITH_RUN(hc, rq, id, st, err, call)                                                        \
+    do {                                                                                           \
+        struct db *db_ = NULL;                                                                     \
+        char tenant_[65];                                                                          \
+        (st) = db_pool_get((hc)->pool, &db_, (err));                                               \
+        if ((st) == ST_OK)                                                                         \
+            (st) = run_tenant(db_, (rq), (id), tenant_, (err));                                    \
+        if ((st) == ST_OK)                                                                         \
+            (st) = call;                                                                           \
+        db_pool_put((hc)->pool, db_);                                                              \
+    } while (0)
+
+enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
+                               char out[65], struct error *err)
+{
+    enum status st;
+
+    WITH_DB(hc, st, err, run_tenant(db_, rq, id, out, err));
+    return st;
+}
+
 /* The long-poll's refresh: the run as it is now. */
 static enum status runs_get_refresh(const struct hctx *hc, const struct request *rq,
                                     struct reply *rp)
@@ -121,7 +158,8 @@ static enum status runs_get_refresh(const struct hctx *hc, const struct request 
     struct run *run = NULL;
     enum status st;
 
-    WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rp->wait_run_id, &run, &err));
+    (void)rq; /* the run's tenant was noted in rp when the wait began */
+    WITH_DB(hc, st, &err, store_runs_get(db_, rp->wait_tenant, rp->wait_run_id, &run, &err));
     if (st == ST_OK)
         reply_json_take(rp, 200, json_incref(run->json));
     else
@@ -140,12 +178,14 @@ enum status handle_runs_get(const struct hctx *hc, const struct request *rq, str
     enum status st = parse_wait(rq, &wait_ms, &err);
 
     if (st == ST_OK)
-        WITH_DB(hc, st, &err, store_runs_get(db_, rq->tenant, rq->path_id, &run, &err));
+        WITH_RUN(hc, rq, rq->path_id, st, &err,
+                 store_runs_get(db_, tenant_, rq->path_id, &run, &err));
     if (st == ST_OK) {
         xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", run->id);
         reply_json_take(rp, 200, json_incref(run->json));
         if (wait_ms > 0 && !run_is_terminal(run)) {
             rp->wait_ms = wait_ms;
+            xsnprintf(rp->wait_tenant, sizeof(rp->wait_tenant), "%s", run->tenant);
             xsnprintf(rp->wait_run_id, sizeof(rp->wait_run_id), "%s", run->id);
             rp->refresh = runs_get_refresh;
         }
@@ -165,7 +205,8 @@ enum status handle_runs_list(const struct hctx *hc, const struct request *rq, st
     enum status st = runs_parse_filter(rq, &f, &err);
 
     if (st == ST_OK)
-        WITH_DB(hc, st, &err, store_runs_list(db_, rq->tenant, &f, &runs, &next, &err));
+        WITH_DB(hc, st, &err,
+                store_runs_list(db_, rq->all_tenants ? NULL : rq->tenant, &f, &runs, &next, &err));
     if (st == ST_OK)
         reply_json_take(rp, 200,
                         json_pack("{s:o, s:o}", "runs", runs, "next_cursor",
@@ -182,7 +223,8 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
     json_t *events = NULL;
     enum status st;
 
-    WITH_DB(hc, st, &err, store_events_list(db_, rq->tenant, rq->path_id, &events, &err));
+    WITH_RUN(hc, rq, rq->path_id, st, &err,
+             store_events_list(db_, tenant_, rq->path_id, &events, &err));
     xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
     if (st == ST_OK)
         reply_json_take(rp, 200, json_pack("{s:o}", "events", events));
@@ -198,7 +240,8 @@ enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, 
     bool changed = false;
     enum status st;
 
-    WITH_DB(hc, st, &err, store_runs_cancel(db_, rq->tenant, rq->path_id, &run, &changed, &err));
+    WITH_RUN(hc, rq, rq->path_id, st, &err,
+             store_runs_cancel(db_, tenant_, rq->path_id, &run, &changed, &err));
     xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
     if (st == ST_OK && !changed && run_is_terminal(run))
         st = error_set(&err, ST_CONFLICT, "run \"%s\" is already completed (%s)", run->id,

@@ -34,14 +34,14 @@ struct frame {
 };
 
 struct run_skip {
-    char *run_id;
+    char *tenant, *run_id;
     int64_t upto;
 };
 
 struct hub_sub {
     struct hub *h;
     struct hub_sub *prev, *next;
-    /* the filter, immutable once registered */
+    /* the filter, immutable once registered; tenant NULL: every tenant */
     char *tenant, *run_id, *run_type;
     bool has_status;
     enum run_status status;
@@ -172,17 +172,17 @@ static struct frame *frame_new(const struct event_row *ev)
 /* Whether the filter selects f (the skip rules aside). */
 static bool sub_selects(const struct hub_sub *s, const struct frame *f)
 {
-    if (s->run_id)
-        return f->run_hash == s->run_hash && strcmp(f->run_id, s->run_id) == 0 &&
-               strcmp(f->tenant, s->tenant) == 0;
-    if (strcmp(f->tenant, s->tenant) != 0)
+    if (s->tenant && strcmp(f->tenant, s->tenant) != 0)
         return false;
+    if (s->run_id)
+        return f->run_hash == s->run_hash && strcmp(f->run_id, s->run_id) == 0;
     if (s->run_type && strcmp(f->run_type, s->run_type) != 0)
         return false;
     return !s->has_status || f->status == s->status;
 }
 
-bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *run_id, bool *with_id)
+bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *tenant, const char *run_id,
+                  bool *with_id)
 {
     *with_id = true;
     if (id <= s->skip_upto)
@@ -192,20 +192,23 @@ bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *run_id, bool 
     if (id <= s->skips_max)
         *with_id = false;
     for (size_t i = 0; i < s->nskips; i++)
-        if (id <= s->skips[i].upto && strcmp(s->skips[i].run_id, run_id) == 0)
+        if (id <= s->skips[i].upto && strcmp(s->skips[i].run_id, run_id) == 0 &&
+            strcmp(s->skips[i].tenant, tenant) == 0)
             return false;
     return true;
 }
 
 static bool sub_wants(const struct hub_sub *s, const struct frame *f, bool *with_id)
 {
-    return sub_selects(s, f) && hub_sub_gate(s, f->id, f->run_id, with_id);
+    return sub_selects(s, f) && hub_sub_gate(s, f->id, f->tenant, f->run_id, with_id);
 }
 
 static void sub_drop_skips(struct hub_sub *s)
 {
-    for (size_t i = 0; i < s->nskips; i++)
+    for (size_t i = 0; i < s->nskips; i++) {
+        free(s->skips[i].tenant);
         free(s->skips[i].run_id);
+    }
     free(s->skips);
     s->skips = NULL;
     s->nskips = 0;
@@ -218,11 +221,12 @@ void hub_sub_skip_upto(struct hub_sub *s, int64_t upto)
         s->skip_upto = upto;
 }
 
-void hub_sub_skip_run(struct hub_sub *s, const char *run_id, int64_t upto)
+void hub_sub_skip_run(struct hub_sub *s, const char *tenant, const char *run_id, int64_t upto)
 {
     if (upto <= s->skip_upto || s->nskips >= RUN_SKIPS_MAX)
         return; /* past the cap the stream sends those runs' older events again */
     s->skips = xrealloc(s->skips, (s->nskips + 1) * sizeof(*s->skips));
+    s->skips[s->nskips].tenant = xstrdup(tenant);
     s->skips[s->nskips].run_id = xstrdup(run_id);
     s->skips[s->nskips].upto = upto;
     s->nskips++;
@@ -714,7 +718,7 @@ enum status hub_sub_new(struct hub *h, const struct event_filter *f, const struc
     }
     s = xcalloc(1, sizeof(*s));
     s->h = h;
-    s->tenant = xstrdup(f->tenant);
+    s->tenant = dup_or_null(f->tenant);
     s->run_id = dup_or_null(f->run_id);
     s->run_type = dup_or_null(f->run_type);
     s->has_status = f->has_status;

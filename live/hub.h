@@ -122,10 +122,11 @@ void hub_sub_free(struct hub_sub *s); /* unregisters; NULL is a no-op */
  * client that disconnects in that window gets fresh snapshots rather than a
  * replay that would move those runs backwards. */
 void hub_sub_skip_upto(struct hub_sub *s, int64_t upto);
-void hub_sub_skip_run(struct hub_sub *s, const char *run_id, int64_t upto);
+void hub_sub_skip_run(struct hub_sub *s, const char *tenant, const char *run_id, int64_t upto);
 /* The skip rules for an event sent from the database (a replay): whether it
  * is wanted, and whether with its id: line. */
-bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *run_id, bool *with_id);
+bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *tenant, const char *run_id,
+                  bool *with_id);
 /* A run stream ends after the terminal event of its run. */
 void hub_sub_mark_ended(struct hub_sub *s);
 
@@ -151,7 +152,7 @@ void hub_sub_rejoin(struct hub_sub *s, int64_t *pos);
 
 /* Caller's storage; the fields below the line are the hub's. */
 struct hub_waiter {
-    char tenant[64];
+    char tenant[65];
     char run_id[130];
     int64_t deadline_ms; /* monotonic */
     struct hub_wake wake;

@@ -33,9 +33,9 @@ struct sse_stream {
     struct db_pool *pool;
     struct event_filter f; /* strings owned */
     enum phase phase;
-    int64_t cursor, upto; /* PH_REPLAY: (cursor, upto] is still to send */
-    int64_t covered;      /* everything selected up to here is sent */
-    char *run_cursor;     /* PH_SNAPSHOTS: the last run sent */
+    int64_t cursor, upto;            /* PH_REPLAY: (cursor, upto] is still to send */
+    int64_t covered;                 /* everything selected up to here is sent */
+    struct active_cursor run_cursor; /* PH_SNAPSHOTS: the last run sent */
     int rejoins;
     struct dynbuf out; /* bytes to send before anything else, from off */
     size_t off;
@@ -93,7 +93,7 @@ static void on_replayed(void *arg, const struct event_row *ev)
     bool with_id;
 
     s->cursor = ev->id;
-    if (!hub_sub_gate(s->sub, ev->id, ev->run_id, &with_id))
+    if (!hub_sub_gate(s->sub, ev->id, ev->tenant, ev->run_id, &with_id))
         return;
     out_frame(s, with_id ? ev->id : 0, ev->kind, ev->run_json);
     if (s->f.run_id && run_status_is_terminal(ev->status)) {
@@ -107,7 +107,7 @@ static void on_snapshot(void *arg, const struct event_row *ev)
     struct sse_stream *s = arg;
 
     out_frame(s, 0, "snapshot", ev->run_json);
-    hub_sub_skip_run(s->sub, ev->run_id, ev->id);
+    hub_sub_skip_run(s->sub, ev->tenant, ev->run_id, ev->id);
 }
 
 /* Reads the next page of the prelude into s->out. */
@@ -120,8 +120,7 @@ static enum status fetch_page(struct sse_stream *s, struct error *err)
     if (st == ST_OK && s->phase == PH_REPLAY)
         st = store_events_replay(db, &s->f, s->cursor, s->upto, SSE_PAGE, on_replayed, s, &n, err);
     else if (st == ST_OK)
-        st = store_events_active(db, &s->f, s->run_cursor, SSE_PAGE, on_snapshot, s, &n,
-                                 &s->run_cursor, err);
+        st = store_events_active(db, &s->f, &s->run_cursor, SSE_PAGE, on_snapshot, s, &n, err);
     db_pool_put(s->pool, db);
     if (st == ST_OK)
         st = out_check(s, err);
@@ -138,7 +137,7 @@ static void stream_free(struct sse_stream *s)
     free((char *)s->f.tenant);
     free((char *)s->f.run_id);
     free((char *)s->f.run_type);
-    free(s->run_cursor);
+    active_cursor_cleanup(&s->run_cursor);
     dynbuf_free(&s->out);
     free(s);
 }
@@ -217,11 +216,14 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     enum status st;
 
     *out = NULL;
+    if (rq->run_id && !rq->tenant) {
+        free(s);
+        return error_set(err, ST_INVALID, "a run's stream needs its tenant");
+    }
     dynbuf_init(&s->out, SSE_OUT_MAX);
     s->pool = pool;
-    s->f = (struct event_filter){xstrdup(rq->tenant), dup_or_null(rq->run_id),
+    s->f = (struct event_filter){dup_or_null(rq->tenant), dup_or_null(rq->run_id),
                                  dup_or_null(rq->run_type), rq->has_status, rq->status};
-    s->run_cursor = xstrdup("");
     st = hub_sub_new(h, &s->f, w, &s->sub, &pos, err);
     if (st == ST_OK)
         st = db_pool_get_wait(pool, POOL_WAIT_MS, &db, err);

@@ -35,7 +35,7 @@ struct db_pool;
 struct sse_stream;
 
 struct sse_request {
-    const char *tenant;
+    const char *tenant;   /* NULL: every tenant (GET /stream only) */
     const char *run_id;   /* NULL: GET /stream */
     const char *run_type; /* GET /stream filters, NULL = any */
     bool has_status;      /* false = any */
@@ -46,7 +46,8 @@ struct sse_request {
 };
 
 /* Registers with the hub and reads what must come first: ST_NOT_FOUND for
- * an unknown run, ST_BUSY when the hub refuses (closing, at its subscriber
+ * an unknown run (or one of another tenant), ST_INVALID for a run stream
+ * without a tenant, ST_BUSY when the hub refuses (closing, at its subscriber
  * limit), ST_UNAVAILABLE when the database is unreachable. pool and h must outlive
  * the stream. */
 enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_request *rq,

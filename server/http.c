@@ -57,6 +57,8 @@ struct req_ctx {
     size_t seen;
     bool too_large, responded;
     unsigned http_status;
+    struct principal who; /* decided before anything else is read */
+    char stream_tenant[65];
     char run_id[130];
     struct http_wait *wait; /* a parked long-poll */
 };
@@ -170,12 +172,51 @@ static bool content_type_json(const char *ct)
            strncasecmp(ct, "application/", 12) == 0;
 }
 
+static const char *http_arg(const struct req_ctx *rc, const char *key)
+{
+    return MHD_lookup_connection_value(rc->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* Who the request is, decided before anything else about it (even
+ * whether its path exists) is told; a failure is answered here. */
+static enum MHD_Result http_auth(struct req_ctx *rc, bool *ok)
+{
+    const bool found = rc->rr == ROUTE_FOUND;
+    const struct auth_request ar = {
+        .need = found ? rc->m.entry->need : NEED_TOKEN,
+        .authorization =
+            MHD_lookup_connection_value(rc->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .access_token = http_arg(rc, "access_token"),
+        .stream = found && rc->m.entry->stream,
+        .tenant = http_arg(rc, "tenant"),
+    };
+    struct error err = {0};
+    struct reply rp;
+    enum MHD_Result ret;
+    enum status st = auth_decide(rc->h->hc->cfg, &ar, &rc->who, &err);
+
+    *ok = st == ST_OK;
+    if (*ok)
+        return MHD_YES;
+    reply_init(&rp);
+    reply_error(&rp, st, &err);
+    if (rc->who.challenge)
+        reply_header(&rp, "WWW-Authenticate", rc->who.challenge);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
 /* The first call for a request: route it and check the headers early. */
 static enum MHD_Result http_begin(struct req_ctx *rc)
 {
     const struct config *cfg = rc->h->hc->cfg;
     const char *len, *ct;
+    bool ok;
+    enum MHD_Result ret = http_auth(rc, &ok);
 
+    if (!ok)
+        return ret;
     if (rc->rr == ROUTE_NOT_FOUND)
         return http_send_error(rc, ST_NOT_FOUND, "no resource at \"%.200s\"", rc->url);
     if (rc->rr == ROUTE_METHOD)
@@ -224,7 +265,9 @@ static struct request http_request(const struct req_ctx *rc)
         .method = rc->method,
         .path = rc->url,
         .path_id = rc->m.id[0] ? rc->m.id : NULL,
-        .tenant = rc->h->hc->cfg->tenant_default,
+        .tenant = rc->who.tenant,
+        .all_tenants = rc->who.all_tenants,
+        .initiator = rc->who.name,
         .query = http_query,
         .query_arg = rc->conn,
     };
@@ -277,7 +320,7 @@ static enum MHD_Result http_wait_begin(struct req_ctx *rc, struct reply *rp)
     hw->rp = *rp;
     reply_init(rp); /* the body moved to hw */
     rc->wait = hw;
-    xsnprintf(hw->w.tenant, sizeof(hw->w.tenant), "%s", rq.tenant);
+    xsnprintf(hw->w.tenant, sizeof(hw->w.tenant), "%s", hw->rp.wait_tenant);
     xsnprintf(hw->w.run_id, sizeof(hw->w.run_id), "%s", hw->rp.wait_run_id);
     hw->w.deadline_ms = clock_mono_ms() + hw->rp.wait_ms;
     hw->w.wake = (struct hub_wake){http_wait_suspend, http_wait_resume, rc};
@@ -355,7 +398,9 @@ static enum status http_stream_params(struct req_ctx *rc, struct sse_request *q,
     const char *lid = MHD_lookup_connection_value(rc->conn, MHD_HEADER_KIND, "Last-Event-ID");
     const char *field = "Last-Event-ID";
 
-    *q = (struct sse_request){.tenant = cfg->tenant_default, .retry_ms = cfg->sse.retry_ms};
+    /* NULL: every tenant (an admin's GET /stream) */
+    *q = (struct sse_request){.tenant = rc->who.all_tenants ? NULL : rc->who.tenant,
+                              .retry_ms = cfg->sse.retry_ms};
     if (rc->m.id[0])
         q->run_id = rc->m.id;
     if (!lid || !*lid)
@@ -371,7 +416,16 @@ static enum status http_stream_params(struct req_ctx *rc, struct sse_request *q,
         if (stream_parse_filter(&rq, &q->run_type, &q->has_status, &q->status, err) != ST_OK)
             return ST_INVALID; /* err has every field, Last-Event-ID's too */
     }
-    return err->nfields ? ST_INVALID : ST_OK;
+    if (err->nfields)
+        return ST_INVALID;
+    if (q->run_id && !q->tenant) { /* the one tenant that has this run */
+        struct request rq = http_request(rc);
+        enum status st = handle_runs_locate(rc->h->hc, &rq, q->run_id, rc->stream_tenant, err);
+        if (st != ST_OK)
+            return st;
+        q->tenant = rc->stream_tenant;
+    }
+    return ST_OK;
 }
 
 /* A stream's own limits: the kernel would otherwise let a stalled client's
@@ -507,9 +561,11 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)c;
     if (!rc)
         return;
-    LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s", rc->method, rc->url,
-        rc->http_status, (long long)(clock_mono_ms() - rc->t0), rc->run_id[0] ? " run=" : "",
-        rc->run_id, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
+    LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s%s%s", rc->method,
+        rc->url, rc->http_status, (long long)(clock_mono_ms() - rc->t0),
+        rc->run_id[0] ? " run=" : "", rc->run_id, rc->who.token ? " token=" : "",
+        rc->who.token ? rc->who.token->name : "",
+        toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
     if (rc->wait) {
         hub_wait_remove(rc->h->hc->hub, &rc->wait->w);
         hub_wait_release(rc->h->hc->hub, &rc->wait->w);

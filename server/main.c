@@ -1,4 +1,5 @@
-/* server/main.c — the opsrun command line: serve, migrate, version, help.
+/* server/main.c — the opsrun command line: serve, migrate, token new,
+ * version, help.
  * main() builds the runtime (configuration, pool, engine, HTTP server),
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
@@ -31,6 +32,8 @@ static const char usage[] =
     "commands:\n"
     "  serve      apply pending migrations, then serve HTTP and run workers\n"
     "  migrate    apply pending migrations and exit\n"
+    "  token new --name N --tenant T --scopes S1,S2\n"
+    "             print a new token, then its entry for auth.tokens (JSON)\n"
     "  version    print the version\n"
     "\n"
     "flags (each also an environment variable):\n"
@@ -39,8 +42,12 @@ static const char usage[] =
     "  --config FILE          OPSRUN_CONFIG        JSON configuration file\n"
     "  --workers N            OPSRUN_WORKERS       worker threads (queue.workers)\n"
     "  --log-level LEVEL      OPSRUN_LOG_LEVEL     debug, info, warn, error\n"
+    "  --insecure-no-auth     OPSRUN_INSECURE_NO_AUTH=true\n"
+    "                         serve without auth.tokens on a non-loopback address\n"
     "  --print-config                              print the effective configuration and exit\n"
-    "  -h, --help                                  this text\n";
+    "  -h, --help                                  this text\n"
+    "\n"
+    "scopes: submit, read, cancel, health, admin\n";
 
 struct cli {
     const char *command;
@@ -74,6 +81,12 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         }
         if (strcmp(a, "--print-config") == 0) {
             cli->print_config = true;
+            continue;
+        }
+        if (strcmp(a, "--insecure-no-auth") == 0) {
+            if (cli->nsets < (int)ARRAY_LEN(cli->sets))
+                cli->sets[cli->nsets].key = "auth.insecure_no_auth",
+                cli->sets[cli->nsets++].value = "true";
             continue;
         }
         for (size_t k = 0; k < ARRAY_LEN(flag_keys) && !matched; k++) {
@@ -319,6 +332,90 @@ out:
     return rc;
 }
 
+/* Without tokens opsrun serves loopback only, unless --insecure-no-auth,
+ * which is warned about at every start. Logs how requests are checked. */
+static int check_auth(const struct config *cfg)
+{
+    struct error err = {0};
+    size_t n = cfg->auth.ntokens;
+
+    if (cfg_check_exposure(cfg, &err) != ST_OK) {
+        fprintf(stderr, "opsrun: %s\n", err.message);
+        return 2;
+    }
+    if (n == 0 && cfg->auth.insecure_no_auth)
+        LOG(LOG_WARN,
+            "serving without authentication (--insecure-no-auth) listen=%s: anyone who can "
+            "reach it can submit, read and cancel runs; configure auth.tokens",
+            cfg->listen);
+    else if (n == 0)
+        LOG(LOG_INFO, "no auth.tokens: serving without authentication, on loopback only listen=%s",
+            cfg->listen);
+    else
+        LOG(LOG_INFO, "authentication by bearer token tokens=%zu open_health=%s", n,
+            cfg->auth.open_health ? "true" : "false");
+    if (n > 0 && cfg->auth.insecure_no_auth)
+        LOG(LOG_WARN, "--insecure-no-auth has no effect: auth.tokens is configured");
+    return 0;
+}
+
+/* The value of "--flag V" or "--flag=V" at argv[*i] into *out (moving *i
+ * past a separate value); false when argv[*i] is not flag. */
+static bool flag_value(int argc, char **argv, int *i, const char *flag, const char **out)
+{
+    size_t n = strlen(flag);
+
+    if (strncmp(argv[*i], flag, n) != 0)
+        return false;
+    if (argv[*i][n] == '=')
+        *out = argv[*i] + n + 1;
+    else if (argv[*i][n] == '\0' && *i + 1 < argc)
+        *out = argv[++*i];
+    else
+        return false;
+    return true;
+}
+
+/* opsrun token new --name N --tenant T --scopes S1,S2: the token on the
+ * first line, its auth.tokens entry on the second. Nothing is stored; the
+ * token is shown this once. */
+static int token_new(int argc, char **argv)
+{
+    static const char *const flags[] = {"--name", "--tenant", "--scopes"};
+    const char *vals[ARRAY_LEN(flags)] = {NULL};
+    struct error err = {0};
+    json_t *entry = NULL;
+    char *token = NULL, *line;
+
+    if (argc < 3 || strcmp(argv[2], "new") != 0) {
+        fprintf(stderr, "opsrun: usage: opsrun token new --name N --tenant T --scopes S1,S2\n");
+        return 2;
+    }
+    for (int i = 3; i < argc; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < ARRAY_LEN(flags) && !ok; k++)
+            ok = flag_value(argc, argv, &i, flags[k], &vals[k]);
+        if (!ok) {
+            fprintf(stderr, "opsrun: token new: unknown argument \"%s\"\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!vals[0] || !vals[1] || !vals[2]) {
+        fprintf(stderr, "opsrun: token new needs --name, --tenant and --scopes\n");
+        return 2;
+    }
+    if (cfg_token_new(vals[0], vals[1], vals[2], &token, &entry, &err) != ST_OK) {
+        fprintf(stderr, "opsrun: token new: %s\n", err.message);
+        return 2;
+    }
+    line = json_dumps(entry, JSON_COMPACT);
+    printf("%s\n%s\n", token, line);
+    free(line);
+    free(token);
+    json_decref(entry);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static int print_config(const struct config *cfg)
 {
     json_t *j = cfg_to_json(cfg);
@@ -334,8 +431,11 @@ int main(int argc, char **argv)
 {
     struct cli cli;
     struct config cfg;
-    int rc = cli_parse(argc, argv, &cli);
+    int rc;
 
+    if (argc > 1 && strcmp(argv[1], "token") == 0)
+        return token_new(argc, argv);
+    rc = cli_parse(argc, argv, &cli);
     if (rc != 0)
         return rc;
     if (strcmp(cli.command, "help") == 0) {
@@ -360,6 +460,8 @@ int main(int argc, char **argv)
         log_init(cfg.log_level, cfg.log_json);
         if (cli.print_config)
             rc = print_config(&cfg);
+        else if (strcmp(cli.command, "serve") == 0 && (rc = check_auth(&cfg)) != 0)
+            ; /* refused: it said why */
         else if (!cfg.database_url || !*cfg.database_url)
             fprintf(stderr, "opsrun: no database: set --database-url or OPSRUN_DATABASE_URL\n"),
                 rc = 2;

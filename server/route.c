@@ -6,16 +6,16 @@
 #include <string.h>
 
 static const struct route_entry routes[] = {
-    {"POST", "/alerts", handle_alerts_create, true, false},
-    {"GET", "/runs", handle_runs_list, false, false},
-    {"GET", "/runs/{id}", handle_runs_get, false, false},
-    {"GET", "/runs/{id}/events", handle_runs_events, false, false},
-    {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false},
-    {"GET", "/runs/{id}/stream", NULL, false, true},
-    {"GET", "/stream", NULL, false, true},
-    {"GET", "/healthz", handle_health_healthz, false, false},
-    {"GET", "/livez", handle_health_livez, false, false},
-    {"GET", "/readyz", handle_health_readyz, false, false},
+    {"POST", "/alerts", handle_alerts_create, true, false, NEED_SUBMIT},
+    {"GET", "/runs", handle_runs_list, false, false, NEED_READ},
+    {"GET", "/runs/{id}", handle_runs_get, false, false, NEED_READ},
+    {"GET", "/runs/{id}/events", handle_runs_events, false, false, NEED_READ},
+    {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false, NEED_CANCEL},
+    {"GET", "/runs/{id}/stream", NULL, false, true, NEED_READ},
+    {"GET", "/stream", NULL, false, true, NEED_READ},
+    {"GET", "/healthz", handle_health_healthz, false, false, NEED_HEALTH},
+    {"GET", "/livez", handle_health_livez, false, false, NEED_OPEN},
+    {"GET", "/readyz", handle_health_readyz, false, false, NEED_OPEN},
 };
 
 /* Matches path against pattern; the {id} segment is copied to id. */

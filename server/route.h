@@ -3,6 +3,7 @@
 #ifndef OPSRUN_SERVER_ROUTE_H
 #define OPSRUN_SERVER_ROUTE_H
 
+#include "handlers/auth.h"
 #include "handlers/handlers.h"
 
 enum route_result { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_METHOD };
@@ -13,6 +14,7 @@ struct route_entry {
     handler_fn fn;  /* NULL for a stream */
     bool json_body; /* expects a JSON request body */
     bool stream;    /* a server-sent event stream (server/sse.h) */
+    enum auth_need need;
 };
 
 struct route_hit {

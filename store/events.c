@@ -36,7 +36,8 @@ static const struct stmt S_REPLAY_RUN = {
 static const struct stmt S_REPLAY_ALL = {
     "events_replay_all",
     "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
-    "e.run_id WHERE e.id > $1::bigint AND e.id <= $2::bigint AND e.tenant = $3 "
+    "e.run_id WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
+    "e.tenant = $3) "
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR e.status = $5) "
     "ORDER BY e.id LIMIT $6::int"};
 /* One statement, so the run and its newest event id agree: every writer
@@ -47,13 +48,18 @@ static const struct stmt S_RUN_SNAPSHOT = {
     "(SELECT max(e.id) FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id), "
     "EXISTS (SELECT 1 FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id "
     "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
-static const struct stmt S_ACTIVE = {
-    "events_active",
-    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE e.tenant = r.tenant "
-    "AND e.run_id = r.id), r.tenant, r.id, 'snapshot', r.status, r.type, opsrun_run_json(r)::text "
-    "FROM runs r WHERE r.tenant = $1 AND r.status <> 'completed' AND r.id > $2 "
-    "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "
-    "ORDER BY r.id LIMIT $5::int"};
+/* The active runs of one tenant in id order (the runs_active index), or of
+ * every tenant in (id, tenant) order, after the cursor ($1, $2). */
+#define ACTIVE_SQL(cond, order)                                                                    \
+    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE e.tenant = r.tenant "           \
+    "AND e.run_id = r.id), r.tenant, r.id, 'snapshot', r.status, r.type, "                         \
+    "opsrun_run_json(r)::text FROM runs r WHERE r.status <> 'completed' AND " cond " "             \
+    "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "               \
+    "ORDER BY " order " LIMIT $5::int"
+static const struct stmt S_ACTIVE = {"events_active",
+                                     ACTIVE_SQL("r.tenant = $1 AND r.id > $2", "r.id")};
+static const struct stmt S_ACTIVE_ALL = {
+    "events_active_all", ACTIVE_SQL("(r.id, r.tenant) > ($2, $1)", "r.id, r.tenant")};
 static const struct stmt S_BOUNDS = {
     "events_bounds", "SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END, "
                      "(SELECT upto FROM run_events_pruned) FROM run_events_id_seq s"};
@@ -309,12 +315,22 @@ enum status store_events_run_snapshot(struct db *db, const char *tenant, const c
     return ST_OK;
 }
 
+void active_cursor_cleanup(struct active_cursor *c)
+{
+    if (!c)
+        return;
+    free(c->tenant);
+    free(c->run_id);
+    c->tenant = c->run_id = NULL;
+}
+
 enum status store_events_active(struct db *db, const struct event_filter *f,
-                                const char *after_run_id, int limit, event_fn fn, void *arg, int *n,
-                                char **last_run_id, struct error *err)
+                                struct active_cursor *after, int limit, event_fn fn, void *arg,
+                                int *n, struct error *err)
 {
     char l[16];
-    const char *p[5] = {f->tenant, after_run_id, f->run_type, status_param(f), l};
+    const char *p[5] = {f->tenant ? f->tenant : (after->tenant ? after->tenant : ""),
+                        after->run_id ? after->run_id : "", f->run_type, status_param(f), l};
     PGresult *r;
     enum status st = check_page(0, limit, err);
 
@@ -322,13 +338,14 @@ enum status store_events_active(struct db *db, const struct event_filter *f,
     if (st != ST_OK)
         return st;
     xsnprintf(l, sizeof(l), "%d", limit);
-    st = db_run(db, &S_ACTIVE, 5, p, &r, err);
+    st = db_run(db, f->tenant ? &S_ACTIVE : &S_ACTIVE_ALL, 5, p, &r, err);
     if (st != ST_OK)
         return st;
     st = deliver(r, fn, arg, n, err);
     if (st == ST_OK && *n > 0) {
-        free(*last_run_id);
-        *last_run_id = xstrdup(db_val(r, *n - 1, 2));
+        active_cursor_cleanup(after);
+        after->tenant = xstrdup(db_val(r, *n - 1, 1));
+        after->run_id = xstrdup(db_val(r, *n - 1, 2));
     }
     PQclear(r);
     return st;

@@ -84,10 +84,11 @@ enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int l
 
 /* ---- what the SSE streams read when a client connects ---- */
 
-/* Which events a stream carries: one tenant, and either one run or all
- * runs, optionally of one run type and one status (the event's). */
+/* Which events a stream carries: one tenant (or, without run_id, every
+ * tenant: an admin's GET /stream), and either one run or all runs,
+ * optionally of one run type and one status (the event's). */
 struct event_filter {
-    const char *tenant;
+    const char *tenant;   /* NULL: every tenant (only without run_id) */
     const char *run_id;   /* NULL: every run */
     const char *run_type; /* NULL: any (only without run_id) */
     bool has_status;      /* false: any (only without run_id) */
@@ -116,14 +117,21 @@ enum status store_events_run_snapshot(struct db *db, const char *tenant, const c
                                       struct error *err) WUR;
 void run_snapshot_cleanup(struct run_snapshot *s); /* idempotent */
 
-/* One page of the runs of a tenant that are not completed, in id order
- * after after_run_id ("" for the first page), filtered by f's run_type and
- * status (f->run_id is ignored): fn gets each run's JSON in row->run_json
- * and its newest event id in row->id (kind "snapshot"). *last_run_id (heap,
- * replaced) is the last run's id, for the next page. */
+/* Where the next page of store_events_active starts: after this run (heap
+ * strings, NULL for the first page; replaced by each page). */
+struct active_cursor {
+    char *tenant, *run_id;
+};
+void active_cursor_cleanup(struct active_cursor *c); /* idempotent */
+
+/* One page of the runs that are not completed, of f's tenant in id order
+ * (of every tenant in (id, tenant) order when f->tenant is NULL), after
+ * *after, filtered by f's run_type and status (f->run_id is ignored): fn
+ * gets each run's JSON in row->run_json and its newest event id in row->id
+ * (kind "snapshot"). *after moves to the last run delivered. */
 enum status store_events_active(struct db *db, const struct event_filter *f,
-                                const char *after_run_id, int limit, event_fn fn, void *arg, int *n,
-                                char **last_run_id, struct error *err) WUR;
+                                struct active_cursor *after, int limit, event_fn fn, void *arg,
+                                int *n, struct error *err) WUR;
 
 /* The highest event id handed out so far (0 when none), and the highest id
  * retention ever deleted: a global Last-Event-ID above the first is unknown,

@@ -12,8 +12,9 @@
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
-    "timeout_s, input, identity_hash, request_hash) VALUES ($1, $2, $3, $4::int, "
-    "coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, $9, $10) "
+    "timeout_s, input, identity_hash, request_hash, initiator) VALUES ($1, $2, $3, $4::int, "
+    "coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, $9, $10, coalesce($11, "
+    "'system')) "
     "ON CONFLICT DO NOTHING RETURNING " RUN_RET
     "), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
 static const struct stmt S_BY_ID = {
@@ -22,14 +23,22 @@ static const struct stmt S_BY_ID = {
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
                         "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
-static const struct stmt S_LIST = {
-    "runs_list",
-    "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 "
-    "AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "
-    "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "
-    "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "
-    "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
-    "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"};
+/* One tenant's runs (the runs_list index), or every tenant's for an admin
+ * (runs_list_all, migration 007), where $1 is NULL. */
+#define LIST_SQL(tenant_cond)                                                                      \
+    "SELECT " RUN_COLS " FROM runs r WHERE " tenant_cond " "                                       \
+    "AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "            \
+    "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "          \
+    "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
+    "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
+    "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "                    \
+    "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
+static const struct stmt S_LIST = {"runs_list", LIST_SQL("r.tenant = $1")};
+static const struct stmt S_LIST_ALL = {"runs_list_all", LIST_SQL("$1::text IS NULL")};
+/* Which tenants have a run with this id (runs_by_id, migration 007): two
+ * are enough to know it is ambiguous. */
+static const struct stmt S_LOCATE = {
+    "runs_locate", "SELECT tenant FROM runs WHERE id = $1 ORDER BY tenant LIMIT 2"};
 /* cur locks the run and carries its newest version: a cancel that waited
  * behind a finish must answer with the finished run (409), not the version
  * its statement started with. A waiting run ends at once and owes its
@@ -175,9 +184,9 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
 {
     char prio[16], maxa[16], tmo[16];
     char *input = json_text(rn->input);
-    const char *p[10] = {
-        rn->tenant,        rn->id,          rn->type, prio, rn->run_at, maxa, tmo, input,
-        rn->identity_hash, rn->request_hash};
+    const char *p[11] = {
+        rn->tenant,        rn->id,           rn->type,     prio, rn->run_at, maxa, tmo, input,
+        rn->identity_hash, rn->request_hash, rn->initiator};
     enum status st = ST_OK;
 
     xsnprintf(prio, sizeof(prio), "%d", rn->priority);
@@ -187,7 +196,7 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
     /* A collision with a run that completes between our insert and our
      * lookup finds nothing; the retry then inserts. Three rounds bound it. */
     for (int round = 0; round < 3 && st == ST_OK && !*out; round++) {
-        st = run_query_one(db, &S_INSERT, 10, p, out, NULL, err);
+        st = run_query_one(db, &S_INSERT, 11, p, out, NULL, err);
         *dedup = false;
         if (st == ST_OK && !*out) {
             st = submit_existing(db, rn, out, err);
@@ -226,14 +235,15 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[8] = {tenant,
+    const char *p[9] = {tenant,
                         f->has_status ? run_status_name(f->status) : NULL,
                         f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                         f->type,
                         f->external_id,
                         f->has_cursor ? cus : NULL,
                         f->has_cursor ? f->cursor_id : NULL,
-                        lim};
+                        lim,
+                        f->initiator};
     PGresult *r;
     enum status st;
     int n;
@@ -242,7 +252,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     xsnprintf(lim, sizeof(lim), "%d", f->limit + 1);
     *runs = NULL;
     *next_cursor = NULL;
-    st = db_run(db, &S_LIST, 8, p, &r, err);
+    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 9, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);
@@ -264,6 +274,28 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
         free(*next_cursor);
         *next_cursor = NULL;
     }
+    return st;
+}
+
+enum status store_runs_locate(struct db *db, const char *id, char tenant[65], struct error *err)
+{
+    const char *p[1] = {id};
+    PGresult *r;
+    enum status st = db_run(db, &S_LOCATE, 1, p, &r, err);
+
+    tenant[0] = '\0';
+    if (st != ST_OK)
+        return st;
+    if (PQntuples(r) == 0)
+        st = error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    else if (PQntuples(r) > 1)
+        st = error_set(err, ST_CONFLICT,
+                       "run \"%s\" exists in several tenants; choose one with ?tenant=", id);
+    else if (strlen(db_val(r, 0, 0)) >= 65)
+        st = error_set(err, ST_INTERNAL, "run \"%s\" has a tenant name over 64 characters", id);
+    else
+        xsnprintf(tenant, 65, "%s", db_val(r, 0, 0));
+    PQclear(r);
     return st;
 }
 

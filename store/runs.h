@@ -1,7 +1,9 @@
 /* store/runs.h — runs and their events on the caller's db handle (one
  * thread at a time). Every query is scoped by tenant, except the engine's
  * claim/heartbeat/rescue/retention statements, which work across tenants by
- * design and are fenced by worker id and attempt where they write a run.
+ * design and are fenced by worker id and attempt where they write a run,
+ * and the two an admin's reads use (store_runs_list with a NULL tenant,
+ * store_runs_locate), which say so.
  * Every change of status, outcome or progress inserts its run_events row in
  * the same statement. Functions return ST_OK or a failure with *err filled. */
 #ifndef OPSRUN_STORE_RUNS_H
@@ -33,6 +35,7 @@ const json_t *run_input(const struct run *run);
 
 struct run_new {
     const char *tenant, *id, *type;
+    const char *initiator; /* a token's name or "anonymous"; NULL: "system" (opsrun's own) */
     int priority;
     const char *run_at; /* RFC 3339, NULL = now */
     int max_attempts, timeout_s;
@@ -57,14 +60,21 @@ struct run_filter {
     enum run_status status;
     enum run_outcome outcome;
     const char *type, *external_id; /* NULL = any */
+    const char *initiator;          /* NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;
     char cursor_id[129];
 };
-/* *runs gets a new JSON array; *next_cursor a heap token or NULL. */
+/* *runs gets a new JSON array; *next_cursor a heap token or NULL. tenant
+ * NULL lists every tenant's runs (an admin's list). */
 enum status store_runs_list(struct db *db, const char *tenant, const struct run_filter *f,
                             json_t **runs, char **next_cursor, struct error *err) WUR;
+/* The one tenant that has a run with this id, into tenant (an admin's
+ * request by id, which may reach every tenant): ST_NOT_FOUND when none,
+ * ST_CONFLICT when several do. */
+enum status store_runs_locate(struct db *db, const char *id, char tenant[65],
+                              struct error *err) WUR;
 /* queued/waiting end cancelled now, running becomes cancelling; *changed is
  * false when nothing changed (already cancelling, or completed). */
 enum status store_runs_cancel(struct db *db, const char *tenant, const char *id, struct run **out,

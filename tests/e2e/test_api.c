@@ -88,11 +88,12 @@ static void rfc3339_in(long offset_s, char *out, size_t cap)
 /* ---- POST /alerts, GET /runs/{id}, GET /runs/{id}/events ---- */
 
 static const char *const run_keys[] = {
-    "id",         "tenant",       "type",         "status",         "outcome",
-    "priority",   "attempt",      "max_attempts", "progress",       "step",
-    "input",      "result",       "error",        "summary_counts", "failure_summary",
-    "context",    "external_id",  "worker_id",    "created_at",     "run_at",
-    "started_at", "completed_at", "updated_at"};
+    "id",           "tenant",      "initiator",      "type",
+    "status",       "outcome",     "priority",       "attempt",
+    "max_attempts", "progress",    "step",           "input",
+    "result",       "error",       "summary_counts", "failure_summary",
+    "context",      "external_id", "worker_id",      "created_at",
+    "run_at",       "started_at",  "completed_at",   "updated_at"};
 
 static const char *const event_keys[] = {"id",       "run_id", "type",    "status",    "outcome",
                                          "progress", "step",   "message", "created_at"};

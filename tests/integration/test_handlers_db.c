@@ -101,6 +101,7 @@ static enum status call_json(handler_fn fn, const char *path_id, struct query *q
     return fn(&g_hc,
               &(struct request){.path_id = path_id,
                                 .tenant = "default",
+                                .initiator = "anonymous",
                                 .body = body,
                                 .query = query_get,
                                 .query_arg = q ? q : &none},
@@ -502,7 +503,8 @@ START_TEST(runs_get_found_and_missing)
     pin_times("r-get", PINNED);
     ck_assert_int_eq(call(handle_runs_get, "r-get", NULL, NULL, &rp), ST_OK);
     expect_reply(&rp, 200, false,
-                 "{\"id\":\"r-get\",\"tenant\":\"default\",\"type\":\"demo\",\"status\":\"queued\","
+                 "{\"id\":\"r-get\",\"tenant\":\"default\",\"initiator\":\"anonymous\","
+                 "\"type\":\"demo\",\"status\":\"queued\","
                  "\"outcome\":\"pending\",\"priority\":7,\"attempt\":0,\"max_attempts\":3,"
                  "\"progress\":0,\"step\":null,\"input\":{\"host\":\"db1\"},\"result\":null,"
                  "\"error\":null,\"summary_counts\":null,\"failure_summary\":null,"

@@ -1495,6 +1495,72 @@ START_TEST(list_cursor_filters_and_tenants)
 }
 END_TEST
 
+/* An admin token's reads: every tenant's list, and a run id found in the
+ * one tenant that has it; and every run's initiator, filtered in lists. */
+START_TEST(all_tenants_and_initiator)
+{
+    static const char *const newest_first[] = {"b-only", "a-only"};
+    struct run_filter f = {.limit = 2};
+    struct run *run;
+    char tenant[65], *next = NULL;
+    json_t *runs;
+
+    open_test_db("it_store_tenants");
+    run_free(submit_on(g_db, &(struct sub){.tenant = "a", .id = "a-only", .ident = "1"}, NULL));
+    run_free(submit_on(g_db, &(struct sub){.tenant = "b", .id = "b-only", .ident = "2"}, NULL));
+    run_free(submit_on(g_db, &(struct sub){.tenant = "a", .id = "both", .ident = "3"}, NULL));
+    run_free(submit_on(g_db, &(struct sub){.tenant = "b", .id = "both", .ident = "4"}, NULL));
+    PQclear(th_sql(g_pg, "UPDATE runs SET created_at = timestamptz '2026-01-01 00:00:00+00' + "
+                         "CASE id WHEN 'a-only' THEN interval '1 s' WHEN 'b-only' THEN "
+                         "interval '2 s' ELSE interval '0 s' END"));
+
+    OK(store_runs_locate(g_db, "a-only", tenant, &g_err));
+    ck_assert_str_eq(tenant, "a");
+    OK(store_runs_locate(g_db, "b-only", tenant, &g_err));
+    ck_assert_str_eq(tenant, "b");
+    EXPECT(ST_NOT_FOUND, store_runs_locate(g_db, "nope", tenant, &g_err));
+    ck_assert_str_eq(g_err.message, "run \"nope\" does not exist");
+    EXPECT(ST_CONFLICT, store_runs_locate(g_db, "both", tenant, &g_err));
+    ck_assert_str_eq(g_err.message,
+                     "run \"both\" exists in several tenants; choose one with ?tenant=");
+
+    /* NULL: every tenant, newest first across them, paged by the cursor. */
+    runs = list_page(NULL, &f, &next);
+    ck_assert_int_eq(json_array_size(runs), 2);
+    for (size_t i = 0; i < 2; i++)
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(runs, i), "id")),
+                         newest_first[i]);
+    json_decref(runs);
+    ck_assert_ptr_nonnull(next);
+    f.has_cursor = cursor_decode(next, &f.cursor_us, f.cursor_id);
+    ck_assert(f.has_cursor);
+    free(next);
+    runs = list_page(NULL, &f, &next);
+    ck_assert_int_eq(json_array_size(runs), 2); /* "both" of a and of b */
+    ck_assert_str_ne(th_js(json_array_get(runs, 0), "tenant"),
+                     th_js(json_array_get(runs, 1), "tenant"));
+    json_decref(runs);
+    ck_assert_ptr_null(next);
+
+    /* The initiator: NULL is opsrun's own; the list filters on it. */
+    OK(store_runs_get(g_db, "a", "both", &run, &g_err));
+    ck_assert_str_eq(th_js(run->json, "initiator"), "system");
+    run_free(run);
+    PQclear(th_sql(g_pg, "UPDATE runs SET initiator = 'ci' WHERE id = 'a-only'"));
+    runs = list_page("a", &(struct run_filter){.limit = 10, .initiator = "ci"}, &next);
+    ck_assert_int_eq(json_array_size(runs), 1);
+    ck_assert_str_eq(th_js(json_array_get(runs, 0), "id"), "a-only");
+    json_decref(runs);
+    runs = list_page("b", &(struct run_filter){.limit = 10, .initiator = "ci"}, &next);
+    ck_assert_int_eq(json_array_size(runs), 0);
+    json_decref(runs);
+    OK(store_runs_get(g_db, "a", "a-only", &run, &g_err));
+    ck_assert_str_eq(th_js(run->json, "initiator"), "ci");
+    run_free(run);
+    close_test_db();
+}
+END_TEST
+
 /* ---- PostgreSQL restart (runs last) ----------------------------------- */
 
 /* Retries pool get + store_runs_get for up to 10 s; every failure must be
@@ -1741,6 +1807,7 @@ int main(void)
     tc = tcase("retention_list", 60);
     tcase_add_test(tc, prune_in_batches);
     tcase_add_test(tc, list_cursor_filters_and_tenants);
+    tcase_add_test(tc, all_tenants_and_initiator);
     suite_add_tcase(s, tc);
 
     /* Last: it restarts the server under everyone. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -153,7 +154,7 @@ static void kill_all(void)
             kill(procs[i], SIGKILL);
 }
 
-static int free_port(void)
+int th_free_port(void)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
@@ -170,24 +171,21 @@ static int free_port(void)
 void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
               const char *const *env)
 {
+    th_start_host(p, "127.0.0.1", conninfo, args, env);
+}
+
+/* Forks and execs `opsrun serve` for p (its port and log already set). */
+static void spawn(struct th_proc *p, const char *host, const char *conninfo,
+                  const char *const *args, const char *const *env)
+{
     const char *bin = getenv("OPSRUN_BIN");
     char listen[64];
     const char *argv[64];
     int n = 0;
-    static bool registered;
 
     if (!bin)
         die("OPSRUN_BIN is not set");
-    if (!registered) {
-        atexit(kill_all);
-        registered = true;
-    }
-    memset(p, 0, sizeof(*p));
-    p->port = free_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", p->port);
-    snprintf(p->url, sizeof(p->url), "http://%s", listen);
-    mkdir("/tmp/opsrun-tests", 0777);
-    snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d.log", (int)getpid(), p->port);
+    snprintf(listen, sizeof(listen), "%s:%d", host, p->port);
     argv[n++] = bin;
     argv[n++] = "serve";
     argv[n++] = "--listen";
@@ -217,21 +215,62 @@ void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
             procs[i] = p->pid;
             break;
         }
-    for (long long until = th_now_ms() + 30000; th_now_ms() < until;) {
+}
+
+/* Waits until p serves: /livez answers and p's own log says it serves (the
+ * port is free when chosen, but another process, of another checkout's
+ * tests, may take it before p binds it, and then answers /livez for it;
+ * with the info lines off, p alive 3 s after /livez answered will do).
+ * False when p exited because the port was taken; any other exit aborts. */
+static bool wait_serving(struct th_proc *p)
+{
+    char line[512], u[128];
+    long long up_since = 0;
+
+    snprintf(u, sizeof(u), "%s/livez", p->url);
+    for (long long until = th_now_ms() + 30000; th_now_ms() < until; th_sleep_ms(50)) {
         struct th_resp r;
         int st;
-        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            for (int i = 0; i < MAX_PROCS; i++)
+                if (procs[i] == p->pid)
+                    procs[i] = 0;
+            p->pid = 0;
+            if (th_log_find(p->log, "could not listen on", line, sizeof(line)))
+                return false;
             die("opsrun exited during start-up (status %d); log: %s", st, p->log);
-        char u[128];
-        snprintf(u, sizeof(u), "%s/livez", p->url);
-        if (th_http("GET", u, NULL, NULL, &r) && r.status == 200) {
-            th_resp_free(&r);
-            return;
         }
+        if (th_http("GET", u, NULL, NULL, &r) && r.status == 200 && !up_since)
+            up_since = th_now_ms();
         th_resp_free(&r);
-        th_sleep_ms(50);
+        if (up_since && (th_log_find(p->log, "serving listen=", line, sizeof(line)) ||
+                         th_now_ms() - up_since > 3000))
+            return true;
     }
     die("opsrun did not answer /livez within 30 s; log: %s", p->log);
+}
+
+void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
+                   const char *const *args, const char *const *env)
+{
+    static bool registered;
+
+    if (!registered) {
+        atexit(kill_all);
+        registered = true;
+    }
+    mkdir("/tmp/opsrun-tests", 0777);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        memset(p, 0, sizeof(*p));
+        p->port = th_free_port();
+        snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", p->port);
+        snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d.log", (int)getpid(),
+                 p->port);
+        spawn(p, host, conninfo, args, env);
+        if (wait_serving(p))
+            return;
+    }
+    die("opsrun could not listen on a free port in 5 tries; log: %s", p->log);
 }
 
 int th_stop(struct th_proc *p, int sig, int timeout_s)
@@ -255,6 +294,92 @@ int th_stop(struct th_proc *p, int sig, int timeout_s)
     waitpid(p->pid, &st, 0);
     p->pid = 0;
     return -1;
+}
+
+/* Appends what fd has to *buf (heap, NUL-terminated); false at its end. */
+static bool drain_fd(int fd, char **buf, size_t *len)
+{
+    char tmp[4096];
+    ssize_t n = read(fd, tmp, sizeof(tmp));
+
+    if (n <= 0)
+        return n < 0 && errno == EINTR;
+    *buf = realloc(*buf, *len + (size_t)n + 1);
+    memcpy(*buf + *len, tmp, (size_t)n);
+    *len += (size_t)n;
+    (*buf)[*len] = '\0';
+    return true;
+}
+
+int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err)
+{
+    const char *bin = getenv("OPSRUN_BIN");
+    const char *argv[32];
+    int po[2], pe[2], st = 0, n = 0;
+    char *bufs[2] = {strdup(""), strdup("")};
+    size_t lens[2] = {0, 0};
+    struct pollfd pf[2];
+    long long until = th_now_ms() + timeout_s * 1000LL;
+    pid_t pid;
+
+    if (!bin)
+        die("OPSRUN_BIN is not set");
+    argv[n++] = bin;
+    for (int i = 0; args && args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    if (pipe(po) != 0 || pipe(pe) != 0)
+        die("pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    pf[0] = (struct pollfd){po[0], POLLIN, 0};
+    pf[1] = (struct pollfd){pe[0], POLLIN, 0};
+    while ((pf[0].fd >= 0 || pf[1].fd >= 0) && th_now_ms() < until) {
+        if (poll(pf, 2, 100) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd >= 0 && pf[i].revents && !drain_fd(pf[i].fd, &bufs[i], &lens[i])) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (th_now_ms() >= until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            st = -1;
+            break;
+        }
+        th_sleep_ms(20);
+    }
+    if (out)
+        *out = bufs[0];
+    else
+        free(bufs[0]);
+    if (err)
+        *err = bufs[1];
+    else
+        free(bufs[1]);
+    if (st == -1)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 char *th_config_file(const char *name, const char *json)
@@ -304,16 +429,23 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
     copy_header(line, n, "Location:", r->location, sizeof(r->location));
     copy_header(line, n, "Allow:", r->allow, sizeof(r->allow));
     copy_header(line, n, "Retry-After:", r->retry_after, sizeof(r->retry_after));
+    copy_header(line, n, "WWW-Authenticate:", r->www_authenticate, sizeof(r->www_authenticate));
     return n;
 }
 
 bool th_http(const char *method, const char *url, const char *content_type, const char *body,
              struct th_resp *r)
 {
+    return th_http_token(method, url, NULL, content_type, body, r);
+}
+
+bool th_http_token(const char *method, const char *url, const char *token, const char *content_type,
+                   const char *body, struct th_resp *r)
+{
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
     struct dynbuf b;
-    char ct[160];
+    char ct[160], auth[700];
     CURLcode rc;
 
     memset(r, 0, sizeof(*r));
@@ -332,6 +464,10 @@ bool th_http(const char *method, const char *url, const char *content_type, cons
     if (content_type) {
         snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
         h = curl_slist_append(h, ct);
+    }
+    if (token) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
     }
     h = curl_slist_append(h, "Expect:");
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);

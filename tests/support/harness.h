@@ -38,6 +38,17 @@ struct th_proc {
  * (NULL-terminated, may be NULL); waits until /livez answers. */
 void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
               const char *const *env);
+/* As th_start, listening on host (an IPv4 literal: "0.0.0.0" listens on
+ * every address) instead of 127.0.0.1; p->url still names 127.0.0.1. */
+void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
+                   const char *const *args, const char *const *env);
+/* Runs OPSRUN_BIN with args (NULL-terminated, after the binary) and extra
+ * environment "K=V" entries (may be NULL) to its end, for at most
+ * timeout_s; its standard output and error in *out and *err (heap, may be
+ * NULL). Returns the exit status, or -1 when it had to be killed. */
+int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err);
+/* A loopback port nothing listens on now. */
+int th_free_port(void);
 /* Sends sig and waits up to timeout_s; returns the exit status (or -1 when
  * it had to be killed). */
 int th_stop(struct th_proc *p, int sig, int timeout_s);
@@ -52,11 +63,15 @@ struct th_resp {
     char location[256];
     char allow[64];
     char retry_after[16];
+    char www_authenticate[256];
 };
 /* One request; body/content_type may be NULL. Returns false on a transport
  * failure (connection refused, timeout). */
 bool th_http(const char *method, const char *url, const char *content_type, const char *body,
              struct th_resp *r);
+/* As th_http, sending "Authorization: Bearer <token>" when token is not NULL. */
+bool th_http_token(const char *method, const char *url, const char *token, const char *content_type,
+                   const char *body, struct th_resp *r);
 void th_resp_free(struct th_resp *r);
 /* Convenience: POST JSON to base+path, asserting a transport success. */
 void th_post_json(const char *base, const char *path, const char *body, struct th_resp *r);

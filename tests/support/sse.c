@@ -121,6 +121,7 @@ static void read_head(struct th_sse *s)
     header_value(hdrs, "cache-control", s->cache_control, sizeof(s->cache_control));
     header_value(hdrs, "x-accel-buffering", s->accel, sizeof(s->accel));
     header_value(hdrs, "retry-after", s->retry_after, sizeof(s->retry_after));
+    header_value(hdrs, "www-authenticate", s->www_authenticate, sizeof(s->www_authenticate));
     header_value(hdrs, "transfer-encoding", te, sizeof(te));
     header_value(hdrs, "content-length", cl, sizeof(cl));
     s->chunked = strcasecmp(te, "chunked") == 0;
@@ -136,11 +137,12 @@ static void read_head(struct th_sse *s)
     }
 }
 
-struct th_sse *th_sse_open(int port, const char *path, const char *last_event_id, int rcvbuf)
+static struct th_sse *sse_open(int port, const char *path, const char *last_event_id,
+                               const char *token, int rcvbuf)
 {
     struct th_sse *s = calloc(1, sizeof(*s));
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    char req[1024];
+    char req[2048];
     int n;
 
     s->chunk_left = -1;
@@ -153,13 +155,25 @@ struct th_sse *th_sse_open(int port, const char *path, const char *last_event_id
         ck_abort_msg("sse client: could not connect to port %d: %s", port, strerror(errno));
     n = snprintf(req, sizeof(req),
                  "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n"
-                 "%s%s%s\r\n",
+                 "%s%s%s%s%s%s\r\n",
                  path, port, last_event_id ? "Last-Event-ID: " : "",
-                 last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "");
-    if (send(s->fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+                 last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "",
+                 token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(req) || send(s->fd, req, (size_t)n, MSG_NOSIGNAL) != n)
         ck_abort_msg("sse client: could not send the request");
     read_head(s);
     return s;
+}
+
+struct th_sse *th_sse_open(int port, const char *path, const char *last_event_id, int rcvbuf)
+{
+    return sse_open(port, path, last_event_id, NULL, rcvbuf);
+}
+
+struct th_sse *th_sse_open_token(int port, const char *path, const char *token,
+                                 const char *last_event_id)
+{
+    return sse_open(port, path, last_event_id, token, 0);
 }
 
 /* Parses one complete event block out of text, if there is one. */

@@ -14,6 +14,7 @@ struct th_sse {
     int fd;
     long status;
     char content_type[128], cache_control[64], accel[32], retry_after[16];
+    char www_authenticate[256];
     char *body_text; /* a non-200 answer's whole body */
     char buf[65536]; /* raw bytes read, not yet decoded */
     size_t blen;
@@ -41,6 +42,10 @@ struct th_sse_event {
  * (up to 10 s; a transport failure aborts the test). rcvbuf > 0 sets
  * SO_RCVBUF first (a slow client). */
 struct th_sse *th_sse_open(int port, const char *path, const char *last_event_id, int rcvbuf);
+/* As th_sse_open, with "Authorization: Bearer <token>" when token is not
+ * NULL. */
+struct th_sse *th_sse_open_token(int port, const char *path, const char *token,
+                                 const char *last_event_id);
 /* The next event: 1 with *ev filled, 0 when timeout_ms passed first, -1
  * when the stream ended (s->clean_end says whether the server finished the
  * body or the connection was cut). */

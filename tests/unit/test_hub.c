@@ -173,6 +173,44 @@ START_TEST(filters)
 }
 END_TEST
 
+/* A subscriber sees its tenant only; one without a tenant (an admin's
+ * GET /stream) sees every tenant; a run stream never sees the same run id
+ * of another tenant. */
+START_TEST(tenants)
+{
+    struct hub *h = new_hub(64, 1 << 20, 10);
+    struct conn ct = {0}, ca = {0}, cr = {0};
+    const struct event_filter all = {NULL, NULL, NULL, false, RUN_QUEUED};
+    const struct hub_wake w = {fake_suspend, fake_resume, &ca};
+    struct hub_sub *t = subscribe(h, NULL, NULL, NULL, &ct);
+    struct hub_sub *r = subscribe(h, "r1", NULL, NULL, &cr);
+    struct hub_sub *a = NULL;
+    struct error err = {0};
+    char out[4096] = "", json[64] = "{\"id\":\"r1\"}";
+    struct event_row ev = {1, "u", "r1", "progress", RUN_RUNNING, "T", json};
+    int64_t pos;
+
+    ck_assert_int_eq(hub_sub_new(h, &all, &w, &a, &pos, &err), ST_OK);
+    hub_inject(h, &ev, 1, 1);
+    inject(h, 2, "r1", "running");
+    ck_assert_int_eq(read_all(t, out, sizeof(out), 4096), HUB_SUSPENDED);
+    ck_assert_ptr_null(strstr(out, "id: 1\n"));
+    ck_assert_ptr_nonnull(strstr(out, "id: 2\n"));
+    out[0] = '\0';
+    ck_assert_int_eq(read_all(r, out, sizeof(out), 4096), HUB_SUSPENDED);
+    ck_assert_ptr_null(strstr(out, "id: 1\n"));
+    ck_assert_ptr_nonnull(strstr(out, "id: 2\n"));
+    out[0] = '\0';
+    ck_assert_int_eq(read_all(a, out, sizeof(out), 4096), HUB_SUSPENDED);
+    ck_assert_ptr_nonnull(strstr(out, "id: 1\n"));
+    ck_assert_ptr_nonnull(strstr(out, "id: 2\n"));
+    hub_sub_free(t);
+    hub_sub_free(r);
+    hub_sub_free(a);
+    hub_free(h);
+}
+END_TEST
+
 /* A keep-alive that falls due while a frame is half sent goes out after
  * that frame, never inside it, and never stalls the stream. */
 #define F1 "id: 1\nevent: progress\ndata: {\"id\":\"r1\",\"status\":\"running\",\"n\":1}\n\n"
@@ -217,12 +255,13 @@ START_TEST(skip_rules)
     bool with_id;
 
     hub_sub_skip_upto(s, 2);
-    hub_sub_skip_run(s, "r1", 5);
-    ck_assert(!hub_sub_gate(s, 2, "r9", &with_id));
-    ck_assert(!hub_sub_gate(s, 3, "r1", &with_id));
-    ck_assert(hub_sub_gate(s, 3, "r2", &with_id));
+    hub_sub_skip_run(s, "t", "r1", 5);
+    ck_assert(!hub_sub_gate(s, 2, "t", "r9", &with_id));
+    ck_assert(!hub_sub_gate(s, 3, "t", "r1", &with_id));
+    ck_assert(hub_sub_gate(s, 3, "t2", "r1", &with_id)); /* the same id in another tenant */
+    ck_assert(hub_sub_gate(s, 3, "t", "r2", &with_id));
     ck_assert(!with_id);
-    ck_assert(hub_sub_gate(s, 6, "r1", &with_id));
+    ck_assert(hub_sub_gate(s, 6, "t", "r1", &with_id));
     ck_assert(with_id);
     for (int64_t id = 1; id <= 6; id++)
         inject(h, id, id == 3 || id == 5 ? "r1" : "r2", "running");
@@ -392,6 +431,7 @@ int main(void)
 
     tcase_add_test(t, select_and_wake);
     tcase_add_test(t, filters);
+    tcase_add_test(t, tenants);
     tcase_add_test(t, heartbeat_between_frames);
     tcase_add_test(t, skip_rules);
     tcase_add_test(t, run_stream_ends);

@@ -1,5 +1,6 @@
 /* tests/unit/test_util.c — the Check suite for common/util.c: SHA-256
- * against the FIPS 180-4 vectors, canonical JSON, identity hashes, run ids,
+ * against the FIPS 180-4 vectors, the constant-time compare, hex and
+ * base64url, canonical JSON, identity hashes, run ids,
  * RFC 3339 time, list cursors and backoff bounds.
  *
  * System headers come before util.h, ahead of common.h's poison pragma. */
@@ -178,6 +179,59 @@ START_TEST(sha256_split_matches_one_shot)
             sha256_final(&s, b);
             ck_assert_mem_eq(a, b, 32);
         }
+    }
+}
+END_TEST
+
+/* ---- secrets: constant-time compare, hex, base64url -------------------- */
+
+START_TEST(ct_equal_cases)
+{
+    unsigned char a[32], b[32];
+
+    for (size_t i = 0; i < sizeof(a); i++)
+        a[i] = b[i] = (unsigned char)(i * 13 + 5);
+    ck_assert(ct_equal(a, b, sizeof(a)));
+    ck_assert(ct_equal(a, b, 0));
+    for (size_t i = 0; i < sizeof(a); i++) {
+        for (unsigned bit = 0; bit < 8; bit++) {
+            b[i] ^= (unsigned char)(1u << bit);
+            ck_assert_msg(!ct_equal(a, b, sizeof(a)), "byte %zu bit %u", i, bit);
+            ck_assert(ct_equal(a, b, i)); /* the prefix before the change */
+            b[i] ^= (unsigned char)(1u << bit);
+        }
+    }
+}
+END_TEST
+
+START_TEST(hex_decode_cases)
+{
+    unsigned char out[4];
+    static const unsigned char want[4] = {0x00, 0xab, 0xCD, 0xff};
+
+    ck_assert(hex_decode("00abCDff", out, 4));
+    ck_assert_mem_eq(out, want, 4);
+    ck_assert(hex_decode("", out, 0));
+    ck_assert(!hex_decode("00abCDf", out, 4));   /* short */
+    ck_assert(!hex_decode("00abCDff0", out, 4)); /* long */
+    ck_assert(!hex_decode("00abCDfg", out, 4));  /* not hex */
+    ck_assert(!hex_decode("00 bCDff", out, 4));
+    ck_assert(!hex_decode("0x00abCD", out, 4));
+}
+END_TEST
+
+/* RFC 4648 section 10, in the URL-safe alphabet without padding. */
+START_TEST(base64url_vectors)
+{
+    static const struct {
+        const char *in, *out;
+    } v[] = {{"", ""},           {"f", "Zg"},          {"fo", "Zm8"},          {"foo", "Zm9v"},
+             {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}, {"\xfb\xff", "-_8"}};
+    char out[16];
+
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        base64url_encode(v[i].in, strlen(v[i].in), out);
+        ck_assert_str_eq(out, v[i].out);
     }
 }
 END_TEST
@@ -952,6 +1006,9 @@ static TCase *tc_sha256(void)
     tcase_add_test(tc, sha256_896_bits);
     tcase_add_test(tc, sha256_million_a_streaming);
     tcase_add_test(tc, sha256_split_matches_one_shot);
+    tcase_add_test(tc, ct_equal_cases);
+    tcase_add_test(tc, hex_decode_cases);
+    tcase_add_test(tc, base64url_vectors);
     return tc;
 }
 

@@ -1,0 +1,321 @@
+/* config/auth.c — the "auth" section: the tokens of auth.tokens (their
+ * names, tenants, scopes and SHA-256 digests), the check that keeps a
+ * process without tokens off every address but loopback, and new tokens
+ * for `opsrun token new`. The tokens themselves never reach this module
+ * except in cfg_token_new, which only hashes the one it makes. */
+#include "config/config_internal.h"
+
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_BYTES 32 /* 256 bits of getrandom() per token */
+#define TOKEN_PREFIX "opsrun_"
+
+static const char *const scope_names[] = {"submit", "read", "cancel", "health", "admin"};
+
+/* Runs carry "anonymous" without authentication and "system" when opsrun
+ * starts them itself: no token may pass for either. */
+static const char *const reserved_names[] = {"anonymous", "system", NULL};
+
+bool auth_scope_parse(const char *name, unsigned *bit)
+{
+    for (size_t i = 0; i < ARRAY_LEN(scope_names); i++) {
+        if (strcmp(name, scope_names[i]) == 0) {
+            *bit = 1u << i;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *auth_scope_name(unsigned bit)
+{
+    for (size_t i = 0; i < ARRAY_LEN(scope_names); i++)
+        if (bit == 1u << i)
+            return scope_names[i];
+    return "";
+}
+
+void auth_tokens_free(struct auth_token *tokens, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(tokens[i].name);
+        free(tokens[i].tenant);
+    }
+    free(tokens);
+}
+
+/* ---- one entry ---------------------------------------------------------- */
+
+/* "path.key", or just "key" for a path of "" (opsrun token new's flags). */
+static void key_label(char *buf, size_t cap, const char *path, const char *key)
+{
+    xsnprintf(buf, cap, "\"%s%s%s\"", path, *path ? "." : "", key);
+}
+
+static enum status token_name(struct auth_token *t, const json_t *v, const char *path,
+                              struct error *err)
+{
+    char label[KEY_MAX + 2];
+    const char *s = json_string_value(v);
+
+    key_label(label, sizeof(label), path, "name");
+    if (!s || !name_valid(s))
+        return name_error(label, err);
+    if (str_in(s, reserved_names))
+        return error_set(err, ST_INVALID, "invalid %s: \"%s\" is a reserved initiator", label, s);
+    t->name = xstrdup(s);
+    return ST_OK;
+}
+
+static enum status token_tenant(struct auth_token *t, const json_t *v, const char *path,
+                                struct error *err)
+{
+    char label[KEY_MAX + 2];
+    const char *s = json_string_value(v);
+
+    key_label(label, sizeof(label), path, "tenant");
+    if (!s || !name_valid(s))
+        return name_error(label, err);
+    t->tenant = xstrdup(s);
+    return ST_OK;
+}
+
+static enum status token_scopes(struct auth_token *t, const json_t *v, const char *path,
+                                struct error *err)
+{
+    char label[KEY_MAX + 2], elem[KEY_MAX + 32];
+    size_t i;
+    const json_t *e;
+    unsigned bit;
+
+    key_label(label, sizeof(label), path, "scopes");
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return error_set(err, ST_INVALID,
+                         "invalid %s: expected a non-empty array of \"submit\", \"read\", "
+                         "\"cancel\", \"health\" or \"admin\"",
+                         label);
+    json_array_foreach(v, i, e)
+    {
+        xsnprintf(elem, sizeof(elem), "%.*s[%zu]\"", (int)strlen(label) - 1, label, i);
+        if (!json_is_string(e) || !auth_scope_parse(json_string_value(e), &bit))
+            return error_set(err, ST_INVALID,
+                             "invalid %s: expected \"submit\", \"read\", \"cancel\", "
+                             "\"health\" or \"admin\"",
+                             elem);
+        if (t->scopes & bit)
+            return error_set(err, ST_INVALID, "invalid %s: \"%s\" is repeated", elem,
+                             json_string_value(e));
+        t->scopes |= bit;
+    }
+    return ST_OK;
+}
+
+static enum status token_digest(struct auth_token *t, const json_t *v, const char *path,
+                                struct error *err)
+{
+    char label[KEY_MAX + 2];
+    const char *s = json_string_value(v);
+
+    key_label(label, sizeof(label), path, "sha256");
+    if (!s || !hex_decode(s, t->sha256, sizeof(t->sha256)))
+        return error_set(err, ST_INVALID,
+                         "invalid %s: expected 64 hex digits, the SHA-256 of the token (opsrun "
+                         "token new prints it)",
+                         label);
+    return ST_OK;
+}
+
+static enum status token_key(struct auth_token *t, const char *key, const json_t *v,
+                             const char *path, struct error *err)
+{
+    if (strcmp(key, "name") == 0)
+        return token_name(t, v, path, err);
+    if (strcmp(key, "tenant") == 0)
+        return token_tenant(t, v, path, err);
+    if (strcmp(key, "scopes") == 0)
+        return token_scopes(t, v, path, err);
+    if (strcmp(key, "sha256") == 0)
+        return token_digest(t, v, path, err);
+    return error_set(err, ST_INVALID, "unknown key \"%s%s%s\"", path, *path ? "." : "", key);
+}
+
+/* Each key once, in the file's order; then every key must have been there. */
+static enum status token_load(struct auth_token *t, const json_t *v, const char *path,
+                              struct error *err)
+{
+    static const char *const required[] = {"name", "tenant", "scopes", "sha256"};
+    const char *key;
+    json_t *val;
+    enum status st;
+
+    if (!json_is_object(v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    json_object_foreach((json_t *)v, key, val)
+    {
+        if ((st = token_key(t, key, val, path, err)) != ST_OK)
+            return st;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(required); i++)
+        if (!json_object_get(v, required[i]))
+            return error_set(err, ST_INVALID, "missing \"%s%s%s\"", path, *path ? "." : "",
+                             required[i]);
+    return ST_OK;
+}
+
+/* A name or a digest used twice would make one request match two entries. */
+static enum status token_unique(const struct auth_token *tokens, size_t i, struct error *err)
+{
+    for (size_t j = 0; j < i; j++) {
+        if (strcmp(tokens[j].name, tokens[i].name) == 0)
+            return error_set(err, ST_INVALID,
+                             "invalid \"auth.tokens[%zu].name\": \"%s\" is already the name of "
+                             "auth.tokens[%zu]",
+                             i, tokens[i].name, j);
+        if (memcmp(tokens[j].sha256, tokens[i].sha256, sizeof(tokens[i].sha256)) == 0)
+            return error_set(err, ST_INVALID,
+                             "invalid \"auth.tokens[%zu].sha256\": the same token as "
+                             "auth.tokens[%zu]",
+                             i, j);
+    }
+    return ST_OK;
+}
+
+enum status load_auth_tokens(struct config *cfg, const json_t *v, struct error *err)
+{
+    struct auth_token *tokens;
+    char path[32];
+    size_t n;
+    enum status st = ST_OK;
+
+    if (!json_is_array(v))
+        return error_set(err, ST_INVALID, "invalid \"auth.tokens\": expected an array");
+    n = json_array_size(v);
+    tokens = xcalloc(n ? n : 1, sizeof(*tokens));
+    for (size_t i = 0; i < n && st == ST_OK; i++) {
+        xsnprintf(path, sizeof(path), "auth.tokens[%zu]", i);
+        st = token_load(&tokens[i], json_array_get(v, i), path, err);
+        if (st == ST_OK)
+            st = token_unique(tokens, i, err);
+    }
+    if (st != ST_OK) {
+        auth_tokens_free(tokens, n);
+        return st;
+    }
+    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    cfg->auth.tokens = tokens;
+    cfg->auth.ntokens = n;
+    return ST_OK;
+}
+
+json_t *auth_token_to_json(const struct auth_token *t)
+{
+    json_t *scopes = json_array();
+    char hex[65];
+
+    for (size_t i = 0; i < ARRAY_LEN(scope_names); i++)
+        if (t->scopes & (1u << i))
+            json_array_append_new(scopes, json_string(scope_names[i]));
+    for (size_t i = 0; i < sizeof(t->sha256); i++)
+        xsnprintf(hex + 2 * i, 3, "%02x", t->sha256[i]);
+    return json_pack("{s:s, s:s, s:o, s:s}", "name", t->name, "tenant", t->tenant, "scopes", scopes,
+                     "sha256", hex);
+}
+
+/* ---- exposure ----------------------------------------------------------- */
+
+bool cfg_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) != 1)
+        return false;
+    if (IN6_IS_ADDR_LOOPBACK(&a6))
+        return true;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+/* The host part of a valid "listen" value, without brackets. */
+static void listen_host(const char *listen, char *out, size_t cap)
+{
+    const char *colon = strrchr(listen, ':');
+    size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+
+    if (n >= 2 && listen[0] == '[' && listen[n - 1] == ']')
+        xsnprintf(out, cap, "%.*s", (int)(n - 2), listen + 1);
+    else
+        xsnprintf(out, cap, "%.*s", (int)n, listen);
+}
+
+enum status cfg_check_exposure(const struct config *cfg, struct error *err)
+{
+    char host[256];
+
+    if (cfg->auth.ntokens > 0 || cfg->auth.insecure_no_auth)
+        return ST_OK;
+    listen_host(cfg->listen, host, sizeof(host));
+    if (cfg_host_is_loopback(host))
+        return ST_OK;
+    return error_set(err, ST_INVALID,
+                     "refusing to serve on %s without authentication: configure \"auth.tokens\" "
+                     "(opsrun token new makes one), listen on a loopback address, or pass "
+                     "--insecure-no-auth",
+                     cfg->listen);
+}
+
+/* ---- new tokens --------------------------------------------------------- */
+
+static json_t *scopes_array(const char *csv)
+{
+    json_t *a = json_array();
+    const char *p = csv;
+
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        json_t *s = json_stringn(p, n);
+        json_array_append_new(a, s ? s : json_string(""));
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return a;
+}
+
+enum status cfg_token_new(const char *name, const char *tenant, const char *scopes, char **token,
+                          json_t **entry, struct error *err)
+{
+    unsigned char raw[TOKEN_BYTES];
+    char b64[(TOKEN_BYTES * 4 + 2) / 3 + 1], hex[65];
+    struct auth_token t = {0};
+    json_t *e;
+    enum status st;
+
+    *token = NULL;
+    *entry = NULL;
+    rand_bytes(raw, sizeof(raw));
+    base64url_encode(raw, sizeof(raw), b64);
+    *token = xasprintf(TOKEN_PREFIX "%s", b64);
+    sha256_hex(*token, strlen(*token), hex);
+    e = json_pack("{s:s, s:s, s:o, s:s}", "name", name, "tenant", tenant, "scopes",
+                  scopes_array(scopes), "sha256", hex);
+    st = e ? token_load(&t, e, "", err)
+           : error_set(err, ST_INVALID, "invalid token: name and tenant must be UTF-8");
+    free(t.name);
+    free(t.tenant);
+    if (st != ST_OK) {
+        json_decref(e);
+        free(*token);
+        *token = NULL;
+        return st;
+    }
+    *entry = e;
+    return ST_OK;
+}
