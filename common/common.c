@@ -25,6 +25,8 @@ const char *status_name(enum status st)
         [ST_LOST] = "lost",
         [ST_INTERNAL] = "internal",
         [ST_BUSY] = "busy",
+        [ST_LIMITED] = "limited",
+        [ST_TIMEOUT] = "timeout",
     };
     if ((size_t)st < ARRAY_LEN(names) && names[st])
         return names[st];

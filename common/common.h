@@ -33,6 +33,9 @@ enum status {
     ST_INTERNAL,      /* a bug or resource failure: 500 */
     ST_BUSY,          /* a limit of this process (stream subscribers, shutdown): 503, the
                          message is shown to the client */
+    ST_LIMITED,       /* a limit of one client (connections, streams, rate): 429, the message
+                         is shown to the client */
+    ST_TIMEOUT,       /* the request did not arrive in time: 408 */
 };
 
 const char *status_name(enum status st);
