@@ -29,6 +29,7 @@ struct limits {
     uint64_t seed;
     pthread_mutex_t mu;
     struct table addrs, tenants, callers;
+    int conns; /* the sum of the counts in addrs */
     _Atomic int64_t total[LIMITS_NEVENTS];
 };
 
@@ -177,14 +178,16 @@ static int count_up(struct limits *l, struct table *t, const char *key, int limi
     return before;
 }
 
-static void count_down(struct limits *l, struct table *t, const char *key)
+/* Returns false when key has no count. */
+static bool count_down(struct limits *l, struct table *t, const char *key)
 {
     struct entry *e = table_find(t, key, key_hash(l, key));
 
     if (!e)
-        return;
+        return false;
     if (--e->count <= 0)
         table_remove(t, e, false);
+    return true;
 }
 
 /* ---- the limits ---------------------------------------------------------- */
@@ -241,6 +244,7 @@ bool limits_conn_open(struct limits *l, const char *addr)
         return true;
     pthread_mutex_lock(&l->mu);
     before = count_up(l, &l->addrs, addr, 0);
+    l->conns++;
     pthread_mutex_unlock(&l->mu);
     return before < l->o.conns_per_addr;
 }
@@ -250,7 +254,8 @@ void limits_conn_close(struct limits *l, const char *addr)
     if (l->o.conns_per_addr <= 0)
         return;
     pthread_mutex_lock(&l->mu);
-    count_down(l, &l->addrs, addr);
+    if (count_down(l, &l->addrs, addr))
+        l->conns--;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -275,7 +280,7 @@ void limits_stream_close(struct limits *l, const char *tenant)
     if (l->o.streams_per_tenant <= 0)
         return;
     pthread_mutex_lock(&l->mu);
-    count_down(l, &l->tenants, tenant);
+    (void)count_down(l, &l->tenants, tenant);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -346,6 +351,7 @@ void limits_stats(struct limits *l, struct limits_stats *out)
     for (int i = 0; i < LIMITS_NEVENTS; i++)
         out->total[i] = atomic_load(&l->total[i]);
     pthread_mutex_lock(&l->mu);
+    out->connections = l->conns;
     out->addresses = l->addrs.n;
     out->tenants = l->tenants.n;
     out->callers = l->callers.n;

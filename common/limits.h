@@ -57,6 +57,7 @@ enum limits_event {
 
 struct limits_stats {
     int64_t total[LIMITS_NEVENTS]; /* by enum limits_event, since start */
+    int connections;               /* connections counted against their address's limit */
     int addresses;                 /* client addresses with a connection open */
     int tenants;                   /* tenants with a stream open */
     int callers;                   /* callers whose bucket is remembered */

@@ -246,9 +246,14 @@ START_TEST(connections_per_address)
     for (int i = 0; i < 3; i++)
         limits_conn_close(l, "10.0.0.1");
     ck_assert(limits_conn_open(l, "10.0.0.1")); /* back under the limit */
+    limits_stats(l, &s);
+    ck_assert_int_eq(s.connections, 2);
+    ck_assert_int_eq(s.addresses, 2);
     limits_conn_close(l, "10.0.0.1");
     limits_conn_close(l, "10.0.0.2");
+    limits_conn_close(l, "10.0.0.2"); /* one too many changes nothing */
     limits_stats(l, &s);
+    ck_assert_int_eq(s.connections, 0);
     ck_assert_int_eq(s.addresses, 0);
     limits_free(l);
 }
