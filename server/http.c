@@ -80,7 +80,7 @@ static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
  * stream ends because its client went away (the final chunk cannot be
  * sent), or is dropped for lagging (sse.c logs that itself): one per
  * normal disconnect. Only streams are chunked, so these name only them.
- * The third is a request cut short: by its client, or at its deadline
+ * The last two are a request cut short: by its client, or at its deadline
  * (http_conn.c logs that itself). */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
@@ -88,6 +88,7 @@ static void http_log(void *cls, const char *fmt, va_list ap)
         "Closing connection (application error generating response)",
         "Failed to send the footers",
         "Connection socket is closed when reading request",
+        "Socket has been disconnected when reading request",
     };
     enum log_level lvl = LOG_WARN;
     char msg[512];
