@@ -112,6 +112,19 @@ static void recency_unlink(struct table *t, struct entry *e)
     e->newer = e->older = NULL;
 }
 
+static struct entry *recency_pop_oldest(struct table *t)
+{
+    struct entry *e = t->oldest;
+
+    t->oldest = e->newer;
+    if (t->oldest)
+        t->oldest->older = NULL;
+    else
+        t->newest = NULL;
+    e->newer = e->older = NULL;
+    return e;
+}
+
 static void recency_push(struct table *t, struct entry *e)
 {
     e->older = t->newest;
@@ -137,15 +150,14 @@ static struct entry *table_add(struct table *t, const char *key, uint64_t hash)
     return e;
 }
 
-static void table_remove(struct table *t, struct entry *e, bool recency)
+/* Unlinks e from its chain and frees it; e is in no recency list. */
+static void table_remove(struct table *t, struct entry *e)
 {
     struct entry **pp = &t->heads[e->hash & (TABLE_HEADS - 1)];
 
     while (*pp != e)
         pp = &(*pp)->next;
     *pp = e->next;
-    if (recency)
-        recency_unlink(t, e);
     t->n--;
     free(e);
 }
@@ -186,7 +198,7 @@ static bool count_down(struct limits *l, struct table *t, const char *key)
     if (!e)
         return false;
     if (--e->count <= 0)
-        table_remove(t, e, false);
+        table_remove(t, e);
     return true;
 }
 
@@ -294,10 +306,10 @@ static void callers_prune(struct limits *l, int64_t now)
     for (int i = 0; i < PRUNE_PER_CALL && t->oldest; i++) {
         if (!bucket_full(&t->oldest->b, l->o.submit_rate_per_s, l->o.submit_burst, now))
             break;
-        table_remove(t, t->oldest, true);
+        table_remove(t, recency_pop_oldest(t));
     }
     if (t->n >= l->o.max_callers && t->oldest)
-        table_remove(t, t->oldest, true);
+        table_remove(t, recency_pop_oldest(t));
 }
 
 /* Takes a token of caller's bucket, creating it full; the lock is held. */

@@ -729,17 +729,20 @@ static struct MHD_Daemon *http_daemon(struct http *h, unsigned flags, unsigned p
 enum status http_start(const struct hctx *hc, struct http **out, struct error *err)
 {
     struct http *h = xcalloc(1, sizeof(*h));
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr = {0};
     const union MHD_DaemonInfo *info;
     unsigned port = 0;
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     enum status st = http_resolve(hc->cfg->listen, &addr, &port, err);
 
     *out = NULL;
+    if (st != ST_OK) {
+        free(h);
+        return st;
+    }
     h->hc = hc;
     h->conns = http_conns_new(hc->limits, hc->cfg->http.request_deadline_s);
-    if (st == ST_OK)
-        st = http_conns_start(h->conns, err);
+    st = http_conns_start(h->conns, err);
     if (st != ST_OK)
         goto fail;
     if (addr.ss_family == AF_INET6)

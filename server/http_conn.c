@@ -223,9 +223,8 @@ void http_conns_free(struct http_conns *cs)
     pthread_mutex_unlock(&cs->mu);
     if (cs->started)
         pthread_join(cs->th, NULL);
-    while (cs->head) { /* only if libmicrohttpd did not report a close */
-        struct http_conn *c = cs->head;
-        list_unlink(cs, c);
+    for (struct http_conn *c = cs->head, *next; c; c = next) {
+        next = c->next; /* only if libmicrohttpd did not report a close */
         free(c);
     }
     pthread_cond_destroy(&cs->cv);
