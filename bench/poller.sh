@@ -78,6 +78,7 @@ REQS='"submit": {"method": "POST", "url": "'$FAKE'/jobs"}, "id_pointer": "/id",
       "state_pointer": "/state", "state_map": {"RUNNING": "running", "DONE": "succeeded"}'
 cat >"$DATA/config.json" <<EOF
 {"poller": {"concurrency": $CONCURRENCY, "interval_ms": 200},
+ "limits": {"submit_rate_per_s": 0},
  "run_types": {
   "job": {"action": "rest_job",
    "poll": {"initial_delay_ms": 50, "max_delay_ms": 50, "jitter_pct": 0, "max_checks": 1000000,
@@ -90,7 +91,9 @@ cat >"$DATA/config.json" <<EOF
 EOF
 cp "$DATA/config.json" "$OUT/poller-config.json"
 # The same server settings without a run type that can wait: no poller at all.
-echo "{\"poller\": {\"concurrency\": $CONCURRENCY, \"interval_ms\": 200}}" >"$DATA/config0.json"
+# (loadgen submits from 127.0.0.1: no per-caller rate limit in either.)
+echo "{\"poller\": {\"concurrency\": $CONCURRENCY, \"interval_ms\": 200}," \
+    "\"limits\": {\"submit_rate_per_s\": 0}}" >"$DATA/config0.json"
 serve() { # serve CONFIG LOG
     build/opsrun serve --config "$1" --database-url "$DB" --listen 127.0.0.1:$PORT \
         --workers 2 --log-level warn 2>"$2" &

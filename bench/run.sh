@@ -35,8 +35,10 @@ scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
 DB=$(scripts/pg.sh url "$DATA/pg" bench)
 PGBENCH=$(ls -d /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -n 1)
 
-build/opsrun serve --database-url "$DB" --listen 127.0.0.1:18181 --workers 8 \
-    --log-level warn 2>"$OUT/serve.log" &
+# Every loadgen client submits from 127.0.0.1: no per-caller rate limit.
+echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
+build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18181 \
+    --workers 8 --log-level warn 2>"$OUT/serve.log" &
 PID=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18181/readyz >/dev/null && break; sleep 0.1; done
 sleep 2

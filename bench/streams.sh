@@ -47,8 +47,11 @@ scripts/pg.sh start "$DATA/pg" >/dev/null
 scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
 DB=$(scripts/pg.sh url "$DATA/pg" bench)
 
-build/opsrun serve --database-url "$DB" --listen 127.0.0.1:$PORT --log-level warn \
-    2>"$OUT/streams-serve.log" &
+# Every stream comes from 127.0.0.1 and the one tenant: no per-client limits.
+echo '{"http": {"max_connections_per_ip": 0}, "limits": {"streams_per_tenant": 0}}' \
+    >"$DATA/config.json"
+build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:$PORT \
+    --log-level warn 2>"$OUT/streams-serve.log" &
 PID=$!
 for _ in $(seq 100); do curl -sf "$URL/readyz" >/dev/null && break; sleep 0.1; done
 curl -sf "$URL/readyz" >/dev/null || { echo "streams.sh: the server did not get ready" >&2; exit 1; }

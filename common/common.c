@@ -27,6 +27,8 @@ const char *status_name(enum status st)
         [ST_BUSY] = "busy",
         [ST_UNAUTHORIZED] = "unauthorized",
         [ST_FORBIDDEN] = "forbidden",
+        [ST_LIMITED] = "limited",
+        [ST_TIMEOUT] = "timeout",
     };
     if ((size_t)st < ARRAY_LEN(names) && names[st])
         return names[st];

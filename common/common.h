@@ -35,6 +35,9 @@ enum status {
                          message is shown to the client */
     ST_UNAUTHORIZED,  /* no valid credential: 401 */
     ST_FORBIDDEN,     /* a valid credential without the right: 403 */
+    ST_LIMITED,       /* a limit of one client (connections, streams, rate): 429, the message
+                         is shown to the client */
+    ST_TIMEOUT,       /* the request did not arrive in time: 408 */
 };
 
 const char *status_name(enum status st);

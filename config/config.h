@@ -105,7 +105,15 @@ struct config {
         int connection_limit;     /* default 10000 */
         int connection_timeout_s; /* default 60 */
         int64_t max_body_bytes;   /* default 1 MiB, 1 KiB..64 MiB */
+        int max_connections_per_ip; /* default 256, 0 = no limit */
+        int request_deadline_s;     /* headers and body arrive within this, default 30 */
     } http;
+
+    struct {
+        int streams_per_tenant; /* event streams open per tenant, default 1000, 0 = no limit */
+        int submit_rate_per_s;  /* submissions per caller and second, default 20, 0 = no limit */
+        int submit_burst;       /* and in a burst, default 200 */
+    } limits;
 
     struct {
         int pool_size;            /* 0 = workers + http.threads + 4 + poller.concurrency / 4 */

@@ -15,6 +15,7 @@
 struct db_pool;
 struct engine;
 struct hub;
+struct limits;
 
 /* What every handler may use; lives as long as the server. */
 struct hctx {
@@ -22,6 +23,7 @@ struct hctx {
     struct db_pool *pool;
     struct engine *engine; /* NULL in tests that need no engine */
     struct hub *hub;       /* live events; NULL: no streams and no long-polls */
+    struct limits *limits; /* per-client limits (common/limits.h); NULL: none */
     const _Atomic bool *draining;
 };
 

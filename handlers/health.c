@@ -2,6 +2,7 @@
  * (can take traffic). */
 #include "handlers/handlers.h"
 
+#include "common/limits.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "live/hub.h"
@@ -80,6 +81,24 @@ static json_t *streams_json(const struct hctx *hc)
                      (json_int_t)s.reconnects_total);
 }
 
+/* The per-client limits: refusals by kind since start, and the
+ * connections, addresses, tenants and callers they count now. */
+static json_t *limits_json(const struct hctx *hc)
+{
+    struct limits_stats s;
+    json_t *j;
+
+    if (!hc->limits)
+        return json_null();
+    limits_stats(hc->limits, &s);
+    j = json_pack("{s:i, s:i, s:i, s:i}", "connections", s.connections, "addresses", s.addresses,
+                  "tenants", s.tenants, "callers", s.callers);
+    for (int i = 0; i < LIMITS_NEVENTS; i++)
+        json_object_set_new(j, limits_event_name((enum limits_event)i),
+                            json_integer((json_int_t)s.total[i]));
+    return j;
+}
+
 /* A 503 problem that says why (probes are for operators, so the reason is
  * given in full, as detail and as "reason"), with the members of extra
  * after it (taken; NULL for none). */
@@ -110,16 +129,19 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         st = store_workers_list(db, &workers, &err);
     db_pool_put(hc->pool, db);
     if (st != ST_OK) {
-        health_unavailable(rp, err.message, json_pack("{s:o}", "engine", engine_json(hc)));
+        health_unavailable(
+            rp, err.message,
+            json_pack("{s:o, s:o}", "engine", engine_json(hc), "limits", limits_json(hc)));
         json_decref(counts);
         return ST_OK;
     }
     reply_json_take(rp, 200,
-                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:{s:I, s:I}, s:o}", "status", "ok",
-                              "draining", hc->draining && atomic_load(hc->draining), "database",
-                              "ok", "engine", engine_json(hc), "streams", streams_json(hc), "runs",
-                              counts, "polls", "overdue", (json_int_t)overdue, "lag_ms",
-                              (json_int_t)lag_ms, "workers", workers));
+                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:{s:I, s:I}, s:o}", "status",
+                              "ok", "draining", hc->draining && atomic_load(hc->draining),
+                              "database", "ok", "engine", engine_json(hc), "streams",
+                              streams_json(hc), "limits", limits_json(hc), "runs", counts, "polls",
+                              "overdue", (json_int_t)overdue, "lag_ms", (json_int_t)lag_ms,
+                              "workers", workers));
     return ST_OK;
 }
 

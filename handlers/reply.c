@@ -55,10 +55,12 @@ static const struct {
     {ST_FORBIDDEN, 403, "Forbidden"},
     {ST_NOT_FOUND, 404, "Not Found"},
     {ST_METHOD, 405, "Method Not Allowed"},
+    {ST_TIMEOUT, 408, "Request Timeout"},
     {ST_CONFLICT, 409, "Conflict"},
     {ST_TOO_LARGE, 413, "Content Too Large"},
     {ST_UNSUPPORTED, 415, "Unsupported Media Type"},
     {ST_UNPROCESSABLE, 422, "Unprocessable Content"},
+    {ST_LIMITED, 429, "Too Many Requests"},
     {ST_UNAVAILABLE, 503, "Service Unavailable"},
     {ST_BUSY, 503, "Service Unavailable"},
 };

@@ -8,8 +8,8 @@
 #
 #   --tsan   also builds with ThreadSanitizer (build-tsan/) and runs the
 #            concurrency suites (integration_*, e2e_cluster, e2e_lease,
-#            e2e_streams, e2e_poller, e2e_shell_query) under it; any
-#            report fails them.
+#            e2e_streams, e2e_poller, e2e_shell_query, e2e_limits) under
+#            it; any report fails them.
 #            Adds about 5 minutes.
 #   --lint   also runs clang-tidy (.clang-tidy) over the product code; any
 #            finding fails. Adds about 3 minutes.
@@ -204,7 +204,7 @@ if ((TSAN)); then
     BUILD_ASAN="$BUILD"
     BUILD="$ROOT/build-tsan"
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-        run_ctest 1 -R '^(integration_.*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query)$'
+        run_ctest 1 -R '^(integration_.*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits)$'
     BUILD="$BUILD_ASAN"
 fi
 

@@ -1,6 +1,13 @@
 /* server/http.c — libmicrohttpd glue. Per request, one req_ctx holds the
  * route, the capped body and the reply; it is freed in the completion
- * callback, which also writes the access-log line.
+ * callback, which also writes the access-log line. Per connection, a record
+ * of server/http_conn.h holds the client's address and the request
+ * deadline.
+ *
+ * The per-client limits (common/limits.h) are applied here: connections per
+ * address at accept and at a connection's requests, event streams per
+ * tenant when a stream opens, and submissions per caller before their body
+ * is parsed. Every refusal is a problem+json with Retry-After.
  *
  * Two kinds of answer park their connection instead of holding a thread:
  * an SSE stream suspends whenever it has nothing to send, and a long-poll
@@ -9,8 +16,10 @@
 #include "server/http.h"
 
 #include "common/dynbuf.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "live/hub.h"
+#include "server/http_conn.h"
 #include "server/route.h"
 #include "live/sse.h"
 
@@ -30,6 +39,7 @@
 struct http {
     struct MHD_Daemon *d;
     const struct hctx *hc;
+    struct http_conns *conns;
     unsigned port;
 };
 
@@ -44,11 +54,14 @@ struct http_wait {
 struct http_stream {
     struct MHD_Connection *conn;
     struct sse_stream *st;
+    struct limits *lim;
+    char tenant[64]; /* counted against limits.streams_per_tenant */
 };
 
 struct req_ctx {
     struct http *h;
     struct MHD_Connection *conn;
+    struct http_conn *cn; /* the connection's record (server/http_conn.h) */
     const char *method, *url;
     int64_t t0;
     enum route_result rr;
@@ -68,12 +81,16 @@ static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 /* libmicrohttpd's messages are warnings, but for those it writes when a
  * stream ends because its client went away (the final chunk cannot be
  * sent), or is dropped for lagging (sse.c logs that itself): one per
- * normal disconnect. Only streams are chunked, so these name only them. */
+ * normal disconnect. Only streams are chunked, so these name only them.
+ * The last two are a request cut short: by its client, or at its deadline
+ * (http_conn.c logs that itself). */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
     static const char *const expected[] = {
         "Closing connection (application error generating response)",
         "Failed to send the footers",
+        "Connection socket is closed when reading request",
+        "Socket has been disconnected when reading request",
     };
     enum log_level lvl = LOG_WARN;
     char msg[512];
@@ -93,6 +110,8 @@ static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
     struct MHD_Response *r;
     enum MHD_Result ret;
 
+    if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
+        return MHD_NO; /* answered 408 at its deadline already */
     if (rp->text) {
         text = rp->text;
         rp->text = NULL;
@@ -155,6 +174,40 @@ static enum MHD_Result http_send_problem(struct req_ctx *rc, enum status st,
     ret = http_send(rc, &rp);
     reply_cleanup(&rp);
     return ret;
+}
+
+/* A refusal by a per-client limit: 429 with err's message and Retry-After;
+ * with close, the connection is closed after it. */
+static enum MHD_Result http_send_limited(struct req_ctx *rc, const struct error *err,
+                                         int retry_after_s, bool close)
+{
+    struct reply rp;
+    enum MHD_Result ret;
+    char secs[16];
+
+    xsnprintf(secs, sizeof(secs), "%d", retry_after_s > 0 ? retry_after_s : 1);
+    reply_init(&rp);
+    reply_error(&rp, ST_LIMITED, err);
+    reply_header(&rp, "Retry-After", secs);
+    if (close)
+        reply_header(&rp, MHD_HTTP_HEADER_CONNECTION, "close");
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
+/* A connection opened over its address's limit answers its first request
+ * 429 and closes. */
+static enum MHD_Result http_send_over_limit(struct req_ctx *rc)
+{
+    struct limits *lim = rc->h->hc->limits;
+    struct error err = {0};
+
+    limits_note(lim, LIMITS_CONN_ANSWERED);
+    error_set(&err, ST_LIMITED,
+              "too many connections from %s (limit %d); reuse or close the others",
+              http_conn_addr(rc->cn), rc->h->hc->cfg->http.max_connections_per_ip);
+    return http_send_limited(rc, &err, 1, true);
 }
 
 static bool content_type_json(const char *ct)
@@ -388,6 +441,8 @@ static void http_stream_free(void *cls)
     struct http_stream *hs = cls;
 
     sse_close(hs->st);
+    if (hs->lim)
+        limits_stream_close(hs->lim, hs->tenant);
     free(hs);
 }
 
@@ -443,6 +498,31 @@ static void http_stream_socket(struct MHD_Connection *c, const struct config *cf
                               (unsigned int)cfg->sse.send_timeout_s);
 }
 
+/* Counts the stream against its tenant's limit; the count is given back
+ * in http_stream_free. */
+static enum status http_stream_limit(struct req_ctx *rc, struct http_stream *hs, const char *tenant,
+                                     struct error *err)
+{
+    struct limits *lim = rc->h->hc->limits;
+    enum status st;
+
+    if (!lim)
+        return ST_OK;
+    st = limits_stream_open(lim, tenant, err);
+    if (st == ST_OK) {
+        hs->lim = lim;
+        xsnprintf(hs->tenant, sizeof(hs->tenant), "%s", tenant);
+    }
+    return st;
+}
+
+/* A stream refused by its tenant's limit may try again after about as long
+ * as a browser waits before it reconnects. */
+static int http_stream_retry_after(const struct config *cfg)
+{
+    return cfg->sse.retry_ms > 1000 ? (cfg->sse.retry_ms + 999) / 1000 : 1;
+}
+
 static enum MHD_Result http_stream(struct req_ctx *rc)
 {
     const struct hctx *hc = rc->h->hc;
@@ -457,6 +537,8 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
     if (st == ST_OK && !hc->hub)
         st = error_set(&err, ST_BUSY, "streams are not enabled");
     if (st == ST_OK)
+        st = http_stream_limit(rc, hs, rc->who.tenant, &err);
+    if (st == ST_OK)
         st = sse_open(hc->hub, hc->pool, &q,
                       &(struct hub_wake){http_stream_suspend, http_stream_resume, hs}, &hs->st,
                       &err);
@@ -464,10 +546,11 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
         r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, http_stream_read, hs,
                                               http_stream_free);
     if (!r) {
-        sse_close(hs->st);
-        free(hs);
+        http_stream_free(hs);
         if (st == ST_OK)
             return MHD_NO;
+        if (st == ST_LIMITED)
+            return http_send_limited(rc, &err, http_stream_retry_after(hc->cfg), false);
         return http_send_problem(rc, st, &err);
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -485,11 +568,35 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
+/* Who a submission is counted against: its token, or without one the
+ * client's address. */
+static void http_caller(const struct req_ctx *rc, char *buf, size_t cap)
+{
+    if (rc->who.token)
+        xsnprintf(buf, cap, "token:%s", rc->who.token->name);
+    else
+        xsnprintf(buf, cap, "addr:%s", rc->cn ? http_conn_addr(rc->cn) : "unknown");
+}
+
+/* Submissions (POST /alerts, generic or Alertmanager) take a token of their
+ * caller's bucket before their body is parsed. */
+static enum status http_submit_limit(struct req_ctx *rc, int *retry_after_s, struct error *err)
+{
+    char caller[160];
+
+    if (!rc->h->hc->limits || rc->m.entry->fn != handle_alerts_create)
+        return ST_OK;
+    http_caller(rc, caller, sizeof(caller));
+    return limits_submit(rc->h->hc->limits, caller, retry_after_s, err);
+}
+
 /* The last call: parse, run the handler, answer. */
 static enum MHD_Result http_dispatch(struct req_ctx *rc)
 {
     const struct hctx *hc = rc->h->hc;
     struct request rq = http_request(rc);
+    struct error err = {0};
+    int retry_after_s = 0;
     json_error_t jerr;
     struct reply rp;
     enum MHD_Result ret;
@@ -497,6 +604,8 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
     if (rc->too_large)
         return http_send_error(rc, ST_TOO_LARGE, "request body exceeds %lld bytes",
                                (long long)hc->cfg->http.max_body_bytes);
+    if (http_submit_limit(rc, &retry_after_s, &err) != ST_OK)
+        return http_send_limited(rc, &err, retry_after_s, false);
     if (rc->m.entry->json_body) {
         if (dynbuf_len(&rc->body) == 0)
             return http_send_error(rc, ST_INVALID,
@@ -524,6 +633,15 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
     return ret;
 }
 
+/* The connection's record, made when it was accepted (http_notify). */
+static struct http_conn *http_conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url,
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_size, void **con_cls)
@@ -535,12 +653,15 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         rc = xcalloc(1, sizeof(*rc));
         rc->h = cls;
         rc->conn = c;
+        rc->cn = http_conn_of(c);
         rc->method = method;
         rc->url = url;
         rc->t0 = clock_mono_ms();
         dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
         rc->rr = route_find(method, url, &rc->m);
         *con_cls = rc;
+        if (rc->cn && http_conn_over_limit(rc->cn))
+            return http_send_over_limit(rc);
         return http_begin(rc);
     }
     if (*upload_size > 0)
@@ -549,16 +670,20 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         return MHD_YES;
     if (rc->wait)
         return http_wait_finish(rc, true); /* resumed: the run completed or the wait ended */
+    if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
+        return MHD_NO; /* answered 408 at its deadline already */
     return http_dispatch(rc);
 }
 
 static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
+    struct http *h = cls;
     struct req_ctx *rc = *con_cls;
+    struct http_conn *cn = http_conn_of(c);
 
-    (void)cls;
-    (void)c;
+    if (cn)
+        http_conn_next(h->conns, cn);
     if (!rc)
         return;
     LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s%s%s", rc->method,
@@ -575,6 +700,46 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     dynbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
+}
+
+/* Before libmicrohttpd takes a connection: one from an address that has
+ * LIMITS_ADDR_HARD_FACTOR times its limit open is closed without an answer
+ * (one below that is answered 429 instead, http_send_over_limit). */
+static enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    struct http *h = cls;
+    char text[INET6_ADDRSTRLEN];
+
+    (void)len;
+    if (!h->hc->limits)
+        return MHD_YES;
+    http_conn_addr_text(addr, text, sizeof(text));
+    if (limits_conn_admit(h->hc->limits, text))
+        return MHD_YES;
+    LOG(LOG_DEBUG, "refused a connection peer=%s: too many open", text);
+    return MHD_NO;
+}
+
+/* A connection's record lives from its accept to its close; libmicrohttpd
+ * closes the socket after this notification (measured in 0.9.75). */
+static void http_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    struct http *h = cls;
+    const union MHD_ConnectionInfo *fd, *addr;
+    char text[INET6_ADDRSTRLEN];
+
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_conn_close(h->conns, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!fd)
+        return;
+    http_conn_addr_text(addr ? addr->client_addr : NULL, text, sizeof(text));
+    *socket_context = http_conn_open(h->conns, fd->connect_fd, text);
 }
 
 /* Resolves "host:port" / "[v6]:port". *addr and *port are set on ST_OK
@@ -605,10 +770,26 @@ static enum status http_resolve(const char *listen, struct sockaddr_storage *add
     return ST_OK;
 }
 
+/* libmicrohttpd's options; every value is cast to the type it reads. */
+static struct MHD_Daemon *http_daemon(struct http *h, unsigned flags, unsigned port,
+                                      struct sockaddr_storage *addr)
+{
+    const struct config *cfg = h->hc->cfg;
+
+    return MHD_start_daemon(
+        flags, (uint16_t)port, &http_admit, h, &http_access, h, MHD_OPTION_EXTERNAL_LOGGER,
+        http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned int)cfg->http.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)cfg->http.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)cfg->http.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(32 * 1024), MHD_OPTION_NOTIFY_COMPLETED, &http_done, h,
+        MHD_OPTION_NOTIFY_CONNECTION, &http_notify, h, MHD_OPTION_END);
+}
+
 enum status http_start(const struct hctx *hc, struct http **out, struct error *err)
 {
     struct http *h = xcalloc(1, sizeof(*h));
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr = {0};
     const union MHD_DaemonInfo *info;
     unsigned port = 0;
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -619,24 +800,26 @@ enum status http_start(const struct hctx *hc, struct http **out, struct error *e
         free(h);
         return st;
     }
+    h->hc = hc;
+    h->conns = http_conns_new(hc->limits, hc->cfg->http.request_deadline_s);
+    st = http_conns_start(h->conns, err);
+    if (st != ST_OK)
+        goto fail;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->hc = hc;
-    h->d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, &http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_log,
-        NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned int)hc->cfg->http.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)hc->cfg->http.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)hc->cfg->http.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(32 * 1024), MHD_OPTION_NOTIFY_COMPLETED, &http_done, h, MHD_OPTION_END);
+    h->d = http_daemon(h, flags, port, &addr);
     if (!h->d) {
-        free(h);
-        return error_set(err, ST_UNAVAILABLE, "could not listen on %s", hc->cfg->listen);
+        st = error_set(err, ST_UNAVAILABLE, "could not listen on %s", hc->cfg->listen);
+        goto fail;
     }
     info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : port;
     *out = h;
     return ST_OK;
+fail:
+    http_conns_free(h->conns);
+    free(h);
+    return st;
 }
 
 unsigned http_port(const struct http *h)
@@ -648,6 +831,7 @@ void http_stop(struct http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);
+    MHD_stop_daemon(h->d); /* closes every connection, and so their records */
+    http_conns_free(h->conns);
     free(h);
 }

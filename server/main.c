@@ -3,6 +3,7 @@
  * main() builds the runtime (configuration, pool, engine, HTTP server),
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
+#include "common/limits.h"
 #include "common/log.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
@@ -273,6 +274,17 @@ static void stop_http(struct http *http, struct hub *hub)
     http_stop(http);
 }
 
+static struct limits *limits_create(const struct config *cfg)
+{
+    const struct limits_options o = {
+        .conns_per_addr = cfg->http.max_connections_per_ip,
+        .streams_per_tenant = cfg->limits.streams_per_tenant,
+        .submit_rate_per_s = cfg->limits.submit_rate_per_s,
+        .submit_burst = cfg->limits.submit_burst,
+    };
+    return limits_new(&o);
+}
+
 /* Never runs: the signals stay blocked and are taken by sigwait(). */
 static void on_signal(int sig)
 {
@@ -286,6 +298,7 @@ static int serve(const struct config *cfg)
     struct engine *engine = NULL;
     struct hub *hub = NULL;
     struct http *http = NULL;
+    struct limits *limits = NULL;
     struct error err = {0};
     _Atomic bool draining = false;
     struct hctx hc = {0};
@@ -312,8 +325,13 @@ static int serve(const struct config *cfg)
         LOG(LOG_ERROR, "could not start the engine: %s", err.message);
         goto out;
     }
-    hc = (struct hctx){
-        .cfg = cfg, .pool = pool, .engine = engine, .hub = hub, .draining = &draining};
+    limits = limits_create(cfg);
+    hc = (struct hctx){.cfg = cfg,
+                       .pool = pool,
+                       .engine = engine,
+                       .hub = hub,
+                       .limits = limits,
+                       .draining = &draining};
     if (http_start(&hc, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
@@ -328,6 +346,7 @@ static int serve(const struct config *cfg)
 out:
     engine_free(engine);
     hub_free(hub);
+    limits_free(limits);
     db_pool_free(pool);
     return rc;
 }

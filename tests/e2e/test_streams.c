@@ -1100,7 +1100,10 @@ START_TEST(many_subscribers)
     setrlimit(RLIMIT_NOFILE, &rl);
     ck_assert_msg(rl.rlim_cur >= MANY + 100, "RLIMIT_NOFILE %ld is too low for the test",
                   (long)rl.rlim_cur);
-    start(&p, "e2e_sse_many", "{\"sse\": {\"heartbeat_ms\": 2000}}");
+    /* all from 127.0.0.1, one tenant: past both per-client limits */
+    start(&p, "e2e_sse_many",
+          "{\"sse\": {\"heartbeat_ms\": 2000}, \"http\": {\"max_connections_per_ip\": 0},"
+          " \"limits\": {\"streams_per_tenant\": 0}}");
     fds[0] = raw_stream(p.port, "/stream"); /* warm up the pool and the hub */
     ck_assert_int_eq(wait_all(fds, 1, "retry: ", 5000), 1);
     close(fds[0]);

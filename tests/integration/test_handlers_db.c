@@ -693,7 +693,7 @@ START_TEST(health_up)
     ck_assert(!rp.problem);
     got = wire_sorted_counts(rp.body);
     ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
-                          "\"engine\":null,\"streams\":null,"
+                          "\"engine\":null,\"streams\":null,\"limits\":null,"
                           "\"runs\":{\"cancelling\":0,\"queued\":2,\"running\":0,\"waiting\":0},"
                           "\"polls\":{\"overdue\":0,\"lag_ms\":0},\"workers\":[]}");
     expect_headers(&rp, 0, NULL, NULL);
@@ -750,7 +750,7 @@ START_TEST(health_pool_exhausted)
 
     ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
     want = xasprintf("{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
-                     "\"detail\":\"%s\",\"reason\":\"%s\",\"engine\":null}",
+                     "\"detail\":\"%s\",\"reason\":\"%s\",\"engine\":null,\"limits\":null}",
                      busy, busy);
     expect_reply(&rp, 503, true, want);
     expect_headers(&rp, 1, "Retry-After", "1");

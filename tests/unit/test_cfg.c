@@ -1178,6 +1178,32 @@ START_TEST(test_to_json_round_trip)
 }
 END_TEST
 
+/* The per-client limits: their defaults, 0 switching each off, and bounds. */
+START_TEST(test_limits_keys)
+{
+    ck_assert_int_eq(cfg.http.max_connections_per_ip, 256);
+    ck_assert_int_eq(cfg.http.request_deadline_s, 30);
+    ck_assert_int_eq(cfg.limits.streams_per_tenant, 1000);
+    ck_assert_int_eq(cfg.limits.submit_rate_per_s, 20);
+    ck_assert_int_eq(cfg.limits.submit_burst, 200);
+    ck_load_ok("{\"http\": {\"max_connections_per_ip\": 0, \"request_deadline_s\": 5},"
+               " \"limits\": {\"streams_per_tenant\": 0, \"submit_rate_per_s\": 0,"
+               " \"submit_burst\": 1}}");
+    ck_assert_int_eq(cfg.http.max_connections_per_ip, 0);
+    ck_assert_int_eq(cfg.http.request_deadline_s, 5);
+    ck_assert_int_eq(cfg.limits.streams_per_tenant, 0);
+    ck_assert_int_eq(cfg.limits.submit_rate_per_s, 0);
+    ck_assert_int_eq(cfg.limits.submit_burst, 1);
+    ck_load_fails("{\"http\": {\"request_deadline_s\": 0}}",
+                  "invalid \"http.request_deadline_s\": must be between 1 and 3600");
+    ck_load_fails("{\"limits\": {\"submit_rate_per_s\": -1}}",
+                  "invalid \"limits.submit_rate_per_s\": must be 0 or between 1 and 1000000");
+    ck_load_fails("{\"limits\": {\"submit_burst\": 0}}",
+                  "invalid \"limits.submit_burst\": must be between 1 and 1000000");
+    ck_load_fails("{\"limits\": {\"per_ip\": 1}}", "unknown key \"limits.per_ip\"");
+}
+END_TEST
+
 static Suite *cfg_suite(void)
 {
     Suite *s = suite_create("cfg");
@@ -1213,6 +1239,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_load_file_errors);
     tcase_add_test(tc, test_load_file_too_large);
+    tcase_add_test(tc, test_limits_keys);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tr, setup, teardown);
