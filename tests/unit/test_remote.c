@@ -2,6 +2,7 @@
  * templates (text, URL and XML escaping, JSON bodies where a lone
  * placeholder keeps its type, secrets from the environment), request checks
  * at load, the answer classes, and the poller's backoff schedule. */
+#include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 #include "engine/poller.h"
 
@@ -489,6 +490,25 @@ START_TEST(body_text_checks)
 }
 END_TEST
 
+/* exec at load: argv[0] takes no value of the run. */
+START_TEST(exec_checks)
+{
+    const struct action_ops *ex = action_find("exec");
+    json_t *bad = json_pack("{s:[s]}", "argv", "/usr/lib/tools/{{input:/tool}}");
+    json_t *ok = json_pack("{s:[s, s, s]}", "argv", "/usr/lib/{{env:OPSRUN_TEST_TOKEN}}/tool", "--",
+                           "{{input:/v}}");
+    struct error err = {0};
+
+    setenv("OPSRUN_TEST_TOKEN", "x", 1);
+    ck_assert_int_eq(ex->check_params(bad, "x", &err), ST_INVALID);
+    ck_assert_str_eq(err.message,
+                     "invalid \"x.argv[0]\": only {{env:...}} placeholders may choose the program");
+    ck_assert_int_eq(ex->check_params(ok, "x", &err), ST_OK);
+    json_decref(bad);
+    json_decref(ok);
+}
+END_TEST
+
 START_TEST(classes)
 {
     struct remote_response r = {0};
@@ -556,6 +576,7 @@ int main(void)
     tcase_add_test(t, nul_values);
     tcase_add_test(t, json_values);
     tcase_add_test(t, body_text_checks);
+    tcase_add_test(t, exec_checks);
     tcase_add_test(t, classes);
     tcase_add_test(t, backoff);
     suite_add_tcase(s, t);
