@@ -490,6 +490,32 @@ START_TEST(body_text_checks)
 }
 END_TEST
 
+/* The run's error for a request that could not be built: "unsafe_input"
+ * for a refused value, "invalid_request" otherwise; a message cut inside a
+ * character (a long placeholder name) still makes an error. */
+START_TEST(build_errors)
+{
+    struct run_ctx rc = {0};
+    struct error err = {0};
+
+    ck_assert(remote_built(&rc, ST_OK, "the request", &err));
+    ck_assert(remote_built(&rc, ST_UNAVAILABLE, "the request", &err));
+    ck_assert_ptr_null(rc.error);
+    error_set(&err, ST_UNPROCESSABLE, "unsafe value of {{input:/v}}: a line break");
+    ck_assert(!remote_built(&rc, ST_UNPROCESSABLE, "the request", &err));
+    ck_assert_str_eq(json_string_value(json_object_get(rc.error, "code")), "unsafe_input");
+    ck_assert_str_eq(json_string_value(json_object_get(rc.error, "message")),
+                     "could not build the request: unsafe value of {{input:/v}}: a line break");
+    memset(err.message, 0, sizeof(err.message));
+    for (size_t i = 0; i + 2 < sizeof(err.message); i += 2)
+        memcpy(err.message + i, "\xC3\xA9", 2); /* "é" over and over */
+    ck_assert(!remote_built(&rc, ST_INVALID, "the status request", &err));
+    ck_assert_str_eq(json_string_value(json_object_get(rc.error, "code")), "invalid_request");
+    ck_assert_ptr_nonnull(json_object_get(rc.error, "message"));
+    rc_cleanup(&rc);
+}
+END_TEST
+
 /* exec at load: argv[0] takes no value of the run. */
 START_TEST(exec_checks)
 {
@@ -576,6 +602,7 @@ int main(void)
     tcase_add_test(t, nul_values);
     tcase_add_test(t, json_values);
     tcase_add_test(t, body_text_checks);
+    tcase_add_test(t, build_errors);
     tcase_add_test(t, exec_checks);
     tcase_add_test(t, classes);
     tcase_add_test(t, backoff);
