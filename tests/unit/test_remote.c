@@ -1,7 +1,10 @@
 /* tests/unit/test_remote.c — the pure parts of the remote actions: request
  * templates (text, URL and XML escaping, JSON bodies where a lone
  * placeholder keeps its type, secrets from the environment), request checks
- * at load, the answer classes, and the poller's backoff schedule. */
+ * at load, the answer classes, and the poller's backoff schedule; and
+ * untrusted input: every injection attempt in each position a placeholder
+ * can stand (URL origin, path, query, header, JSON, XML, exec's argv[0]),
+ * encoded where that is enough, refused with its exact message where not. */
 #include "engine/actions/action.h"
 #include "engine/actions/remote.h"
 #include "engine/poller.h"
