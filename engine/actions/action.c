@@ -75,6 +75,7 @@ void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_scrub(msg); /* cut in a character, jansson would refuse it */
     json_decref(rc->error);
     rc->error = json_pack("{s:s, s:s}", "code", code, "message", msg);
 }

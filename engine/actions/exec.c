@@ -8,6 +8,14 @@
  * Nothing else of opsrun's environment (its database URL among it) is
  * passed, and no descriptor but 0-3.
  *
+ * Untrusted input: each argv element of the template is one argument, and
+ * each env key one variable, whatever the values hold (no shell, no word
+ * splitting). argv[0] takes no value of the run (checked at load). A value
+ * with a NUL is refused, and so is one that would begin an argument with
+ * "-" (an option) unless the template's element begins with "-" itself or
+ * follows a "--" element: the run fails with "unsafe_input" before
+ * anything starts.
+ *
  * Exit 0: succeeded, stdout's JSON (at most max_stdout_bytes) the result,
  * its "summary_counts" and "failure_summary" members lifted into the run.
  * Exit 75 (EX_TEMPFAIL): a retryable failure. Anything else: failed, with
@@ -64,6 +72,11 @@ static enum status check_argv(const json_t *argv, const char *path, struct error
     if (json_string_value(json_array_get(argv, 0))[0] != '/')
         return error_set(err, ST_INVALID,
                          "invalid \"%s.argv[0]\": expected an absolute path (no search in PATH)",
+                         path);
+    if (!remote_template_operator_only(json_string_value(json_array_get(argv, 0))))
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.argv[0]\": only {{env:...}} placeholders may choose the "
+                         "program",
                          path);
     return ST_OK;
 }
@@ -144,17 +157,48 @@ static struct remote_vars vars_of(const struct run_ctx *rc)
     };
 }
 
+/* Puts where (argv[1], env NAME) before err's message. */
+static enum status failed_at(struct error *err, enum status st, const char *where)
+{
+    char why[sizeof(err->message)] = "";
+
+    if (err)
+        xsnprintf(why, sizeof(why), "%s", err->message);
+    return error_set(err, st, "%s: %s", where, why);
+}
+
+/* Whether the run's values made an argument an option: it begins with "-"
+ * where its template does not, before any "--" element. */
+static bool made_option(const char *tmpl, const char *arg, bool after_dashes)
+{
+    return !after_dashes && arg[0] == '-' && tmpl[0] != '-' && !remote_template_operator_only(tmpl);
+}
+
 static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struct error *err)
 {
     const struct remote_vars v = vars_of(rc);
+    bool after_dashes = false;
+    char where[32];
     size_t i;
     json_t *a;
 
     json_array_foreach(json_object_get(rc->type->params, "argv"), i, a)
     {
+        const char *t = json_string_value(a);
         char *s = NULL;
-        if (remote_expand_text(json_string_value(a), &v, REMOTE_RAW, &s, err) != ST_OK)
-            return ST_INVALID;
+        enum status st = remote_expand_text(t, &v, REMOTE_RAW, &s, err);
+        xsnprintf(where, sizeof(where), "argv[%zu]", i);
+        if (st != ST_OK)
+            return failed_at(err, st, where);
+        if (made_option(t, s, after_dashes)) {
+            free(s);
+            return error_set(
+                err, ST_UNPROCESSABLE,
+                "%s: unsafe value: it would begin the argument with \"-\" (an option); "
+                "put a \"--\" element before it",
+                where);
+        }
+        after_dashes |= strcmp(t, "--") == 0;
         strv_add(argv, s);
     }
     return ST_OK;
@@ -173,9 +217,12 @@ static enum status build_env(const struct run_ctx *rc, struct strv *env, struct 
     }
     json_object_foreach(json_object_get(rc->type->params, "env"), key, x)
     {
-        char *s = NULL;
-        if (remote_expand_text(json_string_value(x), &v, REMOTE_RAW, &s, err) != ST_OK)
-            return ST_INVALID;
+        char *s = NULL, where[160];
+        enum status st = remote_expand_text(json_string_value(x), &v, REMOTE_RAW, &s, err);
+        if (st != ST_OK) {
+            xsnprintf(where, sizeof(where), "env %.100s", key);
+            return failed_at(err, st, where);
+        }
         strv_add(env, xasprintf("%s=%s", key, s));
         free(s);
     }
@@ -244,7 +291,7 @@ static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid,
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rv != 0)
-        st = error_set(err, ST_UNPROCESSABLE, "could not execute %s: %s", argv.v[0], strerror(rv));
+        st = error_set(err, ST_INTERNAL, "could not execute %s: %s", argv.v[0], strerror(rv));
     strv_free(&argv);
     strv_free(&env);
     /* The parent keeps the write end of stdin and the read ends. */
@@ -488,14 +535,15 @@ static enum step exec_start(struct run_ctx *rc)
     bool stopped, killed = false;
     int status = 0;
     pid_t pid = 0;
+    enum status st;
     enum step step;
 
     memset(&ps, -1, sizeof(ps));
     io.input = input ? input : "null";
     io.input_len = strlen(io.input);
     dynbuf_init(&io.out, m ? (size_t)json_integer_value(m) : STDOUT_DEFAULT_MAX);
-    if (spawn(rc, &ps, &pid, &err) != ST_OK) {
-        rc_error(rc, "exec_failed", "%s", err.message);
+    if ((st = spawn(rc, &ps, &pid, &err)) != ST_OK) {
+        rc_error(rc, st == ST_UNPROCESSABLE ? "unsafe_input" : "exec_failed", "%s", err.message);
         pipes_close(&ps);
         free(input);
         return STEP_FAIL;

@@ -161,10 +161,8 @@ static enum step http_start(struct run_ctx *rc)
         return step;
     step = STEP_FAIL;
     v = remote_vars_of(rc);
-    if (remote_call(req, &v, NULL, rc, &r, &err) == ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the request: %s", err.message);
+    if (!remote_built(rc, remote_call(req, &v, NULL, rc, &r, &err), "the request", &err))
         return STEP_FAIL;
-    }
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
         remote_error(rc, "unavailable", "the call failed", &r);
@@ -204,10 +202,8 @@ static enum step http_poll(struct run_ctx *rc)
     enum status st = remote_call(req ? req : get, &v, rc->external_id, rc, &r, &err);
 
     json_decref(get);
-    if (st == ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the status request: %s", err.message);
+    if (!remote_built(rc, st, "the status request", &err))
         return STEP_FAIL;
-    }
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
         remote_error(rc, "status_unavailable", "could not check the status", &r);

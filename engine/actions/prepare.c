@@ -153,6 +153,7 @@ static bool clean_step(struct run_ctx *rc, const struct prep_kind *k, json_t *en
     const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
     struct error err = {0};
+    enum status st_call;
     char what[128];
     bool ok;
 
@@ -163,7 +164,8 @@ static bool clean_step(struct run_ctx *rc, const struct prep_kind *k, json_t *en
     }
     if (!req)
         return true;
-    if (remote_call(req, &v, NULL, rc, &r, &err) == ST_INVALID) {
+    st_call = remote_call(req, &v, NULL, rc, &r, &err);
+    if (st_call == ST_INVALID || st_call == ST_UNPROCESSABLE) {
         if (created)
             LOG(LOG_WARN, "could not build the cleanup of step %s run=%s: %s", name, rc->run->id,
                 err.message);
@@ -263,11 +265,10 @@ static enum step prepare_step(struct run_ctx *rc, const struct prep_kind *k, con
     if (!rc_save_state(rc, rc->poll_state, true))
         return STEP_RETRY;
     v = remote_vars_of(rc);
-    if (remote_call(json_object_get(st, "request"), &v, NULL, rc, &r, &err) == ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the request of the %s step: %s", name,
-                 err.message);
+    xsnprintf(what, sizeof(what), "the request of the %s step", name);
+    if (!remote_built(rc, remote_call(json_object_get(st, "request"), &v, NULL, rc, &r, &err), what,
+                      &err))
         return STEP_FAIL;
-    }
     xsnprintf(what, sizeof(what), "the %s step failed", name);
     step = k->accept(rc, &r, json_object_get(st, "capture"), rc->poll_state, what);
     if (r.stopped && step != STEP_DONE)

@@ -22,10 +22,26 @@
 
 /* ---- placeholders ---------------------------------------------------------- */
 
+/* Where a value goes, besides the modes of remote.h: one segment of a URL's
+ * path. Percent-encoded like REMOTE_URL, and refused when the value has a
+ * "." or ".." segment of its own, for servers that decode %2F before they
+ * route. */
+#define URL_PATH 16
+
+/* {{env:NAME}} is the operator's. Every other value is the run's: its input,
+ * its poll state and external id (read from the remote's answers), its id
+ * (chosen by the client), tenant and attempt. Only the run's values are
+ * checked where they go. */
+static bool placeholder_is_operators(const char *name)
+{
+    return strncmp(name, "env:", 4) == 0;
+}
+
 /* One placeholder's value: text and, for JSON bodies, a JSON value. On
  * ST_OK *text (when text is not NULL) is a heap string, never NULL, and
  * *json (when json is not NULL) a new reference; on failure neither is set
- * and err names the placeholder. */
+ * and err names the placeholder. A string with a NUL inside cannot be text:
+ * C would cut it there. */
 static enum status placeholder_value(const char *name, const struct remote_vars *v, char **text,
                                      json_t **json, struct error *err)
 {
@@ -61,6 +77,11 @@ static enum status placeholder_value(const char *name, const struct remote_vars 
     }
     if (!j)
         abort(); /* jansson could not allocate: as xmalloc does */
+    if (text && json_is_string(j) && strlen(json_string_value(j)) != json_string_length(j)) {
+        json_decref(j);
+        return error_set(err, ST_UNPROCESSABLE,
+                         "unsafe value of {{%s}}: a NUL character is not allowed", name);
+    }
     if (text) {
         *text = json_is_string(j) ? xstrdup(json_string_value(j))
                                   : json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -109,6 +130,28 @@ static bool next_placeholder(const char *s, const char **start, const char **end
     return true;
 }
 
+/* The first character of set in s outside any {{...}}, or the end of s. */
+static const char *literal_find(const char *s, const char *set)
+{
+    while (*s && !strchr(set, *s)) {
+        const char *b = s[0] == '{' && s[1] == '{' ? strstr(s + 2, "}}") : NULL;
+        s = b ? b + 2 : s + 1;
+    }
+    return s;
+}
+
+bool remote_template_operator_only(const char *s)
+{
+    const char *a, *b;
+    char name[PLACEHOLDER_MAX];
+    bool bad;
+
+    for (; next_placeholder(s, &a, &b, name, &bad); s = b)
+        if (!placeholder_is_operators(name))
+            return false;
+    return true;
+}
+
 /* Checks every placeholder of a template string; env ones must be set. */
 enum status remote_check_template(const char *s, const char *path, struct error *err)
 {
@@ -130,6 +173,57 @@ enum status remote_check_template(const char *s, const char *path, struct error 
     return ST_OK;
 }
 
+/* ---- expansion ------------------------------------------------------------- */
+
+static enum status too_large(struct error *err)
+{
+    return error_set(err, ST_INVALID, "could not expand a template: the result exceeds %zu MiB",
+                     EXPAND_MAX >> 20);
+}
+
+/* Whether s, split at "/" and "\", has a "." or ".." part. */
+static bool has_dot_part(const char *s)
+{
+    for (;;) {
+        size_t n = strcspn(s, "/\\");
+        if ((n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+            return true;
+        if (!s[n])
+            return false;
+        s += n + 1;
+    }
+}
+
+/* Whether the UTF-8 text s holds a character XML 1.0 does not allow: a C0
+ * control other than tab, line feed and carriage return, U+FFFE or U+FFFF. */
+static bool has_non_xml_char(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r')
+            return true;
+        if (p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF))
+            return true;
+    }
+    return false;
+}
+
+/* Why a value of the run may not go where mode puts it, or NULL. */
+static const char *value_refused(const char *val, int mode)
+{
+    if ((mode == REMOTE_URL || mode == URL_PATH) && strpbrk(val, "\r\n"))
+        return "a line break is not allowed in a URL";
+    if (mode == URL_PATH && has_dot_part(val))
+        return "\".\" and \"..\" are not allowed as path segments";
+    if (mode == REMOTE_XML && has_non_xml_char(val))
+        return "a control character is not allowed in XML";
+    if (mode == REMOTE_HEADER) {
+        for (const unsigned char *p = (const unsigned char *)val; *p; p++)
+            if ((*p < 0x20 && *p != '\t') || *p == 0x7F)
+                return "a control character is not allowed in a header";
+    }
+    return NULL;
+}
+
 static enum status add_encoded(struct dynbuf *buf, const char *s, int mode)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -138,8 +232,8 @@ static enum status add_encoded(struct dynbuf *buf, const char *s, int mode)
     for (; *s && st == ST_OK; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
-        if (mode == REMOTE_URL && !(c >= 'A' && c <= 'Z') && !(c >= 'a' && c <= 'z') &&
-            !(c >= '0' && c <= '9') && !strchr("-._~", c)) {
+        if ((mode == REMOTE_URL || mode == URL_PATH) && !(c >= 'A' && c <= 'Z') &&
+            !(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && !strchr("-._~", c)) {
             esc[0] = '%', esc[1] = hex[c >> 4], esc[2] = hex[c & 15];
             st = dynbuf_add(buf, esc, 3);
         } else if (mode == REMOTE_XML && strchr("&<>\"'", c)) {
@@ -156,41 +250,179 @@ static enum status add_encoded(struct dynbuf *buf, const char *s, int mode)
     return st;
 }
 
+/* Appends tmpl expanded as mode says. *run_values (may be NULL) turns true
+ * when a placeholder took a value of the run. */
+static enum status expand(struct dynbuf *buf, const char *tmpl, const struct remote_vars *v,
+                          int mode, bool *run_values, struct error *err)
+{
+    char name[PLACEHOLDER_MAX];
+    const char *s = tmpl, *a, *b, *why;
+    enum status st;
+    bool bad;
+
+    while (next_placeholder(s, &a, &b, name, &bad)) {
+        char *val = NULL;
+        if ((st = placeholder_value(name, v, &val, NULL, err)) != ST_OK)
+            return st;
+        why = placeholder_is_operators(name) ? NULL : value_refused(val, mode);
+        if (why)
+            st = error_set(err, ST_UNPROCESSABLE, "unsafe value of {{%s}}: %s", name, why);
+        else if (dynbuf_add(buf, s, (size_t)(a - s)) != ST_OK ||
+                 add_encoded(buf, val, mode) != ST_OK)
+            st = too_large(err);
+        free(val);
+        if (st != ST_OK)
+            return st;
+        if (run_values && !placeholder_is_operators(name))
+            *run_values = true;
+        s = b;
+    }
+    if (bad)
+        return error_set(err, ST_INVALID,
+                         "could not expand a template: an unterminated or empty "
+                         "{{...}}");
+    return dynbuf_adds(buf, s) == ST_OK ? ST_OK : too_large(err);
+}
+
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err)
 {
     struct dynbuf buf;
-    char name[PLACEHOLDER_MAX];
-    const char *s = tmpl, *a, *b;
-    enum status st = ST_OK;
-    bool bad;
+    enum status st;
 
     *out = NULL;
     dynbuf_init(&buf, EXPAND_MAX);
-    while (next_placeholder(s, &a, &b, name, &bad)) {
-        char *val = NULL;
-        st = placeholder_value(name, v, &val, NULL, err);
-        if (st != ST_OK)
-            goto free_buf;
-        st = dynbuf_add(&buf, s, (size_t)(a - s));
-        if (st == ST_OK)
-            st = add_encoded(&buf, val, mode);
-        free(val);
-        if (st != ST_OK)
-            goto too_large;
-        s = b;
-    }
-    if (dynbuf_adds(&buf, s) != ST_OK)
-        goto too_large;
-    *out = dynbuf_take(&buf);
-    return ST_OK;
-too_large:
-    st = error_set(err, ST_INVALID, "could not expand a template: the result exceeds %zu MiB",
-                   EXPAND_MAX >> 20);
-free_buf:
+    st = expand(&buf, tmpl, v, mode, NULL, err);
+    if (st == ST_OK)
+        *out = dynbuf_take(&buf);
     dynbuf_free(&buf);
     return st;
 }
+
+/* ---- URLs ------------------------------------------------------------------ */
+
+/* The length of a URL template's scheme and authority: up to the first "/",
+ * "?" or "#" after "://", outside placeholders (from the start when the
+ * template begins with a placeholder instead of a scheme). */
+static size_t url_origin_len(const char *tmpl)
+{
+    const char *p = literal_find(tmpl, "/?#");
+
+    if (p > tmpl && p[-1] == ':' && p[0] == '/' && p[1] == '/')
+        p = literal_find(p + 2, "/?#");
+    return (size_t)(p - tmpl);
+}
+
+/* Appends "/" and one path segment (n bytes of seg, without its slash). A
+ * segment that the run's values made "." or "..", or left empty, is
+ * refused: libcurl would remove a dot segment together with the one before
+ * it, and an empty one names the collection instead of one of its items. */
+static enum status add_segment(struct dynbuf *buf, const char *seg, size_t n,
+                               const struct remote_vars *v, struct error *err)
+{
+    char *t = xstrndup(seg, n);
+    bool run_values = false;
+    size_t at;
+    enum status st;
+
+    if (dynbuf_add(buf, "/", 1) != ST_OK) {
+        free(t);
+        return too_large(err);
+    }
+    at = dynbuf_len(buf);
+    st = expand(buf, t, v, URL_PATH, &run_values, err);
+    if (st == ST_OK && run_values) {
+        const char *out = dynbuf_ptr(buf) + at;
+        if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
+            st = error_set(err, ST_UNPROCESSABLE,
+                           "unsafe value in the URL path segment \"%.100s\": it makes the "
+                           "segment \"%s\"",
+                           t, out);
+        else if (*out == '\0')
+            st = error_set(err, ST_UNPROCESSABLE,
+                           "unsafe value in the URL path segment \"%.100s\": it leaves the "
+                           "segment empty",
+                           t);
+    }
+    free(t);
+    return st;
+}
+
+/* Whether url goes where origin (a scheme and an authority) says: the same
+ * scheme, user, password, options, host, zone and port, as libcurl reads
+ * them. A url libcurl cannot read is never sent, so it passes here. */
+static bool same_authority(const char *origin, const char *url)
+{
+    static const CURLUPart parts[] = {CURLUPART_SCHEME,  CURLUPART_USER, CURLUPART_PASSWORD,
+                                      CURLUPART_OPTIONS, CURLUPART_HOST, CURLUPART_ZONEID,
+                                      CURLUPART_PORT};
+    const unsigned flags = CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME;
+    CURLU *a = curl_url(), *b = curl_url();
+    bool same = true;
+
+    if (!a || !b)
+        abort();
+    if (curl_url_set(b, CURLUPART_URL, url, flags) != CURLUE_OK)
+        goto out;
+    if (curl_url_set(a, CURLUPART_URL, origin, flags) != CURLUE_OK) {
+        same = false;
+        goto out;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(parts) && same; i++) {
+        char *x = NULL, *y = NULL;
+        (void)curl_url_get(a, parts[i], &x, CURLU_DEFAULT_PORT);
+        (void)curl_url_get(b, parts[i], &y, CURLU_DEFAULT_PORT);
+        same = (!x && !y) || (x && y && strcmp(x, y) == 0);
+        curl_free(x);
+        curl_free(y);
+    }
+out:
+    curl_url_cleanup(a);
+    curl_url_cleanup(b);
+    return same;
+}
+
+enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,
+                              struct error *err)
+{
+    size_t olen = url_origin_len(tmpl), at;
+    const char *seg = tmpl + olen, *query = literal_find(seg, "?#");
+    char *origin = xstrndup(tmpl, olen);
+    struct dynbuf buf;
+    enum status st = ST_OK;
+
+    *out = NULL;
+    dynbuf_init(&buf, EXPAND_MAX);
+    if (!remote_template_operator_only(origin))
+        st = error_set(err, ST_INVALID,
+                       "could not expand the URL: only {{env:...}} placeholders may stand before "
+                       "its path");
+    if (st == ST_OK)
+        st = expand(&buf, origin, v, REMOTE_RAW, NULL, err);
+    at = dynbuf_len(&buf);
+    while (st == ST_OK && seg < query) {
+        const char *end = literal_find(seg + 1, "/?#");
+        st = add_segment(&buf, seg + 1, (size_t)(end - seg - 1), v, err);
+        seg = end;
+    }
+    if (st == ST_OK)
+        st = expand(&buf, query, v, REMOTE_URL, NULL, err);
+    free(origin);
+    if (st == ST_OK) {
+        const char *url = dynbuf_ptr(&buf) ? dynbuf_ptr(&buf) : "";
+        origin = xstrndup(url, at);
+        if (!same_authority(origin, url))
+            st = error_set(err, ST_UNPROCESSABLE,
+                           "unsafe value in the URL: it would change the scheme, host or port");
+        free(origin);
+    }
+    if (st == ST_OK)
+        *out = dynbuf_take(&buf);
+    dynbuf_free(&buf);
+    return st;
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
 
 enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
                                struct error *err)
@@ -279,19 +511,49 @@ static enum status check_method(const json_t *m, const char *path, struct error 
                      "invalid \"%s.method\": expected GET, POST, PUT, PATCH or DELETE", path);
 }
 
+/* Whether a URL template's path has a "." or ".." segment of its own. */
+static bool url_has_dot_segment(const char *tmpl)
+{
+    const char *seg = tmpl + url_origin_len(tmpl), *query = literal_find(seg, "?#");
+
+    while (seg < query) {
+        const char *end = literal_find(seg + 1, "/?#");
+        size_t n = (size_t)(end - seg - 1);
+        if ((n == 1 && seg[1] == '.') || (n == 2 && seg[1] == '.' && seg[2] == '.'))
+            return true;
+        seg = end;
+    }
+    return false;
+}
+
+/* The URL: http or https (or an operator's {{env:NAME}} first), no value of
+ * the run before the path, so that none can choose where the request goes. */
 static enum status check_url(const json_t *u, const char *path, bool need, struct error *err)
 {
-    char sub[160];
+    char sub[160], *origin;
     const char *s = json_string_value(u);
+    bool fixed;
 
     xsnprintf(sub, sizeof(sub), "%s.url", path);
     if (!u)
         return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
     if (!s || (strncmp(s, "http://", 7) != 0 && strncmp(s, "https://", 8) != 0 &&
-               strncmp(s, "{{", 2) != 0))
+               strncmp(s, "{{env:", 6) != 0))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an http:// or https:// URL",
                          sub);
-    return remote_check_template(s, sub, err);
+    if (remote_check_template(s, sub, err) != ST_OK)
+        return ST_INVALID;
+    origin = xstrndup(s, url_origin_len(s));
+    fixed = remote_template_operator_only(origin);
+    free(origin);
+    if (!fixed)
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s\": only {{env:...}} placeholders may stand before the path "
+                         "(in the scheme, host or port)",
+                         sub);
+    if (url_has_dot_segment(s))
+        return error_set(err, ST_INVALID, "invalid \"%s\": a \".\" or \"..\" path segment", sub);
+    return ST_OK;
 }
 
 static enum status check_headers(const json_t *h, const char *path, struct error *err)
@@ -359,6 +621,12 @@ enum status remote_check_request(const json_t *req, const char *path, bool need_
     x = json_object_get(req, "xml_escape");
     if (x && !json_is_boolean(x))
         return error_set(err, ST_INVALID, "invalid \"%s.xml_escape\": expected true or false",
+                         path);
+    if (json_is_false(x) && json_object_get(req, "body_text") &&
+        !remote_template_operator_only(json_string_value(json_object_get(req, "body_text"))))
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s.body_text\": with \"xml_escape\": false only {{env:...}} "
+                         "placeholders may be used (a run's values would go in unescaped)",
                          path);
     if (t && (!json_is_integer(t) || json_integer_value(t) < 1 ||
               json_integer_value(t) > REMOTE_TIMEOUT_MAX_MS))
@@ -439,7 +707,7 @@ static enum status build_body(const json_t *req, const struct remote_vars *v, ch
     } else if (t) {
         st = remote_expand_text(
             json_string_value(t), v,
-            json_is_true(json_object_get(req, "xml_escape")) ? REMOTE_XML : REMOTE_RAW, body, err);
+            json_is_false(json_object_get(req, "xml_escape")) ? REMOTE_RAW : REMOTE_XML, body, err);
         if (!*ctype)
             *ctype = "text/xml; charset=utf-8";
     }
@@ -462,8 +730,13 @@ static enum status build_headers(const json_t *req, const struct remote_vars *v,
     json_object_foreach((json_t *)h, key, x)
     {
         char *val = NULL, *line;
-        if (remote_expand_text(json_string_value(x), v, REMOTE_RAW, &val, err) != ST_OK)
-            return ST_INVALID;
+        enum status st = remote_expand_text(json_string_value(x), v, REMOTE_HEADER, &val, err);
+        if (st != ST_OK) {
+            char why[sizeof(err->message)] = "";
+            if (err)
+                xsnprintf(why, sizeof(why), "%s", err->message);
+            return error_set(err, st, "header %s: %s", key, why);
+        }
         if (strpbrk(val, "\r\n")) {
             free(val);
             return error_set(err, ST_INVALID, "header %s would span lines", key);
@@ -529,7 +802,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
         url = xstrdup(url_override);
         st = ST_OK;
     } else {
-        st = remote_expand_text(tmpl, v, REMOTE_URL, &url, err);
+        st = remote_expand_url(tmpl, v, &url, err);
     }
     if (st == ST_OK)
         st = build_body(req, v, &body, &ctype, err);
@@ -595,6 +868,15 @@ void remote_error(struct run_ctx *rc, const char *code, const char *what,
     excerpt[n] = '\0';
     utf8_scrub(excerpt);
     rc_error(rc, code, "%s: HTTP %ld%s%s", what, r->status, n ? ": " : "", excerpt);
+}
+
+bool remote_built(struct run_ctx *rc, enum status st, const char *what, const struct error *err)
+{
+    if (st != ST_INVALID && st != ST_UNPROCESSABLE)
+        return true;
+    rc_error(rc, st == ST_UNPROCESSABLE ? "unsafe_input" : "invalid_request",
+             "could not build %s: %s", what, err->message);
+    return false;
 }
 
 json_t *remote_json(const struct remote_response *r)
@@ -721,13 +1003,14 @@ bool remote_hook(struct run_ctx *rc, const char *key)
     struct remote_response r;
     struct error err = {0};
     enum remote_class c;
+    enum status st;
 
     if (!req)
         return true;
     /* without a URL of its own, the request goes to the job's external id
      * (http: the status URL) */
-    if (remote_call(req, &v, json_object_get(req, "url") ? NULL : rc->external_id, rc, &r, &err) ==
-        ST_INVALID) {
+    st = remote_call(req, &v, json_object_get(req, "url") ? NULL : rc->external_id, rc, &r, &err);
+    if (st == ST_INVALID || st == ST_UNPROCESSABLE) {
         LOG(LOG_WARN, "could not build the %s request run=%s: %s", key, rc->run->id, err.message);
         return false;
     }

@@ -15,8 +15,25 @@
  * environment variable: the only way to put a secret in a request). In the URL every value is
  * percent-encoded; in a JSON body a string that is exactly one placeholder becomes that value (so
  * "{{input}}" is the input object), and placeholders inside longer strings
- * are spliced in as text; in body_text (XML for SOAP) values are inserted
- * as they are, or XML-escaped with "xml_escape": true.
+ * are spliced in as text; in body_text (XML for SOAP) values are XML-escaped,
+ * or inserted as they are with "xml_escape": false.
+ *
+ * Untrusted input: every value but {{env:NAME}} is the run's, and a client
+ * chooses it (the input, the run id) or a remote does (the external id,
+ * the poll state). Such a value can never choose where a request goes, nor
+ * add a header or markup:
+ *   - URL: no value of the run before the path (checked at load); in a
+ *     path segment it is percent-encoded including "/", and refused when
+ *     it is "." or "..", holds such a part between slashes, or leaves the
+ *     segment empty; anywhere in the URL a line break is refused; the
+ *     expanded URL must have the template's scheme, host and port;
+ *   - header: a control character (other than tab) is refused;
+ *   - JSON body: always a JSON value or part of a JSON string;
+ *   - body_text: XML-escaped, a control character XML does not allow is
+ *     refused; "xml_escape": false loads only when body_text has no value
+ *     of the run;
+ *   - anywhere as text: a string with a NUL inside is refused.
+ * A refused value makes the request fail to build with ST_UNPROCESSABLE.
  *
  * Secrets never leave the request: errors and logs name the URL template,
  * never the expanded URL, headers or body.
@@ -67,11 +84,14 @@ struct remote_response {
 void remote_response_cleanup(struct remote_response *r);
 
 /* Performs the request; url_override (may be NULL) replaces the template's
- * URL (a status URL from a Location header). rc (may be NULL) aborts the
- * transfer once rc_should_stop() is true. ST_OK whenever an HTTP answer came
- * back, whatever its status; ST_UNAVAILABLE for a transport failure (out
- * says which); ST_INVALID when the request could not be built (a
- * placeholder with no value, an expansion past 512 MiB). */
+ * URL (a status URL from a Location header; sent as it is). rc (may be
+ * NULL) aborts the transfer once rc_should_stop() is true. ST_OK whenever
+ * an HTTP answer came back, whatever its status; ST_UNAVAILABLE for a
+ * transport failure (out says which); ST_INVALID when the request could not
+ * be built (a placeholder with no value, an expansion past 512 MiB);
+ * ST_UNPROCESSABLE when a value of the run is refused where its placeholder
+ * puts it (above). Nothing is sent unless it returns ST_OK or
+ * ST_UNAVAILABLE. */
 enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
                         const struct run_ctx *rc, struct remote_response *out,
                         struct error *err) WUR;
@@ -88,6 +108,12 @@ enum remote_class remote_classify(const struct remote_response *r);
  * start of the body>"} (or the transport error), without secrets. */
 void remote_error(struct run_ctx *rc, const char *code, const char *what,
                   const struct remote_response *r);
+/* After remote_call returned st: false when the request could not be
+ * built, with rc->error set to code "unsafe_input" (ST_UNPROCESSABLE) or
+ * "invalid_request" and the message "could not build <what>: <why>"; the
+ * run should fail, as a retry would build the same request. true
+ * otherwise. */
+bool remote_built(struct run_ctx *rc, enum status st, const char *what, const struct error *err);
 /* The body parsed as JSON, or NULL (not JSON). New reference. */
 json_t *remote_json(const struct remote_response *r);
 
@@ -127,14 +153,26 @@ bool remote_cleanup_hook(struct run_ctx *rc);
  * {{env:NAME}} set); errors name path. */
 enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
 
-/* Template expansion (exposed for tests). On ST_OK *out is a heap string,
- * never NULL; otherwise it is NULL. ST_INVALID for a placeholder with no
- * value or a result longer than 512 MiB. */
+/* Whether every placeholder of tmpl is {{env:NAME}}: no value of a run can
+ * change its expansion. */
+bool remote_template_operator_only(const char *tmpl);
+
+/* Template expansion (exposed for tests and exec). On ST_OK *out is a heap
+ * string, never NULL; otherwise it is NULL. ST_INVALID for a placeholder
+ * with no value, a malformed template or a result longer than 512 MiB;
+ * ST_UNPROCESSABLE for a value of the run refused where mode puts it (a
+ * string with a NUL, anything mode names below). */
 enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
                                struct error *err) WUR;
-#define REMOTE_RAW 0
-#define REMOTE_URL 1 /* percent-encode every value */
-#define REMOTE_XML 2 /* XML-escape every value */
+#define REMOTE_RAW 0    /* as it is */
+#define REMOTE_URL 1    /* percent-encode every value; a run's with a line break is refused */
+#define REMOTE_XML 2    /* XML-escape every value; a run's XML does not allow is refused */
+#define REMOTE_HEADER 3 /* as it is; a run's with a control character is refused */
+/* A request's URL, with the protections above: an {{env:NAME}} before the
+ * path goes in as it is, every other value is percent-encoded. ST_INVALID
+ * for a template with a run's value before its path. */
+enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,
+                              struct error *err) WUR;
 enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
                                struct error *err) WUR;
 

@@ -92,11 +92,10 @@ static enum step rest_job_start(struct run_ctx *rc)
         return step;
     step = STEP_FAIL;
     v = remote_vars_of(rc);
-    if (remote_call(json_object_get(rc->type->params, "submit"), &v, NULL, rc, &r, &err) ==
-        ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the submit request: %s", err.message);
+    if (!remote_built(
+            rc, remote_call(json_object_get(rc->type->params, "submit"), &v, NULL, rc, &r, &err),
+            "the submit request", &err))
         return STEP_FAIL;
-    }
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
         remote_error(rc, "submit_unavailable", "could not submit the job", &r);
@@ -134,11 +133,10 @@ static enum step rest_job_poll(struct run_ctx *rc)
     json_t *body = NULL;
     enum step step = STEP_RETRY;
 
-    if (remote_call(json_object_get(rc->type->params, "status"), &v, NULL, rc, &r, &err) ==
-        ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the status request: %s", err.message);
+    if (!remote_built(
+            rc, remote_call(json_object_get(rc->type->params, "status"), &v, NULL, rc, &r, &err),
+            "the status request", &err))
         return STEP_FAIL;
-    }
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
         remote_error(rc, "status_unavailable", "could not check the job", &r);

@@ -420,10 +420,13 @@ static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what
     const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
     struct error err = {0};
+    char what_built[64];
     xmlDocPtr doc;
 
-    if (remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err) == ST_INVALID) {
-        rc_error(rc, "invalid_request", "could not build the %s envelope: %s", key, err.message);
+    xsnprintf(what_built, sizeof(what_built), "the %s envelope", key);
+    if (!remote_built(rc,
+                      remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err),
+                      what_built, &err)) {
         *fail = STEP_FAIL;
         return NULL;
     }
@@ -484,8 +487,9 @@ static json_t *rest_value(struct run_ctx *rc, const json_t *helper, const char *
     struct remote_response r;
     struct error err = {0};
     json_t *body = NULL, *val = NULL;
+    enum status st = remote_call(json_object_get(helper, "request"), &v, NULL, rc, &r, &err);
 
-    if (remote_call(json_object_get(helper, "request"), &v, NULL, rc, &r, &err) == ST_INVALID) {
+    if (st == ST_INVALID || st == ST_UNPROCESSABLE) {
         LOG(LOG_WARN, "could not build the %s request run=%s: %s", what, rc->run->id, err.message);
         return NULL;
     }

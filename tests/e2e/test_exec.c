@@ -3,7 +3,8 @@
  * must not: opsrun's own), progress lines on fd 3, exit 75 retried, other
  * exits failed with the tail of stderr, summaries lifted from stdout's
  * JSON, non-JSON stdout, stdout past its bound, cancel and timeout killing
- * the whole process group (a child that ignores SIGTERM included). */
+ * the whole process group (a child that ignores SIGTERM included); input
+ * that tries to add arguments, options, variables or shell commands. */
 #include "../support/harness.h"
 
 #include <stdio.h>
@@ -56,6 +57,10 @@ static const char *const SCRIPT =
     "\"failure_summary\":[{\"code\":\"bad_row\",\"message\":\"row 2\"}]}' ;;\n"
     "text)\n"
     "  echo 'hello world' ;;\n"
+    "argv)\n"
+    "  printf '%s\\0' \"$@\" > \"$2\"\n"
+    "  cat /proc/$$/environ > \"$2.env\"\n"
+    "  echo '{}' ;;\n"
     "esac\n";
 
 static void write_script(void)
@@ -74,7 +79,7 @@ static void write_script(void)
 static void start(struct th_proc *p, const char *db)
 {
     static const char *const env[] = {"EXEC_SECRET=s3cr3t", "LEAK_ME=opsrun-only", NULL};
-    char cfg[2048], *path, *conninfo;
+    char cfg[4096], *path, *conninfo;
     const char *args[3];
 
     write_script();
@@ -86,8 +91,16 @@ static void start(struct th_proc *p, const char *db)
              "   \"max_stdout_bytes\": 1000000}},"
              " \"xshort\": {\"action\": \"exec\", \"max_attempts\": 1, \"timeout_s\": 1,"
              "  \"params\": {\"argv\": [\"%s\", \"{{input:/mode}}\", \"{{input:/pidfile}}\"],"
-             "   \"grace_ms\": 300}}}}",
-             g_script, g_script);
+             "   \"grace_ms\": 300}},"
+             " \"xargv\": {\"action\": \"exec\", \"max_attempts\": 1,"
+             "  \"params\": {\"argv\": [\"%s\", \"argv\", \"{{input:/out}}\", \"{{input:/v}}\","
+             "   \"--name={{input:/v}}\", \"--\", \"{{input:/v}}\"],"
+             "   \"env\": {\"X_VALUE\": \"{{input:/v}}\"}}},"
+             " \"xdash\": {\"action\": \"exec\", \"max_attempts\": 1,"
+             "  \"params\": {\"argv\": [\"%s\", \"argv\", \"{{input:/out}}\","
+             "   \"--name={{input:/v}}\", \"--\", \"{{input:/v}}\"],"
+             "   \"env\": {\"X_VALUE\": \"{{input:/v}}\"}}}}}",
+             g_script, g_script, g_script, g_script);
     path = th_config_file(db, cfg);
     args[0] = "--config", args[1] = path, args[2] = NULL;
     conninfo = th_db_create(db);
@@ -131,6 +144,84 @@ static json_t *wait_done(const struct th_proc *p, const char *id, int timeout_s)
 static const char *err_msg(const json_t *run)
 {
     return th_js(json_object_get(run, "error"), "message");
+}
+
+/* Submits a run of type with data {"out": out, "v": value}. */
+static char *submit_value(const struct th_proc *p, const char *type, const char *id,
+                          const char *out, const char *value)
+{
+    json_t *a = json_pack("{s:s, s:s, s:{s:s, s:s}}", "alert_type", type, "run_id", id, "data",
+                          "out", out, "v", value);
+    char *body = json_dumps(a, 0), *got = th_submit(p, body, 202);
+
+    json_decref(a);
+    free(body);
+    return got;
+}
+
+/* The NUL-terminated items of file, in items (heap each); how many. */
+static int read_items(const char *file, char **items, int max)
+{
+    char buf[8192];
+    size_t len;
+    int n = 0;
+    FILE *f = fopen(file, "r");
+
+    ck_assert_msg(f, "the command wrote no %s", file);
+    len = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    for (size_t at = 0; at < len && n < max; at += strlen(buf + at) + 1) {
+        ck_assert_msg(memchr(buf + at, '\0', len - at), "%s: an unterminated item", file);
+        items[n++] = strdup(buf + at);
+    }
+    return n;
+}
+
+/* The command got exactly these arguments after argv[0]. */
+static void expect_args(const char *file, const char *const *want, int nwant)
+{
+    char *got[16];
+    int n = read_items(file, got, 16);
+
+    ck_assert_int_eq(n, nwant);
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(got[i], want[i]);
+        free(got[i]);
+    }
+}
+
+/* The command's environment, as opsrun passed it: only known names, and
+ * X_VALUE once, with the value as it was. */
+static void expect_env(const char *file, const char *value)
+{
+    static const char *const known[] = {"PATH",
+                                        "HOME",
+                                        "LANG",
+                                        "LC_ALL",
+                                        "TZ",
+                                        "TMPDIR",
+                                        "X_VALUE",
+                                        "OPSRUN_RUN_ID",
+                                        "OPSRUN_ATTEMPT",
+                                        "OPSRUN_TENANT",
+                                        "OPSRUN_RUN_TYPE",
+                                        "OPSRUN_PROGRESS_FD"};
+    char *env[64];
+    int n = read_items(file, env, 64), values = 0;
+
+    for (int i = 0; i < n; i++) {
+        size_t k = strcspn(env[i], "=");
+        bool ok = false;
+        for (size_t j = 0; j < sizeof(known) / sizeof(known[0]); j++)
+            ok |= strlen(known[j]) == k && strncmp(env[i], known[j], k) == 0;
+        ck_assert_msg(ok, "an unexpected variable: %s", env[i]);
+        if (strncmp(env[i], "X_VALUE=", 8) == 0) {
+            ck_assert_str_eq(env[i] + 8, value);
+            values++;
+        }
+        free(env[i]);
+    }
+    ck_assert_int_eq(values, 1);
 }
 
 /* Whether the process runs (a zombie does not: an orphaned child is
@@ -342,6 +433,67 @@ START_TEST(timeout_kills_stubborn)
 }
 END_TEST
 
+/* Input that tries to add arguments, options, variables or a command: each
+ * template element stays one argument and each env key one variable, with
+ * the value as it was (no shell: "$(touch /tmp/pwned)" creates nothing); a
+ * value that would begin an argument with "-" is refused, unless a "--"
+ * element comes before it. */
+START_TEST(untrusted_input)
+{
+    static const char *const inputs[] = {
+        "../admin",        "x@evil.example",      "%2e%2e",      "a\r\nX-Injected: 1",
+        "</Value><Evil/>", "$(touch /tmp/pwned)", "--extra-flag"};
+    struct th_proc p;
+    char out[256], env[300], id[32], name[300];
+    json_t *run;
+    char *got;
+
+    start(&p, "e2e_exec_input");
+    unlink("/tmp/pwned");
+    for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+        snprintf(out, sizeof(out), "/tmp/opsrun-tests/argv-%d-%zu", (int)getpid(), i);
+        snprintf(env, sizeof(env), "%s.env", out);
+        snprintf(id, sizeof(id), "e-input-%zu", i);
+        snprintf(name, sizeof(name), "--name=%s", inputs[i]);
+        unlink(out), unlink(env);
+        got = submit_value(&p, "xargv", id, out, inputs[i]);
+        run = wait_done(&p, got, 20);
+        if (strcmp(inputs[i], "--extra-flag") == 0) {
+            ck_assert_str_eq(th_js(run, "outcome"), "failed");
+            ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "unsafe_input");
+            ck_assert_str_eq(err_msg(run), "argv[3]: unsafe value: it would begin the argument "
+                                           "with \"-\" (an option); put a \"--\" element before "
+                                           "it");
+            ck_assert_msg(access(out, F_OK) != 0, "the command ran");
+        } else {
+            const char *want[] = {"argv", out, inputs[i], name, "--", inputs[i]};
+            ck_assert_msg(th_streq(th_js(run, "outcome"), "succeeded"), "%s: %s", id,
+                          err_msg(run) ? err_msg(run) : "");
+            expect_args(out, want, 6);
+            expect_env(env, inputs[i]);
+        }
+        ck_assert_msg(access("/tmp/pwned", F_OK) != 0, "a shell ran \"$(touch /tmp/pwned)\"");
+        json_decref(run);
+        free(got);
+        unlink(out), unlink(env);
+    }
+    snprintf(out, sizeof(out), "/tmp/opsrun-tests/argv-%d-dash", (int)getpid());
+    snprintf(env, sizeof(env), "%s.env", out);
+    got = submit_value(&p, "xdash", "e-input-dash", out, "--extra-flag");
+    run = wait_done(&p, got, 20);
+    {
+        const char *want[] = {"argv", out, "--name=--extra-flag", "--", "--extra-flag"};
+        ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+        expect_args(out, want, 5);
+        expect_env(env, "--extra-flag");
+    }
+    json_decref(run);
+    free(got);
+    unlink(out), unlink(env);
+    stop(&p);
+}
+END_TEST
+
 static Suite *exec_suite(void)
 {
     Suite *s = suite_create("e2e_exec");
@@ -355,6 +507,7 @@ static Suite *exec_suite(void)
         {"stdout_shapes", stdout_shapes},
         {"cancel_kills_group", cancel_kills_group},
         {"timeout_kills_stubborn", timeout_kills_stubborn},
+        {"untrusted_input", untrusted_input},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -33,6 +33,10 @@ static int nobjects;
 #define MAX_LOG 4096
 static char *log_lines[MAX_LOG];
 static int nlog;
+/* every request as it arrived (fake_requests_with) */
+#define MAX_RECORDS 4096
+static struct fake_request *records[MAX_RECORDS];
+static int nrecords, echoes;
 
 /* Appends a line to the request log (mu held). */
 static void log_request(const char *run, const char *fmt, ...)
@@ -672,39 +676,108 @@ static enum MHD_Result on_rest(struct MHD_Connection *c, const char *what, const
     return answer(c, 200, out);
 }
 
-/* *con_cls is the request body, a heap struct dynbuf; the handlers below get
- * its text, NULL when it is empty. */
+/* ---- what arrived ---- */
+
+/* Any request under /echo: 200 and a job id, its state DONE; in SOAP (an
+ * XML content type) an envelope with the same, in namespace urn:fake. */
+static enum MHD_Result on_echo(struct MHD_Connection *c)
+{
+    const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    char out[512];
+    int n;
+
+    pthread_mutex_lock(&mu);
+    n = ++echoes;
+    pthread_mutex_unlock(&mu);
+    if (ctype && strstr(ctype, "xml")) {
+        snprintf(out, sizeof(out),
+                 ENV_HEAD "<EchoResponse xmlns=\"urn:fake\"><ID>echo-%d</ID><Status>Complete"
+                          "</Status></EchoResponse>" ENV_TAIL,
+                 n);
+        return answer_h(c, 200, out, "text/xml; charset=utf-8", NULL, NULL);
+    }
+    snprintf(out, sizeof(out), "{\"id\":\"echo-%d\",\"state\":\"DONE\",\"ok\":true}", n);
+    return answer(c, 200, out);
+}
+
+/* *con_cls: a request's target as it was sent and its body (capped at
+ * BODY_MAX). */
+struct body {
+    struct dynbuf buf;
+    bool started;
+    char target[1024]; /* as sent, before libmicrohttpd decodes it */
+};
+
+/* libmicrohttpd's first look at a request: its target as it was sent. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    struct body *b = xcalloc(1, sizeof(*b));
+
+    (void)cls, (void)c;
+    dynbuf_init(&b->buf, BODY_MAX);
+    snprintf(b->target, sizeof(b->target), "%s", uri);
+    return b;
+}
+
+static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    struct fake_request *r = cls;
+    size_t n = strlen(r->headers);
+
+    (void)kind;
+    snprintf(r->headers + n, sizeof(r->headers) - n, "%s: %s\n", key, value ? value : "");
+    return MHD_YES;
+}
+
+static void record(struct MHD_Connection *c, const char *method, const struct body *b)
+{
+    struct fake_request *r = calloc(1, sizeof(*r));
+
+    snprintf(r->method, sizeof(r->method), "%s", method);
+    snprintf(r->target, sizeof(r->target), "%s", b->target);
+    snprintf(r->body, sizeof(r->body), "%s", dynbuf_ptr(&b->buf) ? dynbuf_ptr(&b->buf) : "");
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header, r);
+    pthread_mutex_lock(&mu);
+    if (nrecords < MAX_RECORDS)
+        records[nrecords++] = r;
+    else
+        free(r);
+    pthread_mutex_unlock(&mu);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *size, void **con_cls)
 {
-    struct dynbuf *b = *con_cls;
+    struct body *b = *con_cls;
     char id[64];
 
     (void)cls, (void)version;
-    if (!b) {
-        b = xmalloc(sizeof(*b));
-        dynbuf_init(b, BODY_MAX);
-        *con_cls = b;
+    if (!b->started) {
+        b->started = true;
         return MHD_YES;
     }
     if (*size) {
-        if (dynbuf_add(b, data, *size) != ST_OK)
+        if (dynbuf_add(&b->buf, data, *size) != ST_OK)
             return MHD_NO; /* past BODY_MAX: drop the connection */
         *size = 0;
         return MHD_YES;
     }
+    record(c, method, b);
+    if (strncmp(url, "/echo/", 6) == 0)
+        return on_echo(c);
     if (strcmp(method, "POST") == 0 && strcmp(url, "/jobs") == 0)
-        return on_submit(c, dynbuf_ptr(b));
+        return on_submit(c, dynbuf_ptr(&b->buf));
     if (strcmp(method, "POST") == 0 && strcmp(url, "/soap") == 0)
-        return on_soap(c, dynbuf_ptr(b));
+        return on_soap(c, dynbuf_ptr(&b->buf));
     if (strcmp(method, "GET") == 0 && strncmp(url, "/rest/", 6) == 0) {
         char what[32], qid[40];
         if (sscanf(url, "/rest/%31[^/]/%39[^/]", what, qid) == 2)
             return on_rest(c, what, qid);
     }
     if (strcmp(method, "POST") == 0 && strcmp(url, "/call") == 0)
-        return on_call(c, dynbuf_ptr(b), port_);
+        return on_call(c, dynbuf_ptr(&b->buf), port_);
     if (sscanf(url, "/status/%63[^/]", id) == 1) {
         if (strcmp(method, "GET") == 0)
             return on_call_status(c, id);
@@ -726,11 +799,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode toe)
 {
-    struct dynbuf *b = *con_cls;
+    struct body *b = *con_cls;
 
     (void)cls, (void)c, (void)toe;
     if (b) {
-        dynbuf_free(b);
+        dynbuf_free(&b->buf);
         free(b);
     }
     *con_cls = NULL;
@@ -747,10 +820,14 @@ int fake_jobs_start(void)
     for (int i = 0; i < nlog; i++)
         free(log_lines[i]);
     nlog = 0;
-    daemon_ = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-        NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
+    for (int i = 0; i < nrecords; i++)
+        free(records[i]);
+    nrecords = echoes = 0;
+    daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                   MHD_USE_ERROR_LOG,
+                               0, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+                               on_done, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
+                               MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
     ck_assert_msg(daemon_ != NULL, "could not start the fake jobs API");
     info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
     port_ = info->port;
@@ -766,6 +843,25 @@ void fake_jobs_stop(void)
     for (int i = 0; i < nlog; i++)
         free(log_lines[i]);
     nlog = 0;
+    for (int i = 0; i < nrecords; i++)
+        free(records[i]);
+    nrecords = 0;
+}
+
+int fake_requests_with(const char *needle, struct fake_request *out, int max)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nrecords; i++) {
+        if (!strstr(records[i]->target, needle) && !strstr(records[i]->body, needle))
+            continue;
+        if (n < max)
+            out[n] = *records[i];
+        n++;
+    }
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 bool fake_jobs_get(const char *id_or_run, struct fake_job *out)

@@ -81,6 +81,12 @@
  * Every request of a run is logged ("Create DataExtension de-r1",
  * "Perform qd-2", "Retrieve job-1", "GET /rest/rowset/q-1", "Delete
  * QueryDefinition qd-2", ...).
+ *
+ * Any request under /echo/ (any method) answers 200 {"id": "echo-N",
+ * "state": "DONE"}, or with an XML content type a SOAP envelope with
+ * <ID>echo-N</ID> and <Status>Complete</Status> in urn:fake: what a test of
+ * what arrived needs (fake_requests_with records every request, under
+ * /echo/ or not).
  * Thread-safe. */
 #ifndef OPSRUN_TEST_FAKE_JOBS_H
 #define OPSRUN_TEST_FAKE_JOBS_H
@@ -128,6 +134,19 @@ int fake_jobs_submits(void);
 int fake_jobs_max_in_flight(void);
 /* Status requests over all jobs. */
 long long fake_jobs_checks(void);
+/* A request as it arrived: its method, its request target exactly as sent
+ * (not percent-decoded), its header lines ("Name: value\n" each) and its
+ * body, each cut at the size of its field. */
+struct fake_request {
+    char method[16];
+    char target[1024];
+    char headers[2048];
+    char body[4096];
+};
+/* Copies into out, oldest first, up to max requests whose target or body
+ * holds needle; returns how many there are (past max too). */
+int fake_requests_with(const char *needle, struct fake_request *out, int max);
+
 /* Copies up to max objects created for run into out; returns how many. */
 int fake_objects_of(const char *run, struct fake_object *out, int max);
 /* The requests of run, oldest first, one per line (without the run id),
