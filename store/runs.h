@@ -27,6 +27,10 @@ struct run {
     json_t *json; /* owned */
 };
 void run_free(struct run *run); /* NULL is a no-op */
+/* Seconds from one of the run's timestamps to another, members of its JSON
+ * ("run_at", "started_at", "updated_at", "completed_at"), both by the
+ * database's clock; -1 when either is null or absent. */
+double run_seconds_between(const struct run *run, const char *from, const char *to);
 bool run_is_terminal(const struct run *run);
 /* The run's input (borrowed from run->json). */
 const json_t *run_input(const struct run *run);
