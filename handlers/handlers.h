@@ -15,6 +15,7 @@
 struct db_pool;
 struct engine;
 struct hub;
+struct metrics;
 
 /* What every handler may use; lives as long as the server. */
 struct hctx {
@@ -23,6 +24,7 @@ struct hctx {
     struct engine *engine; /* NULL in tests that need no engine */
     struct hub *hub;       /* live events; NULL: no streams and no long-polls */
     const _Atomic bool *draining;
+    struct metrics *metrics; /* what GET /metrics serves (common/metrics.h); NULL: none */
 };
 
 struct request {
