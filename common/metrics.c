@@ -7,6 +7,9 @@
 #include <stdatomic.h>
 
 #define LABELS_MAX 2
+/* The label value indexes of one series, as series_of takes them: always
+ * LABELS_MAX of them, the ones past a family's labels unused. */
+#define IDX(...) ((const size_t[LABELS_MAX]){__VA_ARGS__})
 #define BUCKETS_MAX 24 /* bounds of a histogram, +Inf not counted */
 
 /* The label sets. A family names up to LABELS_MAX of them. */
@@ -315,6 +318,7 @@ static size_t series_of(const struct metrics *m, const struct family *f, const s
 {
     size_t s = 0;
 
+    assert(f->nlabels <= LABELS_MAX);
     for (size_t i = 0; i < f->nlabels; i++) {
         if (idx[i] == SIZE_MAX)
             return SIZE_MAX;
@@ -358,25 +362,25 @@ static void observe(struct metrics *m, enum family_id id, const size_t *idx, dou
 void metrics_run_submitted(struct metrics *m, const char *type)
 {
     if (m)
-        count(m, F_SUBMITTED, (size_t[]){value_index(m, L_TYPE, type)});
+        count(m, F_SUBMITTED, IDX(value_index(m, L_TYPE, type)));
 }
 
 void metrics_run_claimed(struct metrics *m, const char *type, double queue_wait_s)
 {
     if (m)
-        observe(m, F_QUEUE_WAIT, (size_t[]){value_index(m, L_TYPE, type)}, queue_wait_s);
+        observe(m, F_QUEUE_WAIT, IDX(value_index(m, L_TYPE, type)), queue_wait_s);
 }
 
 void metrics_claim_latency(struct metrics *m, double seconds)
 {
     if (m)
-        observe(m, F_CLAIM, NULL, seconds);
+        observe(m, F_CLAIM, IDX(0), seconds);
 }
 
 void metrics_run_retried(struct metrics *m, const char *type)
 {
     if (m)
-        count(m, F_RETRIED, (size_t[]){value_index(m, L_TYPE, type)});
+        count(m, F_RETRIED, IDX(value_index(m, L_TYPE, type)));
 }
 
 void metrics_run_completed(struct metrics *m, const char *type, const char *outcome,
@@ -390,28 +394,27 @@ void metrics_run_completed(struct metrics *m, const char *type, const char *outc
     o = value_index(m, L_OUTCOME, outcome);
     if (o == SIZE_MAX)
         return;
-    count(m, F_COMPLETED, (size_t[]){t, o});
+    count(m, F_COMPLETED, IDX(t, o));
     if (duration_s >= 0)
-        observe(m, F_DURATION, &t, duration_s);
+        observe(m, F_DURATION, IDX(t), duration_s);
 }
 
 void metrics_poll_check(struct metrics *m, const char *type, const char *result)
 {
     if (m)
-        count(m, F_CHECKS,
-              (size_t[]){value_index(m, L_TYPE, type), value_index(m, L_CHECK, result)});
+        count(m, F_CHECKS, IDX(value_index(m, L_TYPE, type), value_index(m, L_CHECK, result)));
 }
 
 void metrics_poll_budget_exhausted(struct metrics *m, const char *type)
 {
     if (m)
-        count(m, F_BUDGET, (size_t[]){value_index(m, L_TYPE, type)});
+        count(m, F_BUDGET, IDX(value_index(m, L_TYPE, type)));
 }
 
 void metrics_poll_hooks(struct metrics *m, const char *type, bool failed)
 {
     if (m)
-        count(m, F_HOOKS, (size_t[]){value_index(m, L_TYPE, type), failed ? 1 : 0});
+        count(m, F_HOOKS, IDX(value_index(m, L_TYPE, type), failed ? 1 : 0));
 }
 
 void metrics_http_request(struct metrics *m, const char *route, unsigned code, double seconds)
@@ -424,8 +427,8 @@ void metrics_http_request(struct metrics *m, const char *route, unsigned code, d
     for (size_t i = 0; i < ARRAY_LEN(http_codes); i++)
         if (http_codes[i] == code)
             c = i;
-    count(m, F_HTTP, (size_t[]){r, c});
-    observe(m, F_HTTP_DURATION, &r, seconds);
+    count(m, F_HTTP, IDX(r, c));
+    observe(m, F_HTTP_DURATION, IDX(r), seconds);
 }
 
 /* ---- exposition -------------------------------------------------------- */
