@@ -82,9 +82,12 @@ static void db_refresh(const struct hctx *hc, struct db_figures *f)
         LOG(LOG_WARN, "could not read the database figures for /metrics: %s", err.message);
 }
 
-/* The figures, fresh enough; false when there are none yet. */
+/* The figures, fresh enough; false when there are none yet (or no pool,
+ * in tests). */
 static bool db_figures(const struct hctx *hc, struct db_figures *f)
 {
+    if (!hc->pool)
+        return false;
     switch (metrics_cache_begin(hc->metrics, METRICS_DB_MAX_AGE_MS, METRICS_DB_WAIT_MS, f,
                                 sizeof(*f))) {
     case METRICS_CACHED:
