@@ -25,7 +25,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# .git stays out of the context: pass the commit for opsrun_build_info, e.g.
+# docker build --build-arg OPSRUN_COMMIT="$(git rev-parse --short=12 HEAD)" .
+ARG OPSRUN_COMMIT=unknown
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
+      -DOPSRUN_COMMIT="$OPSRUN_COMMIT" \
  && cmake --build build -j "$(nproc)" \
  && ./build/opsrun version
 

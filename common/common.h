@@ -106,6 +106,9 @@ void abstime_after_ms(struct timespec *ts, int64_t ms);
 /* Monotonic and wall clocks in milliseconds. */
 int64_t clock_mono_ms(void);
 int64_t clock_wall_ms(void);
+/* The monotonic clock in microseconds, for durations shorter than a
+ * millisecond (request and statement latencies). */
+int64_t clock_mono_us(void);
 /* Uniform random integer in [0, n) from a thread-local generator seeded from
  * getrandom(); n == 0 returns 0. */
 uint64_t rand_below(uint64_t n);

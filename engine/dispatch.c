@@ -8,6 +8,7 @@
 #include "engine/engine_internal.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "engine/poller.h"
 #include "store/db.h"
@@ -39,14 +40,21 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     *due_ms = -1;
     *capped = false;
     st = db_pool_get(e->pool, &db, &err);
-    if (st == ST_OK)
+    if (st == ST_OK) {
+        int64_t t0 = clock_mono_us();
         st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
                               cfg->nrun_types, &runs, &got, &err);
+        metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
+    }
     if (st == ST_OK && (int)got < n)
         st = store_runs_next_due(db, due_ms, capped, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
+    /* The claim sets updated_at: how long each run had been due. */
+    for (size_t i = 0; i < got; i++)
+        metrics_run_claimed(e->metrics, runs[i]->type,
+                            run_seconds_between(runs[i], "run_at", "updated_at"));
 
     pthread_mutex_lock(&e->mu);
     for (size_t i = 0; i < got; i++) {
@@ -197,9 +205,12 @@ static bool slot_lost(struct slot *s)
     return atomic_load(&s->stop) == STOP_LOST || clock_mono_ms() > atomic_load(&s->lease_ms);
 }
 
-/* Decides the terminal write for what the action returned. */
+/* Decides the terminal write for what the action returned; *ended gets the
+ * outcome when it is a finish (else OUTCOME_PENDING), *retried whether it
+ * is a retry. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
-                               const struct fence *f, struct db *db, struct error *err)
+                               const struct fence *f, struct db *db, enum run_outcome *ended,
+                               bool *retried, struct error *err)
 {
     const struct run *run = s->run;
     const struct run_type *rt = rc->type;
@@ -208,6 +219,8 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     json_t *err_json = NULL;
     enum status st;
 
+    *ended = OUTCOME_PENDING;
+    *retried = false;
     if (slot_lost(s))
         return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
                          f->attempt);
@@ -238,6 +251,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
         int64_t delay =
             backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
+        *retried = true;
         return store_runs_retry(db, f, delay, rc->error, err);
     } else {
         res.outcome = OUTCOME_FAILED;
@@ -251,8 +265,18 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
                                              "external job to wait for");
     }
     st = store_runs_finish(db, f, &res, err);
+    *ended = res.outcome;
     json_decref(err_json);
     return st;
+}
+
+/* Seconds since the run first started: to this attempt's claim by the
+ * database's clock (0 on a first attempt), then this attempt on ours. */
+static double slot_run_seconds(const struct slot *s)
+{
+    double before = run_seconds_between(s->run, "started_at", "updated_at");
+
+    return (before > 0 ? before : 0) + (double)(clock_mono_ms() - s->started_ms) / 1000.0;
 }
 
 /* Writes the terminal state, retrying while the database is unreachable: a
@@ -266,6 +290,8 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     bool waiting;
     int64_t give_up = clock_mono_ms() + (int64_t)e->cfg->queue.orphan_after_s * 2000;
     int64_t pause = 100;
+    enum run_outcome ended = OUTCOME_PENDING;
+    bool retried = false;
     enum status st;
 
     pthread_mutex_lock(&e->mu);
@@ -282,7 +308,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
-            st = slot_settle(s, rc, step, &f, db, &err);
+            st = slot_settle(s, rc, step, &f, db, &ended, &retried, &err);
         }
         db_pool_put(e->pool, db);
         if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
@@ -304,6 +330,11 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         e->st.lost_total++;
     waiting = e->backlog;
     pthread_mutex_unlock(&e->mu);
+    if (st == ST_OK && ended != OUTCOME_PENDING)
+        metrics_run_completed(e->metrics, s->run->type, run_outcome_name(ended),
+                              slot_run_seconds(s));
+    if (st == ST_OK && retried)
+        metrics_run_retried(e->metrics, s->run->type);
     /* Wake the other replicas for a run back in the queue, and for a slot
      * freed while runs wait for one: under a shared cap they would
      * otherwise only try on their next poll, and this replica, woken

@@ -56,6 +56,11 @@ void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg)
     e->on_events_arg = arg;
 }
 
+void engine_set_metrics(struct engine *e, struct metrics *m)
+{
+    e->metrics = m;
+}
+
 /* The worker row, and the orphans a dead process left, before any thread. */
 static enum status engine_register(struct engine *e, struct error *err)
 {

@@ -12,6 +12,7 @@
 
 struct db_pool;
 struct engine;
+struct metrics;
 
 /* The poller's figures (engine/poller.h). */
 struct poller_stats {
@@ -45,6 +46,10 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool);
  * writes, and each (re)connection of the LISTEN connection. Set it before
  * engine_start; fn must be cheap and must not block. */
 void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg);
+/* The registry the engine records runs, claims and checks into
+ * (common/metrics.h); m must outlive the engine. Set it before
+ * engine_start; without it nothing is recorded. */
+void engine_set_metrics(struct engine *e, struct metrics *m);
 /* Registers the worker row, rescues orphans once, starts the threads. */
 enum status engine_start(struct engine *e, struct error *err) WUR;
 /* A run was submitted by this process: wake a worker here at once and ring

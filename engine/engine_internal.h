@@ -70,6 +70,7 @@ struct engine {
     void (*on_queue)(struct engine *e); /* NOTIFY opsrun_queue heard: dispatch_wake */
     void (*on_events)(void *arg);
     void *on_events_arg;
+    struct metrics *metrics; /* NULL: nothing recorded */
     /* Starts a thread as pthread_create does (NULL = pthread_create); tests
      * set it to make a start fail. */
     int (*spawn)(pthread_t *t, void *(*fn)(void *), void *arg);

@@ -5,6 +5,7 @@
 #include "engine/engine_internal.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "store/db.h"
 #include "store/workers.h"
@@ -152,6 +153,16 @@ static void maint_heartbeat(struct engine *e, struct db *db)
     free(h.held);
 }
 
+/* Rescued runs that ended (attempts spent, or a cancel pending) are
+ * completions of this process. */
+static void rescue_ended(void *arg, const char *type, enum run_outcome outcome, int n)
+{
+    struct engine *e = arg;
+
+    for (int i = 0; i < n; i++)
+        metrics_run_completed(e->metrics, type, run_outcome_name(outcome), -1);
+}
+
 /* Rescues orphans in batches; returns false on a database error. */
 bool maint_rescue(struct engine *e, struct db *db)
 {
@@ -159,7 +170,8 @@ bool maint_rescue(struct engine *e, struct db *db)
     int total = 0, n = 0, marked = 0;
 
     for (int round = 0; round < RESCUE_ROUNDS; round++) {
-        if (store_runs_rescue(db, e->cfg->queue.orphan_after_s, RESCUE_BATCH, &n, &err) != ST_OK) {
+        if (store_runs_rescue_each(db, e->cfg->queue.orphan_after_s, RESCUE_BATCH, &n, rescue_ended,
+                                   e, &err) != ST_OK) {
             LOG(LOG_WARN, "orphan scan failed: %s", err.message);
             return false;
         }

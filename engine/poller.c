@@ -4,6 +4,7 @@
 #include "engine/poller.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "engine/engine_internal.h"
 #include "store/db.h"
@@ -97,11 +98,32 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
     p->st.hooks_total += calls;
     p->st.hook_failures_total += !ok;
     pthread_mutex_unlock(&p->mu);
+    if (calls > 0)
+        metrics_poll_hooks(e->metrics, rc->run->type, !ok);
     if (db_pool_get(e->pool, &db, &err) != ST_OK ||
         store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, rc->poll_state,
                          HOOKS_MAX_ATTEMPTS, HOOKS_RETRY_MS, &err) != ST_OK)
         LOG(LOG_WARN, "could not record the hooks of run=%s: %s", rc->run->id, err.message);
     db_pool_put(e->pool, db);
+}
+
+/* Seconds from the run's first start to the claim of the check that ended
+ * it, by the database's clock: the wait began at its updated_at (nothing
+ * else writes a waiting run), and the claim measured the wait since. */
+static double waited_run_seconds(const struct run_ctx *rc)
+{
+    double before = run_seconds_between(rc->run, "started_at", "updated_at");
+
+    return (before > 0 ? before : 0) + (double)rc->waited_ms / 1000.0;
+}
+
+/* Whether res is the end of a spent poll budget (time_out). */
+static bool budget_spent(const struct run_result *res)
+{
+    const json_t *code = json_object_get(res->error, "code");
+
+    return res->outcome == OUTCOME_TIMED_OUT && json_is_string(code) &&
+           strcmp(json_string_value(code), "poll_budget") == 0;
 }
 
 /* Writes the end of a run, then runs its hooks. */
@@ -128,6 +150,10 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     count(p, &p->st.finished_total, 1);
     if (res->outcome == OUTCOME_TIMED_OUT)
         count(p, &p->st.timed_out_total, 1);
+    metrics_run_completed(e->metrics, rc->run->type, run_outcome_name(res->outcome),
+                          waited_run_seconds(rc));
+    if (budget_spent(res))
+        metrics_poll_budget_exhausted(e->metrics, rc->run->type);
     doorbell_ring(e, false, true);
     run_hooks(p, ops, rc, res->outcome == OUTCOME_TIMED_OUT);
 }
@@ -256,6 +282,16 @@ static struct run_ctx claim_ctx(struct poller *p, struct poll_claim *c, const st
     return rc;
 }
 
+/* What a check found, as opsrun_poll_checks_total counts it. */
+static const char *check_result(struct poller *p, enum step step)
+{
+    if (step == STEP_DONE || step == STEP_FAIL)
+        return METRICS_CHECK_ENDED;
+    if (atomic_load(&p->halt) != STOP_NONE)
+        return METRICS_CHECK_ABORTED;
+    return step == STEP_RETRY ? METRICS_CHECK_ERROR : METRICS_CHECK_RUNNING;
+}
+
 static void run_check(struct poller *p, struct poll_claim *c)
 {
     struct engine *e = p->e;
@@ -271,6 +307,7 @@ static void run_check(struct poller *p, struct poll_claim *c)
     } else {
         count(p, &p->st.checks_total, 1);
         step = ops->poll(&rc);
+        metrics_poll_check(e->metrics, c->run->type, check_result(p, step));
         if (atomic_load(&p->halt) != STOP_NONE && step != STEP_DONE && step != STEP_FAIL)
             again(p, &rc, &f, 0); /* shutting down: another replica checks it now */
         else

@@ -11,8 +11,10 @@
 #include "handlers/handlers.h"
 #include "handlers/alertmanager.h"
 #include "handlers/intake.h"
+#include "handlers/metrics.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "store/db.h"
@@ -208,6 +210,7 @@ static enum status alert_resolved(struct am_batch *b, const struct route *route,
     }
     if (st == ST_OK) {
         b->cancelled += changed;
+        metrics_cancelled(b->hc, run, changed);
         *result = intake_result(run, true);
         json_object_set_new(*result, "action", json_string(changed ? "cancelled" : "none"));
     }
@@ -231,6 +234,8 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
 
     if (st == ST_OK)
         st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
+    if (st == ST_OK && !dedup)
+        metrics_run_submitted(b->hc->metrics, run->type);
     if (st == ST_OK) {
         dedup ? b->joined++ : b->created++;
         *result = intake_result(run, dedup);

@@ -5,8 +5,10 @@
 #include "handlers/handlers.h"
 #include "handlers/alertmanager.h"
 #include "handlers/intake.h"
+#include "handlers/metrics.h"
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "store/db.h"
@@ -223,6 +225,7 @@ static enum status alerts_generic(const struct hctx *hc, const struct request *r
         char loc[200];
         xsnprintf(loc, sizeof(loc), "/runs/%s", run->id);
         reply_header(rp, "Location", loc);
+        metrics_run_submitted(hc->metrics, run->type);
         if (hc->engine)
             engine_submitted(hc->engine);
     }

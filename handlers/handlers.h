@@ -16,6 +16,7 @@ struct db_pool;
 struct engine;
 struct hub;
 struct limits;
+struct metrics;
 
 /* What every handler may use; lives as long as the server. */
 struct hctx {
@@ -25,6 +26,7 @@ struct hctx {
     struct hub *hub;       /* live events; NULL: no streams and no long-polls */
     struct limits *limits; /* per-client limits (common/limits.h); NULL: none */
     const _Atomic bool *draining;
+    struct metrics *metrics; /* what GET /metrics serves (common/metrics.h); NULL: none */
 };
 
 struct request {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh — installs the Debian 12 packages opsrun needs to build, test and
-# serve, and any package named as an argument (test.sh --lint: clang-tidy).
+# serve, and any package named as an argument (test.sh: prometheus, for
+# promtool; test.sh --lint: clang-tidy).
 # Does nothing (quickly) when they are all present. Uses sudo when not
 # root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.
 set -euo pipefail

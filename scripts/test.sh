@@ -55,10 +55,14 @@ while (($#)); do
     shift
 done
 
+# prometheus: for promtool only, which checks GET /metrics and the rules
+# of deploy/prometheus (tests/e2e/test_metrics.c); opsrun never needs it to
+# serve, so deps.sh does not install it by default.
+TEST_PACKAGES=(prometheus)
 if ((LINT)); then
-    bash scripts/deps.sh clang-tidy
+    bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
-    bash scripts/deps.sh
+    bash scripts/deps.sh "${TEST_PACKAGES[@]}"
 fi
 
 failures=()

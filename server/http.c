@@ -18,6 +18,7 @@
 #include "common/dynbuf.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "live/hub.h"
 #include "server/http_conn.h"
 #include "server/route.h"
@@ -63,7 +64,7 @@ struct req_ctx {
     struct MHD_Connection *conn;
     struct http_conn *cn; /* the connection's record (server/http_conn.h) */
     const char *method, *url;
-    int64_t t0;
+    int64_t t0, t0_us;
     enum route_result rr;
     struct route_hit m;
     struct dynbuf body; /* capped at http.max_body_bytes */
@@ -657,6 +658,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         rc->method = method;
         rc->url = url;
         rc->t0 = clock_mono_ms();
+        rc->t0_us = clock_mono_us();
         dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
         rc->rr = route_find(method, url, &rc->m);
         *con_cls = rc;
@@ -691,6 +693,9 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
         rc->run_id[0] ? " run=" : "", rc->run_id, rc->who.token ? " token=" : "",
         rc->who.token ? rc->who.token->name : "",
         toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=true");
+    if (rc->http_status)
+        metrics_http_request(rc->h->hc->metrics, rc->m.entry ? rc->m.entry->pattern : NULL,
+                             rc->http_status, (double)(clock_mono_us() - rc->t0_us) / 1e6);
     if (rc->wait) {
         hub_wait_remove(rc->h->hc->hub, &rc->wait->w);
         hub_wait_release(rc->h->hc->hub, &rc->wait->w);

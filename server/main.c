@@ -4,14 +4,18 @@
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
 #include "common/limits.h"
+#include "build_info.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "config/config.h"
 #include "server/http.h"
+#include "server/route.h"
 #include "live/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/run_state.h"
 
 #include <curl/curl.h>
 #include <libxml/parser.h>
@@ -285,6 +289,33 @@ static struct limits *limits_create(const struct config *cfg)
     return limits_new(&o);
 }
 
+/* The registry, with every label value GET /metrics may show: the
+ * configured run types, the terminal outcomes and the route templates. */
+static struct metrics *metrics_create(const struct config *cfg)
+{
+    const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
+    const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
+    size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
+    struct metrics *m;
+
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        types[i] = cfg->run_types[i].name;
+    for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
+        outcomes[n++] = run_outcome_name((enum run_outcome)o);
+    m = metrics_new(&(struct metrics_setup){
+        .types = types,
+        .ntypes = cfg->nrun_types,
+        .outcomes = outcomes,
+        .noutcomes = n,
+        .routes = routes,
+        .nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes),
+        .version = OPSRUN_VERSION,
+        .commit = OPSRUN_COMMIT,
+    });
+    free(types);
+    return m;
+}
+
 /* Never runs: the signals stay blocked and are taken by sigwait(). */
 static void on_signal(int sig)
 {
@@ -299,6 +330,7 @@ static int serve(const struct config *cfg)
     struct hub *hub = NULL;
     struct http *http = NULL;
     struct limits *limits = NULL;
+    struct metrics *metrics = NULL;
     struct error err = {0};
     _Atomic bool draining = false;
     struct hctx hc = {0};
@@ -318,7 +350,9 @@ static int serve(const struct config *cfg)
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
         return 1;
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
+    metrics = metrics_create(cfg);
     engine = engine_new(cfg, pool);
+    engine_set_metrics(engine, metrics);
     hub = hub_create(cfg);
     engine_on_events(engine, on_events, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
@@ -332,6 +366,7 @@ static int serve(const struct config *cfg)
                        .hub = hub,
                        .limits = limits,
                        .draining = &draining};
+    hc.metrics = metrics;
     if (http_start(&hc, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
@@ -348,6 +383,7 @@ out:
     hub_free(hub);
     limits_free(limits);
     db_pool_free(pool);
+    metrics_free(metrics);
     return rc;
 }
 

@@ -2,6 +2,7 @@
 #include "server/route.h"
 
 #include "common/util.h"
+#include "handlers/metrics.h"
 
 #include <string.h>
 
@@ -16,6 +17,7 @@ static const struct route_entry routes[] = {
     {"GET", "/healthz", handle_health_healthz, false, false, NEED_HEALTH},
     {"GET", "/livez", handle_health_livez, false, false, NEED_OPEN},
     {"GET", "/readyz", handle_health_readyz, false, false, NEED_OPEN},
+    {"GET", "/metrics", handle_metrics_get, false, false, NEED_HEALTH},
 };
 
 /* Matches path against pattern; the {id} segment is copied to id. */
@@ -68,4 +70,11 @@ enum route_result route_find(const char *method, const char *path, struct route_
                           routes[i].method);
     }
     return path_known ? ROUTE_METHOD : ROUTE_NOT_FOUND;
+}
+
+size_t route_patterns(const char **out, size_t cap)
+{
+    for (size_t i = 0; i < ARRAY_LEN(routes) && i < cap; i++)
+        out[i] = routes[i].pattern;
+    return ARRAY_LEN(routes);
 }

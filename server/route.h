@@ -24,5 +24,9 @@ struct route_hit {
 };
 
 enum route_result route_find(const char *method, const char *path, struct route_hit *m);
+/* The table's patterns in order (a path with several methods repeats),
+ * at most cap of them into out (static strings); returns how many the
+ * table has. For the route label of the HTTP metrics. */
+size_t route_patterns(const char **out, size_t cap);
 
 #endif

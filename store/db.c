@@ -30,6 +30,8 @@ struct db_pool {
     char *conninfo;
     int size, opened, wait_ms;
     struct db *free;
+    int in_use;
+    int64_t waits_total, timeouts_total, wait_us_total;
 };
 
 /* Server notices ("relation already exists, skipping") go to the debug log,
@@ -324,16 +326,31 @@ void db_pool_free(struct db_pool *pool)
     free(pool);
 }
 
+/* A checkout's figures, under pool->mu; waited_from is 0 when it did not
+ * have to wait. */
+static void pool_count(struct db_pool *pool, bool got, int64_t waited_from)
+{
+    pool->in_use += got;
+    if (!waited_from)
+        return;
+    pool->waits_total++;
+    pool->timeouts_total += !got;
+    pool->wait_us_total += clock_mono_us() - waited_from;
+}
+
 enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out, struct error *err)
 {
     struct timespec until;
     struct db *db = NULL;
+    int64_t waited_from = 0;
     enum status st;
 
     *out = NULL;
     abstime_after_ms(&until, wait_ms);
     pthread_mutex_lock(&pool->mu);
     while (!pool->free && pool->opened >= pool->size) {
+        if (!waited_from)
+            waited_from = clock_mono_us();
         if (pthread_cond_timedwait(&pool->cv, &pool->mu, &until) == ETIMEDOUT)
             break;
     }
@@ -344,6 +361,7 @@ enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
         pool->opened++;
         db = db_alloc(&pool->opt, pool->conninfo);
     }
+    pool_count(pool, db != NULL, waited_from);
     pthread_mutex_unlock(&pool->mu);
     if (!db)
         return error_set(err, ST_UNAVAILABLE, "no database connection free within %d ms", wait_ms);
@@ -373,7 +391,22 @@ void db_pool_put(struct db_pool *pool, struct db *db)
     pthread_mutex_lock(&pool->mu);
     db->next_free = pool->free;
     pool->free = db;
+    pool->in_use--;
     pthread_cond_signal(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void db_pool_stats(struct db_pool *pool, struct db_pool_stats *out)
+{
+    pthread_mutex_lock(&pool->mu);
+    *out = (struct db_pool_stats){
+        .size = pool->size,
+        .open = pool->opened,
+        .in_use = pool->in_use,
+        .waits_total = pool->waits_total,
+        .timeouts_total = pool->timeouts_total,
+        .wait_us_total = pool->wait_us_total,
+    };
     pthread_mutex_unlock(&pool->mu);
 }
 

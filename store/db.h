@@ -35,6 +35,15 @@ enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
                              struct error *err) WUR;
 void db_pool_put(struct db_pool *pool, struct db *db); /* NULL is a no-op */
 
+/* The pool now, and its checkouts since it was made (for /metrics). */
+struct db_pool_stats {
+    int size, open, in_use; /* connections: the most, opened, checked out */
+    int64_t waits_total;    /* checkouts that found none free and waited */
+    int64_t timeouts_total; /* of those, gave up (ST_UNAVAILABLE) */
+    int64_t wait_us_total;  /* the time those waits took */
+};
+void db_pool_stats(struct db_pool *pool, struct db_pool_stats *out);
+
 /* Simple statements without parameters: "BEGIN", "COMMIT", "ROLLBACK",
  * LISTEN, DDL. Never for anything built from input. */
 enum status db_exec_simple(struct db *db, const char *sql, struct error *err) WUR;

@@ -79,6 +79,18 @@ void run_free(struct run *run)
     free(run);
 }
 
+double run_seconds_between(const struct run *run, const char *from, const char *to)
+{
+    const json_t *a = json_object_get(run->json, from), *b = json_object_get(run->json, to);
+    int64_t a_us, b_us;
+
+    if (!json_is_string(a) || !json_is_string(b) ||
+        !time_parse_rfc3339(json_string_value(a), &a_us) ||
+        !time_parse_rfc3339(json_string_value(b), &b_us))
+        return -1;
+    return (double)(b_us - a_us) / 1e6;
+}
+
 bool run_is_terminal(const struct run *run)
 {
     return run_status_is_terminal(run->status);

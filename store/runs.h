@@ -29,6 +29,10 @@ struct run {
     json_t *json; /* owned */
 };
 void run_free(struct run *run); /* NULL is a no-op */
+/* Seconds from one of the run's timestamps to another, members of its JSON
+ * ("run_at", "started_at", "updated_at", "completed_at"), both by the
+ * database's clock; -1 when either is null or absent. */
+double run_seconds_between(const struct run *run, const char *from, const char *to);
 bool run_is_terminal(const struct run *run);
 /* The run's input (borrowed from run->json). */
 const json_t *run_input(const struct run *run);
@@ -155,9 +159,19 @@ enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_
  * up to batch runs whose heartbeat is older than orphan_after_s. */
 enum status store_runs_rescue(struct db *db, int orphan_after_s, int batch, int *rescued,
                               struct error *err) WUR;
+/* Called with the number n of runs of one type that one statement ended
+ * with one outcome. */
+typedef void (*run_ended_fn)(void *arg, const char *type, enum run_outcome outcome, int n);
+/* store_runs_rescue, and fn (optional) for the rescued runs it ended
+ * (attempts spent: failed; cancelling: cancelled) rather than requeued. */
+enum status store_runs_rescue_each(struct db *db, int orphan_after_s, int batch, int *rescued,
+                                   run_ended_fn fn, void *arg, struct error *err) WUR;
 /* Deletes up to batch completed runs (and their events) older than age_s. */
 enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *deleted,
                              struct error *err) WUR;
+/* How long the queued run that has been due longest has been due, over all
+ * tenants, by the database's clock (0 when no queued run is due). */
+enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err) WUR;
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
 

@@ -87,11 +87,13 @@ static const struct stmt S_RESCUE = {
                           "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = "
                           "now() "
                           "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
-                          "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                          "r.step), " EVENT_FROM_UPD(
+                          "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, "
+                          "r.progress, r.step), " EVENT_FROM_UPD(
                               "'status'",
-                              "'orphan rescued: heartbeat went stale'") " SELECT count(*) FROM "
-                                                                        "upd"};
+                              "'orphan rescued: heartbeat went stale'") " SELECT type, status, "
+                                                                        "outcome, "
+                                                                        "count(*) FROM upd GROUP "
+                                                                        "BY 1, 2, 3"};
 /* m raises the pruned-events mark (migration 004) to the highest event id
  * this batch deletes; its subquery sees the events before the cascade. */
 static const struct stmt S_PRUNE = {
@@ -102,6 +104,10 @@ static const struct stmt S_PRUNE = {
     "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max(e.id) FROM run_events e "
     "JOIN d ON e.tenant = d.tenant AND e.run_id = d.id)) WHERE EXISTS (SELECT 1 FROM d)) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
+static const struct stmt S_QUEUE_AGE = {
+    "runs_queue_age",
+    "SELECT coalesce((extract(epoch FROM now() - min(run_at)) * 1000)::bigint, 0) FROM runs "
+    "WHERE status = 'queued' AND run_at <= now()"};
 static const struct stmt S_COUNTS = {
     "runs_counts",
     "SELECT s, coalesce(c.n, 0) FROM unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) "
@@ -348,8 +354,9 @@ enum status store_runs_cancelling(struct db *db, const char *worker_id, run_ref_
     return st;
 }
 
+/* Runs s with two parameters; *count gets the rows it changed. */
 static enum status run_count2(struct db *db, const struct stmt *s, const char *a, const char *b,
-                              bool tuples, int *count, struct error *err)
+                              int *count, struct error *err)
 {
     const char *p[2] = {a, b};
     PGresult *r;
@@ -357,7 +364,33 @@ static enum status run_count2(struct db *db, const struct stmt *s, const char *a
 
     if (st != ST_OK)
         return st;
-    *count = tuples ? (int)db_i64(r, 0, 0) : atoi(PQcmdTuples(r));
+    *count = atoi(PQcmdTuples(r));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_rescue_each(struct db *db, int orphan_after_s, int batch, int *rescued,
+                                   run_ended_fn fn, void *arg, struct error *err)
+{
+    char a[16], b[16];
+    const char *p[2] = {a, b};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(a, sizeof(a), "%d", orphan_after_s);
+    xsnprintf(b, sizeof(b), "%d", batch);
+    *rescued = 0;
+    st = db_run(db, &S_RESCUE, 2, p, &r, err);
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r); i++) {
+        enum run_outcome o = OUTCOME_PENDING;
+        int n = (int)db_i64(r, i, 3);
+        *rescued += n;
+        if (fn && strcmp(db_val(r, i, 1), "completed") == 0 &&
+            run_outcome_parse(db_val(r, i, 2), &o))
+            fn(arg, db_val(r, i, 0), o, n);
+    }
     PQclear(r);
     return ST_OK;
 }
@@ -365,10 +398,7 @@ static enum status run_count2(struct db *db, const struct stmt *s, const char *a
 enum status store_runs_rescue(struct db *db, int orphan_after_s, int batch, int *rescued,
                               struct error *err)
 {
-    char a[16], b[16];
-    xsnprintf(a, sizeof(a), "%d", orphan_after_s);
-    xsnprintf(b, sizeof(b), "%d", batch);
-    return run_count2(db, &S_RESCUE, a, b, true, rescued, err);
+    return store_runs_rescue_each(db, orphan_after_s, batch, rescued, NULL, NULL, err);
 }
 
 enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *deleted,
@@ -377,7 +407,20 @@ enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *delet
     char a[24], b[16];
     xsnprintf(a, sizeof(a), "%lld", (long long)age_s);
     xsnprintf(b, sizeof(b), "%d", batch);
-    return run_count2(db, &S_PRUNE, a, b, false, deleted, err);
+    return run_count2(db, &S_PRUNE, a, b, deleted, err);
+}
+
+enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_QUEUE_AGE, 0, NULL, &r, err);
+
+    *age_ms = 0;
+    if (st != ST_OK)
+        return st;
+    *age_ms = db_i64(r, 0, 0);
+    PQclear(r);
+    return ST_OK;
 }
 
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err)

@@ -18,7 +18,8 @@ __attribute__((noinline)) static void dirty_stack(void)
 
 static bool one_of_patterns(const char *path)
 {
-    static const char *const fixed[] = {"/alerts", "/runs", "/healthz", "/livez", "/readyz"};
+    static const char *const fixed[] = {"/alerts", "/runs",   "/healthz",
+                                        "/livez",  "/readyz", "/metrics"};
 
     for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
         if (strcmp(path, fixed[i]) == 0)

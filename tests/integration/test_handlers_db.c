@@ -2,7 +2,8 @@
  * called in-process, the way server/http.c calls them, on a struct hctx over
  * a real configuration and a real pool on a fresh database per test:
  * POST /alerts (generic and Alertmanager bodies), GET /runs/{id}, GET /runs,
- * POST /runs/{id}/cancel and the health probes, up and unavailable.
+ * POST /runs/{id}/cancel, the health probes, up and unavailable, and GET
+ * /metrics.
  *
  * Each test asserts the HTTP status, the headers that matter and the exact
  * bytes the server would send: the body as json_dumps(JSON_COMPACT), which is
@@ -23,10 +24,12 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "common/metrics.h"
 #include "common/util.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
 #include "handlers/handlers.h"
+#include "handlers/metrics.h"
 #include "store/db.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
@@ -779,6 +782,156 @@ START_TEST(health_pool_exhausted)
 }
 END_TEST
 
+/* ---- GET /metrics ------------------------------------------------------ */
+
+/* A registry for the test's configuration, put into g_hc. */
+static struct metrics *metrics_open(void)
+{
+    static const char *const outcomes[] = {"succeeded", "partially_succeeded", "failed",
+                                           "cancelled", "timed_out"};
+    const char *types[8];
+    struct metrics *m;
+
+    ck_assert_uint_le(g_cfg.nrun_types, 8);
+    for (size_t i = 0; i < g_cfg.nrun_types; i++)
+        types[i] = g_cfg.run_types[i].name;
+    m = metrics_new(&(struct metrics_setup){.types = types,
+                                            .ntypes = g_cfg.nrun_types,
+                                            .outcomes = outcomes,
+                                            .noutcomes = 5,
+                                            .version = "test",
+                                            .commit = "none"});
+    g_hc.metrics = m;
+    return m;
+}
+
+/* GET /metrics: asserts a 200 text answer in the exposition format; the
+ * body (the reply's, until reply_cleanup). */
+static const char *scrape(struct reply *rp)
+{
+    ck_assert_int_eq(call(handle_metrics_get, NULL, NULL, NULL, rp), ST_OK);
+    ck_assert_uint_eq(rp->http_status, 200);
+    ck_assert_ptr_null(rp->body);
+    ck_assert_ptr_nonnull(rp->text);
+    ck_assert_str_eq(rp->text_type, "text/plain; version=0.0.4; charset=utf-8");
+    return rp->text;
+}
+
+#define ck_assert_has(text, line)                                                                  \
+    ck_assert_msg(strstr((text), "\n" line "\n") != NULL, "no line \"%s\"", line)
+/* The value of the sample series (a whole line's start), -1 if none. */
+static double value_of(const char *text, const char *series)
+{
+    char key[256];
+    const char *at;
+
+    snprintf(key, sizeof(key), "\n%s ", series);
+    at = strstr(text, key);
+    return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+#define ck_assert_hasnt(text, part)                                                                \
+    ck_assert_msg(strstr((text), part) == NULL, "\"%s\" should not be there", part)
+
+/* Submissions and a cancel counted by the handlers; the database figures
+ * read once and then served from the cache; no engine or hub: no figures
+ * of theirs. */
+START_TEST(metrics_counts_and_cache)
+{
+    struct metrics *m;
+    struct reply rp;
+    const char *t;
+
+    hc_open("it_handlers_metrics", 2, 2000);
+    m = metrics_open();
+    create("{\"alert_type\":\"demo\",\"run_id\":\"m-1\"}");
+    create("{\"alert_type\":\"other\",\"run_id\":\"m-2\"}");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"m-3\"}");
+    ck_assert_int_eq(call(handle_runs_cancel, "m-3", NULL, NULL, &rp), ST_OK);
+    reply_cleanup(&rp);
+
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_runs_submitted_total{type=\"demo\"} 2");
+    ck_assert_has(t, "opsrun_runs_submitted_total{type=\"other\"} 1");
+    ck_assert_has(t, "opsrun_runs_completed_total{type=\"demo\",outcome=\"cancelled\"} 1");
+    /* Cancelled before it started: no duration. */
+    ck_assert_has(t, "opsrun_run_duration_seconds_count{type=\"demo\"} 0");
+    ck_assert_has(t, "opsrun_runs{status=\"queued\"} 2");
+    ck_assert_has(t, "opsrun_runs{status=\"running\"} 0");
+    ck_assert_msg(value_of(t, "opsrun_queue_oldest_due_seconds") >= 0 &&
+                      value_of(t, "opsrun_queue_oldest_due_seconds") < 5,
+                  "the runs were just submitted");
+    ck_assert_has(t, "opsrun_database_up 1");
+    ck_assert_has(t, "opsrun_ready 1");
+    ck_assert_has(t, "opsrun_draining 0");
+    ck_assert_has(t, "opsrun_db_pool_size 2");
+    ck_assert_has(t, "opsrun_db_pool_in_use_connections 0");
+    ck_assert_has(t, "opsrun_build_info{version=\"test\",commit=\"none\"} 1");
+    ck_assert_hasnt(t, "opsrun_workers");
+    ck_assert_hasnt(t, "opsrun_sse_");
+    reply_cleanup(&rp);
+
+    /* Counters move at once; the database figures come from the cache. */
+    create("{\"alert_type\":\"demo\",\"run_id\":\"m-4\"}");
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() - interval '1 minute'"));
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_runs_submitted_total{type=\"demo\"} 3");
+    ck_assert_has(t, "opsrun_runs{status=\"queued\"} 2");
+    ck_assert_msg(value_of(t, "opsrun_queue_oldest_due_seconds") < 5, "not read again");
+    reply_cleanup(&rp);
+
+    /* A drain shows at once, whatever the cache holds. */
+    atomic_store(&g_draining, true);
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_draining 1");
+    ck_assert_has(t, "opsrun_ready 0");
+    reply_cleanup(&rp);
+
+    /* A new registry has an empty cache: the figures are read again. */
+    metrics_free(m);
+    m = metrics_open();
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_runs{status=\"queued\"} 3");
+    ck_assert_has(t, "opsrun_runs_submitted_total{type=\"demo\"} 0");
+    ck_assert_msg(value_of(t, "opsrun_queue_oldest_due_seconds") >= 60 &&
+                      value_of(t, "opsrun_queue_oldest_due_seconds") < 70,
+                  "oldest due %g s, want the minute set by SQL",
+                  value_of(t, "opsrun_queue_oldest_due_seconds"));
+    reply_cleanup(&rp);
+    metrics_free(m);
+    g_hc.metrics = NULL;
+    hc_close();
+}
+END_TEST
+
+/* The database out of reach: still 200, with opsrun_database_up 0 and
+ * without the database figures. */
+START_TEST(metrics_database_down)
+{
+    struct error err = {0};
+    struct db *held = NULL;
+    struct metrics *m;
+    struct reply rp;
+    const char *t;
+
+    hc_open("it_handlers_metrics_down", 1, 100);
+    m = metrics_open();
+    ck_assert_int_eq(db_pool_get(g_pool, &held, &err), ST_OK);
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_database_up 0");
+    ck_assert_has(t, "opsrun_ready 0");
+    ck_assert_has(t, "opsrun_db_pool_in_use_connections 1");
+    ck_assert_has(t, "opsrun_db_pool_wait_timeouts_total 1");
+    ck_assert_hasnt(t, "opsrun_runs{");
+    ck_assert_hasnt(t, "opsrun_poll_lag_seconds");
+    reply_cleanup(&rp);
+    db_pool_put(g_pool, held);
+    metrics_free(m);
+    g_hc.metrics = NULL;
+    hc_close();
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------- */
 
 static TCase *tcase(const char *name, double timeout_s)
@@ -812,6 +965,8 @@ int main(void)
     tcase_add_test(tc, health_up);
     tcase_add_test(tc, health_draining);
     tcase_add_test(tc, health_pool_exhausted);
+    tcase_add_test(tc, metrics_counts_and_cache);
+    tcase_add_test(tc, metrics_database_down);
     suite_add_tcase(s, tc);
 
     return th_run_suite(s);

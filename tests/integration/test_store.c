@@ -824,10 +824,30 @@ static void on_cancelling(void *arg, const char *tenant, const char *id, int att
     s->attempt = attempt;
 }
 
+/* What store_runs_rescue_each reported as ended. */
+struct ended {
+    int failed, cancelled, other;
+    char type[16];
+};
+
+static void on_ended(void *arg, const char *type, enum run_outcome outcome, int n)
+{
+    struct ended *e = arg;
+
+    snprintf(e->type, sizeof(e->type), "%s", type);
+    if (outcome == OUTCOME_FAILED)
+        e->failed += n;
+    else if (outcome == OUTCOME_CANCELLED)
+        e->cancelled += n;
+    else
+        e->other += n;
+}
+
 START_TEST(orphan_rescue_paths)
 {
     char *spent, *cancelling, *fresh;
     struct run *run = NULL;
+    struct ended ended = {0};
     bool changed = false;
     int rescued = -1;
 
@@ -847,8 +867,13 @@ START_TEST(orphan_rescue_paths)
     PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '20 seconds' "
                          "WHERE worker_id = 'w2'"));
 
-    OK(store_runs_rescue(g_db, 30, 100, &rescued, &g_err));
+    OK(store_runs_rescue_each(g_db, 30, 100, &rescued, on_ended, &ended, &g_err));
     ck_assert_int_eq(rescued, 2);
+    /* Both ended rather than requeued, and are reported with their type. */
+    ck_assert_int_eq(ended.failed, 1);
+    ck_assert_int_eq(ended.cancelled, 1);
+    ck_assert_int_eq(ended.other, 0);
+    ck_assert_str_eq(ended.type, "T");
     /* Past max_attempts: failed, for good. */
     assert_state(spent, "completed", "failed");
     assert_col(spent, "error->>'code'", "orphaned");
@@ -879,6 +904,7 @@ END_TEST
 
 START_TEST(rescue_batches)
 {
+    struct ended ended = {0};
     int rescued = -1;
 
     open_test_db("it_store_rescue_batch");
@@ -888,8 +914,10 @@ START_TEST(rescue_batches)
         free(id);
     }
     PQclear(th_sql(g_pg, "UPDATE runs SET heartbeat_at = now() - interval '1 hour'"));
-    OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
+    OK(store_runs_rescue_each(g_db, 30, 3, &rescued, on_ended, &ended, &g_err));
     ck_assert_int_eq(rescued, 3);
+    /* Requeued (attempts left): none ended. */
+    ck_assert_int_eq(ended.failed + ended.cancelled + ended.other, 0);
     OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
     ck_assert_int_eq(rescued, 2);
     OK(store_runs_rescue(g_db, 30, 3, &rescued, &g_err));
@@ -1599,6 +1627,54 @@ static int get_through_pool(struct db_pool *pool, const char *id, int hold)
     }
 }
 
+/* The age of the longest-due queued run, and the pool's figures. */
+START_TEST(queue_age_and_pool_stats)
+{
+    struct db_options o = {.conninfo = NULL, .connect_timeout_s = 5};
+    struct db_pool_stats ps;
+    struct db_pool *pool;
+    struct db *a = NULL, *b = NULL;
+    int64_t age = -1;
+    char *due, *later;
+
+    open_test_db("it_store_queue_age");
+    OK(store_runs_queue_age(g_db, &age, &g_err));
+    ck_assert_int_eq(age, 0);
+    later = new_run_full(NULL, "T", 0, "2999-01-01T00:00:00Z", 3); /* not due: not counted */
+    OK(store_runs_queue_age(g_db, &age, &g_err));
+    ck_assert_int_eq(age, 0);
+    due = new_run(3);
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() - interval '90 seconds' WHERE id = '%s'",
+                   due));
+    OK(store_runs_queue_age(g_db, &age, &g_err));
+    ck_assert_msg(age >= 90000 && age < 100000, "age %lld ms", (long long)age);
+    claim_expect("w1", due, 1);
+    OK(store_runs_queue_age(g_db, &age, &g_err));
+    ck_assert_int_eq(age, 0);
+
+    o.conninfo = g_ci;
+    pool = db_pool_new(&o, 1, 2000);
+    OK(db_pool_get_wait(pool, 0, &a, &g_err));
+    db_pool_stats(pool, &ps);
+    ck_assert_int_eq(ps.size, 1);
+    ck_assert_int_eq(ps.open, 1);
+    ck_assert_int_eq(ps.in_use, 1);
+    ck_assert_int_eq(ps.waits_total, 0);
+    EXPECT(ST_UNAVAILABLE, db_pool_get_wait(pool, 50, &b, &g_err));
+    db_pool_stats(pool, &ps);
+    ck_assert_int_eq(ps.waits_total, 1);
+    ck_assert_int_eq(ps.timeouts_total, 1);
+    ck_assert_msg(ps.wait_us_total >= 40000, "waited %lld us", (long long)ps.wait_us_total);
+    db_pool_put(pool, a);
+    db_pool_stats(pool, &ps);
+    ck_assert_int_eq(ps.in_use, 0);
+    db_pool_free(pool);
+    free(due);
+    free(later);
+    close_test_db();
+}
+END_TEST
+
 START_TEST(survives_postgres_restart)
 {
     struct db_options o = {.conninfo = NULL, .connect_timeout_s = 5};
@@ -1793,6 +1869,7 @@ int main(void)
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, rescue_batches);
+    tcase_add_test(tc, queue_age_and_pool_stats);
     tcase_add_test(tc, heartbeat_only_own_runs);
     suite_add_tcase(s, tc);
 

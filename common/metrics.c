@@ -1,0 +1,659 @@
+/* common/metrics.c — the metrics registry and its text exposition
+ * (common/metrics.h). */
+#include "metrics.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdatomic.h>
+
+#define LABELS_MAX 2
+/* The label value indexes of one series, as series_of takes them: always
+ * LABELS_MAX of them, the ones past a family's labels unused. */
+#define IDX(...) ((const size_t[LABELS_MAX]){__VA_ARGS__})
+#define BUCKETS_MAX 24 /* bounds of a histogram, +Inf not counted */
+
+/* The label sets. A family names up to LABELS_MAX of them. */
+enum label_set { L_NONE, L_TYPE, L_OUTCOME, L_CHECK, L_HOOK, L_ROUTE, L_CODE, L_COUNT };
+
+static const char *const check_results[] = {METRICS_CHECK_RUNNING, METRICS_CHECK_ENDED,
+                                            METRICS_CHECK_ERROR, METRICS_CHECK_ABORTED};
+static const char *const hook_results[] = {"ok", "failed"};
+/* The status codes opsrun answers with; any other is counted as "other". */
+static const unsigned http_codes[] = {200, 201, 202, 204, 304, 400, 401, 403, 404, 405,
+                                      408, 409, 413, 415, 422, 429, 500, 502, 503, 504};
+#define ROUTE_UNMATCHED "unmatched"
+#define CODE_OTHER "other"
+
+/* One family: a cell per combination of label values (the series), in
+ * row-major order of the labels. */
+struct family {
+    const char *name, *help;
+    bool histogram, sparse; /* sparse: series still zero are not written */
+    size_t nlabels;
+    enum label_set labels[LABELS_MAX];
+    const double *bounds; /* histograms: upper bounds, ascending, +Inf implied */
+    size_t nbounds;
+    size_t nseries;
+    _Atomic uint64_t *cells; /* counters: [series]; histograms: [series][nbounds + 1] */
+    _Atomic uint64_t *sums;  /* histograms: [series], the bits of a double */
+};
+
+enum family_id {
+    F_SUBMITTED,
+    F_COMPLETED,
+    F_RETRIED,
+    F_DURATION,
+    F_QUEUE_WAIT,
+    F_CLAIM,
+    F_CHECKS,
+    F_BUDGET,
+    F_HOOKS,
+    F_HTTP,
+    F_HTTP_DURATION,
+    F_COUNT
+};
+
+static const double run_buckets[] = {0.1, 0.25, 0.5, 1,   2.5, 5,    10,  30,
+                                     60,  120,  300, 600, 900, 1800, 3600};
+static const double wait_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                      2.5,   5,    10,    30,   60,  300,  900};
+static const double claim_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                       0.1,   0.25,   0.5,   1,    2.5,   5};
+static const double http_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                      0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
+#define BUCKETS(b) b, ARRAY_LEN(b)
+
+/* The catalogue: every family the registry records. docs/operations.md
+ * has the same list for operators. */
+static const struct family catalogue[F_COUNT] = {
+    [F_SUBMITTED] = {"opsrun_runs_submitted_total",
+                     "Runs stored by submissions to this process (a submission that joined an "
+                     "active run is not counted).",
+                     false,
+                     false,
+                     1,
+                     {L_TYPE},
+                     NULL,
+                     0,
+                     0,
+                     NULL,
+                     NULL},
+    [F_COMPLETED] = {"opsrun_runs_completed_total",
+                     "Runs this process completed (worker, poller, cancel or orphan scan), by "
+                     "outcome.",
+                     false,
+                     false,
+                     2,
+                     {L_TYPE, L_OUTCOME},
+                     NULL,
+                     0,
+                     0,
+                     NULL,
+                     NULL},
+    [F_RETRIED] = {"opsrun_run_retries_total",
+                   "Failed attempts this process sent back to the queue for another attempt.",
+                   false,
+                   false,
+                   1,
+                   {L_TYPE},
+                   NULL,
+                   0,
+                   0,
+                   NULL,
+                   NULL},
+    [F_DURATION] = {"opsrun_run_duration_seconds",
+                    "Time from a run's first start to its completion, for runs this process "
+                    "completed after they started.",
+                    true,
+                    false,
+                    1,
+                    {L_TYPE},
+                    BUCKETS(run_buckets),
+                    0,
+                    NULL,
+                    NULL},
+    [F_QUEUE_WAIT] = {"opsrun_run_queue_wait_seconds",
+                      "Time a run was due before this process claimed it (each attempt).",
+                      true,
+                      false,
+                      1,
+                      {L_TYPE},
+                      BUCKETS(wait_buckets),
+                      0,
+                      NULL,
+                      NULL},
+    [F_CLAIM] = {"opsrun_claim_duration_seconds",
+                 "Time one claim statement took, the wait for the claim lock included.",
+                 true,
+                 false,
+                 0,
+                 {L_NONE},
+                 BUCKETS(claim_buckets),
+                 0,
+                 NULL,
+                 NULL},
+    [F_CHECKS] = {"opsrun_poll_checks_total",
+                  "Checks of waiting runs' external jobs made by this process, by result "
+                  "(running, ended, error, aborted).",
+                  false,
+                  false,
+                  2,
+                  {L_TYPE, L_CHECK},
+                  NULL,
+                  0,
+                  0,
+                  NULL,
+                  NULL},
+    [F_BUDGET] = {"opsrun_poll_budget_exhausted_total",
+                  "Waiting runs this process ended timed_out because their poll budget was "
+                  "spent.",
+                  false,
+                  false,
+                  1,
+                  {L_TYPE},
+                  NULL,
+                  0,
+                  0,
+                  NULL,
+                  NULL},
+    [F_HOOKS] = {"opsrun_poll_hooks_total",
+                 "Runs of the remote cancel and cleanup hooks after a waiting run ended, by "
+                 "result (ok, failed).",
+                 false,
+                 false,
+                 2,
+                 {L_TYPE, L_HOOK},
+                 NULL,
+                 0,
+                 0,
+                 NULL,
+                 NULL},
+    [F_HTTP] = {"opsrun_http_requests_total",
+                "HTTP requests answered, by route template and status code.",
+                false,
+                true,
+                2,
+                {L_ROUTE, L_CODE},
+                NULL,
+                0,
+                0,
+                NULL,
+                NULL},
+    [F_HTTP_DURATION] = {"opsrun_http_request_duration_seconds",
+                         "Time from a request's arrival to the end of its answer (for streams "
+                         "and long-polls, the time they stayed open).",
+                         true,
+                         true,
+                         1,
+                         {L_ROUTE},
+                         BUCKETS(http_buckets),
+                         0,
+                         NULL,
+                         NULL},
+};
+
+struct label_values {
+    const char *name;
+    char **v; /* owned copies */
+    size_t n;
+};
+
+struct metrics {
+    struct label_values sets[L_COUNT];
+    struct family f[F_COUNT];
+    char *version, *commit;
+    int64_t start_wall_ms;
+
+    /* the single-flight cache */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy, have;
+    int64_t at_ms; /* monotonic: when the value was stored */
+    unsigned char value[METRICS_CACHE_MAX];
+};
+
+/* ---- setup ------------------------------------------------------------- */
+
+/* Adds v to the set unless it is there already. */
+static void set_add(struct label_values *s, const char *v)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->v[i], v) == 0)
+            return;
+    s->v = xrealloc(s->v, (s->n + 1) * sizeof(*s->v));
+    s->v[s->n++] = xstrdup(v);
+}
+
+static void set_fill(struct label_values *s, const char *name, const char *const *v, size_t n)
+{
+    s->name = name;
+    for (size_t i = 0; i < n; i++)
+        set_add(s, v[i]);
+}
+
+static void sets_init(struct metrics *m, const struct metrics_setup *su)
+{
+    char code[8];
+
+    set_fill(&m->sets[L_TYPE], "type", su->types, su->ntypes);
+    set_fill(&m->sets[L_OUTCOME], "outcome", su->outcomes, su->noutcomes);
+    set_fill(&m->sets[L_CHECK], "result", check_results, ARRAY_LEN(check_results));
+    set_fill(&m->sets[L_HOOK], "result", hook_results, ARRAY_LEN(hook_results));
+    set_fill(&m->sets[L_ROUTE], "route", su->routes, su->nroutes);
+    set_add(&m->sets[L_ROUTE], ROUTE_UNMATCHED);
+    m->sets[L_CODE].name = "code";
+    for (size_t i = 0; i < ARRAY_LEN(http_codes); i++) {
+        xsnprintf(code, sizeof(code), "%u", http_codes[i]);
+        set_add(&m->sets[L_CODE], code);
+    }
+    set_add(&m->sets[L_CODE], CODE_OTHER);
+}
+
+static void family_init(struct metrics *m, struct family *f)
+{
+    size_t per = f->histogram ? f->nbounds + 1 : 1;
+
+    assert(f->nbounds <= BUCKETS_MAX);
+    f->nseries = 1;
+    for (size_t i = 0; i < f->nlabels; i++)
+        f->nseries *= m->sets[f->labels[i]].n;
+    f->cells = xcalloc(f->nseries * per, sizeof(*f->cells));
+    if (f->histogram)
+        f->sums = xcalloc(f->nseries, sizeof(*f->sums));
+}
+
+struct metrics *metrics_new(const struct metrics_setup *setup)
+{
+    struct metrics *m = xcalloc(1, sizeof(*m));
+
+    sets_init(m, setup);
+    for (size_t i = 0; i < F_COUNT; i++) {
+        m->f[i] = catalogue[i];
+        family_init(m, &m->f[i]);
+    }
+    m->version = xstrdup(setup->version ? setup->version : "unknown");
+    m->commit = xstrdup(setup->commit ? setup->commit : "unknown");
+    m->start_wall_ms = clock_wall_ms();
+    pthread_mutex_init(&m->mu, NULL);
+    cond_init_monotonic(&m->cv);
+    return m;
+}
+
+void metrics_free(struct metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < F_COUNT; i++) {
+        free(m->f[i].cells);
+        free(m->f[i].sums);
+    }
+    for (size_t i = 0; i < L_COUNT; i++) {
+        for (size_t k = 0; k < m->sets[i].n; k++)
+            free(m->sets[i].v[k]);
+        free(m->sets[i].v);
+    }
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m->version);
+    free(m->commit);
+    free(m);
+}
+
+/* ---- recording --------------------------------------------------------- */
+
+/* The index of v in set s, or SIZE_MAX when it is not one of its values. */
+static size_t value_index(const struct metrics *m, enum label_set s, const char *v)
+{
+    const struct label_values *lv = &m->sets[s];
+
+    for (size_t i = 0; v && i < lv->n; i++)
+        if (strcmp(lv->v[i], v) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+/* The series of the label value indexes idx (one per label of f), or
+ * SIZE_MAX when one of them is unknown. */
+static size_t series_of(const struct metrics *m, const struct family *f, const size_t *idx)
+{
+    size_t s = 0;
+
+    assert(f->nlabels <= LABELS_MAX);
+    for (size_t i = 0; i < f->nlabels; i++) {
+        if (idx[i] == SIZE_MAX)
+            return SIZE_MAX;
+        s = s * m->sets[f->labels[i]].n + idx[i];
+    }
+    return s;
+}
+
+static void count(struct metrics *m, enum family_id id, const size_t *idx)
+{
+    const struct family *f = &m->f[id];
+    size_t s = series_of(m, f, idx);
+
+    if (s != SIZE_MAX)
+        atomic_fetch_add_explicit(&f->cells[s], 1, memory_order_relaxed);
+}
+
+static void observe(struct metrics *m, enum family_id id, const size_t *idx, double v)
+{
+    const struct family *f = &m->f[id];
+    size_t s = series_of(m, f, idx), b = 0;
+    uint64_t old, new;
+    double sum;
+
+    if (s == SIZE_MAX || isnan(v))
+        return;
+    if (v < 0)
+        v = 0; /* clocks of two hosts can disagree by a little */
+    while (b < f->nbounds && v > f->bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&f->cells[s * (f->nbounds + 1) + b], 1, memory_order_relaxed);
+    old = atomic_load_explicit(&f->sums[s], memory_order_relaxed);
+    do {
+        memcpy(&sum, &old, sizeof(sum));
+        sum += v;
+        memcpy(&new, &sum, sizeof(new));
+    } while (!atomic_compare_exchange_weak_explicit(&f->sums[s], &old, new, memory_order_relaxed,
+                                                    memory_order_relaxed));
+}
+
+void metrics_run_submitted(struct metrics *m, const char *type)
+{
+    if (m)
+        count(m, F_SUBMITTED, IDX(value_index(m, L_TYPE, type)));
+}
+
+void metrics_run_claimed(struct metrics *m, const char *type, double queue_wait_s)
+{
+    if (m)
+        observe(m, F_QUEUE_WAIT, IDX(value_index(m, L_TYPE, type)), queue_wait_s);
+}
+
+void metrics_claim_latency(struct metrics *m, double seconds)
+{
+    if (m)
+        observe(m, F_CLAIM, IDX(0), seconds);
+}
+
+void metrics_run_retried(struct metrics *m, const char *type)
+{
+    if (m)
+        count(m, F_RETRIED, IDX(value_index(m, L_TYPE, type)));
+}
+
+void metrics_run_completed(struct metrics *m, const char *type, const char *outcome,
+                           double duration_s)
+{
+    size_t t, o;
+
+    if (!m)
+        return;
+    t = value_index(m, L_TYPE, type);
+    o = value_index(m, L_OUTCOME, outcome);
+    if (o == SIZE_MAX)
+        return;
+    count(m, F_COMPLETED, IDX(t, o));
+    if (duration_s >= 0)
+        observe(m, F_DURATION, IDX(t), duration_s);
+}
+
+void metrics_poll_check(struct metrics *m, const char *type, const char *result)
+{
+    if (m)
+        count(m, F_CHECKS, IDX(value_index(m, L_TYPE, type), value_index(m, L_CHECK, result)));
+}
+
+void metrics_poll_budget_exhausted(struct metrics *m, const char *type)
+{
+    if (m)
+        count(m, F_BUDGET, IDX(value_index(m, L_TYPE, type)));
+}
+
+void metrics_poll_hooks(struct metrics *m, const char *type, bool failed)
+{
+    if (m)
+        count(m, F_HOOKS, IDX(value_index(m, L_TYPE, type), failed ? 1 : 0));
+}
+
+void metrics_http_request(struct metrics *m, const char *route, unsigned code, double seconds)
+{
+    size_t r, c = ARRAY_LEN(http_codes); /* CODE_OTHER comes last */
+
+    if (!m)
+        return;
+    r = value_index(m, L_ROUTE, route ? route : ROUTE_UNMATCHED);
+    for (size_t i = 0; i < ARRAY_LEN(http_codes); i++)
+        if (http_codes[i] == code)
+            c = i;
+    count(m, F_HTTP, IDX(r, c));
+    observe(m, F_HTTP_DURATION, IDX(r), seconds);
+}
+
+/* ---- exposition -------------------------------------------------------- */
+
+/* The shortest text that reads back as v ("0.1", not "0.10000000000000001"),
+ * as Prometheus writes numbers; "+Inf" and "NaN" as the format has them. */
+static void format_double(double v, char out[32])
+{
+    if (isnan(v)) {
+        xsnprintf(out, 32, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        xsnprintf(out, 32, "%sInf", v > 0 ? "+" : "-");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        xsnprintf(out, 32, "%.0f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        xsnprintf(out, 32, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+/* Appends s with the escapes the format wants: backslash and newline in
+ * HELP text, and also the double quote in a label value. */
+static enum status put_escaped(struct dynbuf *out, const char *s, bool quote)
+{
+    enum status st = ST_OK;
+
+    for (; *s && st == ST_OK; s++) {
+        if (*s == '\\')
+            st = dynbuf_adds(out, "\\\\");
+        else if (*s == '\n')
+            st = dynbuf_adds(out, "\\n");
+        else if (*s == '"' && quote)
+            st = dynbuf_adds(out, "\\\"");
+        else
+            st = dynbuf_add(out, s, 1);
+    }
+    return st;
+}
+
+enum status metrics_put_header(struct dynbuf *out, const char *name, const char *type,
+                               const char *help)
+{
+    enum status st = dynbuf_addf(out, "# HELP %s ", name);
+
+    if (st == ST_OK)
+        st = put_escaped(out, help, false);
+    if (st == ST_OK)
+        st = dynbuf_addf(out, "\n# TYPE %s %s\n", name, type);
+    return st;
+}
+
+/* name{k="v",...} with the pairs of kv (NULL-terminated; NULL for none). */
+static enum status put_series(struct dynbuf *out, const char *name, const char *const *kv)
+{
+    enum status st = dynbuf_adds(out, name);
+
+    for (size_t i = 0; st == ST_OK && kv && kv[i]; i += 2) {
+        st = dynbuf_addf(out, "%s%s=\"", i ? "," : "{", kv[i]);
+        if (st == ST_OK)
+            st = put_escaped(out, kv[i + 1], true);
+        if (st == ST_OK)
+            st = dynbuf_adds(out, kv[i + 2] ? "\"" : "\"}");
+    }
+    return st;
+}
+
+enum status metrics_put_sample(struct dynbuf *out, const char *name, const char *const *kv,
+                               double v)
+{
+    char num[32];
+    enum status st = put_series(out, name, kv);
+
+    format_double(v, num);
+    if (st == ST_OK)
+        st = dynbuf_addf(out, " %s\n", num);
+    return st;
+}
+
+/* The label pairs of series s of f into kv (room for LABELS_MAX + 1 pairs
+ * and the NULL), with room left for "le" after them; returns the count of
+ * strings written. */
+static size_t series_labels(const struct metrics *m, const struct family *f, size_t s,
+                            const char **kv)
+{
+    for (size_t i = f->nlabels; i-- > 0;) {
+        const struct label_values *lv = &m->sets[f->labels[i]];
+        kv[2 * i] = lv->name;
+        kv[2 * i + 1] = lv->v[s % lv->n];
+        s /= lv->n;
+    }
+    kv[2 * f->nlabels] = NULL;
+    return 2 * f->nlabels;
+}
+
+/* One series of a histogram: cumulative buckets, sum and count; nothing
+ * for a sparse family's series that has no observation yet. */
+static enum status render_histogram(const struct metrics *m, const struct family *f, size_t s,
+                                    struct dynbuf *out)
+{
+    const char *kv[2 * LABELS_MAX + 3];
+    size_t n = series_labels(m, f, s, kv);
+    uint64_t cells[BUCKETS_MAX + 1], cum = 0, sumbits;
+    char name[128], le[32];
+    double sum;
+    enum status st = ST_OK;
+
+    for (size_t b = 0; b <= f->nbounds; b++) {
+        cells[b] = atomic_load_explicit(&f->cells[s * (f->nbounds + 1) + b], memory_order_relaxed);
+        cum += cells[b];
+    }
+    if (f->sparse && cum == 0)
+        return ST_OK;
+    sumbits = atomic_load_explicit(&f->sums[s], memory_order_relaxed);
+    memcpy(&sum, &sumbits, sizeof(sum));
+    xsnprintf(name, sizeof(name), "%s_bucket", f->name);
+    kv[n] = "le";
+    kv[n + 1] = le;
+    kv[n + 2] = NULL;
+    cum = 0;
+    for (size_t b = 0; b <= f->nbounds && st == ST_OK; b++) {
+        cum += cells[b];
+        format_double(b < f->nbounds ? f->bounds[b] : INFINITY, le);
+        st = metrics_put_sample(out, name, kv, (double)cum);
+    }
+    kv[n] = NULL;
+    xsnprintf(name, sizeof(name), "%s_sum", f->name);
+    if (st == ST_OK)
+        st = metrics_put_sample(out, name, kv, sum);
+    xsnprintf(name, sizeof(name), "%s_count", f->name);
+    if (st == ST_OK)
+        st = metrics_put_sample(out, name, kv, (double)cum);
+    return st;
+}
+
+static enum status render_family(const struct metrics *m, const struct family *f,
+                                 struct dynbuf *out)
+{
+    enum status st =
+        metrics_put_header(out, f->name, f->histogram ? "histogram" : "counter", f->help);
+
+    for (size_t s = 0; s < f->nseries && st == ST_OK; s++) {
+        const char *kv[2 * LABELS_MAX + 1];
+        uint64_t v;
+        if (f->histogram) {
+            st = render_histogram(m, f, s, out);
+            continue;
+        }
+        v = atomic_load_explicit(&f->cells[s], memory_order_relaxed);
+        if (f->sparse && v == 0)
+            continue;
+        series_labels(m, f, s, kv);
+        st = metrics_put_sample(out, f->name, kv, (double)v);
+    }
+    return st;
+}
+
+enum status metrics_render(const struct metrics *m, struct dynbuf *out)
+{
+    enum status st = ST_OK;
+
+    if (!m)
+        return ST_OK;
+    for (size_t i = 0; i < F_COUNT && st == ST_OK; i++)
+        st = render_family(m, &m->f[i], out);
+    if (st == ST_OK)
+        st = metrics_put_header(out, "opsrun_build_info", "gauge",
+                                "Always 1; the labels say which build of opsrun this is.");
+    if (st == ST_OK)
+        st = metrics_put_sample(
+            out, "opsrun_build_info",
+            (const char *const[]){"version", m->version, "commit", m->commit, NULL}, 1);
+    if (st == ST_OK)
+        st = metrics_put_header(out, "opsrun_start_time_seconds", "gauge",
+                                "When this process started, in seconds since the Unix epoch.");
+    if (st == ST_OK)
+        st = metrics_put_sample(out, "opsrun_start_time_seconds", NULL,
+                                (double)m->start_wall_ms / 1000.0);
+    return st;
+}
+
+/* ---- the single-flight cache ------------------------------------------ */
+
+enum metrics_cached metrics_cache_begin(struct metrics *m, int64_t max_age_ms, int wait_ms,
+                                        void *out, size_t size)
+{
+    struct timespec until;
+    enum metrics_cached r;
+
+    assert(size <= METRICS_CACHE_MAX);
+    if (!m)
+        return METRICS_REFRESH;
+    abstime_after_ms(&until, wait_ms);
+    pthread_mutex_lock(&m->mu);
+    if (!m->busy && !(m->have && clock_mono_ms() - m->at_ms < max_age_ms)) {
+        m->busy = true;
+        pthread_mutex_unlock(&m->mu);
+        return METRICS_REFRESH;
+    }
+    while (m->busy && !m->have)
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &until) != 0)
+            break;
+    r = m->have ? METRICS_CACHED : METRICS_NONE;
+    if (m->have)
+        memcpy(out, m->value, size);
+    pthread_mutex_unlock(&m->mu);
+    return r;
+}
+
+void metrics_cache_end(struct metrics *m, const void *value, size_t size)
+{
+    assert(size <= METRICS_CACHE_MAX);
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    memcpy(m->value, value, size);
+    m->have = true;
+    m->busy = false;
+    m->at_ms = clock_mono_ms();
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
