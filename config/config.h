@@ -101,10 +101,10 @@ struct config {
     bool log_json;
 
     struct {
-        int threads;              /* MHD pool, 2..64, default 4 */
-        int connection_limit;     /* default 10000 */
-        int connection_timeout_s; /* default 60 */
-        int64_t max_body_bytes;   /* default 1 MiB, 1 KiB..64 MiB */
+        int threads;                /* MHD pool, 2..64, default 4 */
+        int connection_limit;       /* default 10000 */
+        int connection_timeout_s;   /* default 60 */
+        int64_t max_body_bytes;     /* default 1 MiB, 1 KiB..64 MiB */
         int max_connections_per_ip; /* default 256, 0 = no limit */
         int request_deadline_s;     /* headers and body arrive within this, default 30 */
     } http;

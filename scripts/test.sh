@@ -71,7 +71,7 @@ failures=()
 format_check() {
     command -v clang-format >/dev/null || die "clang-format not found (scripts/deps.sh installs it)"
     local dirs=() d files=() out
-    for d in common server handlers store engine tests bench; do
+    for d in common config store live engine handlers server client tests bench; do
         [[ -d "$d" ]] && dirs+=("$d")
     done
     ((${#dirs[@]})) || return 0
@@ -90,6 +90,28 @@ format_check() {
     failures+=("formatting")
 }
 format_check
+
+# ------------------------------------------------------------ API description
+# openapi.yaml is linted with Redocly's recommended rules; any error fails.
+# The CLI is installed from the npm registry into .cache/ (pinned), once.
+REDOCLY_VERSION=2.77.0
+openapi_lint() {
+    local dir="$ROOT/.cache/redocly-$REDOCLY_VERSION" out
+    command -v npm >/dev/null || die "npm not found (scripts/deps.sh installs nodejs and npm)"
+    if [[ ! -x "$dir/node_modules/.bin/redocly" ]]; then
+        mkdir -p "$dir"
+        (cd "$dir" && npm install --silent --no-audit --no-fund --no-save \
+            "@redocly/cli@$REDOCLY_VERSION" >/dev/null 2>&1) ||
+            die "could not install @redocly/cli $REDOCLY_VERSION from the npm registry"
+    fi
+    if out="$("$dir/node_modules/.bin/redocly" lint --format=summary openapi.yaml 2>&1)"; then
+        say "openapi.yaml: lint OK ($(printf '%s\n' "$out" | grep -c '^warning') kinds of warnings)"
+        return 0
+    fi
+    "$dir/node_modules/.bin/redocly" lint openapi.yaml 2>&1 | grep -v '^\s*[║╔╚]' | tail -n 80 >&2
+    failures+=("openapi lint")
+}
+openapi_lint
 
 # ------------------------------------------------------------ build
 say "building with ASan+UBSan into build-asan/"
