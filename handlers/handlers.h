@@ -86,6 +86,7 @@ enum status handle_runs_get(const struct hctx *hc, const struct request *rq, str
 enum status handle_runs_list(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_events(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);

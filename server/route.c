@@ -11,6 +11,7 @@ static const struct route_entry routes[] = {
     {"GET", "/runs/{id}", handle_runs_get, false, false},
     {"GET", "/runs/{id}/events", handle_runs_events, false, false},
     {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false},
+    {"POST", "/runs/{id}/retry", handle_runs_retry, false, false},
     {"GET", "/runs/{id}/stream", NULL, false, true},
     {"GET", "/stream", NULL, false, true},
     {"GET", "/healthz", handle_health_healthz, false, false},
