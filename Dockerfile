@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # opsrun container image.
-#   docker build -t opsrun .
+#   docker build -t opsrun --build-arg OPSRUN_COMMIT="$(git rev-parse --short=12 HEAD)" .
 #   docker run --rm -p 8080:8080 -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
 # Migrations are embedded in the binary; `serve` applies them at start
 # (or run `docker run ... opsrun migrate` first).
@@ -15,7 +15,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The build context has no .git: `opsrun version` shows this commit, or
+# "unknown" without it.
+ARG OPSRUN_COMMIT=
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
+      -DOPSRUN_COMMIT="$OPSRUN_COMMIT" \
  && cmake --build build -j "$(nproc)" \
  && ./build/opsrun version
 

@@ -6,6 +6,7 @@
 #include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "config/config.h"
+#include "server/build_info.h"
 #include "server/http.h"
 #include "live/hub.h"
 #include "store/db.h"
@@ -70,6 +71,10 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         bool matched = false;
         if (STR_IN(a, "-h", "--help", "help")) {
             cli->command = "help";
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cli->command = "version";
             return 0;
         }
         if (strcmp(a, "--print-config") == 0) {
@@ -343,7 +348,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cli.command, "version") == 0) {
-        printf("opsrun %s\n", OPSRUN_VERSION);
+        printf("opsrun %s (commit %s, built %s)\n", OPSRUN_VERSION, opsrun_build_commit,
+               opsrun_build_date);
         return 0;
     }
     if (!STR_IN(cli.command, "serve", "migrate")) {
