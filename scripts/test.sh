@@ -66,7 +66,7 @@ failures=()
 format_check() {
     command -v clang-format >/dev/null || die "clang-format not found (scripts/deps.sh installs it)"
     local dirs=() d files=() out
-    for d in common server handlers store engine tests bench; do
+    for d in common server handlers store engine client tests bench; do
         [[ -d "$d" ]] && dirs+=("$d")
     done
     ((${#dirs[@]})) || return 0
@@ -96,7 +96,7 @@ cmake --build "$BUILD" -j 2 || die "build failed"
 # ------------------------------------------------------------ lint
 lint_check() {
     local out="$TMP/clang-tidy.out" srcs
-    mapfile -t srcs < <(find common config store live engine handlers server -name '*.c' | sort)
+    mapfile -t srcs < <(find common config store live engine handlers server client -name '*.c' | sort)
     say "clang-tidy: ${#srcs[@]} files (.clang-tidy)"
     if run-clang-tidy -p "$BUILD" -j 2 -quiet "${srcs[@]/#/$ROOT/}" >"$out" 2>&1 &&
         ! grep -q 'error:' "$out"; then

@@ -2,6 +2,7 @@
  * main() builds the runtime (configuration, pool, engine, HTTP server),
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
+#include "client/client.h"
 #include "common/log.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
@@ -339,12 +340,15 @@ int main(int argc, char **argv)
 {
     struct cli cli;
     struct config cfg;
-    int rc = cli_parse(argc, argv, &cli);
+    int rc;
 
+    if (client_wants(argc, argv))
+        return client_main(argc, argv);
+    rc = cli_parse(argc, argv, &cli);
     if (rc != 0)
         return rc;
     if (strcmp(cli.command, "help") == 0) {
-        fputs(usage, stdout);
+        printf("%s\n%s", usage, client_usage);
         return 0;
     }
     if (strcmp(cli.command, "version") == 0) {
