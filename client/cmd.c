@@ -54,7 +54,7 @@ static int started(struct api *a, const struct args *args, const struct watch_vi
     fprintf(v->out, "%s\n", id);
     fflush(v->out);
     if (json_is_true(json_object_get(r->json, "deduplicated")))
-        fprintf(v->err, "opsrun: joined the active run %s (same identity)\n", id);
+        fprintf(v->err, "opsrun: %s is an existing run (deduplicated)\n", id);
     return args->watch ? (int)watch_run(a, id, v) : CMD_OK;
 }
 

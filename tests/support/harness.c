@@ -153,6 +153,9 @@ static void kill_all(void)
             kill(procs[i], SIGKILL);
 }
 
+/* th_restart: the port the next th_start listens on instead of a free one. */
+static int next_port;
+
 static int free_port(void)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -183,7 +186,8 @@ void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
         registered = true;
     }
     memset(p, 0, sizeof(*p));
-    p->port = free_port();
+    p->port = next_port ? next_port : free_port();
+    next_port = 0;
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", p->port);
     snprintf(p->url, sizeof(p->url), "http://%s", listen);
     mkdir("/tmp/opsrun-tests", 0777);
@@ -232,6 +236,15 @@ void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
         th_sleep_ms(50);
     }
     die("opsrun did not answer /livez within 30 s; log: %s", p->log);
+}
+
+void th_restart(struct th_proc *p, const char *conninfo, const char *const *args,
+                const char *const *env)
+{
+    if (p->pid > 0)
+        die("th_restart: the process on port %d is still running", p->port);
+    next_port = p->port;
+    th_start(p, conninfo, args, env);
 }
 
 int th_stop(struct th_proc *p, int sig, int timeout_s)

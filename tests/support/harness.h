@@ -38,6 +38,13 @@ struct th_proc {
  * (NULL-terminated, may be NULL); waits until /livez answers. */
 void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
               const char *const *env);
+/* Starts `opsrun serve` again on the port p had (p stopped with th_stop),
+ * as th_start does: what a client of the old process sees when it comes
+ * back, at the same address. opsrun's listening socket has SO_REUSEADDR
+ * (libmicrohttpd's default), so the old one's closed connections do not
+ * keep the port. */
+void th_restart(struct th_proc *p, const char *conninfo, const char *const *args,
+                const char *const *env);
 /* Sends sig and waits up to timeout_s; returns the exit status (or -1 when
  * it had to be killed). */
 int th_stop(struct th_proc *p, int sig, int timeout_s);
