@@ -35,6 +35,10 @@ USER 10001:10001
 WORKDIR /tmp
 ENV OPSRUN_LISTEN=0.0.0.0:8080
 EXPOSE 8080
+# Healthy once /readyz answers 200 (docs/cli.md, "health"); it asks
+# OPSRUN_SERVER, default http://127.0.0.1:8080: set it when listening elsewhere.
+# The start period covers serve's wait for its database (up to 30 s).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=40s CMD ["opsrun", "health"]
 # SIGTERM drains gracefully (up to queue.shutdown_grace_s): give `docker stop`
 # / Kubernetes a long enough grace period.
 STOPSIGNAL SIGTERM
