@@ -3,17 +3,33 @@
 
 #include <jansson.h>
 
-/* The length of the UTF-8 sequence that starts with byte c (1 for a byte
- * that cannot start one: it is shown as '?'). */
-static size_t seq_len(unsigned char c)
+static bool cont(unsigned char c, unsigned char lo, unsigned char hi)
 {
-    if (c >= 0xf0 && c <= 0xf4)
-        return 4;
-    if (c >= 0xe0)
-        return c <= 0xef ? 3 : 1;
-    if (c >= 0xc2)
-        return 2;
-    return 1;
+    return c >= lo && c <= hi;
+}
+
+/* The length of the well-formed UTF-8 sequence at p (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF), 0 when there is
+ * none. The NUL at the end is never a continuation byte. */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        return cont(p[1], lo, hi) ? 2 : 0;
+    if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+        return cont(p[1], lo, hi) && cont(p[2], 0x80, 0xbf) ? 3 : 0;
+    }
+    if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+        return cont(p[1], lo, hi) && cont(p[2], 0x80, 0xbf) && cont(p[3], 0x80, 0xbf) ? 4 : 0;
+    }
+    return 0;
 }
 
 int report_clean(const char *in, char *out, size_t cap, int max_cols)
@@ -23,17 +39,15 @@ int report_clean(const char *in, char *out, size_t cap, int max_cols)
     int cols = 0;
 
     while (*p && (max_cols < 0 || cols < max_cols)) {
-        size_t n = seq_len(*p), k = 1;
-        bool ok = n > 1 || (*p >= 0x20 && *p != 0x7f && *p < 0x80);
-        while (ok && k < n && (p[k] & 0xc0) == 0x80)
-            k++;
-        ok = ok && k == n && !(n == 2 && p[0] == 0xc2 && p[1] < 0xa0); /* C1 controls */
+        size_t n = utf8_len(p);
+        /* C0 controls, DEL and the C1 controls (U+0080..U+009F) */
+        bool ok = n > 1 ? !(p[0] == 0xc2 && p[1] < 0xa0) : n == 1 && *p >= 0x20 && *p != 0x7f;
         if (o + (ok ? n : 1) + 1 > cap)
             break;
         if (ok)
             memcpy(out + o, p, n), o += n, p += n;
         else
-            out[o++] = '?', p += k;
+            out[o++] = '?', p += n ? n : 1;
         cols++;
     }
     if (cap > 0)

@@ -325,6 +325,9 @@ START_TEST(clean_text)
                                   out, sizeof(out), -1),
                      3);
     ck_assert_str_eq(out, "?a?");
+    /* overlong forms, surrogates and code points past U+10FFFF are not UTF-8 */
+    ck_assert_int_eq(report_clean("\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80", out, sizeof(out), -1), 9);
+    ck_assert_str_eq(out, "?????????");
     /* max_cols counts characters; cap never cuts a sequence */
     ck_assert_int_eq(report_clean("\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac", out, sizeof(out), 2), 2);
     ck_assert_str_eq(out, "\xe2\x82\xac\xe2\x82\xac");
