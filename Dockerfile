@@ -1,16 +1,16 @@
 # syntax=docker/dockerfile:1
 # opsrun container image.
-#   docker build -t opsrun .
+#   docker build -t opsrun --build-arg OPSRUN_COMMIT="$(git rev-parse --short=12 HEAD)" .
 #   docker run --rm opsrun token new --name ci --tenant acme --scopes submit,read
 #     (line 1: the token, for the client; line 2: its entry for "auth": {"tokens": [...]}
 #     in opsrun.json)
 #   docker run --rm -p 8080:8080 -v "$PWD/opsrun.json:/etc/opsrun.json:ro" \
 #     -e OPSRUN_CONFIG=/etc/opsrun.json -e OPSRUN_DATABASE_URL=postgresql://user:pass@db/opsrun opsrun
-# The image listens on 0.0.0.0:8080, so it serves only with auth.tokens
-# configured; without them it exits 2 naming auth.tokens. To try it on your
-# own machine without tokens:
+# The image listens on 0.0.0.0:8080 (OPSRUN_LISTEN), so it serves only with
+# auth.tokens configured; without them it exits 2 naming auth.tokens. To try
+# it on your own machine without tokens:
 #   docker run --rm -p 127.0.0.1:8080:8080 -e OPSRUN_DATABASE_URL=... opsrun \
-#     serve --listen 0.0.0.0:8080 --insecure-no-auth
+#     serve --insecure-no-auth
 # opsrun speaks plain HTTP: put a TLS proxy in front of it (docs/operations.md).
 # Migrations are embedded in the binary; `serve` applies them at start
 # (or run `docker run ... opsrun migrate` first).
@@ -25,9 +25,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# .git stays out of the context: pass the commit for opsrun_build_info, e.g.
-# docker build --build-arg OPSRUN_COMMIT="$(git rev-parse --short=12 HEAD)" .
-ARG OPSRUN_COMMIT=unknown
+# The build context has no .git: `opsrun version` shows this commit, or
+# "unknown" without it.
+ARG OPSRUN_COMMIT=
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
       -DOPSRUN_COMMIT="$OPSRUN_COMMIT" \
  && cmake --build build -j "$(nproc)" \
@@ -45,8 +45,13 @@ USER 10001:10001
 WORKDIR /tmp
 ENV OPSRUN_LISTEN=0.0.0.0:8080
 EXPOSE 8080
+# Healthy once /readyz answers 200 (docs/cli.md, "health"); it asks
+# OPSRUN_SERVER, default http://127.0.0.1:8080: set it when listening elsewhere.
+# The start period covers serve's wait for its database (up to 30 s).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=40s CMD ["opsrun", "health"]
 # SIGTERM drains gracefully (up to queue.shutdown_grace_s): give `docker stop`
 # / Kubernetes a long enough grace period.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["opsrun"]
-CMD ["serve", "--listen", "0.0.0.0:8080"]
+# No flags here: OPSRUN_* variables (OPSRUN_LISTEN above included) decide.
+CMD ["serve"]

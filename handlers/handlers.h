@@ -107,6 +107,7 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
  * run, which the server opens itself. */
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
+enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);

@@ -40,6 +40,7 @@ struct sse_stream {
     struct dynbuf out; /* bytes to send before anything else, from off */
     size_t off;
     bool too_large; /* out refused a frame: the stream must end */
+    bool finished;  /* the client has the run's terminal event already */
 };
 
 bool sse_parse_last_id(const char *text, int64_t *out)
@@ -158,6 +159,9 @@ static enum status open_run(struct sse_stream *s, struct db *db, const struct ss
 
     if (st != ST_OK)
         return st;
+    /* At or past the terminal event: the client has everything (and an id
+     * past it is not one of the run's, so it would get the snapshot). */
+    s->finished = snap.terminal && rq->has_last_id && rq->last_id >= snap.last_id;
     if (snap.probe_found) {
         hub_sub_skip_upto(s->sub, rq->last_id);
         s->cursor = rq->last_id;
@@ -244,6 +248,11 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     }
     *out = s;
     return ST_OK;
+}
+
+bool sse_finished(const struct sse_stream *s)
+{
+    return s->finished;
 }
 
 void sse_close(struct sse_stream *s)

@@ -53,6 +53,10 @@ struct sse_request {
 enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_request *rq,
                      const struct hub_wake *w, struct sse_stream **out, struct error *err) WUR;
 void sse_close(struct sse_stream *s); /* NULL is a no-op */
+/* A run stream resumed at or past its completed run's terminal event: the
+ * client has every event already, and is answered 204 No Content instead
+ * of a stream (which tells EventSource to stop reconnecting). */
+bool sse_finished(const struct sse_stream *s);
 
 enum sse_read {
     SSE_DATA,      /* *n bytes written */

@@ -123,7 +123,7 @@ cmake --build "$BUILD" -j 2 || die "build failed"
 # ------------------------------------------------------------ lint
 lint_check() {
     local out="$TMP/clang-tidy.out" srcs
-    mapfile -t srcs < <(find common config store live engine handlers server -name '*.c' | sort)
+    mapfile -t srcs < <(find common config store live engine handlers server client -name '*.c' | sort)
     say "clang-tidy: ${#srcs[@]} files (.clang-tidy)"
     if run-clang-tidy -p "$BUILD" -j 2 -quiet "${srcs[@]/#/$ROOT/}" >"$out" 2>&1 &&
         ! grep -q 'error:' "$out"; then

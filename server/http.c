@@ -524,6 +524,22 @@ static int http_stream_retry_after(const struct config *cfg)
     return cfg->sse.retry_ms > 1000 ? (cfg->sse.retry_ms + 999) / 1000 : 1;
 }
 
+/* A completed run's stream resumed at or past its end: 204, no stream. */
+static enum MHD_Result http_stream_finished(struct req_ctx *rc, struct http_stream *hs,
+                                            const char *run_id)
+{
+    struct reply rp;
+    enum MHD_Result ret;
+
+    http_stream_free(hs); /* the stream's count against its tenant too */
+    reply_init(&rp);
+    rp.http_status = MHD_HTTP_NO_CONTENT;
+    xsnprintf(rp.run_id, sizeof(rp.run_id), "%s", run_id);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
 static enum MHD_Result http_stream(struct req_ctx *rc)
 {
     const struct hctx *hc = rc->h->hc;
@@ -543,6 +559,8 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
         st = sse_open(hc->hub, hc->pool, &q,
                       &(struct hub_wake){http_stream_suspend, http_stream_resume, hs}, &hs->st,
                       &err);
+    if (st == ST_OK && sse_finished(hs->st))
+        return http_stream_finished(rc, hs, q.run_id);
     if (st == ST_OK)
         r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, http_stream_read, hs,
                                               http_stream_free);

@@ -3,13 +3,14 @@
  * main() builds the runtime (configuration, pool, engine, HTTP server),
  * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
  * context. A second signal during the drain cuts the grace period short. */
+#include "client/client.h"
 #include "common/limits.h"
-#include "build_info.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "config/config.h"
+#include "server/build_info.h"
 #include "server/http.h"
 #include "server/route.h"
 #include "live/hub.h"
@@ -82,6 +83,10 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         bool matched = false;
         if (STR_IN(a, "-h", "--help", "help")) {
             cli->command = "help";
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cli->command = "version";
             return 0;
         }
         if (strcmp(a, "--print-config") == 0) {
@@ -310,7 +315,7 @@ static struct metrics *metrics_create(const struct config *cfg)
         .routes = routes,
         .nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes),
         .version = OPSRUN_VERSION,
-        .commit = OPSRUN_COMMIT,
+        .commit = opsrun_build_commit,
     });
     free(types);
     return m;
@@ -490,15 +495,18 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "token") == 0)
         return token_new(argc, argv);
+    if (client_wants(argc, argv))
+        return client_main(argc, argv);
     rc = cli_parse(argc, argv, &cli);
     if (rc != 0)
         return rc;
     if (strcmp(cli.command, "help") == 0) {
-        fputs(usage, stdout);
+        printf("%s\n%s", usage, client_usage);
         return 0;
     }
     if (strcmp(cli.command, "version") == 0) {
-        printf("opsrun %s\n", OPSRUN_VERSION);
+        printf("opsrun %s (commit %s, built %s)\n", OPSRUN_VERSION, opsrun_build_commit,
+               opsrun_build_date);
         return 0;
     }
     if (!STR_IN(cli.command, "serve", "migrate")) {

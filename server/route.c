@@ -12,6 +12,7 @@ static const struct route_entry routes[] = {
     {"GET", "/runs/{id}", handle_runs_get, false, false, NEED_READ},
     {"GET", "/runs/{id}/events", handle_runs_events, false, false, NEED_READ},
     {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false, NEED_CANCEL},
+    {"POST", "/runs/{id}/retry", handle_runs_retry, false, false, NEED_CANCEL},
     {"GET", "/runs/{id}/stream", NULL, false, true, NEED_READ},
     {"GET", "/stream", NULL, false, true, NEED_READ},
     {"GET", "/healthz", handle_health_healthz, false, false, NEED_HEALTH},

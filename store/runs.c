@@ -142,10 +142,8 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
     return ST_OK;
 }
 
-/* Runs st and, when it returned a row, builds *out from it (else NULL). */
-static enum status run_query_one(struct db *db, const struct stmt *st, int n,
-                                 const char *const *params, struct run **out, PGresult **keep,
-                                 struct error *err)
+enum status run_query_one(struct db *db, const struct stmt *st, int n, const char *const *params,
+                          struct run **out, PGresult **keep, struct error *err)
 {
     PGresult *r;
     enum status s = db_run(db, st, n, params, &r, err);

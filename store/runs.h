@@ -83,6 +83,22 @@ enum status store_runs_locate(struct db *db, const char *id, char tenant[65],
  * false when nothing changed (already cancelling, or completed). */
 enum status store_runs_cancel(struct db *db, const char *tenant, const char *id, struct run **out,
                               bool *changed, struct error *err) WUR;
+/* What a retry (POST /runs/{id}/retry) starts from: the completed run `of`
+ * in tenant, and what the run type says today. */
+struct run_resubmit {
+    const char *tenant, *of;
+    const char *id;        /* the new run's */
+    const char *initiator; /* who asks (a token's name, "anonymous"); NULL: "system" */
+    int max_attempts, timeout_s;
+};
+/* A new run repeating the completed run `of` that did not succeed: its
+ * type, input, priority and identity, queued now, with retry_of = `of`.
+ * When an active run has that identity, it is joined instead, as a
+ * submission would join it: *dedup true and *out that run. ST_NOT_FOUND
+ * when `of` does not exist (any more); ST_CONFLICT when it is not completed
+ * or succeeded. */
+enum status store_runs_resubmit(struct db *db, const struct run_resubmit *rs, struct run **out,
+                                bool *dedup, struct error *err) WUR;
 /* The run's events, oldest first, as a new JSON array; ST_NOT_FOUND when the
  * run does not exist. */
 enum status store_events_list(struct db *db, const char *tenant, const char *run_id,

@@ -32,5 +32,10 @@
 /* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
  * new run (run_free); on failure it is NULL and err says why. */
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err) WUR;
+/* Runs st and, when it returned a row, builds *out from it (else NULL).
+ * With keep, the result of a row that became *out is handed over (PQclear)
+ * for its further columns. */
+enum status run_query_one(struct db *db, const struct stmt *st, int n, const char *const *params,
+                          struct run **out, PGresult **keep, struct error *err) WUR;
 
 #endif

@@ -277,14 +277,15 @@ START_TEST(run_stream_state_per_event)
 END_TEST
 
 /* A completed run: its snapshot, then the end. Resuming from its last
- * event: nothing, then the end. */
+ * event, or from past it: 204 No Content, no stream. Resuming from an
+ * earlier event: the rest, then the end. */
 START_TEST(completed_run)
 {
     struct th_proc p;
     struct th_sse *s;
     struct th_sse_event last;
     struct ids got;
-    char *id, lid[32];
+    char *id, lid[32], path[96];
 
     start(&p, "e2e_sse_done", NULL);
     id = submit_demo(&p, "done-1", 10, 1);
@@ -299,12 +300,28 @@ START_TEST(completed_run)
     ids_free(&got);
     th_sse_event_free(&last);
 
-    snprintf(lid, sizeof(lid), "%lld", max_event_id("done-1"));
+    for (int past = 0; past <= 1000; past += 1000) {
+        snprintf(lid, sizeof(lid), "%lld", max_event_id("done-1") + past);
+        s = th_sse_open(p.port, "/runs/done-1/stream", lid, 0);
+        ck_assert_msg(s->status == 204, "resumed at its end + %d: HTTP %ld", past, s->status);
+        ck_assert_str_eq(s->body_text, "");
+        ck_assert_str_eq(s->content_type, "");
+        th_sse_close(s);
+        snprintf(path, sizeof(path), "/runs/done-1/stream?last_event_id=%s", lid);
+        s = th_sse_open(p.port, path, NULL, 0);
+        ck_assert_int_eq(s->status, 204);
+        th_sse_close(s);
+    }
+
+    snprintf(lid, sizeof(lid), "%lld", max_event_id("done-1") - 1);
     s = open_stream(&p, "/runs/done-1/stream", lid);
-    got = read_to_end(s, 5000, false, &last);
-    ck_assert_int_eq(got.n, 0);
+    got = read_to_end(s, 5000, true, &last);
+    ck_assert_int_eq(got.n, 1);
+    ck_assert_str_eq(last.event, "status");
+    ck_assert_str_eq(th_js(last.json, "status"), "completed");
     th_sse_close(s);
     ids_free(&got);
+    th_sse_event_free(&last);
     free(id);
     stop(&p);
 }
@@ -396,11 +413,15 @@ START_TEST(replay_seam)
         ids_free(&want);
         th_sse_close(s[k]);
     }
-    /* An id that is not one of this run's events: a snapshot instead. */
-    s[0] = open_stream(&p, "/runs/rep-1/stream", "1000000");
+    /* An id below its end that is not one of this run's events: a
+     * snapshot instead. One past its end: 204, it has everything. */
+    s[0] = open_stream(&p, "/runs/rep-1/stream", "0");
     ck_assert_int_eq(th_sse_next(s[0], &ev, 5000), 1);
     ck_assert_str_eq(ev.event, "snapshot");
     th_sse_event_free(&ev);
+    th_sse_close(s[0]);
+    s[0] = th_sse_open(p.port, "/runs/rep-1/stream", "1000000", 0);
+    ck_assert_int_eq(s[0]->status, 204);
     th_sse_close(s[0]);
     free(id);
     stop(&p);

@@ -273,6 +273,23 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
     die("opsrun could not listen on a free port in 5 tries; log: %s", p->log);
 }
 
+void th_restart(struct th_proc *p, const char *conninfo, const char *const *args,
+                const char *const *env)
+{
+    int port = p->port;
+
+    if (p->pid > 0)
+        die("th_restart: the process on port %d is still running", p->port);
+    memset(p, 0, sizeof(*p));
+    p->port = port;
+    snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", p->port);
+    snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d-again.log", (int)getpid(),
+             p->port);
+    spawn(p, "127.0.0.1", conninfo, args, env);
+    if (!wait_serving(p))
+        die("opsrun could not listen on port %d again; log: %s", p->port, p->log);
+}
+
 int th_stop(struct th_proc *p, int sig, int timeout_s)
 {
     int st = 0;

@@ -49,6 +49,13 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
 int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err);
 /* A loopback port nothing listens on now. */
 int th_free_port(void);
+/* Starts `opsrun serve` again on the port p had (p stopped with th_stop),
+ * as th_start does: what a client of the old process sees when it comes
+ * back, at the same address. opsrun's listening socket has SO_REUSEADDR
+ * (libmicrohttpd's default), so the old one's closed connections do not
+ * keep the port. */
+void th_restart(struct th_proc *p, const char *conninfo, const char *const *args,
+                const char *const *env);
 /* Sends sig and waits up to timeout_s; returns the exit status (or -1 when
  * it had to be killed). */
 int th_stop(struct th_proc *p, int sig, int timeout_s);

@@ -126,7 +126,7 @@ static void read_head(struct th_sse *s)
     header_value(hdrs, "content-length", cl, sizeof(cl));
     s->chunked = strcasecmp(te, "chunked") == 0;
     if (s->status != 200) { /* a problem: read the whole (small) body */
-        long want = cl[0] ? atol(cl) : -1;
+        long want = s->status == 204 ? 0 : cl[0] ? atol(cl) : -1; /* 204: never a body */
         while (!s->clean_end && !s->eof && th_now_ms() < until &&
                (want < 0 || (long)(s->tlen + s->blen) < want)) {
             decode(s);

@@ -1,0 +1,79 @@
+/* client/client.c — see client.h. */
+#include "client/client.h"
+
+#include "client/api.h"
+#include "client/args.h"
+#include "client/cmd.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#define COLUMNS_DEFAULT 80
+
+const char client_usage[] =
+    "client commands (they talk HTTP to a running server):\n"
+    "  submit TYPE [--data JSON] [--run-id ID] [--watch]\n"
+    "             submit a run of TYPE and print its id; --watch then follows it\n"
+    "  watch ID   follow a run to its end: exit 0 when it succeeded, 1 when it\n"
+    "             ended otherwise, 2 when the server could not be reached\n"
+    "  runs [--status S] [--type T] [--limit N] [--json]\n"
+    "             list runs, newest first: a table, or the server's JSON\n"
+    "  cancel ID  cancel a run\n"
+    "  retry ID [--watch]\n"
+    "             start a completed run that did not succeed again; print the new id\n"
+    "  health     exit 0 when the server is ready to take traffic (GET /readyz)\n"
+    "\n"
+    "client flags (each also an environment variable):\n"
+    "  --server URL           OPSRUN_SERVER        default " ARGS_DEFAULT_SERVER "\n"
+    "  --token TOKEN          OPSRUN_TOKEN         sent as \"Authorization: Bearer TOKEN\"\n";
+
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+static struct watch_view view_of_stdout(void)
+{
+    struct watch_view v = {.out = stdout, .err = stderr, .columns = COLUMNS_DEFAULT};
+    const char *term = getenv("TERM");
+    struct winsize ws;
+
+    v.tty = isatty(STDOUT_FILENO) && !(term && strcmp(term, "dumb") == 0);
+    if (v.tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        v.columns = ws.ws_col;
+    return v;
+}
+
+bool client_wants(int argc, char **argv)
+{
+    return args_is_client(argc, argv);
+}
+
+int client_main(int argc, char **argv)
+{
+    struct watch_view v = view_of_stdout();
+    struct error err = {0};
+    struct args args;
+    struct api *a;
+    int rc;
+
+    if (args_parse(argc, argv, env_get, &args, &err) != ST_OK) {
+        fprintf(stderr, "opsrun: %s\n(opsrun --help lists the commands and flags)\n", err.message);
+        return CMD_USAGE;
+    }
+    if (args.help) {
+        printf("usage: opsrun <command> [flags]\n\n%s", client_usage);
+        return CMD_OK;
+    }
+    if (api_global_init(&err) != ST_OK) {
+        fprintf(stderr, "opsrun: %s\n", err.message);
+        return CMD_USAGE;
+    }
+    a = api_new(args.server, args.token);
+    rc = cmd_run(a, &args, &v);
+    api_free(a);
+    api_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* client/cmd.h — the client commands, each one or two HTTP calls and what
+ * they print: a run id on stdout for submit and retry (then the watch with
+ * --watch), a table or the server's JSON for runs, the new state for
+ * cancel, nothing but its exit status and a word for health.
+ *
+ * Exit statuses: CMD_OK when the server did what was asked; CMD_REFUSED
+ * when it answered with an error (printed from its problem+json); CMD_USAGE
+ * for a usage error or when the server could not be reached. health, for
+ * container health checks, exits CMD_REFUSED for every failure (Docker
+ * reserves 2). With --watch, the watch's exit status (watch.h).
+ * Not thread-safe (stdio). */
+#ifndef OPSRUN_CLIENT_CMD_H
+#define OPSRUN_CLIENT_CMD_H
+
+#include "client/api.h"
+#include "client/args.h"
+#include "client/watch.h"
+
+#include <jansson.h>
+
+enum cmd_exit { CMD_OK = 0, CMD_REFUSED = 1, CMD_USAGE = 2 };
+
+#define CMD_TIMEOUT_MS 30000L
+#define CMD_HEALTH_TIMEOUT_MS 3000L
+
+/* Runs the parsed command against a. */
+int cmd_run(struct api *a, const struct args *args, const struct watch_view *v);
+
+/* ---- pure parts, for unit tests ---- */
+
+/* The body of POST /alerts for submit: {"alert_type", "data", "run_id"?};
+ * new reference, NULL when data is not a JSON object. */
+json_t *cmd_submit_body(const struct args *args);
+/* The path of GET /runs with the filters of args; heap string. */
+char *cmd_runs_path(const struct args *args);
+/* The table of runs (an array of run objects) written to f, one line per
+ * run under a header line: ID, TYPE, STATUS, OUTCOME, PROGRESS, CREATED. */
+void cmd_runs_table(FILE *f, const json_t *runs);
+
+#endif
