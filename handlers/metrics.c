@@ -5,6 +5,7 @@
  * refreshes while the others use the previous ones. */
 #include "handlers/metrics.h"
 
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "engine/engine.h"
@@ -235,6 +236,45 @@ static enum status put_pool(const struct hctx *hc, struct dynbuf *out)
     return put_figures(figs, ARRAY_LEN(figs), out);
 }
 
+/* The refusals of the per-client limits (common/limits.h), by reason, and
+ * what they count now. */
+static enum status put_limits(const struct hctx *hc, struct dynbuf *out)
+{
+    static const char *const reasons[LIMITS_NEVENTS] = {
+        [LIMITS_CONN_REFUSED] = "connections_refused",
+        [LIMITS_CONN_ANSWERED] = "connections_per_ip",
+        [LIMITS_DEADLINE] = "request_deadline",
+        [LIMITS_STREAM_REFUSED] = "streams_per_tenant",
+        [LIMITS_SUBMIT_REFUSED] = "submit_rate",
+    };
+    struct limits_stats s;
+    enum status st;
+
+    if (!hc->limits)
+        return ST_OK;
+    limits_stats(hc->limits, &s);
+    st = metrics_put_header(
+        out, "opsrun_http_refused_total", "counter",
+        "Requests and connections refused by a per-client limit, by reason: connections_refused "
+        "(closed at accept, no answer), connections_per_ip (429), request_deadline (408), "
+        "streams_per_tenant (429), submit_rate (429).");
+    for (int i = 0; st == ST_OK && i < LIMITS_NEVENTS; i++)
+        st = metrics_put_sample(out, "opsrun_http_refused_total",
+                                (const char *const[]){"reason", reasons[i], NULL},
+                                (double)s.total[i]);
+    if (st == ST_OK) {
+        const struct figure figs[] = {
+            {"opsrun_http_client_addresses", "gauge",
+             "Client addresses with a connection open (counted for http.max_connections_per_ip).",
+             s.addresses},
+            {"opsrun_http_limited_connections", "gauge",
+             "Open connections counted against their address's limit.", s.connections},
+        };
+        st = put_figures(figs, ARRAY_LEN(figs), out);
+    }
+    return st;
+}
+
 /* Readiness as /readyz decides it, from the cached database figures. */
 static enum status put_state(const struct hctx *hc, const struct db_figures *f, bool have,
                              struct dynbuf *out)
@@ -269,6 +309,8 @@ enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, 
         st = put_streams(hc, &b);
     if (st == ST_OK)
         st = put_pool(hc, &b);
+    if (st == ST_OK)
+        st = put_limits(hc, &b);
     if (st == ST_OK)
         st = put_state(hc, &f, have, &b);
     if (st == ST_OK && have && f.up)

@@ -324,6 +324,16 @@ static const struct endpoint endpoints[] = {
     {"GET /livez", "GET", "/livez", NULL, false, false, T_ACME_READ, {200, 200, 200, 200, 200}},
     {"GET /readyz", "GET", "/readyz", NULL, false, false, T_ACME_READ, {200, 200, 200, 200, 200}},
     {"GET /nope", "GET", "/nope", NULL, false, false, T_ACME_READ, {401, 401, 404, 404, 404}},
+    {"GET /metrics", "GET", "/metrics", NULL, false, false, T_ACME, {401, 401, 403, 403, 200}},
+    /* a running run cannot be retried: the admin, who finds it, gets 409 */
+    {"POST /runs/{id}/retry",
+     "POST",
+     "/runs/" RUN_A "/retry",
+     NULL,
+     false,
+     false,
+     T_ACME_READ,
+     {401, 401, 403, 404, 409}},
     /* last: the admin's cancel changes the run */
     {"POST /runs/{id}/cancel",
      "POST",

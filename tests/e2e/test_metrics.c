@@ -217,6 +217,9 @@ START_TEST(counts_after_runs)
     ck_assert_sample(text, "opsrun_runs_completed_total{type=\"job\",outcome=\"succeeded\"}", 3);
     ck_assert_sample(text, "opsrun_runs_completed_total{type=\"job\",outcome=\"timed_out\"}", 1);
     ck_assert_sample(text, "opsrun_run_retries_total{type=\"etl\"}", 1);
+    /* the per-client limits' refusals (none here; e2e_limits counts them) */
+    ck_assert_sample(text, "opsrun_http_refused_total{reason=\"submit_rate\"}", 0);
+    ck_assert_sample(text, "opsrun_http_refused_total{reason=\"request_deadline\"}", 0);
     /* A run cancelled before it started has no duration. */
     ck_assert_sample(text, "opsrun_run_duration_seconds_count{type=\"demo\"}", 4);
     ck_assert_sample(text, "opsrun_run_duration_seconds_count{type=\"etl\"}", 1);
