@@ -11,6 +11,7 @@
 #include "handlers/handlers.h"
 #include "handlers/intake.h"
 
+#include "common/metrics.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "store/db.h"
@@ -78,6 +79,7 @@ static void retry_reply(const struct hctx *hc, struct reply *rp, const struct ru
         char loc[200];
         xsnprintf(loc, sizeof(loc), "/runs/%s", run->id);
         reply_header(rp, "Location", loc);
+        metrics_run_submitted(hc->metrics, run->type);
         if (hc->engine)
             engine_submitted(hc->engine);
     }

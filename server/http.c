@@ -56,7 +56,7 @@ struct http_stream {
     struct MHD_Connection *conn;
     struct sse_stream *st;
     struct limits *lim;
-    char tenant[64]; /* counted against limits.streams_per_tenant */
+    char tenant[65]; /* counted against limits.streams_per_tenant (names are <= 64) */
 };
 
 struct req_ctx {
@@ -554,7 +554,9 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
     if (st == ST_OK && !hc->hub)
         st = error_set(&err, ST_BUSY, "streams are not enabled");
     if (st == ST_OK)
-        st = http_stream_limit(rc, hs, rc->who.tenant, &err);
+        /* the run's tenant (an admin's stream of one run is found in it);
+         * an admin's all-tenant GET /stream counts against its own */
+        st = http_stream_limit(rc, hs, q.tenant ? q.tenant : rc->who.tenant, &err);
     if (st == ST_OK)
         st = sse_open(hc->hub, hc->pool, &q,
                       &(struct hub_wake){http_stream_suspend, http_stream_resume, hs}, &hs->st,
@@ -597,13 +599,15 @@ static void http_caller(const struct req_ctx *rc, char *buf, size_t cap)
         xsnprintf(buf, cap, "addr:%s", rc->cn ? http_conn_addr(rc->cn) : "unknown");
 }
 
-/* Submissions (POST /alerts, generic or Alertmanager) take a token of their
- * caller's bucket before their body is parsed. */
+/* Submissions (POST /alerts, generic or Alertmanager) and retries, which
+ * also create runs, take a token of their caller's bucket before their body
+ * is parsed. */
 static enum status http_submit_limit(struct req_ctx *rc, int *retry_after_s, struct error *err)
 {
     char caller[160];
 
-    if (!rc->h->hc->limits || rc->m.entry->fn != handle_alerts_create)
+    if (!rc->h->hc->limits ||
+        (rc->m.entry->fn != handle_alerts_create && rc->m.entry->fn != handle_runs_retry))
         return ST_OK;
     http_caller(rc, caller, sizeof(caller));
     return limits_submit(rc->h->hc->limits, caller, retry_after_s, err);

@@ -41,7 +41,7 @@ static enum status resubmit_refused(struct db *db, const struct run_resubmit *rs
         st = error_set(err, ST_CONFLICT, "run \"%s\" cannot be retried: it is %s (%s)", o->id,
                        run_status_name(o->status), run_outcome_name(o->outcome));
     else
-        st = error_set(err, ST_UNAVAILABLE, "could not settle the identity of run \"%s\"", rs->id);
+        st = error_set(err, ST_UNAVAILABLE, "could not settle the identity of run \"%s\"", rs->of);
     run_free(o);
     return st;
 }

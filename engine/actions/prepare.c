@@ -215,6 +215,24 @@ bool prepare_cleanup(struct run_ctx *rc, const struct prep_kind *k,
     return ok;
 }
 
+bool prepare_reserved(const char *name)
+{
+    return str_in(name, reserved);
+}
+
+bool prepare_captures(const json_t *params, const char *name)
+{
+    size_t i;
+    json_t *st;
+
+    json_array_foreach(json_object_get(params, "prepare"), i, st)
+    {
+        if (json_object_get(json_object_get(st, "capture"), name))
+            return true;
+    }
+    return false;
+}
+
 void prepare_strip(json_t *obj)
 {
     json_object_del(obj, "prepared");
@@ -347,7 +365,13 @@ static enum step json_accept(struct run_ctx *rc, const struct remote_response *r
             step = STEP_FAIL;
             break;
         }
-        json_object_set_new(state, key, json_string(val));
+        if (json_object_set_new(state, key, json_string(val)) != 0) {
+            rc_error(rc, "prepare_no_capture", "%s: the value at \"%s\" for %s is not UTF-8", what,
+                     json_string_value(x), key);
+            free(val);
+            step = STEP_FAIL;
+            break;
+        }
         free(val);
     }
     json_decref(body);

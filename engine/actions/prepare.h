@@ -69,6 +69,12 @@ enum step prepare_run(struct run_ctx *rc, const struct prep_kind *k);
 bool prepare_cleanup(struct run_ctx *rc, const struct prep_kind *k,
                      bool (*main)(struct run_ctx *rc));
 
+/* Whether name is one of the poll state's keys the actions keep for
+ * themselves (the record, the phase, ...): no capture may take it. */
+bool prepare_reserved(const char *name);
+/* Whether params.prepare has a step that captures name. */
+bool prepare_captures(const json_t *params, const char *name);
+
 /* Removes the record's keys from an object built from the poll state (a
  * result), so it shows only the captures. */
 void prepare_strip(json_t *obj);

@@ -160,8 +160,11 @@ static enum status check_namespaces(const json_t *ns, const char *path, struct e
     return ST_OK;
 }
 
-static enum status check_capture(const json_t *cap, const char *path, struct error *err)
+/* The start answer's captures share the poll state with the preparation
+ * steps' captures and the action's own keys: a name may mean one thing. */
+static enum status check_capture(const json_t *params, const char *path, struct error *err)
 {
+    const json_t *cap = json_object_get(params, "capture");
     const char *key;
     json_t *v;
     char sub[200];
@@ -173,6 +176,11 @@ static enum status check_capture(const json_t *cap, const char *path, struct err
     json_object_foreach((json_t *)cap, key, v)
     {
         xsnprintf(sub, sizeof(sub), "%s.capture.%s", path, key);
+        if (prepare_reserved(key) || prepare_captures(params, key))
+            return error_set(err, ST_INVALID,
+                             "invalid \"%s\": the name is one of the action's own state keys "
+                             "or a preparation step's capture",
+                             sub);
         if (check_xpath(v, sub, true, err) != ST_OK)
             return ST_INVALID;
     }
@@ -211,7 +219,7 @@ static enum status soap_job_check_params(const json_t *params, const char *path,
         check_req(params, "cancel", false, path, err) != ST_OK ||
         check_req(params, "cleanup", false, path, err) != ST_OK ||
         check_namespaces(json_object_get(params, "namespaces"), path, err) != ST_OK ||
-        check_capture(json_object_get(params, "capture"), path, err) != ST_OK)
+        check_capture(params, path, err) != ST_OK)
         return ST_INVALID;
     xsnprintf(sub, sizeof(sub), "%s.task_id_xpath", path);
     if (check_xpath(json_object_get(params, "task_id_xpath"), sub, true, err) != ST_OK)
@@ -451,7 +459,12 @@ static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capt
                      json_string_value(x));
             return false;
         }
-        json_object_set_new(state, key, json_string(val));
+        if (json_object_set_new(state, key, json_string(val)) != 0) {
+            rc_error(rc, "soap_no_capture", "%s: the %s at %s is not UTF-8", what, key,
+                     json_string_value(x));
+            free(val);
+            return false;
+        }
         free(val);
     }
     return true;
@@ -468,10 +481,12 @@ static enum step prep_accept(struct run_ctx *rc, const struct remote_response *r
                              const json_t *capture, json_t *state, const char *what)
 {
     enum step fail;
-    xmlDocPtr doc = soap_read(rc, r, what, &fail);
+    xmlDocPtr doc;
     bool ok;
 
-    if (!doc)
+    if (!capture && !state && remote_classify(r) == REMOTE_GONE)
+        return STEP_DONE; /* a cleanup of something already gone */
+    if (!(doc = soap_read(rc, r, what, &fail)))
         return fail;
     ok = !capture || capture_values(rc, doc, capture, state, what);
     xmlFreeDoc(doc);

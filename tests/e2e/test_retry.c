@@ -102,6 +102,16 @@ START_TEST(failed_run)
     ck_assert_str_eq(th_js(run, "retry_of"), nid);
     json_decref(run);
     th_expect_outcome(&p, nid2, "failed", 20);
+
+    /* retries are submissions in /metrics: the original and two retries */
+    th_get(p.url, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "\nopsrun_runs_submitted_total{type=\"demo\"} 3\n"),
+                  "submissions in /metrics: %.300s",
+                  strstr(r.body, "opsrun_runs_submitted_total")
+                      ? strstr(r.body, "opsrun_runs_submitted_total")
+                      : "none");
+    th_resp_free(&r);
     free(nid);
     free(nid2);
     th_stop_clean(&p);

@@ -659,6 +659,19 @@ START_TEST(test_prepare_params)
         else
             ck_load_ok(buf);
     }
+    /* the start answer's captures may not take a step's or the record's name */
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": {%s, \"prepare\": "
+             "%s, \"capture\": {\"qid\": \"//t:Other\"}}}}}",
+             ok, soap[0].steps);
+    ck_load_fails(buf, "invalid \"run_types.s.params.capture.qid\": the name is one of the "
+                       "action's own state keys or a preparation step's capture");
+    snprintf(buf, sizeof(buf),
+             "{\"run_types\": {\"s\": {\"action\": \"soap_job\", \"params\": {%s, "
+             "\"capture\": {\"prepared\": \"//t:X\"}}}}}",
+             ok);
+    ck_load_fails(buf, "invalid \"run_types.s.params.capture.prepared\": the name is one of the "
+                       "action's own state keys or a preparation step's capture");
     ck_load_ok("{\"run_types\": {\"j\": {\"action\": \"rest_job\", \"params\": {"
                "\"prepare\": [{\"name\": \"res\", \"request\": {\"url\": \"http://x/r\"}, "
                "\"capture\": {\"rid\": \"/id\"}}], "
