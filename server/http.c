@@ -698,6 +698,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
         rc->rr = route_find(method, url, &rc->m);
         rc->cors_origin = http_cors_origin(rc->h->hc->cfg, c);
+        if (rc->cn && rc->cors_origin)
+            http_conn_set_origin(rc->h->conns, rc->cn, rc->cors_origin);
         *con_cls = rc;
         if (rc->cn && http_conn_over_limit(rc->cn))
             return http_send_over_limit(rc);

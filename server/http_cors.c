@@ -27,13 +27,23 @@ bool http_cors_is_preflight(struct MHD_Connection *c, const char *method)
 
 /* Location (a new run's address) and Retry-After (limits, 503s) are what
  * a page needs to read beyond the CORS-safelisted headers. */
+#define CORS_EXPOSE "Location, Retry-After"
+
 void http_cors_headers(struct MHD_Response *r, const char *origin)
 {
     if (!origin)
         return;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
     MHD_add_response_header(r, "Vary", "Origin");
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Location, Retry-After");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", CORS_EXPOSE);
+}
+
+void http_cors_lines(const char *origin, char *buf, size_t cap)
+{
+    xsnprintf(buf, cap,
+              "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n"
+              "Access-Control-Expose-Headers: " CORS_EXPOSE "\r\n",
+              origin);
 }
 
 void http_cors_preflight(struct reply *rp, const char *allow)

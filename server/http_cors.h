@@ -20,6 +20,9 @@ bool http_cors_is_preflight(struct MHD_Connection *c, const char *method);
 /* Adds what every answer to an allowed origin carries; origin NULL adds
  * nothing. */
 void http_cors_headers(struct MHD_Response *r, const char *origin);
+/* The same headers as raw "Name: value\r\n" lines into buf (cap bytes),
+ * for an answer written to the socket directly (the 408). */
+void http_cors_lines(const char *origin, char *buf, size_t cap);
 /* A preflight's answer: 204 with the methods of the path (allow, "GET,
  * POST"), the request headers a page may send, and how long a browser may
  * cache it. */

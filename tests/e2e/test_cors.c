@@ -1,6 +1,6 @@
 /* tests/e2e/test_cors.c — CORS against the real binary, as curl sends it:
  * for an allowed Origin every kind of answer (JSON, problem+json 401, 403,
- * 404 and 429, 204s, long-polls, event streams) carries
+ * 404, 408 and 429, 204s, long-polls, event streams) carries
  * Access-Control-Allow-Origin, Vary and Access-Control-Expose-Headers; a
  * preflight of an allowed origin is answered 204 without a token; other
  * origins (and the default, an empty list) get no CORS header at all; and
@@ -8,11 +8,16 @@
  * tests/browser/cors.mjs shows the same with a real browser. */
 #include "../support/harness.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
@@ -368,6 +373,53 @@ START_TEST(with_auth)
 }
 END_TEST
 
+/* Sends a POST's headers (with origin) and one byte of its body, then waits
+ * for what the server writes: the 408 at its deadline. */
+static void late_request(const struct th_proc *p, const char *origin, char *out, size_t cap)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
+    struct timeval tv = {.tv_sec = 10};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char req[512];
+    size_t got = 0;
+    ssize_t n;
+
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    snprintf(req, sizeof(req),
+             "POST /alerts HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: %s\r\n"
+             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+             origin);
+    ck_assert(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+    while (got + 1 < cap && (n = read(fd, out + got, cap - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = '\0';
+    close(fd);
+}
+
+/* The 408 is written to the socket by the deadline thread, not through
+ * libmicrohttpd: it must carry CORS too. */
+START_TEST(late_request_408)
+{
+    struct th_proc p;
+    char out[4096];
+
+    th_start_fresh(&p, "e2e_cors_408",
+                   "{\"http\": {\"request_deadline_s\": 1, \"cors_origins\": [\"" ALLOWED "\"]}}");
+    late_request(&p, ALLOWED, out, sizeof(out));
+    ck_assert_msg(strncmp(out, "HTTP/1.1 408 ", 13) == 0, "allowed origin: %s", out);
+    ck_assert_msg(strstr(out, "\r\nAccess-Control-Allow-Origin: " ALLOWED "\r\n") &&
+                      strstr(out, "\r\nVary: Origin\r\n") &&
+                      strstr(out, "\r\nAccess-Control-Expose-Headers: Location, Retry-After\r\n"),
+                  "allowed origin, 408 without CORS:\n%s", out);
+    late_request(&p, DENIED, out, sizeof(out));
+    ck_assert_msg(strncmp(out, "HTTP/1.1 408 ", 13) == 0, "denied origin: %s", out);
+    ck_assert_msg(!strcasestr(out, "Access-Control-"), "denied origin, 408 with CORS:\n%s", out);
+    th_stop_clean(&p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cors");
@@ -377,6 +429,7 @@ int main(void)
     tcase_add_test(tc, allowed_and_denied_origins);
     tcase_add_test(tc, default_same_origin_only);
     tcase_add_test(tc, with_auth);
+    tcase_add_test(tc, late_request_408);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
