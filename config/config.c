@@ -119,6 +119,7 @@ void cfg_cleanup(struct config *cfg)
     rt_free_all(cfg);
     routes_free(cfg->routes, cfg->nroutes);
     auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    cors_origins_free(cfg->http.cors_origins, cfg->http.ncors_origins);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -158,6 +159,8 @@ static enum status load_value(struct config *cfg, const char *parent, const char
         xsnprintf(path, sizeof(path), "%s", key);
     if (!dotted && strcmp(path, "auth.tokens") == 0)
         return load_auth_tokens(cfg, v, err);
+    if (!dotted && strcmp(path, "http.cors_origins") == 0)
+        return load_cors_origins(cfg, v, err);
     if (!dotted && (o = file_opt(path)) != NULL) {
         xsnprintf(label, sizeof(label), "\"%s\"", path);
         if (opt_from_json(cfg, o, v, label, err) != ST_OK)

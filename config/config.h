@@ -107,6 +107,8 @@ struct config {
         int64_t max_body_bytes;     /* default 1 MiB, 1 KiB..64 MiB */
         int max_connections_per_ip; /* default 256, 0 = no limit */
         int request_deadline_s;     /* headers and body arrive within this, default 30 */
+        char **cors_origins;        /* exact origins, or "*"; none: same-origin only */
+        size_t ncors_origins;
     } http;
 
     struct {
@@ -217,6 +219,10 @@ bool cfg_host_is_loopback(const char *host);
  * checked as the file's entries are. scopes is "s1,s2". */
 enum status cfg_token_new(const char *name, const char *tenant, const char *scopes, char **token,
                           json_t **entry, struct error *err) WUR;
+
+/* Whether a page of origin (an Origin header's value; NULL allowed) may
+ * call the API: it is listed in http.cors_origins, or "*" is. */
+bool cfg_cors_allowed(const struct config *cfg, const char *origin);
 
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 int cfg_pool_size(const struct config *cfg);

@@ -95,6 +95,15 @@ void auth_tokens_free(struct auth_token *tokens, size_t n);
 /* An auth.tokens entry as --print-config shows it (the file's form). */
 json_t *auth_token_to_json(const struct auth_token *t);
 
+/* ---- cors.c ---- */
+
+/* The "http.cors_origins" array of a file: replaces the list, and only when
+ * every entry is "*" or an origin. */
+enum status load_cors_origins(struct config *cfg, const json_t *v, struct error *err) WUR;
+void cors_origins_free(char **origins, size_t n);
+/* The list as --print-config shows it (new reference; NULL if jansson fails). */
+json_t *cors_origins_to_json(const struct config *cfg);
+
 /* ---- routes.c ---- */
 
 /* The "routes" array of a file: replaces the routes, and only when all are valid. */

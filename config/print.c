@@ -249,6 +249,13 @@ static bool tokens_to_json(const struct config *cfg, json_t *root)
     return ok;
 }
 
+static bool cors_to_json(const struct config *cfg, json_t *root)
+{
+    json_t *http = json_object_get(root, "http");
+
+    return http && json_object_set_new(http, "cors_origins", cors_origins_to_json(cfg)) == 0;
+}
+
 static bool types_and_routes_to_json(const struct config *cfg, json_t *root)
 {
     json_t *types = json_object(), *routes;
@@ -277,7 +284,8 @@ json_t *cfg_to_json(const struct config *cfg)
              json_object_set_new(sources, cfg_opts[i].key,
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
-    ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root);
+    ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root) &&
+         cors_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

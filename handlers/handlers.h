@@ -112,6 +112,8 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_health_readyz(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* GET /openapi.yaml: the embedded API description, application/yaml. */
+enum status handle_openapi_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
 
 /* ---- pure parts, exposed for unit tests ---- */
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh — installs the Debian 12 packages opsrun needs to build, test and
-# serve, and any package named as an argument (test.sh: prometheus, for
-# promtool; test.sh --lint: clang-tidy).
+# serve, and any package named as an argument (test.sh: the test-only
+# prometheus, for promtool, chromium, nodejs and npm, for the browser tests
+# and the OpenAPI lint; test.sh --lint: clang-tidy).
 # Does nothing (quickly) when they are all present. Uses sudo when not
 # root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.
 set -euo pipefail
@@ -22,8 +23,19 @@ readonly PACKAGES=(
 
 command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian 12 (bookworm) only"
 
+# A command already on PATH stands for its package: Node.js from NodeSource
+# (one package with npm inside) conflicts with Debian's nodejs and npm.
+provided_by_path() {
+    case "$1" in
+    nodejs) command -v node >/dev/null ;;
+    npm) command -v npm >/dev/null ;;
+    *) return 1 ;;
+    esac
+}
+
 missing=()
 for pkg in "${PACKAGES[@]}" "$@"; do
+    provided_by_path "$pkg" && continue
     status="$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)"
     [[ "$status" == "ii "* ]] || missing+=("$pkg")
 done

@@ -55,10 +55,14 @@ while (($#)); do
     shift
 done
 
-# prometheus: for promtool only, which checks GET /metrics and the rules
-# of deploy/prometheus (tests/e2e/test_metrics.c); opsrun never needs it to
-# serve, so deps.sh does not install it by default.
-TEST_PACKAGES=(prometheus)
+# Test-only packages; opsrun never needs them to serve, so deps.sh does not
+# install them by default.
+#   prometheus: for promtool only, which checks GET /metrics and the rules
+#     of deploy/prometheus (tests/e2e/test_metrics.c).
+#   chromium: the headless browser of tests/browser/ (CORS as a browser
+#     enforces it), driven by playwright-core from npm (below).
+#   nodejs, npm: for the Redocly lint and the browser tests.
+TEST_PACKAGES=(prometheus chromium nodejs npm)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
@@ -112,6 +116,24 @@ openapi_lint() {
     failures+=("openapi lint")
 }
 openapi_lint
+
+# ------------------------------------------------------------ browser tests
+# tests/browser/*.mjs drive the system's chromium with playwright-core
+# (the library only: it downloads no browser), installed from the npm
+# registry into .cache/ (pinned), once. They find it through
+# OPSRUN_PLAYWRIGHT_DIR.
+PLAYWRIGHT_VERSION=1.65.1
+playwright_install() {
+    local dir="$ROOT/.cache/playwright-core-$PLAYWRIGHT_VERSION"
+    if [[ ! -f "$dir/node_modules/playwright-core/package.json" ]]; then
+        mkdir -p "$dir"
+        (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --silent --no-audit --no-fund \
+            --no-save "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null 2>&1) ||
+            die "could not install playwright-core $PLAYWRIGHT_VERSION from the npm registry"
+    fi
+    export OPSRUN_PLAYWRIGHT_DIR="$dir"
+}
+playwright_install
 
 # ------------------------------------------------------------ build
 say "building with ASan+UBSan into build-asan/"

@@ -21,6 +21,7 @@
 #include "common/metrics.h"
 #include "live/hub.h"
 #include "server/http_conn.h"
+#include "server/http_cors.h"
 #include "server/route.h"
 #include "live/sse.h"
 
@@ -71,7 +72,8 @@ struct req_ctx {
     size_t seen;
     bool too_large, responded;
     unsigned http_status;
-    struct principal who; /* decided before anything else is read */
+    struct principal who;    /* decided before anything else is read */
+    const char *cors_origin; /* an allowed Origin (server/http_cors.h), or NULL */
     char stream_tenant[65];
     char run_id[130];
     struct http_wait *wait; /* a parked long-poll */
@@ -130,6 +132,7 @@ static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
     if (text)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    http_cors_headers(r, rc->cors_origin);
     for (unsigned i = 0; i < rp->nheaders; i++)
         MHD_add_response_header(r, rp->headers[i].name, rp->headers[i].value);
     ret = MHD_queue_response(rc->conn, rp->http_status, r);
@@ -256,6 +259,20 @@ static enum MHD_Result http_auth(struct req_ctx *rc, bool *ok)
     reply_error(&rp, st, &err);
     if (rc->who.challenge)
         reply_header(&rp, "WWW-Authenticate", rc->who.challenge);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
+/* A browser's preflight carries no credentials, so an allowed origin's is
+ * answered before authentication; any other OPTIONS goes on as usual. */
+static enum MHD_Result http_preflight(struct req_ctx *rc)
+{
+    struct reply rp;
+    enum MHD_Result ret;
+
+    reply_init(&rp);
+    http_cors_preflight(&rp, rc->m.allow);
     ret = http_send(rc, &rp);
     reply_cleanup(&rp);
     return ret;
@@ -577,6 +594,7 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    http_cors_headers(r, rc->cors_origin);
     http_stream_socket(rc->conn, hc->cfg);
     ret = MHD_queue_response(rc->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
@@ -683,9 +701,14 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         rc->t0_us = clock_mono_us();
         dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
         rc->rr = route_find(method, url, &rc->m);
+        rc->cors_origin = http_cors_origin(rc->h->hc->cfg, c);
+        if (rc->cn && rc->cors_origin)
+            http_conn_set_origin(rc->h->conns, rc->cn, rc->cors_origin);
         *con_cls = rc;
         if (rc->cn && http_conn_over_limit(rc->cn))
             return http_send_over_limit(rc);
+        if (rc->cors_origin && rc->rr == ROUTE_METHOD && http_cors_is_preflight(c, method))
+            return http_preflight(rc);
         return http_begin(rc);
     }
     if (*upload_size > 0)

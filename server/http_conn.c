@@ -2,6 +2,7 @@
  * the request deadline, enforced by one thread that sleeps until the
  * first deadline (server/http_conn.h). */
 #include "server/http_conn.h"
+#include "server/http_cors.h"
 
 #include "common/limits.h"
 #include "common/log.h"
@@ -27,11 +28,13 @@ struct http_conn {
     uint64_t rx;
     int64_t deadline_ms; /* monotonic */
     char addr[INET6_ADDRSTRLEN];
+    char origin[256]; /* the current request's allowed Origin, or "" */
 };
 
 struct http_conns {
     struct limits *lim;
     int deadline_s;
+    char *timeout_body; /* the 408's problem+json */
     char *timeout_text; /* the whole 408 response */
     size_t timeout_len;
     pthread_mutex_t mu;
@@ -56,12 +59,12 @@ void http_conn_addr_text(const struct sockaddr *sa, char *buf, size_t cap)
         inet_ntop(AF_INET6, &s6->sin6_addr, buf, (socklen_t)cap);
 }
 
-/* The 408 every late request gets, built once with the one problem
- * builder. */
-static char *timeout_text(int deadline_s)
+/* The body of the 408 every late request gets, built once with the one
+ * problem builder. */
+static char *timeout_body(int deadline_s)
 {
     struct reply rp;
-    char detail[128], *body, *text;
+    char detail[128], *body;
 
     xsnprintf(detail, sizeof(detail),
               "the request did not arrive whole within %d s of the connection being ready for it",
@@ -71,15 +74,36 @@ static char *timeout_text(int deadline_s)
     body = json_dumps(rp.body, JSON_COMPACT);
     if (!body)
         abort();
-    text = xasprintf("HTTP/1.1 408 Request Timeout\r\n"
+    reply_cleanup(&rp);
+    return body;
+}
+
+/* The whole 408, with extra header lines (each ending in CRLF). */
+static char *timeout_text(const char *body, const char *extra)
+{
+    return xasprintf("HTTP/1.1 408 Request Timeout\r\n"
                      "Content-Type: application/problem+json\r\n"
                      "Content-Length: %zu\r\n"
                      "Cache-Control: no-store\r\n"
+                     "%s"
                      "Connection: close\r\n\r\n%s",
-                     strlen(body), body);
-    free(body);
-    reply_cleanup(&rp);
-    return text;
+                     strlen(body), extra, body);
+}
+
+/* A late request of an allowed origin gets its 408 with CORS headers, so
+ * its page can read it; rare enough to build each time. */
+static void send_timeout(struct http_conns *cs, struct http_conn *c)
+{
+    char lines[512], *text;
+
+    if (!c->origin[0]) {
+        (void)send(c->fd, cs->timeout_text, cs->timeout_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        return;
+    }
+    http_cors_lines(c->origin, lines, sizeof(lines));
+    text = timeout_text(cs->timeout_body, lines);
+    (void)send(c->fd, text, strlen(text), MSG_DONTWAIT | MSG_NOSIGNAL);
+    free(text);
 }
 
 /* ---- the waiting list (lock held) ----------------------------------------- */
@@ -133,6 +157,7 @@ static void wait_begin(struct http_conns *cs, struct http_conn *c, bool rx_known
     bool was_empty = cs->head == NULL;
 
     c->state = CONN_WAITING;
+    c->origin[0] = '\0';
     c->rx_known = rx_known;
     c->rx = rx;
     c->deadline_ms = clock_mono_ms() + (int64_t)cs->deadline_s * 1000;
@@ -157,7 +182,7 @@ static void conn_expire(struct http_conns *cs, struct http_conn *c)
     if (idle) {
         LOG(LOG_DEBUG, "closing an idle connection peer=%s idle_s=%d", c->addr, cs->deadline_s);
     } else {
-        (void)send(c->fd, cs->timeout_text, cs->timeout_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        send_timeout(cs, c);
         if (cs->lim)
             limits_note(cs->lim, LIMITS_DEADLINE);
         LOG(LOG_INFO, "request timed out peer=%s deadline_s=%d", c->addr, cs->deadline_s);
@@ -195,7 +220,8 @@ struct http_conns *http_conns_new(struct limits *lim, int deadline_s)
 
     cs->lim = lim;
     cs->deadline_s = deadline_s;
-    cs->timeout_text = timeout_text(deadline_s);
+    cs->timeout_body = timeout_body(deadline_s);
+    cs->timeout_text = timeout_text(cs->timeout_body, "");
     cs->timeout_len = strlen(cs->timeout_text);
     pthread_mutex_init(&cs->mu, NULL);
     cond_init_monotonic(&cs->cv);
@@ -230,6 +256,7 @@ void http_conns_free(struct http_conns *cs)
     pthread_cond_destroy(&cs->cv);
     pthread_mutex_destroy(&cs->mu);
     free(cs->timeout_text);
+    free(cs->timeout_body);
     free(cs);
 }
 
@@ -281,6 +308,13 @@ bool http_conn_received(struct http_conns *cs, struct http_conn *c)
     ok = c->state == CONN_ANSWERING;
     pthread_mutex_unlock(&cs->mu);
     return ok;
+}
+
+void http_conn_set_origin(struct http_conns *cs, struct http_conn *c, const char *origin)
+{
+    pthread_mutex_lock(&cs->mu);
+    xsnprintf(c->origin, sizeof(c->origin), "%s", origin ? origin : "");
+    pthread_mutex_unlock(&cs->mu);
 }
 
 void http_conn_next(struct http_conns *cs, struct http_conn *c)

@@ -62,6 +62,9 @@ const char *http_conn_addr(const struct http_conn *c); /* lives with c */
  * the client was answered 408 and the connection is being closed, so
  * nothing more may be sent on it. Idempotent. */
 bool http_conn_received(struct http_conns *cs, struct http_conn *c) WUR;
+/* The current request comes from an allowed origin (server/http_cors.h;
+ * NULL: none): a 408 for it carries CORS headers. Until the next request. */
+void http_conn_set_origin(struct http_conns *cs, struct http_conn *c, const char *origin);
 /* The current request's answer is over; the next request's deadline starts
  * now. */
 void http_conn_next(struct http_conns *cs, struct http_conn *c);

@@ -19,6 +19,7 @@ static const struct route_entry routes[] = {
     {"GET", "/livez", handle_health_livez, false, false, NEED_OPEN},
     {"GET", "/readyz", handle_health_readyz, false, false, NEED_OPEN},
     {"GET", "/metrics", handle_metrics_get, false, false, NEED_HEALTH},
+    {"GET", "/openapi.yaml", handle_openapi_get, false, false, NEED_OPEN},
 };
 
 /* Matches path against pattern; the {id} segment is copied to id. */

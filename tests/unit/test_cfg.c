@@ -1217,6 +1217,93 @@ START_TEST(test_limits_keys)
 }
 END_TEST
 
+/* ---- http.cors_origins ---- */
+
+START_TEST(test_cors_default_same_origin_only)
+{
+    ck_assert_uint_eq(cfg.http.ncors_origins, 0);
+    ck_assert(!cfg_cors_allowed(&cfg, "http://127.0.0.1:8080"));
+    ck_assert(!cfg_cors_allowed(&cfg, NULL));
+}
+END_TEST
+
+START_TEST(test_cors_exact_origins)
+{
+    ck_load_ok("{\"http\": {\"cors_origins\": [\"https://ops.example.com\", "
+               "\"http://127.0.0.1:3000\", \"http://[::1]:3000\"]}}");
+    ck_assert_uint_eq(cfg.http.ncors_origins, 3);
+    ck_assert(cfg_cors_allowed(&cfg, "https://ops.example.com"));
+    ck_assert(cfg_cors_allowed(&cfg, "HTTPS://OPS.example.com")); /* case of scheme and host */
+    ck_assert(cfg_cors_allowed(&cfg, "http://127.0.0.1:3000"));
+    ck_assert(cfg_cors_allowed(&cfg, "http://[::1]:3000"));
+    ck_assert(!cfg_cors_allowed(&cfg, "http://ops.example.com"));       /* scheme */
+    ck_assert(!cfg_cors_allowed(&cfg, "https://ops.example.com:8443")); /* port */
+    ck_assert(!cfg_cors_allowed(&cfg, "https://ops.example.com.evil")); /* no prefix match */
+    ck_assert(!cfg_cors_allowed(&cfg, "https://evil.ops.example.com")); /* no suffix match */
+    ck_assert(!cfg_cors_allowed(&cfg, "http://127.0.0.1:30000"));
+    ck_assert(!cfg_cors_allowed(&cfg, "null"));
+    ck_assert(!cfg_cors_allowed(&cfg, ""));
+    ck_assert(!cfg_cors_allowed(&cfg, NULL));
+    ck_load_ok("{\"http\": {\"cors_origins\": []}}"); /* replaces the list */
+    ck_assert_uint_eq(cfg.http.ncors_origins, 0);
+    ck_assert(!cfg_cors_allowed(&cfg, "https://ops.example.com"));
+}
+END_TEST
+
+/* "*" allows any origin, but only what is shaped like one: the value is
+ * echoed in Access-Control-Allow-Origin. */
+START_TEST(test_cors_star)
+{
+    ck_load_ok("{\"http\": {\"cors_origins\": [\"*\"]}}");
+    ck_assert(cfg_cors_allowed(&cfg, "https://anything.example"));
+    ck_assert(cfg_cors_allowed(&cfg, "http://10.0.0.1:8000"));
+    ck_assert(!cfg_cors_allowed(&cfg, "null"));
+    ck_assert(!cfg_cors_allowed(&cfg, "*"));
+    ck_assert(!cfg_cors_allowed(&cfg, "https://a.example/path"));
+    ck_assert(!cfg_cors_allowed(&cfg, "https://a.example\r\nSet-Cookie: x=1"));
+    ck_assert(!cfg_cors_allowed(&cfg, "file://"));
+}
+END_TEST
+
+START_TEST(test_cors_bad_values)
+{
+    ck_load_fails("{\"http\": {\"cors_origins\": \"*\"}}",
+                  "invalid \"http.cors_origins\": expected an array of origins");
+    ck_load_fails("{\"http\": {\"cors_origins\": [\"https://a.example\", 3]}}",
+                  "invalid \"http.cors_origins[1]\": expected a string");
+    ck_load_fails("{\"http\": {\"cors_origins\": [\"https://a.example/\"]}}",
+                  "invalid \"http.cors_origins[0]\": \"https://a.example/\" is not an origin "
+                  "(expected http[s]://HOST[:PORT], no path)");
+    ck_load_fails("{\"http\": {\"cors_origins\": [\"a.example\"]}}",
+                  "invalid \"http.cors_origins[0]\": \"a.example\" is not an origin (expected "
+                  "\"*\" or http[s]://HOST[:PORT])");
+    ck_load_fails("{\"http\": {\"cors_origins\": [\"http://a.example:123456\"]}}",
+                  "invalid \"http.cors_origins[0]\": \"http://a.example:123456\" is not an "
+                  "origin (expected http[s]://HOST[:PORT], no path)");
+    ck_load_fails("{\"http\": {\"cors_origins\": [\"http://\"]}}",
+                  "invalid \"http.cors_origins[0]\": \"http://\" is not an origin (expected "
+                  "http[s]://HOST[:PORT], no path)");
+    ck_assert_uint_eq(cfg.http.ncors_origins, 0); /* nothing of a bad list is kept */
+}
+END_TEST
+
+START_TEST(test_cors_printed)
+{
+    json_t *j;
+
+    ck_load_ok("{\"http\": {\"cors_origins\": [\"https://a.example\", \"*\"]}}");
+    j = cfg_to_json(&cfg);
+    ck_assert_ptr_nonnull(j);
+    {
+        json_t *a = json_object_get(json_object_get(j, "http"), "cors_origins");
+        ck_assert_uint_eq(json_array_size(a), 2);
+        ck_assert_str_eq(json_string_value(json_array_get(a, 0)), "https://a.example");
+        ck_assert_str_eq(json_string_value(json_array_get(a, 1)), "*");
+    }
+    json_decref(j);
+}
+END_TEST
+
 static Suite *cfg_suite(void)
 {
     Suite *s = suite_create("cfg");
@@ -1253,6 +1340,11 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_load_file_errors);
     tcase_add_test(tc, test_load_file_too_large);
     tcase_add_test(tc, test_limits_keys);
+    tcase_add_test(tc, test_cors_default_same_origin_only);
+    tcase_add_test(tc, test_cors_exact_origins);
+    tcase_add_test(tc, test_cors_star);
+    tcase_add_test(tc, test_cors_bad_values);
+    tcase_add_test(tc, test_cors_printed);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(tr, setup, teardown);
