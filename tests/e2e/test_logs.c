@@ -1,7 +1,7 @@
 /* tests/e2e/test_logs.c — the server's log as operators read it
  * (docs/operations.md, "Logs"): request ids taken from X-Request-Id or
  * traceparent, answered and on the request's lines; --log-format json with
- * one key per field. */
+ * one key per field; the line that ends a failed run. */
 #include "../support/harness.h"
 
 #include <curl/curl.h>
@@ -151,6 +151,36 @@ START_TEST(json_format)
 }
 END_TEST
 
+/* A run that fails ends with one warn line naming its outcome and error
+ * code, without the worker's internal step numbers. */
+START_TEST(failed_run_logged)
+{
+    struct th_proc p;
+    char want[256], line[2048];
+    char *id;
+
+    th_start_fresh(&p, "e2e_logs_failed", NULL);
+    id = th_submit(
+        &p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"fail\":\"permanent\"}}", 202);
+    th_expect_outcome(&p, id, "failed", 20);
+    snprintf(want, sizeof(want),
+             "warn  run finished run=%s type=demo outcome=failed error=simulated_failure "
+             "attempt=1 duration_ms=",
+             id);
+    ck_assert_msg(log_wait(&p, want, line, sizeof(line)), "no \"%s\" in %s", want, p.log);
+    ck_assert_msg(!strstr(line, "step=") && !strstr(line, "stop="), "%s", line);
+    free(id);
+
+    id = th_submit(&p, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0}}", 202);
+    th_expect_outcome(&p, id, "succeeded", 20);
+    snprintf(want, sizeof(want), "info  run finished run=%s type=demo outcome=succeeded attempt=1 ",
+             id);
+    ck_assert_msg(log_wait(&p, want, line, sizeof(line)), "no \"%s\" in %s", want, p.log);
+    free(id);
+    th_stop_clean(&p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_logs");
@@ -160,6 +190,7 @@ int main(void)
     } cases[] = {
         {"request_id", request_id_echoed_and_logged},
         {"json_format", json_format},
+        {"failed_run", failed_run_logged},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
