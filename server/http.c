@@ -89,11 +89,13 @@ struct req_ctx {
 static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 
 /* libmicrohttpd's messages are warnings, but for those it writes when a
- * stream ends because its client went away (the final chunk cannot be
- * sent), or is dropped for lagging (sse.c logs that itself): one per
- * normal disconnect. Only streams are chunked, so these name only them.
- * The last two are a request cut short: by its client, or at its deadline
- * (http_conn.c logs that itself). */
+ * client went away, one per normal disconnect: debug. They start with
+ * expected[]: a stream that ends because its client left (the final chunk
+ * cannot be sent) or is dropped for lagging (sse.c logs that itself; only
+ * streams are chunked, so these name only them), and a request cut short
+ * by its client or at its deadline (http_conn.c logs that itself). Or they
+ * end with a peer_gone[] cause: a send to a client that closed (EPIPE) or
+ * reset (ECONNRESET) its connection. */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
     static const char *const expected[] = {
@@ -101,6 +103,11 @@ static void http_log(void *cls, const char *fmt, va_list ap)
         "Failed to send the footers",
         "Connection socket is closed when reading request",
         "Socket has been disconnected when reading request",
+        "Connection was closed by remote side",
+    };
+    static const char *const peer_gone[] = {
+        "The socket is no longer available for sending",
+        "The connection was forcibly closed by remote peer",
     };
     enum log_level lvl = LOG_WARN;
     char msg[512];
@@ -109,6 +116,9 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     for (size_t i = 0; i < ARRAY_LEN(expected); i++)
         if (strncmp(msg, expected[i], strlen(expected[i])) == 0)
+            lvl = LOG_DEBUG;
+    for (size_t i = 0; i < ARRAY_LEN(peer_gone); i++)
+        if (strstr(msg, peer_gone[i]))
             lvl = LOG_DEBUG;
     LOG(lvl, "libmicrohttpd: %s", msg);
 }

@@ -4,12 +4,16 @@
  * one key per field; the line that ends a failed run. */
 #include "../support/harness.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /* The X-Request-Id header of a response, into the buffer at arg. */
 static size_t on_header(char *buf, size_t size, size_t n, void *arg)
@@ -181,6 +185,57 @@ START_TEST(failed_run_logged)
 }
 END_TEST
 
+/* A raw connection to p; sends text (may be NULL), reads the answer when
+ * read_answer, and closes with a reset when reset, else with a FIN. */
+static void raw_client(const struct th_proc *p, const char *text, bool read_answer, bool reset)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
+    struct linger lg = {1, 0};
+    char buf[4096];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_int_ge(fd, 0);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    if (text)
+        ck_assert_int_eq(send(fd, text, strlen(text), 0), (ssize_t)strlen(text));
+    if (read_answer)
+        ck_assert_int_gt(recv(fd, buf, sizeof(buf), 0), 0);
+    th_sleep_ms(50);
+    if (reset)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+}
+
+/* Clients that go away, idle or mid-request, by FIN or reset, are normal:
+ * libmicrohttpd's lines about them are debug, never warn. */
+START_TEST(peer_close_is_not_a_warning)
+{
+    char *ci = th_db_create("e2e_logs_peer");
+    const char *args[] = {"--log-level", "debug", NULL};
+    const char *get = "GET /livez HTTP/1.1\r\nHost: t\r\n\r\n";
+    struct th_proc p;
+    char line[2048];
+
+    th_start(&p, ci, args, NULL);
+    raw_client(&p, NULL, false, false);
+    raw_client(&p, NULL, false, true);
+    raw_client(&p, get, true, false);
+    raw_client(&p, get, true, true);
+    raw_client(&p, "GET /livez HTTP/1.1\r\nHost: t\r\n", false, false);
+    raw_client(&p, "GET /livez HTTP/1.1\r\nHost: t\r\n", false, true);
+    raw_client(&p, "POST /alerts HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{", false, true);
+    ck_assert(log_wait(&p, "status=200", line, sizeof(line)));
+    th_sleep_ms(300);
+    th_stop_clean(&p);
+    ck_assert_msg(!th_log_find(p.log, "warn  libmicrohttpd", line, sizeof(line)), "%s (log %s)",
+                  line, p.log);
+    ck_assert_msg(th_log_find(p.log, "debug libmicrohttpd", line, sizeof(line)),
+                  "libmicrohttpd said nothing: the cases above test nothing (log %s)", p.log);
+    free(ci);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_logs");
@@ -191,6 +246,7 @@ int main(void)
         {"request_id", request_id_echoed_and_logged},
         {"json_format", json_format},
         {"failed_run", failed_run_logged},
+        {"peer_close", peer_close_is_not_a_warning},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
