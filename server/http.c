@@ -463,16 +463,20 @@ static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return ret;
 }
 
+/* Runs inside the request's callbacks too (a refused or finished stream),
+ * whose lines after it keep their id. */
 static void http_stream_free(void *cls)
 {
     struct http_stream *hs = cls;
+    char prev[LOG_REQUEST_ID_MAX + 1];
 
+    xsnprintf(prev, sizeof(prev), "%s", log_request_id() ? log_request_id() : "");
     log_request_id_set(hs->request_id);
     sse_close(hs->st);
     if (hs->lim)
         limits_stream_close(hs->lim, hs->tenant);
     free(hs);
-    log_request_id_set(NULL);
+    log_request_id_set(prev[0] ? prev : NULL);
 }
 
 /* The request's SSE parameters; a problem goes to err->fields. */
