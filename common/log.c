@@ -1,6 +1,10 @@
 /* common/log.c — single-write log lines. */
 #include "log.h"
 
+#include "util.h"
+
+#include <assert.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,11 +14,24 @@
 
 static enum log_level log_min = LOG_INFO; /* set once before threads start */
 static bool log_json;
+/* The request this thread is working for (log_request_id_set). */
+static _Thread_local char log_rid[LOG_REQUEST_ID_MAX + 1];
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void log_init(enum log_level min, bool json)
 {
     log_min = min;
     log_json = json;
+}
+
+bool log_format_parse(const char *s, bool *json)
+{
+    if (strcmp(s, "json") == 0 || strcmp(s, "text") == 0) {
+        *json = s[0] == 'j';
+        return true;
+    }
+    return false;
 }
 
 bool log_enabled(enum log_level lvl)
@@ -24,9 +41,8 @@ bool log_enabled(enum log_level lvl)
 
 bool log_level_parse(const char *s, enum log_level *out)
 {
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-        if (strcmp(s, names[i]) == 0) {
+    for (size_t i = 0; i < ARRAY_LEN(level_names); i++) {
+        if (strcmp(s, level_names[i]) == 0) {
             *out = (enum log_level)i;
             return true;
         }
@@ -94,28 +110,298 @@ void log_redact(char *s, size_t cap)
     free(out);
 }
 
-static size_t json_escape(char *dst, size_t cap, const char *src)
+/* ---- request ids ---- */
+
+bool log_request_id_valid(const char *s)
 {
     size_t n = 0;
-    for (; *src && n + 7 < cap; src++) {
-        unsigned char c = (unsigned char)*src;
-        if (c == '"' || c == '\\') {
-            dst[n++] = '\\';
-            dst[n++] = (char)c;
-        } else if (c < 0x20) {
-            n += (size_t)snprintf(dst + n, cap - n, "\\u%04x", c);
-        } else {
-            dst[n++] = (char)c;
-        }
+
+    for (; s[n]; n++)
+        if (s[n] < '!' || s[n] > '~' || s[n] == '"' || s[n] == '\\' || n >= LOG_REQUEST_ID_MAX)
+            return false;
+    return n > 0;
+}
+
+/* The trace id of a W3C traceparent, "00-<32 hex>-<16 hex>-<2 hex>", into
+ * out (33 bytes); false for anything else or an all-zero id. */
+static bool traceparent_id(const char *tp, char out[33])
+{
+    unsigned char id[16], zero[16] = {0};
+    char hex[33];
+
+    if (strlen(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+        strncmp(tp, "ff", 2) == 0)
+        return false;
+    memcpy(hex, tp + 3, 32);
+    hex[32] = '\0';
+    if (!hex_decode(hex, id, sizeof(id)) || memcmp(id, zero, sizeof(id)) == 0)
+        return false;
+    for (size_t i = 0; i < 32; i++)
+        out[i] = (char)tolower((unsigned char)hex[i]);
+    out[32] = '\0';
+    return true;
+}
+
+void log_request_id_pick(const char *x_request_id, const char *traceparent,
+                         char out[LOG_REQUEST_ID_MAX + 1])
+{
+    unsigned char raw[16];
+
+    if (x_request_id && log_request_id_valid(x_request_id)) {
+        xsnprintf(out, LOG_REQUEST_ID_MAX + 1, "%s", x_request_id);
+        return;
     }
-    dst[n] = '\0';
+    if (traceparent && traceparent_id(traceparent, out))
+        return;
+    rand_bytes(raw, sizeof(raw));
+    for (size_t i = 0; i < sizeof(raw); i++)
+        xsnprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+void log_request_id_set(const char *id)
+{
+    xsnprintf(log_rid, sizeof(log_rid), "%s", id ? id : "");
+}
+
+const char *log_request_id(void)
+{
+    return log_rid[0] ? log_rid : NULL;
+}
+
+/* ---- JSON lines ---- */
+
+#define LOG_FIELDS_MAX 32
+
+struct log_field {
+    const char *key, *val; /* NUL-terminated, in the caller's scratch copy */
+};
+
+/* Keys a line's own fields may not take: they are written first. */
+static const char *const log_reserved[] = {"ts", "level", "msg"};
+
+/* Text keys renamed in JSON, where a field's name must say what it holds. */
+static const struct {
+    const char *text, *json;
+} log_renames[] = {{"run", "run_id"}};
+
+/* The length of "key" when s starts with key=, else 0. A key is lower case
+ * letters, digits and '_', not starting with a digit. */
+static size_t field_key_len(const char *s)
+{
+    size_t n = 0;
+
+    if (!((*s >= 'a' && *s <= 'z') || *s == '_'))
+        return 0;
+    while ((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '_')
+        n++;
+    return s[n] == '=' ? n : 0;
+}
+
+static const char *field_json_key(const char *key)
+{
+    for (size_t i = 0; i < ARRAY_LEN(log_renames); i++)
+        if (strcmp(key, log_renames[i].text) == 0)
+            return log_renames[i].json;
+    return key;
+}
+
+static bool field_taken(const struct log_field *f, size_t nf, const char *key)
+{
+    for (size_t i = 0; i < ARRAY_LEN(log_reserved); i++)
+        if (strcmp(key, log_reserved[i]) == 0)
+            return true;
+    for (size_t i = 0; i < nf; i++)
+        if (strcmp(key, f[i].key) == 0)
+            return true;
+    return false;
+}
+
+/* A quoted value at p (after its '"'), unescaped in place up to its closing
+ * quote; returns where the token goes on. An unclosed quote runs to the
+ * end of the line. */
+static char *field_unquote(char *p)
+{
+    char *out = p;
+
+    while (*p && *p != '"') {
+        if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
+            p++;
+        *out++ = *p++;
+    }
+    if (*p == '"')
+        p++;
+    *out = '\0';
+    return p;
+}
+
+/* Appends len bytes of text to the message, a space before a new word. */
+static void text_add(char *text, size_t cap, size_t *n, const char *s, size_t len, bool word)
+{
+    if (word && *n > 0 && *n + 1 < cap)
+        text[(*n)++] = ' ';
+    if (len > cap - 1 - *n)
+        len = cap - 1 - *n;
+    memcpy(text + *n, s, len);
+    *n += len;
+    text[*n] = '\0';
+}
+
+/* The field whose "key=" (klen bytes) starts s, into *f; returns where
+ * the next token starts. A value is quoted ("a b", with \" and \\) or runs
+ * to the next space; what follows it to the next space (the ':' of "run=x:
+ * reason") belongs to the sentence and goes to the text. */
+static char *field_take(char *s, size_t klen, struct log_field *f, char *text, size_t cap,
+                        size_t *n)
+{
+    char *v = s + klen + 1, *rest, *next;
+    size_t rlen;
+
+    s[klen] = '\0';
+    f->key = field_json_key(s);
+    f->val = *v == '"' ? v + 1 : v;
+    if (*v == '"') {
+        rest = field_unquote(v + 1);
+        rlen = strcspn(rest, " ");
+    } else {
+        size_t vlen = strcspn(v, " ");
+        rlen = 0;
+        while (vlen > 0 && strchr(":,;", v[vlen - 1])) {
+            vlen--;
+            rlen++;
+        }
+        rest = v + vlen;
+    }
+    next = rest + rlen;
+    if (*next)
+        next++;
+    text_add(text, cap, n, rest, rlen, false);
+    *rest = '\0';
+    return next;
+}
+
+/* Splits s (modified) into the words of its message, into text, and its
+ * key=value fields, into f (LOG_FIELDS_MAX). A key already taken, or past
+ * the maximum, stays in the text as it was. */
+static size_t log_split(char *s, char *text, size_t cap, struct log_field *f)
+{
+    size_t nf = 0, n = 0;
+
+    text[0] = '\0';
+    while (*s) {
+        size_t klen, tlen = strcspn(s, " ");
+
+        if (tlen == 0) {
+            s++;
+            continue;
+        }
+        klen = field_key_len(s);
+        if (klen > 0 && nf < LOG_FIELDS_MAX) {
+            s[klen] = '\0';
+            if (!field_taken(f, nf, field_json_key(s))) {
+                s = field_take(s, klen, &f[nf++], text, cap, &n);
+                continue;
+            }
+            s[klen] = '=';
+        }
+        text_add(text, cap, &n, s, tlen, true);
+        s += tlen;
+    }
+    return nf;
+}
+
+/* A writer into a buffer of fixed size that always leaves room for the
+ * line's end ("}\n"), so whatever it drops, the line stays one object. */
+struct jline {
+    char *buf;
+    size_t cap, n;
+};
+
+#define JLINE_TAIL 3
+
+static size_t json_escaped_len(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        n += c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' ? 2 : c < 0x20 ? 6 : 1;
+    }
     return n;
+}
+
+static void jline_raw(struct jline *w, const char *s)
+{
+    size_t len = strlen(s);
+
+    memcpy(w->buf + w->n, s, len);
+    w->n += len;
+}
+
+/* s as a JSON string; control characters escaped, UTF-8 as it is. */
+static void jline_str(struct jline *w, const char *s)
+{
+    w->buf[w->n++] = '"';
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        const char *esc = c == '"'    ? "\\\""
+                          : c == '\\' ? "\\\\"
+                          : c == '\n' ? "\\n"
+                          : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t"
+                                      : NULL;
+        if (esc)
+            jline_raw(w, esc);
+        else if (c < 0x20)
+            w->n += xsnprintf(w->buf + w->n, 7, "\\u%04x", c);
+        else
+            w->buf[w->n++] = (char)c;
+    }
+    w->buf[w->n++] = '"';
+}
+
+/* ,"key":"value" when it fits; false (and nothing written) when not. */
+static bool jline_field(struct jline *w, const char *key, const char *val)
+{
+    size_t need = json_escaped_len(key) + json_escaped_len(val) + 6;
+
+    if (w->n + need + JLINE_TAIL > w->cap)
+        return false;
+    jline_raw(w, ",");
+    jline_str(w, key);
+    jline_raw(w, ":");
+    jline_str(w, val);
+    return true;
+}
+
+size_t log_json_line(char *dst, size_t cap, const char *ts, enum log_level lvl, const char *msg)
+{
+    char scratch[LOG_MSG_MAX], text[LOG_MSG_MAX];
+    struct log_field f[LOG_FIELDS_MAX];
+    struct jline w = {.buf = dst, .cap = cap};
+    size_t nf;
+
+    assert(cap >= 64);
+    xsnprintf(scratch, sizeof(scratch), "%s", msg);
+    utf8_scrub(scratch);
+    nf = log_split(scratch, text, sizeof(text), f);
+    jline_raw(&w, "{");
+    jline_str(&w, "ts");
+    jline_raw(&w, ":");
+    jline_str(&w, ts);
+    (void)jline_field(&w, "level", level_names[lvl]);
+    if (!jline_field(&w, "msg", text))
+        (void)jline_field(&w, "msg", "(too long for one line)");
+    for (size_t i = 0; i < nf; i++)
+        if (!jline_field(&w, f[i].key, f[i].val))
+            break;
+    jline_raw(&w, "}\n");
+    w.buf[w.n] = '\0';
+    return w.n;
 }
 
 void log_write(enum log_level lvl, const char *fmt, ...)
 {
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    char msg[2048], line[4600], ts[40];
+    char msg[LOG_MSG_MAX], line[LOG_LINE_MAX], ts[48], sec[24];
     struct timespec now;
     struct tm tm;
     va_list ap;
@@ -123,27 +409,25 @@ void log_write(enum log_level lvl, const char *fmt, ...)
 
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
-    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    strftime(sec, sizeof(sec), "%Y-%m-%dT%H:%M:%S", &tm);
+    xsnprintf(ts, sizeof(ts), "%s.%03ldZ", sec, now.tv_nsec / 1000000);
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(msg, LOG_MSG_MAX - LOG_REQUEST_ID_MAX - 16, fmt, ap);
     va_end(ap);
+    if (log_rid[0] && !strstr(msg, "request_id="))
+        xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " request_id=%s", log_rid);
     for (char *p = msg; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
     log_redact(msg, sizeof(msg));
     if (log_json) {
-        char esc[sizeof(msg) * 2];
-        json_escape(esc, sizeof(esc), msg);
-        n = (size_t)snprintf(line, sizeof(line),
-                             "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
-                             now.tv_nsec / 1000000, names[lvl], esc);
+        n = log_json_line(line, sizeof(line), ts, lvl, msg);
     } else {
-        n = (size_t)snprintf(line, sizeof(line), "%s.%03ldZ %-5s %s\n", ts, now.tv_nsec / 1000000,
-                             names[lvl], msg);
-    }
-    if (n >= sizeof(line)) {
-        n = sizeof(line) - 1;
-        line[n - 1] = '\n';
+        n = (size_t)snprintf(line, sizeof(line), "%s %-5s %s\n", ts, level_names[lvl], msg);
+        if (n >= sizeof(line)) {
+            n = sizeof(line) - 1;
+            line[n - 1] = '\n';
+        }
     }
     (void)!write(STDERR_FILENO, line, n);
 }

@@ -28,6 +28,8 @@ const struct opt cfg_opts[] = {
      .off = CFG_OFF(tenant_default), .check = check_name},
     {.key = "log.level", .env = "OPSRUN_LOG_LEVEL", .flag = "log-level", .type = OPT_LEVEL,
      .def = LOG_INFO, .off = CFG_OFF(log_level)},
+    {.key = "log.format", .env = "OPSRUN_LOG_FORMAT", .flag = "log-format", .type = OPT_STR,
+     .flags = OPT_NULL, .off = CFG_OFF(log_format), .check = check_log_format},
     {.key = "log.json", .type = OPT_BOOL, .def = 0, .off = CFG_OFF(log_json)},
     CFG_NUM(OPT_INT,  http.threads,                 4,       2,    64),
     CFG_NUM(OPT_INT,  http.connection_limit,        10000,   1,    1000000),
@@ -348,6 +350,15 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name)
 {
     return name ? rt_find(cfg, name) : NULL;
+}
+
+bool cfg_log_json(const struct config *cfg)
+{
+    bool json = cfg->log_json;
+
+    if (cfg->log_format)
+        (void)log_format_parse(cfg->log_format, &json);
+    return json;
 }
 
 int cfg_pool_size(const struct config *cfg)

@@ -98,7 +98,8 @@ struct config {
     char *config_path;        /* NULL = built-in defaults */
     char *tenant_default;     /* "default" */
     enum log_level log_level; /* default info */
-    bool log_json;
+    char *log_format;         /* "json" | "text"; NULL = as log_json says */
+    bool log_json;            /* the older switch, for files that have it */
 
     struct {
         int threads;                /* MHD pool, 2..64, default 4 */
@@ -226,6 +227,8 @@ bool cfg_cors_allowed(const struct config *cfg, const char *origin);
 
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 int cfg_pool_size(const struct config *cfg);
+/* Whether log lines are JSON: log.format when set, else log.json. */
+bool cfg_log_json(const struct config *cfg);
 
 /* Routing: the first route whose every match holds picks the run type.
  * labels may be NULL (a JSON object of string values otherwise). When no

@@ -73,6 +73,8 @@ enum status opt_from_text(void *base, const struct opt *o, const char *s, const 
 bool name_valid(const char *s);
 enum status name_error(const char *label, struct error *err) WUR;
 enum status check_name(const char *label, const char *value, struct error *err) WUR;
+/* "json" or "text" (--log-format). */
+enum status check_log_format(const char *label, const char *value, struct error *err) WUR;
 /* HOST:PORT, where HOST is an IPv4 literal, "localhost" or "[IPv6]". */
 enum status check_listen(const char *label, const char *value, struct error *err) WUR;
 

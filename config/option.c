@@ -220,6 +220,16 @@ enum status name_error(const char *label, struct error *err)
                      label);
 }
 
+enum status check_log_format(const char *label, const char *value, struct error *err)
+{
+    bool json;
+
+    if (!log_format_parse(value, &json))
+        return error_set(err, ST_INVALID, "invalid %s: expected \"json\" or \"text\", got \"%s\"",
+                         label, value);
+    return ST_OK;
+}
+
 enum status check_name(const char *label, const char *value, struct error *err)
 {
     return name_valid(value) ? ST_OK : name_error(label, err);

@@ -205,12 +205,47 @@ static bool slot_lost(struct slot *s)
     return atomic_load(&s->stop) == STOP_LOST || clock_mono_ms() > atomic_load(&s->lease_ms);
 }
 
-/* Decides the terminal write for what the action returned; *ended gets the
- * outcome when it is a finish (else OUTCOME_PENDING), *retried whether it
- * is a retry. */
+/* What an attempt's terminal write was, for its log line and metrics. */
+struct slot_end {
+    enum run_outcome outcome; /* OUTCOME_PENDING: the run did not end */
+    bool retried, waiting, released;
+    char error[64]; /* the error's code, "" for none */
+};
+
+static void slot_end_error(struct slot_end *end, const json_t *error)
+{
+    const char *code = engine_error_code(error);
+
+    if (code)
+        xsnprintf(end->error, sizeof(end->error), "%s", code);
+}
+
+/* One line for what became of an attempt; the run's end at warn unless it
+ * succeeded. A lost attempt was logged where it was found lost. */
+static void slot_log_end(const struct slot *s, const struct run_ctx *rc, const struct slot_end *end)
+{
+    const struct run *run = s->run;
+    char extra[96];
+
+    xsnprintf(extra, sizeof(extra), " attempt=%d duration_ms=%lld", run->attempt,
+              (long long)(clock_mono_ms() - s->started_ms));
+    if (end->outcome != OUTCOME_PENDING)
+        engine_log_finished(run, end->outcome, end->error, extra);
+    else if (end->retried)
+        LOG(LOG_INFO, "run attempt failed, retrying run=%s type=%s error=%s%s", run->id, run->type,
+            end->error[0] ? end->error : "none", extra);
+    else if (end->waiting)
+        LOG(LOG_INFO, "run waiting for its external job run=%s type=%s external_id=%s%s", run->id,
+            run->type, rc->external_id, extra);
+    else if (end->released)
+        LOG(LOG_INFO, "run handed back at shutdown run=%s type=%s%s", run->id, run->type, extra);
+}
+
+/* Decides the terminal write for what the action returned, and says in
+ * *end what it was. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
-                               const struct fence *f, struct db *db, enum run_outcome *ended,
-                               bool *retried, struct error *err)
+                               const struct fence *f, struct db *db, struct slot_end *end,
+                               struct error *err)
 {
     const struct run *run = s->run;
     const struct run_type *rt = rc->type;
@@ -219,20 +254,23 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     json_t *err_json = NULL;
     enum status st;
 
-    *ended = OUTCOME_PENDING;
-    *retried = false;
+    *end = (struct slot_end){.outcome = OUTCOME_PENDING};
     if (slot_lost(s))
         return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
                          f->attempt);
     /* Something outside was started: the poller takes over, whatever else
      * happened meanwhile (a cancel ends it cancelled with its hooks due;
      * at shutdown it waits like any other). */
-    if (step == STEP_WAIT && rc->external_id)
+    if (step == STEP_WAIT && rc->external_id) {
+        end->waiting = true;
         return store_runs_wait(
             db, f, rc->external_id, rc->poll_state,
             rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms, err);
-    if (stop == STOP_SHUTDOWN)
+    }
+    if (stop == STOP_SHUTDOWN) {
+        end->released = true;
         return store_runs_release(db, f, err);
+    }
     if (stop == STOP_CANCEL) {
         res.outcome = OUTCOME_CANCELLED;
         res.message = "cancelled while running";
@@ -251,7 +289,8 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
         int64_t delay =
             backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
-        *retried = true;
+        end->retried = true;
+        slot_end_error(end, rc->error);
         return store_runs_retry(db, f, delay, rc->error, err);
     } else {
         res.outcome = OUTCOME_FAILED;
@@ -265,7 +304,8 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
                                              "external job to wait for");
     }
     st = store_runs_finish(db, f, &res, err);
-    *ended = res.outcome;
+    end->outcome = res.outcome;
+    slot_end_error(end, res.error);
     json_decref(err_json);
     return st;
 }
@@ -290,8 +330,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     bool waiting;
     int64_t give_up = clock_mono_ms() + (int64_t)e->cfg->queue.orphan_after_s * 2000;
     int64_t pause = 100;
-    enum run_outcome ended = OUTCOME_PENDING;
-    bool retried = false;
+    struct slot_end end = {.outcome = OUTCOME_PENDING};
     enum status st;
 
     pthread_mutex_lock(&e->mu);
@@ -302,13 +341,14 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         struct db *db = NULL;
         if (slot_lost(s)) {
             st = ST_LOST;
-            LOG(LOG_WARN, "not settling run=%s attempt=%d: this worker lost it", f.id, f.attempt);
+            LOG(LOG_WARN, "not settling run=%s attempt=%d duration_ms=%lld: this worker lost it",
+                f.id, f.attempt, (long long)(clock_mono_ms() - s->started_ms));
             break;
         }
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
-            st = slot_settle(s, rc, step, &f, db, &ended, &retried, &err);
+            st = slot_settle(s, rc, step, &f, db, &end, &err);
         }
         db_pool_put(e->pool, db);
         if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
@@ -330,10 +370,12 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         e->st.lost_total++;
     waiting = e->backlog;
     pthread_mutex_unlock(&e->mu);
-    if (st == ST_OK && ended != OUTCOME_PENDING)
-        metrics_run_completed(e->metrics, s->run->type, run_outcome_name(ended),
+    if (st == ST_OK)
+        slot_log_end(s, rc, &end);
+    if (st == ST_OK && end.outcome != OUTCOME_PENDING)
+        metrics_run_completed(e->metrics, s->run->type, run_outcome_name(end.outcome),
                               slot_run_seconds(s));
-    if (st == ST_OK && retried)
+    if (st == ST_OK && end.retried)
         metrics_run_retried(e->metrics, s->run->type);
     /* Wake the other replicas for a run back in the queue, and for a slot
      * freed while runs wait for one: under a shared cap they would
@@ -363,7 +405,6 @@ static void slot_execute(struct slot *s)
         .load_state_fn = slot_load_state,
         .progress_arg = s,
     };
-    int64_t t0 = clock_mono_ms();
     enum step step;
 
     if (!ops) {
@@ -375,9 +416,6 @@ static void slot_execute(struct slot *s)
         step = ops->start(&rc);
     }
     slot_finish(s, &rc, step);
-    LOG(LOG_INFO, "run finished run=%s type=%s attempt=%d step=%d stop=%d duration_ms=%lld",
-        run->id, run->type, run->attempt, (int)step, atomic_load(&s->stop),
-        (long long)(clock_mono_ms() - t0));
     rc_cleanup(&rc);
 }
 

@@ -100,6 +100,15 @@ void dispatch_stop_workers(struct engine *e); /* hands runs back, joins the work
 /* How long a claim or a heartbeat protects a run from rescue, less a margin
  * of one heartbeat interval. */
 int64_t engine_lease_ms(const struct engine *e);
+/* The line that ends a run, the same from a worker and from the poller:
+ * "run finished run= type= outcome= error=<code>" then extra (more
+ * " key=value" fields, or ""), at warn unless it succeeded. code is the
+ * error's code, or NULL or "" for none. */
+void engine_log_finished(const struct run *run, enum run_outcome outcome, const char *code,
+                         const char *extra);
+/* The "code" of a run's error object; NULL when error or its code is
+ * missing. Borrowed from error. */
+const char *engine_error_code(const json_t *error);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 

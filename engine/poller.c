@@ -133,6 +133,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     struct engine *e = p->e;
     struct db *db = NULL;
     struct error err = {0};
+    char extra[200];
     enum status st = db_pool_get(e->pool, &db, &err);
 
     if (st == ST_OK)
@@ -144,9 +145,9 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
             LOG(LOG_WARN, "could not end run=%s after a check: %s", f->id, err.message);
         return;
     }
-    LOG(LOG_INFO, "run finished run=%s type=%s outcome=%s checks=%d external_id=%s", f->id,
-        rc->run->type, run_outcome_name(res->outcome), f->poll_count,
-        rc->external_id ? rc->external_id : "");
+    xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", f->poll_count,
+              rc->external_id ? rc->external_id : "");
+    engine_log_finished(rc->run, res->outcome, engine_error_code(res->error), extra);
     count(p, &p->st.finished_total, 1);
     if (res->outcome == OUTCOME_TIMED_OUT)
         count(p, &p->st.timed_out_total, 1);

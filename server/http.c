@@ -12,7 +12,12 @@
  * Two kinds of answer park their connection instead of holding a thread:
  * an SSE stream suspends whenever it has nothing to send, and a long-poll
  * (?wait=S) suspends until its run completes or S passes. The hub resumes
- * both (server/hub.h). */
+ * both (server/hub.h).
+ *
+ * Every request has an id (its X-Request-Id when valid, else its
+ * traceparent's trace id, else a new one), answered in X-Request-Id and set
+ * as the thread's log request id (common/log.h) around each callback that
+ * works for it, so every line it causes here carries request_id=. */
 #include "server/http.h"
 
 #include "common/dynbuf.h"
@@ -33,6 +38,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+
+#define REQUEST_ID_HEADER "X-Request-Id"
 
 /* A chunked body past the cap is read and dropped up to this many times the
  * cap so the client gets its 413; past that the connection is closed. */
@@ -58,6 +65,7 @@ struct http_stream {
     struct sse_stream *st;
     struct limits *lim;
     char tenant[65]; /* counted against limits.streams_per_tenant (names are <= 64) */
+    char request_id[LOG_REQUEST_ID_MAX + 1];
 };
 
 struct req_ctx {
@@ -77,16 +85,19 @@ struct req_ctx {
     char stream_tenant[65];
     char run_id[130];
     struct http_wait *wait; /* a parked long-poll */
+    char request_id[LOG_REQUEST_ID_MAX + 1];
 };
 
 static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 
 /* libmicrohttpd's messages are warnings, but for those it writes when a
- * stream ends because its client went away (the final chunk cannot be
- * sent), or is dropped for lagging (sse.c logs that itself): one per
- * normal disconnect. Only streams are chunked, so these name only them.
- * The last two are a request cut short: by its client, or at its deadline
- * (http_conn.c logs that itself). */
+ * client went away, one per normal disconnect: debug. They start with
+ * expected[]: a stream that ends because its client left (the final chunk
+ * cannot be sent) or is dropped for lagging (sse.c logs that itself; only
+ * streams are chunked, so these name only them), and a request cut short
+ * by its client or at its deadline (http_conn.c logs that itself). Or they
+ * end with a peer_gone[] cause: a send to a client that closed (EPIPE) or
+ * reset (ECONNRESET) its connection. */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
     static const char *const expected[] = {
@@ -94,6 +105,11 @@ static void http_log(void *cls, const char *fmt, va_list ap)
         "Failed to send the footers",
         "Connection socket is closed when reading request",
         "Socket has been disconnected when reading request",
+        "Connection was closed by remote side",
+    };
+    static const char *const peer_gone[] = {
+        "The socket is no longer available for sending",
+        "The connection was forcibly closed by remote peer",
     };
     enum log_level lvl = LOG_WARN;
     char msg[512];
@@ -102,6 +118,9 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     for (size_t i = 0; i < ARRAY_LEN(expected); i++)
         if (strncmp(msg, expected[i], strlen(expected[i])) == 0)
+            lvl = LOG_DEBUG;
+    for (size_t i = 0; i < ARRAY_LEN(peer_gone); i++)
+        if (strstr(msg, peer_gone[i]))
             lvl = LOG_DEBUG;
     LOG(lvl, "libmicrohttpd: %s", msg);
 }
@@ -133,6 +152,7 @@ static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     http_cors_headers(r, rc->cors_origin);
+    MHD_add_response_header(r, REQUEST_ID_HEADER, rc->request_id);
     for (unsigned i = 0; i < rp->nheaders; i++)
         MHD_add_response_header(r, rp->headers[i].name, rp->headers[i].value);
     ret = MHD_queue_response(rc->conn, rp->http_status, r);
@@ -439,29 +459,41 @@ static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct http_stream *hs = cls;
     size_t n = 0;
+    ssize_t ret = MHD_CONTENT_READER_END_WITH_ERROR;
 
     (void)pos;
+    log_request_id_set(hs->request_id);
     switch (sse_read(hs->st, buf, max, &n)) {
     case SSE_DATA:
-        return (ssize_t)n;
+        ret = (ssize_t)n;
+        break;
     case SSE_SUSPENDED:
-        return 0;
+        ret = 0;
+        break;
     case SSE_END:
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        ret = MHD_CONTENT_READER_END_OF_STREAM;
+        break;
     case SSE_ABORT:
         break;
     }
-    return MHD_CONTENT_READER_END_WITH_ERROR;
+    log_request_id_set(NULL);
+    return ret;
 }
 
+/* Runs inside the request's callbacks too (a refused or finished stream),
+ * whose lines after it keep their id. */
 static void http_stream_free(void *cls)
 {
     struct http_stream *hs = cls;
+    char prev[LOG_REQUEST_ID_MAX + 1];
 
+    xsnprintf(prev, sizeof(prev), "%s", log_request_id() ? log_request_id() : "");
+    log_request_id_set(hs->request_id);
     sse_close(hs->st);
     if (hs->lim)
         limits_stream_close(hs->lim, hs->tenant);
     free(hs);
+    log_request_id_set(prev[0] ? prev : NULL);
 }
 
 /* The request's SSE parameters; a problem goes to err->fields. */
@@ -568,6 +600,7 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
     enum status st = http_stream_params(rc, &q, &err);
 
     hs->conn = rc->conn;
+    xsnprintf(hs->request_id, sizeof(hs->request_id), "%s", rc->request_id);
     if (st == ST_OK && !hc->hub)
         st = error_set(&err, ST_BUSY, "streams are not enabled");
     if (st == ST_OK)
@@ -595,6 +628,7 @@ static enum MHD_Result http_stream(struct req_ctx *rc)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     http_cors_headers(r, rc->cors_origin);
+    MHD_add_response_header(r, REQUEST_ID_HEADER, rc->request_id);
     http_stream_socket(rc->conn, hc->cfg);
     ret = MHD_queue_response(rc->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
@@ -683,34 +717,32 @@ static struct http_conn *http_conn_of(struct MHD_Connection *c)
     return ci ? ci->socket_context : NULL;
 }
 
-static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url,
-                                   const char *method, const char *version, const char *upload_data,
-                                   size_t *upload_size, void **con_cls)
+static struct req_ctx *http_req_new(struct http *h, struct MHD_Connection *c, const char *url,
+                                    const char *method)
 {
-    struct req_ctx *rc = *con_cls;
+    struct req_ctx *rc = xcalloc(1, sizeof(*rc));
 
-    (void)version;
-    if (!rc) {
-        rc = xcalloc(1, sizeof(*rc));
-        rc->h = cls;
-        rc->conn = c;
-        rc->cn = http_conn_of(c);
-        rc->method = method;
-        rc->url = url;
-        rc->t0 = clock_mono_ms();
-        rc->t0_us = clock_mono_us();
-        dynbuf_init(&rc->body, (size_t)rc->h->hc->cfg->http.max_body_bytes);
-        rc->rr = route_find(method, url, &rc->m);
-        rc->cors_origin = http_cors_origin(rc->h->hc->cfg, c);
-        if (rc->cn && rc->cors_origin)
-            http_conn_set_origin(rc->h->conns, rc->cn, rc->cors_origin);
-        *con_cls = rc;
-        if (rc->cn && http_conn_over_limit(rc->cn))
-            return http_send_over_limit(rc);
-        if (rc->cors_origin && rc->rr == ROUTE_METHOD && http_cors_is_preflight(c, method))
-            return http_preflight(rc);
-        return http_begin(rc);
-    }
+    rc->h = h;
+    rc->conn = c;
+    rc->cn = http_conn_of(c);
+    rc->method = method;
+    rc->url = url;
+    rc->t0 = clock_mono_ms();
+    rc->t0_us = clock_mono_us();
+    dynbuf_init(&rc->body, (size_t)h->hc->cfg->http.max_body_bytes);
+    rc->rr = route_find(method, url, &rc->m);
+    rc->cors_origin = http_cors_origin(h->hc->cfg, c);
+    if (rc->cn && rc->cors_origin)
+        http_conn_set_origin(h->conns, rc->cn, rc->cors_origin);
+    log_request_id_pick(MHD_lookup_connection_value(c, MHD_HEADER_KIND, REQUEST_ID_HEADER),
+                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"),
+                        rc->request_id);
+    return rc;
+}
+
+static enum MHD_Result http_access_step(struct req_ctx *rc, const char *upload_data,
+                                        size_t *upload_size)
+{
     if (*upload_size > 0)
         return http_body(rc, upload_data, upload_size);
     if (rc->responded)
@@ -720,6 +752,33 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
     if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
         return MHD_NO; /* answered 408 at its deadline already */
     return http_dispatch(rc);
+}
+
+/* Every call for a request runs with its id set for the log. */
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url,
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_size, void **con_cls)
+{
+    struct req_ctx *rc = *con_cls;
+    enum MHD_Result ret;
+
+    (void)version;
+    if (!rc) {
+        rc = http_req_new(cls, c, url, method);
+        *con_cls = rc;
+        log_request_id_set(rc->request_id);
+        if (rc->cn && http_conn_over_limit(rc->cn))
+            ret = http_send_over_limit(rc);
+        else if (rc->cors_origin && rc->rr == ROUTE_METHOD && http_cors_is_preflight(c, method))
+            ret = http_preflight(rc);
+        else
+            ret = http_begin(rc);
+    } else {
+        log_request_id_set(rc->request_id);
+        ret = http_access_step(rc, upload_data, upload_size);
+    }
+    log_request_id_set(NULL);
+    return ret;
 }
 
 static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -733,6 +792,7 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
         http_conn_next(h->conns, cn);
     if (!rc)
         return;
+    log_request_id_set(rc->request_id);
     LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s%s%s", rc->method,
         rc->url, rc->http_status, (long long)(clock_mono_ms() - rc->t0),
         rc->run_id[0] ? " run=" : "", rc->run_id, rc->who.token ? " token=" : "",
@@ -750,6 +810,7 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     dynbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
+    log_request_id_set(NULL);
 }
 
 /* Before libmicrohttpd takes a connection: one from an address that has

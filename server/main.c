@@ -48,6 +48,7 @@ static const char usage[] =
     "  --config FILE          OPSRUN_CONFIG        JSON configuration file\n"
     "  --workers N            OPSRUN_WORKERS       worker threads (queue.workers)\n"
     "  --log-level LEVEL      OPSRUN_LOG_LEVEL     debug, info, warn, error\n"
+    "  --log-format FORMAT    OPSRUN_LOG_FORMAT    text (default) or json\n"
     "  --insecure-no-auth     OPSRUN_INSECURE_NO_AUTH=true\n"
     "                         serve without auth.tokens on a non-loopback address\n"
     "  --print-config                              print the effective configuration and exit\n"
@@ -72,6 +73,7 @@ static const struct {
     {"--database-url", "database_url"},
     {"--workers", "queue.workers"},
     {"--log-level", "log.level"},
+    {"--log-format", "log.format"},
     {"--config", NULL}, /* the file, loaded before everything else */
 };
 
@@ -520,7 +522,7 @@ int main(int argc, char **argv)
     xmlInitParser(); /* once, before any thread parses */
     rc = build_config(&cli, &cfg);
     if (rc == 0) {
-        log_init(cfg.log_level, cfg.log_json);
+        log_init(cfg.log_level, cfg_log_json(&cfg));
         if (cli.print_config)
             rc = print_config(&cfg);
         else if (strcmp(cli.command, "serve") == 0 && (rc = check_auth(&cfg)) != 0)

@@ -11,15 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The duration_ms of the "run finished run=<id> ... attempt=<n>" log line, or
- * -1 when there is none yet. */
+/* The duration_ms of the "not settling run=<id> attempt=<n>" log line (an
+ * attempt that lost its lease writes nothing), or -1 when there is none
+ * yet. */
 static long finished_after_ms(const char *log, const char *id, int attempt)
 {
     char want[200], line[1024];
     long ms = -1;
     FILE *f = fopen(log, "r");
 
-    snprintf(want, sizeof(want), "run finished run=%s type=demo attempt=%d ", id, attempt);
+    snprintf(want, sizeof(want), "not settling run=%s attempt=%d ", id, attempt);
     while (f && fgets(line, sizeof(line), f)) {
         const char *d = strstr(line, "duration_ms=");
         if (strstr(line, want) && d)

@@ -354,6 +354,8 @@ static const struct {
     {"{\"listen\": 8080}", "invalid \"listen\": expected a string"},
     {"{\"listen\": null}", "invalid \"listen\": expected a string"},
     {"{\"log\": {\"json\": \"true\"}}", "invalid \"log.json\": expected a boolean"},
+    {"{\"log\": {\"format\": \"JSON\"}}",
+     "invalid \"log.format\": expected \"json\" or \"text\", got \"JSON\""},
     {"{\"queue\": {\"listen\": 1}}", "invalid \"queue.listen\": expected a boolean"},
     {"{\"log\": {\"level\": 1}}", "invalid \"log.level\": expected a string"},
     {"{\"log\": {\"level\": \"verbose\"}}",
@@ -813,6 +815,29 @@ START_TEST(test_bad_env)
 }
 END_TEST
 
+/* log.format, when set from anywhere, wins over the older log.json. */
+START_TEST(test_log_format)
+{
+    static const char *const env[] = {"OPSRUN_LOG_FORMAT", "json", NULL};
+    struct error err = {0};
+
+    ck_assert(!cfg_log_json(&cfg));
+    ck_load_ok("{\"log\": {\"json\": true}}");
+    ck_assert(cfg_log_json(&cfg));
+    ck_assert_int_eq(cfg_set(&cfg, "log-format", "text", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert(!cfg_log_json(&cfg));
+    ck_assert_str_eq(source_of("log.format"), "flag");
+    ck_assert_int_eq(cfg_set(&cfg, "log.format", NULL, CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert(cfg_log_json(&cfg));
+    ck_load_ok("{\"log\": {\"json\": false, \"format\": \"text\"}}");
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_OK);
+    ck_assert_str_eq(cfg.log_format, "json");
+    ck_assert_str_eq(source_of("log.format"), "env");
+    ck_assert(cfg_log_json(&cfg));
+}
+END_TEST
+
 START_TEST(test_flags)
 {
     struct error err = {0};
@@ -848,6 +873,7 @@ static const struct {
     {"log-level", "loud",
      "invalid --log-level: expected \"debug\", \"info\", \"warn\" or \"error\""},
     {"log.level", NULL, "invalid --log-level: expected a value"},
+    {"log-format", "yaml", "invalid --log-format: expected \"json\" or \"text\", got \"yaml\""},
     {"nope", "1", "unknown key \"nope\""},
     {"queue", "1", "unknown key \"queue\""},
     {"config", "/x.json", "invalid \"config_path\": set by loading the file"},
@@ -1335,6 +1361,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_env_empty_is_unset);
     tcase_add_loop_test(tc, test_bad_env, 0, (int)(sizeof(bad_env) / sizeof(bad_env[0])));
     tcase_add_test(tc, test_flags);
+    tcase_add_test(tc, test_log_format);
     tcase_add_loop_test(tc, test_bad_flag, 0, (int)(sizeof(bad_flags) / sizeof(bad_flags[0])));
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_load_file_errors);
