@@ -27,7 +27,7 @@ bool http_cors_is_preflight(struct MHD_Connection *c, const char *method)
 
 /* Location (a new run's address) and Retry-After (limits, 503s) are what
  * a page needs to read beyond the CORS-safelisted headers. */
-#define CORS_EXPOSE "Location, Retry-After"
+#define CORS_EXPOSE "Location, Retry-After, X-Request-Id"
 
 void http_cors_headers(struct MHD_Response *r, const char *origin)
 {

@@ -409,10 +409,12 @@ START_TEST(late_request_408)
                    "{\"http\": {\"request_deadline_s\": 1, \"cors_origins\": [\"" ALLOWED "\"]}}");
     late_request(&p, ALLOWED, out, sizeof(out));
     ck_assert_msg(strncmp(out, "HTTP/1.1 408 ", 13) == 0, "allowed origin: %s", out);
-    ck_assert_msg(strstr(out, "\r\nAccess-Control-Allow-Origin: " ALLOWED "\r\n") &&
-                      strstr(out, "\r\nVary: Origin\r\n") &&
-                      strstr(out, "\r\nAccess-Control-Expose-Headers: Location, Retry-After\r\n"),
-                  "allowed origin, 408 without CORS:\n%s", out);
+    ck_assert_msg(
+        strstr(out, "\r\nAccess-Control-Allow-Origin: " ALLOWED "\r\n") &&
+            strstr(out, "\r\nVary: Origin\r\n") &&
+            strstr(out,
+                   "\r\nAccess-Control-Expose-Headers: Location, Retry-After, X-Request-Id\r\n"),
+        "allowed origin, 408 without CORS:\n%s", out);
     late_request(&p, DENIED, out, sizeof(out));
     ck_assert_msg(strncmp(out, "HTTP/1.1 408 ", 13) == 0, "denied origin: %s", out);
     ck_assert_msg(!strcasestr(out, "Access-Control-"), "denied origin, 408 with CORS:\n%s", out);
