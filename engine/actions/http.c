@@ -36,6 +36,7 @@ static bool key_known(const char *key)
                                        "failure_summary_pointer",
                                        "cancel",
                                        "cleanup",
+                                       "status_any_host",
                                        NULL};
 
     return str_in(key, keys);
@@ -62,6 +63,10 @@ static enum status http_check_params(const json_t *params, const char *path, str
         if (remote_check_request(json_object_get(params, "status"), sub, false, err) != ST_OK)
             return ST_INVALID;
     }
+    if (json_object_get(params, "status_any_host") &&
+        !json_is_boolean(json_object_get(params, "status_any_host")))
+        return error_set(err, ST_INVALID, "invalid \"%s.status_any_host\": expected true or false",
+                         path);
     if (prepare_check_params(params, path, &prep_json, err) != ST_OK)
         return ST_INVALID;
     return remote_check_job_params(params, path, json_object_get(params, "state_pointer") != NULL,
@@ -174,6 +179,19 @@ static enum step http_start(struct run_ctx *rc)
         break;
     case REMOTE_OK:
         url = r.status == 202 ? status_url(rc, &r, r.effective_url) : NULL;
+        /* the status, cancel and cleanup requests carry the configured
+         * headers (credentials too): only to the host that was called,
+         * unless the run type says otherwise */
+        if (url && !json_is_true(json_object_get(rc->type->params, "status_any_host")) &&
+            !remote_same_authority(r.effective_url, url)) {
+            rc_error(rc, "unsafe_status_url",
+                     "the 202 answer names a status URL on another host; set "
+                     "\"status_any_host\": true in the run type to follow it");
+            free(url);
+            url = NULL;
+            step = STEP_FAIL;
+            break;
+        }
         if (url) {
             rc_set_external_id(rc, url);
             if (!rc->poll_state)

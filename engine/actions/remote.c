@@ -348,10 +348,7 @@ static enum status add_segment(struct dynbuf *buf, const char *seg, size_t n,
     return st;
 }
 
-/* Whether url goes where origin (a scheme and an authority) says: the same
- * scheme, user, password, options, host, zone and port, as libcurl reads
- * them. A url libcurl cannot read is never sent, so it passes here. */
-static bool same_authority(const char *origin, const char *url)
+bool remote_same_authority(const char *origin, const char *url)
 {
     static const CURLUPart parts[] = {CURLUPART_SCHEME,  CURLUPART_USER, CURLUPART_PASSWORD,
                                       CURLUPART_OPTIONS, CURLUPART_HOST, CURLUPART_ZONEID,
@@ -411,7 +408,7 @@ enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, cha
     if (st == ST_OK) {
         const char *url = dynbuf_ptr(&buf) ? dynbuf_ptr(&buf) : "";
         origin = xstrndup(url, at);
-        if (!same_authority(origin, url))
+        if (!remote_same_authority(origin, url))
             st = error_set(err, ST_UNPROCESSABLE,
                            "unsafe value in the URL: it would change the scheme, host or port");
         free(origin);

@@ -149,6 +149,12 @@ bool remote_hook(struct run_ctx *rc, const char *key);
 bool remote_cancel_hook(struct run_ctx *rc);
 bool remote_cleanup_hook(struct run_ctx *rc);
 
+/* Whether url goes where origin (a URL: its scheme and authority count)
+ * says: the same scheme, user, password, options, host, zone and port, as
+ * libcurl reads them. A url libcurl cannot read is never sent, so it passes
+ * here. */
+bool remote_same_authority(const char *origin, const char *url);
+
 /* Checks a template string's placeholders at load (known names, every
  * {{env:NAME}} set); errors name path. */
 enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;

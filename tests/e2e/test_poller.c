@@ -715,7 +715,7 @@ START_TEST(http_sync_and_async)
     struct th_proc p;
     struct fake_job j;
     json_t *run;
-    char *ids[6], want_url[96];
+    char *ids[7], want_url[96];
     static const char *const cases[][3] = {
         {"call", "h-sync", "sync"},
         {"call", "h-text", "sync_text"},
@@ -723,10 +723,12 @@ START_TEST(http_sync_and_async)
         {"call_body", "h-body", "async_body:2"},
         {"call", "h-ra", "async_retry_after:3"},
         {"call_state", "h-state", "async_state:2"},
+        /* a status URL on another host would get the configured headers */
+        {"call_body", "h-other", "async_other_host:2"},
     };
 
     start_http(&p, "e2e_http_ok");
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         ids[i] = submit_to(&p, cases[i][0], cases[i][1], cases[i][2]);
     run = wait_done(&p, ids[0], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
@@ -760,7 +762,13 @@ START_TEST(http_sync_and_async)
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_msg(strstr(err_msg(run), "\"broken\": nope"), "%s", err_msg(run));
     json_decref(run);
-    for (int i = 0; i < 6; i++)
+    run = wait_done(&p, ids[6], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "failed");
+    ck_assert_str_eq(err_code(run), "unsafe_status_url");
+    ck_assert(fake_jobs_get("h-other", &j));
+    ck_assert_int_eq(j.checks, 0); /* never asked */
+    json_decref(run);
+    for (int i = 0; i < 7; i++)
         free(ids[i]);
     stop(&p);
 }

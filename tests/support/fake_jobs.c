@@ -269,6 +269,10 @@ static enum MHD_Result on_call(struct MHD_Connection *c, const char *body, int p
     } else if (fj && step_arg(sc, "async_body") >= 0) {
         snprintf(out, sizeof(out), "{\"statusUrl\":\"http://127.0.0.1:%d/status/%s\"}", port, id);
         ret = answer(c, 202, out);
+    } else if (fj && step_arg(sc, "async_other_host") >= 0) {
+        /* the same server under another name: another authority */
+        snprintf(out, sizeof(out), "{\"statusUrl\":\"http://localhost:%d/status/%s\"}", port, id);
+        ret = answer(c, 202, out);
     } else if (fj) {
         snprintf(loc, sizeof(loc), "Location: /status/%s", id);
         ret = answer_h(c, 202, "{\"accepted\":true}", "application/json", loc,

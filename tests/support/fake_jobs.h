@@ -35,6 +35,7 @@
  *   async:N       202, Location: /status/job-K (relative); check k < N: 202,
  *                 k >= N: 200 {"done": true, "rows": k}
  *   async_body:N  the same, the status URL absolute in the body's "statusUrl"
+ *   async_other_host:N  the same, but the URL names localhost, not 127.0.0.1
  *   async_retry_after:N   the 202 answers carry Retry-After: 1
  *   async_state:N check k < N: 200 {"status": "working"}, then 200
  *                 {"status": "broken", "why": "nope"}
