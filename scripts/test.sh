@@ -62,7 +62,8 @@ done
 #   chromium: the headless browser of tests/browser/ (CORS as a browser
 #     enforces it), driven by playwright-core from npm (below).
 #   nodejs, npm: for the Redocly lint and the browser tests.
-TEST_PACKAGES=(prometheus chromium nodejs npm)
+#   python3-yaml: scripts/check-deploy.sh reads the manifests of deploy/.
+TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
@@ -162,6 +163,12 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN
 if [[ -f "$ROOT/tests/lsan.supp" ]]; then
     export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 fi
+
+# ------------------------------------------------------------ deployment files
+# deploy/compose, deploy/kubernetes and deploy/systemd: syntax, the example
+# configurations loaded by this build, and the grace periods they must share.
+# Offline, under a second; checks whose tool is missing are skipped.
+OPSRUN_BIN="$BUILD/opsrun" bash scripts/check-deploy.sh || failures+=("deployment files")
 
 # ------------------------------------------------------------ PostgreSQL
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/opsrun-test.XXXXXX")"
