@@ -194,14 +194,12 @@ bool prepare_cleanup(struct run_ctx *rc, const struct prep_kind *k,
     json_t *rec = json_object_get(rc->poll_state, "prepared");
     bool ok = true;
 
-    if (main && rc->external_id && rc->poll_state &&
-        !json_is_true(json_object_get(rc->poll_state, "cleanup_done"))) {
+    /* (a NULL poll state records nothing: the set is then a no-op) */
+    if (main && rc->external_id && !json_is_true(json_object_get(rc->poll_state, "cleanup_done"))) {
         if (main(rc))
             json_object_set_new(rc->poll_state, "cleanup_done", json_true());
         else
             ok = false;
-    } else if (main && rc->external_id && !rc->poll_state) {
-        ok = main(rc);
     }
     for (size_t i = json_array_size(rec); i-- > 0;) {
         json_t *entry = json_array_get(rec, i);

@@ -132,15 +132,6 @@ static char *submit(const struct th_proc *p, const char *type, const char *id, c
     return th_submit(p, body, 202);
 }
 
-static json_t *wait_done(const struct th_proc *p, const char *id, int timeout_s)
-{
-    char *o = th_wait_run(p->url, id, timeout_s);
-
-    ck_assert_msg(o, "run %s did not complete within %d s", id, timeout_s);
-    free(o);
-    return th_get_run(p, id);
-}
-
 static const char *err_msg(const json_t *run)
 {
     return th_js(json_object_get(run, "error"), "message");
@@ -268,7 +259,7 @@ START_TEST(stdin_stdout_env)
 
     start(&p, "e2e_exec_ok");
     id = submit(&p, "x", "e-ok", "ok", NULL);
-    run = wait_done(&p, id, 20);
+    run = th_wait_done(&p, id, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     res = json_object_get(run, "result");
     ck_assert_int_eq(th_ji(json_object_get(res, "input"), "n"), 7);
@@ -296,7 +287,7 @@ START_TEST(progress_fd)
 
     start(&p, "e2e_exec_progress");
     id = submit(&p, "x", "e-prog", "progress", NULL);
-    run = wait_done(&p, id, 20);
+    run = th_wait_done(&p, id, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM run_events WHERE run_id = 'e-prog' "
                                       "AND type = 'progress' AND progress = 40 AND step = "
@@ -322,16 +313,16 @@ START_TEST(exit_codes)
     a = submit(&p, "x", "e-retry", "retry_once", NULL);
     b = submit(&p, "x", "e-75", "always_75", NULL);
     c = submit(&p, "x", "e-fail", "fail", NULL);
-    run = wait_done(&p, a, 20);
+    run = th_wait_done(&p, a, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_ji(json_object_get(run, "result"), "attempt"), 2);
     json_decref(run);
-    run = wait_done(&p, b, 20);
+    run = th_wait_done(&p, b, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "exit_retry");
     ck_assert_int_eq(th_ji(run, "attempt"), 2);
     json_decref(run);
-    run = wait_done(&p, c, 20);
+    run = th_wait_done(&p, c, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "exit_failed");
     ck_assert_str_eq(err_msg(run), "the command exited with status 3: step 1 fine\nsomething "
@@ -357,18 +348,18 @@ START_TEST(stdout_shapes)
     a = submit(&p, "x", "e-partial", "partial", NULL);
     b = submit(&p, "x", "e-text", "text", NULL);
     c = submit(&p, "x", "e-big", "big", NULL);
-    run = wait_done(&p, a, 20);
+    run = th_wait_done(&p, a, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
     ck_assert_int_eq(th_ji(json_object_get(run, "summary_counts"), "failed"), 1);
     ck_assert_int_eq(json_array_size(json_object_get(run, "failure_summary")), 1);
     ck_assert_int_eq(th_ji(json_object_get(run, "result"), "rows"), 4);
     ck_assert_ptr_null(json_object_get(json_object_get(run, "result"), "summary_counts"));
     json_decref(run);
-    run = wait_done(&p, b, 20);
+    run = th_wait_done(&p, b, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_str_eq(th_js(json_object_get(run, "result"), "stdout"), "hello world\n");
     json_decref(run);
-    run = wait_done(&p, c, 20);
+    run = th_wait_done(&p, c, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "stdout_too_large");
     json_decref(run);
@@ -400,7 +391,7 @@ START_TEST(cancel_kills_group)
     th_post_json(p.url, "/runs/e-cancel/cancel", "{}", &r);
     ck_assert_int_eq(r.status, 202);
     th_resp_free(&r);
-    run = wait_done(&p, id, 10);
+    run = th_wait_done(&p, id, 10);
     ck_assert_str_eq(th_js(run, "outcome"), "cancelled");
     ck_assert_msg(!pids_alive(pidfile), "the command or its child survived the cancel");
     fprintf(stderr, "cancel: run ended %lld ms after the request\n", th_now_ms() - t0);
@@ -423,7 +414,7 @@ START_TEST(timeout_kills_stubborn)
     snprintf(pidfile, sizeof(pidfile), "/tmp/opsrun-tests/exec-pids2-%d", (int)getpid());
     unlink(pidfile);
     id = submit(&p, "xshort", "e-stubborn", "stubborn", pidfile);
-    run = wait_done(&p, id, 20);
+    run = th_wait_done(&p, id, 20);
     ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
     ck_assert_msg(!pids_alive(pidfile), "the command ignored SIGTERM and survived");
     json_decref(run);
@@ -457,7 +448,7 @@ START_TEST(untrusted_input)
         snprintf(name, sizeof(name), "--name=%s", inputs[i]);
         unlink(out), unlink(env);
         got = submit_value(&p, "xargv", id, out, inputs[i]);
-        run = wait_done(&p, got, 20);
+        run = th_wait_done(&p, got, 20);
         if (strcmp(inputs[i], "--extra-flag") == 0) {
             ck_assert_str_eq(th_js(run, "outcome"), "failed");
             ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "unsafe_input");
@@ -480,7 +471,7 @@ START_TEST(untrusted_input)
     snprintf(out, sizeof(out), "/tmp/opsrun-tests/argv-%d-dash", (int)getpid());
     snprintf(env, sizeof(env), "%s.env", out);
     got = submit_value(&p, "xdash", "e-input-dash", out, "--extra-flag");
-    run = wait_done(&p, got, 20);
+    run = th_wait_done(&p, got, 20);
     {
         const char *want[] = {"argv", out, "--name=--extra-flag", "--", "--extra-flag"};
         ck_assert_str_eq(th_js(run, "outcome"), "succeeded");

@@ -142,15 +142,6 @@ static char *submit(const struct th_proc *p, const char *type, const char *run_i
     return id;
 }
 
-static json_t *wait_done(const struct th_proc *p, const char *id)
-{
-    char *o = th_wait_run(p->url, id, 20);
-
-    ck_assert_msg(o, "run %s did not complete within 20 s", id);
-    free(o);
-    return th_get_run(p, id);
-}
-
 /* The run failed with unsafe_input and this message, and the remote never
  * saw a request of it. */
 static void expect_refused(const json_t *run, const char *id, const char *message)
@@ -215,7 +206,7 @@ START_TEST(http_inputs)
     for (size_t i = 0; i < NINPUTS; i++) {
         snprintf(id, sizeof(id), "h-all-%zu", i);
         got = submit(&p, "h_all", id, INPUTS[i].value);
-        run = wait_done(&p, got);
+        run = th_wait_done(&p, got, 20);
         if (strcmp(INPUTS[i].value, IN_DOTDOT) == 0) {
             expect_refused(run, id, "could not build the request: " PATH_DOT);
         } else if (strcmp(INPUTS[i].value, IN_CRLF) == 0) {
@@ -234,14 +225,14 @@ START_TEST(http_inputs)
         free(got);
     }
     got = submit(&p, "h_hdr", "h-hdr", IN_CRLF);
-    run = wait_done(&p, got);
+    run = th_wait_done(&p, got, 20);
     expect_refused(run, "h-hdr", "could not build the request: " HEADER_CRLF);
     json_decref(run);
     free(got);
     for (size_t i = 0; i < NINPUTS; i++) {
         snprintf(id, sizeof(id), "h-body-%zu", i);
         got = submit(&p, "h_body", id, INPUTS[i].value);
-        run = wait_done(&p, got);
+        run = th_wait_done(&p, got, 20);
         expect_sent(run, id, &r);
         expect_json_body(&r, INPUTS[i].value, 2);
         json_decref(run);
@@ -265,7 +256,7 @@ START_TEST(rest_job_inputs)
     for (size_t i = 0; i < NINPUTS; i++) {
         snprintf(id, sizeof(id), "r-job-%zu", i);
         got = submit(&p, "r_job", id, INPUTS[i].value);
-        run = wait_done(&p, got);
+        run = th_wait_done(&p, got, 20);
         if (strcmp(INPUTS[i].value, IN_DOTDOT) == 0) {
             expect_refused(run, id, "could not build the submit request: " PATH_DOT);
         } else if (strcmp(INPUTS[i].value, IN_CRLF) == 0) {
@@ -304,7 +295,7 @@ START_TEST(soap_job_inputs)
     for (size_t i = 0; i < NINPUTS; i++) {
         snprintf(id, sizeof(id), "s-job-%zu", i);
         got = submit(&p, "s_job", id, INPUTS[i].value);
-        run = wait_done(&p, got);
+        run = th_wait_done(&p, got, 20);
         if (strcmp(INPUTS[i].value, IN_CRLF) == 0) {
             expect_refused(run, id, "could not build the start envelope: " URL_CRLF);
         } else {

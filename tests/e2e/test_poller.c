@@ -102,15 +102,6 @@ static char *submit(const struct th_proc *p, const char *run_id, const char *sce
 }
 
 /* Waits for the run to complete; returns it (new reference). */
-static json_t *wait_done(const struct th_proc *p, const char *id, int timeout_s)
-{
-    char *o = th_wait_run(p->url, id, timeout_s);
-
-    ck_assert_msg(o, "run %s did not complete within %d s", id, timeout_s);
-    free(o);
-    return th_get_run(p, id);
-}
-
 static const char *err_code(const json_t *run)
 {
     return th_js(json_object_get(run, "error"), "code");
@@ -190,7 +181,7 @@ START_TEST(success_and_schedule)
     id = submit(&p, "ok-1", "done_after:5");
     ck_assert(th_wait_status(&p, id, "waiting", 5000));
     ck_assert_int_eq(engine_stat(&p, "busy"), 0); /* waiting holds no worker slot */
-    run = wait_done(&p, id, 30);
+    run = th_wait_done(&p, id, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_ji(json_object_get(run, "result"), "rows"), 5);
     ck_assert_ptr_nonnull(fake_jobs_get("ok-1", &j) ? &j : NULL);
@@ -250,7 +241,7 @@ START_TEST(idle_and_lag)
 
     start(&p, "e2e_poll_idle", FAST_POLL, NULL);
     id = submit(&p, "idle-1", "done_after:1");
-    json_decref(wait_done(&p, id, 20));
+    json_decref(th_wait_done(&p, id, 20));
     th_sleep_ms(1500); /* hooks done, stats flushed */
     x0 = th_sql_int(g_db, "SELECT xact_commit FROM pg_stat_database WHERE datname = "
                           "current_database()");
@@ -300,7 +291,7 @@ START_TEST(remote_outcomes)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         ids[i] = submit(&p, cases[i].run, cases[i].scenario);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *run = wait_done(&p, ids[i], 30);
+        json_t *run = th_wait_done(&p, ids[i], 30);
         ck_assert_msg(th_streq(th_js(run, "outcome"), cases[i].outcome), "%s: outcome %s, want %s",
                       cases[i].run, th_js(run, "outcome"), cases[i].outcome);
         if (cases[i].code) {
@@ -336,11 +327,11 @@ START_TEST(unknown_state_and_gone_options)
           "\"unknown_state\": \"failed\", \"gone\": \"succeeded\"");
     a = submit(&p, "u-1", "unknown:1,done_after:3");
     b = submit(&p, "g-1", "vanish_after:2");
-    run = wait_done(&p, a, 30);
+    run = th_wait_done(&p, a, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_msg(strstr(err_msg(run), "WEIRD"), "error: %s", err_msg(run));
     json_decref(run);
-    run = wait_done(&p, b, 30);
+    run = th_wait_done(&p, b, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     json_decref(run);
     free(a);
@@ -366,7 +357,7 @@ START_TEST(budgets)
           " \"max_checks\": 3, \"max_duration_s\": 600, \"check_timeout_s\": 1}",
           NULL);
     a = submit(&p, "b-checks", "flaky:1");
-    run = wait_done(&p, a, 30);
+    run = th_wait_done(&p, a, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
     ck_assert_str_eq(err_code(run), "poll_budget");
     ck_assert_msg(strstr(err_msg(run), "after 3 checks (poll.max_checks 3)"), "%s", err_msg(run));
@@ -381,7 +372,7 @@ START_TEST(budgets)
           " \"max_checks\": 1000, \"max_duration_s\": 2, \"check_timeout_s\": 1}",
           NULL);
     b = submit(&p, "b-time", "forever");
-    run = wait_done(&p, b, 30);
+    run = th_wait_done(&p, b, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
     ck_assert_msg(strstr(err_msg(run), "(poll.max_duration_s 2)"), "%s", err_msg(run));
     json_decref(run);
@@ -424,7 +415,7 @@ START_TEST(cancel_and_cleanup)
     ck_assert_int_eq(j.checks, checks);
 
     b = submit(&p, "c-2", "cleanup_fail,done_after:1");
-    run = wait_done(&p, b, 30);
+    run = th_wait_done(&p, b, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     json_decref(run);
     wait_hooks("c-2", 0, 1);
@@ -450,17 +441,17 @@ START_TEST(submit_errors)
     a = submit(&p, "s-500", "submit_500");
     b = submit(&p, "s-400", "submit_400");
     c = submit(&p, "s-noid", "submit_noid");
-    run = wait_done(&p, a, 30);
+    run = th_wait_done(&p, a, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_str_eq(err_code(run), "submit_unavailable");
     ck_assert_int_eq(th_ji(run, "attempt"), 2);
     json_decref(run);
-    run = wait_done(&p, b, 30);
+    run = th_wait_done(&p, b, 30);
     ck_assert_str_eq(err_code(run), "submit_rejected");
     ck_assert_msg(strstr(err_msg(run), "HTTP 400: {\"error\":\"bad job\"}"), "%s", err_msg(run));
     ck_assert_int_eq(th_ji(run, "attempt"), 1);
     json_decref(run);
-    run = wait_done(&p, c, 30);
+    run = th_wait_done(&p, c, 30);
     ck_assert_str_eq(err_code(run), "submit_no_id");
     json_decref(run);
     ck_assert_int_eq(fake_jobs_submits(), 2 + 1 + 1);
@@ -505,7 +496,7 @@ START_TEST(one_check_in_flight)
         ids[i] = submit(i % 2 ? &a : &b, rid, "slow:150,done_after:8");
     }
     for (int i = 0; i < 30; i++) {
-        json_t *run = wait_done(&a, ids[i], 60);
+        json_t *run = th_wait_done(&a, ids[i], 60);
         ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
         json_decref(run);
         free(ids[i]);
@@ -550,7 +541,7 @@ START_TEST(killed_mid_check)
     killed = th_now_ms();
     th_stop(&a, SIGKILL, 5);
     start_on(&b, conninfo, "e2e_poll_killed_b", poll, NULL);
-    run = wait_done(&b, id, 60);
+    run = th_wait_done(&b, id, 60);
     took = th_now_ms() - killed;
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert(fake_jobs_get("k-1", &j));
@@ -730,15 +721,15 @@ START_TEST(http_sync_and_async)
     start_http(&p, "e2e_http_ok");
     for (int i = 0; i < 7; i++)
         ids[i] = submit_to(&p, cases[i][0], cases[i][1], cases[i][2]);
-    run = wait_done(&p, ids[0], 20);
+    run = th_wait_done(&p, ids[0], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_ji(json_object_get(run, "result"), "answer"), 42);
     ck_assert_str_eq(th_js(json_object_get(run, "result"), "run"), "h-sync");
     json_decref(run);
-    run = wait_done(&p, ids[1], 20);
+    run = th_wait_done(&p, ids[1], 20);
     ck_assert_str_eq(th_js(json_object_get(run, "result"), "body"), "plain ok");
     json_decref(run);
-    run = wait_done(&p, ids[2], 20);
+    run = th_wait_done(&p, ids[2], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_ji(json_object_get(run, "result"), "rows"), 3);
     ck_assert(fake_jobs_get("h-async", &j));
@@ -746,10 +737,10 @@ START_TEST(http_sync_and_async)
     ck_assert_str_eq(th_js(run, "external_id"), want_url);
     ck_assert_int_eq(j.checks, 3);
     json_decref(run);
-    run = wait_done(&p, ids[3], 20);
+    run = th_wait_done(&p, ids[3], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     json_decref(run);
-    run = wait_done(&p, ids[4], 20);
+    run = th_wait_done(&p, ids[4], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert(fake_jobs_get("h-ra", &j));
     ck_assert_int_eq(j.checks, 3);
@@ -758,11 +749,11 @@ START_TEST(http_sync_and_async)
         ck_assert_msg(gap >= 950, "check %d came %lld ms after the previous answer", k + 1, gap);
     }
     json_decref(run);
-    run = wait_done(&p, ids[5], 20);
+    run = th_wait_done(&p, ids[5], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_msg(strstr(err_msg(run), "\"broken\": nope"), "%s", err_msg(run));
     json_decref(run);
-    run = wait_done(&p, ids[6], 20);
+    run = th_wait_done(&p, ids[6], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     ck_assert_str_eq(err_code(run), "unsafe_status_url");
     ck_assert(fake_jobs_get("h-other", &j));
@@ -789,19 +780,19 @@ START_TEST(http_errors_and_cancel)
     c = submit_to(&p, "call", "h-hang", "call_hang");
     d = submit_to(&p, "call", "h-vanish", "async_vanish");
     e = submit_to(&p, "call", "h-cancel", "async:1000");
-    run = wait_done(&p, a, 20);
+    run = th_wait_done(&p, a, 20);
     ck_assert_str_eq(err_code(run), "unavailable");
     ck_assert_int_eq(th_ji(run, "attempt"), 2);
     json_decref(run);
-    run = wait_done(&p, b, 20);
+    run = th_wait_done(&p, b, 20);
     ck_assert_str_eq(err_code(run), "rejected");
     ck_assert_int_eq(th_ji(run, "attempt"), 1);
     json_decref(run);
-    run = wait_done(&p, c, 30);
+    run = th_wait_done(&p, c, 30);
     ck_assert_str_eq(err_code(run), "unavailable");
     ck_assert_msg(strstr(err_msg(run), "{{") || strstr(err_msg(run), "/call"), "%s", err_msg(run));
     json_decref(run);
-    run = wait_done(&p, d, 20);
+    run = th_wait_done(&p, d, 20);
     ck_assert_str_eq(err_code(run), "job_gone");
     json_decref(run);
     ck_assert(th_wait_status(&p, e, "waiting", 5000));
@@ -937,7 +928,7 @@ START_TEST(soap_decision_tree)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         ids[i] = submit_to(&p, "soap", cases[i].run, cases[i].scenario);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *run = wait_done(&p, ids[i], 40);
+        json_t *run = th_wait_done(&p, ids[i], 40);
         ck_assert_msg(th_streq(th_js(run, "outcome"), cases[i].outcome), "%s: %s (%s)",
                       cases[i].run, th_js(run, "outcome"), err_msg(run) ? err_msg(run) : "");
         if (cases[i].code) {
@@ -1022,7 +1013,7 @@ static const char *const QUICK_POLL =
 static void expect_quiet_success(struct th_proc *p, const char *id, const char *type, int checks,
                                  long long failures_before)
 {
-    json_t *run = wait_done(p, id, 30);
+    json_t *run = th_wait_done(p, id, 30);
     char want[160], line[1024];
 
     ck_assert_msg(th_streq(th_js(run, "outcome"), "succeeded"), "%s: %s (%s)", id,

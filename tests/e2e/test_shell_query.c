@@ -177,15 +177,6 @@ static char *submit_to(const struct th_proc *p, const char *type, const char *ru
     return th_submit(p, body, 202);
 }
 
-static json_t *wait_done(const struct th_proc *p, const char *id, int timeout_s)
-{
-    char *o = th_wait_run(p->url, id, timeout_s);
-
-    ck_assert_msg(o, "run %s did not complete within %d s", id, timeout_s);
-    free(o);
-    return th_get_run(p, id);
-}
-
 /* Waits until every object created for run was deleted; asserts that each
  * was deleted exactly once and that there are want of them. */
 static void expect_cleaned(const char *run, int want)
@@ -221,7 +212,7 @@ START_TEST(complete_sequence)
 
     start_fresh(&p, "e2e_shell_complete");
     id = submit_to(&p, "shell", "sq-1", "soap_done:3,ready_after:1");
-    run = wait_done(&p, id, 30);
+    run = th_wait_done(&p, id, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     expect_cleaned("sq-1", 2);
     ck_assert_int_eq(fake_objects_of("sq-1", o, 4), 2);
@@ -278,7 +269,7 @@ START_TEST(every_end_cleans_up)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         ids[i] = submit_to(&p, cases[i].type, cases[i].run, cases[i].scenario);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *run = wait_done(&p, ids[i], 40), *err = json_object_get(run, "error");
+        json_t *run = th_wait_done(&p, ids[i], 40), *err = json_object_get(run, "error");
         ck_assert_msg(th_streq(th_js(run, "outcome"), cases[i].outcome), "%s: %s (%s)",
                       cases[i].run, th_js(run, "outcome"), th_js(err, "message"));
         if (cases[i].code) {
@@ -333,7 +324,7 @@ START_TEST(cancel_during_prepare)
     th_post_json(p.url, "/runs/c-1/cancel", "{}", &r);
     ck_assert_int_eq(r.status, 202); /* a run in progress is asked to stop */
     th_resp_free(&r);
-    run = wait_done(&p, id, 10);
+    run = th_wait_done(&p, id, 10);
     ck_assert_str_eq(th_js(run, "outcome"), "cancelled");
     ck_assert_msg(th_now_ms() - t0 < 4000, "the cancel took %lld ms", th_now_ms() - t0);
     expect_cleaned("c-1", 2);
@@ -363,7 +354,7 @@ START_TEST(killed_during_prepare)
     kill(a.pid, SIGKILL);
     th_stop(&a, SIGKILL, 5);
     start_on(&b, conninfo, "e2e_shell_kill_prep_b");
-    run = wait_done(&b, id, 60);
+    run = th_wait_done(&b, id, 60);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     ck_assert_int_eq(th_ji(run, "attempt"), 2);
     expect_cleaned("k-1", 4);
@@ -401,7 +392,7 @@ START_TEST(killed_while_polling)
         ck_assert_int_eq(o[0].deleted + o[1].deleted, 0);
     }
     start_on(&b, conninfo, "e2e_shell_kill_poll_b");
-    run = wait_done(&b, id, 60);
+    run = th_wait_done(&b, id, 60);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     expect_cleaned("kp-1", 2);
     json_decref(run);
@@ -422,10 +413,10 @@ START_TEST(rest_job_prepare)
     start_fresh(&p, "e2e_shell_rest");
     ok = submit_to(&p, "jobprep", "rp-ok", "done_after:2");
     bad = submit_to(&p, "jobprep", "rp-bad", "submit_400");
-    run = wait_done(&p, ok, 30);
+    run = th_wait_done(&p, ok, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     json_decref(run);
-    run = wait_done(&p, bad, 30);
+    run = th_wait_done(&p, bad, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     json_decref(run);
     for (long long until = th_now_ms() + 10000; th_now_ms() < until; th_sleep_ms(50))

@@ -701,6 +701,15 @@ bool th_wait_status(const struct th_proc *p, const char *id, const char *want, i
     return false;
 }
 
+json_t *th_wait_done(const struct th_proc *p, const char *id, int timeout_s)
+{
+    char *o = th_wait_run(p->url, id, timeout_s);
+
+    ck_assert_msg(o, "run %s did not complete within %d s", id, timeout_s);
+    free(o);
+    return th_get_run(p, id);
+}
+
 void th_expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s)
 {
     char *o = th_wait_run(p->url, id, timeout_s);

@@ -124,6 +124,9 @@ char *th_submit(const struct th_proc *p, const char *body, long want);
 json_t *th_get_run(const struct th_proc *p, const char *id);
 /* Polls GET /runs/{id} every 20 ms until status == want; false on timeout. */
 bool th_wait_status(const struct th_proc *p, const char *id, const char *want, int timeout_ms);
+/* Waits up to timeout_s for the run to complete (asserting it did);
+ * returns it (new reference). */
+json_t *th_wait_done(const struct th_proc *p, const char *id, int timeout_s);
 /* Waits up to timeout_s for the run to complete; asserts its outcome. */
 void th_expect_outcome(const struct th_proc *p, const char *id, const char *want, int timeout_s);
 /* Asserts an RFC 9457 problem: HTTP want, problem+json, string type, title
