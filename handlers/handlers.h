@@ -46,7 +46,7 @@ struct request {
     void *query_arg;
 };
 
-#define REPLY_HEADERS_MAX 4
+#define REPLY_HEADERS_MAX 8
 /* The WWW-Authenticate challenge of every 401 (RFC 6750). */
 #define AUTH_CHALLENGE "Bearer realm=\"opsrun\""
 #define WAIT_MAX_S 60
@@ -114,6 +114,14 @@ enum status handle_health_livez(const struct hctx *hc, const struct request *rq,
 enum status handle_health_readyz(const struct hctx *hc, const struct request *rq, struct reply *rp);
 /* GET /openapi.yaml: the embedded API description, application/yaml. */
 enum status handle_openapi_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* GET / (index.html) and GET /web/{name}: the embedded dashboard, with an
+ * ETag, Cache-Control: no-cache and a Content-Security-Policy. */
+enum status handle_web_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* The Content-Type the dashboard serves a file name with; NULL for a kind
+ * of file it does not serve. */
+const char *web_content_type(const char *name);
+/* The value of the reply's header name (case-insensitive), or NULL. */
+const char *reply_header_get(const struct reply *rp, const char *name);
 
 /* ---- pure parts, exposed for unit tests ---- */
 

@@ -37,6 +37,14 @@ void reply_header(struct reply *rp, const char *name, const char *value)
     rp->nheaders++;
 }
 
+const char *reply_header_get(const struct reply *rp, const char *name)
+{
+    for (unsigned i = 0; i < rp->nheaders; i++)
+        if (strcasecmp(rp->headers[i].name, name) == 0)
+            return rp->headers[i].value;
+    return NULL;
+}
+
 void reply_json_take(struct reply *rp, unsigned http_status, json_t *body)
 {
     json_decref(rp->body);

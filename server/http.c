@@ -125,6 +125,25 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     LOG(lvl, "libmicrohttpd: %s", msg);
 }
 
+/* A 200 with an ETag that the request's If-None-Match names (weak
+ * comparison, RFC 9110 13.1.2) becomes a 304 without a body. */
+static void http_not_modified(const struct req_ctx *rc, struct reply *rp)
+{
+    const char *etag = reply_header_get(rp, "ETag");
+    const char *inm;
+
+    if (rp->http_status != 200 || !etag)
+        return;
+    inm = MHD_lookup_connection_value(rc->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    if (!inm || (strcmp(inm, "*") != 0 && !strstr(inm, etag)))
+        return;
+    rp->http_status = MHD_HTTP_NOT_MODIFIED;
+    free(rp->text);
+    rp->text = NULL;
+    json_decref(rp->body);
+    rp->body = NULL;
+}
+
 static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
 {
     char *text = NULL;
@@ -134,6 +153,7 @@ static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
 
     if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
         return MHD_NO; /* answered 408 at its deadline already */
+    http_not_modified(rc, rp);
     if (rp->text) {
         text = rp->text;
         rp->text = NULL;
@@ -150,7 +170,8 @@ static enum MHD_Result http_send(struct req_ctx *rc, struct reply *rp)
     }
     if (text)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (!reply_header_get(rp, MHD_HTTP_HEADER_CACHE_CONTROL))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     http_cors_headers(r, rc->cors_origin);
     MHD_add_response_header(r, REQUEST_ID_HEADER, rc->request_id);
     for (unsigned i = 0; i < rp->nheaders; i++)

@@ -20,13 +20,19 @@ static const struct route_entry routes[] = {
     {"GET", "/readyz", handle_health_readyz, false, false, NEED_OPEN},
     {"GET", "/metrics", handle_metrics_get, false, false, NEED_HEALTH},
     {"GET", "/openapi.yaml", handle_openapi_get, false, false, NEED_OPEN},
+    {"GET", "/", handle_web_get, false, false, NEED_OPEN},
+    {"GET", "/web/{name}", handle_web_get, false, false, NEED_OPEN},
 };
 
-/* Matches path against pattern; the {id} segment is copied to id. */
+/* Matches path against pattern; the {id} (a run id) or {name} (a file of
+ * the dashboard, of the same characters) segment is copied to id. */
 static bool route_match_path(const char *pattern, const char *path, char *id, size_t idcap)
 {
     while (*pattern && *path) {
-        if (strncmp(pattern, "{id}", 4) == 0) {
+        size_t plen = strncmp(pattern, "{id}", 4) == 0     ? 4
+                      : strncmp(pattern, "{name}", 6) == 0 ? 6
+                                                           : 0;
+        if (plen) {
             size_t n = strcspn(path, "/");
             char seg[130];
             if (n == 0 || n >= sizeof(seg) || n >= idcap)
@@ -36,7 +42,7 @@ static bool route_match_path(const char *pattern, const char *path, char *id, si
             if (!run_id_valid(seg))
                 return false;
             memcpy(id, seg, n + 1);
-            pattern += 4;
+            pattern += plen;
             path += n;
             continue;
         }

@@ -1,5 +1,6 @@
 /* server/route.h — the route table: method + path pattern → handler.
- * Patterns are literal segments and "{id}" (a run id). Pure and reentrant. */
+ * Patterns are literal segments, "{id}" (a run id) and "{name}" (a file of
+ * the dashboard, of the characters of a run id). Pure and reentrant. */
 #ifndef OPSRUN_SERVER_ROUTE_H
 #define OPSRUN_SERVER_ROUTE_H
 
@@ -19,7 +20,7 @@ struct route_entry {
 
 struct route_hit {
     const struct route_entry *entry;
-    char id[130];   /* the {id} segment, when the pattern has one */
+    char id[130];   /* the {id} or {name} segment, when the pattern has one */
     char allow[64]; /* ROUTE_METHOD: the Allow header value */
 };
 

@@ -261,6 +261,14 @@ START_TEST(routes_match)
     ck_assert_int_eq(route_find("POST", "/runs/r1/cancel", &m), ROUTE_FOUND);
     ck_assert(!m.entry->json_body);
     ck_assert_int_eq(route_find("HEAD", "/healthz", &m), ROUTE_FOUND);
+    ck_assert_int_eq(route_find("GET", "/", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_web_get);
+    ck_assert_int_eq(m.entry->need, NEED_OPEN);
+    ck_assert_str_eq(m.id, "");
+    ck_assert_int_eq(route_find("GET", "/web/app.js", &m), ROUTE_FOUND);
+    ck_assert_str_eq(m.entry->pattern, "/web/{name}");
+    ck_assert_int_eq(m.entry->need, NEED_OPEN);
+    ck_assert_str_eq(m.id, "app.js");
 }
 END_TEST
 
@@ -268,7 +276,11 @@ START_TEST(routes_reject)
 {
     struct route_hit m;
 
-    ck_assert_int_eq(route_find("GET", "/", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "//", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/web/", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("GET", "/web/a/b.js", &m), ROUTE_NOT_FOUND);
+    ck_assert_int_eq(route_find("POST", "/", &m), ROUTE_METHOD);
+    ck_assert_str_eq(m.allow, "GET");
     ck_assert_int_eq(route_find("GET", "/runs/", &m), ROUTE_NOT_FOUND);
     ck_assert_int_eq(route_find("GET", "/runs/a b", &m), ROUTE_NOT_FOUND);
     ck_assert_int_eq(route_find("GET", "/runs/r1/events/x", &m), ROUTE_NOT_FOUND);
@@ -279,6 +291,56 @@ START_TEST(routes_reject)
     ck_assert_str_eq(m.allow, "POST");
     ck_assert_int_eq(route_find("GET", "/runs/r1/cancel", &m), ROUTE_METHOD);
     ck_assert_str_eq(m.allow, "POST");
+}
+END_TEST
+
+static const char *no_query(const struct request *rq, const char *key)
+{
+    (void)rq;
+    (void)key;
+    return NULL;
+}
+
+/* The dashboard's files: index.html at /, the others by name, each with
+ * its type, a strong ETag and the headers that keep the page to itself. */
+START_TEST(web_files)
+{
+    struct request rq = {.method = "GET", .path = "/", .query = no_query};
+    struct reply rp;
+
+    ck_assert_str_eq(web_content_type("index.html"), "text/html; charset=utf-8");
+    ck_assert_str_eq(web_content_type("app.js"), "text/javascript; charset=utf-8");
+    ck_assert_str_eq(web_content_type("app.css"), "text/css; charset=utf-8");
+    ck_assert_str_eq(web_content_type("icon.svg"), "image/svg+xml");
+    ck_assert_ptr_null(web_content_type("x.exe"));
+    ck_assert_ptr_null(web_content_type(".js"));
+
+    reply_init(&rp);
+    ck_assert_int_eq(handle_web_get(NULL, &rq, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 200);
+    ck_assert_str_eq(rp.text_type, "text/html; charset=utf-8");
+    ck_assert_ptr_nonnull(strstr(rp.text, "<script type=\"module\" src=\"/web/app.js\">"));
+    ck_assert_uint_eq(strlen(reply_header_get(&rp, "ETag")), 66);
+    ck_assert_str_eq(reply_header_get(&rp, "Cache-Control"), "no-cache");
+    ck_assert_ptr_nonnull(strstr(reply_header_get(&rp, "Content-Security-Policy"),
+                                 "default-src 'none'; script-src 'self'"));
+    ck_assert_str_eq(reply_header_get(&rp, "X-Content-Type-Options"), "nosniff");
+    reply_cleanup(&rp);
+
+    rq.path = "/web/app.js";
+    rq.path_id = "app.js";
+    reply_init(&rp);
+    ck_assert_int_eq(handle_web_get(NULL, &rq, &rp), ST_OK);
+    ck_assert_str_eq(rp.text_type, "text/javascript; charset=utf-8");
+    reply_cleanup(&rp);
+
+    rq.path = "/web/nothing.js";
+    rq.path_id = "nothing.js";
+    reply_init(&rp);
+    ck_assert_int_eq(handle_web_get(NULL, &rq, &rp), ST_NOT_FOUND);
+    ck_assert_uint_eq(rp.http_status, 404);
+    ck_assert(rp.problem);
+    reply_cleanup(&rp);
 }
 END_TEST
 
@@ -368,6 +430,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, filter_invalid);
     tcase_add_test(t, routes_match);
     tcase_add_test(t, routes_reject);
+    tcase_add_test(t, web_files);
     tcase_add_test(t, problem_mapping);
     tcase_add_test(t, problem_extra_members);
     suite_add_tcase(s, t);

@@ -1,0 +1,188 @@
+// web/app.js — the dashboard: runs from GET /runs (newest first, older
+// pages on demand), kept live by the one GET /stream; a run's detail;
+// the overview strip. Every stream event is queued and applied once per
+// animation frame (web/live.js), so the DOM changes at most once a frame
+// whatever the event rate.
+import { api, ensureToken, forgetToken } from './api.js';
+import { Live } from './live.js';
+import { Runs } from './runs.js';
+import { Table } from './table.js';
+import { Detail } from './detail.js';
+import { Chart } from './chart.js';
+import { startOverview } from './overview.js';
+
+const PAGE = 500; // GET /runs's largest page
+
+const $ = (id) => document.getElementById(id);
+const runs = new Runs();
+let cursor = null; // next_cursor of the last page read
+let opener = null; // the element that had focus when the detail opened
+
+const table = new Table({
+  wrap: $('table-wrap'), tbody: $('rows'), table: $('runs'), runs,
+  onOpen: (id) => openDetail(id),
+});
+const chart = new Chart($('chart'));
+const detail = new Detail({
+  runs,
+  onChanged: (run) => {
+    if (run && run.id && runs.put(run)) table.schedule();
+  },
+  onOpenRun: (id) => openDetail(id),
+  onClosed: () => {
+    if (opener && opener.isConnected) opener.focus();
+    else table.focusSelected();
+  },
+});
+
+function openDetail(id) {
+  if (!detail.dlg.open) opener = document.activeElement;
+  detail.open(id);
+}
+
+function updateCount() {
+  const shown = runs.view.length;
+  const total = runs.order.length;
+  $('count').textContent = shown === total ? `${total} runs` : `${shown} of ${total} runs`;
+  $('older').disabled = !cursor;
+  $('older').textContent = cursor ? 'Load older runs' : 'No older runs';
+}
+
+// The list's server-side filters: those GET /runs takes.
+function listQuery(extra) {
+  const q = new URLSearchParams({ limit: String(PAGE) });
+  const f = runs.filter;
+  if (f.status) q.set('status', f.status);
+  if (f.outcome) q.set('outcome', f.outcome);
+  if (f.type) q.set('type', f.type);
+  for (const [k, v] of Object.entries(extra || {})) q.set(k, v);
+  return '/runs?' + q;
+}
+
+function addTypes() {
+  const sel = $('f-type');
+  const have = new Set([...sel.options].map((o) => o.value));
+  for (const t of [...runs.types].sort()) {
+    if (have.has(t)) continue;
+    const o = document.createElement('option');
+    o.textContent = t;
+    sel.append(o);
+  }
+}
+
+function take(list) {
+  let changed = false;
+  for (const r of list) changed = runs.put(r) || changed;
+  if (changed) {
+    addTypes();
+    table.schedule();
+  }
+  updateCount();
+}
+
+// The newest page again (a first load, a reconnect without an id, a
+// reset): runs that completed while the page was not listening are read
+// back, also active ones older than that page.
+async function reload() {
+  const { body } = await api(listQuery());
+  cursor = body.next_cursor;
+  take(body.runs);
+  const seen = new Set(body.runs.map((r) => r.id));
+  const stale = runs.order.filter((r) => r.status !== 'completed' && !seen.has(r.id)).slice(0, 100);
+  for (const r of stale) {
+    try {
+      take([(await api(`/runs/${encodeURIComponent(r.id)}`)).body]);
+    } catch {
+      /* deleted by retention, or gone with its tenant: leave it */
+    }
+  }
+}
+
+async function older() {
+  if (!cursor) return;
+  $('older').disabled = true;
+  const { body } = await api(listQuery({ cursor }));
+  cursor = body.next_cursor;
+  take(body.runs);
+}
+
+function setConn(state) {
+  const c = $('conn');
+  c.dataset.state = state;
+  c.textContent = { live: 'live', connecting: 'connecting', reconnecting: 'reconnecting', offline: 'offline, retrying' }[state] || state;
+}
+
+const live = new Live({
+  onState: setConn,
+  onFresh: () => reload().catch(() => {}),
+  onEvents: (batch) => {
+    let changed = false;
+    for (const { kind, run } of batch) {
+      const before = runs.get(run.id);
+      const wasDone = before && before.status === 'completed';
+      if (runs.put(run)) changed = true;
+      if (kind === 'status' && run.status === 'completed' && !wasDone) chart.add(run.outcome);
+    }
+    if (changed) {
+      addTypes();
+      table.schedule();
+      updateCount();
+    }
+    detail.take(batch);
+  },
+});
+
+function filters() {
+  const search = $('f-search').value.trim().toLowerCase();
+  const f = { status: $('f-status').value, outcome: $('f-outcome').value, type: $('f-type').value };
+  const listChanged = f.status !== runs.filter.status || f.outcome !== runs.filter.outcome || f.type !== runs.filter.type;
+  runs.setFilter({ ...f, search });
+  table.sel = 0;
+  table.wrap.scrollTop = 0;
+  table.schedule();
+  updateCount();
+  if (listChanged) reload().then(updateCount).catch(() => {});
+}
+
+// Enter in the search box looks the text up as a run id and as an
+// external id on the server, for runs older than the pages read so far.
+async function lookup() {
+  const s = $('f-search').value.trim();
+  if (!s) return;
+  const found = [];
+  try {
+    found.push((await api(`/runs/${encodeURIComponent(s)}`)).body);
+  } catch {
+    /* not a run id */
+  }
+  try {
+    found.push(...(await api(listQuery({ external_id: s }))).body.runs);
+  } catch {
+    /* not valid as an external id */
+  }
+  take(found);
+}
+
+async function main() {
+  for (const id of ['f-status', 'f-outcome', 'f-type']) $(id).addEventListener('change', filters);
+  $('f-search').addEventListener('input', filters);
+  $('f-search').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') {
+      e.preventDefault();
+      lookup();
+    }
+  });
+  $('filters').addEventListener('submit', (e) => e.preventDefault());
+  $('older').addEventListener('click', () => older().catch(() => updateCount()));
+  $('forget').addEventListener('click', () => {
+    forgetToken();
+    location.reload();
+  });
+  setInterval(() => table.schedule(), 1000); // ages
+  await ensureToken();
+  live.start();
+  startOverview();
+  updateCount();
+}
+
+main();

@@ -1,0 +1,202 @@
+// web/detail.js — one run: its fields, input, result, error, counts and
+// failures, and its event timeline: GET /runs/{id}/events once, then the
+// events of the page's one stream (no second connection), kept by event
+// id so that none shows twice. Cancel and retry ask first.
+import { api } from './api.js';
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = text;
+  return e;
+}
+
+function time(ts) {
+  if (!ts) return '–';
+  const d = new Date(ts);
+  return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+function json(v) {
+  return JSON.stringify(v, null, 2);
+}
+
+export class Detail {
+  constructor({ runs, onChanged, onOpenRun, onClosed }) {
+    this.runs = runs;
+    this.onChanged = onChanged; // (run) a run read here, for the table
+    this.onOpenRun = onOpenRun;
+    this.onClosed = onClosed;
+    this.dlg = document.getElementById('detail');
+    this.body = document.getElementById('d-body');
+    this.list = document.getElementById('d-events');
+    this.msg = document.getElementById('d-msg');
+    this.cancelBtn = document.getElementById('d-cancel');
+    this.retryBtn = document.getElementById('d-retry');
+    this.id = null;
+    this.events = new Map(); // event id → event
+    this.dirty = false;
+    document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
+    this.dlg.addEventListener('close', () => {
+      this.id = null;
+      this.onClosed();
+    });
+    this.cancelBtn.addEventListener('click', () => this.act('cancel'));
+    this.retryBtn.addEventListener('click', () => this.act('retry'));
+  }
+
+  async open(id) {
+    this.id = id;
+    this.events = new Map();
+    this.list.replaceChildren();
+    this.msg.textContent = '';
+    this.list.dataset.loaded = 'false';
+    const known = this.runs.get(id);
+    this.renderRun(known || { id });
+    if (!this.dlg.open) this.dlg.showModal();
+    try {
+      const [{ body: run }, { body: ev }] = await Promise.all([
+        api(`/runs/${encodeURIComponent(id)}`),
+        api(`/runs/${encodeURIComponent(id)}/events`),
+      ]);
+      if (this.id !== id) return;
+      this.onChanged(run);
+      for (const e of ev.events) this.events.set(e.id, e);
+      this.list.dataset.loaded = 'true';
+      this.renderRun(this.runs.get(id) || run);
+      this.renderEvents();
+    } catch (err) {
+      if (this.id === id) this.msg.textContent = 'Could not read the run: ' + err.message;
+    }
+  }
+
+  // The stream's events of this run (called with each frame's batch).
+  take(batch) {
+    if (!this.id) return;
+    let changed = false;
+    for (const { kind, id, run } of batch) {
+      if (run.id !== this.id) continue;
+      changed = true;
+      if (!id || kind === 'snapshot' || this.events.has(id)) continue;
+      this.events.set(id, {
+        id, run_id: run.id, type: kind, status: run.status, outcome: run.outcome,
+        progress: run.progress, step: run.step, message: null, created_at: null,
+      });
+    }
+    if (changed) {
+      this.renderRun(this.runs.get(this.id));
+      if (this.list.dataset.loaded === 'true') this.renderEvents();
+    }
+  }
+
+  field(dl, name, value) {
+    dl.append(el('dt', null, name), el('dd', null, value === null || value === undefined || value === '' ? '–' : String(value)));
+  }
+
+  renderRun(r) {
+    if (!r) return;
+    document.getElementById('d-title').textContent = r.id;
+    const b = this.body;
+    b.replaceChildren();
+    const dl = el('dl');
+    this.field(dl, 'Type', r.type);
+    this.field(dl, 'Status', r.status);
+    this.field(dl, 'Outcome', r.outcome);
+    const bar = el('div', r.status === 'completed' ? 'bar done' : 'bar');
+    const fill = el('i');
+    fill.style.width = Math.max(0, Math.min(100, r.progress || 0)) + '%';
+    bar.append(fill, el('span', null, `${r.progress ?? 0}%${r.step ? ' ' + r.step : ''}`));
+    dl.append(el('dt', null, 'Progress'), el('dd'));
+    dl.lastChild.append(bar);
+    this.field(dl, 'Attempt', r.attempt !== undefined ? `${r.attempt} of ${r.max_attempts}` : null);
+    this.field(dl, 'Initiator', r.initiator);
+    this.field(dl, 'Tenant', r.tenant);
+    this.field(dl, 'Priority', r.priority);
+    this.field(dl, 'External id', r.external_id);
+    this.field(dl, 'Worker', r.worker_id);
+    this.field(dl, 'Created', time(r.created_at));
+    this.field(dl, 'Due', time(r.run_at));
+    this.field(dl, 'Started', time(r.started_at));
+    this.field(dl, 'Completed', time(r.completed_at));
+    this.field(dl, 'Updated', time(r.updated_at));
+    if (r.status === 'waiting') {
+      // The run object has no poll schedule (next check, budget left) in
+      // this version: say what is known.
+      this.field(dl, 'Waiting', `for ${r.external_id || 'its remote job'} since ${time(r.updated_at)}; ` +
+        'the next check time and the poll budget are not in the API');
+    }
+    if (r.retry_of) {
+      const a = el('button', 'link', r.retry_of);
+      a.type = 'button';
+      a.addEventListener('click', () => this.onOpenRun(r.retry_of));
+      dl.append(el('dt', null, 'Retry of'), el('dd'));
+      dl.lastChild.append(a);
+    }
+    b.append(dl);
+    const block = (title, v) => {
+      if (v === null || v === undefined) return;
+      b.append(el('h3', null, title), el('pre', null, json(v)));
+    };
+    block('Input', r.input);
+    block('Result', r.result);
+    block('Error', r.error);
+    if (r.summary_counts) {
+      b.append(el('h3', null, 'Summary counts'));
+      const sc = el('dl');
+      for (const [k, v] of Object.entries(r.summary_counts)) this.field(sc, k, typeof v === 'object' ? json(v) : v);
+      b.append(sc);
+    }
+    if (Array.isArray(r.failure_summary) && r.failure_summary.length) {
+      b.append(el('h3', null, 'Failures'));
+      const ul = el('ul');
+      for (const f of r.failure_summary) ul.append(el('li', null, f.code ? `${f.code}: ${f.message ?? ''}` : json(f)));
+      b.append(ul);
+    }
+    block('Context', r.context);
+    const active = r.status && r.status !== 'completed';
+    this.cancelBtn.disabled = !active || r.status === 'cancelling';
+    this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+  }
+
+  renderEvents() {
+    const ids = [...this.events.keys()].sort((a, b) => a - b);
+    const frag = document.createDocumentFragment();
+    for (const id of ids) {
+      const e = this.events.get(id);
+      const li = el('li');
+      li.dataset.eventId = String(id);
+      li.dataset.progress = String(e.progress ?? '');
+      const what = e.type === 'progress'
+        ? `${e.progress}%${e.step ? ' ' + e.step : ''}`
+        : `${e.status}${e.outcome && e.outcome !== 'pending' ? ' ' + e.outcome : ''}${e.message ? ' — ' + e.message : ''}`;
+      li.append(el('span', 'ev-id', '#' + id), el('span', 'ev-type', e.type), el('span', null, what));
+      if (e.created_at) li.title = time(e.created_at);
+      frag.append(li);
+    }
+    this.list.replaceChildren(frag);
+    this.list.dataset.count = String(ids.length);
+  }
+
+  async act(what) {
+    const id = this.id;
+    const q = what === 'cancel' ? `Cancel run ${id}?` : `Retry run ${id} as a new run?`;
+    if (!window.confirm(q)) return;
+    this.msg.textContent = what === 'cancel' ? 'Cancelling…' : 'Retrying…';
+    try {
+      const { status, body } = await api(`/runs/${encodeURIComponent(id)}/${what}`, { method: 'POST' });
+      if (what === 'cancel') {
+        this.onChanged(body);
+        this.msg.textContent = status === 202 ? 'Cancel requested.' : 'Cancelled.';
+        if (this.id === id) this.renderRun(this.runs.get(id));
+      } else {
+        this.msg.textContent = `Retried as ${body.run_id}.`;
+        const open = el('button', 'link', 'Open it');
+        open.type = 'button';
+        open.addEventListener('click', () => this.onOpenRun(body.run_id));
+        this.msg.append(' ', open);
+      }
+    } catch (err) {
+      this.msg.textContent = `Could not ${what}: ${err.message}`;
+    }
+  }
+}
