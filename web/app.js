@@ -11,7 +11,9 @@ import { Detail } from './detail.js';
 import { Chart } from './chart.js';
 import { startOverview } from './overview.js';
 
-const PAGE = 500; // GET /runs's largest page
+// Runs per GET /runs page: its largest, or ?limit=N (1 to 500) in the
+// page's address.
+const PAGE = Math.min(500, Math.max(1, Number(new URLSearchParams(location.search).get('limit')) || 500));
 
 const $ = (id) => document.getElementById(id);
 const runs = new Runs();

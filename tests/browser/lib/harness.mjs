@@ -1,0 +1,174 @@
+// tests/browser/lib/harness.mjs — what the dashboard's browser tests
+// share: the environment scripts/test.sh sets, a fresh database from the
+// template, an opsrun process, headless Chromium (playwright-core), and a
+// page that records every console error, page error, failed request and
+// error answer. Not a test itself (ctest runs tests/browser/*.mjs only).
+import { spawn, execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const SKIP = 77;
+const chromiumPath = process.env.OPSRUN_CHROMIUM || '/usr/bin/chromium';
+
+export function need(name) {
+  const v = process.env[name];
+  if (!v) {
+    console.error(`${name} is not set (run through scripts/test.sh)`);
+    process.exit(SKIP);
+  }
+  return v;
+}
+
+export function loadPlaywright() {
+  const dir = need('OPSRUN_PLAYWRIGHT_DIR');
+  if (!existsSync(chromiumPath)) {
+    console.error(`${chromiumPath} not found (scripts/deps.sh chromium)`);
+    process.exit(SKIP);
+  }
+  try {
+    return createRequire(join(dir, 'node_modules', 'x.js'))('playwright-core');
+  } catch (e) {
+    console.error(`could not load playwright-core from ${dir}: ${e.message}`);
+    process.exit(SKIP);
+  }
+}
+
+export async function launch(pw) {
+  return pw.chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
+}
+
+export async function freePort() {
+  const s = createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+// postgresql://user@/dbname?host=... (WHATWG URL refuses an empty host
+// after a user, so the database name is cut out by hand).
+const DB_IN_URL = /^(postgres(?:ql)?:\/\/[^/?]*\/)([^?]*)/;
+
+export function createDb(name) {
+  const admin = need('OPSRUN_TEST_ADMIN_URL');
+  const url = need('OPSRUN_TEST_DATABASE_URL');
+  const m = DB_IN_URL.exec(url);
+  const tmpl = m && m[2] ? decodeURIComponent(m[2]) : 'opsrun_template';
+  execFileSync('psql', [admin, '-q', '-v', 'ON_ERROR_STOP=1',
+    '-c', `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`,
+    '-c', `CREATE DATABASE "${name}" TEMPLATE "${tmpl}"`], { stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, PGOPTIONS: '-c client_min_messages=warning' } });
+  return url.replace(DB_IN_URL, (_, head) => head + encodeURIComponent(name));
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A scratch directory for configuration and logs, and the artifacts
+// directory (screenshots) under the build's test directory.
+export function dirs(test) {
+  const tmp = mkdtempSync(join(tmpdir(), `opsrun-${test}-`));
+  const art = process.env.OPSRUN_ARTIFACTS || join(process.cwd(), 'browser-artifacts');
+  mkdirSync(art, { recursive: true });
+  return { tmp, art };
+}
+
+// opsrun serve on port, with config (an object) and its log appended to
+// log. Resolves once /livez answers.
+export async function startOpsrun({ port, db, config, log, tmp }) {
+  const cfg = join(tmp, 'config.json');
+  writeFileSync(cfg, JSON.stringify(config || {}));
+  const proc = spawn(need('OPSRUN_BIN'), ['serve', '--listen', `127.0.0.1:${port}`,
+    '--database-url', db, '--config', cfg], { stdio: ['ignore', 'ignore', openSync(log, 'a')] });
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 400; i++) {
+    if (proc.exitCode !== null) throw new Error(`opsrun exited with ${proc.exitCode}`);
+    try {
+      if ((await fetch(base + '/readyz')).ok) return proc;
+    } catch { /* not yet */ }
+    await sleep(50);
+  }
+  throw new Error('opsrun was not ready within 20 s');
+}
+
+export async function stopOpsrun(proc) {
+  if (!proc || proc.exitCode !== null || proc.signalCode) return;
+  proc.kill('SIGTERM');
+  await new Promise((r) => (proc.exitCode !== null || proc.signalCode ? r() : proc.on('exit', r)));
+}
+
+export function killed(proc) {
+  return new Promise((r) => {
+    proc.on('exit', r);
+    proc.kill('SIGKILL');
+  });
+}
+
+// Every console error, uncaught page error, failed request and error
+// answer of page goes to problems (a request the test itself stops when
+// it closes the page is no failure: see settle()).
+export function watch(page, problems) {
+  const state = { closing: false };
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !state.closing) problems.push(`console error: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', (r) => {
+    if (!state.closing) problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400 && !state.closing) problems.push(`answer ${r.status()}: ${r.url()}`);
+  });
+  return state;
+}
+
+export function checker() {
+  const failures = [];
+  const check = (ok, what) => {
+    console.log(`${ok ? 'ok' : 'FAIL'}: ${what}`);
+    if (!ok) failures.push(what);
+    return ok;
+  };
+  return { failures, check };
+}
+
+export async function api(base, path, { method = 'GET', body, token } = {}) {
+  const headers = {};
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (token) headers.Authorization = 'Bearer ' + token;
+  const r = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch { /* not JSON */ }
+  return { status: r.status, headers: r.headers, json, text };
+}
+
+export async function submit(base, data, token) {
+  const r = await api(base, '/alerts', { method: 'POST', body: { alert_type: 'demo', data }, token });
+  if (r.status !== 202) throw new Error(`POST /alerts answered ${r.status}: ${r.text}`);
+  return r.json.run_id;
+}
+
+// Polls fn until it returns a truthy value; the limit only keeps a broken
+// build from hanging the suite (ctest's timeout would too).
+export async function until(what, fn, limitMs = 30000) {
+  const end = Date.now() + limitMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+export function tail(log) {
+  try {
+    return readFileSync(log, 'utf8').split('\n').slice(-40).join('\n');
+  } catch {
+    return '';
+  }
+}
