@@ -43,6 +43,7 @@ function openDetail(id) {
 }
 
 function updateCount() {
+  runs.refreshView();
   const shown = runs.view.length;
   const total = runs.order.length;
   $('count').textContent = shown === total ? `${total} runs` : `${shown} of ${total} runs`;

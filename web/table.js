@@ -45,7 +45,10 @@ export class Table {
     this.tbody.append(this.top, this.bottom);
     this.dirty = true;
     this.wrap.addEventListener('scroll', () => this.schedule(), { passive: true });
-    window.addEventListener('resize', () => this.schedule());
+    window.addEventListener('resize', () => {
+      this.measured = false;
+      this.schedule();
+    });
     this.tbody.addEventListener('click', (e) => {
       const tr = e.target.closest('tr.run');
       if (tr && tr._run) {
@@ -96,15 +99,20 @@ export class Table {
 
   fill(tr, r, i, now) {
     const c = tr._c;
-    tr._run = r;
-    tr._index = i;
-    tr.dataset.id = r.id;
-    tr.setAttribute('aria-rowindex', String(i + 2));
+    if (tr._run !== r || tr._index !== i) {
+      tr._run = r;
+      tr._index = i;
+      tr.dataset.id = r.id;
+      tr.setAttribute('aria-rowindex', String(i + 2));
+      setText(c.id, r.id);
+      c.id.title = r.id;
+    }
     const selected = i === this.sel;
-    tr.tabIndex = selected ? 0 : -1;
-    tr.setAttribute('aria-selected', selected ? 'true' : 'false');
-    setText(c.id, r.id);
-    c.id.title = r.id;
+    if (tr._selected !== selected) {
+      tr._selected = selected;
+      tr.tabIndex = selected ? 0 : -1;
+      tr.setAttribute('aria-selected', selected ? 'true' : 'false');
+    }
     setText(c.type, r.type);
     setText(c.statusBadge, r.status);
     setClass(c.statusBadge, 'badge s-' + r.status);
@@ -115,7 +123,7 @@ export class Table {
     if (c.fill.style.width !== w) c.fill.style.width = w;
     setClass(c.bar, r.status === 'completed' ? 'bar done' : 'bar');
     setText(c.step, r.step ? `${p}% ${r.step}` : `${p}%`);
-    c.bar.title = r.step || '';
+    if (c.bar.title !== (r.step || '')) c.bar.title = r.step || '';
     setText(c.attempt, `${r.attempt}/${r.max_attempts}`);
     setText(c.initiator, r.initiator || '');
     setText(c.age, age(r.created_at, now));
@@ -154,10 +162,17 @@ export class Table {
       prev = tr;
     }
     for (let k = n; k < this.pool.length; k++) if (this.pool[k].parentNode) this.pool[k].remove();
-    this.top.firstChild.style.height = first * this.rowH + 'px';
-    this.bottom.firstChild.style.height = (view.length - last) * this.rowH + 'px';
-    this.table.setAttribute('aria-rowcount', String(view.length + 1));
-    if (n && this.pool[0].offsetHeight) this.rowH = this.pool[0].offsetHeight;
+    const top = first * this.rowH + 'px';
+    const bottom = (view.length - last) * this.rowH + 'px';
+    if (this.top.firstChild.style.height !== top) this.top.firstChild.style.height = top;
+    if (this.bottom.firstChild.style.height !== bottom) this.bottom.firstChild.style.height = bottom;
+    const count = String(view.length + 1);
+    if (this.table.getAttribute('aria-rowcount') !== count) this.table.setAttribute('aria-rowcount', count);
+    if (n && !this.measured && this.pool[0].offsetHeight) {
+      // once (and after a resize): a read after the writes forces a layout
+      this.rowH = this.pool[0].offsetHeight;
+      this.measured = true;
+    }
     if (focusedId) {
       const tr = this.rowFor(this.sel);
       if (tr && document.activeElement !== tr) tr.focus({ preventScroll: true });
