@@ -1,8 +1,8 @@
 // web/app.js — the dashboard: runs from GET /runs (newest first, older
 // pages on demand), kept live by the one GET /stream; a run's detail;
-// the overview strip. Every stream event is queued and applied once per
-// animation frame (web/live.js), so the DOM changes at most once a frame
-// whatever the event rate.
+// the overview strip. Stream events are queued and applied in batches
+// (web/live.js: in an animation frame, at most every 100 ms), so the DOM
+// changes at most once per batch whatever the event rate.
 import { api, ensureToken, forgetToken } from './api.js';
 import { Live } from './live.js';
 import { Runs } from './runs.js';
@@ -128,7 +128,7 @@ const live = new Live({
     }
     if (changed) {
       addTypes();
-      table.schedule();
+      table.render(); // already in an animation frame
       updateCount();
     }
     detail.take(batch);

@@ -104,7 +104,7 @@ export class Detail {
     this.field(dl, 'Outcome', r.outcome);
     const bar = el('div', r.status === 'completed' ? 'bar done' : 'bar');
     const fill = el('i');
-    fill.style.width = Math.max(0, Math.min(100, r.progress || 0)) + '%';
+    fill.style.transform = `scaleX(${Math.max(0, Math.min(100, r.progress || 0)) / 100})`;
     bar.append(fill, el('span', null, `${r.progress ?? 0}%${r.step ? ' ' + r.step : ''}`));
     dl.append(el('dt', null, 'Progress'), el('dd'));
     dl.lastChild.append(bar);
