@@ -117,7 +117,16 @@ function setConn(state) {
 
 const live = new Live({
   onState: setConn,
-  onFresh: () => reload().catch(() => {}),
+  onFresh: (why) => {
+    if (why === 'reset') {
+      // The event ids the page had mean nothing to the server any more (a
+      // restored database, or events past retention): start over.
+      runs.clear();
+      cursor = null;
+      table.render();
+    }
+    reload().catch(() => {});
+  },
   onEvents: (batch) => {
     let changed = false;
     for (const { kind, run } of batch) {

@@ -9,7 +9,8 @@
 // ?last_event_id= the last id taken, so the server replays what was missed
 // while it was away. A connection that starts without an id (or a reset)
 // gets snapshots; onFresh then reloads the list, since runs may have
-// completed in between and a snapshot covers active runs only.
+// completed in between and a snapshot covers active runs only. After a
+// reset (the server does not know the id), onFresh('reset') starts over.
 import { getToken, api } from './api.js';
 
 const KINDS = ['snapshot', 'status', 'progress', 'reset'];

@@ -56,6 +56,15 @@ export class Runs {
     return true;
   }
 
+  // Forgets every run (a reset: the server's history is not the one
+  // this page followed).
+  clear() {
+    this.byId.clear();
+    this.order.length = 0;
+    this.view = this.order;
+    this.viewDirty = true;
+  }
+
   get(id) {
     return this.byId.get(id);
   }

@@ -4,7 +4,10 @@
 // show that it lost the connection, reconnect by itself (resuming the
 // stream from the last event id it had), and end with the run completed
 // and a timeline equal to GET /runs/{id}/events: no event missing, none
-// twice.
+// twice. Then opsrun is started again on a new, empty database: the
+// page's last event id is unknown there, the stream answers with a
+// reset, and the page must start over, showing the new database's runs
+// and none of the old one's.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
@@ -77,6 +80,21 @@ async function main() {
       (JSON.stringify(shown) === JSON.stringify(real) ? '' : ` (shown ${shown}, real ${real})`));
     const row = await page.$eval(`tr.run[data-id="${id}"]`, (tr) => tr.children[3].textContent);
     check(row === 'succeeded', `the table shows the run succeeded (${row})`);
+    await page.keyboard.press('Escape');
+
+    w.closing = true;
+    await stopOpsrun(proc);
+    await until('the page to notice', async () => (await page.getAttribute('#conn', 'data-state')) !== 'live');
+    proc = await startOpsrun({ port, db: createDb('browser_dashboard_reset'), log, tmp, config: CONFIG });
+    await until('the page to reconnect', async () => (await page.getAttribute('#conn', 'data-state')) === 'live');
+    w.closing = false;
+    const fresh = await submit(base, { duration_ms: 200, steps: 1 });
+    const after = await until('the new database\'s run alone', async () => {
+      const ids = await page.$$eval('tr.run', (rows) => rows.map((r) => r.dataset.id));
+      return ids.length === 1 && ids[0] === fresh ? ids : null;
+    }).catch(() => null);
+    const shownNow = await page.$$eval('tr.run', (rows) => rows.map((r) => r.dataset.id));
+    check(after !== null, `after a reset the page shows the new database's run alone (${shownNow})`);
   } catch (e) {
     check(false, `the test ran to its end: ${e.stack || e}`);
   } finally {
