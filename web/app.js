@@ -191,7 +191,9 @@ async function main() {
     location.reload();
   });
   setInterval(() => table.schedule(), 1000); // ages
-  await ensureToken();
+  // A 401 asks for the token here; any other failure (the database away:
+  // 503) is left to the stream, which retries by itself.
+  await ensureToken().catch(() => {});
   live.start();
   startOverview();
   updateCount();
