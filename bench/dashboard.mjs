@@ -28,7 +28,7 @@
 // as scripts/test.sh installs it).
 import { execFileSync, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { existsSync, mkdtempSync, openSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -259,6 +259,7 @@ async function main() {
     }
     pg('destroy', data);
   }
+  rmSync(tmp, { recursive: true, force: true });
   const w = webSize();
   console.log(`web/: ${w.files} files, ${w.raw} bytes (${w.gz} bytes gzipped file by file)`);
 }

@@ -19,7 +19,7 @@
 import { join } from 'node:path';
 import {
   api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
-  submit, tail, until, watch,
+  submit, tail, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
@@ -225,6 +225,7 @@ async function main() {
     console.error(`dashboard.mjs: ${failures.length} failed; opsrun's log ${log}:\n${tail(log)}`);
     process.exit(1);
   }
+  cleanup(tmp);
 }
 
 main().catch((e) => {

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   checker, createDb, dirs, freePort, launch, loadPlaywright, need, startOpsrun, stopOpsrun,
-  submit, tail, until, watch,
+  submit, tail, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
@@ -94,6 +94,7 @@ async function main() {
     console.error(`dashboard_auth.mjs: ${failures.length} failed; opsrun's log ${log}:\n${tail(log)}`);
     process.exit(1);
   }
+  cleanup(tmp);
 }
 
 main().catch((e) => {

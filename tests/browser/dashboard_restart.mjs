@@ -14,7 +14,7 @@
 import { join } from 'node:path';
 import {
   api, checker, createDb, dirs, freePort, killed, launch, loadPlaywright, startOpsrun,
-  stopOpsrun, submit, tail, until, watch,
+  stopOpsrun, submit, tail, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
@@ -107,6 +107,7 @@ async function main() {
     console.error(`dashboard_restart.mjs: ${failures.length} failed; opsrun's log ${log}:\n${tail(log)}`);
     process.exit(1);
   }
+  cleanup(tmp);
 }
 
 main().catch((e) => {

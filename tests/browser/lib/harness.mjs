@@ -5,7 +5,7 @@
 // error answer. Not a test itself (ctest runs tests/browser/*.mjs only).
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -163,6 +163,12 @@ export async function until(what, fn, limitMs = 30000) {
     if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
     await sleep(50);
   }
+}
+
+// The scratch directory goes once a test passed; a failed one keeps it
+// (the server's log) for inspection.
+export function cleanup(tmp) {
+  rmSync(tmp, { recursive: true, force: true });
 }
 
 export function tail(log) {
