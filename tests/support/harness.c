@@ -450,6 +450,56 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* Bodies longer than this are recorded without their text (status only). */
+#define TH_RECORD_BODY_MAX ((size_t)4 << 20)
+
+void th_record_exchange(const char *method, const char *url, long status, const char *content_type,
+                        const char *body, size_t body_len, const char *sse_event)
+{
+    const char *path = getenv("OPSRUN_TEST_EXCHANGES");
+    json_t *o, *b = NULL;
+    char *line;
+    int fd;
+
+    if (!path || !*path || status <= 0)
+        return;
+    if (body && body_len <= TH_RECORD_BODY_MAX)
+        b = json_stringn(body, body_len); /* NULL when not UTF-8 */
+    o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:b}", "method", method, "url", url, "status",
+                  (json_int_t)status, "content_type", content_type ? content_type : "", "body",
+                  b ? b : json_null(), "body_kept", b != NULL || !body);
+    if (!o)
+        die("could not record an exchange of %s %s", method, url);
+    if (sse_event)
+        json_object_set_new(o, "sse_event", json_string(sse_event));
+    line = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!line)
+        die("could not record an exchange of %s %s", method, url);
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) { /* its directory: once per build's test run */
+        char dir[1024];
+        snprintf(dir, sizeof(dir), "%s", path);
+        if (strrchr(dir, '/'))
+            *strrchr(dir, '/') = '\0';
+        mkdir(dir, 0777);
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    if (fd < 0)
+        die("could not open %s: %s", path, strerror(errno));
+    /* One write per line with O_APPEND: Check's forked tests and a suite's
+     * threads never interleave their lines. */
+    {
+        size_t n = strlen(line);
+        line[n] = '\n';
+        if (write(fd, line, n + 1) != (ssize_t)(n + 1))
+            die("could not write to %s: %s", path, strerror(errno));
+        line[n] = '\0';
+    }
+    close(fd);
+    free(line);
+}
+
 bool th_http(const char *method, const char *url, const char *content_type, const char *body,
              struct th_resp *r)
 {
@@ -502,6 +552,8 @@ bool th_http_token(const char *method, const char *url, const char *token, const
     r->body = dynbuf_take(&b);
     if (rc == CURLE_OK && r->body[0])
         r->json = json_loads(r->body, 0, NULL);
+    if (rc == CURLE_OK)
+        th_record_exchange(method, url, r->status, r->content_type, r->body, strlen(r->body), NULL);
     return rc == CURLE_OK;
 }
 
