@@ -144,11 +144,13 @@ enum status store_runs_save_state(struct db *db, const struct fence *f, const js
 enum status store_runs_load_state(struct db *db, const struct fence *f, json_t **state,
                                   struct error *err) WUR;
 /* Back to queued after delay_ms, the failure recorded (a cancelling run ends
- * cancelled instead). */
+ * cancelled instead: then *cancelled is true; cancelled may be NULL). */
 enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,
-                             const json_t *error, struct error *err) WUR;
-/* Shutdown: hands the run back to the queue without spending the attempt. */
-enum status store_runs_release(struct db *db, const struct fence *f, struct error *err) WUR;
+                             const json_t *error, bool *cancelled, struct error *err) WUR;
+/* Shutdown: hands the run back to the queue without spending the attempt
+ * (or, as store_runs_retry, ends a cancelling run cancelled). */
+enum status store_runs_release(struct db *db, const struct fence *f, bool *cancelled,
+                               struct error *err) WUR;
 
 /* Called once per run of a result: one attempt of one run. */
 typedef void (*run_ref_fn)(void *arg, const char *tenant, const char *id, int attempt);

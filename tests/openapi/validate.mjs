@@ -170,11 +170,36 @@ function files(p) {
     return [p];
 }
 
-let total = 0, bad = 0;
+// Requests the suite's servers answered, from their logs (one "request"
+// line each at level info), named in <file>.servers by the harness: what
+// the recorded exchanges cover. Servers started with the info lines off
+// count as none.
+function answered(f) {
+    const list = `${f}.servers`;
+    if (!fs.existsSync(list)) return null;
+    let n = 0;
+    for (const log of new Set(fs.readFileSync(list, 'utf8').split('\n').filter(Boolean))) {
+        if (!fs.existsSync(log)) continue;
+        for (const l of fs.readFileSync(log, 'utf8').split('\n'))
+            if (/\brequest method=\S+ path=\S+ status=[1-9]/.test(l) ||
+                (/"msg":"request"/.test(l) && /"status":[1-9]/.test(l))) n++;
+    }
+    return n;
+}
+
+let total = 0, bad = 0, logged = 0, recordedOfLogged = 0;
 const failures = [];
 const perOp = new Map();
 for (const f of inputs.flatMap(files)) {
     const lines = fs.readFileSync(f, 'utf8').split('\n');
+    const n = answered(f);
+    if (n) {
+        const recorded = lines.filter((l) => l.trim() && !/"sse_event"/.test(l)).length;
+        logged += n;
+        recordedOfLogged += recorded;
+        if (process.env.OPSRUN_OPENAPI_SUMMARY)
+            console.log(`  ${path.basename(f)}: ${recorded} requests recorded, ${n} answered`);
+    }
     lines.forEach((line, i) => {
         if (!line.trim()) return;
         total++;
@@ -211,5 +236,8 @@ console.log(`validate.mjs: ${total} exchanges, ${bad} ${expectFailures ? 'not re
     `${perOp.size} distinct method/path/status`);
 if (process.env.OPSRUN_OPENAPI_SUMMARY)
     for (const [k, n] of [...perOp].sort()) console.log(`  ${k}: ${n}`);
+if (logged)
+    console.log(`validate.mjs: the servers logged ${logged} answered requests; ${recordedOfLogged} ` +
+        `(${Math.round((100 * recordedOfLogged) / logged)}%) went through the recording harness`);
 if (total === 0) console.log('validate.mjs: no exchanges were recorded');
 process.exit(bad ? 1 : 0);

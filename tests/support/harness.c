@@ -174,6 +174,42 @@ void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
     th_start_host(p, "127.0.0.1", conninfo, args, env);
 }
 
+/* Opens path to append, creating it and its directory (the first suite of
+ * a test run creates exchanges/); -1 with errno on failure. */
+static int open_append(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+    if (fd < 0 && errno == ENOENT) {
+        char dir[1024];
+        snprintf(dir, sizeof(dir), "%s", path);
+        if (strrchr(dir, '/'))
+            *strrchr(dir, '/') = '\0';
+        mkdir(dir, 0777);
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    return fd;
+}
+
+/* With OPSRUN_TEST_EXCHANGES set, names each server's log in
+ * <exchanges>.servers, so that tests/openapi/validate.mjs can count the
+ * requests the servers answered against those recorded. */
+static void note_server_log(const char *log)
+{
+    const char *ex = getenv("OPSRUN_TEST_EXCHANGES");
+    char path[1024], line[300];
+    int fd, n;
+
+    if (!ex || !*ex)
+        return;
+    snprintf(path, sizeof(path), "%s.servers", ex);
+    n = snprintf(line, sizeof(line), "%s\n", log);
+    fd = open_append(path);
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        die("could not write to %s: %s", path, strerror(errno));
+    close(fd);
+}
+
 /* Forks and execs `opsrun serve` for p (its port and log already set). */
 static void spawn(struct th_proc *p, const char *host, const char *conninfo,
                   const char *const *args, const char *const *env)
@@ -215,6 +251,7 @@ static void spawn(struct th_proc *p, const char *host, const char *conninfo,
             procs[i] = p->pid;
             break;
         }
+    note_server_log(p->log);
 }
 
 /* Waits until p serves: /livez answers and p's own log says it serves (the
@@ -476,15 +513,7 @@ void th_record_exchange(const char *method, const char *url, long status, const 
     json_decref(o);
     if (!line)
         die("could not record an exchange of %s %s", method, url);
-    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == ENOENT) { /* its directory: once per build's test run */
-        char dir[1024];
-        snprintf(dir, sizeof(dir), "%s", path);
-        if (strrchr(dir, '/'))
-            *strrchr(dir, '/') = '\0';
-        mkdir(dir, 0777);
-        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    }
+    fd = open_append(path);
     if (fd < 0)
         die("could not open %s: %s", path, strerror(errno));
     /* One write per line with O_APPEND: Check's forked tests and a suite's
