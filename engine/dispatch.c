@@ -241,8 +241,6 @@ static void slot_log_end(const struct slot *s, const struct run_ctx *rc, const s
         LOG(LOG_INFO, "run handed back at shutdown run=%s type=%s%s", run->id, run->type, extra);
 }
 
-/* Decides the terminal write for what the action returned, and says in
- * *end what it was. */
 /* A hand-back (wait, release, retry) was written: the run went where
  * *flag says, unless a cancel asked meanwhile ended it cancelled, which the
  * caller then counts and logs as any other end. */
@@ -256,6 +254,8 @@ static enum status slot_handed_back(struct slot_end *end, bool *flag, bool cance
     return st;
 }
 
+/* Decides the terminal write for what the action returned, and says in
+ * *end what it was. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
                                const struct fence *f, struct db *db, struct slot_end *end,
                                struct error *err)
