@@ -254,10 +254,11 @@ static void spawn(struct th_proc *p, const char *host, const char *conninfo,
     note_server_log(p->log);
 }
 
-/* Waits until p serves: /livez answers and p's own log says it serves (the
- * port is free when chosen, but another process, of another checkout's
+/* Waits until p serves: /livez answers, and p's own log says it serves and
+ * its event hub is ready (a stream opened before gets 503). The log, because
+ * the port is free when chosen, but another process, of another checkout's
  * tests, may take it before p binds it, and then answers /livez for it;
- * with the info lines off, p alive 3 s after /livez answered will do).
+ * with the info lines off, p alive 3 s after /livez answered will do.
  * False when p exited because the port was taken; any other exit aborts. */
 static bool wait_serving(struct th_proc *p)
 {
@@ -280,7 +281,8 @@ static bool wait_serving(struct th_proc *p)
         if (th_http("GET", u, NULL, NULL, &r) && r.status == 200 && !up_since)
             up_since = th_now_ms();
         th_resp_free(&r);
-        if (up_since && (th_log_find(p->log, "serving listen=", line, sizeof(line)) ||
+        if (up_since && ((th_log_find(p->log, "serving listen=", line, sizeof(line)) &&
+                          th_log_find(p->log, "event hub ready", line, sizeof(line))) ||
                          th_now_ms() - up_since > 3000))
             return true;
     }
