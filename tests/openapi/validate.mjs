@@ -182,7 +182,7 @@ function answered(f) {
         if (!fs.existsSync(log)) continue;
         for (const l of fs.readFileSync(log, 'utf8').split('\n'))
             if (/\brequest method=\S+ path=\S+ status=[1-9]/.test(l) ||
-                (/"msg":"request"/.test(l) && /"status":[1-9]/.test(l))) n++;
+                (/"msg":"request"/.test(l) && /"status":"?[1-9]/.test(l))) n++;
     }
     return n;
 }
