@@ -60,10 +60,20 @@ POLL_WINDOW_S=${POLL_WINDOW_S:-15}
 GW_VERSION=0.17.3 # graphile-worker, the peer
 GW_DIR=.cache/graphile-worker
 
-PORT=18184
-POLL_PORT=18185
-SOAK_PORT=18186
-FAKE_PORT=18191
+# Free ports, picked at random (other benchmarks and tests may share the
+# machine): one for the server, one for the poller's server, the soak's and
+# the fake jobs API.
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 10000))
+        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    done
+}
+PORT=$(free_port)
+POLL_PORT=$(free_port)
+SOAK_PORT=$(free_port)
+FAKE_PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 OUT=bench/out
 mkdir -p "$OUT"
@@ -80,9 +90,6 @@ get() { [ -f "$OUT/$1" ] && awk -F= -v k="$2" '$1 == k {v = $2} END {print v}' "
 HARD=$(ulimit -Hn)
 if [ "$HARD" = unlimited ] || [ "$HARD" -gt 20000 ]; then ulimit -n 20000; else ulimit -n "$HARD"; fi
 [ "$(ulimit -n)" -ge 2200 ] || die "ulimit -n is $(ulimit -n), too low for 2,000 streams"
-for p in $PORT $POLL_PORT $SOAK_PORT $FAKE_PORT; do
-    curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$p/" && die "port $p is in use"
-done
 
 T_START=$SECONDS
 say "dependencies and a Release build"
@@ -402,6 +409,10 @@ if [ "$SOAK" -gt 0 ]; then
         "runs/s" "$(get all-soak.txt soak_first_completed_per_s)" "(first minute)" ""
     row "soak ${SOAK} min: pickup p99, last minute" "$(get all-soak.txt soak_last_pickup_p99_ms)" ms \
         "$(get all-soak.txt soak_first_pickup_p99_ms)" "(first minute)" ""
+    row "soak ${SOAK} min: rows in runs, last minute" "$(get all-soak.txt soak_last_runs_rows)" rows \
+        "$(get all-soak.txt soak_first_runs_rows)" "(first minute)" ""
+    row "soak ${SOAK} min: server RSS, last minute" "$(mib "$(get all-soak.txt soak_last_rss_kib)")" MiB \
+        "$(mib "$(get all-soak.txt soak_first_rss_kib)")" "(first minute)" ""
 else
     row "soak" "n/a (off: --soak MINUTES)" "" - "" ""
 fi

@@ -30,9 +30,9 @@
  *       10 s it reads from the database the runs completed and the pickups
  *       (started_at - created_at) of the slice 10-20 s back (well before
  *       retention can delete them), and prints one line per minute:
- *       completed/s, pickup p50/p99, due runs not started, the size of the
- *       runs and run_events tables and the server's RSS; then the last
- *       minute over the first.
+ *       completed/s, pickup p50/p99, due runs not started, the rows of runs,
+ *       the size of the runs and run_events tables and the server's RSS;
+ *       then the last minute over the first.
  *
  * Output is one "key=value" line per figure, for bench/run.sh and
  * bench/all.sh. */
@@ -55,14 +55,35 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A response body kept by request_to. */
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
 static size_t sink(char *p, size_t s, size_t n, void *arg)
 {
-    (void)p;
-    (void)arg;
+    struct buf *b = arg;
+
+    if (b) {
+        if (b->len + s * n + 1 > b->cap) {
+            b->cap = (b->len + s * n + 1) * 2;
+            b->p = realloc(b->p, b->cap);
+            if (!b->p) {
+                fprintf(stderr, "loadgen: out of memory\n");
+                exit(1);
+            }
+        }
+        memcpy(b->p + b->len, p, s * n);
+        b->len += s * n;
+        b->p[b->len] = '\0';
+    }
     return s * n;
 }
 
-static long request(CURL *c, const char *method, const char *path, const char *body)
+/* The response status; the body goes to *out when out is not NULL. */
+static long request_to(CURL *c, const char *method, const char *path, const char *body,
+                       struct buf *out)
 {
     char url[512];
     long code = 0;
@@ -73,6 +94,7 @@ static long request(CURL *c, const char *method, const char *path, const char *b
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     if (!body)
@@ -81,6 +103,11 @@ static long request(CURL *c, const char *method, const char *path, const char *b
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(h);
     return code;
+}
+
+static long request(CURL *c, const char *method, const char *path, const char *body)
+{
+    return request_to(c, method, path, body, NULL);
 }
 
 static void *client(void *arg)
@@ -381,9 +408,21 @@ static int submit(PGconn *db, double seconds, int conns)
 struct bulk_arg {
     long id;
     int runs, batch;
-    long ok_runs, failed_batches;
+    long ok_runs, failed_batches, failed_items;
     struct samples lat;
 };
+
+/* How many times `needle` occurs in s. */
+static long count_of(const char *s, const char *needle)
+{
+    long n = 0;
+
+    while (s && (s = strstr(s, needle))) {
+        n++;
+        s += strlen(needle);
+    }
+    return n;
+}
 
 static void *bulk_client(void *arg)
 {
@@ -391,6 +430,7 @@ static void *bulk_client(void *arg)
     CURL *c = curl_easy_init();
     size_t cap = (size_t)a->batch * 160 + 16;
     char *body = malloc(cap);
+    struct buf resp = {0};
 
     for (int done = 0; done < a->runs;) {
         int n = a->runs - done < a->batch ? a->runs - done : a->batch;
@@ -406,13 +446,20 @@ static void *bulk_client(void *arg)
         body[len++] = ']';
         body[len] = '\0';
         t = now_s();
-        if (request(c, "POST", "/alerts", body) == 200)
-            a->ok_runs += n;
-        else
+        resp.len = 0;
+        /* 200 {"runs": [...]}: one result per item, a submission (with its
+         * run_id) or a problem object. */
+        if (request_to(c, "POST", "/alerts", body, &resp) == 200) {
+            long ok = count_of(resp.p, "\"run_id\"");
+            a->ok_runs += ok;
+            a->failed_items += n - ok;
+        } else {
             a->failed_batches++;
+        }
         samples_add(&a->lat, (now_s() - t) * 1000);
         done += n;
     }
+    free(resp.p);
     free(body);
     curl_easy_cleanup(c);
     return NULL;
@@ -423,7 +470,7 @@ static int bulk(PGconn *db, int runs, int conns, int batch)
     static struct bulk_arg args[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     struct samples all = {0};
-    long ok = 0, failed = 0;
+    long ok = 0, failed = 0, failed_items = 0;
     double t0, t_sub, wait;
     char since[64];
 
@@ -438,11 +485,13 @@ static int bulk(PGconn *db, int runs, int conns, int batch)
         pthread_join(th[i], NULL);
         ok += args[i].ok_runs;
         failed += args[i].failed_batches;
+        failed_items += args[i].failed_items;
         samples_merge(&all, &args[i].lat);
     }
     t_sub = now_s();
-    printf("bulk_runs=%ld\nbulk_connections=%d\nbulk_batch=%d\nbulk_failed_batches=%ld\n", ok,
-           conns, batch, failed);
+    printf("bulk_runs=%ld\nbulk_connections=%d\nbulk_batch=%d\nbulk_failed_batches=%ld\n"
+           "bulk_failed_items=%ld\n",
+           ok, conns, batch, failed, failed_items);
     printf("bulk_submit_per_s=%.0f\n", (double)ok / (t_sub - t0));
     print_pcts("bulk_request", &all);
     free(all.v);
@@ -451,7 +500,7 @@ static int bulk(PGconn *db, int runs, int conns, int batch)
     if (wait < 0)
         return 1;
     printf("bulk_runs_per_s=%.0f\n", (double)ok / (t_sub - t0 + wait));
-    return failed ? 1 : 0;
+    return failed || failed_items ? 1 : 0;
 }
 
 /* ---- lateness: delayed runs and retries ------------------------------------ */
@@ -610,7 +659,7 @@ static long rss_kib(int pid)
 struct minute {
     long long completed;
     struct samples pickup;
-    long long due, table_kib;
+    long long due, rows, table_kib;
     long rss;
 };
 
@@ -648,8 +697,8 @@ static void soak_print(int i, struct minute *m)
     }
     printf(
         "minute=%d completed_per_s=%.1f pickup_p50_ms=%.2f pickup_p99_ms=%.2f due_not_started=%lld "
-        "tables_kib=%lld rss_kib=%ld\n",
-        i + 1, (double)m->completed / 60.0, p50, p99, m->due, m->table_kib, m->rss);
+        "runs_rows=%lld tables_kib=%lld rss_kib=%ld\n",
+        i + 1, (double)m->completed / 60.0, p50, p99, m->due, m->rows, m->table_kib, m->rss);
     fflush(stdout);
 }
 
@@ -705,6 +754,7 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
             now - 60.0 * (next_slice / 6) > 55.0 && !m[next_slice / 6].table_kib) {
             struct minute *mm = &m[next_slice / 6];
             mm->due = query_ll(db, due);
+            mm->rows = query_ll(db, "SELECT count(*) FROM runs");
             mm->table_kib = query_ll(db, sizes);
             mm->rss = rss_kib(server_pid);
         }
@@ -730,6 +780,7 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
         printf("soak_first_pickup_p99_ms=%.2f\nsoak_last_pickup_p99_ms=%.2f\n", f99, l99);
         printf("soak_pickup_p50_last_over_first=%.2f\nsoak_pickup_p99_last_over_first=%.2f\n",
                ratio(l50, f50), ratio(l99, f99));
+        printf("soak_first_runs_rows=%lld\nsoak_last_runs_rows=%lld\n", f->rows, l->rows);
         printf("soak_first_tables_kib=%lld\nsoak_last_tables_kib=%lld\n", f->table_kib,
                l->table_kib);
         printf("soak_first_rss_kib=%ld\nsoak_last_rss_kib=%ld\n", f->rss, l->rss);
