@@ -18,6 +18,7 @@
 # Usage: bench/all.sh [--soak MINUTES] [--no-peer]
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 
 SOAK=0
 PEER=1
@@ -84,7 +85,7 @@ die() {
     echo "all.sh: $*" >&2
     exit 1
 }
-get() { [ -f "$OUT/$1" ] && awk -F= -v k="$2" '$1 == k {v = $2} END {print v}' "$OUT/$1" || true; }
+get() { if [ -f "$OUT/$1" ]; then awk -F= -v k="$2" '$1 == k {v = $2} END {print v}' "$OUT/$1"; fi; }
 
 # Every stream is a socket in the client and in the server.
 HARD=$(ulimit -Hn)
@@ -93,9 +94,9 @@ if [ "$HARD" = unlimited ] || [ "$HARD" -gt 20000 ]; then ulimit -n 20000; else 
 
 T_START=$SECONDS
 say "dependencies and a Release build"
-if [ "$PEER" = 1 ]; then bash scripts/deps.sh nodejs npm; else bash scripts/deps.sh; fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_loadgen opsrun_ssebench opsrun_pollbench >/dev/null
+DEPS=()
+[ "$PEER" = 1 ] && DEPS=(nodejs npm)
+bench_build "${DEPS[@]}" -- opsrun opsrun_loadgen opsrun_ssebench opsrun_pollbench
 PGBENCH=$(find /usr/lib/postgresql -path '*/bin/pgbench' | sort -V | tail -n 1)
 [ -x "$PGBENCH" ] || die "pgbench not found (scripts/deps.sh installs postgresql)"
 
@@ -116,22 +117,26 @@ fi
 DATA=$(mktemp -d /tmp/opsrun-all.XXXXXX)
 chmod 755 "$DATA"
 PIDS=()
-stop() { # stop PID: SIGTERM, and wait for it
-    if [ -n "${1:-}" ] && kill "$1" 2>/dev/null; then wait "$1" 2>/dev/null || true; fi
+# PIDS: the processes this script started and has not stopped yet (only
+# those: a stopped one's id may be reused by another process).
+stop() { # stop PID: SIGTERM, wait for it, forget it
+    local p keep=()
+    [ -n "${1:-}" ] || return 0
+    for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+    if kill "$1" 2>/dev/null; then wait "$1" 2>/dev/null || true; fi
 }
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do stop "$p"; done
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
 
 say "a private durable PostgreSQL cluster"
-scripts/pg.sh start "$DATA/pg" --durable >>"$LOG" 2>&1
-scripts/pg.sh createdb "$DATA/pg" bench >>"$LOG" 2>&1
+bench_cluster "$DATA" 2>>"$LOG"
 scripts/pg.sh createdb "$DATA/pg" peer >>"$LOG" 2>&1
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
 PEER_DB=$(scripts/pg.sh url "$DATA/pg" peer)
 sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 {
@@ -186,15 +191,18 @@ echo "   $(tr '\n' ' ' <"$OUT/all-ceiling-claim50.txt" 2>/dev/null)" | tee -a "$
 
 # ---------------------------------------------------------------- opsrun
 SERVER=""
-serve() { # serve PORT CONFIG LOG [ARGS...]: starts build/opsrun, sets SERVER
+serve() { # serve PORT CONFIG LOG [ARGS...]: starts build/opsrun, sets SERVER; 1 if not ready
     local port=$1 config=$2 log=$3
     shift 3
     build/opsrun serve --config "$config" --database-url "$DB" --listen "127.0.0.1:$port" \
         --log-level warn "$@" 2>"$log" &
     SERVER=$!
     PIDS+=("$SERVER")
-    for _ in $(seq 150); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
-    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || die "the server did not get ready (see $log)"
+    if ! bench_wait_ready "http://127.0.0.1:$port" 150; then
+        echo "   the server did not get ready (see $log)" | tee -a "$LOG"
+        stop "$SERVER"
+        return 1
+    fi
     sleep 2
 }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
@@ -212,7 +220,7 @@ step() { # step NAME OUTFILE COMMAND...: runs it, keeps its output, notes a fail
 echo '{"http": {"max_connections_per_ip": 0},
  "limits": {"submit_rate_per_s": 0, "streams_per_tenant": 0}}' >"$DATA/config.json"
 say "opsrun: --workers 8; idle RSS, then 2,000 idle streams"
-serve $PORT "$DATA/config.json" "$OUT/all-serve.log" --workers 8
+serve "$PORT" "$DATA/config.json" "$OUT/all-serve.log" --workers 8 || die "opsrun did not start"
 MAIN=$SERVER
 echo "rss_idle_kib=$(rss "$MAIN")" >"$OUT/all-rss.txt"
 step "streams rss" all-streams-rss.txt build/opsrun_ssebench rss "$URL" "$MAIN" 2000
@@ -245,39 +253,24 @@ kill -0 "$MAIN" 2>/dev/null || FAILED+=("server exited")
 stop "$MAIN"
 
 # ---------------------------------------------------------------- poller
-say "poller at capacity: 5,000 waiting rest_job runs due every 50 ms, ${POLL_WINDOW_S} s"
 FAKE=http://127.0.0.1:$FAKE_PORT
-build/opsrun_pollbench fake "$FAKE_PORT" 2 >"$DATA/fake.txt" 2>"$DATA/fake.log" &
-FAKE_PID=$!
-PIDS+=("$FAKE_PID")
-for _ in $(seq 50); do curl -sf "$FAKE/stats" >/dev/null && break; sleep 0.1; done
 checks() { curl -sf "$FAKE/stats" | grep -o '"checks": *[0-9]*' | grep -o '[0-9]*$'; }
-if checks >/dev/null; then
-    build/opsrun_pollbench hammer "$FAKE_PORT" 3 4 >"$OUT/all-poller-fake.txt" 2>>"$LOG" || true
-    REQS='"submit": {"method": "POST", "url": "'$FAKE'/jobs"}, "id_pointer": "/id",
-      "status": {"url": "'$FAKE'/jobs/{{external_id}}", "timeout_ms": 5000},
-      "state_pointer": "/state", "state_map": {"RUNNING": "running", "DONE": "succeeded"}'
+poller_step() {
+    local c0 c1 t0 t1
+    build/opsrun_pollbench hammer "$FAKE_PORT" 3 4 >"$OUT/all-poller-fake.txt" 2>>"$LOG" || return 1
     cat >"$DATA/poll.json" <<EOF
 {"poller": {"concurrency": 32, "interval_ms": 200},
  "limits": {"submit_rate_per_s": 0},
  "run_types": {
-  "job": {"action": "rest_job",
-   "poll": {"initial_delay_ms": 50, "max_delay_ms": 50, "jitter_pct": 0, "max_checks": 1000000,
-            "max_duration_s": 86400, "check_timeout_s": 10},
-   "params": {$REQS}}}}
+$(bench_poller_types "$FAKE")}}
 EOF
-    serve $POLL_PORT "$DATA/poll.json" "$OUT/all-poller-serve.log" --workers 2
-    sql "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
-           identity_hash, request_hash, external_id, poll_state, poll_count, next_poll_at,
-           poll_started_at, started_at)
-         SELECT 'default', 'w-' || g, 'job', 'waiting', 1, 2, 900, '{}', 'w-ident-' || g, 'req',
-           'job-' || g, '{}', 0, now() + random() * interval '2 s', now(), now()
-         FROM generate_series(1, 5000) g"
+    serve "$POLL_PORT" "$DATA/poll.json" "$OUT/all-poller-serve.log" --workers 2 || return 1
+    bench_insert_waiting "$DB" job w 5000 0 '2 s' || return 1
     sleep 5
-    c0=$(checks)
+    c0=$(checks) || return 1
     t0=$(date +%s.%N)
     sleep "$POLL_WINDOW_S"
-    c1=$(checks)
+    c1=$(checks) || return 1
     t1=$(date +%s.%N)
     {
         echo "checks=$((c1 - c0))"
@@ -286,51 +279,63 @@ EOF
             grep -o '"check_failures_total": *[0-9]*' | grep -o '[0-9]*$')"
         echo "still_waiting=$(sql "SELECT count(*) FROM runs WHERE type = 'job' AND status = 'waiting'")"
     } >"$OUT/all-poller.txt"
+    kill -0 "$SERVER" 2>/dev/null || return 1
     stop "$SERVER"
-    sql "DELETE FROM runs WHERE type = 'job'"
-else
-    FAILED+=("poller fake")
+    sql "DELETE FROM runs WHERE type IN ('job', 'job_real')"
+}
+say "poller at capacity: 5,000 waiting rest_job runs due every 50 ms, ${POLL_WINDOW_S} s"
+build/opsrun_pollbench fake "$FAKE_PORT" 2 >"$DATA/fake.txt" 2>"$DATA/fake.log" &
+FAKE_PID=$!
+PIDS+=("$FAKE_PID")
+for _ in $(seq 50); do checks >/dev/null && break; sleep 0.1; done
+if ! poller_step; then
+    FAILED+=(poller)
+    rm -f "$OUT/all-poller.txt"
+    stop "$SERVER"
 fi
 stop "$FAKE_PID"
 
 # ---------------------------------------------------------------- the peer
+GW_CLI=$PWD/$GW_DIR/node_modules/graphile-worker/dist/cli.js
+gw() { (cd bench/graphile && DATABASE_URL=$PEER_DB NO_LOG_SUCCESS=1 node "$GW_CLI" "$@"); }
+now() { date +%s.%N; }
+peer_step() { # as graphile-worker's perfTest/run.js; prints why when it fails
+    local t0 t1 t2 t3 p pids=() ok=1 left
+    gw --schema-only >>"$LOG" 2>&1 || { echo "schema install failed"; return 1; }
+    t0=$(now)
+    gw --once -j 24 -m 25 >>"$LOG" 2>&1 || { echo "worker failed"; return 1; }
+    t1=$(now)
+    psql -qAtX -v ON_ERROR_STOP=1 "$PEER_DB" -c "SELECT graphile_worker.add_jobs((
+        SELECT array_agg(json_populate_record(NULL::graphile_worker.job_spec,
+                 json_build_object('identifier', 'log_if_999', 'payload', json_build_object('id', i))))
+          FROM generate_series(1, $BULK_RUNS) i))" >/dev/null 2>>"$LOG" || { echo "add_jobs failed"; return 1; }
+    t2=$(now)
+    for _ in 1 2 3 4; do
+        gw --once -j 24 -m 25 >>"$LOG" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || ok=0; done
+    t3=$(now)
+    left=$(psql -qAtX "$PEER_DB" -c "SELECT count(*) FROM graphile_worker.jobs")
+    {
+        echo "version=$GW_VERSION"
+        echo "jobs=$BULK_RUNS"
+        echo "jobs_left=$left"
+        echo "exit_ok=$ok"
+        awk -v n="$BULK_RUNS" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN {
+            printf "startup_s=%.2f\nadd_s=%.2f\nrun_s=%.2f\n", b - a, c - b, d - c
+            printf "jobs_per_s=%.0f\n", n / ((d - c) - (b - a))
+            printf "jobs_per_s_with_add=%.0f\n", n / ((d - c) - (b - a) + (c - b))}'
+    } >"$OUT/all-peer.txt"
+    [ "$ok" = 1 ] || { echo "a worker failed"; return 1; }
+    [ "$left" = 0 ] || { echo "$left jobs left"; return 1; }
+}
 if [ -z "$GW_NOTE" ]; then
     say "peer: graphile-worker $GW_VERSION perf test, $BULK_RUNS no-op jobs, 4 processes x 24"
-    GW_CLI=$PWD/$GW_DIR/node_modules/graphile-worker/dist/cli.js
-    gw() { (cd bench/graphile && DATABASE_URL=$PEER_DB NO_LOG_SUCCESS=1 node "$GW_CLI" "$@"); }
-    now() { date +%s.%N; }
-    if gw --schema-only >>"$LOG" 2>&1; then
-        t0=$(now)
-        gw --once -j 24 -m 25 >>"$LOG" 2>&1
-        t1=$(now)
-        psql -qAtX -v ON_ERROR_STOP=1 "$PEER_DB" -c "SELECT graphile_worker.add_jobs((
-            SELECT array_agg(json_populate_record(NULL::graphile_worker.job_spec,
-                     json_build_object('identifier', 'log_if_999', 'payload', json_build_object('id', i))))
-              FROM generate_series(1, $BULK_RUNS) i))" >/dev/null
-        t2=$(now)
-        pids=()
-        for _ in 1 2 3 4; do
-            gw --once -j 24 -m 25 >>"$LOG" 2>&1 &
-            pids+=($!)
-        done
-        gwok=1
-        for p in "${pids[@]}"; do wait "$p" || gwok=0; done
-        t3=$(now)
-        left=$(psql -qAtX "$PEER_DB" -c "SELECT count(*) FROM graphile_worker.jobs")
-        {
-            echo "jobs=$BULK_RUNS"
-            echo "jobs_left=$left"
-            echo "exit_ok=$gwok"
-            awk -v n="$BULK_RUNS" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN {
-                printf "startup_s=%.2f\nadd_s=%.2f\nrun_s=%.2f\n", b - a, c - b, d - c
-                printf "jobs_per_s=%.0f\n", n / ((d - c) - (b - a))
-                printf "jobs_per_s_with_add=%.0f\n", n / ((d - c) - (b - a) + (c - b))}'
-        } >"$OUT/all-peer.txt"
-        [ "$left" = 0 ] && [ "$gwok" = 1 ] || GW_NOTE="n/a (failed: $left jobs left)"
-    else
-        GW_NOTE="n/a (schema install failed)"
+    if ! why=$(peer_step); then
+        GW_NOTE="n/a (failed: $why)"
+        FAILED+=(peer)
     fi
-    [ -z "$GW_NOTE" ] || FAILED+=("peer")
 fi
 
 # ---------------------------------------------------------------- soak
@@ -339,11 +344,14 @@ if [ "$SOAK" -gt 0 ]; then
     RATE=$(awk -v c="${CAP:-0}" 'BEGIN {r = c / 2; if (r < 10) r = 10; printf "%.0f", r}')
     say "soak: $SOAK minutes at $RATE runs/s (half of $CAP) from 8 clients, retention after 60 s"
     echo '{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}' >"$DATA/soak.json"
-    serve $SOAK_PORT "$DATA/soak.json" "$OUT/all-soak-serve.log" --workers 8
-    build/opsrun_loadgen soak "http://127.0.0.1:$SOAK_PORT" "$DB" "$SOAK" "$RATE" 8 "$SERVER" |
-        tee "$OUT/all-soak.txt" | grep '^minute=' | sed 's/^/   /' || FAILED+=(soak)
-    kill -0 "$SERVER" 2>/dev/null || FAILED+=("soak server exited")
-    stop "$SERVER"
+    if serve "$SOAK_PORT" "$DATA/soak.json" "$OUT/all-soak-serve.log" --workers 8; then
+        build/opsrun_loadgen soak "http://127.0.0.1:$SOAK_PORT" "$DB" "$SOAK" "$RATE" 8 "$SERVER" \
+            2>>"$LOG" | tee "$OUT/all-soak.txt" | grep '^minute=' | sed 's/^/   /' || FAILED+=(soak)
+        kill -0 "$SERVER" 2>/dev/null || FAILED+=("soak server exited")
+        stop "$SERVER"
+    else
+        FAILED+=(soak)
+    fi
 fi
 echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/all-env.txt"
 echo "elapsed_s=$((SECONDS - T_START))" >>"$OUT/all-env.txt"
