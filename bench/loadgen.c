@@ -8,11 +8,12 @@
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
  *       baseline in the same run the p50/p99 of a bare GET /livez round trip.
- *   loadgen submit URL DBCONNINFO SECONDS CONNECTIONS
- *       wrk-style: CONNECTIONS keep-alive connections each POST one no-op
- *       demo run after another, every body distinct, for SECONDS; requests/s
- *       and the p50/p99 of the request latency. Then it waits (untimed) until
- *       the runs it submitted are completed, so the next step starts idle.
+ *   loadgen wrk URL DBCONNINFO SECONDS CONNECTIONS
+ *       HTTP submit, wrk-style: CONNECTIONS keep-alive connections each
+ *       POST one no-op demo run after another, every body distinct, for
+ *       SECONDS; requests/s and the p50/p99 of the request latency. The runs
+ *       are executed meanwhile; then it waits (untimed) until they are all
+ *       completed, so the next step starts idle.
  *   loadgen bulk URL DBCONNINFO RUNS CONNECTIONS BATCH
  *       RUNS no-op demo runs submitted as JSON arrays of BATCH distinct
  *       bodies (POST /alerts, 200 {"runs": [...]}) from CONNECTIONS threads;
@@ -334,18 +335,18 @@ static long long query_ll(PGconn *db, const char *sql)
     return v;
 }
 
-/* ---- submit: wrk-style, single runs, distinct bodies ----------------------- */
+/* ---- wrk: HTTP submit, wrk-style, single runs, distinct bodies ------------- */
 
-struct submit_arg {
+struct wrk_arg {
     long id;
     double deadline;
     long ok, other;
     struct samples lat;
 };
 
-static void *submit_client(void *arg)
+static void *wrk_client(void *arg)
 {
-    struct submit_arg *a = arg;
+    struct wrk_arg *a = arg;
     CURL *c = curl_easy_init();
     char body[256];
 
@@ -369,9 +370,9 @@ static void *submit_client(void *arg)
     return NULL;
 }
 
-static int submit(PGconn *db, double seconds, int conns)
+static int wrk(PGconn *db, double seconds, int conns)
 {
-    static struct submit_arg args[MAX_THREADS];
+    static struct wrk_arg args[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     struct samples all = {0};
     long ok = 0, other = 0;
@@ -382,8 +383,8 @@ static int submit(PGconn *db, double seconds, int conns)
         return 1;
     t0 = now_s();
     for (int i = 0; i < conns; i++) {
-        args[i] = (struct submit_arg){.id = i, .deadline = t0 + seconds};
-        pthread_create(&th[i], NULL, submit_client, &args[i]);
+        args[i] = (struct wrk_arg){.id = i, .deadline = t0 + seconds};
+        pthread_create(&th[i], NULL, wrk_client, &args[i]);
     }
     for (int i = 0; i < conns; i++) {
         pthread_join(th[i], NULL);
@@ -795,7 +796,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS\n"
                     "       loadgen pickup URL DB SAMPLES\n"
-                    "       loadgen submit URL DB SECONDS CONNECTIONS\n"
+                    "       loadgen wrk URL DB SECONDS CONNECTIONS\n"
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n");
@@ -828,8 +829,8 @@ int main(int argc, char **argv)
         rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
     } else if (strcmp(mode, "pickup") == 0) {
         rc = pickup(db, atoi(argv[4]));
-    } else if (strcmp(mode, "submit") == 0 && argc >= 6) {
-        rc = submit(db, atof(argv[4]), clamp_threads(atoi(argv[5])));
+    } else if (strcmp(mode, "wrk") == 0 && argc >= 6) {
+        rc = wrk(db, atof(argv[4]), clamp_threads(atoi(argv[5])));
     } else if (strcmp(mode, "bulk") == 0 && argc >= 7) {
         int batch = atoi(argv[6]);
         rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])), batch < 1 ? 1 : batch);
