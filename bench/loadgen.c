@@ -408,7 +408,7 @@ static int wrk(PGconn *db, double seconds, int conns)
 
 struct bulk_arg {
     long id;
-    int runs, batch;
+    int runs, per_request;
     long ok_runs, failed_batches, failed_items;
     struct samples lat;
 };
@@ -429,12 +429,12 @@ static void *bulk_client(void *arg)
 {
     struct bulk_arg *a = arg;
     CURL *c = curl_easy_init();
-    size_t cap = (size_t)a->batch * 160 + 16;
+    size_t cap = (size_t)a->per_request * 160 + 16;
     char *body = malloc(cap);
     struct buf resp = {0};
 
     for (int done = 0; done < a->runs;) {
-        int n = a->runs - done < a->batch ? a->runs - done : a->batch;
+        int n = a->runs - done < a->per_request ? a->runs - done : a->per_request;
         size_t len = 0;
         double t;
 
@@ -466,7 +466,8 @@ static void *bulk_client(void *arg)
     return NULL;
 }
 
-static int bulk(PGconn *db, int runs, int conns, int batch)
+/* per_request: how many bodies one array holds */
+static int bulk(PGconn *db, int runs, int conns, int per_request)
 {
     static struct bulk_arg args[MAX_THREADS];
     pthread_t th[MAX_THREADS];
@@ -479,7 +480,7 @@ static int bulk(PGconn *db, int runs, int conns, int batch)
         return 1;
     t0 = now_s();
     for (int i = 0; i < conns; i++) {
-        args[i] = (struct bulk_arg){.id = i, .runs = runs / conns, .batch = batch};
+        args[i] = (struct bulk_arg){.id = i, .runs = runs / conns, .per_request = per_request};
         pthread_create(&th[i], NULL, bulk_client, &args[i]);
     }
     for (int i = 0; i < conns; i++) {
@@ -492,7 +493,7 @@ static int bulk(PGconn *db, int runs, int conns, int batch)
     t_sub = now_s();
     printf("bulk_runs=%ld\nbulk_connections=%d\nbulk_batch=%d\nbulk_failed_batches=%ld\n"
            "bulk_failed_items=%ld\n",
-           ok, conns, batch, failed, failed_items);
+           ok, conns, per_request, failed, failed_items);
     printf("bulk_submit_per_s=%.0f\n", (double)ok / (t_sub - t0));
     print_pcts("bulk_request", &all);
     free(all.v);
@@ -832,8 +833,9 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "wrk") == 0 && argc >= 6) {
         rc = wrk(db, atof(argv[4]), clamp_threads(atoi(argv[5])));
     } else if (strcmp(mode, "bulk") == 0 && argc >= 7) {
-        int batch = atoi(argv[6]);
-        rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])), batch < 1 ? 1 : batch);
+        int per_request = atoi(argv[6]);
+        rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])),
+                  per_request < 1 ? 1 : per_request);
     } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {
