@@ -10,29 +10,25 @@
 # Usage: bench/run.sh [RUNS] [CLIENTS]   (defaults 5000, 8)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 RUNS=${1:-5000}
 CLIENTS=${2:-8}
 OUT=bench/out
 mkdir -p "$OUT"
 
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_loadgen >/dev/null
+bench_build -- opsrun opsrun_loadgen
 
 DATA=$(mktemp -d /tmp/opsrun-bench.XXXXXX)
 chmod 755 "$DATA"
 PID=""
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
 
-# A durable cluster (fsync on), as a user would run it.
-scripts/pg.sh start "$DATA/pg" >/dev/null
-scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
+bench_cluster "$DATA"
 PGBENCH=$(ls -d /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -n 1)
 
 # Every loadgen client submits from 127.0.0.1: no per-caller rate limit.
@@ -40,7 +36,7 @@ echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18181 \
     --workers 8 --log-level warn 2>"$OUT/serve.log" &
 PID=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:18181/readyz >/dev/null && break; sleep 0.1; done
+bench_wait_ready http://127.0.0.1:18181 || true
 sleep 2
 RSS_IDLE=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
 
