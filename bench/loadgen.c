@@ -1,9 +1,11 @@
 /* bench/loadgen.c — end-to-end figures for a running opsrun:
  *
- *   loadgen throughput URL DBCONNINFO RUNS CLIENTS
+ *   loadgen throughput URL DBCONNINFO RUNS CLIENTS [BATCH]
  *       submits RUNS no-op demo runs from CLIENTS threads (keep-alive), waits
  *       until all are completed, prints runs/s from first submit to last
- *       completion (completed_at in the database).
+ *       completion (completed_at in the database), and the p50/p99 of one
+ *       submission's round trip. With BATCH > 1 each request is a JSON array
+ *       of BATCH submissions (at most 1,000).
  *   loadgen pickup URL DBCONNINFO SAMPLES
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
@@ -21,6 +23,8 @@
 
 static const char *base_url;
 static int runs_per_client;
+static int batch = 1;
+static double *submit_ms; /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {
@@ -57,23 +61,40 @@ static long request(CURL *c, const char *method, const char *path, const char *b
     return code;
 }
 
+/* One request's body: a single submission, or an array of batch. */
+static char *client_body(long id, int i)
+{
+    size_t cap = (size_t)batch * 128 + 16, len = 0;
+    char *body = malloc(cap);
+
+    len += (size_t)snprintf(body + len, cap - len, "%s", batch > 1 ? "[" : "");
+    for (int k = 0; k < batch; k++)
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
+                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}}",
+                                k ? "," : "", id, i, k, (int)getpid());
+    snprintf(body + len, cap - len, "%s", batch > 1 ? "]" : "");
+    return body;
+}
+
 static void *client(void *arg)
 {
     CURL *c = curl_easy_init();
     long id = (long)arg, failed = 0;
-    char body[256];
 
     for (int i = 0; i < runs_per_client; i++) {
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"%ld-%d-%d\"}}",
-                 id, i, (int)getpid());
-        if (request(c, "POST", "/alerts", body) != 202)
+        char *body = client_body(id, i);
+        double t = now_s();
+        if (request(c, "POST", "/alerts", body) != (batch > 1 ? 200 : 202))
             failed++;
+        submit_ms[id * runs_per_client + i] = (now_s() - t) * 1000;
+        free(body);
     }
     curl_easy_cleanup(c);
     return (void *)failed;
 }
+
+static double pct(double *v, int n, double p);
 
 /* Completed runs created and completed at or after `since` (the database's
  * clock). Through the runs_completed index (completed_at) it reads only the
@@ -112,8 +133,9 @@ static int throughput(PGconn *db, int runs, int clients)
         return 1;
     }
 
-    runs_per_client = runs / clients;
-    runs = runs_per_client * clients;
+    runs_per_client = runs / clients / batch;
+    runs = runs_per_client * clients * batch;
+    submit_ms = calloc((size_t)(runs_per_client * clients) + 1, sizeof(double));
     t0 = now_s();
     for (long i = 0; i < clients; i++)
         pthread_create(&th[i], NULL, client, (void *)i);
@@ -131,8 +153,12 @@ static int throughput(PGconn *db, int runs, int clients)
         usleep(20000);
     }
     t_done = now_s();
-    printf("runs=%d clients=%d failed_submits=%ld\n", runs, clients, failed);
+    printf("runs=%d clients=%d batch=%d failed_submits=%ld\n", runs, clients, batch, failed);
     printf("submit_per_s=%.0f\n", runs / (t_sub - t0));
+    printf("submit_p50_ms=%.2f\nsubmit_p99_ms=%.2f\n",
+           pct(submit_ms, runs_per_client * clients, 0.5),
+           pct(submit_ms, runs_per_client * clients, 0.99));
+    free(submit_ms);
     printf("runs_per_s=%.0f\n", runs / (t_done - t0));
     return failed ? 1 : 0;
 }
@@ -202,7 +228,8 @@ int main(int argc, char **argv)
     int rc;
 
     if (argc < 5) {
-        fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS | pickup URL DB SAMPLES\n");
+        fprintf(stderr,
+                "usage: loadgen throughput URL DB RUNS CLIENTS [BATCH] | pickup URL DB SAMPLES\n");
         return 2;
     }
     base_url = argv[2];
@@ -214,6 +241,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "throughput") == 0 && argc >= 6) {
         int clients = atoi(argv[5]);
+        batch = argc >= 7 ? atoi(argv[6]) : 1;
+        batch = batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
         rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
     } else {
         rc = pickup(db, atoi(argv[4]));

@@ -84,7 +84,8 @@ struct req_ctx {
     const char *cors_origin; /* an allowed Origin (server/http_cors.h), or NULL */
     char stream_tenant[65];
     char run_id[130];
-    struct http_wait *wait; /* a parked long-poll */
+    struct http_wait *wait;    /* a parked long-poll */
+    struct deferred *deferred; /* parked work (handlers.h), answered once it is done */
     char request_id[LOG_REQUEST_ID_MAX + 1];
 };
 
@@ -425,6 +426,51 @@ static enum MHD_Result http_wait_begin(struct req_ctx *rc, struct reply *rp)
     return MHD_YES;
 }
 
+/* ---- deferred work ------------------------------------------------------ */
+
+/* Called once by whoever finished the work (a submission flusher after its
+ * commit), from any thread; the connection is suspended by then. */
+static void http_defer_resume(void *arg)
+{
+    struct req_ctx *rc = arg;
+
+    MHD_resume_connection(rc->conn);
+}
+
+/* Parks the connection, then starts the work: suspending first, because the
+ * work may be done (and resume it) before start returns. */
+static enum MHD_Result http_defer_begin(struct req_ctx *rc, struct reply *rp)
+{
+    rc->deferred = rp->deferred;
+    rp->deferred = NULL;
+    reply_cleanup(rp);
+    MHD_suspend_connection(rc->conn);
+    rc->deferred->start(rc->deferred, rc->h->hc, http_defer_resume, rc);
+    return MHD_YES;
+}
+
+/* Resumed: the work is done; answer it (or park it again as a long-poll). */
+static enum MHD_Result http_defer_finish(struct req_ctx *rc)
+{
+    const struct hctx *hc = rc->h->hc;
+    struct request rq = http_request(rc);
+    struct deferred *d = rc->deferred;
+    struct reply rp;
+    enum MHD_Result ret;
+
+    rc->deferred = NULL;
+    reply_init(&rp);
+    d->finish(d, hc, &rq, &rp);
+    d->free(d, hc);
+    if (rp.http_status == 0)
+        reply_error(&rp, ST_INTERNAL, NULL);
+    if (rp.wait_ms > 0 && rp.refresh && hc->hub)
+        return http_wait_begin(rc, &rp);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
 /* ---- streams ------------------------------------------------------------ */
 
 /* Runs with the hub lock held, on the connection's thread. A peer that
@@ -699,6 +745,8 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
     reply_init(&rp);
     (void)rc->m.entry->fn(hc, &rq, &rp);
     json_decref(rq.body);
+    if (rp.deferred)
+        return http_defer_begin(rc, &rp);
     if (rp.http_status == 0)
         reply_error(&rp, ST_INTERNAL, NULL);
     if (rp.wait_ms > 0 && rp.refresh && hc->hub)
@@ -749,6 +797,8 @@ static enum MHD_Result http_access_step(struct req_ctx *rc, const char *upload_d
         return MHD_YES;
     if (rc->wait)
         return http_wait_finish(rc, true); /* resumed: the run completed or the wait ended */
+    if (rc->deferred)
+        return http_defer_finish(rc); /* resumed: the work is done */
     if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
         return MHD_NO; /* answered 408 at its deadline already */
     return http_dispatch(rc);
@@ -807,6 +857,8 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
         reply_cleanup(&rc->wait->rp);
         free(rc->wait);
     }
+    if (rc->deferred) /* done, but its client left before the answer */
+        rc->deferred->free(rc->deferred, rc->h->hc);
     dynbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
