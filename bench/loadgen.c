@@ -6,6 +6,10 @@
  *       completion (completed_at in the database), and the p50/p99 of one
  *       submission's round trip. With BATCH > 1 each request is a JSON array
  *       of BATCH submissions (at most 1,000).
+ *   loadgen submit URL DBCONNINFO RUNS CLIENTS [BATCH]
+ *       the submissions of throughput alone: the runs wait for a run_at far
+ *       in the future, so the engine stays idle and only submissions are
+ *       measured (submissions/s and the round trip's p50/p99).
  *   loadgen pickup URL DBCONNINFO SAMPLES
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
@@ -15,6 +19,7 @@
 #include <curl/curl.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +29,8 @@
 static const char *base_url;
 static int runs_per_client;
 static int batch = 1;
-static double *submit_ms; /* one per request, by client: [client * runs_per_client + i] */
+static const char *extra = ""; /* more members of each submission */
+static double *submit_ms;      /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {
@@ -71,8 +77,8 @@ static char *client_body(long id, int i)
     for (int k = 0; k < batch; k++)
         len += (size_t)snprintf(body + len, cap - len,
                                 "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
-                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}}",
-                                k ? "," : "", id, i, k, (int)getpid());
+                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}%s}",
+                                k ? "," : "", id, i, k, (int)getpid(), extra);
     snprintf(body + len, cap - len, "%s", batch > 1 ? "]" : "");
     return body;
 }
@@ -117,7 +123,7 @@ static long long completed_since(PGconn *db, const char *since)
     return v;
 }
 
-static int throughput(PGconn *db, int runs, int clients)
+static int throughput(PGconn *db, int runs, int clients, bool wait)
 {
     pthread_t th[64];
     long failed = 0;
@@ -145,7 +151,7 @@ static int throughput(PGconn *db, int runs, int clients)
         failed += (long)f;
     }
     t_sub = now_s();
-    while (completed_since(db, since) < runs) {
+    while (wait && completed_since(db, since) < runs) {
         if (now_s() - t0 > 600) {
             fprintf(stderr, "loadgen: runs did not complete within 600 s\n");
             return 1;
@@ -159,7 +165,8 @@ static int throughput(PGconn *db, int runs, int clients)
            pct(submit_ms, runs_per_client * clients, 0.5),
            pct(submit_ms, runs_per_client * clients, 0.99));
     free(submit_ms);
-    printf("runs_per_s=%.0f\n", runs / (t_done - t0));
+    if (wait)
+        printf("runs_per_s=%.0f\n", runs / (t_done - t0));
     return failed ? 1 : 0;
 }
 
@@ -228,8 +235,8 @@ int main(int argc, char **argv)
     int rc;
 
     if (argc < 5) {
-        fprintf(stderr,
-                "usage: loadgen throughput URL DB RUNS CLIENTS [BATCH] | pickup URL DB SAMPLES\n");
+        fprintf(stderr, "usage: loadgen throughput|submit URL DB RUNS CLIENTS [BATCH] | pickup URL "
+                        "DB SAMPLES\n");
         return 2;
     }
     base_url = argv[2];
@@ -239,11 +246,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
         return 1;
     }
-    if (strcmp(argv[1], "throughput") == 0 && argc >= 6) {
+    if ((strcmp(argv[1], "throughput") == 0 || strcmp(argv[1], "submit") == 0) && argc >= 6) {
+        bool wait = strcmp(argv[1], "throughput") == 0;
         int clients = atoi(argv[5]);
         batch = argc >= 7 ? atoi(argv[6]) : 1;
         batch = batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
-        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
+        if (!wait)
+            extra = ",\"run_at\":\"2999-01-01T00:00:00Z\"";
+        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients, wait);
     } else {
         rc = pickup(db, atoi(argv[4]));
     }

@@ -9,10 +9,12 @@
  * tenant when a stream opens, and submissions per caller before their body
  * is parsed. Every refusal is a problem+json with Retry-After.
  *
- * Two kinds of answer park their connection instead of holding a thread:
+ * Three kinds of answer park their connection instead of holding a thread:
  * an SSE stream suspends whenever it has nothing to send, and a long-poll
- * (?wait=S) suspends until its run completes or S passes. The hub resumes
- * both (server/hub.h).
+ * (?wait=S) suspends until its run completes or S passes; the hub resumes
+ * both (live/hub.h). A handler's deferred reply (a generic submission,
+ * handlers/handlers.h) suspends until its work is done: the submission
+ * queue's flusher resumes it after its commit (handlers/submitq.h).
  *
  * Every request has an id (its X-Request-Id when valid, else its
  * traceparent's trace id, else a new one), answered in X-Request-Id and set

@@ -17,9 +17,16 @@
  * both find that row. An item that found nothing (a run inserted by a
  * concurrent transaction that committed after the statement's snapshot, or
  * one that completed between the insert and the lookup) is tried again, at
- * most SUBMIT_TRIES times, as store_runs_submit does. */
+ * most SUBMIT_TRIES times, as store_runs_submit does.
+ *
+ * Two statements that insert the same keys in opposite orders deadlock
+ * (each waits for the other's uncommitted key). The rows are inserted in
+ * identity order, so batches that share identities (the usual repeat) take
+ * them in one order; a statement that still loses a deadlock was rolled
+ * back whole and is run again. */
 #include "store/runs.h"
 
+#include "common/log.h"
 #include "common/util.h"
 #include "store/runs_internal.h"
 
@@ -28,6 +35,13 @@
 
 #define SUBMIT_TRIES 3
 
+/* The run's scalar columns as RUN_COLS reads them, but '{}' for its JSON:
+ * a submission's answer needs only the scalars, and building and parsing
+ * the whole run object was a large part of the statement's cost. */
+#define SCALARS(r)                                                                                 \
+    "'{}', " r ".tenant, " r ".id, " r ".type, " r ".status, " r ".outcome, " r ".attempt, " r     \
+    ".max_attempts, (extract(epoch FROM " r ".deadline_at - now()) * 1000)::bigint, "              \
+    "(extract(epoch FROM " r ".created_at) * 1000000)::bigint"
 /* The run (RUN_NCOLS columns), then the item's position, then kind: 'n'
  * inserted now, 'i' the run with this id, 'd' the active run with this
  * identity; then the found run's request_hash. */
@@ -39,25 +53,32 @@ static const struct stmt S_BATCH = {
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, timeout_s, "
     "input, identity_hash, request_hash, initiator) SELECT tenant, id, type, priority, "
     "coalesce(run_at, now()), max_attempts, timeout_s, input, identity_hash, request_hash, "
-    "coalesce(initiator, 'system') FROM i ORDER BY ord "
-    "ON CONFLICT DO NOTHING RETURNING " RUN_RET "), " EVENT_FROM_UPD(
-        "'status'", "'submitted'") " SELECT u.j, u.tenant, u.id, u.type, u.status, u.outcome, "
-                                   "u.attempt, u.max_attempts, u.dl, "
-                                   "u.cus, i.ord, 'n', NULL FROM i JOIN upd u ON u.tenant = "
-                                   "i.tenant AND u.id = i.id "
-                                   "UNION ALL SELECT " RUN_COLS
-                                   ", i.ord, 'i', r.request_hash FROM i JOIN runs r "
-                                   "ON r.tenant = i.tenant AND r.id = i.id "
-                                   "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = "
-                                   "i.tenant AND u.id = i.id) "
-                                   "UNION ALL SELECT " RUN_COLS
-                                   ", i.ord, 'd', NULL FROM i JOIN runs r "
-                                   "ON r.tenant = i.tenant AND r.identity_hash = i.identity_hash "
-                                   "AND r.status IN " JOINABLE_STATUSES " "
-                                   "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = "
-                                   "i.tenant AND u.id = i.id) "
-                                   "AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant = i.tenant "
-                                   "AND x.id = i.id)"};
+    "coalesce(initiator, 'system') FROM i ORDER BY tenant, identity_hash, ord "
+    "ON CONFLICT DO NOTHING RETURNING r.*), " EVENT_FROM_UPD(
+        "'status'",
+        "'submitted'") " SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "
+                                               "ON u.tenant = i.tenant AND u.id = i.id "
+                                               "UNION ALL SELECT " SCALARS(
+                                                   "r") ", i.ord, 'i', r.request_hash FROM i JOIN "
+                                                        "runs r "
+                                                        "ON r.tenant = i.tenant AND r.id = i.id "
+                                                        "WHERE NOT EXISTS (SELECT 1 FROM upd u "
+                                                        "WHERE u.tenant = i.tenant AND u.id = "
+                                                        "i.id) "
+                                                        "UNION ALL SELECT " SCALARS(
+                                                            "r") ", i.ord, 'd', NULL FROM i JOIN "
+                                                                 "runs r "
+                                                                 "ON r.tenant = i.tenant AND "
+                                                                 "r.identity_hash = "
+                                                                 "i.identity_hash "
+                                                                 "AND r.status "
+                                                                 "IN " JOINABLE_STATUSES " "
+                                                                 "WHERE NOT EXISTS (SELECT 1 FROM "
+                                                                 "upd u WHERE u.tenant = i.tenant "
+                                                                 "AND u.id = i.id) "
+                                                                 "AND NOT EXISTS (SELECT 1 FROM "
+                                                                 "runs x WHERE x.tenant = i.tenant "
+                                                                 "AND x.id = i.id)"};
 #define COL_ORD RUN_NCOLS
 #define COL_KIND (RUN_NCOLS + 1)
 #define COL_HASH (RUN_NCOLS + 2)
@@ -232,6 +253,15 @@ static enum status round_row(const PGresult *r, int row, size_t ord, const struc
     return ST_OK;
 }
 
+/* Whether the statement failed as a deadlock's victim (SQLSTATE 40P01,
+ * which db_run reports as ST_UNAVAILABLE with PostgreSQL's message). With
+ * a server that logs in another language this is never true, and the
+ * batch is answered 503 instead of being retried. */
+static bool lost_deadlock(const struct error *err)
+{
+    return err && strstr(err->message, "deadlock detected") != NULL;
+}
+
 /* One statement for the picked items; settles those it found a run for. */
 static enum status round_run(struct db *db, const struct run_new *items, struct item_state *is,
                              const bool *sel, size_t n, struct run_submitted *out, struct known *k,
@@ -245,6 +275,11 @@ static enum status round_run(struct db *db, const struct run_new *items, struct 
     if (!param)
         return error_set(err, ST_INTERNAL, "could not build the batch of submissions");
     st = db_run(db, &S_BATCH, 1, p, &r, err);
+    for (int again = 1; st == ST_UNAVAILABLE && again < SUBMIT_TRIES && lost_deadlock(err);
+         again++) {
+        LOG(LOG_WARN, "retrying a batch of submissions: %s", err->message);
+        st = db_run(db, &S_BATCH, 1, p, &r, err);
+    }
     free(param);
     for (int row = 0; st == ST_OK && row < PQntuples(r); row++) {
         size_t ord = (size_t)db_i64(r, row, COL_ORD);
