@@ -43,7 +43,7 @@ const struct opt cfg_opts[] = {
     {.key = "limits.submit_rate_per_s", .type = OPT_INT, .flags = OPT_ZERO, .def = 20,
      .min = 1, .max = 1000000, .off = CFG_OFF(limits.submit_rate_per_s)},
     CFG_NUM(OPT_INT,  limits.submit_burst,          200,     1,    1000000),
-    CFG_NUM(OPT_INT,  submit.flushers,              2,       1,    16),
+    CFG_NUM(OPT_INT,  submit.flushers,              1,       1,    16),
     CFG_NUM(OPT_INT,  submit.batch_max,             1000,    1,    1000),
     CFG_NUM(OPT_INT,  submit.queue_max,             20000,   1,    1000000),
     {.key = "db.pool_size", .type = OPT_INT, .flags = OPT_ZERO, .def = 0, .min = 2, .max = 1000,

@@ -119,7 +119,7 @@ struct config {
     } limits;
 
     struct {
-        int flushers;  /* threads writing submissions in shared commits, default 2 */
+        int flushers;  /* threads writing submissions in shared commits, default 1 */
         int batch_max; /* submissions per shared statement, 1..1000, default 1000 */
         int queue_max; /* submissions waiting to be written; past it 503, default 20000 */
     } submit;

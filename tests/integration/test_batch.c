@@ -378,6 +378,64 @@ START_TEST(queue_many_threads_one_run_per_identity)
 }
 END_TEST
 
+static atomic_int g_answered;
+
+static void count_done(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&g_answered, 1);
+}
+
+/* Closing writes and answers everything queued before the flushers stop. */
+START_TEST(queue_close_answers_everything_queued)
+{
+    enum { QUEUED = 300 };
+    struct db_options opt = {
+        .connect_timeout_s = 5, .statement_timeout_ms = 10000, .application_name = "opsrun_it"};
+    struct submit_batch *b[QUEUED];
+    struct db_pool *pool;
+    struct hctx hc;
+    struct submitq *q;
+
+    open_test_db("it_batch_close");
+    g_input = json_object();
+    opt.conninfo = g_ci;
+    pool = db_pool_new(&opt, 2, 10000);
+    hc = (struct hctx){.pool = pool};
+    q = submitq_new(&hc,
+                    &(struct submitq_options){.flushers = 1, .batch_max = 7, .queue_max = 100000});
+    OK(submitq_start(q, &g_err));
+    atomic_store(&g_answered, 0);
+    for (int i = 0; i < QUEUED; i++) {
+        struct item it;
+        struct run_new rn;
+
+        snprintf(it.id, sizeof(it.id), "c-%d", i);
+        snprintf(it.ident, sizeof(it.ident), "c-%d", i);
+        snprintf(it.req, sizeof(it.req), "c-%d", i);
+        rn = run_new_of("default", &it, NULL);
+        b[i] = submit_batch_new(1);
+        submit_batch_set(b[i], 0, &rn);
+        submitq_push(q, b[i], count_done, NULL);
+    }
+    /* Each batch is held until released: closing waits for that too. */
+    ck_assert(!submitq_close(q, 0));
+    ck_assert_int_eq(atomic_load(&g_answered), QUEUED);
+    for (int i = 0; i < QUEUED; i++) {
+        ck_assert_msg(b[i]->st == ST_OK && b[i]->out[0].st == ST_OK && !b[i]->out[0].dedup,
+                      "batch %d: %s", i, status_name(b[i]->st));
+        submit_batch_free(b[i]);
+        submitq_release(q);
+    }
+    ck_assert(submitq_close(q, 0));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), QUEUED);
+    submitq_free(q);
+    db_pool_free(pool);
+    json_decref(g_input);
+    close_test_db();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("batch");
@@ -387,6 +445,7 @@ int main(void)
     tcase_add_test(tc, batch_answers_as_one_by_one);
     tcase_add_test(tc, batch_random_against_one_by_one);
     tcase_add_test(tc, queue_many_threads_one_run_per_identity);
+    tcase_add_test(tc, queue_close_answers_everything_queued);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
