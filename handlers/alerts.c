@@ -9,9 +9,7 @@
 #include "handlers/submitq.h"
 
 #include "common/log.h"
-#include "common/metrics.h"
 #include "common/util.h"
-#include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"
 
