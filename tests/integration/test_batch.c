@@ -267,6 +267,8 @@ static void *pusher_main(void *arg)
 {
     struct pusher *p = arg;
     struct waiter w = {.done = false};
+    json_t *input = json_object(); /* each thread its own, as each request has */
+
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     for (int i = 0; i < PER_THREAD; i++) {
@@ -278,6 +280,7 @@ static void *pusher_main(void *arg)
         snprintf(it.ident, sizeof(it.ident), "k%d", (p->index * 7 + i) % IDENTS);
         snprintf(it.req, sizeof(it.req), "req-t%d-%d", p->index, i);
         rn = run_new_of("default", &it, "2999-01-01T00:00:00Z");
+        rn.input = input;
         submit_batch_set(b, 0, &rn);
         w.done = false;
         submitq_push(p->q, b, waiter_done, &w);
@@ -297,6 +300,7 @@ static void *pusher_main(void *arg)
     }
     pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&w.mu);
+    json_decref(input);
     return NULL;
 }
 
