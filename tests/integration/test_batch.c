@@ -440,6 +440,76 @@ START_TEST(queue_close_answers_everything_queued)
 }
 END_TEST
 
+/* Past queue_max a batch is refused at once, busy, and nothing of it is
+ * stored; a batch alone in the queue is taken whatever its size. The queue
+ * is started only after the pushes, so what is queued is known. */
+START_TEST(queue_full_refuses_at_once)
+{
+    struct db_options opt = {
+        .connect_timeout_s = 5, .statement_timeout_ms = 10000, .application_name = "opsrun_it"};
+    struct submit_batch *big, *more, *late;
+    struct db_pool *pool;
+    struct hctx hc;
+    struct submitq *q;
+    struct run_new rn;
+    struct item it;
+
+    open_test_db("it_batch_full");
+    g_input = json_object();
+    opt.conninfo = g_ci;
+    pool = db_pool_new(&opt, 2, 10000);
+    hc = (struct hctx){.pool = pool};
+    q = submitq_new(&hc, &(struct submitq_options){.flushers = 1, .batch_max = 10, .queue_max = 3});
+    atomic_store(&g_answered, 0);
+    big = submit_batch_new(5); /* over queue_max, but alone: taken */
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(it.id, sizeof(it.id), "big-%zu", i);
+        snprintf(it.ident, sizeof(it.ident), "big-%zu", i);
+        snprintf(it.req, sizeof(it.req), "big-%zu", i);
+        rn = run_new_of("default", &it, NULL);
+        submit_batch_set(big, i, &rn);
+    }
+    submitq_push(q, big, count_done, NULL);
+    ck_assert_int_eq(atomic_load(&g_answered), 0);
+    more = submit_batch_new(1);
+    snprintf(it.id, sizeof(it.id), "more");
+    snprintf(it.ident, sizeof(it.ident), "more");
+    snprintf(it.req, sizeof(it.req), "more");
+    rn = run_new_of("default", &it, NULL);
+    submit_batch_set(more, 0, &rn);
+    submitq_push(q, more, count_done, NULL);
+    ck_assert_int_eq(atomic_load(&g_answered), 1); /* refused at once */
+    ck_assert_int_eq(more->st, ST_BUSY);
+    ck_assert_str_eq(more->err.message,
+                     "too many submissions are waiting to be written; retry shortly");
+    submit_batch_free(more);
+    submitq_release(q);
+
+    OK(submitq_start(q, &g_err));
+    ck_assert(!submitq_close(q, 0)); /* drained: big answered, still held */
+    ck_assert_int_eq(atomic_load(&g_answered), 2);
+    ck_assert_int_eq(big->st, ST_OK);
+    for (size_t i = 0; i < 5; i++)
+        ck_assert(big->out[i].st == ST_OK && !big->out[i].dedup);
+    submit_batch_free(big);
+    submitq_release(q);
+    late = submit_batch_new(1);
+    rn = run_new_of("default", &it, NULL);
+    submit_batch_set(late, 0, &rn);
+    submitq_push(q, late, count_done, NULL);
+    ck_assert_int_eq(late->st, ST_BUSY);
+    ck_assert_str_eq(late->err.message, "the server is shutting down; retry shortly");
+    submit_batch_free(late);
+    submitq_release(q);
+    ck_assert(submitq_close(q, 0));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 5);
+    submitq_free(q);
+    db_pool_free(pool);
+    json_decref(g_input);
+    close_test_db();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("batch");
@@ -450,6 +520,7 @@ int main(void)
     tcase_add_test(tc, batch_random_against_one_by_one);
     tcase_add_test(tc, queue_many_threads_one_run_per_identity);
     tcase_add_test(tc, queue_close_answers_everything_queued);
+    tcase_add_test(tc, queue_full_refuses_at_once);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
