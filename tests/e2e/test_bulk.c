@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
+
 #define LATER "\"run_at\":\"2999-01-01T00:00:00Z\""
 
 static bool post(const struct th_proc *p, const char *path, const char *body, struct th_resp *r)
@@ -260,6 +262,97 @@ START_TEST(test_singles_at_once)
 }
 END_TEST
 
+/* ---- tenants and scopes -------------------------------------------------- */
+
+#define T_ACME "opsrun_e2e-bulk-acme-0000000000000000"
+#define T_GLOBEX "opsrun_e2e-bulk-globex-11111111111111"
+#define T_READER "opsrun_e2e-bulk-reader-2222222222222"
+
+static char *tokens_config(void)
+{
+    static const struct {
+        const char *name, *tenant, *scopes, *token;
+    } t[] = {
+        {"acme", "acme", "\"submit\", \"read\"", T_ACME},
+        {"globex", "globex", "\"submit\", \"read\"", T_GLOBEX},
+        {"reader", "acme", "\"read\"", T_READER},
+    };
+    char *out = malloc(4096);
+    size_t n = 0;
+
+    n += (size_t)snprintf(out + n, 4096 - n, "{\"auth\": {\"tokens\": [");
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        char hex[65];
+        sha256_hex(t[i].token, strlen(t[i].token), hex);
+        n += (size_t)snprintf(out + n, 4096 - n,
+                              "%s{\"name\": \"%s\", \"tenant\": \"%s\", \"scopes\": [%s], "
+                              "\"sha256\": \"%s\"}",
+                              i ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex);
+    }
+    snprintf(out + n, 4096 - n, "]}}");
+    return out;
+}
+
+static bool post_as(const struct th_proc *p, const char *token, const char *body, struct th_resp *r)
+{
+    char url[512];
+
+    snprintf(url, sizeof(url), "%s/alerts", p->url);
+    return th_http_token("POST", url, token, "application/json", body, r);
+}
+
+/* An array is written in its caller's tenant, with its token as initiator,
+ * and needs the submit scope, as a single submission does. */
+START_TEST(test_array_tenants_and_scope)
+{
+    static const char body_a[] = "[{\"alert_type\":\"demo\",\"run_id\":\"t-1\"," LATER "}]";
+    static const char body_g[] =
+        "[{\"alert_type\":\"demo\",\"run_id\":\"t-1\",\"data\":{\"g\":1}," LATER "}]";
+    char *cfg = tokens_config();
+    struct th_proc p;
+    struct th_resp r;
+    char url[512];
+
+    th_start_fresh(&p, "e2e_bulk_tenants", cfg);
+    free(cfg);
+    ck_assert(post_as(&p, T_ACME, body_a, &r));
+    ck_assert_msg(r.status == 200, "HTTP %ld: %s", r.status, r.body);
+    check_result(item(&r, 0), 0, "t-1", false);
+    th_resp_free(&r);
+    /* The same run id in another tenant, with another body: its own run. */
+    ck_assert(post_as(&p, T_GLOBEX, body_g, &r));
+    ck_assert_msg(r.status == 200, "HTTP %ld: %s", r.status, r.body);
+    check_result(item(&r, 0), 0, "t-1", false);
+    th_resp_free(&r);
+    /* And back in the first tenant that body conflicts with its run. */
+    ck_assert(post_as(&p, T_ACME, body_g, &r));
+    check_item_problem(item(&r, 0), 0, 409, NULL);
+    th_resp_free(&r);
+
+    snprintf(url, sizeof(url), "%s/runs/t-1", p.url);
+    ck_assert(th_http_token("GET", url, T_ACME, NULL, NULL, &r));
+    ck_assert_msg(r.status == 200, "HTTP %ld: %s", r.status, r.body);
+    ck_assert_str_eq(th_js(r.json, "tenant"), "acme");
+    ck_assert_str_eq(th_js(r.json, "initiator"), "acme");
+    th_resp_free(&r);
+    ck_assert(th_http_token("GET", url, T_GLOBEX, NULL, NULL, &r));
+    ck_assert_str_eq(th_js(r.json, "tenant"), "globex");
+    ck_assert_int_eq(th_ji(json_object_get(r.json, "input"), "g"), 1);
+    th_resp_free(&r);
+
+    /* Without the submit scope: 403, nothing stored. */
+    ck_assert(
+        post_as(&p, T_READER, "[{\"alert_type\":\"demo\",\"run_id\":\"t-2\"," LATER "}]", &r));
+    th_check_problem(&r, 403, "an array without the submit scope");
+    th_resp_free(&r);
+    snprintf(url, sizeof(url), "%s/runs/t-2", p.url);
+    ck_assert(th_http_token("GET", url, T_ACME, NULL, NULL, &r));
+    ck_assert_int_eq(r.status, 404);
+    th_resp_free(&r);
+    th_stop_clean(&p);
+}
+END_TEST
+
 static Suite *bulk_suite(void)
 {
     Suite *s = suite_create("e2e_bulk");
@@ -270,6 +363,7 @@ static Suite *bulk_suite(void)
         {"order", test_array_order_and_problems},
         {"limits", test_array_limits},
         {"singles", test_singles_at_once},
+        {"tenants", test_array_tenants_and_scope},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
