@@ -1,9 +1,15 @@
 /* bench/loadgen.c — end-to-end figures for a running opsrun:
  *
- *   loadgen throughput URL DBCONNINFO RUNS CLIENTS
+ *   loadgen throughput URL DBCONNINFO RUNS CLIENTS [BATCH]
  *       submits RUNS no-op demo runs from CLIENTS threads (keep-alive), waits
  *       until all are completed, prints runs/s from first submit to last
- *       completion (completed_at in the database).
+ *       completion (completed_at in the database), and the p50/p99 of one
+ *       submission's round trip. With BATCH > 1 each request is a JSON array
+ *       of BATCH submissions (at most 1,000).
+ *   loadgen submit URL DBCONNINFO RUNS CLIENTS [BATCH]
+ *       the submissions of throughput alone: the runs wait for a run_at far
+ *       in the future, so the engine stays idle and only submissions are
+ *       measured (submissions/s and the round trip's p50/p99).
  *   loadgen pickup URL DBCONNINFO SAMPLES
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
@@ -40,6 +46,7 @@
 #include <curl/curl.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +55,9 @@
 
 static const char *base_url;
 static int runs_per_client;
+static int batch = 1;
+static const char *extra = ""; /* more members of each submission */
+static double *submit_ms;      /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {
@@ -111,23 +121,40 @@ static long request(CURL *c, const char *method, const char *path, const char *b
     return request_to(c, method, path, body, NULL);
 }
 
+/* One request's body: a single submission, or an array of batch. */
+static char *client_body(long id, int i)
+{
+    size_t cap = (size_t)batch * 128 + 16, len = 0;
+    char *body = malloc(cap);
+
+    len += (size_t)snprintf(body + len, cap - len, "%s", batch > 1 ? "[" : "");
+    for (int k = 0; k < batch; k++)
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
+                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}%s}",
+                                k ? "," : "", id, i, k, (int)getpid(), extra);
+    snprintf(body + len, cap - len, "%s", batch > 1 ? "]" : "");
+    return body;
+}
+
 static void *client(void *arg)
 {
     CURL *c = curl_easy_init();
     long id = (long)arg, failed = 0;
-    char body[256];
 
     for (int i = 0; i < runs_per_client; i++) {
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"%ld-%d-%d\"}}",
-                 id, i, (int)getpid());
-        if (request(c, "POST", "/alerts", body) != 202)
+        char *body = client_body(id, i);
+        double t = now_s();
+        if (request(c, "POST", "/alerts", body) != (batch > 1 ? 200 : 202))
             failed++;
+        submit_ms[id * runs_per_client + i] = (now_s() - t) * 1000;
+        free(body);
     }
     curl_easy_cleanup(c);
     return (void *)failed;
 }
+
+static double pct(double *v, int n, double p);
 
 /* Completed runs created and completed at or after `since` (the database's
  * clock). Through the runs_completed index (completed_at) it reads only the
@@ -150,7 +177,7 @@ static long long completed_since(PGconn *db, const char *since)
     return v;
 }
 
-static int throughput(PGconn *db, int runs, int clients)
+static int throughput(PGconn *db, int runs, int clients, bool wait)
 {
     pthread_t th[64];
     long failed = 0;
@@ -166,8 +193,9 @@ static int throughput(PGconn *db, int runs, int clients)
         return 1;
     }
 
-    runs_per_client = runs / clients;
-    runs = runs_per_client * clients;
+    runs_per_client = runs / clients / batch;
+    runs = runs_per_client * clients * batch;
+    submit_ms = calloc((size_t)(runs_per_client * clients) + 1, sizeof(double));
     t0 = now_s();
     for (long i = 0; i < clients; i++)
         pthread_create(&th[i], NULL, client, (void *)i);
@@ -177,7 +205,7 @@ static int throughput(PGconn *db, int runs, int clients)
         failed += (long)f;
     }
     t_sub = now_s();
-    while (completed_since(db, since) < runs) {
+    while (wait && completed_since(db, since) < runs) {
         if (now_s() - t0 > 600) {
             fprintf(stderr, "loadgen: runs did not complete within 600 s\n");
             return 1;
@@ -185,9 +213,14 @@ static int throughput(PGconn *db, int runs, int clients)
         usleep(20000);
     }
     t_done = now_s();
-    printf("runs=%d clients=%d failed_submits=%ld\n", runs, clients, failed);
+    printf("runs=%d clients=%d batch=%d failed_submits=%ld\n", runs, clients, batch, failed);
     printf("submit_per_s=%.0f\n", runs / (t_sub - t0));
-    printf("runs_per_s=%.0f\n", runs / (t_done - t0));
+    printf("submit_p50_ms=%.2f\nsubmit_p99_ms=%.2f\n",
+           pct(submit_ms, runs_per_client * clients, 0.5),
+           pct(submit_ms, runs_per_client * clients, 0.99));
+    free(submit_ms);
+    if (wait)
+        printf("runs_per_s=%.0f\n", runs / (t_done - t0));
     return failed ? 1 : 0;
 }
 
@@ -795,7 +828,7 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS\n"
+    fprintf(stderr, "usage: loadgen throughput|submit URL DB RUNS CLIENTS [BATCH]\n"
                     "       loadgen pickup URL DB SAMPLES\n"
                     "       loadgen wrk URL DB SECONDS CONNECTIONS\n"
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
@@ -825,9 +858,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
         return 1;
     }
-    if (strcmp(mode, "throughput") == 0 && argc >= 6) {
+    if ((strcmp(mode, "throughput") == 0 || strcmp(mode, "submit") == 0) && argc >= 6) {
+        bool wait = strcmp(mode, "throughput") == 0;
         int clients = atoi(argv[5]);
-        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
+        batch = argc >= 7 ? atoi(argv[6]) : 1;
+        batch = batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
+        if (!wait)
+            extra = ",\"run_at\":\"2999-01-01T00:00:00Z\"";
+        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients, wait);
     } else if (strcmp(mode, "pickup") == 0) {
         rc = pickup(db, atoi(argv[4]));
     } else if (strcmp(mode, "wrk") == 0 && argc >= 6) {

@@ -9,10 +9,12 @@
  * tenant when a stream opens, and submissions per caller before their body
  * is parsed. Every refusal is a problem+json with Retry-After.
  *
- * Two kinds of answer park their connection instead of holding a thread:
+ * Three kinds of answer park their connection instead of holding a thread:
  * an SSE stream suspends whenever it has nothing to send, and a long-poll
- * (?wait=S) suspends until its run completes or S passes. The hub resumes
- * both (server/hub.h).
+ * (?wait=S) suspends until its run completes or S passes; the hub resumes
+ * both (live/hub.h). A handler's deferred reply (a generic submission,
+ * handlers/handlers.h) suspends until its work is done: the submission
+ * queue's flusher resumes it after its commit (handlers/submitq.h).
  *
  * Every request has an id (its X-Request-Id when valid, else its
  * traceparent's trace id, else a new one), answered in X-Request-Id and set
@@ -84,7 +86,8 @@ struct req_ctx {
     const char *cors_origin; /* an allowed Origin (server/http_cors.h), or NULL */
     char stream_tenant[65];
     char run_id[130];
-    struct http_wait *wait; /* a parked long-poll */
+    struct http_wait *wait;    /* a parked long-poll */
+    struct deferred *deferred; /* parked work (handlers.h), answered once it is done */
     char request_id[LOG_REQUEST_ID_MAX + 1];
 };
 
@@ -425,6 +428,51 @@ static enum MHD_Result http_wait_begin(struct req_ctx *rc, struct reply *rp)
     return MHD_YES;
 }
 
+/* ---- deferred work ------------------------------------------------------ */
+
+/* Called once by whoever finished the work (a submission flusher after its
+ * commit), from any thread; the connection is suspended by then. */
+static void http_defer_resume(void *arg)
+{
+    struct req_ctx *rc = arg;
+
+    MHD_resume_connection(rc->conn);
+}
+
+/* Parks the connection, then starts the work: suspending first, because the
+ * work may be done (and resume it) before start returns. */
+static enum MHD_Result http_defer_begin(struct req_ctx *rc, struct reply *rp)
+{
+    rc->deferred = rp->deferred;
+    rp->deferred = NULL;
+    reply_cleanup(rp);
+    MHD_suspend_connection(rc->conn);
+    rc->deferred->start(rc->deferred, rc->h->hc, http_defer_resume, rc);
+    return MHD_YES;
+}
+
+/* Resumed: the work is done; answer it (or park it again as a long-poll). */
+static enum MHD_Result http_defer_finish(struct req_ctx *rc)
+{
+    const struct hctx *hc = rc->h->hc;
+    struct request rq = http_request(rc);
+    struct deferred *d = rc->deferred;
+    struct reply rp;
+    enum MHD_Result ret;
+
+    rc->deferred = NULL;
+    reply_init(&rp);
+    d->finish(d, hc, &rq, &rp);
+    d->free(d, hc);
+    if (rp.http_status == 0)
+        reply_error(&rp, ST_INTERNAL, NULL);
+    if (rp.wait_ms > 0 && rp.refresh && hc->hub)
+        return http_wait_begin(rc, &rp);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
 /* ---- streams ------------------------------------------------------------ */
 
 /* Runs with the hub lock held, on the connection's thread. A peer that
@@ -699,6 +747,8 @@ static enum MHD_Result http_dispatch(struct req_ctx *rc)
     reply_init(&rp);
     (void)rc->m.entry->fn(hc, &rq, &rp);
     json_decref(rq.body);
+    if (rp.deferred)
+        return http_defer_begin(rc, &rp);
     if (rp.http_status == 0)
         reply_error(&rp, ST_INTERNAL, NULL);
     if (rp.wait_ms > 0 && rp.refresh && hc->hub)
@@ -749,6 +799,8 @@ static enum MHD_Result http_access_step(struct req_ctx *rc, const char *upload_d
         return MHD_YES;
     if (rc->wait)
         return http_wait_finish(rc, true); /* resumed: the run completed or the wait ended */
+    if (rc->deferred)
+        return http_defer_finish(rc); /* resumed: the work is done */
     if (rc->cn && !http_conn_received(rc->h->conns, rc->cn))
         return MHD_NO; /* answered 408 at its deadline already */
     return http_dispatch(rc);
@@ -807,6 +859,8 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
         reply_cleanup(&rc->wait->rp);
         free(rc->wait);
     }
+    if (rc->deferred) /* done, but its client left before the answer */
+        rc->deferred->free(rc->deferred, rc->h->hc);
     dynbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
