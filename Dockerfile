@@ -17,7 +17,14 @@
 # Every event stream is a connection: for many SSE clients give the container
 # a file limit to match, e.g. `docker run --ulimit nofile=20000:20000 ...`.
 
-FROM debian:12-slim AS build
+# Both stages start from the same Debian 12 image, pinned by its dated tag
+# and the digest of that tag's multi-platform index. To move to a newer one
+# (docs/operations.md, "Updating the base image"):
+#   docker buildx imagetools inspect debian:bookworm-YYYYMMDD-slim
+# and copy the "Digest:" line into BASE below.
+ARG BASE=debian:bookworm-20261005-slim@sha256:7c7b2c966bc9ee8cedfeef67e0e279108992c77681fa595db4a9d65c06ccc587
+
+FROM ${BASE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
@@ -33,10 +40,13 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
  && cmake --build build -j "$(nproc)" \
  && ./build/opsrun version
 
-FROM debian:12-slim
+FROM ${BASE}
+# tini is process 1: it forwards SIGTERM to opsrun and reaps the orphaned
+# grandchildren of `exec` actions, which opsrun, not being an init, would
+# leave as zombies.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates \
+      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates tini \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin opsrun
@@ -52,6 +62,6 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=40s CMD ["opsrun", "healt
 # SIGTERM drains gracefully (up to queue.shutdown_grace_s): give `docker stop`
 # / Kubernetes a long enough grace period.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["opsrun"]
+ENTRYPOINT ["/usr/bin/tini", "--", "opsrun"]
 # No flags here: OPSRUN_* variables (OPSRUN_LISTEN above included) decide.
 CMD ["serve"]

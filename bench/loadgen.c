@@ -1,18 +1,52 @@
 /* bench/loadgen.c — end-to-end figures for a running opsrun:
  *
- *   loadgen throughput URL DBCONNINFO RUNS CLIENTS
+ *   loadgen throughput URL DBCONNINFO RUNS CLIENTS [BATCH]
  *       submits RUNS no-op demo runs from CLIENTS threads (keep-alive), waits
  *       until all are completed, prints runs/s from first submit to last
- *       completion (completed_at in the database).
+ *       completion (completed_at in the database), and the p50/p99 of one
+ *       submission's round trip. With BATCH > 1 each request is a JSON array
+ *       of BATCH submissions (at most 1,000).
+ *   loadgen submit URL DBCONNINFO RUNS CLIENTS [BATCH]
+ *       the submissions of throughput alone: the runs wait for a run_at far
+ *       in the future, so the engine stays idle and only submissions are
+ *       measured (submissions/s and the round trip's p50/p99).
  *   loadgen pickup URL DBCONNINFO SAMPLES
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
  *       baseline in the same run the p50/p99 of a bare GET /livez round trip.
+ *   loadgen wrk URL DBCONNINFO SECONDS CONNECTIONS
+ *       HTTP submit, wrk-style: CONNECTIONS keep-alive connections each
+ *       POST one no-op demo run after another, every body distinct, for
+ *       SECONDS; requests/s and the p50/p99 of the request latency. The runs
+ *       are executed meanwhile; then it waits (untimed) until they are all
+ *       completed, so the next step starts idle.
+ *   loadgen bulk URL DBCONNINFO RUNS CONNECTIONS BATCH
+ *       RUNS no-op demo runs submitted as JSON arrays of BATCH distinct
+ *       bodies (POST /alerts, 200 {"runs": [...]}) from CONNECTIONS threads;
+ *       runs/s from first submit to last completion, and the p50/p99 of one
+ *       array's request.
+ *   loadgen lateness URL DBCONNINFO DELAYED RETRIES
+ *       DELAYED runs submitted with run_at 2 to 6 s ahead, evenly spread, and RETRIES demo
+ *       runs whose first attempt fails ("fail": "first:1"), one every 50 ms;
+ *       waits until all are completed and prints how late each started
+ *       (p50/p99/max, ms): a delayed run started_at - run_at, a retry the
+ *       claim of its second attempt (its "running" event) - the run_at the
+ *       failure set.
+ *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
+ *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
+ *       10 s it reads from the database the runs completed and the pickups
+ *       (started_at - created_at) of the slice 10-20 s back (well before
+ *       retention can delete them), and prints one line per minute:
+ *       completed/s, pickup p50/p99, due runs not started, the rows of runs,
+ *       the size of the runs and run_events tables and the server's RSS;
+ *       then the last minute over the first.
  *
- * Output is one "key=value" line per figure, for bench/run.sh. */
+ * Output is one "key=value" line per figure, for bench/run.sh and
+ * bench/all.sh. */
 #include <curl/curl.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +55,9 @@
 
 static const char *base_url;
 static int runs_per_client;
+static int batch = 1;
+static const char *extra = ""; /* more members of each submission */
+static double *submit_ms;      /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {
@@ -29,14 +66,35 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A response body kept by request_to. */
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
 static size_t sink(char *p, size_t s, size_t n, void *arg)
 {
-    (void)p;
-    (void)arg;
+    struct buf *b = arg;
+
+    if (b) {
+        if (b->len + s * n + 1 > b->cap) {
+            b->cap = (b->len + s * n + 1) * 2;
+            b->p = realloc(b->p, b->cap);
+            if (!b->p) {
+                fprintf(stderr, "loadgen: out of memory\n");
+                exit(1);
+            }
+        }
+        memcpy(b->p + b->len, p, s * n);
+        b->len += s * n;
+        b->p[b->len] = '\0';
+    }
     return s * n;
 }
 
-static long request(CURL *c, const char *method, const char *path, const char *body)
+/* The response status; the body goes to *out when out is not NULL. */
+static long request_to(CURL *c, const char *method, const char *path, const char *body,
+                       struct buf *out)
 {
     char url[512];
     long code = 0;
@@ -47,6 +105,7 @@ static long request(CURL *c, const char *method, const char *path, const char *b
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     if (!body)
@@ -57,23 +116,45 @@ static long request(CURL *c, const char *method, const char *path, const char *b
     return code;
 }
 
+static long request(CURL *c, const char *method, const char *path, const char *body)
+{
+    return request_to(c, method, path, body, NULL);
+}
+
+/* One request's body: a single submission, or an array of batch. */
+static char *client_body(long id, int i)
+{
+    size_t cap = (size_t)batch * 128 + 16, len = 0;
+    char *body = malloc(cap);
+
+    len += (size_t)snprintf(body + len, cap - len, "%s", batch > 1 ? "[" : "");
+    for (int k = 0; k < batch; k++)
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
+                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}%s}",
+                                k ? "," : "", id, i, k, (int)getpid(), extra);
+    snprintf(body + len, cap - len, "%s", batch > 1 ? "]" : "");
+    return body;
+}
+
 static void *client(void *arg)
 {
     CURL *c = curl_easy_init();
     long id = (long)arg, failed = 0;
-    char body[256];
 
     for (int i = 0; i < runs_per_client; i++) {
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"%ld-%d-%d\"}}",
-                 id, i, (int)getpid());
-        if (request(c, "POST", "/alerts", body) != 202)
+        char *body = client_body(id, i);
+        double t = now_s();
+        if (request(c, "POST", "/alerts", body) != (batch > 1 ? 200 : 202))
             failed++;
+        submit_ms[id * runs_per_client + i] = (now_s() - t) * 1000;
+        free(body);
     }
     curl_easy_cleanup(c);
     return (void *)failed;
 }
+
+static double pct(double *v, int n, double p);
 
 /* Completed runs created and completed at or after `since` (the database's
  * clock). Through the runs_completed index (completed_at) it reads only the
@@ -96,7 +177,7 @@ static long long completed_since(PGconn *db, const char *since)
     return v;
 }
 
-static int throughput(PGconn *db, int runs, int clients)
+static int throughput(PGconn *db, int runs, int clients, bool wait)
 {
     pthread_t th[64];
     long failed = 0;
@@ -112,8 +193,9 @@ static int throughput(PGconn *db, int runs, int clients)
         return 1;
     }
 
-    runs_per_client = runs / clients;
-    runs = runs_per_client * clients;
+    runs_per_client = runs / clients / batch;
+    runs = runs_per_client * clients * batch;
+    submit_ms = calloc((size_t)(runs_per_client * clients) + 1, sizeof(double));
     t0 = now_s();
     for (long i = 0; i < clients; i++)
         pthread_create(&th[i], NULL, client, (void *)i);
@@ -123,7 +205,7 @@ static int throughput(PGconn *db, int runs, int clients)
         failed += (long)f;
     }
     t_sub = now_s();
-    while (completed_since(db, since) < runs) {
+    while (wait && completed_since(db, since) < runs) {
         if (now_s() - t0 > 600) {
             fprintf(stderr, "loadgen: runs did not complete within 600 s\n");
             return 1;
@@ -131,9 +213,14 @@ static int throughput(PGconn *db, int runs, int clients)
         usleep(20000);
     }
     t_done = now_s();
-    printf("runs=%d clients=%d failed_submits=%ld\n", runs, clients, failed);
+    printf("runs=%d clients=%d batch=%d failed_submits=%ld\n", runs, clients, batch, failed);
     printf("submit_per_s=%.0f\n", runs / (t_sub - t0));
-    printf("runs_per_s=%.0f\n", runs / (t_done - t0));
+    printf("submit_p50_ms=%.2f\nsubmit_p99_ms=%.2f\n",
+           pct(submit_ms, runs_per_client * clients, 0.5),
+           pct(submit_ms, runs_per_client * clients, 0.99));
+    free(submit_ms);
+    if (wait)
+        printf("runs_per_s=%.0f\n", runs / (t_done - t0));
     return failed ? 1 : 0;
 }
 
@@ -196,13 +283,572 @@ static int pickup(PGconn *db, int samples)
     return 0;
 }
 
+/* ---- shared by the modes below ------------------------------------------ */
+
+#define MAX_THREADS 256
+
+struct samples {
+    double *v;
+    int n, cap;
+};
+
+static void samples_add(struct samples *s, double x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 1024;
+        s->v = realloc(s->v, (size_t)s->cap * sizeof(*s->v));
+        if (!s->v) {
+            fprintf(stderr, "loadgen: out of memory\n");
+            exit(1);
+        }
+    }
+    s->v[s->n++] = x;
+}
+
+static void samples_merge(struct samples *into, struct samples *from)
+{
+    for (int i = 0; i < from->n; i++)
+        samples_add(into, from->v[i]);
+    free(from->v);
+    from->v = NULL;
+    from->n = from->cap = 0;
+}
+
+/* p50/p99/max of s as "PREFIX_p50_ms=..." lines (n=0: -1). */
+static void print_pcts(const char *prefix, struct samples *s)
+{
+    double p50 = -1, p99 = -1, max = -1;
+
+    if (s->n > 0) {
+        p50 = pct(s->v, s->n, 0.5);
+        p99 = pct(s->v, s->n, 0.99);
+        max = s->v[s->n - 1];
+    }
+    printf("%s_n=%d\n%s_p50_ms=%.2f\n%s_p99_ms=%.2f\n%s_max_ms=%.2f\n", prefix, s->n, prefix, p50,
+           prefix, p99, prefix, max);
+}
+
+static int db_now(PGconn *db, char *out, size_t cap)
+{
+    PGresult *r = PQexec(db, "SELECT now()::text");
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+
+    if (ok)
+        snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    else
+        fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* Waits until `want` runs created since `since` are completed; seconds, or -1
+ * after timeout_s. */
+static double wait_completed(PGconn *db, const char *since, long long want, double timeout_s)
+{
+    double t0 = now_s();
+
+    while (completed_since(db, since) < want) {
+        if (now_s() - t0 > timeout_s) {
+            fprintf(stderr, "loadgen: %lld runs did not complete within %.0f s\n", want, timeout_s);
+            return -1;
+        }
+        usleep(20000);
+    }
+    return now_s() - t0;
+}
+
+static long long query_ll(PGconn *db, const char *sql)
+{
+    PGresult *r = PQexec(db, sql);
+    long long v = -1;
+
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        v = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+/* ---- wrk: HTTP submit, wrk-style, single runs, distinct bodies ------------- */
+
+struct wrk_arg {
+    long id;
+    double deadline;
+    long ok, other;
+    struct samples lat;
+};
+
+static void *wrk_client(void *arg)
+{
+    struct wrk_arg *a = arg;
+    CURL *c = curl_easy_init();
+    char body[256];
+
+    for (long i = 0; now_s() < a->deadline; i++) {
+        double t;
+        long code;
+
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
+                 "\"n\":\"s-%ld-%ld-%d\"}}",
+                 a->id, i, (int)getpid());
+        t = now_s();
+        code = request(c, "POST", "/alerts", body);
+        samples_add(&a->lat, (now_s() - t) * 1000);
+        if (code == 202)
+            a->ok++;
+        else
+            a->other++;
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static int wrk(PGconn *db, double seconds, int conns)
+{
+    static struct wrk_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    struct samples all = {0};
+    long ok = 0, other = 0;
+    double t0, t1, drain;
+    char since[64];
+
+    if (db_now(db, since, sizeof(since)) != 0)
+        return 1;
+    t0 = now_s();
+    for (int i = 0; i < conns; i++) {
+        args[i] = (struct wrk_arg){.id = i, .deadline = t0 + seconds};
+        pthread_create(&th[i], NULL, wrk_client, &args[i]);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].ok;
+        other += args[i].other;
+        samples_merge(&all, &args[i].lat);
+    }
+    t1 = now_s();
+    printf("submit_connections=%d\nsubmit_requests=%ld\nsubmit_non_202=%ld\n", conns, ok + other,
+           other);
+    printf("submit_per_s=%.0f\n", (double)(ok + other) / (t1 - t0));
+    print_pcts("submit", &all);
+    fflush(stdout);
+    drain = wait_completed(db, since, ok, 600);
+    printf("submit_drain_s=%.1f\n", drain);
+    free(all.v);
+    return other || drain < 0 ? 1 : 0;
+}
+
+/* ---- bulk: arrays of distinct bodies --------------------------------------- */
+
+struct bulk_arg {
+    long id;
+    int runs, per_request;
+    long ok_runs, failed_batches, failed_items;
+    struct samples lat;
+};
+
+/* How many times `needle` occurs in s. */
+static long count_of(const char *s, const char *needle)
+{
+    long n = 0;
+
+    while (s && (s = strstr(s, needle))) {
+        n++;
+        s += strlen(needle);
+    }
+    return n;
+}
+
+static void *bulk_client(void *arg)
+{
+    struct bulk_arg *a = arg;
+    CURL *c = curl_easy_init();
+    size_t cap = (size_t)a->per_request * 160 + 16;
+    char *body = malloc(cap);
+    struct buf resp = {0};
+
+    for (int done = 0; done < a->runs;) {
+        int n = a->runs - done < a->per_request ? a->runs - done : a->per_request;
+        size_t len = 0;
+        double t;
+
+        body[len++] = '[';
+        for (int k = 0; k < n; k++)
+            len += (size_t)snprintf(body + len, cap - len,
+                                    "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
+                                    "\"steps\":0,\"n\":\"b-%ld-%d-%d\"}}",
+                                    k ? "," : "", a->id, done + k, (int)getpid());
+        body[len++] = ']';
+        body[len] = '\0';
+        t = now_s();
+        resp.len = 0;
+        /* 200 {"runs": [...]}: one result per item, a submission (with its
+         * run_id) or a problem object. */
+        if (request_to(c, "POST", "/alerts", body, &resp) == 200) {
+            long ok = count_of(resp.p, "\"run_id\"");
+            a->ok_runs += ok;
+            a->failed_items += n - ok;
+        } else {
+            a->failed_batches++;
+        }
+        samples_add(&a->lat, (now_s() - t) * 1000);
+        done += n;
+    }
+    free(resp.p);
+    free(body);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+/* per_request: how many bodies one array holds */
+static int bulk(PGconn *db, int runs, int conns, int per_request)
+{
+    static struct bulk_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    struct samples all = {0};
+    long ok = 0, failed = 0, failed_items = 0;
+    double t0, t_sub, wait;
+    char since[64];
+
+    if (db_now(db, since, sizeof(since)) != 0)
+        return 1;
+    t0 = now_s();
+    for (int i = 0; i < conns; i++) {
+        args[i] = (struct bulk_arg){.id = i, .runs = runs / conns, .per_request = per_request};
+        pthread_create(&th[i], NULL, bulk_client, &args[i]);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].ok_runs;
+        failed += args[i].failed_batches;
+        failed_items += args[i].failed_items;
+        samples_merge(&all, &args[i].lat);
+    }
+    t_sub = now_s();
+    printf("bulk_runs=%ld\nbulk_connections=%d\nbulk_batch=%d\nbulk_failed_batches=%ld\n"
+           "bulk_failed_items=%ld\n",
+           ok, conns, per_request, failed, failed_items);
+    printf("bulk_submit_per_s=%.0f\n", (double)ok / (t_sub - t0));
+    print_pcts("bulk_request", &all);
+    free(all.v);
+    fflush(stdout);
+    wait = wait_completed(db, since, ok, 600);
+    if (wait < 0)
+        return 1;
+    printf("bulk_runs_per_s=%.0f\n", (double)ok / (t_sub - t0 + wait));
+    return failed || failed_items ? 1 : 0;
+}
+
+/* ---- lateness: delayed runs and retries ------------------------------------ */
+
+static void rfc3339_in(double ahead_s, char *out, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    long long us;
+    time_t secs;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    us = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 + (long long)(ahead_s * 1e6);
+    secs = (time_t)(us / 1000000);
+    gmtime_r(&secs, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us % 1000000);
+}
+
+static int lateness_query(PGconn *db, const char *sql, const char *prefix, int want)
+{
+    PGresult *r = PQexec(db, sql);
+    struct samples s = {0};
+    int early = 0, rc = 0;
+
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
+        PQclear(r);
+        return 1;
+    }
+    for (int i = 0; i < PQntuples(r); i++) {
+        double v = atof(PQgetvalue(r, i, 0));
+        early += v < 0;
+        samples_add(&s, v);
+    }
+    PQclear(r);
+    print_pcts(prefix, &s);
+    printf("%s_early=%d\n", prefix, early);
+    if (s.n != want) {
+        fprintf(stderr, "loadgen: %s: %d of %d runs measured\n", prefix, s.n, want);
+        rc = 1;
+    }
+    free(s.v);
+    return rc;
+}
+
+static int lateness(PGconn *db, int delayed, int retries)
+{
+    CURL *c = curl_easy_init();
+    char body[512], at[96], sql[1024], since[64];
+    int pid = (int)getpid();
+    double t0;
+
+    if (db_now(db, since, sizeof(since)) != 0)
+        return 1;
+    /* Due 2 s to 6 s from now, spread out, so that each is due on its own. */
+    t0 = now_s();
+    for (int i = 0; i < delayed; i++) {
+        rfc3339_in(2.0 - (now_s() - t0) + 4.0 * i / (delayed > 1 ? delayed - 1 : 1), at,
+                   sizeof(at));
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"late-%d-%d\",\"run_at\":\"%s\","
+                 "\"data\":{\"duration_ms\":0,\"steps\":0}}",
+                 pid, i, at);
+        if (request(c, "POST", "/alerts", body) != 202) {
+            fprintf(stderr, "loadgen: a delayed run was not accepted\n");
+            return 1;
+        }
+    }
+    if (now_s() - t0 > 2.0)
+        fprintf(stderr,
+                "loadgen: submitting the delayed runs took %.1f s: the first were "
+                "submitted after their run_at\n",
+                now_s() - t0);
+    for (int i = 0; i < retries; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"retry-%d-%d\","
+                 "\"data\":{\"duration_ms\":0,\"steps\":0,\"fail\":\"first:1\"}}",
+                 pid, i);
+        if (request(c, "POST", "/alerts", body) != 202) {
+            fprintf(stderr, "loadgen: a retried run was not accepted\n");
+            return 1;
+        }
+        usleep(50000);
+    }
+    curl_easy_cleanup(c);
+    if (wait_completed(db, since, delayed + retries, 120) < 0)
+        return 1;
+    snprintf(sql, sizeof(sql),
+             "SELECT extract(epoch FROM started_at - run_at) * 1000 FROM runs "
+             "WHERE id LIKE 'late-%d-%%'",
+             pid);
+    if (lateness_query(db, sql, "late_delayed", delayed))
+        return 1;
+    snprintf(sql, sizeof(sql),
+             "SELECT extract(epoch FROM (SELECT max(e.created_at) FROM run_events e "
+             "WHERE e.tenant = r.tenant AND e.run_id = r.id AND e.type = 'status' "
+             "AND e.status = 'running') - r.run_at) * 1000 FROM runs r "
+             "WHERE r.id LIKE 'retry-%d-%%' AND r.attempt >= 2",
+             pid);
+    return lateness_query(db, sql, "late_retry", retries);
+}
+
+/* ---- soak: a steady load for minutes, with retention running --------------- */
+
+struct soak_arg {
+    long id;
+    double t0, interval, end;
+    long sent, failed;
+};
+
+static void *soak_client(void *arg)
+{
+    struct soak_arg *a = arg;
+    CURL *c = curl_easy_init();
+    char body[256];
+
+    for (long i = 0;; i++) {
+        double due = a->t0 + (double)i * a->interval, now = now_s();
+        if (due >= a->end)
+            break;
+        if (due > now)
+            usleep((useconds_t)((due - now) * 1e6));
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
+                 "\"n\":\"k-%ld-%ld-%d\"}}",
+                 a->id, i, (int)getpid());
+        if (request(c, "POST", "/alerts", body) == 202)
+            a->sent++;
+        else
+            a->failed++;
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static long rss_kib(int pid)
+{
+    char path[64], line[256];
+    long v = -1;
+    FILE *f;
+
+    if (pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+struct minute {
+    long long completed;
+    struct samples pickup;
+    long long due, rows, table_kib;
+    long rss;
+};
+
+/* Slice k is [start + 10 k, start + 10 (k + 1)) in the database's clock. */
+static void soak_slice(PGconn *db, double start, int k, struct minute *m)
+{
+    char sql[512];
+    PGresult *r;
+    double a = start + 10.0 * k, b = a + 10.0;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE status = 'completed' "
+             "AND completed_at >= to_timestamp(%.6f) AND completed_at < to_timestamp(%.6f)",
+             a, b);
+    m->completed += query_ll(db, sql);
+    snprintf(sql, sizeof(sql),
+             "SELECT extract(epoch FROM started_at - created_at) * 1000 FROM runs "
+             "WHERE created_at >= to_timestamp(%.6f) AND created_at < to_timestamp(%.6f) "
+             "AND started_at IS NOT NULL",
+             a, b);
+    r = PQexec(db, sql);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(r); i++)
+            samples_add(&m->pickup, atof(PQgetvalue(r, i, 0)));
+    PQclear(r);
+}
+
+static void soak_print(int i, struct minute *m)
+{
+    double p50 = -1, p99 = -1;
+
+    if (m->pickup.n) {
+        p50 = pct(m->pickup.v, m->pickup.n, 0.5);
+        p99 = pct(m->pickup.v, m->pickup.n, 0.99);
+    }
+    printf(
+        "minute=%d completed_per_s=%.1f pickup_p50_ms=%.2f pickup_p99_ms=%.2f due_not_started=%lld "
+        "runs_rows=%lld tables_kib=%lld rss_kib=%ld\n",
+        i + 1, (double)m->completed / 60.0, p50, p99, m->due, m->rows, m->table_kib, m->rss);
+    fflush(stdout);
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : -1;
+}
+
+static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
+{
+    static struct soak_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    struct minute *m = calloc((size_t)minutes, sizeof(*m));
+    int slices = minutes * 6, next_slice = 0;
+    long sent = 0, failed = 0;
+    double start_db, t0;
+    const char *sizes = "SELECT (pg_total_relation_size('runs') + "
+                        "pg_total_relation_size('run_events')) / 1024";
+    const char *due = "SELECT count(*) FROM runs WHERE status = 'queued' AND run_at <= now()";
+
+    {
+        PGresult *r = PQexec(db, "SELECT extract(epoch FROM now())");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
+            return 1;
+        }
+        start_db = atof(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    t0 = now_s();
+    for (int i = 0; i < conns; i++) {
+        args[i] = (struct soak_arg){.id = i,
+                                    .t0 = t0 + (double)i / rate,
+                                    .interval = conns / rate,
+                                    .end = t0 + minutes * 60.0};
+        pthread_create(&th[i], NULL, soak_client, &args[i]);
+    }
+    printf("soak_minutes=%d\nsoak_rate_per_s=%.1f\nsoak_clients=%d\n", minutes, rate, conns);
+    fflush(stdout);
+    /* Every 10 s: the slice that ended 10 s ago; a minute is printed once its
+     * last slice is read. Then the slices left after the load. */
+    while (next_slice < slices) {
+        double now = now_s() - t0;
+        if (now >= 10.0 * (next_slice + 2)) {
+            struct minute *mm = &m[next_slice / 6];
+            soak_slice(db, start_db, next_slice, mm);
+            if (next_slice % 6 == 5)
+                soak_print(next_slice / 6, mm);
+            next_slice++;
+            continue;
+        }
+        if (next_slice / 6 < minutes && (int)(now / 60.0) == next_slice / 6 &&
+            now - 60.0 * (next_slice / 6) > 55.0 && !m[next_slice / 6].table_kib) {
+            struct minute *mm = &m[next_slice / 6];
+            mm->due = query_ll(db, due);
+            mm->rows = query_ll(db, "SELECT count(*) FROM runs");
+            mm->table_kib = query_ll(db, sizes);
+            mm->rss = rss_kib(server_pid);
+        }
+        usleep(200000);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        sent += args[i].sent;
+        failed += args[i].failed;
+    }
+    printf("soak_submitted=%ld\nsoak_failed_submits=%ld\n", sent, failed);
+    {
+        struct minute *f = &m[0], *l = &m[minutes - 1];
+        double f99 = f->pickup.n ? pct(f->pickup.v, f->pickup.n, 0.99) : -1;
+        double l99 = l->pickup.n ? pct(l->pickup.v, l->pickup.n, 0.99) : -1;
+        double f50 = f->pickup.n ? pct(f->pickup.v, f->pickup.n, 0.5) : -1;
+        double l50 = l->pickup.n ? pct(l->pickup.v, l->pickup.n, 0.5) : -1;
+        printf("soak_first_completed_per_s=%.1f\nsoak_last_completed_per_s=%.1f\n",
+               (double)f->completed / 60.0, (double)l->completed / 60.0);
+        printf("soak_throughput_last_over_first=%.2f\n",
+               ratio((double)l->completed, (double)f->completed));
+        printf("soak_first_pickup_p50_ms=%.2f\nsoak_last_pickup_p50_ms=%.2f\n", f50, l50);
+        printf("soak_first_pickup_p99_ms=%.2f\nsoak_last_pickup_p99_ms=%.2f\n", f99, l99);
+        printf("soak_pickup_p50_last_over_first=%.2f\nsoak_pickup_p99_last_over_first=%.2f\n",
+               ratio(l50, f50), ratio(l99, f99));
+        printf("soak_first_runs_rows=%lld\nsoak_last_runs_rows=%lld\n", f->rows, l->rows);
+        printf("soak_first_tables_kib=%lld\nsoak_last_tables_kib=%lld\n", f->table_kib,
+               l->table_kib);
+        printf("soak_first_rss_kib=%ld\nsoak_last_rss_kib=%ld\n", f->rss, l->rss);
+    }
+    for (int i = 0; i < minutes; i++)
+        free(m[i].pickup.v);
+    free(m);
+    return failed ? 1 : 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: loadgen throughput|submit URL DB RUNS CLIENTS [BATCH]\n"
+                    "       loadgen pickup URL DB SAMPLES\n"
+                    "       loadgen wrk URL DB SECONDS CONNECTIONS\n"
+                    "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
+                    "       loadgen lateness URL DB DELAYED RETRIES\n"
+                    "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n");
+}
+
+static int clamp_threads(int n)
+{
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+}
+
 int main(int argc, char **argv)
 {
     PGconn *db;
     int rc;
+    const char *mode = argc > 1 ? argv[1] : "";
 
     if (argc < 5) {
-        fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS | pickup URL DB SAMPLES\n");
+        usage();
         return 2;
     }
     base_url = argv[2];
@@ -212,11 +858,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
         return 1;
     }
-    if (strcmp(argv[1], "throughput") == 0 && argc >= 6) {
+    if ((strcmp(mode, "throughput") == 0 || strcmp(mode, "submit") == 0) && argc >= 6) {
+        bool wait = strcmp(mode, "throughput") == 0;
         int clients = atoi(argv[5]);
-        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
-    } else {
+        batch = argc >= 7 ? atoi(argv[6]) : 1;
+        batch = batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
+        if (!wait)
+            extra = ",\"run_at\":\"2999-01-01T00:00:00Z\"";
+        rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients, wait);
+    } else if (strcmp(mode, "pickup") == 0) {
         rc = pickup(db, atoi(argv[4]));
+    } else if (strcmp(mode, "wrk") == 0 && argc >= 6) {
+        rc = wrk(db, atof(argv[4]), clamp_threads(atoi(argv[5])));
+    } else if (strcmp(mode, "bulk") == 0 && argc >= 7) {
+        int per_request = atoi(argv[6]);
+        rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])),
+                  per_request < 1 ? 1 : per_request);
+    } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
+        rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
+    } else if (strcmp(mode, "soak") == 0 && argc >= 7) {
+        int minutes = atoi(argv[4]);
+        double rate = atof(argv[5]);
+        rc = minutes < 1 || rate <= 0 ? 2
+                                      : soak(db, minutes, rate, clamp_threads(atoi(argv[6])),
+                                             argc > 7 ? atoi(argv[7]) : 0);
+    } else {
+        usage();
+        rc = 2;
     }
     PQfinish(db);
     curl_global_cleanup();

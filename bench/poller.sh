@@ -16,6 +16,7 @@
 #        (default 32)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 WINDOW=${1:-20}
 RUNS=${2:-2000}
 CLIENTS=${3:-4}
@@ -32,9 +33,7 @@ OUT=bench/out
 mkdir -p "$OUT"
 rm -f "$OUT"/poller-*
 
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_loadgen opsrun_pollbench >/dev/null
+bench_build -- opsrun opsrun_loadgen opsrun_pollbench
 
 DATA=$(mktemp -d /tmp/opsrun-poller.XXXXXX)
 chmod 755 "$DATA"
@@ -48,7 +47,7 @@ cleanup() {
     stop "$SAMPLER"
     stop "$PID"
     stop "$FAKE_PID"
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
@@ -57,10 +56,7 @@ die() {
     exit 1
 }
 
-# A durable cluster (fsync on), as a user would run it.
-scripts/pg.sh start "$DATA/pg" >/dev/null
-scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
+bench_cluster "$DATA"
 sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 PG_PID=$(head -n 1 "$(sql 'SHOW data_directory')/postmaster.pid")
 
@@ -73,21 +69,11 @@ echo "== the fake's own capacity: 4 client threads, a new connection per request
 build/opsrun_pollbench hammer "$FAKE_PORT" 3 4 | tee "$OUT/poller-fake-capacity.txt"
 
 # ---- opsrun: the tight schedule (job) and the default one (job_real)
-REQS='"submit": {"method": "POST", "url": "'$FAKE'/jobs"}, "id_pointer": "/id",
-      "status": {"url": "'$FAKE'/jobs/{{external_id}}", "timeout_ms": 5000},
-      "state_pointer": "/state", "state_map": {"RUNNING": "running", "DONE": "succeeded"}'
 cat >"$DATA/config.json" <<EOF
 {"poller": {"concurrency": $CONCURRENCY, "interval_ms": 200},
  "limits": {"submit_rate_per_s": 0},
  "run_types": {
-  "job": {"action": "rest_job",
-   "poll": {"initial_delay_ms": 50, "max_delay_ms": 50, "jitter_pct": 0, "max_checks": 1000000,
-            "max_duration_s": 86400, "check_timeout_s": 10},
-   "params": {$REQS}},
-  "job_real": {"action": "rest_job",
-   "poll": {"initial_delay_ms": 2000, "multiplier": 2, "max_delay_ms": 30000, "jitter_pct": 20,
-            "check_timeout_s": 10},
-   "params": {$REQS}}}}
+$(bench_poller_types "$FAKE")}}
 EOF
 cp "$DATA/config.json" "$OUT/poller-config.json"
 # The same server settings without a run type that can wait: no poller at all.
@@ -98,8 +84,7 @@ serve() { # serve CONFIG LOG
     build/opsrun serve --config "$1" --database-url "$DB" --listen 127.0.0.1:$PORT \
         --workers 2 --log-level warn 2>"$2" &
     PID=$!
-    for _ in $(seq 100); do curl -sf "$URL/readyz" >/dev/null && break; sleep 0.1; done
-    curl -sf "$URL/readyz" >/dev/null || die "the server did not get ready (see $2)"
+    bench_wait_ready "$URL" || die "the server did not get ready (see $2)"
     sleep 2
 }
 
@@ -259,14 +244,7 @@ demo() {
 }
 # insert TYPE PREFIX POLL_COUNT SPREAD: WAITING runs in 'waiting', first
 # checks due uniformly within SPREAD
-insert() {
-    sql "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
-           identity_hash, request_hash, external_id, poll_state, poll_count, next_poll_at,
-           poll_started_at, started_at)
-         SELECT 'default', '$2-' || g, '$1', 'waiting', 1, 2, 900, '{}', '$2-ident-' || g, 'req',
-           'job-' || g, '{}', $3, now() + random() * interval '$4', now(), now()
-         FROM generate_series(1, $WAITING) g"
-}
+insert() { bench_insert_waiting "$DB" "$1" "$2" "$WAITING" "$3" "$4"; }
 # idle NAME: 5 s of the server with nothing to do
 idle() {
     snap "$1-0"

@@ -10,6 +10,7 @@
 #        (defaults 300, 20, 1000, 2000)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 EVENTS=${1:-300}
 INTERVAL=${2:-20}
 MANY=${3:-1000}
@@ -28,24 +29,19 @@ if [ "$(ulimit -n)" -lt $((IDLE + 100)) ]; then
     exit 1
 fi
 
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_ssebench >/dev/null
+bench_build -- opsrun opsrun_ssebench
 
 DATA=$(mktemp -d /tmp/opsrun-streams.XXXXXX)
 chmod 755 "$DATA"
 PID=""
 cleanup() {
     if [ -n "$PID" ] && kill "$PID" 2>/dev/null; then wait "$PID" 2>/dev/null || true; fi
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
 
-# A durable cluster (fsync on), as a user would run it.
-scripts/pg.sh start "$DATA/pg" >/dev/null
-scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
+bench_cluster "$DATA"
 
 # Every stream comes from 127.0.0.1 and the one tenant: no per-client limits.
 echo '{"http": {"max_connections_per_ip": 0}, "limits": {"streams_per_tenant": 0}}' \
@@ -53,8 +49,7 @@ echo '{"http": {"max_connections_per_ip": 0}, "limits": {"streams_per_tenant": 0
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:$PORT \
     --log-level warn 2>"$OUT/streams-serve.log" &
 PID=$!
-for _ in $(seq 100); do curl -sf "$URL/readyz" >/dev/null && break; sleep 0.1; done
-curl -sf "$URL/readyz" >/dev/null || { echo "streams.sh: the server did not get ready" >&2; exit 1; }
+bench_wait_ready "$URL" || { echo "streams.sh: the server did not get ready" >&2; exit 1; }
 sleep 2
 
 FAILED=()

@@ -43,6 +43,9 @@ const struct opt cfg_opts[] = {
     {.key = "limits.submit_rate_per_s", .type = OPT_INT, .flags = OPT_ZERO, .def = 20,
      .min = 1, .max = 1000000, .off = CFG_OFF(limits.submit_rate_per_s)},
     CFG_NUM(OPT_INT,  limits.submit_burst,          200,     1,    1000000),
+    CFG_NUM(OPT_INT,  submit.flushers,              1,       1,    16),
+    CFG_NUM(OPT_INT,  submit.batch_max,             1000,    1,    1000),
+    CFG_NUM(OPT_INT,  submit.queue_max,             20000,   1,    1000000),
     {.key = "db.pool_size", .type = OPT_INT, .flags = OPT_ZERO, .def = 0, .min = 2, .max = 1000,
      .off = CFG_OFF(db.pool_size)},
     CFG_NUM(OPT_INT,  db.pool_wait_ms,              2000,    0,    600000),
@@ -365,5 +368,6 @@ int cfg_pool_size(const struct config *cfg)
 {
     if (cfg->db.pool_size > 0)
         return cfg->db.pool_size;
-    return cfg->queue.workers + cfg->http.threads + 4 + (cfg->poller.concurrency + 3) / 4;
+    return cfg->queue.workers + cfg->http.threads + cfg->submit.flushers + 4 +
+           (cfg->poller.concurrency + 3) / 4;
 }

@@ -119,7 +119,14 @@ struct config {
     } limits;
 
     struct {
-        int pool_size;            /* 0 = workers + http.threads + 4 + poller.concurrency / 4 */
+        int flushers;  /* threads writing submissions in shared commits, default 1 */
+        int batch_max; /* submissions per shared statement, 1..1000, default 1000 */
+        int queue_max; /* submissions waiting to be written; past it 503, default 20000 */
+    } submit;
+
+    struct {
+        int pool_size; /* 0 = workers + http.threads + submit.flushers + 4 + poller.concurrency / 4
+                        */
         int pool_wait_ms;         /* checkout wait, default 2000 */
         int connect_timeout_s;    /* default 3 */
         int statement_timeout_ms; /* default 10000 */

@@ -241,6 +241,19 @@ static void slot_log_end(const struct slot *s, const struct run_ctx *rc, const s
         LOG(LOG_INFO, "run handed back at shutdown run=%s type=%s%s", run->id, run->type, extra);
 }
 
+/* A hand-back (wait, release, retry) was written: the run went where
+ * *flag says, unless a cancel asked meanwhile ended it cancelled, which the
+ * caller then counts and logs as any other end. */
+static enum status slot_handed_back(struct slot_end *end, bool *flag, bool cancelled,
+                                    enum status st)
+{
+    if (st == ST_OK && cancelled)
+        end->outcome = OUTCOME_CANCELLED;
+    else
+        *flag = true;
+    return st;
+}
+
 /* Decides the terminal write for what the action returned, and says in
  * *end what it was. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
@@ -252,6 +265,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     struct run_result res = {.outcome = OUTCOME_SUCCEEDED};
     int stop = atomic_load(&s->stop);
     json_t *err_json = NULL;
+    bool cancelled = false;
     enum status st;
 
     *end = (struct slot_end){.outcome = OUTCOME_PENDING};
@@ -262,14 +276,14 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
      * happened meanwhile (a cancel ends it cancelled with its hooks due;
      * at shutdown it waits like any other). */
     if (step == STEP_WAIT && rc->external_id) {
-        end->waiting = true;
-        return store_runs_wait(
-            db, f, rc->external_id, rc->poll_state,
-            rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms, err);
+        st = store_runs_wait(db, f, rc->external_id, rc->poll_state,
+                             rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms,
+                             &cancelled, err);
+        return slot_handed_back(end, &end->waiting, cancelled, st);
     }
     if (stop == STOP_SHUTDOWN) {
-        end->released = true;
-        return store_runs_release(db, f, err);
+        st = store_runs_release(db, f, &cancelled, err);
+        return slot_handed_back(end, &end->released, cancelled, st);
     }
     if (stop == STOP_CANCEL) {
         res.outcome = OUTCOME_CANCELLED;
@@ -289,9 +303,9 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
         int64_t delay =
             backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
-        end->retried = true;
         slot_end_error(end, rc->error);
-        return store_runs_retry(db, f, delay, rc->error, err);
+        st = store_runs_retry(db, f, delay, rc->error, &cancelled, err);
+        return slot_handed_back(end, &end->retried, cancelled, st);
     } else {
         res.outcome = OUTCOME_FAILED;
         res.error = rc->error;
@@ -496,8 +510,12 @@ static void dispatch_release_queued(struct engine *e)
         LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);
     for (size_t i = 0; i < n; i++) {
         struct fence f = {runs[i]->tenant, runs[i]->id, e->worker_id, runs[i]->attempt};
-        if (db && store_runs_release(db, &f, &err) != ST_OK)
+        bool cancelled = false;
+        if (db && store_runs_release(db, &f, &cancelled, &err) != ST_OK)
             LOG(LOG_WARN, "could not release run=%s: %s", runs[i]->id, err.message);
+        else if (cancelled)
+            metrics_run_completed(e->metrics, runs[i]->type, run_outcome_name(OUTCOME_CANCELLED),
+                                  -1);
         run_free(runs[i]);
     }
     db_pool_put(e->pool, db);

@@ -17,6 +17,7 @@ struct engine;
 struct hub;
 struct limits;
 struct metrics;
+struct submitq;
 
 /* What every handler may use; lives as long as the server. */
 struct hctx {
@@ -27,6 +28,9 @@ struct hctx {
     struct limits *limits; /* per-client limits (common/limits.h); NULL: none */
     const _Atomic bool *draining;
     struct metrics *metrics; /* what GET /metrics serves (common/metrics.h); NULL: none */
+    /* Shared commits for submissions (handlers/submitq.h); NULL: each
+     * request writes its own on its HTTP thread. */
+    struct submitq *submitq;
 };
 
 struct request {
@@ -54,6 +58,19 @@ struct reply;
 typedef enum status (*handler_fn)(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 
+/* Work a handler hands back instead of an answer, so that no HTTP thread
+ * waits for it: the server parks the connection, calls start, and once
+ * done has been called calls finish on one of its own threads to fill the
+ * reply, then free. Without start (a request that ended first), only free. */
+struct deferred {
+    /* done(arg) is called exactly once, from any thread, possibly this one
+     * before start returns. */
+    void (*start)(struct deferred *d, const struct hctx *hc, void (*done)(void *arg), void *arg);
+    void (*finish)(struct deferred *d, const struct hctx *hc, const struct request *rq,
+                   struct reply *rp);
+    void (*free)(struct deferred *d, const struct hctx *hc);
+};
+
 struct reply {
     unsigned http_status;
     json_t *body;          /* owned; NULL = no body */
@@ -74,6 +91,10 @@ struct reply {
     char wait_tenant[65];
     char wait_run_id[130];
     handler_fn refresh;
+    /* Set instead of an answer: see struct deferred. Owned; reply_cleanup
+     * frees one the server did not take. */
+    struct deferred *deferred;
+    const struct hctx *deferred_hc;
 };
 
 void reply_init(struct reply *rp);
@@ -124,6 +145,9 @@ const char *web_content_type(const char *name);
 const char *reply_header_get(const struct reply *rp, const char *name);
 
 /* ---- pure parts, exposed for unit tests ---- */
+
+/* The most submissions one array body of POST /alerts may hold. */
+#define ALERTS_BATCH_MAX 1000
 
 /* A validated generic submission. Strings borrow from the body. */
 struct submission {

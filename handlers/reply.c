@@ -20,6 +20,9 @@ void reply_cleanup(struct reply *rp)
     free(rp->text);
     rp->body = NULL;
     rp->text = NULL;
+    if (rp->deferred)
+        rp->deferred->free(rp->deferred, rp->deferred_hc);
+    rp->deferred = NULL;
 }
 
 void reply_header(struct reply *rp, const char *name, const char *value)

@@ -165,7 +165,20 @@ check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz",
 tgp = pod.get("terminationGracePeriodSeconds", 0)
 check(tgp > grace, f"kubernetes: terminationGracePeriodSeconds {tgp} not above {grace}")
 with open("Dockerfile") as f:
-    uid = re.search(r"^USER (\d+)", f.read(), re.M).group(1)
+    dockerfile = f.read()
+uid = re.search(r"^USER (\d+)", dockerfile, re.M).group(1)
+# The Dockerfile: every base image pinned by a digest (directly, or through
+# an ARG whose default is), and tini as process 1 in front of opsrun.
+args = dict(re.findall(r"^ARG (\w+)=(\S+)", dockerfile, re.M))
+for image in re.findall(r"^FROM (?:--\S+ )*(\S+)", dockerfile, re.M):
+    image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+    check(re.search(r"@sha256:[0-9a-f]{64}$", image),
+          f"Dockerfile: base image {image} is not pinned by digest")
+entry = re.search(r"^ENTRYPOINT (.*)$", dockerfile, re.M)
+check(entry and entry.group(1).replace(" ", "") == '["/usr/bin/tini","--","opsrun"]',
+      "Dockerfile: the entry point is not tini -- opsrun")
+check(re.search(r"apt-get install[^\n]*(?:\\\n[^\n]*)*\btini\b", dockerfile),
+      "Dockerfile: tini is not installed")
 check(str(pod.get("securityContext", {}).get("runAsUser")) == uid,
       f"kubernetes: runAsUser is not the Dockerfile's {uid}")
 check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True,

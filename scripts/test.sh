@@ -136,6 +136,27 @@ playwright_install() {
 }
 playwright_install
 
+# ------------------------------------------------------------ response validation
+# tests/openapi/validate.mjs checks every HTTP exchange the integration and
+# end-to-end suites record against openapi.yaml (ctest: openapi_exchanges).
+# It needs ajv (JSON Schema 2020-12), ajv-formats and yaml, installed from the
+# npm registry into .cache/ (pinned), once; it finds them through
+# OPSRUN_OPENAPI_DEPS.
+AJV_VERSION=8.20.0
+AJV_FORMATS_VERSION=3.0.1
+YAML_VERSION=2.9.1
+openapi_deps_install() {
+    local dir="$ROOT/.cache/openapi-ajv-$AJV_VERSION-formats-$AJV_FORMATS_VERSION-yaml-$YAML_VERSION"
+    if [[ ! -f "$dir/node_modules/ajv-formats/package.json" || ! -f "$dir/node_modules/yaml/package.json" ]]; then
+        mkdir -p "$dir"
+        (cd "$dir" && npm install --silent --no-audit --no-fund --no-save "ajv@$AJV_VERSION" \
+            "ajv-formats@$AJV_FORMATS_VERSION" "yaml@$YAML_VERSION" >/dev/null 2>&1) ||
+            die "could not install ajv, ajv-formats and yaml from the npm registry"
+    fi
+    export OPSRUN_OPENAPI_DEPS="$dir"
+}
+openapi_deps_install
+
 # ------------------------------------------------------------ build
 say "building with ASan+UBSan into build-asan/"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Asan -DOPSRUN_TESTS=ON >/dev/null ||

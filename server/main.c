@@ -9,6 +9,7 @@
 #include "common/metrics.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
+#include "handlers/submitq.h"
 #include "config/config.h"
 #include "server/build_info.h"
 #include "server/http.h"
@@ -272,10 +273,11 @@ static struct hub *hub_create(const struct config *cfg)
 
 /* Ends the streams and long-polls, then stops HTTP: libmicrohttpd aborts
  * when it is stopped with a connection still suspended. */
-static void stop_http(struct http *http, struct hub *hub)
+static void stop_http(struct http *http, struct hub *hub, struct submitq *submitq)
 {
     struct hub_stats hs;
 
+    (void)submitq_close(submitq, 5000); /* answers every queued submission */
     hub_close(hub);
     if (!hub_wait_empty(hub, 5000)) {
         hub_stats(hub, &hs);
@@ -374,6 +376,16 @@ static int serve(const struct config *cfg)
                        .limits = limits,
                        .draining = &draining};
     hc.metrics = metrics;
+    hc.submitq = submitq_new(&hc, &(struct submitq_options){
+                                      .flushers = cfg->submit.flushers,
+                                      .batch_max = cfg->submit.batch_max,
+                                      .queue_max = cfg->submit.queue_max,
+                                  });
+    if (submitq_start(hc.submitq, &err) != ST_OK) {
+        LOG(LOG_ERROR, "could not start the submission queue: %s", err.message);
+        engine_drain(engine, 0);
+        goto out;
+    }
     if (http_start(&hc, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
@@ -382,10 +394,13 @@ static int serve(const struct config *cfg)
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
-    stop_http(http, hub);
+    stop_http(http, hub, hc.submitq);
     rc = 0;
     LOG(LOG_INFO, "stopped");
 out:
+    if (hc.submitq)
+        (void)submitq_close(hc.submitq, 0);
+    submitq_free(hc.submitq);
     engine_free(engine);
     hub_free(hub);
     limits_free(limits);

@@ -170,8 +170,8 @@ static enum status db_fail(struct db *db, PGresult *r, const char *what, struct 
     else if (strcmp(state, "23505") == 0)
         st = ST_CONFLICT;
     else if (strncmp(state, "08", 2) == 0 ||
-             STR_IN(state, "57014", "57P01", "57P02", "57P03", "53300"))
-        st = ST_UNAVAILABLE;
+             STR_IN(state, "57014", "57P01", "57P02", "57P03", "53300", "40P01"))
+        st = ST_UNAVAILABLE; /* 40P01: a deadlock victim, rolled back; safe to retry */
     error_set(err, st, "%s failed: %s", what, msg);
     if (err)
         for (char *p = err->message; *p; p++)

@@ -33,8 +33,9 @@ static const struct stmt S_WAIT = {
         "$7") " END, "
               "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
               " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-              "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*) FROM "
-                                                                   "upd"};
+              "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*), count(*) "
+                                                                   "FILTER (WHERE status = "
+                                                                   "'completed') FROM upd"};
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT tenant, id FROM runs WHERE status = 'waiting' AND next_poll_at <= now() "
@@ -105,18 +106,30 @@ static enum status fenced(struct db *db, const struct stmt *s, int n, const char
 }
 
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, struct error *err)
+                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
+                            struct error *err)
 {
     char att[16], delay[24];
     char *state = json_text(poll_state);
     const char *p[7] = {f->tenant, f->id, f->worker_id, att, external_id, state ? state : "{}",
                         delay};
+    PGresult *r;
     enum status st;
 
     xsnprintf(att, sizeof(att), "%d", f->attempt);
     xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms);
-    st = fenced(db, &S_WAIT, 7, p, "the hand-over to waiting", f->id, err);
+    if (cancelled)
+        *cancelled = false;
+    st = db_run(db, &S_WAIT, 7, p, &r, err);
     free(state);
+    if (st != ST_OK)
+        return st;
+    if (db_i64(r, 0, 0) == 0)
+        st = error_set(err, ST_LOST, "run \"%s\": %s no longer applies", f->id,
+                       "the hand-over to waiting");
+    else if (cancelled)
+        *cancelled = db_i64(r, 0, 1) > 0;
+    PQclear(r);
     return st;
 }
 

@@ -21,9 +21,11 @@
 /* start() asked to wait on an external job: running -> waiting with the
  * first check delay_ms from now, fenced like the worker's other writes. A
  * run that was asked to cancel meanwhile ends cancelled instead, with its
- * hooks (the remote cancel, cleanup) due at once. */
+ * hooks (the remote cancel, cleanup) due at once: then *cancelled is true
+ * (cancelled may be NULL). */
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, struct error *err) WUR;
+                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
+                            struct error *err) WUR;
 
 /* One claimed check (or hooks run) of a waiting (or completed) run. */
 struct poll_claim {

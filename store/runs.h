@@ -52,6 +52,23 @@ struct run_new {
  * same identity; ST_CONFLICT when the id exists with another request_hash. */
 enum status store_runs_submit(struct db *db, const struct run_new *rn, struct run **out,
                               bool *dedup, struct error *err) WUR;
+/* One item's answer from store_runs_submit_batch. */
+struct run_submitted {
+    enum status st;    /* ST_OK; ST_CONFLICT: the id exists with another request_hash;
+                        * ST_UNAVAILABLE: the identity could not be settled */
+    struct run *run;   /* on ST_OK the new or joined run, owned (run_submitted_cleanup) */
+    bool dedup;        /* on ST_OK: joined rather than inserted */
+    char message[200]; /* when st is not ST_OK */
+};
+/* store_runs_submit for each of items[0..n), with the same answers as if
+ * they were submitted one after another in order (duplicates within items
+ * included), in one statement when no two items share an id or identity,
+ * in few otherwise (store/runs_batch.c). Each statement commits on its own.
+ * out[0..n) is filled on ST_OK; a failure of the database fails the whole
+ * call (the items settled before it stay stored). */
+enum status store_runs_submit_batch(struct db *db, const struct run_new *items, size_t n,
+                                    struct run_submitted *out, struct error *err) WUR;
+void run_submitted_cleanup(struct run_submitted *out, size_t n); /* frees the runs */
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
 /* The joinable (queued, running or waiting) run with this identity;
@@ -144,11 +161,13 @@ enum status store_runs_save_state(struct db *db, const struct fence *f, const js
 enum status store_runs_load_state(struct db *db, const struct fence *f, json_t **state,
                                   struct error *err) WUR;
 /* Back to queued after delay_ms, the failure recorded (a cancelling run ends
- * cancelled instead). */
+ * cancelled instead: then *cancelled is true; cancelled may be NULL). */
 enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,
-                             const json_t *error, struct error *err) WUR;
-/* Shutdown: hands the run back to the queue without spending the attempt. */
-enum status store_runs_release(struct db *db, const struct fence *f, struct error *err) WUR;
+                             const json_t *error, bool *cancelled, struct error *err) WUR;
+/* Shutdown: hands the run back to the queue without spending the attempt
+ * (or, as store_runs_retry, ends a cancelling run cancelled). */
+enum status store_runs_release(struct db *db, const struct fence *f, bool *cancelled,
+                               struct error *err) WUR;
 
 /* Called once per run of a result: one attempt of one run. */
 typedef void (*run_ref_fn)(void *arg, const char *tenant, const char *id, int attempt);

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The result of a hand-back: the rows written, and how many of them ended
+ * (a run asked to cancel meanwhile ends cancelled instead of going back). */
+#define COUNT_ENDED "count(*), count(*) FILTER (WHERE status = 'completed')"
 /* The event message of a retry or release (a hand-back). */
 #define CANCELLED_OR(message) HAND_BACK_MESSAGE("'cancelled while running'", message)
 
@@ -42,8 +45,8 @@ static const struct stmt S_RETRY = {
                       "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
                       "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
                       "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step), " EVENT_FROM_UPD("'status'",
-                                                 CANCELLED_OR("$7")) " SELECT count(*) FROM upd"};
+                      "r.step), " EVENT_FROM_UPD(
+                          "'status'", CANCELLED_OR("$7")) " SELECT " COUNT_ENDED " FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
     "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
@@ -53,7 +56,8 @@ static const struct stmt S_RELEASE = {
                       " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
                       "r.step), " EVENT_FROM_UPD(
                           "'status'", CANCELLED_OR("format('released by %s at shutdown', "
-                                                   "$3::text)")) " SELECT count(*) FROM upd"};
+                                                   "$3::text)")) " SELECT " COUNT_ENDED
+                                                                 " FROM upd"};
 static const struct stmt S_SAVE_STATE = {
     "runs_save_state",
     "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, cleanup_due = $6::bool "
@@ -182,8 +186,8 @@ enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struc
 }
 
 /* Runs a fenced statement whose result is one count; 0 rows = ST_LOST. */
-static enum status run_fenced(struct db *db, const struct stmt *s, int n, const char **p,
-                              const struct fence *f, struct error *err)
+static enum status run_fenced_ended(struct db *db, const struct stmt *s, int n, const char **p,
+                                    const struct fence *f, bool *ended, struct error *err)
 {
     char att[16];
     PGresult *r;
@@ -191,14 +195,24 @@ static enum status run_fenced(struct db *db, const struct stmt *s, int n, const 
 
     xsnprintf(att, sizeof(att), "%d", f->attempt);
     p[0] = f->tenant, p[1] = f->id, p[2] = f->worker_id, p[3] = att;
+    if (ended)
+        *ended = false;
     st = db_run(db, s, n, p, &r, err);
     if (st != ST_OK)
         return st;
     if (db_i64(r, 0, 0) == 0)
         st = error_set(err, ST_LOST, "run \"%s\" attempt %d is no longer held by %s", f->id,
                        f->attempt, f->worker_id);
+    else if (ended)
+        *ended = db_i64(r, 0, 1) > 0;
     PQclear(r);
     return st;
+}
+
+static enum status run_fenced(struct db *db, const struct stmt *s, int n, const char **p,
+                              const struct fence *f, struct error *err)
+{
+    return run_fenced_ended(db, s, n, p, f, NULL, err);
 }
 
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
@@ -276,7 +290,7 @@ enum status store_runs_finish(struct db *db, const struct fence *f, const struct
 }
 
 enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,
-                             const json_t *error, struct error *err)
+                             const json_t *error, bool *cancelled, struct error *err)
 {
     char delay[24];
     char *e = error ? json_dumps(error, JSON_COMPACT) : NULL;
@@ -287,16 +301,17 @@ enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay
     enum status st;
 
     xsnprintf(delay, sizeof(delay), "%lld", (long long)delay_ms);
-    st = run_fenced(db, &S_RETRY, 7, p, f, err);
+    st = run_fenced_ended(db, &S_RETRY, 7, p, f, cancelled, err);
     free(e);
     free(text);
     return st;
 }
 
-enum status store_runs_release(struct db *db, const struct fence *f, struct error *err)
+enum status store_runs_release(struct db *db, const struct fence *f, bool *cancelled,
+                               struct error *err)
 {
     const char *p[4];
-    return run_fenced(db, &S_RELEASE, 4, p, f, err);
+    return run_fenced_ended(db, &S_RELEASE, 4, p, f, cancelled, err);
 }
 
 /* Calls fn for each (tenant, id, attempt) row of r; *n gets their number. */

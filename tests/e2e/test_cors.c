@@ -102,6 +102,11 @@ static void req(const struct th_proc *p, const char *method, const char *path, c
     rc = curl_easy_perform(c);
     ck_assert_msg(rc == CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(rc));
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    {
+        char *ct = NULL;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+        th_record_exchange(method, url, r->status, ct, r->body, r->blen, NULL);
+    }
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
 }

@@ -432,6 +432,54 @@ START_TEST(streams_per_tenant)
 }
 END_TEST
 
+/* A connection's buffer (14 KiB) bounds the request's headers, not the
+ * size of what is sent back: headers of 12 KB are served, 20 KB get 431
+ * and the server goes on; an event far larger than the buffer reaches a
+ * stream whole. */
+START_TEST(header_and_frame_size)
+{
+    const size_t big = 40000;
+    char *req = malloc(24000), *body = malloc(big + 200), *pad = malloc(big + 1);
+    struct peer c;
+    struct th_proc p;
+    struct th_resp r;
+    struct th_sse *s;
+    struct th_sse_event ev;
+
+    th_start_fresh(&p, "e2e_limits_headers", NULL);
+    for (size_t i = 0; i < 2; i++) {
+        size_t n = i == 0 ? 12000 : 20000, len;
+        len = (size_t)snprintf(req, 24000, "GET /livez HTTP/1.1\r\nHost: x\r\nX-Padding: ");
+        memset(req + len, 'a', n);
+        len += n;
+        snprintf(req + len, 24000 - len, "\r\nConnection: close\r\n\r\n");
+        ck_assert_int_eq(raw_http("127.0.0.1", p.port, req, &c), i == 0 ? 200 : 431);
+    }
+    memset(pad, 'x', big);
+    pad[big] = '\0';
+    snprintf(body, big + 200,
+             "{\"alert_type\":\"demo\",\"run_id\":\"big-1\",\"data\":{\"pad\":\"%s\","
+             "\"duration_ms\":0,\"steps\":0}}",
+             pad);
+    th_post_json(p.url, "/alerts", body, &r);
+    ck_assert_int_eq(r.status, 202);
+    th_resp_free(&r);
+    free(th_wait_run(p.url, "big-1", 60));
+    s = th_sse_open(p.port, "/runs/big-1/stream", NULL, 0);
+    ck_assert_int_eq(s->status, 200);
+    ck_assert_int_eq(th_sse_until(s, "snapshot", &ev, 10000), 1);
+    ck_assert_msg(ev.data && strlen(ev.data) > big && strstr(ev.data, pad),
+                  "the snapshot of a %zu-byte input arrived cut (%zu bytes)", big,
+                  ev.data ? strlen(ev.data) : 0);
+    th_sse_event_free(&ev);
+    th_sse_close(s);
+    th_stop_clean(&p);
+    free(req);
+    free(body);
+    free(pad);
+}
+END_TEST
+
 static Suite *limits_suite(void)
 {
     Suite *s = suite_create("e2e_limits");
@@ -444,6 +492,7 @@ static Suite *limits_suite(void)
         {"connections_per_address", connections_per_address, 90},
         {"submission_burst", submission_burst, 90},
         {"streams_per_tenant", streams_per_tenant, 90},
+        {"header_and_frame_size", header_and_frame_size, 90},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

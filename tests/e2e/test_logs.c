@@ -61,6 +61,11 @@ static long get_with(const struct th_proc *p, const char *path, const char *head
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    {
+        char *ct = NULL;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+        th_record_exchange("GET", url, status, ct, NULL, 0, NULL); /* the body is dropped */
+    }
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return status;

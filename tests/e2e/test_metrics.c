@@ -420,6 +420,54 @@ START_TEST(deploy_files)
 }
 END_TEST
 
+/* A run whose cancel arrives while its attempt fails retryably is ended
+ * cancelled by the retry statement itself (a hand-back): it counts as
+ * completed (cancelled), not as retried. The cancel is written with SQL,
+ * without the notification POST /runs/{id}/cancel sends, and the worker's
+ * own cancel checks (and heartbeats) are a minute apart, so it does not
+ * learn of it before its attempt ends; the error the retry recorded shows that this path was taken.
+ */
+START_TEST(cancel_during_hand_back)
+{
+    struct th_proc p;
+    const char *ci;
+    PGconn *pg;
+    PGresult *res;
+    json_t *run;
+    char *id, *text;
+
+    ci = th_start_fresh(&p, "e2e_metrics_hand_back",
+                        "{\"queue\": {\"heartbeat_interval_s\": 60, \"orphan_after_s\": 120,"
+                        " \"cancel_check_ms\": 60000},"
+                        " \"run_types\": {\"flaky\": {\"action\": \"simulate\","
+                        "  \"max_attempts\": 3, \"retry_backoff_ms\": 20}}}");
+    pg = th_pg(ci);
+    id = th_submit(&p,
+                   "{\"alert_type\":\"flaky\",\"data\":{\"fail\":\"transient\","
+                   "\"duration_ms\":4000,\"steps\":1}}",
+                   202);
+    ck_assert_msg(th_wait_status(&p, id, "running", 10000), "run %s did not start", id);
+    res = th_sql(pg, "UPDATE runs SET status = 'cancelling' WHERE id = '%s' AND status = 'running'",
+                 id);
+    ck_assert_msg(strcmp(PQcmdTuples(res), "1") == 0, "run %s was no longer running", id);
+    PQclear(res);
+    run = th_wait_done(&p, id, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "cancelled");
+    ck_assert_msg(th_streq(th_js(json_object_get(run, "error"), "code"), "simulated_transient"),
+                  "run %s did not end through the retry statement (error %s)", id,
+                  th_js(json_object_get(run, "error"), "code"));
+    ck_assert_int_eq(th_ji(run, "attempt"), 1);
+    text = scrape(&p);
+    ck_assert_sample(text, "opsrun_runs_completed_total{type=\"flaky\",outcome=\"cancelled\"}", 1);
+    ck_assert_sample(text, "opsrun_run_retries_total{type=\"flaky\"}", 0);
+    free(text);
+    json_decref(run);
+    free(id);
+    PQfinish(pg);
+    th_stop_clean(&p);
+}
+END_TEST
+
 /* In the test's own process (Check forks one per test). */
 static void setup(void)
 {
@@ -440,6 +488,7 @@ static Suite *metrics_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, counts_after_runs);
     tcase_add_test(tc, deploy_files);
+    tcase_add_test(tc, cancel_during_hand_back);
     suite_add_tcase(s, tc);
     return s;
 }

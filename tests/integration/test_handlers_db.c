@@ -344,11 +344,23 @@ START_TEST(alerts_create_invalid)
     expect_headers(&rp, 0, NULL, NULL);
     reply_cleanup(&rp);
 
-    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "[1]", &rp), ST_INVALID);
+    {
+        json_t *five = json_integer(5); /* the server's parser makes only objects and arrays */
+        ck_assert_int_eq(call_json(handle_alerts_create, NULL, NULL, five, &rp), ST_INVALID);
+        json_decref(five);
+    }
     expect_reply(&rp, 400, true,
                  "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
                  "\"detail\":\"invalid \\\"body\\\": must be a JSON object\",\"errors\":["
                  "{\"field\":\"body\",\"message\":\"must be a JSON object\"}]}");
+    reply_cleanup(&rp);
+
+    /* An array is several submissions, each answered on its own. */
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "[1]", &rp), ST_OK);
+    expect_reply(&rp, 200, false,
+                 "{\"runs\":[{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"body\\\": must be a JSON object\",\"errors\":["
+                 "{\"field\":\"body\",\"message\":\"must be a JSON object\"}]}]}");
     reply_cleanup(&rp);
 
     ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "{\"alert_type\":\"nope\"}", &rp),

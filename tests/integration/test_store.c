@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/polls.h"
 #include "store/runs.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
@@ -778,8 +779,8 @@ START_TEST(fencing_of_a_stale_worker)
         EXPECT(ST_LOST, store_runs_progress(g_db, &f1, 50, "late", &g_err));
         ck_assert_msg(strstr(g_err.message, id) != NULL, "message: %s", g_err.message);
         EXPECT(ST_LOST, store_runs_finish(g_db, &f1, &res, &g_err));
-        EXPECT(ST_LOST, store_runs_retry(g_db, &f1, 0, err_json, &g_err));
-        EXPECT(ST_LOST, store_runs_release(g_db, &f1, &g_err));
+        EXPECT(ST_LOST, store_runs_retry(g_db, &f1, 0, err_json, NULL, &g_err));
+        EXPECT(ST_LOST, store_runs_release(g_db, &f1, NULL, &g_err));
         EXPECT(ST_LOST, store_runs_progress(g_db, &w1_att2, 50, "late", &g_err));
         EXPECT(ST_LOST, store_runs_finish(g_db, &w1_att2, &res, &g_err));
         EXPECT(ST_LOST, store_runs_finish(g_db, &w2_att1, &res, &g_err));
@@ -842,6 +843,53 @@ static void on_ended(void *arg, const char *type, enum run_outcome outcome, int 
     else
         e->other += n;
 }
+
+/* A hand-back (retry, release, the hand-over to waiting) of a run asked to
+ * cancel meanwhile ends it cancelled, and says so: the engine counts it in
+ * opsrun_runs_completed_total like any other end. */
+START_TEST(hand_back_of_a_cancelling_run)
+{
+    const char *how[] = {"retry", "release", "wait"};
+    json_t *fail = json_pack("{s:s, s:s}", "code", "x", "message", "boom");
+
+    open_test_db("it_store_hand_back_cancel");
+    for (int i = 0; i < 3; i++) {
+        char *id = new_run(3), *plain = new_run(3);
+        struct fence f = {"default", id, "w1", 1}, fp = {"default", plain, "w1", 1};
+        struct run *run = NULL;
+        bool changed = false, cancelled = true;
+
+        claim_expect("w1", id, 1);
+        claim_expect("w1", plain, 1);
+        OK(store_runs_cancel(g_db, "default", id, &run, &changed, &g_err));
+        ck_assert(changed);
+        run_free(run);
+        if (i == 0) {
+            OK(store_runs_retry(g_db, &fp, 60000, fail, &cancelled, &g_err));
+            ck_assert_msg(!cancelled, "a plain retry reported a cancel");
+            OK(store_runs_retry(g_db, &f, 60000, fail, &cancelled, &g_err));
+        } else if (i == 1) {
+            OK(store_runs_release(g_db, &fp, &cancelled, &g_err));
+            ck_assert_msg(!cancelled, "a plain release reported a cancel");
+            OK(store_runs_release(g_db, &f, &cancelled, &g_err));
+        } else {
+            OK(store_runs_wait(g_db, &fp, "ext-1", NULL, 60000, &cancelled, &g_err));
+            ck_assert_msg(!cancelled, "a plain hand-over to waiting reported a cancel");
+            OK(store_runs_wait(g_db, &f, "ext-2", NULL, 60000, &cancelled, &g_err));
+        }
+        ck_assert_msg(cancelled, "%s of a cancelling run: not reported as cancelled", how[i]);
+        assert_state(id, "completed", "cancelled");
+        assert_state(plain, i == 2 ? "waiting" : "queued", "pending");
+        /* Not due for the next round's claims. */
+        PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() + interval '1 day' WHERE id = '%s'",
+                       plain));
+        free(id);
+        free(plain);
+    }
+    json_decref(fail);
+    close_test_db();
+}
+END_TEST
 
 START_TEST(orphan_rescue_paths)
 {
@@ -1118,7 +1166,7 @@ START_TEST(cancel_paths)
     run_free(run);
     {
         struct fence f = {"default", retried, "w1", 1};
-        OK(store_runs_retry(g_db, &f, 60000, fail, &g_err));
+        OK(store_runs_retry(g_db, &f, 60000, fail, NULL, &g_err));
     }
     assert_state(retried, "completed", "cancelled");
     assert_col(retried, "completed_at IS NOT NULL", "true");
@@ -1133,7 +1181,7 @@ START_TEST(cancel_paths)
     run_free(run);
     {
         struct fence f = {"default", released, "w1", 1};
-        OK(store_runs_release(g_db, &f, &g_err));
+        OK(store_runs_release(g_db, &f, NULL, &g_err));
     }
     assert_state(released, "completed", "cancelled");
     assert_col(released, "attempt", "1");
@@ -1165,9 +1213,9 @@ START_TEST(retry_paths)
     claim_expect("w1", id, 1);
     {
         struct fence f = {"default", id, "w1", 1};
-        OK(store_runs_retry(g_db, &f, 60000, fail, &g_err));
+        OK(store_runs_retry(g_db, &f, 60000, fail, NULL, &g_err));
         /* The fence is spent. */
-        EXPECT(ST_LOST, store_runs_retry(g_db, &f, 0, fail, &g_err));
+        EXPECT(ST_LOST, store_runs_retry(g_db, &f, 0, fail, NULL, &g_err));
     }
     assert_state(id, "queued", "pending");
     assert_col(id, "attempt", "1");
@@ -1201,8 +1249,8 @@ START_TEST(retry_paths)
     /* Release at shutdown: queued, due now, the attempt given back. */
     {
         struct fence f = {"default", id, "w2", 2};
-        OK(store_runs_release(g_db, &f, &g_err));
-        EXPECT(ST_LOST, store_runs_release(g_db, &f, &g_err));
+        OK(store_runs_release(g_db, &f, NULL, &g_err));
+        EXPECT(ST_LOST, store_runs_release(g_db, &f, NULL, &g_err));
     }
     assert_state(id, "queued", "pending");
     assert_col(id, "attempt", "1");
@@ -1215,7 +1263,7 @@ START_TEST(retry_paths)
     /* A retry without delay is due at once. */
     {
         struct fence f = {"default", id, "w3", 2};
-        OK(store_runs_retry(g_db, &f, 0, NULL, &g_err));
+        OK(store_runs_retry(g_db, &f, 0, NULL, NULL, &g_err));
     }
     assert_col(id, "error", NULL);
     claim_expect("w1", id, 3);
@@ -1868,6 +1916,7 @@ int main(void)
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, orphan_rescue_paths);
+    tcase_add_test(tc, hand_back_of_a_cancelling_run);
     tcase_add_test(tc, rescue_batches);
     tcase_add_test(tc, queue_age_and_pool_stats);
     tcase_add_test(tc, heartbeat_only_own_runs);

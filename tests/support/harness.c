@@ -174,6 +174,42 @@ void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
     th_start_host(p, "127.0.0.1", conninfo, args, env);
 }
 
+/* Opens path to append, creating it and its directory (the first suite of
+ * a test run creates exchanges/); -1 with errno on failure. */
+static int open_append(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+    if (fd < 0 && errno == ENOENT) {
+        char dir[1024];
+        snprintf(dir, sizeof(dir), "%s", path);
+        if (strrchr(dir, '/'))
+            *strrchr(dir, '/') = '\0';
+        mkdir(dir, 0777);
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    return fd;
+}
+
+/* With OPSRUN_TEST_EXCHANGES set, names each server's log in
+ * <exchanges>.servers, so that tests/openapi/validate.mjs can count the
+ * requests the servers answered against those recorded. */
+static void note_server_log(const char *log)
+{
+    const char *ex = getenv("OPSRUN_TEST_EXCHANGES");
+    char path[1024], line[300];
+    int fd, n;
+
+    if (!ex || !*ex)
+        return;
+    snprintf(path, sizeof(path), "%s.servers", ex);
+    n = snprintf(line, sizeof(line), "%s\n", log);
+    fd = open_append(path);
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        die("could not write to %s: %s", path, strerror(errno));
+    close(fd);
+}
+
 /* Forks and execs `opsrun serve` for p (its port and log already set). */
 static void spawn(struct th_proc *p, const char *host, const char *conninfo,
                   const char *const *args, const char *const *env)
@@ -215,12 +251,14 @@ static void spawn(struct th_proc *p, const char *host, const char *conninfo,
             procs[i] = p->pid;
             break;
         }
+    note_server_log(p->log);
 }
 
-/* Waits until p serves: /livez answers and p's own log says it serves (the
- * port is free when chosen, but another process, of another checkout's
+/* Waits until p serves: /livez answers, and p's own log says it serves and
+ * its event hub is ready (a stream opened before gets 503). The log, because
+ * the port is free when chosen, but another process, of another checkout's
  * tests, may take it before p binds it, and then answers /livez for it;
- * with the info lines off, p alive 3 s after /livez answered will do).
+ * with the info lines off, p alive 3 s after /livez answered will do.
  * False when p exited because the port was taken; any other exit aborts. */
 static bool wait_serving(struct th_proc *p)
 {
@@ -243,7 +281,8 @@ static bool wait_serving(struct th_proc *p)
         if (th_http("GET", u, NULL, NULL, &r) && r.status == 200 && !up_since)
             up_since = th_now_ms();
         th_resp_free(&r);
-        if (up_since && (th_log_find(p->log, "serving listen=", line, sizeof(line)) ||
+        if (up_since && ((th_log_find(p->log, "serving listen=", line, sizeof(line)) &&
+                          th_log_find(p->log, "event hub ready", line, sizeof(line))) ||
                          th_now_ms() - up_since > 3000))
             return true;
     }
@@ -450,6 +489,48 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* Bodies longer than this are recorded without their text (status only). */
+#define TH_RECORD_BODY_MAX ((size_t)4 << 20)
+
+void th_record_exchange(const char *method, const char *url, long status, const char *content_type,
+                        const char *body, size_t body_len, const char *sse_event)
+{
+    const char *path = getenv("OPSRUN_TEST_EXCHANGES");
+    json_t *o, *b = NULL;
+    char *line;
+    int fd;
+
+    if (!path || !*path || status <= 0)
+        return;
+    if (body && body_len <= TH_RECORD_BODY_MAX)
+        b = json_stringn(body, body_len); /* NULL when not UTF-8 */
+    o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:b}", "method", method, "url", url, "status",
+                  (json_int_t)status, "content_type", content_type ? content_type : "", "body",
+                  b ? b : json_null(), "body_kept", b != NULL || !body);
+    if (!o)
+        die("could not record an exchange of %s %s", method, url);
+    if (sse_event)
+        json_object_set_new(o, "sse_event", json_string(sse_event));
+    line = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!line)
+        die("could not record an exchange of %s %s", method, url);
+    fd = open_append(path);
+    if (fd < 0)
+        die("could not open %s: %s", path, strerror(errno));
+    /* One write per line with O_APPEND: Check's forked tests and a suite's
+     * threads never interleave their lines. */
+    {
+        size_t n = strlen(line);
+        line[n] = '\n';
+        if (write(fd, line, n + 1) != (ssize_t)(n + 1))
+            die("could not write to %s: %s", path, strerror(errno));
+        line[n] = '\0';
+    }
+    close(fd);
+    free(line);
+}
+
 bool th_http(const char *method, const char *url, const char *content_type, const char *body,
              struct th_resp *r)
 {
@@ -502,6 +583,8 @@ bool th_http_token(const char *method, const char *url, const char *token, const
     r->body = dynbuf_take(&b);
     if (rc == CURLE_OK && r->body[0])
         r->json = json_loads(r->body, 0, NULL);
+    if (rc == CURLE_OK)
+        th_record_exchange(method, url, r->status, r->content_type, r->body, strlen(r->body), NULL);
     return rc == CURLE_OK;
 }
 

@@ -80,6 +80,14 @@ bool th_http(const char *method, const char *url, const char *content_type, cons
 bool th_http_token(const char *method, const char *url, const char *token, const char *content_type,
                    const char *body, struct th_resp *r);
 void th_resp_free(struct th_resp *r);
+/* Appends one HTTP exchange as a JSON line to the file named by
+ * OPSRUN_TEST_EXCHANGES, when it is set (tests/openapi/validate.mjs checks
+ * every line against openapi.yaml): url is a full URL or a path with its
+ * query; body (body_len bytes, may be NULL) is what came back, or one
+ * event's data when sse_event is not NULL. th_http and the SSE client call
+ * it themselves; a suite that talks HTTP some other way calls it too. */
+void th_record_exchange(const char *method, const char *url, long status, const char *content_type,
+                        const char *body, size_t body_len, const char *sse_event);
 /* Convenience: POST JSON to base+path, asserting a transport success. */
 void th_post_json(const char *base, const char *path, const char *body, struct th_resp *r);
 void th_get(const char *base, const char *path, struct th_resp *r);

@@ -134,6 +134,10 @@ static void read_head(struct th_sse *s)
         }
         decode(s);
         s->body_text = strdup(s->text ? s->text : "");
+        th_record_exchange("GET", s->path, s->status, s->content_type, s->body_text,
+                           strlen(s->body_text), NULL);
+    } else {
+        th_record_exchange("GET", s->path, s->status, s->content_type, NULL, 0, NULL);
     }
 }
 
@@ -147,6 +151,7 @@ static struct th_sse *sse_open(int port, const char *path, const char *last_even
 
     s->chunk_left = -1;
     s->retry_ms = -1;
+    snprintf(s->path, sizeof(s->path), "%s", path);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rcvbuf > 0)
@@ -228,8 +233,12 @@ int th_sse_next(struct th_sse *s, struct th_sse_event *ev, int timeout_ms)
 
     for (;;) {
         decode(s);
-        if (parse_event(s, ev))
+        if (parse_event(s, ev)) {
+            if (ev->data)
+                th_record_exchange("GET", s->path, s->status, s->content_type, ev->data,
+                                   strlen(ev->data), ev->event[0] ? ev->event : "message");
             return 1;
+        }
         if (s->clean_end || (s->eof && s->blen == 0))
             return -1;
         if (th_now_ms() >= until)

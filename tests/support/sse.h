@@ -27,6 +27,7 @@ struct th_sse {
     int comments;       /* ": ..." lines seen (keep-alives) */
     int retry_ms;       /* the last retry: field, -1 when none */
     long long received; /* body bytes decoded */
+    char path[1024];    /* the request's path and query, for the exchange record */
 };
 
 struct th_sse_event {

@@ -128,7 +128,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(demo->poll.check_timeout_s, 60);
     ck_assert_int_eq(cfg.poller.concurrency, 16);
     ck_assert_int_eq(cfg.poller.interval_ms, 1000);
-    ck_assert_int_eq(cfg_pool_size(&cfg), 8 + 4 + 4 + 16 / 4);
+    ck_assert_int_eq(cfg.submit.flushers, 1);
+    ck_assert_int_eq(cfg.submit.batch_max, 1000);
+    ck_assert_int_eq(cfg.submit.queue_max, 20000);
+    ck_assert_int_eq(cfg_pool_size(&cfg), 8 + 4 + 1 + 4 + 16 / 4);
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
     ck_assert_str_eq(source_of("listen"), "default");
     ck_assert_str_eq(source_of("queue.workers"), "default");
