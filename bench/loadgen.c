@@ -8,6 +8,12 @@
  *       one run at a time on an otherwise idle service: started_at -
  *       created_at (both stamped by PostgreSQL) p50/p99 in ms, and as a
  *       baseline in the same run the p50/p99 of a bare GET /livez round trip.
+ *   loadgen lateness URL DBCONNINFO SAMPLES
+ *       how late due runs start: SAMPLES delayed runs (run_at spread over
+ *       3 s, all submitted before the first is due), then SAMPLES runs whose
+ *       first attempt fails (a retry after the run type's backoff), one at a
+ *       time on an otherwise idle service; for each, the start of the attempt that was due minus
+ * its run_at (both stamped by PostgreSQL), p50/p99/max in ms, delayed runs and retries apart.
  *
  * Output is one "key=value" line per figure, for bench/run.sh. */
 #include <curl/curl.h>
@@ -196,13 +202,115 @@ static int pickup(PGconn *db, int samples)
     return 0;
 }
 
+/* Lateness figures of the runs whose id starts with prefix: the start of
+ * attempt `attempt` (its "attempt N started" event) minus the run's run_at. */
+static int lateness_report(PGconn *db, const char *name, const char *prefix, int attempt,
+                           int samples)
+{
+    char sql[512];
+    double *lat = calloc((size_t)samples, sizeof(double));
+    PGresult *r;
+    int n;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT extract(epoch FROM e.created_at - r.run_at) * 1000 FROM runs r "
+             "JOIN run_events e ON e.tenant = r.tenant AND e.run_id = r.id "
+             "WHERE r.id LIKE '%s%%' AND e.message LIKE 'attempt %d started%%'",
+             prefix, attempt);
+    r = PQexec(db, sql);
+    n = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) : -1;
+    if (n != samples) {
+        fprintf(stderr, "loadgen: %d of %d %s runs started their due attempt %s\n", n, samples,
+                name, PQerrorMessage(db));
+        PQclear(r);
+        free(lat);
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        lat[i] = atof(PQgetvalue(r, i, 0));
+    PQclear(r);
+    printf("%s_late_p50_ms=%.2f\n%s_late_p99_ms=%.2f\n%s_late_max_ms=%.2f\n", name,
+           pct(lat, n, 0.5), name, pct(lat, n, 0.99), name, pct(lat, n, 1.0));
+    free(lat);
+    return 0;
+}
+
+/* Waits up to 60 s until `want` runs whose id starts with prefix completed. */
+static int wait_completed(PGconn *db, const char *prefix, int want)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE status = 'completed' AND id LIKE '%s%%'", prefix);
+    for (int waited = 0; waited < 6000; waited++) {
+        PGresult *r = PQexec(db, sql);
+        long long done = PQresultStatus(r) == PGRES_TUPLES_OK ? atoll(PQgetvalue(r, 0, 0)) : -1;
+        PQclear(r);
+        if (done >= want)
+            return 0;
+        usleep(10000);
+    }
+    fprintf(stderr, "loadgen: runs %s* did not complete within 60 s\n", prefix);
+    return 1;
+}
+
+/* Delayed runs, all submitted before the first is due, so that nothing but
+ * the engine's own timing starts them; then retries one at a time on an
+ * otherwise idle service, each after the previous one completed. */
+static int lateness(PGconn *db, int samples)
+{
+    CURL *c = curl_easy_init();
+    char body[512], prefix[2][64], at_text[64];
+    struct timespec ts;
+    long long base_ms;
+    int pid = (int)getpid();
+
+    snprintf(prefix[0], sizeof(prefix[0]), "late-delayed-%d-", pid);
+    snprintf(prefix[1], sizeof(prefix[1]), "late-retry-%d-", pid);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    base_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1000 + samples * 5;
+    for (int i = 0; i < samples; i++) {
+        long long at = base_ms + (i * 7919) % 3000; /* over 3 s, not in submission order */
+        time_t secs = (time_t)(at / 1000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        strftime(at_text, sizeof(at_text), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"%s%d\",\"run_at\":\"%s.%03lldZ\","
+                 "\"data\":{\"duration_ms\":0,\"steps\":0}}",
+                 prefix[0], i, at_text, at % 1000);
+        if (request(c, "POST", "/alerts", body) != 202)
+            return 1;
+    }
+    if (wait_completed(db, prefix[0], samples) != 0)
+        return 1;
+    for (int i = 0; i < samples; i++) {
+        char one[96];
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"%s%d\",\"data\":{\"duration_ms\":0,"
+                 "\"steps\":0,\"fail\":\"first:1\"}}",
+                 prefix[1], i);
+        if (request(c, "POST", "/alerts", body) != 202)
+            return 1;
+        snprintf(one, sizeof(one), "%s%d", prefix[1], i);
+        if (wait_completed(db, one, 1) != 0)
+            return 1;
+    }
+    curl_easy_cleanup(c);
+    if (lateness_report(db, "delayed", prefix[0], 1, samples) != 0 ||
+        lateness_report(db, "retry", prefix[1], 2, samples) != 0)
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     PGconn *db;
     int rc;
 
     if (argc < 5) {
-        fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS | pickup URL DB SAMPLES\n");
+        fprintf(stderr, "usage: loadgen throughput URL DB RUNS CLIENTS | pickup URL DB SAMPLES | "
+                        "lateness URL DB SAMPLES\n");
         return 2;
     }
     base_url = argv[2];
@@ -215,6 +323,8 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "throughput") == 0 && argc >= 6) {
         int clients = atoi(argv[5]);
         rc = throughput(db, atoi(argv[4]), clients < 1 ? 1 : clients > 64 ? 64 : clients);
+    } else if (strcmp(argv[1], "lateness") == 0) {
+        rc = lateness(db, atoi(argv[4]));
     } else {
         rc = pickup(db, atoi(argv[4]));
     }

@@ -37,17 +37,21 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
         types[i] = cfg->run_types[i].name;
         caps[i] = cfg->run_types[i].max_running;
     }
+    int64_t t0 = clock_mono_us();
+
     *due_ms = -1;
     *capped = false;
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK) {
-        int64_t t0 = clock_mono_us();
+        t0 = clock_mono_us();
         st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
                               cfg->nrun_types, &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
+    /* A run that came due while the claim ran is claimed next, not left to
+     * the poll interval. */
     if (st == ST_OK && (int)got < n)
-        st = store_runs_next_due(db, due_ms, capped, &err);
+        st = store_runs_next_due(db, (clock_mono_us() - t0) / 1000 + 1, due_ms, capped, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
@@ -76,6 +80,25 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     return st == ST_OK ? got : 0;
 }
 
+/* When the dispatcher claims next: its own timer, or earlier when this
+ * process handed a run back due sooner. Caller holds e->mu. */
+static int64_t dispatch_until(const struct engine *e, int64_t next_ms)
+{
+    return e->due_ms < next_ms ? e->due_ms : next_ms;
+}
+
+void dispatch_due(struct engine *e, int64_t delay_ms)
+{
+    int64_t at = clock_mono_ms() + (delay_ms > 0 ? delay_ms : 0);
+
+    pthread_mutex_lock(&e->mu);
+    if (at < e->due_ms) {
+        e->due_ms = at;
+        pthread_cond_signal(&e->dispatch_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *dispatcher_main(void *arg)
 {
     struct engine *e = arg;
@@ -88,9 +111,11 @@ static void *dispatcher_main(void *arg)
         size_t got;
 
         pthread_mutex_lock(&e->mu);
-        while (!e->stop_claims && (e->idle == 0 || (!e->wake && clock_mono_ms() < next_ms))) {
+        while (!e->stop_claims &&
+               (e->idle == 0 || (!e->wake && clock_mono_ms() < dispatch_until(e, next_ms)))) {
             struct timespec ts;
-            abstime_after_ms(&ts, e->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            abstime_after_ms(&ts,
+                             e->idle == 0 ? 1000 : dispatch_until(e, next_ms) - clock_mono_ms());
             pthread_cond_timedwait(&e->dispatch_cv, &e->mu, &ts);
         }
         if (e->stop_claims) {
@@ -98,6 +123,9 @@ static void *dispatcher_main(void *arg)
             break;
         }
         e->wake = false;
+        /* This claim and its next-due figure cover what was due by now. */
+        if (e->due_ms <= clock_mono_ms())
+            e->due_ms = INT64_MAX;
         n = e->idle < e->cfg->queue.claim_batch ? e->idle : e->cfg->queue.claim_batch;
         e->idle -= n;
         pthread_mutex_unlock(&e->mu);
@@ -209,7 +237,8 @@ static bool slot_lost(struct slot *s)
 struct slot_end {
     enum run_outcome outcome; /* OUTCOME_PENDING: the run did not end */
     bool retried, waiting, released;
-    char error[64]; /* the error's code, "" for none */
+    int64_t retry_ms; /* retried: the backoff before the next attempt is due */
+    char error[64];   /* the error's code, "" for none */
 };
 
 static void slot_end_error(struct slot_end *end, const json_t *error)
@@ -290,6 +319,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
         int64_t delay =
             backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
         end->retried = true;
+        end->retry_ms = delay;
         slot_end_error(end, rc->error);
         return store_runs_retry(db, f, delay, rc->error, err);
     } else {
@@ -375,8 +405,10 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     if (st == ST_OK && end.outcome != OUTCOME_PENDING)
         metrics_run_completed(e->metrics, s->run->type, run_outcome_name(end.outcome),
                               slot_run_seconds(s));
-    if (st == ST_OK && end.retried)
+    if (st == ST_OK && end.retried) {
         metrics_run_retried(e->metrics, s->run->type);
+        dispatch_due(e, end.retry_ms); /* start it on time, not at the next poll */
+    }
     /* Wake the other replicas for a run back in the queue, and for a slot
      * freed while runs wait for one: under a shared cap they would
      * otherwise only try on their next poll, and this replica, woken

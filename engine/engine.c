@@ -40,6 +40,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
     e->stop_efd = -1;
     e->on_queue = dispatch_wake;
+    e->due_ms = INT64_MAX;
     for (int i = 0; i < e->nslots; i++) {
         e->slots[i].e = e;
         pthread_mutex_init(&e->slots[i].write_mu, NULL);

@@ -50,6 +50,9 @@ struct engine {
     pthread_cond_t work_cv;     /* workers: runs in the local queue */
     pthread_cond_t idle_cv;     /* drain: a worker went idle */
     bool wake, backlog, stop_claims, stop_all, started, hurry;
+    /* Monotonic time at which a run this process handed back (a retry after
+     * its backoff) is due; INT64_MAX = none. The dispatcher claims then. */
+    int64_t due_ms;
     int idle; /* idle workers not yet promised a run */
     int busy;
     struct run **queue; /* claimed, not yet started (at most workers) */
@@ -94,9 +97,10 @@ void events_hint(struct engine *e);
 
 /* dispatch.c: the dispatcher and the workers. */
 enum status dispatch_start(struct engine *e, struct error *err) WUR;
-void dispatch_wake(struct engine *e);         /* claim now */
-void dispatch_stop_claims(struct engine *e);  /* joins the dispatcher */
-void dispatch_stop_workers(struct engine *e); /* hands runs back, joins the workers */
+void dispatch_wake(struct engine *e);                  /* claim now */
+void dispatch_due(struct engine *e, int64_t delay_ms); /* claim in delay_ms at the latest */
+void dispatch_stop_claims(struct engine *e);           /* joins the dispatcher */
+void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins the workers */
 /* How long a claim or a heartbeat protects a run from rescue, less a margin
  * of one heartbeat interval. */
 int64_t engine_lease_ms(const struct engine *e);

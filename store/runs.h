@@ -118,10 +118,14 @@ struct fence {
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
-/* Milliseconds until the next delayed queued run is due (-1 = none), and
- * whether a queued run is due now (one a claim just left behind: a cap was
- * reached, or its type is not executed here). */
-enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err) WUR;
+/* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
+ * already), and whether a queued run is due now that a claim just left
+ * behind (a cap was reached, or its type is not executed here). since_ms is
+ * how long ago that claim began: a run that became due after it began is
+ * reported as due in 0 ms, not as left behind, so the caller claims again
+ * instead of waiting for its next poll. */
+enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+                                struct error *err) WUR;
 
 /* Fenced writes: ST_LOST when the run is no longer this attempt's. */
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,

@@ -13,11 +13,15 @@
 static const struct stmt S_CLAIM = {
     "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
                   "$5::int[]) AS r"};
+/* $1: how long ago the claim before it began. A run that became due since
+ * then was not the claim's to take: it is due now ("0 ms"), not left
+ * behind. */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
-    "SELECT (SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::bigint FROM runs "
-    "WHERE status = 'queued' AND run_at > now()), "
-    "EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now())"};
+    "SELECT (SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint "
+    "FROM runs WHERE status = 'queued' AND run_at > now() - make_interval(secs => $1::bigint / "
+    "1000.0)), EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now() - "
+    "make_interval(secs => $1::bigint / 1000.0))"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
@@ -166,10 +170,16 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     return st;
 }
 
-enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err)
+enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+                                struct error *err)
 {
+    char since[24];
+    const char *p[1] = {since};
     PGresult *r;
-    enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
+    enum status st;
+
+    xsnprintf(since, sizeof(since), "%lld", (long long)(since_ms > 0 ? since_ms : 0));
+    st = db_run(db, &S_NEXT_DUE, 1, p, &r, err);
 
     if (st != ST_OK)
         return st;

@@ -667,7 +667,7 @@ START_TEST(claim_order_delay_and_types)
     rfc3339_in(-5000, at_m5);
     rfc3339_in(-1000, at_m1);
     rfc3339_in(3600000, at_p1h);
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(!due_now);
 
@@ -692,7 +692,7 @@ START_TEST(claim_order_delay_and_types)
     assert_state(future, "queued", "pending");
     ck_assert_int_eq(col_int(future, "attempt"), 0);
 
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_msg(due > 3590000 && due <= 3600000, "next due in %lld ms, want ~3600000",
                   (long long)due);
     ck_assert(!due_now);
@@ -701,7 +701,7 @@ START_TEST(claim_order_delay_and_types)
      * as due now, so the dispatcher waits instead of spinning on it. */
     unknown = new_run_full(NULL, "U", 100, at_m20, 3);
     claim_none("w1");
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert(due_now);
     ck_assert_msg(due > 3590000, "a due run must not make the delay 0 (got %lld)", (long long)due);
     assert_state(unknown, "queued", "pending");
@@ -1186,15 +1186,20 @@ START_TEST(retry_paths)
 
     /* Not claimable before run_at; the dispatcher is told when. */
     claim_none("w2");
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_msg(due > 55000 && due <= 60000, "next due in %lld ms, want ~60000", (long long)due);
     ck_assert(!due_now);
 
     /* Due: the next attempt, the old error cleared. */
     PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", id));
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(due_now);
+    /* Due since a claim that began a minute ago: not left behind by that
+     * claim but due for the next one, at once. */
+    OK(store_runs_next_due(g_db, 60000, &due, &due_now, &g_err));
+    ck_assert_int_eq(due, 0);
+    ck_assert(!due_now);
     claim_expect("w2", id, 2);
     assert_col(id, "error", NULL);
 
