@@ -7,11 +7,13 @@
 #   - pickup latency (submit -> started, stamped by PostgreSQL) p50/p99 on an
 #     idle service, against a bare GET /livez round trip;
 #   - idle RSS of the process.
-# Usage: bench/run.sh [RUNS] [CLIENTS]   (defaults 5000, 8)
+# Usage: bench/run.sh [RUNS] [CLIENTS]   (defaults 5000, 8); WORKERS=N sets
+#        the server's --workers (default 8)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 RUNS=${1:-5000}
 CLIENTS=${2:-8}
+WORKERS=${WORKERS:-8}
 OUT=bench/out
 mkdir -p "$OUT"
 
@@ -38,7 +40,7 @@ PGBENCH=$(ls -d /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -n 1)
 # Every loadgen client submits from 127.0.0.1: no per-caller rate limit.
 echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18181 \
-    --workers 8 --log-level warn 2>"$OUT/serve.log" &
+    --workers "$WORKERS" --log-level warn 2>"$OUT/serve.log" &
 PID=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18181/readyz >/dev/null && break; sleep 0.1; done
 sleep 2
@@ -46,7 +48,7 @@ RSS_IDLE=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
 
 echo "== pickup latency (idle service, 200 samples)"
 build/opsrun_loadgen pickup http://127.0.0.1:18181 "$DB" 200 | tee "$OUT/pickup.txt"
-echo "== throughput ($RUNS no-op demo runs, $CLIENTS HTTP clients, 8 workers)"
+echo "== throughput ($RUNS no-op demo runs, $CLIENTS HTTP clients, $WORKERS workers)"
 build/opsrun_loadgen throughput http://127.0.0.1:18181 "$DB" "$RUNS" "$CLIENTS" | tee "$OUT/throughput.txt"
 RSS_AFTER=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
 

@@ -2,7 +2,7 @@
  * sources only. Everything below mu is guarded by it unless marked atomic.
  *
  * The files call each other in one direction only:
- *   engine.c (lifecycle) -> dispatch.c -> poller.c -> doorbell.c -> thread.c
+ *   engine.c (lifecycle) -> dispatch.c -> complete.c, poller.c -> doorbell.c -> thread.c
  *                        -> maint.c -> dispatch.c
  * The listener (doorbell.c) wakes the dispatcher through e->on_queue, set by
  * engine.c, so the doorbell needs nothing above it. */
@@ -39,6 +39,19 @@ struct slot {
     int64_t last_write_ms;
 };
 
+/* A finished attempt handed to the completer (complete.c), which owns it. */
+struct completion {
+    struct run *run; /* owned */
+    enum run_outcome outcome;
+    const char *message;                                       /* static, for the event */
+    json_t *result, *error, *summary_counts, *failure_summary; /* owned references */
+    int64_t lease_ms;   /* monotonic: past it, nothing may be written */
+    int64_t started_ms; /* monotonic: when the attempt was taken */
+    double seconds;     /* the run's duration, for metrics */
+    char code[64];      /* the error's code, "" for none */
+    char extra[96];     /* the rest of the "run finished" line */
+};
+
 struct engine {
     const struct config *cfg;
     struct db_pool *pool;
@@ -62,6 +75,13 @@ struct engine {
     int nworkers; /* worker threads running (joined by dispatch_stop_workers) */
     pthread_t dispatcher;
     bool dispatcher_started;
+
+    /* the completer (complete.c): attempts handed over, not yet written */
+    pthread_t completer;
+    bool completer_started, completer_stop;
+    pthread_cond_t complete_cv;
+    struct completion *done_q;
+    size_t ndone, done_cap;
 
     /* maintenance (maint.c), doorbell and listener (doorbell.c) */
     pthread_t maint, bell, listener;
@@ -115,6 +135,13 @@ void engine_log_finished(const struct run *run, enum run_outcome outcome, const 
 const char *engine_error_code(const json_t *error);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
+
+/* complete.c: the completer thread, which writes finished runs in batches. */
+enum status completer_start(struct engine *e, struct error *err) WUR;
+/* Writes everything handed over (while leases last), joins the thread. */
+void completer_stop(struct engine *e);
+/* Takes over *c (its run and references); *c is zeroed. Caller holds mu. */
+void completer_add(struct engine *e, struct completion *c);
 
 /* maint.c: the maintenance thread. */
 enum status maint_start(struct engine *e, struct error *err) WUR;

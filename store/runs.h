@@ -137,6 +137,20 @@ struct run_result {
 };
 enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,
                               struct error *err) WUR;
+/* One attempt's end for store_runs_finish_batch (borrowed strings). */
+struct run_finish {
+    const char *tenant, *id;
+    int attempt;
+    struct run_result res;
+    bool written; /* out: the fence held, the run is completed */
+};
+/* store_runs_finish for n runs held by worker_id, in one statement (one
+ * commit): each run is fenced on its own, and written with its terminal
+ * event only while this attempt still holds it. fin[i].written says which
+ * were; a fence that no longer holds is not an error. On failure nothing
+ * was written. */
+enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct run_finish *fin,
+                                    size_t n, struct error *err) WUR;
 /* The action's own record of what it created on remote systems before it
  * could wait (preparation steps), kept in poll_state across attempts and
  * crashes. cleanup_due: something may need deleting, so every transition

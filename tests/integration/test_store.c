@@ -1844,6 +1844,72 @@ END_TEST
 
 /* ---- the suite -------------------------------------------------------- */
 
+/* The completer's write: many runs in one statement, each fenced on its
+ * own, each with its terminal event; the cleanup rule of a finish holds for
+ * every row; a run another worker holds is left alone, and a spent fence
+ * writes nothing a second time. */
+START_TEST(finish_batch_fences_each_run)
+{
+    char *a, *b, *c;
+    json_t *result = json_pack("{s:i}", "x", 1);
+    json_t *boom = json_pack("{s:s,s:s}", "code", "boom", "message", "it broke");
+    struct run_finish fin[3];
+
+    open_test_db("it_store_finish_batch");
+    a = new_run(3);
+    b = new_run(3);
+    c = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", b, 1);
+    claim_expect("w1", c, 1);
+    PQclear(th_sql(g_pg, "UPDATE runs SET cleanup_due = true WHERE id = '%s'", b));
+    PQclear(th_sql(g_pg, "UPDATE runs SET worker_id = 'w2' WHERE id = '%s'", c));
+    fin[0] =
+        (struct run_finish){"default",
+                            a,
+                            1,
+                            {.outcome = OUTCOME_SUCCEEDED, .result = result, .message = "finished"},
+                            false};
+    fin[1] = (struct run_finish){
+        "default", b, 1, {.outcome = OUTCOME_FAILED, .error = boom, .message = "failed"}, false};
+    fin[2] =
+        (struct run_finish){"default", c, 1, {.outcome = OUTCOME_SUCCEEDED, .message = "x"}, false};
+
+    OK(store_runs_finish_batch(g_db, "w1", fin, 3, &g_err));
+    ck_assert(fin[0].written && fin[1].written && !fin[2].written);
+    assert_state(a, "completed", "succeeded");
+    assert_col(a, "result->>'x'", "1");
+    assert_col(a, "error", NULL);
+    assert_col(a, "hooks_at", NULL);
+    assert_last_event(a, "status/completed/succeeded/100/-/finished");
+    assert_state(b, "completed", "failed");
+    assert_col(b, "error->>'code'", "boom");
+    assert_col(b, "result", NULL);
+    assert_col(b, "cleanup_due", "false");
+    assert_col(b, "hooks_attempts", "0");
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = '%s' AND hooks_at IS NOT NULL", b),
+        1);
+    assert_last_event(b, "status/completed/failed/0/-/failed");
+    assert_state(c, "running", "pending");
+    ck_assert_int_eq(n_events(c), 2);
+
+    /* spent: nothing is written twice */
+    fin[0].res.outcome = OUTCOME_FAILED;
+    OK(store_runs_finish_batch(g_db, "w1", fin, 1, &g_err));
+    ck_assert(!fin[0].written);
+    assert_state(a, "completed", "succeeded");
+    ck_assert_int_eq(n_events(a), 3);
+
+    json_decref(result);
+    json_decref(boom);
+    free(a);
+    free(b);
+    free(c);
+    close_test_db();
+}
+END_TEST
+
 static TCase *tcase(const char *name, double timeout_s)
 {
     TCase *tc = tcase_create(name);
@@ -1872,6 +1938,7 @@ int main(void)
 
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
+    tcase_add_test(tc, finish_batch_fences_each_run);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, rescue_batches);
     tcase_add_test(tc, queue_age_and_pool_stats);
