@@ -31,14 +31,13 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     size_t got = 0;
     struct db *db = NULL;
     struct error err = {0};
+    int64_t t0 = 0; /* when the claim began */
     enum status st;
 
     for (size_t i = 0; i < cfg->nrun_types; i++) {
         types[i] = cfg->run_types[i].name;
         caps[i] = cfg->run_types[i].max_running;
     }
-    int64_t t0 = clock_mono_us();
-
     *due_ms = -1;
     *capped = false;
     st = db_pool_get(e->pool, &db, &err);

@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/polls.h"
 #include "store/runs.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
@@ -1910,6 +1911,59 @@ START_TEST(finish_batch_fences_each_run)
 }
 END_TEST
 
+/* The poller's writer: the next checks of many runs in one statement, each
+ * fenced on its own check (owner and poll_count); a spent fence is left
+ * alone. */
+START_TEST(polls_again_batch_fences_each_check)
+{
+    static const char *const types[] = {"T"};
+    char *a, *b;
+    struct poll_claim *c = NULL;
+    size_t nc = 0;
+    json_t *state = json_pack("{s:i}", "seen", 2);
+    struct poll_again w[2];
+
+    open_test_db("it_store_again_batch");
+    a = new_run(3);
+    b = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", b, 1);
+    {
+        struct fence fa = {"default", a, "w1", 1}, fb = {"default", b, "w1", 1};
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &g_err));
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &g_err));
+    }
+    PQclear(th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s'"));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 2);
+    poll_claims_free(c, nc);
+    assert_col(a, "poll_count", "1");
+
+    w[0] = (struct poll_again){"default", a, 1, state, 60000, false};
+    w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false}; /* not this check */
+    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    ck_assert(w[0].written && !w[1].written);
+    assert_col(a, "poll_owner", NULL);
+    assert_col(a, "poll_state->>'seen'", "2");
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM runs WHERE id = '%s' AND next_poll_at "
+                                "BETWEEN now() + interval '50 s' AND now() + interval '61 s'",
+                                a),
+                     1);
+    assert_col(b, "poll_owner", "w1");
+    assert_state(a, "waiting", "pending");
+
+    /* spent: the same check is not written twice */
+    OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
+    ck_assert(!w[0].written);
+
+    json_decref(state);
+    free(a);
+    free(b);
+    close_test_db();
+}
+END_TEST
+
 static TCase *tcase(const char *name, double timeout_s)
 {
     TCase *tc = tcase_create(name);
@@ -1939,6 +1993,7 @@ int main(void)
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, finish_batch_fences_each_run);
+    tcase_add_test(tc, polls_again_batch_fences_each_check);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, rescue_batches);
     tcase_add_test(tc, queue_age_and_pool_stats);
