@@ -12,14 +12,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Hooks are tried this often, this far apart, then given up (logged). */
 #define HOOKS_MAX_ATTEMPTS 3
 #define HOOKS_RETRY_MS 30000
 /* A claim's lease beyond the time its work may take. */
 #define LEASE_MARGIN_MS 5000
-/* Next-check writes per statement, at most. */
+/* Next-check writes per statement, at most, and tries of a statement. */
 #define AGAIN_BATCH 256
+#define AGAIN_TRIES 3
 
 struct job {
     struct poll_claim c;
@@ -202,23 +204,32 @@ static void again_free(struct again *a)
     json_decref(a->poll_state);
 }
 
-/* Writes a[0..n) in one statement. */
+/* Writes a[0..n) in one statement, trying again a few times: a batch that
+ * updates many rows can be chosen as a deadlock's victim, where one row at a
+ * time could only wait. */
 static void again_write(struct poller *p, struct again *a, size_t n, struct poll_again *w)
 {
     struct engine *e = p->e;
-    struct db *db = NULL;
-    struct error err = {0};
-    enum status st;
 
-    for (size_t i = 0; i < n; i++)
+    for (int i = 0; i < (int)n; i++)
         w[i] = (struct poll_again){a[i].tenant,     a[i].id,       a[i].poll_count,
                                    a[i].poll_state, a[i].delay_ms, false};
-    st = db_pool_get(e->pool, &db, &err);
-    if (st == ST_OK)
-        st = store_polls_again_batch(db, e->worker_id, w, n, &err);
-    db_pool_put(e->pool, db);
-    if (st != ST_OK)
-        LOG(LOG_WARN, "could not schedule the next checks runs=%zu: %s", n, err.message);
+    for (int tries = 1;; tries++) {
+        struct db *db = NULL;
+        struct error err = {0};
+        enum status st = db_pool_get(e->pool, &db, &err);
+        if (st == ST_OK)
+            st = store_polls_again_batch(db, e->worker_id, w, n, &err);
+        db_pool_put(e->pool, db);
+        if (st == ST_OK)
+            return;
+        if (tries == AGAIN_TRIES) {
+            LOG(LOG_WARN, "could not schedule the next checks runs=%zu: %s", n, err.message);
+            return;
+        }
+        LOG(LOG_WARN, "could not schedule the next checks runs=%zu, retrying: %s", n, err.message);
+        usleep((useconds_t)(50000 * tries));
+    }
 }
 
 /* Writes the next checks handed to it since its last write, as soon as that
