@@ -32,6 +32,10 @@
  *       (p50/p99/max, ms): a delayed run started_at - run_at, a retry the
  *       claim of its second attempt (its "running" event) - the run_at the
  *       failure set.
+ *   loadgen drain URL DBCONNINFO RUNS
+ *       the engine alone: RUNS no-op demo runs inserted straight into the
+ *       table (no HTTP), the engine woken, and runs/s from the wake-up to
+ *       the last completed_at.
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -826,6 +830,59 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     return failed ? 1 : 0;
 }
 
+/* The first column of the first row of sql as a double; -1 on an error. */
+static double sql_double(PGconn *db, const char *sql)
+{
+    PGresult *r = PQexec(db, sql);
+    double v = -1;
+
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        v = atof(PQgetvalue(r, 0, 0));
+    else if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        fprintf(stderr, "loadgen: %s", PQerrorMessage(db));
+    PQclear(r);
+    return v;
+}
+
+static int drain(PGconn *db, int runs)
+{
+    char sql[1024], prefix[64];
+    double t0, rate;
+
+    snprintf(prefix, sizeof(prefix), "drain-%d-", (int)getpid());
+    snprintf(sql, sizeof(sql),
+             "WITH i AS (INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+             "identity_hash, request_hash) SELECT 'default', '%s' || i, 'demo', 3, 900, "
+             "'{\"duration_ms\": 0, \"steps\": 0}', '%s' || i, 'x' "
+             "FROM generate_series(1, %d) AS i RETURNING 1) SELECT count(*) FROM i",
+             prefix, prefix, runs);
+    if (sql_double(db, sql) != runs)
+        return 1;
+    /* As autovacuum would soon: the claim's plan depends on the statistics,
+     * and the table went from empty to RUNS queued runs at once. */
+    PQclear(PQexec(db, "ANALYZE runs"));
+    /* The clock starts when the engine is told; the runs are all due. */
+    t0 = sql_double(db, "SELECT extract(epoch FROM clock_timestamp()) FROM "
+                        "pg_notify('opsrun_queue', '')");
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE status = 'completed' AND completed_at >= "
+             "to_timestamp(%.6f) AND id LIKE '%s%%'",
+             t0, prefix);
+    for (double start = now_s(); sql_double(db, sql) < runs; usleep(100000)) {
+        if (now_s() - start > 600) {
+            fprintf(stderr, "loadgen: the runs did not complete within 600 s\n");
+            return 1;
+        }
+    }
+    snprintf(sql, sizeof(sql),
+             "SELECT %d / (extract(epoch FROM max(completed_at)) - %.6f) FROM runs "
+             "WHERE id LIKE '%s%%'",
+             runs, t0, prefix);
+    rate = sql_double(db, sql);
+    printf("runs=%d\ndrain_runs_per_s=%.0f\n", runs, rate);
+    return rate > 0 ? 0 : 1;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: loadgen throughput|submit URL DB RUNS CLIENTS [BATCH]\n"
@@ -833,7 +890,8 @@ static void usage(void)
                     "       loadgen wrk URL DB SECONDS CONNECTIONS\n"
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
-                    "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n");
+                    "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
+                    "       loadgen drain URL DB RUNS\n");
 }
 
 static int clamp_threads(int n)
@@ -874,6 +932,8 @@ int main(int argc, char **argv)
         int per_request = atoi(argv[6]);
         rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])),
                   per_request < 1 ? 1 : per_request);
+    } else if (strcmp(mode, "drain") == 0) {
+        rc = drain(db, atoi(argv[4]));
     } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {

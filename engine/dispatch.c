@@ -31,6 +31,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     size_t got = 0;
     struct db *db = NULL;
     struct error err = {0};
+    int64_t t0 = 0; /* when the claim began */
     enum status st;
 
     for (size_t i = 0; i < cfg->nrun_types; i++) {
@@ -41,13 +42,15 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     *capped = false;
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK) {
-        int64_t t0 = clock_mono_us();
+        t0 = clock_mono_us();
         st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
                               cfg->nrun_types, &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
+    /* A run that came due while the claim ran is claimed next, not left to
+     * the poll interval. */
     if (st == ST_OK && (int)got < n)
-        st = store_runs_next_due(db, due_ms, capped, &err);
+        st = store_runs_next_due(db, (clock_mono_us() - t0) / 1000 + 1, due_ms, capped, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
@@ -76,6 +79,25 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     return st == ST_OK ? got : 0;
 }
 
+/* When the dispatcher claims next: its own timer, or earlier when this
+ * process handed a run back due sooner. Caller holds e->mu. */
+static int64_t dispatch_until(const struct engine *e, int64_t next_ms)
+{
+    return e->due_ms < next_ms ? e->due_ms : next_ms;
+}
+
+void dispatch_due(struct engine *e, int64_t delay_ms)
+{
+    int64_t at = clock_mono_ms() + (delay_ms > 0 ? delay_ms : 0);
+
+    pthread_mutex_lock(&e->mu);
+    if (at < e->due_ms) {
+        e->due_ms = at;
+        pthread_cond_signal(&e->dispatch_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *dispatcher_main(void *arg)
 {
     struct engine *e = arg;
@@ -88,9 +110,11 @@ static void *dispatcher_main(void *arg)
         size_t got;
 
         pthread_mutex_lock(&e->mu);
-        while (!e->stop_claims && (e->idle == 0 || (!e->wake && clock_mono_ms() < next_ms))) {
+        while (!e->stop_claims &&
+               (e->idle == 0 || (!e->wake && clock_mono_ms() < dispatch_until(e, next_ms)))) {
             struct timespec ts;
-            abstime_after_ms(&ts, e->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            abstime_after_ms(&ts,
+                             e->idle == 0 ? 1000 : dispatch_until(e, next_ms) - clock_mono_ms());
             pthread_cond_timedwait(&e->dispatch_cv, &e->mu, &ts);
         }
         if (e->stop_claims) {
@@ -98,6 +122,9 @@ static void *dispatcher_main(void *arg)
             break;
         }
         e->wake = false;
+        /* This claim and its next-due figure cover what was due by now. */
+        if (e->due_ms <= clock_mono_ms())
+            e->due_ms = INT64_MAX;
         n = e->idle < e->cfg->queue.claim_batch ? e->idle : e->cfg->queue.claim_batch;
         e->idle -= n;
         pthread_mutex_unlock(&e->mu);
@@ -209,7 +236,8 @@ static bool slot_lost(struct slot *s)
 struct slot_end {
     enum run_outcome outcome; /* OUTCOME_PENDING: the run did not end */
     bool retried, waiting, released;
-    char error[64]; /* the error's code, "" for none */
+    int64_t retry_ms; /* retried: the backoff before the next attempt is due */
+    char error[64];   /* the error's code, "" for none */
 };
 
 static void slot_end_error(struct slot_end *end, const json_t *error)
@@ -254,17 +282,70 @@ static enum status slot_handed_back(struct slot_end *end, bool *flag, bool cance
     return st;
 }
 
-/* Decides the terminal write for what the action returned, and says in
- * *end what it was. */
-static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step step,
-                               const struct fence *f, struct db *db, struct slot_end *end,
-                               struct error *err)
+/* What an attempt's end writes. */
+enum settle_kind { SETTLE_FINISH, SETTLE_RETRY, SETTLE_WAIT, SETTLE_RELEASE };
+struct settle {
+    enum settle_kind kind;
+    struct run_result res; /* SETTLE_FINISH */
+    json_t *own_error;     /* an error made here (res.error), freed with the decision */
+    int64_t delay_ms;      /* SETTLE_RETRY */
+};
+
+/* Decides the terminal write for what the action returned. */
+static void slot_decide(const struct slot *s, const struct run_ctx *rc, enum step step,
+                        struct settle *d)
 {
     const struct run *run = s->run;
     const struct run_type *rt = rc->type;
-    struct run_result res = {.outcome = OUTCOME_SUCCEEDED};
     int stop = atomic_load(&s->stop);
-    json_t *err_json = NULL;
+
+    *d = (struct settle){.kind = SETTLE_FINISH, .res = {.outcome = OUTCOME_SUCCEEDED}};
+    /* Something outside was started: the poller takes over, whatever else
+     * happened meanwhile (a cancel ends it cancelled with its hooks due;
+     * at shutdown it waits like any other). */
+    if (step == STEP_WAIT && rc->external_id) {
+        d->kind = SETTLE_WAIT;
+    } else if (stop == STOP_SHUTDOWN) {
+        d->kind = SETTLE_RELEASE;
+    } else if (stop == STOP_CANCEL) {
+        d->res.outcome = OUTCOME_CANCELLED;
+        d->res.message = "cancelled while running";
+    } else if (step == STEP_DONE) {
+        d->res.outcome = rc_done_outcome(rc);
+        d->res.result = rc->result;
+        d->res.summary_counts = rc->summary_counts;
+        d->res.failure_summary = rc->failure_summary;
+        d->res.message = "finished";
+    } else if (clock_mono_ms() >= rc->deadline_mono_ms) {
+        char msg[96];
+        xsnprintf(msg, sizeof(msg), "run exceeded its timeout of %lld s", (long long)rt->timeout_s);
+        d->res.outcome = OUTCOME_TIMED_OUT;
+        d->res.error = d->own_error = json_pack("{s:s, s:s}", "code", "timeout", "message", msg);
+        d->res.message = "timed out";
+    } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
+        d->kind = SETTLE_RETRY;
+        d->delay_ms =
+            backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
+    } else {
+        d->res.outcome = OUTCOME_FAILED;
+        d->res.error = rc->error;
+        d->res.summary_counts = rc->summary_counts;
+        d->res.failure_summary = rc->failure_summary;
+        d->res.message = step == STEP_RETRY ? "failed: attempts exhausted" : "failed";
+        if (step == STEP_WAIT)
+            d->res.error = d->own_error =
+                json_pack("{s:s, s:s}", "code", "no_external_id", "message",
+                          "the action asked to wait without naming the external job to wait "
+                          "for");
+    }
+}
+
+/* Makes the terminal write d, and says in *end what it was. */
+static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct settle *d,
+                               const struct fence *f, struct db *db, struct slot_end *end,
+                               struct error *err)
+{
+    const struct run_type *rt = rc->type;
     bool cancelled = false;
     enum status st;
 
@@ -272,55 +353,26 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, enum step ste
     if (slot_lost(s))
         return error_set(err, ST_LOST, "run \"%s\" attempt %d was lost by this worker", f->id,
                          f->attempt);
-    /* Something outside was started: the poller takes over, whatever else
-     * happened meanwhile (a cancel ends it cancelled with its hooks due;
-     * at shutdown it waits like any other). */
-    if (step == STEP_WAIT && rc->external_id) {
+    switch (d->kind) {
+    case SETTLE_WAIT:
         st = store_runs_wait(db, f, rc->external_id, rc->poll_state,
                              rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms,
                              &cancelled, err);
         return slot_handed_back(end, &end->waiting, cancelled, st);
-    }
-    if (stop == STOP_SHUTDOWN) {
+    case SETTLE_RELEASE:
         st = store_runs_release(db, f, &cancelled, err);
         return slot_handed_back(end, &end->released, cancelled, st);
-    }
-    if (stop == STOP_CANCEL) {
-        res.outcome = OUTCOME_CANCELLED;
-        res.message = "cancelled while running";
-    } else if (step == STEP_DONE) {
-        res.outcome = rc_done_outcome(rc);
-        res.result = rc->result;
-        res.summary_counts = rc->summary_counts;
-        res.failure_summary = rc->failure_summary;
-        res.message = "finished";
-    } else if (clock_mono_ms() >= rc->deadline_mono_ms) {
-        res.outcome = OUTCOME_TIMED_OUT;
-        char msg[96];
-        xsnprintf(msg, sizeof(msg), "run exceeded its timeout of %lld s", (long long)rt->timeout_s);
-        res.error = err_json = json_pack("{s:s, s:s}", "code", "timeout", "message", msg);
-        res.message = "timed out";
-    } else if (step == STEP_RETRY && run->attempt < run->max_attempts) {
-        int64_t delay =
-            backoff_full_jitter_ms(rt->retry_backoff_ms, rt->retry_backoff_max_ms, run->attempt);
+    case SETTLE_RETRY:
+        end->retry_ms = d->delay_ms;
         slot_end_error(end, rc->error);
-        st = store_runs_retry(db, f, delay, rc->error, &cancelled, err);
+        st = store_runs_retry(db, f, d->delay_ms, rc->error, &cancelled, err);
         return slot_handed_back(end, &end->retried, cancelled, st);
-    } else {
-        res.outcome = OUTCOME_FAILED;
-        res.error = rc->error;
-        res.summary_counts = rc->summary_counts;
-        res.failure_summary = rc->failure_summary;
-        res.message = step == STEP_RETRY ? "failed: attempts exhausted" : "failed";
-        if (step == STEP_WAIT)
-            res.error = err_json = json_pack("{s:s, s:s}", "code", "no_external_id", "message",
-                                             "the action asked to wait without naming the "
-                                             "external job to wait for");
+    case SETTLE_FINISH:
+        break;
     }
-    st = store_runs_finish(db, f, &res, err);
-    end->outcome = res.outcome;
-    slot_end_error(end, res.error);
-    json_decref(err_json);
+    st = store_runs_finish(db, f, &d->res, err);
+    end->outcome = d->res.outcome;
+    slot_end_error(end, d->res.error);
     return st;
 }
 
@@ -333,11 +385,52 @@ static double slot_run_seconds(const struct slot *s)
     return (before > 0 ? before : 0) + (double)(clock_mono_ms() - s->started_ms) / 1000.0;
 }
 
-/* Writes the terminal state, retrying while the database is unreachable: a
- * run must not be dropped because of an outage. Once the lease is over the
- * run is someone else's to rescue: nothing more is written, and no database
- * call is even started. */
-static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
+/* A run that ends goes to the completer (complete.c) rather than being
+ * written here: the worker is free for its next run at once. Progress the
+ * action left pending is written first, so the terminal event carries it. */
+static void slot_hand_over(struct slot *s, struct settle *d, struct completion *c)
+{
+    struct engine *e = s->e;
+    const struct run *run = s->run;
+    const char *code = engine_error_code(d->res.error);
+    bool pending;
+
+    pthread_mutex_lock(&e->mu);
+    pending = s->pending;
+    pthread_mutex_unlock(&e->mu);
+    if (pending) {
+        struct db *db = NULL;
+        struct error err = {0};
+        if (db_pool_get(e->pool, &db, &err) == ST_OK)
+            slot_flush_progress(s, db);
+        else
+            LOG(LOG_WARN, "could not write progress run=%s: %s", run->id, err.message);
+        db_pool_put(e->pool, db);
+    }
+    *c = (struct completion){
+        .outcome = d->res.outcome,
+        .message = d->res.message,
+        .result = json_incref((json_t *)d->res.result),
+        .summary_counts = json_incref((json_t *)d->res.summary_counts),
+        .failure_summary = json_incref((json_t *)d->res.failure_summary),
+        .lease_ms = atomic_load(&s->lease_ms),
+        .started_ms = s->started_ms,
+        .seconds = slot_run_seconds(s),
+    };
+    /* own_error is a new reference already: it moves over. */
+    c->error = d->own_error ? d->own_error : json_incref((json_t *)d->res.error);
+    d->own_error = NULL;
+    xsnprintf(c->code, sizeof(c->code), "%s", code ? code : "");
+    xsnprintf(c->extra, sizeof(c->extra), " attempt=%d duration_ms=%lld", run->attempt,
+              (long long)(clock_mono_ms() - s->started_ms));
+}
+
+/* Writes a terminal state that does not end the run (a retry, a wait, a
+ * hand-back), retrying while the database is unreachable: a run must not be
+ * dropped because of an outage. Once the lease is over the run is someone
+ * else's to rescue: nothing more is written, and no database call is even
+ * started. */
+static void slot_write(struct slot *s, struct run_ctx *rc, const struct settle *d)
 {
     struct engine *e = s->e;
     const struct fence f = {s->run->tenant, s->run->id, e->worker_id, s->run->attempt};
@@ -347,9 +440,6 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     struct slot_end end = {.outcome = OUTCOME_PENDING};
     enum status st;
 
-    pthread_mutex_lock(&e->mu);
-    s->settling = true;
-    pthread_mutex_unlock(&e->mu);
     for (;;) {
         struct error err = {0};
         struct db *db = NULL;
@@ -362,7 +452,7 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
-            st = slot_settle(s, rc, step, &f, db, &end, &err);
+            st = slot_settle(s, rc, d, &f, db, &end, &err);
         }
         db_pool_put(e->pool, db);
         if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
@@ -389,20 +479,44 @@ static void slot_finish(struct slot *s, struct run_ctx *rc, enum step step)
     if (st == ST_OK && end.outcome != OUTCOME_PENDING)
         metrics_run_completed(e->metrics, s->run->type, run_outcome_name(end.outcome),
                               slot_run_seconds(s));
-    if (st == ST_OK && end.retried)
+    if (st == ST_OK && end.retried) {
         metrics_run_retried(e->metrics, s->run->type);
+        dispatch_due(e, end.retry_ms); /* start it on time, not at the next poll */
+    }
     /* Wake the other replicas for a run back in the queue, and for a slot
      * freed while runs wait for one: under a shared cap they would
      * otherwise only try on their next poll, and this replica, woken
      * first, would take every freed slot. */
     if (st == ST_OK)
-        doorbell_ring(e, step == STEP_RETRY || waiting || atomic_load(&s->stop) == STOP_SHUTDOWN,
-                      true);
-    if (st == ST_OK && step == STEP_WAIT)
+        doorbell_ring(e, d->kind != SETTLE_WAIT || waiting, true);
+    if (st == ST_OK && d->kind == SETTLE_WAIT)
         poller_wake(e->poller);
 }
 
-static void slot_execute(struct slot *s)
+/* Ends the attempt: a run that ends is handed over in *c (true), anything
+ * else is written here (false). */
+static bool slot_finish(struct slot *s, struct run_ctx *rc, enum step step, struct completion *c)
+{
+    struct settle d;
+    bool handed = false;
+
+    slot_decide(s, rc, step, &d);
+    pthread_mutex_lock(&s->e->mu);
+    s->settling = true;
+    pthread_mutex_unlock(&s->e->mu);
+    if (d.kind == SETTLE_FINISH && !slot_lost(s)) {
+        slot_hand_over(s, &d, c);
+        handed = true;
+    } else {
+        slot_write(s, rc, &d);
+    }
+    json_decref(d.own_error);
+    return handed;
+}
+
+/* Runs the action; true when the run ended and *c holds it for the
+ * completer. */
+static bool slot_execute(struct slot *s, struct completion *c)
 {
     const struct run *run = s->run;
     const struct run_type *rt = cfg_run_type(s->e->cfg, run->type);
@@ -420,6 +534,7 @@ static void slot_execute(struct slot *s)
         .progress_arg = s,
     };
     enum step step;
+    bool handed;
 
     if (!ops) {
         rc_error(&rc, "unknown_type", "run type \"%s\" is not configured here", run->type);
@@ -429,8 +544,9 @@ static void slot_execute(struct slot *s)
     } else {
         step = ops->start(&rc);
     }
-    slot_finish(s, &rc, step);
+    handed = slot_finish(s, &rc, step, c);
     rc_cleanup(&rc);
+    return handed;
 }
 
 static void *worker_main(void *arg)
@@ -441,6 +557,8 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         struct run *run;
+        struct completion c = {0};
+        bool handed;
         while (!e->stop_all && e->qlen == 0)
             pthread_cond_wait(&e->work_cv, &e->mu);
         if (e->qlen == 0)
@@ -458,13 +576,18 @@ static void *worker_main(void *arg)
         e->busy++;
         pthread_mutex_unlock(&e->mu);
 
-        slot_execute(s);
+        handed = slot_execute(s, &c);
 
         pthread_mutex_lock(&s->write_mu); /* no progress flush may still use run */
         pthread_mutex_lock(&e->mu);
         s->run = NULL;
         pthread_mutex_unlock(&s->write_mu);
-        run_free(run);
+        if (handed) {
+            c.run = run; /* no slot points at it any more: the completer may free it */
+            completer_add(e, &c);
+        } else {
+            run_free(run);
+        }
         e->busy--;
         e->idle++;
         if (e->backlog)
@@ -533,6 +656,8 @@ enum status dispatch_start(struct engine *e, struct error *err)
     e->wake = true;
     e->st.claiming = true;
     pthread_mutex_unlock(&e->mu);
+    if (completer_start(e, err) != ST_OK)
+        return ST_INTERNAL;
     for (int i = 0; i < e->nslots; i++) {
         if (thread_start(e, &e->slots[i].thread, worker_main, &e->slots[i], "worker", err) != ST_OK)
             goto fail;
@@ -577,4 +702,5 @@ void dispatch_stop_workers(struct engine *e)
     for (int i = 0; i < e->nworkers; i++)
         pthread_join(e->slots[i].thread, NULL);
     e->nworkers = 0;
+    completer_stop(e); /* after the workers: it writes what they handed over */
 }

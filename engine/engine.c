@@ -34,12 +34,14 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     cond_init_monotonic(&e->idle_cv);
     cond_init_monotonic(&e->maint_cv);
     cond_init_monotonic(&e->bell_cv);
+    cond_init_monotonic(&e->complete_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
     e->stop_efd = -1;
     e->on_queue = dispatch_wake;
+    e->due_ms = INT64_MAX;
     for (int i = 0; i < e->nslots; i++) {
         e->slots[i].e = e;
         pthread_mutex_init(&e->slots[i].write_mu, NULL);
@@ -171,9 +173,11 @@ void engine_free(struct engine *e)
     pthread_cond_destroy(&e->idle_cv);
     pthread_cond_destroy(&e->maint_cv);
     pthread_cond_destroy(&e->bell_cv);
+    pthread_cond_destroy(&e->complete_cv);
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);
+    free(e->done_q);
     free(e);
 }
 

@@ -2,7 +2,7 @@
  * sources only. Everything below mu is guarded by it unless marked atomic.
  *
  * The files call each other in one direction only:
- *   engine.c (lifecycle) -> dispatch.c -> poller.c -> doorbell.c -> thread.c
+ *   engine.c (lifecycle) -> dispatch.c -> complete.c, poller.c -> doorbell.c -> thread.c
  *                        -> maint.c -> dispatch.c
  * The listener (doorbell.c) wakes the dispatcher through e->on_queue, set by
  * engine.c, so the doorbell needs nothing above it. */
@@ -39,6 +39,19 @@ struct slot {
     int64_t last_write_ms;
 };
 
+/* A finished attempt handed to the completer (complete.c), which owns it. */
+struct completion {
+    struct run *run; /* owned */
+    enum run_outcome outcome;
+    const char *message;                                       /* static, for the event */
+    json_t *result, *error, *summary_counts, *failure_summary; /* owned references */
+    int64_t lease_ms;   /* monotonic: past it, nothing may be written */
+    int64_t started_ms; /* monotonic: when the attempt was taken */
+    double seconds;     /* the run's duration, for metrics */
+    char code[64];      /* the error's code, "" for none */
+    char extra[96];     /* the rest of the "run finished" line */
+};
+
 struct engine {
     const struct config *cfg;
     struct db_pool *pool;
@@ -50,6 +63,9 @@ struct engine {
     pthread_cond_t work_cv;     /* workers: runs in the local queue */
     pthread_cond_t idle_cv;     /* drain: a worker went idle */
     bool wake, backlog, stop_claims, stop_all, started, hurry;
+    /* Monotonic time at which a run this process handed back (a retry after
+     * its backoff) is due; INT64_MAX = none. The dispatcher claims then. */
+    int64_t due_ms;
     int idle; /* idle workers not yet promised a run */
     int busy;
     struct run **queue; /* claimed, not yet started (at most workers) */
@@ -59,6 +75,13 @@ struct engine {
     int nworkers; /* worker threads running (joined by dispatch_stop_workers) */
     pthread_t dispatcher;
     bool dispatcher_started;
+
+    /* the completer (complete.c): attempts handed over, not yet written */
+    pthread_t completer;
+    bool completer_started, completer_stop;
+    pthread_cond_t complete_cv;
+    struct completion *done_q;
+    size_t ndone, done_cap;
 
     /* maintenance (maint.c), doorbell and listener (doorbell.c) */
     pthread_t maint, bell, listener;
@@ -94,9 +117,10 @@ void events_hint(struct engine *e);
 
 /* dispatch.c: the dispatcher and the workers. */
 enum status dispatch_start(struct engine *e, struct error *err) WUR;
-void dispatch_wake(struct engine *e);         /* claim now */
-void dispatch_stop_claims(struct engine *e);  /* joins the dispatcher */
-void dispatch_stop_workers(struct engine *e); /* hands runs back, joins the workers */
+void dispatch_wake(struct engine *e);                  /* claim now */
+void dispatch_due(struct engine *e, int64_t delay_ms); /* claim in delay_ms at the latest */
+void dispatch_stop_claims(struct engine *e);           /* joins the dispatcher */
+void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins the workers */
 /* How long a claim or a heartbeat protects a run from rescue, less a margin
  * of one heartbeat interval. */
 int64_t engine_lease_ms(const struct engine *e);
@@ -111,6 +135,13 @@ void engine_log_finished(const struct run *run, enum run_outcome outcome, const 
 const char *engine_error_code(const json_t *error);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
+
+/* complete.c: the completer thread, which writes finished runs in batches. */
+enum status completer_start(struct engine *e, struct error *err) WUR;
+/* Writes everything handed over (while leases last), joins the thread. */
+void completer_stop(struct engine *e);
+/* Takes over *c (its run and references); *c is zeroed. Caller holds mu. */
+void completer_add(struct engine *e, struct completion *c);
 
 /* maint.c: the maintenance thread. */
 enum status maint_start(struct engine *e, struct error *err) WUR;

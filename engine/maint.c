@@ -18,6 +18,9 @@
 #define RESCUE_ROUNDS 20
 #define RETENTION_EVERY_MS 60000
 #define RETENTION_ROUNDS 20
+/* A pass that stopped at RETENTION_ROUNDS left more behind: the next comes
+ * this soon, so retention keeps up with any rate it can delete at. */
+#define RETENTION_AGAIN_MS 1000
 
 /* The slot executing this attempt, or -1; caller holds e->mu. */
 static int slot_index(const struct engine *e, const char *tenant, const char *id, int attempt)
@@ -195,20 +198,22 @@ bool maint_rescue(struct engine *e, struct db *db)
     return true;
 }
 
-static void maint_retention(struct engine *e, struct db *db)
+/* One retention pass; returns whether it stopped with more to delete. */
+static bool maint_retention(struct engine *e, struct db *db)
 {
     struct error err = {0};
     int n = 0, total = 0;
+    bool more = true;
 
-    for (int round = 0; round < RETENTION_ROUNDS; round++) {
+    for (int round = 0; round < RETENTION_ROUNDS && more; round++) {
         if (store_runs_prune(db, e->cfg->queue.retention_s, e->cfg->queue.retention_batch, &n,
                              &err) != ST_OK) {
             LOG(LOG_WARN, "retention failed: %s", err.message);
+            more = false;
             break;
         }
         total += n;
-        if (n < e->cfg->queue.retention_batch)
-            break;
+        more = n == e->cfg->queue.retention_batch;
     }
     if (total > 0) {
         LOG(LOG_INFO, "retention deleted_runs=%d", total);
@@ -216,6 +221,7 @@ static void maint_retention(struct engine *e, struct db *db)
         e->st.pruned_total += total;
         pthread_mutex_unlock(&e->mu);
     }
+    return more;
 }
 
 struct maint_clock {
@@ -249,8 +255,8 @@ static void maint_tick(struct engine *e, struct maint_clock *due)
         due->rescue = now + jitter_ms((int64_t)cfg->queue.orphan_scan_interval_s * 1000, 0.2);
     }
     if (now >= due->retention) {
-        maint_retention(e, db);
-        due->retention = now + jitter_ms(RETENTION_EVERY_MS, 0.2);
+        bool more = maint_retention(e, db);
+        due->retention = now + (more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2));
     }
     db_pool_put(e->pool, db);
 }

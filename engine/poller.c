@@ -12,16 +12,28 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Hooks are tried this often, this far apart, then given up (logged). */
 #define HOOKS_MAX_ATTEMPTS 3
 #define HOOKS_RETRY_MS 30000
 /* A claim's lease beyond the time its work may take. */
 #define LEASE_MARGIN_MS 5000
+/* Next-check writes per statement, at most, and tries of a statement. */
+#define AGAIN_BATCH 256
+#define AGAIN_TRIES 3
 
 struct job {
     struct poll_claim c;
     bool hooks; /* the terminal hooks, not a check */
+};
+
+/* A check whose run goes on: its next check, for the writer to schedule. */
+struct again {
+    char *tenant, *id;
+    int poll_count;
+    json_t *poll_state; /* owned copy */
+    int64_t delay_ms;
 };
 
 struct poller {
@@ -41,6 +53,12 @@ struct poller {
     _Atomic int halt; /* enum stop_reason for the checks in flight */
     pthread_t sched, *checkers;
     struct poller_stats st;
+    /* the writer: next checks to schedule, many per statement */
+    pthread_cond_t again_cv;
+    struct again *againq;
+    size_t nagain, again_cap;
+    bool writer_stop, writer_started;
+    pthread_t writer;
 };
 
 int64_t poller_backoff_ms(const struct poll_policy *pp, int n)
@@ -159,19 +177,90 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     run_hooks(p, ops, rc, res->outcome == OUTCOME_TIMED_OUT);
 }
 
+/* The run goes on: its next check is handed to the writer, so the checker
+ * is free for the next claim at once. A write that fails, or finds the
+ * fence spent, is only logged: the claim's lease runs out and the check is
+ * made again (at least once). */
 static void again(struct poller *p, const struct run_ctx *rc, const struct poll_fence *f,
                   int64_t delay_ms)
 {
-    struct engine *e = p->e;
-    struct db *db = NULL;
-    struct error err = {0};
-    enum status st = db_pool_get(e->pool, &db, &err);
+    struct again a = {xstrdup(f->tenant), xstrdup(f->id), f->poll_count,
+                      rc->poll_state ? json_deep_copy(rc->poll_state) : NULL, delay_ms};
 
-    if (st == ST_OK)
-        st = store_polls_again(db, f, rc->poll_state, delay_ms, &err);
-    db_pool_put(e->pool, db);
-    if (st != ST_OK && st != ST_LOST)
-        LOG(LOG_WARN, "could not schedule the next check of run=%s: %s", f->id, err.message);
+    pthread_mutex_lock(&p->mu);
+    if (p->nagain == p->again_cap) {
+        p->again_cap = p->again_cap ? p->again_cap * 2 : 64;
+        p->againq = xrealloc(p->againq, p->again_cap * sizeof(*p->againq));
+    }
+    p->againq[p->nagain++] = a;
+    pthread_cond_signal(&p->again_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void again_free(struct again *a)
+{
+    free(a->tenant);
+    free(a->id);
+    json_decref(a->poll_state);
+}
+
+/* Writes a[0..n) in one statement, trying again a few times: a batch that
+ * updates many rows can be chosen as a deadlock's victim, where one row at a
+ * time could only wait. */
+static void again_write(struct poller *p, struct again *a, size_t n, struct poll_again *w)
+{
+    struct engine *e = p->e;
+
+    for (int i = 0; i < (int)n; i++)
+        w[i] = (struct poll_again){a[i].tenant,     a[i].id,       a[i].poll_count,
+                                   a[i].poll_state, a[i].delay_ms, false};
+    for (int tries = 1;; tries++) {
+        struct db *db = NULL;
+        struct error err = {0};
+        enum status st = db_pool_get(e->pool, &db, &err);
+        if (st == ST_OK)
+            st = store_polls_again_batch(db, e->worker_id, w, n, &err);
+        db_pool_put(e->pool, db);
+        if (st == ST_OK)
+            return;
+        if (tries == AGAIN_TRIES) {
+            LOG(LOG_WARN, "could not schedule the next checks runs=%zu: %s", n, err.message);
+            return;
+        }
+        LOG(LOG_WARN, "could not schedule the next checks runs=%zu, retrying: %s", n, err.message);
+        usleep((useconds_t)(50000 * tries));
+    }
+}
+
+/* Writes the next checks handed to it since its last write, as soon as that
+ * write committed: one statement, one commit, for up to AGAIN_BATCH checks. */
+static void *writer_main(void *arg)
+{
+    struct poller *p = arg;
+    struct again *batch = xcalloc(AGAIN_BATCH, sizeof(*batch));
+    struct poll_again *w = xcalloc(AGAIN_BATCH, sizeof(*w));
+
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        size_t n;
+        while (!p->writer_stop && p->nagain == 0)
+            pthread_cond_wait(&p->again_cv, &p->mu);
+        if (p->nagain == 0)
+            break;
+        n = p->nagain < AGAIN_BATCH ? p->nagain : AGAIN_BATCH;
+        memcpy(batch, p->againq, n * sizeof(*batch));
+        memmove(p->againq, p->againq + n, (p->nagain - n) * sizeof(*p->againq));
+        p->nagain -= n;
+        pthread_mutex_unlock(&p->mu);
+        again_write(p, batch, n, w);
+        for (size_t i = 0; i < n; i++)
+            again_free(&batch[i]);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    free(batch);
+    free(w);
+    return NULL;
 }
 
 /* Whether another check is allowed after `made` checks: NULL when it is,
@@ -473,6 +562,7 @@ struct poller *poller_new(struct engine *e)
     p->checkers = xcalloc((size_t)p->n, sizeof(*p->checkers));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
+    pthread_cond_init(&p->again_cv, NULL);
     cond_init_monotonic(&p->sched_cv);
     p->st.concurrency = p->n;
     return p;
@@ -486,6 +576,9 @@ enum status poller_start(struct poller *p, struct error *err)
     p->wake = true;
     p->st.running = true;
     p->started = true; /* from here poller_stop undoes a partial start */
+    if (thread_start(p->e, &p->writer, writer_main, p, "poll writer", err) != ST_OK)
+        goto fail;
+    p->writer_started = true;
     for (int i = 0; i < p->n; i++) {
         if (thread_start(p->e, &p->checkers[i], checker_main, p, "poll checker", err) != ST_OK)
             goto fail;
@@ -547,6 +640,14 @@ void poller_stop(struct poller *p)
         pthread_join(p->sched, NULL);
     for (int i = 0; i < p->nstarted; i++)
         pthread_join(p->checkers[i], NULL);
+    /* after the checkers: it writes the next checks they handed over */
+    pthread_mutex_lock(&p->mu);
+    p->writer_stop = true;
+    pthread_cond_signal(&p->again_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->writer_started)
+        pthread_join(p->writer, NULL);
+    p->writer_started = false;
     release_queued(p);
     p->sched_started = false;
     p->nstarted = 0;
@@ -558,7 +659,11 @@ void poller_free(struct poller *p)
     if (!p)
         return;
     pthread_cond_destroy(&p->work_cv);
+    pthread_cond_destroy(&p->again_cv);
     pthread_cond_destroy(&p->sched_cv);
+    for (size_t i = 0; i < p->nagain; i++) /* none but after a failed start */
+        again_free(&p->againq[i]);
+    free(p->againq);
     pthread_mutex_destroy(&p->mu);
     free(p->queue);
     free(p->checkers);

@@ -68,6 +68,16 @@ static const struct stmt S_AGAIN = {
     "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, poll_owner = NULL, "
     "next_poll_at = now() + " INTERVAL_MS("$6") " WHERE " PFENCE
                                                 " RETURNING 1) SELECT count(*) FROM upd"};
+/* S_AGAIN for many checks: $2 is a JSON array of {tenant, id, poll_count,
+ * poll_state, delay_ms}, each row fenced on its own ($1 the owner). */
+static const struct stmt S_AGAIN_BATCH = {
+    "polls_again_batch",
+    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
+    "poll_count int, poll_state jsonb, delay_ms bigint)) "
+    "UPDATE runs r SET poll_state = coalesce(b.poll_state, '{}'), poll_owner = NULL, "
+    "next_poll_at = now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0) FROM b "
+    "WHERE r.tenant = b.tenant AND r.id = b.id AND r.status = 'waiting' AND r.poll_owner = $1 "
+    "AND r.poll_count = b.poll_count RETURNING r.tenant, r.id"};
 static const struct stmt S_FINISH = {
     "polls_finish",
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
@@ -239,6 +249,46 @@ enum status store_polls_again(struct db *db, const struct poll_fence *f, const j
     st = fenced(db, &S_AGAIN, 6, p, "this check", f->id, err);
     free(state);
     return st;
+}
+
+enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
+                                    size_t n, struct error *err)
+{
+    json_t *rows = json_array();
+    const char *p[2];
+    char *text;
+    PGresult *r;
+    enum status st;
+
+    for (size_t k = 0; k < n; k++) {
+        json_t *o = json_pack("{s:s, s:s, s:i, s:I}", "tenant", a[k].tenant, "id", a[k].id,
+                              "poll_count", a[k].poll_count, "delay_ms", (json_int_t)a[k].delay_ms);
+        if (!o)
+            abort(); /* only on allocation failure */
+        if (a[k].poll_state)
+            json_object_set(o, "poll_state", (json_t *)a[k].poll_state);
+        json_array_append_new(rows, o);
+        a[k].written = false;
+    }
+    text = json_dumps(rows, JSON_COMPACT);
+    json_decref(rows);
+    if (!text)
+        return error_set(err, ST_INTERNAL, "could not encode %zu checks", n);
+    p[0] = owner;
+    p[1] = text;
+    st = db_run(db, &S_AGAIN_BATCH, 2, p, &r, err);
+    free(text);
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r); i++)
+        for (size_t k = 0; k < n; k++)
+            if (!a[k].written && strcmp(a[k].id, db_val(r, i, 1)) == 0 &&
+                strcmp(a[k].tenant, db_val(r, i, 0)) == 0) {
+                a[k].written = true;
+                break;
+            }
+    PQclear(r);
+    return ST_OK;
 }
 
 enum status store_polls_finish(struct db *db, const struct poll_fence *f,

@@ -68,6 +68,19 @@ struct poll_fence {
  * after delay_ms, with the action's new poll_state. */
 enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
                               int64_t delay_ms, struct error *err) WUR;
+/* One store_polls_again for store_polls_again_batch (borrowed). */
+struct poll_again {
+    const char *tenant, *id;
+    int poll_count;
+    const json_t *poll_state; /* NULL: {} */
+    int64_t delay_ms;
+    bool written; /* out: the check's fence held */
+};
+/* store_polls_again for n checks of owner, in one statement (one commit),
+ * each fenced on its own; a[i].written says which were written. A fence
+ * that no longer holds is not an error. */
+enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
+                                    size_t n, struct error *err) WUR;
 /* The check ended the run (res->outcome), writing its event; the run's
  * hooks become due after hooks_lease_ms, still owned by f->owner, which is
  * expected to run them at once and then call store_hooks_done. */

@@ -135,10 +135,14 @@ struct fence {
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
-/* Milliseconds until the next delayed queued run is due (-1 = none), and
- * whether a queued run is due now (one a claim just left behind: a cap was
- * reached, or its type is not executed here). */
-enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err) WUR;
+/* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
+ * already), and whether a queued run is due now that a claim just left
+ * behind (a cap was reached, or its type is not executed here). since_ms is
+ * how long ago that claim began: a run that became due after it began is
+ * reported as due in 0 ms, not as left behind, so the caller claims again
+ * instead of waiting for its next poll. */
+enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+                                struct error *err) WUR;
 
 /* Fenced writes: ST_LOST when the run is no longer this attempt's. */
 enum status store_runs_progress(struct db *db, const struct fence *f, int progress,
@@ -150,6 +154,20 @@ struct run_result {
 };
 enum status store_runs_finish(struct db *db, const struct fence *f, const struct run_result *res,
                               struct error *err) WUR;
+/* One attempt's end for store_runs_finish_batch (borrowed strings). */
+struct run_finish {
+    const char *tenant, *id;
+    int attempt;
+    struct run_result res;
+    bool written; /* out: the fence held, the run is completed */
+};
+/* store_runs_finish for n runs held by worker_id, in one statement (one
+ * commit): each run is fenced on its own, and written with its terminal
+ * event only while this attempt still holds it. fin[i].written says which
+ * were; a fence that no longer holds is not an error. On failure nothing
+ * was written. */
+enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct run_finish *fin,
+                                    size_t n, struct error *err) WUR;
 /* The action's own record of what it created on remote systems before it
  * could wait (preparation steps), kept in poll_state across attempts and
  * crashes. cleanup_due: something may need deleting, so every transition

@@ -16,11 +16,15 @@
 static const struct stmt S_CLAIM = {
     "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
                   "$5::int[]) AS r"};
+/* $1: how long ago the claim before it began. A run that became due since
+ * then was not the claim's to take: it is due now ("0 ms"), not left
+ * behind. */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
-    "SELECT (SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::bigint FROM runs "
-    "WHERE status = 'queued' AND run_at > now()), "
-    "EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now())"};
+    "SELECT (SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint "
+    "FROM runs WHERE status = 'queued' AND run_at > now() - make_interval(secs => $1::bigint / "
+    "1000.0)), EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now() - "
+    "make_interval(secs => $1::bigint / 1000.0))"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
@@ -37,6 +41,24 @@ static const struct stmt S_FINISH = {
                                     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
                                     "r.step), " EVENT_FROM_UPD("'status'",
                                                                "$10") " SELECT count(*) FROM upd"};
+/* store_runs_finish for many runs in one statement: $2 is a JSON array of
+ * {tenant, id, attempt, outcome, result, error, summary_counts,
+ * failure_summary, message}; each row is fenced on its own ($1 the worker),
+ * and gets its terminal event after its row is locked, as in runs_finish. */
+static const struct stmt S_FINISH_BATCH = {
+    "runs_finish_batch",
+    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, attempt "
+    "int, outcome text, result jsonb, error jsonb, summary_counts jsonb, failure_summary jsonb, "
+    "message text)), "
+    "upd AS (UPDATE runs r SET status = 'completed', outcome = b.outcome, result = b.result, "
+    "error = b.error, summary_counts = b.summary_counts, failure_summary = b.failure_summary, "
+    "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
+    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+    "" SET_CLEANUP_IF(
+        "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
+                "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
+                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, b.message), "
+                "" EVENT_FROM_UPD("'status'", "message") " SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
     "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
@@ -170,10 +192,16 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     return st;
 }
 
-enum status store_runs_next_due(struct db *db, int64_t *ms, bool *due_now, struct error *err)
+enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+                                struct error *err)
 {
+    char since[24];
+    const char *p[1] = {since};
     PGresult *r;
-    enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
+    enum status st;
+
+    xsnprintf(since, sizeof(since), "%lld", (long long)(since_ms > 0 ? since_ms : 0));
+    st = db_run(db, &S_NEXT_DUE, 1, p, &r, err);
 
     if (st != ST_OK)
         return st;
@@ -287,6 +315,68 @@ enum status store_runs_finish(struct db *db, const struct fence *f, const struct
     for (size_t i = 0; i < ARRAY_LEN(j); i++)
         free(j[i]);
     return st;
+}
+
+/* The JSON row of one finish for S_FINISH_BATCH; absent members are NULL. */
+static json_t *finish_row(const struct run_finish *f)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s?}", "tenant", f->tenant, "id", f->id, "attempt",
+                          f->attempt, "outcome", run_outcome_name(f->res.outcome), "message",
+                          f->res.message);
+    const struct {
+        const char *key;
+        const json_t *v;
+    } js[] = {{"result", f->res.result},
+              {"error", f->res.error},
+              {"summary_counts", f->res.summary_counts},
+              {"failure_summary", f->res.failure_summary}};
+
+    if (!o)
+        abort(); /* only on allocation failure: every member is a valid string */
+    for (size_t i = 0; i < ARRAY_LEN(js); i++)
+        if (js[i].v)
+            json_object_set(o, js[i].key, (json_t *)js[i].v);
+    return o;
+}
+
+/* Marks fin[k].written for the (tenant, id) pairs of r. */
+static void finish_mark(PGresult *r, struct run_finish *fin, size_t n)
+{
+    for (int i = 0; i < PQntuples(r); i++)
+        for (size_t k = 0; k < n; k++)
+            if (!fin[k].written && strcmp(fin[k].id, db_val(r, i, 1)) == 0 &&
+                strcmp(fin[k].tenant, db_val(r, i, 0)) == 0) {
+                fin[k].written = true;
+                break;
+            }
+}
+
+enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct run_finish *fin,
+                                    size_t n, struct error *err)
+{
+    json_t *rows = json_array();
+    char *text;
+    const char *p[2];
+    PGresult *r;
+    enum status st;
+
+    for (size_t k = 0; k < n; k++) {
+        fin[k].written = false;
+        json_array_append_new(rows, finish_row(&fin[k]));
+    }
+    text = json_dumps(rows, JSON_COMPACT);
+    json_decref(rows);
+    if (!text)
+        return error_set(err, ST_INTERNAL, "could not encode %zu finished runs", n);
+    p[0] = worker_id;
+    p[1] = text;
+    st = db_run(db, &S_FINISH_BATCH, 2, p, &r, err);
+    free(text);
+    if (st != ST_OK)
+        return st;
+    finish_mark(r, fin, n);
+    PQclear(r);
+    return ST_OK;
 }
 
 enum status store_runs_retry(struct db *db, const struct fence *f, int64_t delay_ms,

@@ -122,8 +122,9 @@ static bool worker_stopped(const char *worker_id)
 
 /* Every thread the engine starts, in a full start. */
 #define THREADS                                                                                    \
-    (2 /* doorbell, listener */ + 1 /* maintenance */ + CHECKERS + 1 /* scheduler */               \
-     + WORKERS + 1 /* dispatcher */)
+    (2 /* doorbell, listener */ + 1 /* maintenance */ + 1 /* poll writer */ + CHECKERS +           \
+     1 /* scheduler */                                                                             \
+     + 1 /* completer */ + WORKERS + 1 /* dispatcher */)
 
 START_TEST(test_full_start_and_drain_join_everything)
 {

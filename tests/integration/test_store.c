@@ -668,7 +668,7 @@ START_TEST(claim_order_delay_and_types)
     rfc3339_in(-5000, at_m5);
     rfc3339_in(-1000, at_m1);
     rfc3339_in(3600000, at_p1h);
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(!due_now);
 
@@ -693,7 +693,7 @@ START_TEST(claim_order_delay_and_types)
     assert_state(future, "queued", "pending");
     ck_assert_int_eq(col_int(future, "attempt"), 0);
 
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_msg(due > 3590000 && due <= 3600000, "next due in %lld ms, want ~3600000",
                   (long long)due);
     ck_assert(!due_now);
@@ -702,7 +702,7 @@ START_TEST(claim_order_delay_and_types)
      * as due now, so the dispatcher waits instead of spinning on it. */
     unknown = new_run_full(NULL, "U", 100, at_m20, 3);
     claim_none("w1");
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert(due_now);
     ck_assert_msg(due > 3590000, "a due run must not make the delay 0 (got %lld)", (long long)due);
     assert_state(unknown, "queued", "pending");
@@ -1234,15 +1234,20 @@ START_TEST(retry_paths)
 
     /* Not claimable before run_at; the dispatcher is told when. */
     claim_none("w2");
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_msg(due > 55000 && due <= 60000, "next due in %lld ms, want ~60000", (long long)due);
     ck_assert(!due_now);
 
     /* Due: the next attempt, the old error cleared. */
     PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", id));
-    OK(store_runs_next_due(g_db, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(due_now);
+    /* Due since a claim that began a minute ago: not left behind by that
+     * claim but due for the next one, at once. */
+    OK(store_runs_next_due(g_db, 60000, &due, &due_now, &g_err));
+    ck_assert_int_eq(due, 0);
+    ck_assert(!due_now);
     claim_expect("w2", id, 2);
     assert_col(id, "error", NULL);
 
@@ -1887,6 +1892,125 @@ END_TEST
 
 /* ---- the suite -------------------------------------------------------- */
 
+/* The completer's write: many runs in one statement, each fenced on its
+ * own, each with its terminal event; the cleanup rule of a finish holds for
+ * every row; a run another worker holds is left alone, and a spent fence
+ * writes nothing a second time. */
+START_TEST(finish_batch_fences_each_run)
+{
+    char *a, *b, *c;
+    json_t *result = json_pack("{s:i}", "x", 1);
+    json_t *boom = json_pack("{s:s,s:s}", "code", "boom", "message", "it broke");
+    struct run_finish fin[3];
+
+    open_test_db("it_store_finish_batch");
+    a = new_run(3);
+    b = new_run(3);
+    c = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", b, 1);
+    claim_expect("w1", c, 1);
+    PQclear(th_sql(g_pg, "UPDATE runs SET cleanup_due = true WHERE id = '%s'", b));
+    PQclear(th_sql(g_pg, "UPDATE runs SET worker_id = 'w2' WHERE id = '%s'", c));
+    fin[0] =
+        (struct run_finish){"default",
+                            a,
+                            1,
+                            {.outcome = OUTCOME_SUCCEEDED, .result = result, .message = "finished"},
+                            false};
+    fin[1] = (struct run_finish){
+        "default", b, 1, {.outcome = OUTCOME_FAILED, .error = boom, .message = "failed"}, false};
+    fin[2] =
+        (struct run_finish){"default", c, 1, {.outcome = OUTCOME_SUCCEEDED, .message = "x"}, false};
+
+    OK(store_runs_finish_batch(g_db, "w1", fin, 3, &g_err));
+    ck_assert(fin[0].written && fin[1].written && !fin[2].written);
+    assert_state(a, "completed", "succeeded");
+    assert_col(a, "result->>'x'", "1");
+    assert_col(a, "error", NULL);
+    assert_col(a, "hooks_at", NULL);
+    assert_last_event(a, "status/completed/succeeded/100/-/finished");
+    assert_state(b, "completed", "failed");
+    assert_col(b, "error->>'code'", "boom");
+    assert_col(b, "result", NULL);
+    assert_col(b, "cleanup_due", "false");
+    assert_col(b, "hooks_attempts", "0");
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = '%s' AND hooks_at IS NOT NULL", b),
+        1);
+    assert_last_event(b, "status/completed/failed/0/-/failed");
+    assert_state(c, "running", "pending");
+    ck_assert_int_eq(n_events(c), 2);
+
+    /* spent: nothing is written twice */
+    fin[0].res.outcome = OUTCOME_FAILED;
+    OK(store_runs_finish_batch(g_db, "w1", fin, 1, &g_err));
+    ck_assert(!fin[0].written);
+    assert_state(a, "completed", "succeeded");
+    ck_assert_int_eq(n_events(a), 3);
+
+    json_decref(result);
+    json_decref(boom);
+    free(a);
+    free(b);
+    free(c);
+    close_test_db();
+}
+END_TEST
+
+/* The poller's writer: the next checks of many runs in one statement, each
+ * fenced on its own check (owner and poll_count); a spent fence is left
+ * alone. */
+START_TEST(polls_again_batch_fences_each_check)
+{
+    static const char *const types[] = {"T"};
+    char *a, *b;
+    struct poll_claim *c = NULL;
+    size_t nc = 0;
+    json_t *state = json_pack("{s:i}", "seen", 2);
+    struct poll_again w[2];
+
+    open_test_db("it_store_again_batch");
+    a = new_run(3);
+    b = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", b, 1);
+    {
+        struct fence fa = {"default", a, "w1", 1}, fb = {"default", b, "w1", 1};
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &g_err));
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &g_err));
+    }
+    PQclear(th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s'"));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 2);
+    poll_claims_free(c, nc);
+    assert_col(a, "poll_count", "1");
+
+    w[0] = (struct poll_again){"default", a, 1, state, 60000, false};
+    w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false}; /* not this check */
+    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    ck_assert(w[0].written && !w[1].written);
+    assert_col(a, "poll_owner", NULL);
+    assert_col(a, "poll_state->>'seen'", "2");
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM runs WHERE id = '%s' AND next_poll_at "
+                                "BETWEEN now() + interval '50 s' AND now() + interval '61 s'",
+                                a),
+                     1);
+    assert_col(b, "poll_owner", "w1");
+    assert_state(a, "waiting", "pending");
+
+    /* spent: the same check is not written twice */
+    OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
+    ck_assert(!w[0].written);
+
+    json_decref(state);
+    free(a);
+    free(b);
+    close_test_db();
+}
+END_TEST
+
 static TCase *tcase(const char *name, double timeout_s)
 {
     TCase *tc = tcase_create(name);
@@ -1915,6 +2039,8 @@ int main(void)
 
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
+    tcase_add_test(tc, finish_batch_fences_each_run);
+    tcase_add_test(tc, polls_again_batch_fences_each_check);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, hand_back_of_a_cancelling_run);
     tcase_add_test(tc, rescue_batches);
