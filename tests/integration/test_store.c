@@ -1977,8 +1977,11 @@ START_TEST(polls_again_batch_fences_each_check)
     claim_expect("w1", b, 1);
     {
         struct fence fa = {"default", a, "w1", 1}, fb = {"default", b, "w1", 1};
-        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &g_err));
-        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &g_err));
+        bool cancelled = true;
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &cancelled, &g_err));
+        ck_assert(!cancelled);
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &cancelled, &g_err));
+        ck_assert(!cancelled);
     }
     PQclear(th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s'"));
     OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
