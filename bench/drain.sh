@@ -30,7 +30,10 @@ scripts/pg.sh start "$DATA/pg" >/dev/null
 scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
 DB=$(scripts/pg.sh url "$DATA/pg" bench)
 
-echo "${CONFIG:-{\}}" >"$DATA/config.json"
+# By default a poll far longer than the set-up: nothing is claimed before
+# the NOTIFY that starts the clock.
+LONG_POLL='{"queue": {"poll_interval_ms": 120000}}'
+echo "${CONFIG:-$LONG_POLL}" >"$DATA/config.json"
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18185 --workers "$WORKERS" \
     --log-level warn 2>"$OUT/drain-serve.log" &
 PID=$!

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench/profile.sh — where the server's own CPU goes under load: perf
+# samples (999 Hz, call graphs) of the opsrun process only, while RUNS no-op
+# demo runs are submitted over HTTP from 64 connections and executed by 32
+# workers (bench/loadgen.c, mode throughput), on a Release build against a
+# durable cluster. Prints perf's report by library and by symbol; the data
+# stays in bench/out/perf.data for `perf report -i`.
+# Usage: bench/profile.sh [RUNS]   (default 20000; needs perf)
+set -euo pipefail
+cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
+RUNS=${1:-20000}
+OUT=bench/out
+mkdir -p "$OUT"
+command -v perf >/dev/null || { echo "profile.sh: perf is not installed (Debian: linux-perf)" >&2; exit 2; }
+
+bench_build -- opsrun opsrun_loadgen
+DATA=$(mktemp -d /tmp/opsrun-profile.XXXXXX)
+chmod 755 "$DATA"
+PID=""
+cleanup() {
+    [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+    bench_cluster_destroy "$DATA"
+    rm -rf "$DATA"
+}
+trap cleanup EXIT
+bench_cluster "$DATA"
+echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
+build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18199 \
+    --workers 32 --log-level warn 2>"$OUT/profile-serve.log" &
+PID=$!
+bench_wait_ready http://127.0.0.1:18199
+perf record -F 999 -g -p "$PID" -o "$OUT/perf.data" 2>/dev/null &
+PERF=$!
+sleep 1
+build/opsrun_loadgen throughput http://127.0.0.1:18199 "$DB" "$RUNS" 64 | tee "$OUT/profile-load.txt"
+kill -INT "$PERF"
+wait "$PERF" || true
+echo "== by library"
+perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -8
+echo "== by symbol"
+perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | grep '%' | head -20
