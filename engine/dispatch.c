@@ -48,9 +48,10 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
     /* A run that came due while the claim ran is claimed next, not left to
-     * the poll interval. */
+     * the poll interval (store_runs_next_due says why "while" is measured
+     * from t0 to its answer). */
     if (st == ST_OK && (int)got < n)
-        st = store_runs_next_due(db, (clock_mono_us() - t0) / 1000 + 1, due_ms, capped, &err);
+        st = store_runs_next_due(db, t0, due_ms, capped, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);

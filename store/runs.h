@@ -137,11 +137,14 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
                              struct run ***out, size_t *n, struct error *err) WUR;
 /* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
  * already), and whether a queued run is due now that a claim just left
- * behind (a cap was reached, or its type is not executed here). since_ms is
- * how long ago that claim began: a run that became due after it began is
- * reported as due in 0 ms, not as left behind, so the caller claims again
- * instead of waiting for its next poll. */
-enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+ * behind (a cap was reached, or its type is not executed here).
+ * claim_began_us is when that claim began (clock_mono_us): a run that
+ * became due after it began, or may have, is reported as due in 0 ms, not as
+ * left behind, so the caller claims again instead of waiting for its next
+ * poll. Only a run due before the claim certainly began is left behind: the
+ * time the claim took is measured after this statement returns, so that it
+ * bounds every delay between this process and the database. */
+enum status store_runs_next_due(struct db *db, int64_t claim_began_us, int64_t *ms, bool *due_now,
                                 struct error *err) WUR;
 
 /* Fenced writes: ST_LOST when the run is no longer this attempt's. */

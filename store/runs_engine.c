@@ -16,15 +16,16 @@
 static const struct stmt S_CLAIM = {
     "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
                   "$5::int[]) AS r"};
-/* $1: how long ago the claim before it began. A run that became due since
- * then was not the claim's to take: it is due now ("0 ms"), not left
- * behind. */
+/* The next delayed run (ms ahead), and the newest and the oldest due run
+ * (ms ago); store_runs_next_due compares their ages with how long the claim
+ * before it took. Each is one step on runs_queued_at. */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
-    "SELECT (SELECT ceil(extract(epoch FROM min(run_at) - now()) * 1000)::bigint "
-    "FROM runs WHERE status = 'queued' AND run_at > now() - make_interval(secs => $1::bigint / "
-    "1000.0)), EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND run_at <= now() - "
-    "make_interval(secs => $1::bigint / 1000.0))"};
+    "SELECT ceil(extract(epoch FROM (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
+    "run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - (SELECT "
+    "max(run_at) FROM runs WHERE status = 'queued' AND run_at <= now())) * 1000)::bigint, "
+    "floor(extract(epoch FROM now() - (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
+    "run_at <= now())) * 1000)::bigint"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
@@ -192,23 +193,30 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     return st;
 }
 
-enum status store_runs_next_due(struct db *db, int64_t since_ms, int64_t *ms, bool *due_now,
+enum status store_runs_next_due(struct db *db, int64_t claim_began_us, int64_t *ms, bool *due_now,
                                 struct error *err)
 {
-    char since[24];
-    const char *p[1] = {since};
     PGresult *r;
-    enum status st;
-
-    xsnprintf(since, sizeof(since), "%lld", (long long)(since_ms > 0 ? since_ms : 0));
-    st = db_run(db, &S_NEXT_DUE, 1, p, &r, err);
+    int64_t took_ms;
+    enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
 
     if (st != ST_OK)
         return st;
+    /* How long ago the claim began, measured now that the answer is here:
+     * at least the time from the claim's start on the database to this
+     * statement's now(), however late either reached the server. Measured
+     * before the statement was sent, it fell short by that lateness (a few
+     * ms on a loaded machine), and a run that came due just after the
+     * claim's now() was taken as left behind: a retry, whose claim is timed
+     * in whole milliseconds and may begin a hair before its run_at, then
+     * waited for the poll, its wake-up spent on that claim. */
+    took_ms = (clock_mono_us() - claim_began_us + 999) / 1000;
     *ms = db_val(r, 0, 0) ? db_i64(r, 0, 0) : -1;
     if (db_val(r, 0, 0) && *ms < 0)
         *ms = 0;
-    *due_now = db_val(r, 0, 1) && db_val(r, 0, 1)[0] == 't';
+    if (db_val(r, 0, 1) && db_i64(r, 0, 1) <= took_ms)
+        *ms = 0; /* due since the claim began, or maybe: claim again at once */
+    *due_now = db_val(r, 0, 2) && db_i64(r, 0, 2) > took_ms;
     PQclear(r);
     return ST_OK;
 }

@@ -668,7 +668,7 @@ START_TEST(claim_order_delay_and_types)
     rfc3339_in(-5000, at_m5);
     rfc3339_in(-1000, at_m1);
     rfc3339_in(3600000, at_p1h);
-    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(!due_now);
 
@@ -693,7 +693,7 @@ START_TEST(claim_order_delay_and_types)
     assert_state(future, "queued", "pending");
     ck_assert_int_eq(col_int(future, "attempt"), 0);
 
-    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &g_err));
     ck_assert_msg(due > 3590000 && due <= 3600000, "next due in %lld ms, want ~3600000",
                   (long long)due);
     ck_assert(!due_now);
@@ -702,7 +702,7 @@ START_TEST(claim_order_delay_and_types)
      * as due now, so the dispatcher waits instead of spinning on it. */
     unknown = new_run_full(NULL, "U", 100, at_m20, 3);
     claim_none("w1");
-    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &g_err));
     ck_assert(due_now);
     ck_assert_msg(due > 3590000, "a due run must not make the delay 0 (got %lld)", (long long)due);
     assert_state(unknown, "queued", "pending");
@@ -1234,18 +1234,28 @@ START_TEST(retry_paths)
 
     /* Not claimable before run_at; the dispatcher is told when. */
     claim_none("w2");
-    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &g_err));
     ck_assert_msg(due > 55000 && due <= 60000, "next due in %lld ms, want ~60000", (long long)due);
     ck_assert(!due_now);
 
-    /* Due: the next attempt, the old error cleared. */
-    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", id));
-    OK(store_runs_next_due(g_db, 0, &due, &due_now, &g_err));
+    /* Due: the next attempt, the old error cleared. Due for 10 s, before a
+     * claim that began just now: that claim left it behind. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() - interval '10 s' WHERE id = '%s'", id));
+    OK(store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &g_err));
     ck_assert_int_eq(due, -1);
     ck_assert(due_now);
     /* Due since a claim that began a minute ago: not left behind by that
      * claim but due for the next one, at once. */
-    OK(store_runs_next_due(g_db, 60000, &due, &due_now, &g_err));
+    OK(store_runs_next_due(g_db, clock_mono_us() - 60000000, &due, &due_now, &g_err));
+    ck_assert_int_eq(due, 0);
+    ck_assert(!due_now);
+    /* Due after the claim began: not left behind, however short the claim
+     * (it may have begun on the database before the run was due). */
+    {
+        int64_t began = clock_mono_us();
+        PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", id));
+        OK(store_runs_next_due(g_db, began, &due, &due_now, &g_err));
+    }
     ck_assert_int_eq(due, 0);
     ck_assert(!due_now);
     claim_expect("w2", id, 2);
