@@ -7,28 +7,25 @@
 #        adds a configuration file (e.g. '{"queue": {"claim_batch": 32}}')
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 RUNS=${1:-20000}
 WORKERS=${2:-32}
 OUT=bench/out
 mkdir -p "$OUT"
 
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_loadgen >/dev/null
+bench_build -- opsrun opsrun_loadgen
 
 DATA=$(mktemp -d /tmp/opsrun-drain.XXXXXX)
 chmod 755 "$DATA"
 PID=""
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
 
-scripts/pg.sh start "$DATA/pg" >/dev/null
-scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
+bench_cluster "$DATA"
 
 # By default a poll far longer than the set-up: nothing is claimed before
 # the NOTIFY that starts the clock.
@@ -37,7 +34,7 @@ echo "${CONFIG:-$LONG_POLL}" >"$DATA/config.json"
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18185 --workers "$WORKERS" \
     --log-level warn 2>"$OUT/drain-serve.log" &
 PID=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:18185/readyz >/dev/null && break; sleep 0.1; done
+bench_wait_ready http://127.0.0.1:18185
 sleep 1
 
 echo "== drain ($RUNS due no-op demo runs, $WORKERS workers)"

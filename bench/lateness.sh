@@ -9,34 +9,31 @@
 # Usage: bench/lateness.sh [SAMPLES] [WORKERS]   (defaults 200, 8)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
 SAMPLES=${1:-200}
 WORKERS=${2:-8}
 OUT=bench/out
 mkdir -p "$OUT"
 
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
-cmake --build build -j2 --target opsrun opsrun_loadgen >/dev/null
+bench_build -- opsrun opsrun_loadgen
 
 DATA=$(mktemp -d /tmp/opsrun-lateness.XXXXXX)
 chmod 755 "$DATA"
 PID=""
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
-    scripts/pg.sh destroy "$DATA/pg" >/dev/null 2>&1 || true
+    bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
 }
 trap cleanup EXIT
 
-scripts/pg.sh start "$DATA/pg" >/dev/null
-scripts/pg.sh createdb "$DATA/pg" bench >/dev/null
-DB=$(scripts/pg.sh url "$DATA/pg" bench)
+bench_cluster "$DATA"
 
 echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
 build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18184 \
     --workers "$WORKERS" --log-level warn 2>"$OUT/lateness-serve.log" &
 PID=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:18184/readyz >/dev/null && break; sleep 0.1; done
+bench_wait_ready http://127.0.0.1:18184
 sleep 1
 
 echo "== lateness ($SAMPLES delayed runs, $SAMPLES retries, $WORKERS workers, poll 1 s)"
