@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A check's fence, $1..$4. */
-#define PFENCE                                                                                     \
-    "r.tenant = $1 AND r.id = $2 AND r.status = 'waiting' AND r.poll_owner = $3 "                  \
-    "AND r.poll_count = $4::int"
 #define INTERVAL_MS(p) "make_interval(secs => " p "::bigint / 1000.0)"
 /* What a claim returns after RUN_RET: columns 12..16. */
 #define CLAIM_COLS                                                                                 \
+    "r.external_id, coalesce(r.poll_state, '{}')::text, c.poll_count, "                            \
+    "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
+    "r.hooks_attempts"
+#define HOOKS_CLAIM_COLS                                                                           \
     "r.external_id, coalesce(r.poll_state, '{}')::text, r.poll_count, "                            \
     "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
     "r.hooks_attempts"
@@ -23,6 +23,8 @@
     HAND_BACK_MESSAGE("'cancelled while starting external job ' || $5",                            \
                       "'waiting for external job ' || $5")
 
+/* The hand-over to waiting; the run's row in run_polls comes from the
+ * trigger of migration 012, in the same transaction. */
 static const struct stmt S_WAIT = {
     "runs_wait",
     "WITH upd AS (UPDATE runs r SET " SET_WAIT "hooks_at = CASE WHEN " CANCEL_ASKED
@@ -36,58 +38,77 @@ static const struct stmt S_WAIT = {
               "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*), count(*) "
                                                                    "FILTER (WHERE status = "
                                                                    "'completed') FROM upd"};
+/* Due checks from the narrow schedule, oldest first, only the schedule row
+ * written: the lease, the owner and the check's number. A row whose run no
+ * longer waits (cancelled, or gone) is deleted instead of claimed. */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
-    "WITH due AS (SELECT tenant, id FROM runs WHERE status = 'waiting' AND next_poll_at <= now() "
-    "AND type = ANY ($4::text[]) ORDER BY next_poll_at LIMIT $2::int FOR UPDATE SKIP LOCKED) "
-    "UPDATE runs r SET next_poll_at = now() + " INTERVAL_MS(
-        "$3") ", poll_owner = $1, poll_count = r.poll_count + 1 FROM due WHERE r.tenant = "
-              "due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
+    "WITH due AS (SELECT p.tenant, p.run_id, r.status IS NOT DISTINCT FROM 'waiting' AS live "
+    "FROM run_polls p LEFT JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id "
+    "WHERE p.next_poll_at <= now() AND p.type = ANY ($4::text[]) ORDER BY p.next_poll_at "
+    "LIMIT $2::int FOR UPDATE OF p SKIP LOCKED), "
+    "gone AS (DELETE FROM run_polls p USING due WHERE p.tenant = due.tenant AND "
+    "p.run_id = due.run_id AND NOT due.live), "
+    "c AS (UPDATE run_polls p SET next_poll_at = now() + " INTERVAL_MS(
+        "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM due WHERE "
+              "p.tenant = due.tenant AND p.run_id = due.run_id AND due.live "
+              "RETURNING p.tenant, p.run_id, p.poll_count) "
+              "SELECT " RUN_RET ", " CLAIM_COLS " FROM c JOIN runs r ON r.tenant = c.tenant AND "
+              "r.id = c.run_id"};
 static const struct stmt S_HOOKS_CLAIM = {
     "hooks_claim",
     "WITH due AS (SELECT tenant, id FROM runs WHERE hooks_at <= now() AND type = ANY ($4::text[]) "
     "ORDER BY hooks_at LIMIT $2::int FOR UPDATE SKIP LOCKED) "
     "UPDATE runs r SET hooks_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, hooks_attempts = r.hooks_attempts + 1 FROM due WHERE "
-              "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
+              "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " HOOKS_CLAIM_COLS};
 /* NULL when nothing is scheduled (greatest() would turn that into 0, "due
  * now", and the scheduler would claim in a loop on an idle server). */
 static const struct stmt S_NEXT_DUE = {
     "polls_next_due",
     "SELECT CASE WHEN t IS NULL THEN NULL ELSE greatest(0, (extract(epoch FROM t - now()) * "
     "1000)::bigint) END FROM (SELECT least("
-    "(SELECT min(next_poll_at) FROM runs WHERE status = 'waiting' AND type = ANY ($1::text[])), "
+    "(SELECT min(next_poll_at) FROM run_polls WHERE type = ANY ($1::text[])), "
     "(SELECT min(hooks_at) FROM runs WHERE hooks_at IS NOT NULL AND type = ANY ($1::text[]))) "
     "AS t) x"};
 static const struct stmt S_LAG = {
     "polls_lag",
-    "SELECT count(*), coalesce((extract(epoch FROM now() - min(next_poll_at)) * 1000)::bigint, 0) "
-    "FROM runs WHERE status = 'waiting' AND next_poll_at < now() - interval '1 second'"};
-static const struct stmt S_AGAIN = {
-    "polls_again",
-    "WITH upd AS (UPDATE runs r SET poll_state = $5::jsonb, poll_owner = NULL, "
-    "next_poll_at = now() + " INTERVAL_MS("$6") " WHERE " PFENCE
-                                                " RETURNING 1) SELECT count(*) FROM upd"};
-/* S_AGAIN for many checks: $2 is a JSON array of {tenant, id, poll_count,
- * poll_state, delay_ms}, each row fenced on its own ($1 the owner). */
+    "SELECT count(*), coalesce((extract(epoch FROM now() - min(p.next_poll_at)) * 1000)::bigint, "
+    "0) FROM run_polls p JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id "
+    "WHERE r.status = 'waiting' AND p.next_poll_at < now() - interval '1 second'"};
+/* The next checks of many runs ($2..$6: arrays of tenant, id, poll_count,
+ * poll_state, delay_ms; $1 the owner), each fenced on its own claim in
+ * run_polls; then the result in the runs row, whose columns written here
+ * are not indexed (a HOT update). Arrays rather than JSON rows: the planner
+ * then knows how many rows there are and looks each one up by its key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
-    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
-    "poll_count int, poll_state jsonb, delay_ms bigint)) "
-    "UPDATE runs r SET poll_state = coalesce(b.poll_state, '{}'), poll_owner = NULL, "
+    "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
+    "$6::bigint[]) AS b(tenant, id, poll_count, poll_state, delay_ms)), "
+    "p AS (UPDATE run_polls p SET poll_owner = NULL, "
     "next_poll_at = now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0) FROM b "
-    "WHERE r.tenant = b.tenant AND r.id = b.id AND r.status = 'waiting' AND r.poll_owner = $1 "
-    "AND r.poll_count = b.poll_count RETURNING r.tenant, r.id"};
+    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
+    "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
+    "p.next_poll_at) "
+    "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, "
+    "next_poll_at = p.next_poll_at FROM p JOIN b ON b.tenant = p.tenant AND b.id = p.run_id "
+    "WHERE r.tenant = p.tenant AND r.id = p.run_id AND r.status = 'waiting' "
+    "RETURNING r.tenant, r.id"};
+/* The check ended the run: its schedule row goes (fenced), and the run
+ * ends with its event, the hooks due and still owned by $3. */
 static const struct stmt S_FINISH = {
     "polls_finish",
-    "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
+    "WITH f AS (DELETE FROM run_polls p WHERE p.tenant = $1 AND p.run_id = $2 AND "
+    "p.poll_owner = $3 AND p.poll_count = $4::int RETURNING p.tenant, p.run_id), "
+    "upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
     "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
-    "poll_state = $11::jsonb, next_poll_at = NULL, "
+    "poll_state = $11::jsonb, next_poll_at = NULL, poll_count = $4::int, poll_owner = $3, "
     "progress = CASE WHEN $5 IN ('succeeded', 'partially_succeeded') THEN 100 "
     "ELSE r.progress END, completed_at = now(), updated_at = now(), "
-    "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 WHERE " PFENCE
-                                             " RETURNING r.tenant, r.id, r.status, r.outcome, "
-                                             "r.progress, r.step), " EVENT_FROM_UPD(
+    "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 FROM f WHERE r.tenant = "
+                                             "f.tenant AND r.id = f.run_id AND r.status = "
+                                             "'waiting' RETURNING r.tenant, r.id, r.status, "
+                                             "r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
                                                  "'status'", "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_HOOKS_DONE = {
     "hooks_done", "UPDATE runs r SET poll_state = coalesce($7::jsonb, r.poll_state), "
@@ -239,45 +260,63 @@ enum status store_polls_next_due(struct db *db, const char *const *types, size_t
 enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
                               int64_t delay_ms, struct error *err)
 {
-    char cnt[16], delay[24];
-    char *state = json_text(poll_state);
-    const char *p[6] = {f->tenant, f->id, f->owner, cnt, state ? state : "{}", delay};
-    enum status st;
+    struct poll_again a = {f->tenant, f->id, f->poll_count, poll_state, delay_ms, false};
+    enum status st = store_polls_again_batch(db, f->owner, &a, 1, err);
 
-    xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);
-    xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms < 0 ? 0 : delay_ms);
-    st = fenced(db, &S_AGAIN, 6, p, "this check", f->id, err);
-    free(state);
+    if (st == ST_OK && !a.written)
+        st = error_set(err, ST_LOST, "run \"%s\": %s no longer applies", f->id, "this check");
     return st;
+}
+
+/* The parameters of S_AGAIN_BATCH for a[0..n): five array literals, in
+ * p[1..5] (heap; the caller frees them). */
+static void again_arrays(const struct poll_again *a, size_t n, char *p[6])
+{
+    const char **v = xcalloc(n ? n : 1, sizeof(*v));
+    char **text = xcalloc(n ? n : 1, sizeof(*text));
+    char(*num)[24] = xcalloc(n ? n : 1, sizeof(*num));
+
+    for (size_t i = 0; i < n; i++)
+        v[i] = a[i].tenant;
+    p[1] = db_text_array(v, n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = a[i].id;
+    p[2] = db_text_array(v, n);
+    for (size_t i = 0; i < n; i++) {
+        xsnprintf(num[i], sizeof(num[i]), "%d", a[i].poll_count);
+        v[i] = num[i];
+    }
+    p[3] = db_text_array(v, n);
+    for (size_t i = 0; i < n; i++) {
+        text[i] = a[i].poll_state ? json_text(a[i].poll_state) : NULL;
+        v[i] = text[i] ? text[i] : "{}";
+    }
+    p[4] = db_text_array(v, n);
+    for (size_t i = 0; i < n; i++) {
+        free(text[i]);
+        xsnprintf(num[i], sizeof(num[i]), "%" PRId64, a[i].delay_ms < 0 ? 0 : a[i].delay_ms);
+        v[i] = num[i];
+    }
+    p[5] = db_text_array(v, n);
+    free(v);
+    free(text);
+    free(num);
 }
 
 enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
                                     size_t n, struct error *err)
 {
-    json_t *rows = json_array();
-    const char *p[2];
-    char *text;
+    char *p[6] = {NULL};
     PGresult *r;
     enum status st;
 
-    for (size_t k = 0; k < n; k++) {
-        json_t *o = json_pack("{s:s, s:s, s:i, s:I}", "tenant", a[k].tenant, "id", a[k].id,
-                              "poll_count", a[k].poll_count, "delay_ms", (json_int_t)a[k].delay_ms);
-        if (!o)
-            abort(); /* only on allocation failure */
-        if (a[k].poll_state)
-            json_object_set(o, "poll_state", (json_t *)a[k].poll_state);
-        json_array_append_new(rows, o);
+    for (size_t k = 0; k < n; k++)
         a[k].written = false;
-    }
-    text = json_dumps(rows, JSON_COMPACT);
-    json_decref(rows);
-    if (!text)
-        return error_set(err, ST_INTERNAL, "could not encode %zu checks", n);
-    p[0] = owner;
-    p[1] = text;
-    st = db_run(db, &S_AGAIN_BATCH, 2, p, &r, err);
-    free(text);
+    again_arrays(a, n, p);
+    p[0] = (char *)owner;
+    st = db_run(db, &S_AGAIN_BATCH, 6, (const char *const *)p, &r, err);
+    for (int i = 1; i < 6; i++)
+        free(p[i]);
     if (st != ST_OK)
         return st;
     for (int i = 0; i < PQntuples(r); i++)

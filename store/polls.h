@@ -1,15 +1,19 @@
-/* store/polls.h — the poll schedule of waiting runs (migration 005): the
- * worker's hand-over to waiting, the poller's claims of due checks and due
- * terminal hooks, and the writes of a check's result, fenced by its claim.
+/* store/polls.h — the poll schedule of waiting runs (migrations 005 and
+ * 012): the worker's hand-over to waiting, the poller's claims of due checks
+ * and due terminal hooks, and the writes of a check's result, fenced by its
+ * claim.
  *
- * A claim moves the run's next_poll_at (or hooks_at) lease_ms ahead and
- * records the claiming replica in poll_owner and the check's number in
- * poll_count. Until the lease passes no replica finds the run due, so at
- * most one check per run is in flight anywhere; a replica that dies
- * mid-check leaves the run due again at the lease's end. A check's result
- * is written only while poll_owner and poll_count still match (otherwise
- * ST_LOST: the run was cancelled, or the lease passed and another replica
- * took over).
+ * The schedule is the narrow table run_polls, one row per waiting run. A
+ * claim writes only that row: it moves next_poll_at lease_ms ahead, records
+ * the claiming replica in poll_owner and the check's number in poll_count.
+ * Until the lease passes no replica finds the run due, so at most one check
+ * per run is in flight anywhere; a replica that dies mid-check leaves the run
+ * due again at the lease's end. A check's result is written only while the
+ * schedule row's poll_owner and poll_count still match and the run still
+ * waits (otherwise ST_LOST: the run was cancelled, or the lease passed and
+ * another replica took over); it writes the schedule row and the runs row's
+ * poll_count, next_poll_at and poll_state (a HOT update: none is indexed).
+ * Hooks are claimed from the runs row (hooks_at, poll_owner) as before.
  *
  * Functions run on the caller's db handle (one thread at a time) and return
  * ST_OK or a failure with *err filled. */
@@ -39,7 +43,9 @@ struct poll_claim {
 void poll_claims_free(struct poll_claim *c, size_t n); /* NULL is a no-op */
 
 /* Claims up to limit due checks of the given run types for owner, leased
- * for lease_ms; *out is a heap array of *n claims. */
+ * for lease_ms, in one statement; *out is a heap array of *n claims. A due
+ * schedule row whose run no longer waits (cancelled, deleted) is deleted
+ * instead, and counts against limit. */
 enum status store_polls_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
                               const char *const *types, size_t ntypes, struct poll_claim **out,
                               size_t *n, struct error *err) WUR;

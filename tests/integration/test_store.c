@@ -1968,9 +1968,43 @@ START_TEST(finish_batch_fences_each_run)
 }
 END_TEST
 
+/* Asserts that SQL expression expr over run id's schedule row (run_polls)
+ * is the text want (NULL = SQL NULL, or no row). */
+static void assert_poll(const char *id, const char *expr, const char *want)
+{
+    char *got = sql_str("SELECT (%s)::text FROM run_polls WHERE run_id = '%s'", expr, id);
+
+    if (want)
+        ck_assert_msg(got && strcmp(got, want) == 0, "schedule of %s: %s is %s, want %s", id, expr,
+                      got ? got : "NULL", want);
+    else
+        ck_assert_msg(!got, "schedule of %s: %s is %s, want NULL", id, expr, got);
+    free(got);
+}
+
+/* Runs a and b of type T, claimed by w1 and handed over to waiting, their
+ * first checks due now. */
+static void two_waiting(char **a, char **b)
+{
+    *a = new_run(3);
+    *b = new_run(3);
+    claim_expect("w1", *a, 1);
+    claim_expect("w1", *b, 1);
+    {
+        struct fence fa = {"default", *a, "w1", 1}, fb = {"default", *b, "w1", 1};
+        bool cancelled = true;
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &cancelled, &g_err));
+        ck_assert(!cancelled);
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &cancelled, &g_err));
+        ck_assert(!cancelled);
+    }
+    PQclear(th_sql(g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s'"));
+}
+
 /* The poller's writer: the next checks of many runs in one statement, each
- * fenced on its own check (owner and poll_count); a spent fence is left
- * alone. */
+ * fenced on its own check (owner and poll_count in run_polls); a spent
+ * fence is left alone. The claim writes only the schedule row; the result
+ * writes the runs row's poll_count, next_poll_at and poll_state. */
 START_TEST(polls_again_batch_fences_each_check)
 {
     static const char *const types[] = {"T"};
@@ -1981,36 +2015,33 @@ START_TEST(polls_again_batch_fences_each_check)
     struct poll_again w[2];
 
     open_test_db("it_store_again_batch");
-    a = new_run(3);
-    b = new_run(3);
-    claim_expect("w1", a, 1);
-    claim_expect("w1", b, 1);
-    {
-        struct fence fa = {"default", a, "w1", 1}, fb = {"default", b, "w1", 1};
-        bool cancelled = true;
-        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &cancelled, &g_err));
-        ck_assert(!cancelled);
-        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &cancelled, &g_err));
-        ck_assert(!cancelled);
-    }
-    PQclear(th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s'"));
+    two_waiting(&a, &b);
+    assert_poll(a, "poll_count", "0");
     OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
     ck_assert_uint_eq(nc, 2);
+    ck_assert_int_eq(c[0].poll_count, 1);
     poll_claims_free(c, nc);
-    assert_col(a, "poll_count", "1");
+    assert_poll(a, "poll_count", "1");
+    assert_poll(a, "poll_owner", "w1");
+    assert_poll(a, "next_poll_at > now() + interval '50 s'", "true");
+    assert_col(a, "poll_count", "0"); /* the runs row: no check's result yet */
 
     w[0] = (struct poll_again){"default", a, 1, state, 60000, false};
     w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false}; /* not this check */
     OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
     ck_assert(w[0].written && !w[1].written);
-    assert_col(a, "poll_owner", NULL);
+    assert_poll(a, "poll_owner", NULL);
     assert_col(a, "poll_state->>'seen'", "2");
+    assert_col(a, "poll_count", "1");
     ck_assert_int_eq(th_sql_int(g_pg,
-                                "SELECT count(*) FROM runs WHERE id = '%s' AND next_poll_at "
-                                "BETWEEN now() + interval '50 s' AND now() + interval '61 s'",
+                                "SELECT count(*) FROM runs r JOIN run_polls p ON p.run_id = r.id "
+                                "WHERE r.id = '%s' AND r.next_poll_at = p.next_poll_at AND "
+                                "p.next_poll_at BETWEEN now() + interval '50 s' AND now() + "
+                                "interval '61 s'",
                                 a),
                      1);
-    assert_col(b, "poll_owner", "w1");
+    assert_poll(b, "poll_owner", "w1");
+    assert_col(b, "poll_count", "0");
     assert_state(a, "waiting", "pending");
 
     /* spent: the same check is not written twice */
@@ -2020,6 +2051,242 @@ START_TEST(polls_again_batch_fences_each_check)
     json_decref(state);
     free(a);
     free(b);
+    close_test_db();
+}
+END_TEST
+
+/* The schedule row follows the run: created whichever way a run enters
+ * waiting (the hand-over, an INSERT, an UPDATE by hand); a run cancelled
+ * while waiting is not claimed again (its row is deleted by the claim that
+ * reaches it), and a check in flight at the cancel writes nothing; the
+ * check that ends a run deletes its row and leaves the hooks to its owner. */
+START_TEST(poll_schedule_follows_the_run)
+{
+    static const char *const types[] = {"T"};
+    char *a, *b, *c;
+    struct poll_claim *cl = NULL;
+    size_t nc = 0;
+    struct run *run = NULL;
+    bool changed = false;
+    struct run_result done = {.outcome = OUTCOME_SUCCEEDED, .message = "finished"};
+
+    open_test_db("it_store_poll_schedule");
+    two_waiting(&a, &b);
+    PQclear(th_sql(g_pg,
+                   "UPDATE run_polls SET next_poll_at = now() - interval '3 s' "
+                   "WHERE run_id = '%s'",
+                   b));
+    assert_poll(a, "type", "T");
+    c = new_run(3);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET status = 'waiting', next_poll_at = now() - interval '1 s', "
+                   "poll_count = 4 WHERE id = '%s'",
+                   c));
+    assert_poll(c, "poll_count", "4");
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, "
+                         "timeout_s, input, identity_hash, request_hash, next_poll_at) VALUES "
+                         "('default', 'by-insert', 'T', 'waiting', 1, 1, 60, '{}', 'i-x', 'r', "
+                         "now() + interval '1 h')"));
+    assert_poll("by-insert", "next_poll_at > now() + interval '59 min'", "true");
+
+    /* a cancelled with no check in flight, b with one: neither is claimed */
+    OK(store_polls_claim(g_db, "w1", 1, 60000, types, 1, &cl, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert_str_eq(cl[0].run->id, b);
+    poll_claims_free(cl, nc);
+    OK(store_runs_cancel(g_db, "default", a, &run, &changed, &g_err));
+    run_free(run);
+    OK(store_runs_cancel(g_db, "default", b, &run, &changed, &g_err));
+    run_free(run);
+    assert_poll(a, "poll_count", "0"); /* left to the next claim */
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert_str_eq(cl[0].run->id, c);
+    ck_assert_int_eq(cl[0].poll_count, 5);
+    poll_claims_free(cl, nc);
+    assert_poll(a, "run_id", NULL);
+    {
+        struct poll_fence f = {"default", b, "w1", 1};
+        EXPECT(ST_LOST, store_polls_again(g_db, &f, NULL, 0, &g_err));
+        assert_poll(b, "poll_owner", NULL); /* due now, for the claim that deletes it */
+        OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
+        ck_assert_uint_eq(nc, 0);
+        poll_claims_free(cl, nc);
+        EXPECT(ST_LOST, store_polls_finish(g_db, &f, &done, NULL, 60000, &g_err));
+    }
+    assert_state(b, "completed", "cancelled");
+    assert_poll(b, "run_id", NULL);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_polls"), 2); /* c, by-insert */
+
+    /* c ends: its row goes, the hooks are due and still w1's */
+    {
+        struct poll_fence f = {"default", c, "w1", 5};
+        OK(store_polls_finish(g_db, &f, &done, NULL, 60000, &g_err));
+    }
+    assert_state(c, "completed", "succeeded");
+    assert_poll(c, "run_id", NULL);
+    assert_col(c, "poll_count", "5");
+    assert_col(c, "next_poll_at", NULL);
+    assert_col(c, "poll_owner", "w1");
+    assert_col(c, "hooks_at > now()", "true");
+    OK(store_hooks_done(g_db, "default", c, "w1", true, NULL, 3, 1000, &g_err));
+    assert_col(c, "hooks_at", NULL);
+
+    free(a);
+    free(b);
+    free(c);
+    close_test_db();
+}
+END_TEST
+
+/* No index of runs covers a column that the result of a check writes
+ * (poll_count, next_poll_at, poll_state), so that write can be HOT; the
+ * schedule's index is on run_polls. */
+START_TEST(poll_result_columns_are_not_indexed)
+{
+    open_test_db("it_store_poll_hot");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_index i JOIN pg_attribute a ON "
+                                      "a.attrelid = i.indrelid WHERE i.indrelid = 'runs'::regclass "
+                                      "AND a.attname IN ('poll_count', 'next_poll_at', "
+                                      "'poll_state') AND (a.attnum = ANY (i.indkey) OR "
+                                      "pg_get_expr(i.indpred, i.indrelid) ~ a.attname OR "
+                                      "pg_get_expr(i.indexprs, i.indrelid) ~ a.attname)"),
+                     0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_indexes WHERE tablename = "
+                                      "'run_polls' AND indexdef ~ '\\(next_poll_at\\)'"),
+                     1);
+    close_test_db();
+}
+END_TEST
+
+/* ---- the batch claim of due checks under contention --------------------- */
+
+#define RACE_WAITING 3000
+#define RACE_POLLERS 8
+
+struct poll_racer {
+    const char *ci;
+    pthread_barrier_t *bar;
+    char owner[24];
+    char **ids; /* the claims, in order (heap strings) */
+    int n, cap, statements, biggest;
+    enum status st;
+    char msg[640];
+};
+
+/* Claims batches of 1..40 due checks until a claim finds none. */
+static void *poll_racer_main(void *arg)
+{
+    static const char *const types[] = {"T"};
+    struct poll_racer *w = arg;
+    struct db_options o = {.conninfo = w->ci, .connect_timeout_s = 10};
+    struct error err = {0};
+    struct db *db = NULL;
+
+    w->st = db_connect(&o, &db, &err);
+    if (w->st != ST_OK)
+        snprintf(w->msg, sizeof(w->msg), "connect: %s", err.message);
+    pthread_barrier_wait(w->bar);
+    while (w->st == ST_OK) {
+        struct poll_claim *c = NULL;
+        size_t n = 0;
+        w->st = store_polls_claim(db, w->owner, 1 + (int)rand_below(40), 600000, types, 1, &c, &n,
+                                  &err);
+        if (w->st != ST_OK) {
+            snprintf(w->msg, sizeof(w->msg), "claim: %s", err.message);
+            break;
+        }
+        if (n == 0) {
+            poll_claims_free(c, n);
+            break;
+        }
+        w->statements++;
+        if ((int)n > w->biggest)
+            w->biggest = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            if (w->n == w->cap) {
+                w->cap = w->cap ? 2 * w->cap : 256;
+                w->ids = xrealloc(w->ids, (size_t)w->cap * sizeof(*w->ids));
+            }
+            w->ids[w->n++] = xstrdup(c[i].run->id);
+            if (c[i].poll_count != 1)
+                w->st = ST_CONFLICT; /* claimed before */
+        }
+        poll_claims_free(c, n);
+    }
+    db_close(db);
+    return NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Eight pollers, each on its own connection and owner, race to claim 3,000
+ * due checks in batches: every check is claimed exactly once (never by two,
+ * none left), in batches of more than one, and each run's schedule names
+ * the one claimer that got it. */
+START_TEST(poll_claims_race)
+{
+    static struct poll_racer rs[RACE_POLLERS];
+    pthread_t th[RACE_POLLERS];
+    pthread_barrier_t bar;
+    char **all = xcalloc(RACE_WAITING, sizeof(*all));
+    int total = 0, statements = 0, biggest = 0;
+
+    open_test_db("it_store_poll_race");
+    PQclear(th_sql(g_pg,
+                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
+                   "input, identity_hash, request_hash, external_id, next_poll_at, "
+                   "poll_started_at) SELECT 'default', 'pr-' || g, 'T', 'waiting', 1, 1, 60, "
+                   "'{}', 'pr-ident-' || g, 'r', 'job-' || g, now() - random() * interval '10 s', "
+                   "now() FROM generate_series(1, %d) g",
+                   RACE_WAITING));
+    pthread_barrier_init(&bar, NULL, RACE_POLLERS);
+    for (int i = 0; i < RACE_POLLERS; i++) {
+        memset(&rs[i], 0, sizeof(rs[i]));
+        rs[i].ci = g_ci;
+        rs[i].bar = &bar;
+        snprintf(rs[i].owner, sizeof(rs[i].owner), "poller-%d", i);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, poll_racer_main, &rs[i]), 0);
+    }
+    for (int i = 0; i < RACE_POLLERS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+
+    for (int i = 0; i < RACE_POLLERS; i++) {
+        ck_assert_msg(rs[i].st == ST_OK, "poller %d: %s: %s", i, status_name(rs[i].st), rs[i].msg);
+        for (int k = 0; k < rs[i].n; k++) {
+            ck_assert_int_lt(total, RACE_WAITING);
+            ck_assert_int_eq(th_sql_int(g_pg,
+                                        "SELECT count(*) FROM run_polls WHERE run_id = '%s' AND "
+                                        "poll_owner = 'poller-%d' AND poll_count = 1",
+                                        rs[i].ids[k], i),
+                             1);
+            all[total++] = rs[i].ids[k];
+        }
+        statements += rs[i].statements;
+        if (rs[i].biggest > biggest)
+            biggest = rs[i].biggest;
+    }
+    fprintf(stderr,
+            "poll claims race: %d checks in %d statements by %d pollers, at most %d in one\n",
+            total, statements, RACE_POLLERS, biggest);
+    ck_assert_int_eq(total, RACE_WAITING);
+    qsort(all, (size_t)total, sizeof(*all), cmp_str);
+    for (int k = 1; k < total; k++)
+        ck_assert_msg(strcmp(all[k - 1], all[k]) != 0, "run %s was claimed twice", all[k]);
+    ck_assert_int_gt(biggest, 1);
+    ck_assert_int_lt(statements, RACE_WAITING / 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_polls WHERE poll_owner IS NULL"),
+                     0);
+    for (int i = 0; i < RACE_POLLERS; i++) {
+        for (int k = 0; k < rs[i].n; k++)
+            free(rs[i].ids[k]);
+        free(rs[i].ids);
+    }
+    free(all);
     close_test_db();
 }
 END_TEST
@@ -2054,6 +2321,9 @@ int main(void)
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, finish_batch_fences_each_run);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
+    tcase_add_test(tc, poll_schedule_follows_the_run);
+    tcase_add_test(tc, poll_result_columns_are_not_indexed);
+    tcase_add_test(tc, poll_claims_race);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, hand_back_of_a_cancelling_run);
     tcase_add_test(tc, rescue_batches);
