@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/util.h"
+#include "engine/actions/remote.h"
 #include "engine/engine_internal.h"
 #include "store/db.h"
 #include "store/polls.h"
@@ -22,10 +23,19 @@
 /* Next-check writes per statement, at most, and tries of a statement. */
 #define AGAIN_BATCH 256
 #define AGAIN_TRIES 3
+/* Claims held at once (running and queued), per checker thread: a checker
+ * that ends a check takes the next claimed one without waiting for the
+ * scheduler, which claims again once half the checkers' worth of room is
+ * free. A claim that waited in the queue longer than QUEUE_WAIT_MAX_MS
+ * (checkers held up by slow checks) is given back instead of run, so that
+ * what runs always ends within its lease. */
+#define QUEUE_PER_CHECKER 2
+#define QUEUE_WAIT_MAX_MS (LEASE_MARGIN_MS / 2)
 
 struct job {
     struct poll_claim c;
-    bool hooks; /* the terminal hooks, not a check */
+    bool hooks;           /* the terminal hooks, not a check */
+    int64_t claimed_mono; /* when it was claimed (monotonic ms) */
 };
 
 /* A check whose run goes on: its next check, for the writer to schedule. */
@@ -45,14 +55,16 @@ struct poller {
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, sched_cv;
-    struct job *queue; /* claimed, not yet started (at most n) */
-    size_t qhead, qlen;
-    int idle; /* checkers not promised a job */
+    struct job *queue; /* claimed, not yet started: a ring of qcap */
+    size_t qhead, qlen, qcap;
+    int room;      /* claims the scheduler may add: qcap - queued - in flight */
+    int claim_min; /* the least room worth a claim: 1, or n / 2 while behind */
     bool stop, wake, started, sched_started;
     int nstarted;     /* checker threads running */
     _Atomic int halt; /* enum stop_reason for the checks in flight */
     pthread_t sched, *checkers;
-    struct poller_stats st;
+    struct poller_stats st; /* running, concurrency, in_flight (under mu) */
+    _Atomic int64_t checks, check_failures, finished, timed_out, hooks, hook_failures;
     /* the writer: next checks to schedule, many per statement */
     pthread_cond_t again_cv;
     struct again *againq;
@@ -73,13 +85,6 @@ int64_t poller_backoff_ms(const struct poll_policy *pp, int n)
 }
 
 /* ---- results ---------------------------------------------------------- */
-
-static void count(struct poller *p, int64_t *field, int64_t by)
-{
-    pthread_mutex_lock(&p->mu);
-    *field += by;
-    pthread_mutex_unlock(&p->mu);
-}
 
 /* The action's hooks for a run that ended: the remote cancel when opsrun
  * ended it while the remote job may still run (cancel), then cleanup; then
@@ -112,10 +117,8 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
                 rc->external_id ? rc->external_id : "");
         }
     }
-    pthread_mutex_lock(&p->mu);
-    p->st.hooks_total += calls;
-    p->st.hook_failures_total += !ok;
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->hooks, calls);
+    atomic_fetch_add(&p->hook_failures, !ok);
     if (calls > 0)
         metrics_poll_hooks(e->metrics, rc->run->type, !ok);
     if (db_pool_get(e->pool, &db, &err) != ST_OK ||
@@ -166,9 +169,9 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", f->poll_count,
               rc->external_id ? rc->external_id : "");
     engine_log_finished(rc->run, res->outcome, engine_error_code(res->error), extra);
-    count(p, &p->st.finished_total, 1);
+    atomic_fetch_add(&p->finished, 1);
     if (res->outcome == OUTCOME_TIMED_OUT)
-        count(p, &p->st.timed_out_total, 1);
+        atomic_fetch_add(&p->timed_out, 1);
     metrics_run_completed(e->metrics, rc->run->type, run_outcome_name(res->outcome),
                           waited_run_seconds(rc));
     if (budget_spent(res))
@@ -177,24 +180,26 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     run_hooks(p, ops, rc, res->outcome == OUTCOME_TIMED_OUT);
 }
 
-/* The run goes on: its next check is handed to the writer, so the checker
- * is free for the next claim at once. A write that fails, or finds the
- * fence spent, is only logged: the claim's lease runs out and the check is
- * made again (at least once). */
-static void again(struct poller *p, const struct run_ctx *rc, const struct poll_fence *f,
+/* The run goes on: its next check, for the checker to hand to the writer
+ * (hand_over), so the checker is free for the next claim at once. A write
+ * that fails, or finds the fence spent, is only logged: the claim's lease
+ * runs out and the check is made again (at least once). */
+static void again(struct again *next, const struct run_ctx *rc, const struct poll_fence *f,
                   int64_t delay_ms)
 {
-    struct again a = {xstrdup(f->tenant), xstrdup(f->id), f->poll_count,
-                      rc->poll_state ? json_deep_copy(rc->poll_state) : NULL, delay_ms};
+    *next = (struct again){xstrdup(f->tenant), xstrdup(f->id), f->poll_count,
+                           rc->poll_state ? json_deep_copy(rc->poll_state) : NULL, delay_ms};
+}
 
-    pthread_mutex_lock(&p->mu);
+/* Queues a next check for the writer; under p->mu. */
+static void hand_over(struct poller *p, struct again *a)
+{
     if (p->nagain == p->again_cap) {
         p->again_cap = p->again_cap ? p->again_cap * 2 : 64;
         p->againq = xrealloc(p->againq, p->again_cap * sizeof(*p->againq));
     }
-    p->againq[p->nagain++] = a;
+    p->againq[p->nagain++] = *a;
     pthread_cond_signal(&p->again_cv);
-    pthread_mutex_unlock(&p->mu);
 }
 
 static void again_free(struct again *a)
@@ -305,7 +310,7 @@ static void check_failed(struct poller *p, const struct run_ctx *rc, const struc
     const json_t *msg = json_object_get(rc->error, "message");
     char why[256];
 
-    count(p, &p->st.check_failures_total, 1);
+    atomic_fetch_add(&p->check_failures, 1);
     if (json_is_string(msg)) {
         LOG(LOG_WARN, "check failed run=%s check=%d: %s", f->id, f->poll_count,
             json_string_value(msg));
@@ -319,9 +324,10 @@ static void check_failed(struct poller *p, const struct run_ctx *rc, const struc
     json_object_set_new(rc->poll_state, "last_error", json_string(why));
 }
 
-/* What the check said, written. */
+/* What the check said, written; or in *next the next check, when the run
+ * goes on. */
 static void settle_check(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
-                         const struct poll_fence *f, enum step step)
+                         const struct poll_fence *f, enum step step, struct again *next)
 {
     const struct run_type *rt = rc->type;
     struct run_result res = {0};
@@ -348,13 +354,15 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
     }
-    again(p, rc, f,
+    again(next, rc, f,
           rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
 }
 
 /* The context of a claimed check or hooks run: it takes the claim's
- * external id and poll state, and stops at the check time limit. */
-static struct run_ctx claim_ctx(struct poller *p, struct poll_claim *c, const struct run_type *rt)
+ * external id and poll state, stops at the check time limit, and calls the
+ * remote over the checker's kept connections. */
+static struct run_ctx claim_ctx(struct poller *p, struct poll_claim *c, const struct run_type *rt,
+                                struct remote_conn *conn)
 {
     struct run_ctx rc = {
         .run = c->run,
@@ -365,6 +373,7 @@ static struct run_ctx claim_ctx(struct poller *p, struct poll_claim *c, const st
         .poll_state = c->poll_state,
         .poll_count = c->poll_count,
         .waited_ms = c->waited_ms,
+        .conn = conn,
     };
 
     c->external_id = NULL;
@@ -382,26 +391,28 @@ static const char *check_result(struct poller *p, enum step step)
     return step == STEP_RETRY ? METRICS_CHECK_ERROR : METRICS_CHECK_RUNNING;
 }
 
-static void run_check(struct poller *p, struct poll_claim *c)
+/* One check; *next (id NULL when none) is its next check if the run goes on. */
+static void run_check(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
+                      struct again *next)
 {
     struct engine *e = p->e;
     const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
     const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
-    struct run_ctx rc = claim_ctx(p, c, rt);
+    struct run_ctx rc = claim_ctx(p, c, rt, conn);
     const char *budget = out_of_budget(rt, &rc, c->poll_count - 1);
     enum step step;
 
     if (budget) {
         time_out(p, ops, &rc, &f, budget, c->poll_count - 1);
     } else {
-        count(p, &p->st.checks_total, 1);
+        atomic_fetch_add(&p->checks, 1);
         step = ops->poll(&rc);
         metrics_poll_check(e->metrics, c->run->type, check_result(p, step));
         if (atomic_load(&p->halt) != STOP_NONE && step != STEP_DONE && step != STEP_FAIL)
-            again(p, &rc, &f, 0); /* shutting down: another replica checks it now */
+            again(next, &rc, &f, 0); /* shutting down: another replica checks it now */
         else
-            settle_check(p, ops, &rc, &f, step);
+            settle_check(p, ops, &rc, &f, step, next);
     }
     rc_cleanup(&rc);
 }
@@ -410,11 +421,11 @@ static void run_check(struct poller *p, struct poll_claim *c)
  * (the remote job may still run), or hooks whose owner died or failed
  * before. A remote cancel that may repeat one already made is harmless:
  * the job is gone or cancelled either way. */
-static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
+static void run_claimed_hooks(struct poller *p, struct poll_claim *c, struct remote_conn *conn)
 {
     const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
-    struct run_ctx rc = claim_ctx(p, c, rt);
+    struct run_ctx rc = claim_ctx(p, c, rt, conn);
 
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
         run_outcome_name(c->run->outcome), c->hooks_attempts);
@@ -425,49 +436,79 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c)
 
 /* ---- threads ---------------------------------------------------------- */
 
+static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks)
+{
+    int64_t now = clock_mono_ms();
+
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = &p->queue[(p->qhead + p->qlen++) % p->qcap];
+        j->c = c[i];
+        j->hooks = hooks;
+        j->claimed_mono = now;
+    }
+}
+
+/* A claim that waited too long in the queue: a check is due again at once
+ * (through the writer, *next), hooks are left to their lease's end. */
+static void give_back(struct job *j, struct again *next)
+{
+    LOG(LOG_DEBUG, "giving back a claim run=%s hooks=%d waited_ms=%lld", j->c.run->id, j->hooks,
+        (long long)(clock_mono_ms() - j->claimed_mono));
+    if (j->hooks)
+        return;
+    *next = (struct again){xstrdup(j->c.run->tenant), xstrdup(j->c.run->id), j->c.poll_count,
+                           j->c.poll_state, 0};
+    j->c.poll_state = NULL;
+}
+
+/* A checker keeps its connections to the remotes open between checks
+ * (remote_conn): a check of a fast endpoint then costs a request, not a
+ * TCP connection set up and torn down on both sides. It takes the next
+ * claimed check as soon as it is done with one; it wakes the scheduler only
+ * when a claim's worth of room is free, and waits only when nothing is
+ * queued. */
 static void *checker_main(void *arg)
 {
     struct poller *p = arg;
+    struct remote_conn *conn = remote_conn_new();
 
     pthread_mutex_lock(&p->mu);
     for (;;) {
         struct job j;
+        struct again next = {0};
         while (!p->stop && p->qlen == 0)
             pthread_cond_wait(&p->work_cv, &p->mu);
         if (p->stop)
             break;
         j = p->queue[p->qhead];
-        p->qhead = (p->qhead + 1) % (size_t)p->n;
+        p->qhead = (p->qhead + 1) % p->qcap;
         p->qlen--;
         p->st.in_flight++;
         pthread_mutex_unlock(&p->mu);
-        if (j.hooks)
-            run_claimed_hooks(p, &j.c);
+        if (clock_mono_ms() - j.claimed_mono > QUEUE_WAIT_MAX_MS)
+            give_back(&j, &next);
+        else if (j.hooks)
+            run_claimed_hooks(p, &j.c, conn);
         else
-            run_check(p, &j.c);
+            run_check(p, &j.c, conn, &next);
         run_free(j.c.run);
         free(j.c.external_id);
         json_decref(j.c.poll_state);
         pthread_mutex_lock(&p->mu);
+        if (next.id)
+            hand_over(p, &next);
         p->st.in_flight--;
-        p->idle++;
-        pthread_cond_signal(&p->sched_cv);
+        if (++p->room == p->claim_min)
+            pthread_cond_signal(&p->sched_cv);
     }
     pthread_mutex_unlock(&p->mu);
+    remote_conn_free(conn);
     return NULL;
 }
 
-static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks)
-{
-    for (size_t i = 0; i < n; i++) {
-        struct job *j = &p->queue[(p->qhead + p->qlen++) % (size_t)p->n];
-        j->c = c[i];
-        j->hooks = hooks;
-    }
-}
-
-/* Claims up to n checks (then hooks) for idle checkers; returns how many,
- * and in *due_ms the wait before the next one (-1: none scheduled). */
+/* Claims up to n checks (then hooks) into the queue, in one statement each;
+ * returns how many, and in *due_ms the wait before the next one (-1: none
+ * scheduled). */
 static size_t claim(struct poller *p, int n, int64_t *due_ms)
 {
     struct engine *e = p->e;
@@ -492,10 +533,12 @@ static size_t claim(struct poller *p, int n, int64_t *due_ms)
     pthread_mutex_lock(&p->mu);
     enqueue(p, checks, nc, false);
     enqueue(p, hooks, nh, true);
-    p->idle += n - (int)(nc + nh);
-    if (nc + nh)
-        pthread_cond_broadcast(&p->work_cv);
+    p->room += n - (int)(nc + nh);
     pthread_mutex_unlock(&p->mu);
+    /* one waiting checker per claim, woken after the unlock so that it
+     * does not wake only to wait for the lock */
+    for (size_t i = 0; i < nc + nh; i++)
+        pthread_cond_signal(&p->work_cv);
     free(checks); /* the claims' contents moved to the queue */
     free(hooks);
     return nc + nh;
@@ -512,9 +555,9 @@ static void *sched_main(void *arg)
         size_t got;
 
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && (p->idle == 0 || (!p->wake && clock_mono_ms() < next_ms))) {
+        while (!p->stop && (p->room < p->claim_min || (!p->wake && clock_mono_ms() < next_ms))) {
             struct timespec ts;
-            abstime_after_ms(&ts, p->idle == 0 ? 1000 : next_ms - clock_mono_ms());
+            abstime_after_ms(&ts, p->room < p->claim_min ? 1000 : next_ms - clock_mono_ms());
             pthread_cond_timedwait(&p->sched_cv, &p->mu, &ts);
         }
         if (p->stop) {
@@ -522,16 +565,23 @@ static void *sched_main(void *arg)
             break;
         }
         p->wake = false;
-        n = p->idle;
-        p->idle = 0;
+        n = p->room;
+        p->room = 0;
         pthread_mutex_unlock(&p->mu);
 
         got = claim(p, n, &due);
-        if ((int)got == n)
-            next_ms = clock_mono_ms(); /* more may be due: claim as checkers free up */
-        else
+        pthread_mutex_lock(&p->mu);
+        if ((int)got == n) {
+            /* more may be due: claim again once half the checkers' worth
+             * of room is free, in one statement */
+            next_ms = clock_mono_ms();
+            p->claim_min = p->n / 2 > 1 ? p->n / 2 : 1;
+        } else {
             next_ms =
                 clock_mono_ms() + (due >= 0 && due < interval ? due : jitter_ms(interval, 0.2));
+            p->claim_min = 1;
+        }
+        pthread_mutex_unlock(&p->mu);
     }
     return NULL;
 }
@@ -558,7 +608,8 @@ struct poller *poller_new(struct engine *e)
     }
     /* A check, or a cancel and a cleanup, each bounded by the check time. */
     p->lease_ms = 2 * longest * 1000 + LEASE_MARGIN_MS;
-    p->queue = xcalloc((size_t)p->n, sizeof(*p->queue));
+    p->qcap = (size_t)p->n * QUEUE_PER_CHECKER;
+    p->queue = xcalloc(p->qcap, sizeof(*p->queue));
     p->checkers = xcalloc((size_t)p->n, sizeof(*p->checkers));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
@@ -572,7 +623,8 @@ enum status poller_start(struct poller *p, struct error *err)
 {
     if (p->ntypes == 0)
         return ST_OK; /* nothing here can wait: no threads */
-    p->idle = p->n;
+    p->room = (int)p->qcap;
+    p->claim_min = 1;
     p->wake = true;
     p->st.running = true;
     p->started = true; /* from here poller_stop undoes a partial start */
@@ -614,7 +666,7 @@ static void release_queued(struct poller *p)
 
     if (p->qlen > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
         LOG(LOG_WARN, "could not release claimed checks: %s", err.message);
-    for (; p->qlen > 0; p->qlen--, p->qhead = (p->qhead + 1) % (size_t)p->n) {
+    for (; p->qlen > 0; p->qlen--, p->qhead = (p->qhead + 1) % p->qcap) {
         struct job *j = &p->queue[p->qhead];
         const struct poll_fence f = {j->c.run->tenant, j->c.run->id, e->worker_id, j->c.poll_count};
         if (db && !j->hooks && store_polls_again(db, &f, j->c.poll_state, 0, &err) != ST_OK)
@@ -680,4 +732,10 @@ void poller_stats(struct poller *p, struct poller_stats *out)
     pthread_mutex_lock(&p->mu);
     *out = p->st;
     pthread_mutex_unlock(&p->mu);
+    out->checks_total = atomic_load(&p->checks);
+    out->check_failures_total = atomic_load(&p->check_failures);
+    out->finished_total = atomic_load(&p->finished);
+    out->timed_out_total = atomic_load(&p->timed_out);
+    out->hooks_total = atomic_load(&p->hooks);
+    out->hook_failures_total = atomic_load(&p->hook_failures);
 }

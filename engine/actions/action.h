@@ -41,6 +41,8 @@ enum step { STEP_DONE, STEP_FAIL, STEP_RETRY, STEP_WAIT };
  * so nothing may be written). */
 enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN, STOP_LOST };
 
+struct remote_conn; /* engine/actions/remote.h */
+
 struct run_ctx {
     const struct run *run;
     const struct run_type *type;
@@ -66,6 +68,9 @@ struct run_ctx {
     enum status (*save_state_fn)(void *arg, const json_t *state, bool cleanup_due);
     enum status (*load_state_fn)(void *arg, json_t **state);
     void *progress_arg;
+    /* The calling thread's connections to reuse for remote calls (a
+     * poller checker's); NULL: a new connection per call. */
+    struct remote_conn *conn;
 };
 
 struct action_ops {

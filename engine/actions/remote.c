@@ -755,6 +755,45 @@ void remote_response_cleanup(struct remote_response *r)
     r->len = 0;
 }
 
+struct remote_conn {
+    CURL *curl; /* its connection cache outlives each transfer */
+};
+
+struct remote_conn *remote_conn_new(void)
+{
+    struct remote_conn *c = xcalloc(1, sizeof(*c));
+
+    c->curl = curl_easy_init();
+    if (!c->curl)
+        abort(); /* only on allocation failure */
+    return c;
+}
+
+void remote_conn_free(struct remote_conn *c)
+{
+    if (!c)
+        return;
+    curl_easy_cleanup(c->curl);
+    free(c);
+}
+
+/* The handle of one transfer: the context's kept one, reset to its
+ * defaults (its open connections stay), or a new one. */
+static CURL *transfer_handle(const struct run_ctx *rc)
+{
+    if (rc && rc->conn) {
+        curl_easy_reset(rc->conn->curl);
+        return rc->conn->curl;
+    }
+    return curl_easy_init();
+}
+
+static void transfer_done(const struct run_ctx *rc, CURL *c)
+{
+    if (!rc || !rc->conn)
+        curl_easy_cleanup(c);
+}
+
 static void set_options(CURL *c, const char *method, const char *url, const char *body,
                         long timeout_ms)
 {
@@ -805,7 +844,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
         st = build_body(req, v, &body, &ctype, err);
     if (st == ST_OK)
         st = build_headers(req, v, body ? ctype : NULL, &hdrs, err);
-    if (st != ST_OK || !(c = curl_easy_init())) {
+    if (st != ST_OK || !(c = transfer_handle(rc))) {
         free(url), free(body), curl_slist_free_all(hdrs);
         return st != ST_OK ? st : error_set(err, ST_INTERNAL, "could not start a transfer");
     }
@@ -822,7 +861,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     cc = curl_easy_perform(c);
     if (cc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_cleanup(c);
+    transfer_done(rc, c);
     curl_slist_free_all(hdrs);
     free(url);
     free(body);

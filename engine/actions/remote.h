@@ -83,6 +83,13 @@ struct remote_response {
 };
 void remote_response_cleanup(struct remote_response *r);
 
+/* Connections kept open between calls, for one thread at a time: the
+ * remote calls of a run_ctx whose conn is set reuse them (HTTP keep-alive;
+ * up to five hosts) instead of connecting anew. A poller checker keeps one
+ * for its lifetime. remote_conn_new never returns NULL. */
+struct remote_conn *remote_conn_new(void);
+void remote_conn_free(struct remote_conn *c); /* NULL is a no-op */
+
 /* Performs the request; url_override (may be NULL) replaces the template's
  * URL (a status URL from a Location header; sent as it is). rc (may be
  * NULL) aborts the transfer once rc_should_stop() is true. ST_OK whenever

@@ -5,8 +5,9 @@
  * (500s, hangs past the time limit, malformed JSON, unknown states), the
  * budgets (checks and duration), the cancel and cleanup hooks, submit
  * errors, secrets kept out of logs and results, at most one check in
- * flight per run across two replicas, a replica killed mid-check, 5,000
- * waiting runs beside demo runs; the http and soap_job actions; and, for
+ * flight per run across two replicas, a replica killed mid-check, checkers
+ * that keep their connections, a claim given back after waiting too long
+ * in the queue, 5,000 waiting runs beside demo runs; the http and soap_job actions; and, for
  * every action that polls, a long wait that ends well without a failed
  * check counted or logged. */
 #include "../support/fake_jobs.h"
@@ -555,6 +556,102 @@ START_TEST(killed_mid_check)
     PQfinish(g_db);
     g_db = NULL;
     free(conninfo);
+}
+END_TEST
+
+/* ---- the checkers ------------------------------------------------------ */
+
+/* A server whose "job" type is checked every 50 ms by `concurrency`
+ * checkers with this check time limit, on its own database. */
+static void start_fast(struct th_proc *p, const char *db, int concurrency, int timeout_s)
+{
+    char poll[256], *cfg, *path, *conninfo = th_db_create(db);
+    const char *args[3];
+
+    snprintf(poll, sizeof(poll),
+             "{\"initial_delay_ms\": 50, \"max_delay_ms\": 50, \"jitter_pct\": 0,"
+             " \"max_checks\": 100, \"check_timeout_s\": %d}",
+             timeout_s);
+    cfg = job_config_n(poll, NULL, concurrency);
+    path = th_config_file(db, cfg);
+    args[0] = "--config", args[1] = path, args[2] = NULL;
+    th_start(p, conninfo, args, SECRET_ENV);
+    g_db = th_pg(conninfo);
+    free(cfg);
+    free(path);
+    free(conninfo);
+}
+
+/* A checker keeps its connection to the remote open between checks: twenty
+ * checks of one run by two checkers, and its cleanup, take at most three
+ * connections (the worker's submit, one per checker), not one per check. */
+START_TEST(checks_reuse_connections)
+{
+    struct th_proc p;
+    struct fake_job j;
+    json_t *run;
+    char *id;
+    long long c0, conns;
+
+    start_fast(&p, "e2e_poll_reuse", 2, 2);
+    c0 = fake_jobs_connections();
+    id = submit(&p, "reuse-1", "done_after:20");
+    run = th_wait_done(&p, id, 60);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    wait_hooks("reuse-1", 0, 1);
+    ck_assert(fake_jobs_get("reuse-1", &j));
+    ck_assert_int_eq(j.checks, 20);
+    conns = fake_jobs_connections() - c0;
+    fprintf(stderr, "reuse: %d checks and a cleanup over %lld connections (with the submit)\n",
+            j.checks, conns);
+    ck_assert_msg(conns <= 3, "%lld connections for a submit, 20 checks and a cleanup", conns);
+    json_decref(run);
+    free(id);
+    stop(&p);
+}
+END_TEST
+
+/* A claim that waited in the poller's queue longer than 2.5 s, its checker
+ * held by a slow check, is given back (due again at once) rather than
+ * checked late, close to the end of its lease. One checker holds two
+ * claims: two runs due at the same moment, each check taking 3 s, so the
+ * claim that waits behind the other's check is given back. It still counts
+ * as a claim (poll_count) but the fake never saw its check; both runs end
+ * well, never two checks of one job at once. */
+START_TEST(late_claim_given_back)
+{
+    struct th_proc p;
+    int first;
+    long long claims, checks = 0;
+
+    start_fast(&p, "e2e_poll_give_back", 1, 5);
+    first = fake_jobs_create(2, "slow:3000,done_after:2");
+    PQclear(th_sql(g_db,
+                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
+                   "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
+                   "poll_started_at, started_at) SELECT 'default', 'gb-' || g, 'job', 'waiting', "
+                   "1, 2, 900, '{}', 'gb-ident-' || g, 'req', 'job-' || (g + %d), '{}', "
+                   "now() + interval '500 ms', now(), now() FROM generate_series(0, 1) g",
+                   first));
+    for (int i = 0; i < 2; i++) {
+        char rid[32];
+        json_t *run;
+        struct fake_job j;
+        snprintf(rid, sizeof(rid), "gb-%d", i);
+        run = th_wait_done(&p, rid, 60);
+        ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+        json_decref(run);
+        snprintf(rid, sizeof(rid), "job-%d", first + i);
+        ck_assert(fake_jobs_get(rid, &j));
+        ck_assert_int_eq(j.checks, 2);
+        checks += j.checks;
+    }
+    claims = th_sql_int(g_db, "SELECT sum(poll_count) FROM runs WHERE id LIKE 'gb-%%'");
+    fprintf(stderr, "given back: %lld claims for %lld checks\n", claims, checks);
+    ck_assert_msg(claims > checks, "%lld claims for %lld checks: none was given back", claims,
+                  checks);
+    ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
+    stop(&p);
 }
 END_TEST
 
@@ -1107,6 +1204,8 @@ static Suite *poller_suite(void)
         {"submit_errors", submit_errors, 60},
         {"one_check_in_flight", one_check_in_flight, 120},
         {"killed_mid_check", killed_mid_check, 120},
+        {"checks_reuse_connections", checks_reuse_connections, 60},
+        {"late_claim_given_back", late_claim_given_back, 90},
         {"load_5000_waiting", load_5000_waiting, 300},
         {"http_sync_and_async", http_sync_and_async, 60},
         {"http_errors_and_cancel", http_errors_and_cancel, 60},

@@ -24,7 +24,7 @@ static int port_;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_job *jobs;
 static int njobs, submits, max_in_flight;
-static long long checks_total;
+static long long checks_total, connections;
 /* soap_job's preparation: objects created through SOAP Create */
 #define MAX_OBJECTS 512
 static struct fake_object objects[MAX_OBJECTS];
@@ -813,13 +813,24 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls, (void)c, (void)socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        pthread_mutex_lock(&mu);
+        connections++;
+        pthread_mutex_unlock(&mu);
+    }
+}
+
 int fake_jobs_start(void)
 {
     const union MHD_DaemonInfo *info;
 
     jobs = calloc(MAX_JOBS, sizeof(*jobs));
     njobs = submits = max_in_flight = 0;
-    checks_total = 0;
+    checks_total = connections = 0;
     nobjects = 0;
     for (int i = 0; i < nlog; i++)
         free(log_lines[i]);
@@ -827,11 +838,11 @@ int fake_jobs_start(void)
     for (int i = 0; i < nrecords; i++)
         free(records[i]);
     nrecords = echoes = 0;
-    daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                   MHD_USE_ERROR_LOG,
-                               0, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-                               on_done, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
-                               MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
+    daemon_ = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
+        NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)2000, MHD_OPTION_END);
     ck_assert_msg(daemon_ != NULL, "could not start the fake jobs API");
     info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
     port_ = info->port;
@@ -926,6 +937,16 @@ long long fake_jobs_checks(void)
 
     pthread_mutex_lock(&mu);
     n = checks_total;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+long long fake_jobs_connections(void)
+{
+    long long n;
+
+    pthread_mutex_lock(&mu);
+    n = connections;
     pthread_mutex_unlock(&mu);
     return n;
 }

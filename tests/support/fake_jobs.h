@@ -135,6 +135,8 @@ int fake_jobs_submits(void);
 int fake_jobs_max_in_flight(void);
 /* Status requests over all jobs. */
 long long fake_jobs_checks(void);
+/* TCP connections accepted since the start, over every route. */
+long long fake_jobs_connections(void);
 /* A request as it arrived: its method, its request target exactly as sent
  * (not percent-decoded), its header lines ("Name: value\n" each) and its
  * body, each cut at the size of its field. */
