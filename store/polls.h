@@ -33,6 +33,10 @@ enum status store_runs_wait(struct db *db, const struct fence *f, const char *ex
 
 /* One claimed check (or hooks run) of a waiting (or completed) run. */
 struct poll_claim {
+    /* A check's run carries in its JSON only id, tenant, type, status,
+     * outcome, attempt, input, external_id, started_at and updated_at (what
+     * run_input and run_seconds_between read); a hooks claim's, the whole
+     * run. */
     struct run *run;
     char *external_id;  /* NULL when none */
     json_t *poll_state; /* an object, never NULL */
