@@ -23,6 +23,7 @@ struct poller_stats {
     int64_t finished_total;                   /* runs the poller ended (timed_out included) */
     int64_t timed_out_total;                  /* of those, past their poll budget */
     int64_t hooks_total, hook_failures_total; /* cancel and cleanup hooks */
+    int64_t yielded_ms_total;                 /* claims held back while this process ran runs */
 };
 
 struct engine_stats {

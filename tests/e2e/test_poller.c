@@ -7,7 +7,8 @@
  * errors, secrets kept out of logs and results, at most one check in
  * flight per run across two replicas, a replica killed mid-check, checkers
  * that keep their connections, a claim given back after waiting too long
- * in the queue, 5,000 waiting runs beside demo runs; the http and soap_job actions; and, for
+ * in the queue, checks that yield to runs, 5,000 waiting runs beside demo
+ * runs; the http and soap_job actions; and, for
  * every action that polls, a long wait that ends well without a failed
  * check counted or logged. */
 #include "../support/fake_jobs.h"
@@ -561,12 +562,16 @@ END_TEST
 
 /* ---- the checkers ------------------------------------------------------ */
 
+static void run_demos(const struct th_proc *p, const char *tag, int n);
+
 /* A server whose "job" type is checked every 50 ms by `concurrency`
- * checkers with this check time limit, on its own database. */
-static void start_fast(struct th_proc *p, const char *db, int concurrency, int timeout_s)
+ * checkers with this check time limit, on its own database; workers 0: the
+ * default. */
+static void start_fast(struct th_proc *p, const char *db, int concurrency, int timeout_s,
+                       int workers)
 {
-    char poll[256], *cfg, *path, *conninfo = th_db_create(db);
-    const char *args[3];
+    char poll[256], nw[16], *cfg, *path, *conninfo = th_db_create(db);
+    const char *args[5] = {NULL};
 
     snprintf(poll, sizeof(poll),
              "{\"initial_delay_ms\": 50, \"max_delay_ms\": 50, \"jitter_pct\": 0,"
@@ -574,7 +579,11 @@ static void start_fast(struct th_proc *p, const char *db, int concurrency, int t
              timeout_s);
     cfg = job_config_n(poll, NULL, concurrency);
     path = th_config_file(db, cfg);
-    args[0] = "--config", args[1] = path, args[2] = NULL;
+    args[0] = "--config", args[1] = path;
+    if (workers > 0) {
+        snprintf(nw, sizeof(nw), "%d", workers);
+        args[2] = "--workers", args[3] = nw;
+    }
     th_start(p, conninfo, args, SECRET_ENV);
     g_db = th_pg(conninfo);
     free(cfg);
@@ -593,7 +602,7 @@ START_TEST(checks_reuse_connections)
     char *id;
     long long c0, conns;
 
-    start_fast(&p, "e2e_poll_reuse", 2, 2);
+    start_fast(&p, "e2e_poll_reuse", 2, 2, 0);
     c0 = fake_jobs_connections();
     id = submit(&p, "reuse-1", "done_after:20");
     run = th_wait_done(&p, id, 60);
@@ -624,7 +633,7 @@ START_TEST(late_claim_given_back)
     int first;
     long long claims, checks = 0;
 
-    start_fast(&p, "e2e_poll_give_back", 1, 5);
+    start_fast(&p, "e2e_poll_give_back", 1, 5, 0);
     first = fake_jobs_create(2, "slow:3000,done_after:2");
     PQclear(th_sql(g_db,
                    "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
@@ -651,6 +660,59 @@ START_TEST(late_claim_given_back)
     ck_assert_msg(claims > checks, "%lld claims for %lld checks: none was given back", claims,
                   checks);
     ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
+    stop(&p);
+}
+END_TEST
+
+/* Checks yield to runs: 2,000 runs due every 50 ms keep the poller behind.
+ * Demo runs one at a time (the workers keep up) never hold it back; 150
+ * demo runs submitted at once to two workers (a backlog) do
+ * (engine.poller.yielded_ms_total grows), and every one succeeds. */
+START_TEST(checks_yield_to_runs)
+{
+    struct th_proc p;
+    int first;
+    long long y0, y1, c0;
+    char *ids[150];
+
+    start_fast(&p, "e2e_poll_yield", 8, 2, 2);
+    first = fake_jobs_create(2000, "forever");
+    PQclear(th_sql(g_db,
+                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
+                   "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
+                   "poll_started_at, started_at) SELECT 'default', 'y-' || g, 'job', 'waiting', 1, "
+                   "2, 900, '{}', 'y-ident-' || g, 'req', 'job-' || (g + %d), '{}', now(), now(), "
+                   "now() FROM generate_series(0, 1999) g",
+                   first));
+    for (long long until = th_now_ms() + 20000;
+         poller_stat(&p, "checks_total") < 4000 && th_now_ms() < until; th_sleep_ms(50))
+        ;
+    c0 = poller_stat(&p, "checks_total");
+    ck_assert_int_ge(c0, 4000);
+    run_demos(&p, "one", 20);
+    y0 = poller_stat(&p, "yielded_ms_total");
+    for (int i = 0; i < 150; i++) {
+        char body[192];
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"yd-%d\",\"data\":{\"duration_ms\":20,"
+                 "\"steps\":0}}",
+                 i);
+        ids[i] = th_submit(&p, body, 202);
+    }
+    for (int i = 0; i < 150; i++) {
+        char *o = th_wait_run(p.url, ids[i], 60);
+        ck_assert_msg(o && strcmp(o, "succeeded") == 0, "demo run %s: %s", ids[i],
+                      o ? o : "timeout");
+        free(o);
+        free(ids[i]);
+    }
+    y1 = poller_stat(&p, "yielded_ms_total");
+    fprintf(stderr,
+            "yield: held back %lld ms beside 20 demo runs one at a time, %lld ms beside "
+            "150 at once; %lld checks before\n",
+            y0, y1 - y0, c0);
+    ck_assert_int_eq(y0, 0);
+    ck_assert_int_gt(y1, 0);
     stop(&p);
 }
 END_TEST
@@ -735,7 +797,7 @@ START_TEST(load_5000_waiting)
             "5,000 (ratio p50 %.2f); the poller made %.0f checks/s meanwhile\n",
             b50, b99, l50, l99, b50 > 0 ? l50 / b50 : 0,
             (double)(c1 - c0) * 1000 / (double)(t1 - t0));
-    ck_assert_int_gt(c1 - c0, 1000);
+    ck_assert_int_gt(c1 - c0, 1000); /* one demo run at a time: no backlog to yield to */
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE status = 'waiting'"), 5000);
     stop(&p);
     free(cfg);
@@ -1206,6 +1268,7 @@ static Suite *poller_suite(void)
         {"killed_mid_check", killed_mid_check, 120},
         {"checks_reuse_connections", checks_reuse_connections, 60},
         {"late_claim_given_back", late_claim_given_back, 90},
+        {"checks_yield_to_runs", checks_yield_to_runs, 120},
         {"load_5000_waiting", load_5000_waiting, 300},
         {"http_sync_and_async", http_sync_and_async, 60},
         {"http_errors_and_cancel", http_errors_and_cancel, 60},
