@@ -131,15 +131,23 @@ snap() { # snap NAME: one key=value file
              FROM pg_stat_database, pg_stat_wal, pg_stat_user_tables
              WHERE datname = current_database() AND relname = 'runs'"
         # Checks that are due and not made yet: how far the poller is behind
-        # (the schedule is run_polls since migration 012).
-        sql "SELECT 'overdue=' || count(*) || E'\noverdue_p50_ms=' || coalesce(round(1000 *
-               extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY now() - p.next_poll_at))), 0)
-               || E'\noverdue_max_ms=' || coalesce(round(1000 * extract(epoch FROM max(now() - p.next_poll_at))), 0)
-             FROM run_polls p JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id
-             WHERE r.status = 'waiting' AND p.next_poll_at <= now()"
-        sql "SELECT 'run_polls_kib=' || pg_total_relation_size('run_polls') / 1024
-               || E'\nrun_polls_upd=' || n_tup_upd || E'\nrun_polls_dead=' || n_dead_tup
-             FROM pg_stat_user_tables WHERE relname = 'run_polls'"
+        # (the schedule is run_polls since migration 012; the runs row before,
+        # for a build older than it).
+        if [ "$(sql "SELECT to_regclass('run_polls') IS NOT NULL")" = t ]; then
+            sql "SELECT 'overdue=' || count(*) || E'\noverdue_p50_ms=' || coalesce(round(1000 *
+                   extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY now() - p.next_poll_at))), 0)
+                   || E'\noverdue_max_ms=' || coalesce(round(1000 * extract(epoch FROM max(now() - p.next_poll_at))), 0)
+                 FROM run_polls p JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id
+                 WHERE r.status = 'waiting' AND p.next_poll_at <= now()"
+            sql "SELECT 'run_polls_kib=' || pg_total_relation_size('run_polls') / 1024
+                   || E'\nrun_polls_upd=' || n_tup_upd || E'\nrun_polls_dead=' || n_dead_tup
+                 FROM pg_stat_user_tables WHERE relname = 'run_polls'"
+        else
+            sql "SELECT 'overdue=' || count(*) || E'\noverdue_p50_ms=' || coalesce(round(1000 *
+                   extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY now() - next_poll_at))), 0)
+                   || E'\noverdue_max_ms=' || coalesce(round(1000 * extract(epoch FROM max(now() - next_poll_at))), 0)
+                 FROM runs WHERE status = 'waiting' AND next_poll_at <= now()"
+        fi
     } >"$OUT/poller-snap-$1.txt"
 }
 sv() { awk -F= -v k="$2" '$1 == k {print $2}' "$OUT/poller-snap-$1.txt"; }
@@ -351,22 +359,32 @@ idle idle2
 demo a2
 alive
 
-echo "== 4. paired rounds: $RUNS demo runs without waiting runs, then beside $WAITING due every 50 ms"
+echo "== 4. paired rounds: $RUNS demo runs without waiting runs, and beside $WAITING due every 50 ms"
 # Each round's two halves are seconds apart, so a change in the machine's
 # other load (it is shared) moves both; the median of the ratios is the
 # figure. One loadgen invocation per half.
 rps() { build/opsrun_loadgen throughput "$URL" "$DB" "$RUNS" "$CLIENTS" | awk -F= '$1 == "runs_per_s" {print $2}'; }
 : >"$OUT/poller-rounds.txt"
-for i in $(seq "$ROUNDS"); do
-    ra=$(rps) || FAILED+=("round $i without")
-    insert job "p$i" 0 '2 s'
+# Odd rounds measure without first, even rounds beside first (ABBA), so
+# that a drift of the machine's other load does not favour either side.
+beside_round() { # beside_round I: sets rb, the runs/s beside the overloaded poller
+    insert job "p$1" 0 '2 s'
     sleep "$RAMP"
-    snap "p$i-0"
-    rb=$(rps) || FAILED+=("round $i beside")
-    snap "p$i-1"
-    window "p$i-0" "p$i-1" >"$OUT/poller-round-$i.txt"
+    snap "p$1-0"
+    rb=$(rps) || FAILED+=("round $1 beside")
+    snap "p$1-1"
+    window "p$1-0" "p$1-1" >"$OUT/poller-round-$1.txt"
     end_waiting job
     sleep 1
+}
+for i in $(seq "$ROUNDS"); do
+    if ((i % 2)); then
+        ra=$(rps) || FAILED+=("round $i without")
+        beside_round "$i"
+    else
+        beside_round "$i"
+        ra=$(rps) || FAILED+=("round $i without")
+    fi
     echo "round=$i without=$ra beside=$rb ratio=$(awk -v a="$ra" -v b="$rb" 'BEGIN {printf "%.2f", (a > 0 ? b / a : 0)}')" \
         "checks_per_s=$(get "poller-round-$i.txt" fake_checks_per_s)" \
         "machine_busy_cores=$(get "poller-round-$i.txt" machine_busy_cores)" | tee -a "$OUT/poller-rounds.txt"
@@ -450,7 +468,7 @@ echo "   (c) demo runs/s beside it:           $(r c-throughput runs_per_s); rati
     "c/a2 $(ratio "$(r c-throughput runs_per_s)" "$(r a2-throughput runs_per_s)")"
 echo "   pickup p50/p99 ms (c):               $(r c-pickup pickup_p50_ms)/$(r c-pickup pickup_p99_ms)"
 echo "   runs of type job_real still waiting: $REAL_LEFT of $WAITING"
-echo "4. paired rounds ($ROUNDS x $RUNS demo runs without, then beside $WAITING runs due every 50 ms):"
+echo "4. paired rounds ($ROUNDS x $RUNS demo runs without and beside $WAITING runs due every 50 ms, ABBA):"
 awk '{for (k = 1; k <= NF; k++) {split($k, kv, "="); v[kv[1]] = kv[2]}
       printf "   round %d: %s runs/s without, %s beside (%s checks/s): ratio %s\n",
           v["round"], v["without"], v["beside"], v["checks_per_s"], v["ratio"]}' "$OUT/poller-rounds.txt"
