@@ -347,6 +347,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct 
                                struct error *err)
 {
     const struct run_type *rt = rc->type;
+    const struct poll_budget budget = {rt->poll.max_checks, rt->poll.max_duration_s};
     bool cancelled = false;
     enum status st;
 
@@ -358,7 +359,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct 
     case SETTLE_WAIT:
         st = store_runs_wait(db, f, rc->external_id, rc->poll_state,
                              rc->next_delay_ms > 0 ? rc->next_delay_ms : rt->poll.initial_delay_ms,
-                             &cancelled, err);
+                             &budget, &cancelled, err);
         return slot_handed_back(end, &end->waiting, cancelled, st);
     case SETTLE_RELEASE:
         st = store_runs_release(db, f, &cancelled, err);

@@ -263,13 +263,24 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* The budget the run is held to: the one stored on it when it began
+ * waiting, which the run object reports ("poll"); its type's configuration
+ * for a run that began waiting before that was stored (migration 010). */
+static struct poll_budget budget_of(const struct run_ctx *rc)
+{
+    struct poll_budget b = {rc->type->poll.max_checks, rc->type->poll.max_duration_s};
+
+    run_poll_budget(rc->run, &b);
+    return b;
+}
+
 /* Whether another check is allowed after `made` checks: NULL when it is,
  * else the budget that ran out. */
-static const char *out_of_budget(const struct run_type *rt, const struct run_ctx *rc, int made)
+static const char *out_of_budget(const struct poll_budget *b, const struct run_ctx *rc, int made)
 {
-    if (made >= rt->poll.max_checks)
+    if (made >= b->max_checks)
         return "poll.max_checks";
-    if (rc->waited_ms >= rt->poll.max_duration_s * 1000)
+    if (rc->waited_ms >= b->max_duration_s * 1000)
         return "poll.max_duration_s";
     return NULL;
 }
@@ -278,16 +289,17 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
                      const struct poll_fence *f, const char *which, int made)
 {
     const json_t *last = json_object_get(rc->poll_state, "last_error");
+    const struct poll_budget b = budget_of(rc);
     char msg[640];
     struct run_result res = {.outcome = OUTCOME_TIMED_OUT, .message = "timed out"};
 
     if (strcmp(which, "poll.max_checks") == 0)
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
-                  rc->external_id ? rc->external_id : "", made, which, rc->type->poll.max_checks);
+                  rc->external_id ? rc->external_id : "", made, which, b.max_checks);
     else
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after waiting %lld s (%s %lld)",
                   rc->external_id ? rc->external_id : "", (long long)(rc->waited_ms / 1000), which,
-                  (long long)rc->type->poll.max_duration_s);
+                  (long long)b.max_duration_s);
     if (json_is_string(last))
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
@@ -324,8 +336,10 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
                          const struct poll_fence *f, enum step step)
 {
     const struct run_type *rt = rc->type;
+    const struct poll_budget b = budget_of(rc);
     struct run_result res = {0};
     const char *budget;
+    int64_t delay, left;
 
     if (step == STEP_DONE || step == STEP_FAIL) {
         res.outcome = step == STEP_DONE                ? rc_done_outcome(rc)
@@ -343,13 +357,16 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
     }
     if (step == STEP_RETRY)
         check_failed(p, rc, f);
-    budget = out_of_budget(rt, rc, f->poll_count);
+    budget = out_of_budget(&b, rc, f->poll_count);
     if (budget) {
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
     }
-    again(p, rc, f,
-          rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
+    /* No check is scheduled past the end of the wait: the run gives up when
+     * its run object says (poll.give_up_at), not a backoff later. */
+    delay = rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count);
+    left = b.max_duration_s * 1000 - rc->waited_ms;
+    again(p, rc, f, delay < left ? delay : left);
 }
 
 /* The context of a claimed check or hooks run: it takes the claim's
@@ -389,7 +406,8 @@ static void run_check(struct poller *p, struct poll_claim *c)
     const struct action_ops *ops = action_find(rt->action);
     const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
     struct run_ctx rc = claim_ctx(p, c, rt);
-    const char *budget = out_of_budget(rt, &rc, c->poll_count - 1);
+    const struct poll_budget b = budget_of(&rc);
+    const char *budget = out_of_budget(&b, &rc, c->poll_count - 1);
     enum step step;
 
     if (budget) {

@@ -27,8 +27,9 @@ static const struct stmt S_WAIT = {
     "runs_wait",
     "WITH upd AS (UPDATE runs r SET " SET_WAIT "hooks_at = CASE WHEN " CANCEL_ASKED
     " THEN now() END, hooks_attempts = 0, "
-    "external_id = $5, poll_state = $6::jsonb, poll_started_at = now(), poll_count = 0, "
-    "poll_owner = NULL, next_poll_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
+    "external_id = $5, poll_state = $6::jsonb, poll_count = 0, poll_max_checks = $8::int, "
+    "poll_max_duration_s = $9::int, poll_started_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
+    "ELSE now() END, poll_owner = NULL, next_poll_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
     "ELSE now() + " INTERVAL_MS(
         "$7") " END, "
               "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
@@ -116,21 +117,23 @@ static enum status fenced(struct db *db, const struct stmt *s, int n, const char
 }
 
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
-                            struct error *err)
+                            const json_t *poll_state, int64_t delay_ms,
+                            const struct poll_budget *budget, bool *cancelled, struct error *err)
 {
-    char att[16], delay[24];
+    char att[16], delay[24], checks[16], secs[24];
     char *state = json_text(poll_state);
-    const char *p[7] = {f->tenant, f->id, f->worker_id, att, external_id, state ? state : "{}",
-                        delay};
+    const char *p[9] = {f->tenant, f->id,  f->worker_id, att, external_id, state ? state : "{}",
+                        delay,     checks, secs};
     PGresult *r;
     enum status st;
 
     xsnprintf(att, sizeof(att), "%d", f->attempt);
     xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms);
+    xsnprintf(checks, sizeof(checks), "%d", budget->max_checks);
+    xsnprintf(secs, sizeof(secs), "%" PRId64, budget->max_duration_s);
     if (cancelled)
         *cancelled = false;
-    st = db_run(db, &S_WAIT, 7, p, &r, err);
+    st = db_run(db, &S_WAIT, 9, p, &r, err);
     free(state);
     if (st != ST_OK)
         return st;
@@ -141,6 +144,19 @@ enum status store_runs_wait(struct db *db, const struct fence *f, const char *ex
         *cancelled = db_i64(r, 0, 1) > 0;
     PQclear(r);
     return st;
+}
+
+bool run_poll_budget(const struct run *run, struct poll_budget *out)
+{
+    const json_t *poll = json_object_get(run->json, "poll");
+    const json_t *checks = json_object_get(poll, "max_checks");
+    const json_t *secs = json_object_get(poll, "max_duration_s");
+
+    if (!json_is_integer(checks) || !json_is_integer(secs))
+        return false;
+    out->max_checks = (int)json_integer_value(checks);
+    out->max_duration_s = (int64_t)json_integer_value(secs);
+    return true;
 }
 
 void poll_claims_free(struct poll_claim *c, size_t n)

@@ -18,14 +18,27 @@
 
 #include "store/runs.h"
 
+/* The poll budget of a waiting run: the most checks, and the longest wait
+ * (migration 010 stores it on the run when it begins waiting). */
+struct poll_budget {
+    int max_checks;
+    int64_t max_duration_s;
+};
+
 /* start() asked to wait on an external job: running -> waiting with the
- * first check delay_ms from now, fenced like the worker's other writes. A
- * run that was asked to cancel meanwhile ends cancelled instead, with its
- * hooks (the remote cancel, cleanup) due at once: then *cancelled is true
- * (cancelled may be NULL). */
+ * first check delay_ms from now and the budget stored on the run (the
+ * poller enforces it, the run object shows it), fenced like the worker's
+ * other writes. A run that was asked to cancel meanwhile ends cancelled
+ * instead, with its hooks (the remote cancel, cleanup) due at once and no
+ * poll schedule: then *cancelled is true (cancelled may be NULL). */
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
+                            const json_t *poll_state, int64_t delay_ms,
+                            const struct poll_budget *budget, bool *cancelled,
                             struct error *err) WUR;
+/* The budget stored on a run that began waiting (its JSON "poll"); false,
+ * *out untouched, when it has none (it never waited, or began waiting
+ * before migration 010). */
+bool run_poll_budget(const struct run *run, struct poll_budget *out);
 
 /* One claimed check (or hooks run) of a waiting (or completed) run. */
 struct poll_claim {

@@ -35,6 +35,7 @@
 
 static const char *const TYPES_T[] = {"T"};
 static const int CAPS_NONE[] = {0};
+static const struct poll_budget BUDGET = {120, 1740};
 
 /* The first column of the first row as a heap string (NULL for SQL NULL or
  * no row). */
@@ -873,9 +874,9 @@ START_TEST(hand_back_of_a_cancelling_run)
             ck_assert_msg(!cancelled, "a plain release reported a cancel");
             OK(store_runs_release(g_db, &f, &cancelled, &g_err));
         } else {
-            OK(store_runs_wait(g_db, &fp, "ext-1", NULL, 60000, &cancelled, &g_err));
+            OK(store_runs_wait(g_db, &fp, "ext-1", NULL, 60000, &BUDGET, &cancelled, &g_err));
             ck_assert_msg(!cancelled, "a plain hand-over to waiting reported a cancel");
-            OK(store_runs_wait(g_db, &f, "ext-2", NULL, 60000, &cancelled, &g_err));
+            OK(store_runs_wait(g_db, &f, "ext-2", NULL, 60000, &BUDGET, &cancelled, &g_err));
         }
         ck_assert_msg(cancelled, "%s of a cancelling run: not reported as cancelled", how[i]);
         assert_state(id, "completed", "cancelled");
@@ -1988,9 +1989,9 @@ START_TEST(polls_again_batch_fences_each_check)
     {
         struct fence fa = {"default", a, "w1", 1}, fb = {"default", b, "w1", 1};
         bool cancelled = true;
-        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &cancelled, &g_err));
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &BUDGET, &cancelled, &g_err));
         ck_assert(!cancelled);
-        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &cancelled, &g_err));
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &BUDGET, &cancelled, &g_err));
         ck_assert(!cancelled);
     }
     PQclear(th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s'"));
@@ -2020,6 +2021,98 @@ START_TEST(polls_again_batch_fences_each_check)
     json_decref(state);
     free(a);
     free(b);
+    close_test_db();
+}
+END_TEST
+
+/* The hand-over to waiting stores the poll budget on the run (migration
+ * 010), and the run object reports it with the schedule as "poll", its last
+ * member: next_check_at only while no check is in flight; null for a run
+ * that never waited, or was cancelled during the hand-over; the limits null
+ * for a run that began waiting before they were stored. The claim's run
+ * carries the budget to the poller. */
+START_TEST(wait_stores_the_budget_the_run_object_shows)
+{
+    static const char *const types[] = {"T"};
+    static const struct poll_budget b = {7, 300};
+    char *a = NULL, *never = NULL, *cancelled_id = NULL, *keys;
+    struct poll_claim *c = NULL;
+    struct poll_budget got = {0, 0};
+    struct run *run = NULL;
+    size_t nc = 0;
+    bool cancelled = true, changed = false;
+
+    open_test_db("it_store_poll_budget");
+    a = new_run(3);
+    cancelled_id = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", cancelled_id, 1);
+    never = new_run(3);
+    {
+        struct fence fa = {"default", a, "w1", 1}, fc = {"default", cancelled_id, "w1", 1};
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 60000, &b, &cancelled, &g_err));
+        ck_assert(!cancelled);
+        OK(store_runs_cancel(g_db, "default", cancelled_id, &run, &changed, &g_err));
+        run_free(run);
+        OK(store_runs_wait(g_db, &fc, "ext-c", NULL, 60000, &b, &cancelled, &g_err));
+        ck_assert(cancelled);
+    }
+    assert_col(a, "poll_max_checks", "7");
+    assert_col(a, "poll_max_duration_s", "300");
+#define POLL(m) "opsrun_run_json(runs)->'poll'->>'" m "'"
+    assert_col(a, POLL("checks"), "0");
+    assert_col(a, POLL("max_checks"), "7");
+    assert_col(a, POLL("max_duration_s"), "300");
+    assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
+    assert_col(a, POLL("waiting_since") " = opsrun_ts(poll_started_at)", "true");
+    assert_col(a, POLL("give_up_at") " = opsrun_ts(poll_started_at + interval '300 s')", "true");
+    assert_col(a, "next_poll_at > now() + interval '50 s'", "true");
+    assert_col(never, "json_typeof(opsrun_run_json(runs)->'poll')", "null");
+    assert_col(cancelled_id, "json_typeof(opsrun_run_json(runs)->'poll')", "null");
+    keys = sql_str("SELECT string_agg(k, ',') FROM runs r, json_object_keys(opsrun_run_json(r)) "
+                   "k WHERE r.id = '%s'",
+                   a);
+    ck_assert_msg(
+        keys && strstr(keys, ",updated_at,retry_of,poll") &&
+            strcmp(strstr(keys, ",updated_at,retry_of,poll"), ",updated_at,retry_of,poll") == 0,
+        "members: %s", keys);
+    free(keys);
+
+    /* a check in flight: counted, and no next check until it is done */
+    PQclear(
+        th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s' WHERE id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert(run_poll_budget(c[0].run, &got));
+    ck_assert_int_eq(got.max_checks, 7);
+    ck_assert_int_eq(got.max_duration_s, 300);
+    poll_claims_free(c, nc);
+    assert_col(a, POLL("checks"), "1");
+    assert_col(a, POLL("next_check_at"), NULL);
+    {
+        struct poll_fence f = {"default", a, "w1", 1};
+        OK(store_polls_again(g_db, &f, NULL, 30000, &g_err));
+    }
+    assert_col(a, POLL("checks"), "1");
+    assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
+
+    /* written before the budget was stored: the limits are not known */
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET poll_max_checks = NULL, poll_max_duration_s = NULL "
+                   "WHERE id = '%s'",
+                   a));
+    assert_col(a, POLL("max_checks"), NULL);
+    assert_col(a, POLL("give_up_at"), NULL);
+    assert_col(a, POLL("checks"), "1");
+#undef POLL
+    OK(store_runs_get(g_db, "default", a, &run, &g_err));
+    got = (struct poll_budget){-1, -1};
+    ck_assert(!run_poll_budget(run, &got));
+    ck_assert_int_eq(got.max_checks, -1);
+    run_free(run);
+    free(a);
+    free(never);
+    free(cancelled_id);
     close_test_db();
 }
 END_TEST
@@ -2054,6 +2147,7 @@ int main(void)
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, finish_batch_fences_each_run);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
+    tcase_add_test(tc, wait_stores_the_budget_the_run_object_shows);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, hand_back_of_a_cancelling_run);
     tcase_add_test(tc, rescue_batches);
