@@ -144,9 +144,9 @@ static bool budget_spent(const struct run_result *res)
            strcmp(json_string_value(code), "poll_budget") == 0;
 }
 
-/* Writes the end of a run, then runs its hooks. */
+/* Writes the end of a run after `made` checks, then runs its hooks. */
 static void finish(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
-                   const struct poll_fence *f, const struct run_result *res)
+                   const struct poll_fence *f, int made, const struct run_result *res)
 {
     struct engine *e = p->e;
     struct db *db = NULL;
@@ -155,7 +155,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     enum status st = db_pool_get(e->pool, &db, &err);
 
     if (st == ST_OK)
-        st = store_polls_finish(db, f, res, rc->poll_state, p->lease_ms, &err);
+        st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK) {
         /* The lease runs out and the check is made again: at least once. */
@@ -163,7 +163,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
             LOG(LOG_WARN, "could not end run=%s after a check: %s", f->id, err.message);
         return;
     }
-    xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", f->poll_count,
+    xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", made,
               rc->external_id ? rc->external_id : "");
     engine_log_finished(rc->run, res->outcome, engine_error_code(res->error), extra);
     count(p, &p->st.finished_total, 1);
@@ -304,7 +304,7 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
     res.error = json_pack("{s:s, s:s}", "code", "poll_budget", "message", msg);
-    finish(p, ops, rc, f, &res);
+    finish(p, ops, rc, f, made, &res);
     json_decref((json_t *)res.error);
 }
 
@@ -339,7 +339,6 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
     const struct poll_budget b = budget_of(rc);
     struct run_result res = {0};
     const char *budget;
-    int64_t delay, left;
 
     if (step == STEP_DONE || step == STEP_FAIL) {
         res.outcome = step == STEP_DONE                ? rc_done_outcome(rc)
@@ -352,7 +351,7 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         res.message = step == STEP_DONE ? "finished" : "failed";
         if (res.outcome == OUTCOME_CANCELLED)
             res.message = "cancelled by the remote system";
-        finish(p, ops, rc, f, &res);
+        finish(p, ops, rc, f, f->poll_count, &res);
         return;
     }
     if (step == STEP_RETRY)
@@ -362,11 +361,8 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
     }
-    /* No check is scheduled past the end of the wait: the run gives up when
-     * its run object says (poll.give_up_at), not a backoff later. */
-    delay = rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count);
-    left = b.max_duration_s * 1000 - rc->waited_ms;
-    again(p, rc, f, delay < left ? delay : left);
+    again(p, rc, f,
+          rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
 }
 
 /* The context of a claimed check or hooks run: it takes the claim's

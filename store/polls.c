@@ -70,20 +70,23 @@ static const struct stmt S_AGAIN = {
     "next_poll_at = now() + " INTERVAL_MS("$6") " WHERE " PFENCE
                                                 " RETURNING 1) SELECT count(*) FROM upd"};
 /* S_AGAIN for many checks: $2 is a JSON array of {tenant, id, poll_count,
- * poll_state, delay_ms}, each row fenced on its own ($1 the owner). */
+ * poll_state, delay_ms}, each row fenced on its own ($1 the owner). No
+ * check is scheduled past the end of the run's wait (least() skips the
+ * NULL of a run with no budget stored). */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
     "poll_count int, poll_state jsonb, delay_ms bigint)) "
     "UPDATE runs r SET poll_state = coalesce(b.poll_state, '{}'), poll_owner = NULL, "
-    "next_poll_at = now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0) FROM b "
+    "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
+    "r.poll_started_at + make_interval(secs => r.poll_max_duration_s)) FROM b "
     "WHERE r.tenant = b.tenant AND r.id = b.id AND r.status = 'waiting' AND r.poll_owner = $1 "
     "AND r.poll_count = b.poll_count RETURNING r.tenant, r.id"};
 static const struct stmt S_FINISH = {
     "polls_finish",
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
     "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
-    "poll_state = $11::jsonb, next_poll_at = NULL, "
+    "poll_state = $11::jsonb, next_poll_at = NULL, poll_count = $13::int, "
     "progress = CASE WHEN $5 IN ('succeeded', 'partially_succeeded') THEN 100 "
     "ELSE r.progress END, completed_at = now(), updated_at = now(), "
     "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 WHERE " PFENCE
@@ -307,22 +310,23 @@ enum status store_polls_again_batch(struct db *db, const char *owner, struct pol
     return ST_OK;
 }
 
-enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+enum status store_polls_finish(struct db *db, const struct poll_fence *f, int checks,
                                const struct run_result *res, const json_t *poll_state,
                                int64_t hooks_lease_ms, struct error *err)
 {
-    char cnt[16], lease[24];
+    char cnt[16], lease[24], made[16];
     char *j[5] = {json_text(res->result), json_text(res->error), json_text(res->summary_counts),
                   json_text(res->failure_summary), json_text(poll_state)};
     const char *outcome = run_outcome_name(res->outcome);
-    const char *p[12] = {
-        f->tenant, f->id,        f->owner,           cnt,  outcome, j[0], j[1], j[2],
-        j[3],      res->message, j[4] ? j[4] : "{}", lease};
+    const char *p[13] = {
+        f->tenant, f->id,        f->owner,           cnt,   outcome, j[0], j[1], j[2],
+        j[3],      res->message, j[4] ? j[4] : "{}", lease, made};
     enum status st;
 
     xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);
     xsnprintf(lease, sizeof(lease), "%" PRId64, hooks_lease_ms);
-    st = fenced(db, &S_FINISH, 12, p, "this check", f->id, err);
+    xsnprintf(made, sizeof(made), "%d", checks);
+    st = fenced(db, &S_FINISH, 13, p, "this check", f->id, err);
     for (size_t i = 0; i < ARRAY_LEN(j); i++)
         free(j[i]);
     return st;

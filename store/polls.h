@@ -91,13 +91,17 @@ struct poll_again {
 };
 /* store_polls_again for n checks of owner, in one statement (one commit),
  * each fenced on its own; a[i].written says which were written. A fence
- * that no longer holds is not an error. */
+ * that no longer holds is not an error. A delay past the end of the run's
+ * wait (poll_started_at + its stored max_duration_s) is cut to it, so the
+ * run gives up when its run object says (poll.give_up_at). */
 enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
                                     size_t n, struct error *err) WUR;
-/* The check ended the run (res->outcome), writing its event; the run's
- * hooks become due after hooks_lease_ms, still owned by f->owner, which is
- * expected to run them at once and then call store_hooks_done. */
-enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+/* The check ended the run (res->outcome), writing its event and the checks
+ * it made: f->poll_count, or one less when the claim found the budget spent
+ * and made none. The run's hooks become due after hooks_lease_ms, still
+ * owned by f->owner, which is expected to run them at once and then call
+ * store_hooks_done. */
+enum status store_polls_finish(struct db *db, const struct poll_fence *f, int checks,
                                const struct run_result *res, const json_t *poll_state,
                                int64_t hooks_lease_ms, struct error *err) WUR;
 /* The hooks of a run ran (ok) or failed: done when ok or after

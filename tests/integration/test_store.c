@@ -2096,6 +2096,20 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     assert_col(a, POLL("checks"), "1");
     assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
 
+    /* a next check past the end of the wait is cut to it */
+    PQclear(
+        th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s' WHERE id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    {
+        struct poll_again w = {"default", a, 2, NULL, 86400000, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(w.written);
+    }
+    assert_col(a, "next_poll_at = poll_started_at + interval '300 s'", "true");
+    assert_col(a, POLL("next_check_at") " = " POLL("give_up_at"), "true");
+
     /* written before the budget was stored: the limits are not known */
     PQclear(th_sql(g_pg,
                    "UPDATE runs SET poll_max_checks = NULL, poll_max_duration_s = NULL "
@@ -2103,7 +2117,18 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
                    a));
     assert_col(a, POLL("max_checks"), NULL);
     assert_col(a, POLL("give_up_at"), NULL);
-    assert_col(a, POLL("checks"), "1");
+    assert_col(a, POLL("checks"), "2");
+    PQclear(
+        th_sql(g_pg, "UPDATE runs SET next_poll_at = now() - interval '1 s' WHERE id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    {
+        struct poll_again w = {"default", a, 3, NULL, 86400000, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(w.written);
+    }
+    assert_col(a, "next_poll_at > now() + interval '23 hours'", "true");
 #undef POLL
     OK(store_runs_get(g_db, "default", a, &run, &g_err));
     got = (struct poll_budget){-1, -1};
