@@ -55,10 +55,8 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
-    /* The claim sets updated_at: how long each run had been due. */
     for (size_t i = 0; i < got; i++)
-        metrics_run_claimed(e->metrics, runs[i]->type,
-                            run_seconds_between(runs[i], "run_at", "updated_at"));
+        metrics_run_claimed(e->metrics, runs[i]->type, runs[i]->claim_due_s);
 
     pthread_mutex_lock(&e->mu);
     for (size_t i = 0; i < got; i++) {
@@ -381,7 +379,7 @@ static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct 
  * database's clock (0 on a first attempt), then this attempt on ours. */
 static double slot_run_seconds(const struct slot *s)
 {
-    double before = run_seconds_between(s->run, "started_at", "updated_at");
+    double before = s->run->claim_ran_s;
 
     return (before > 0 ? before : 0) + (double)(clock_mono_ms() - s->started_ms) / 1000.0;
 }
