@@ -164,10 +164,11 @@ done
             }
             END {
                 split("runs/s,pg exec us/run,pg CPU us/run,opsrun CPU us/run", name, ",")
-                for (k = 3; k <= 6; k++)
-                    printf "%-18s base %8.1f  new %8.1f  new/base %.2f\n", name[k - 2],
-                           med("base", k), med("new", k),
-                           med("base", k) > 0 ? med("new", k) / med("base", k) : 0
+                for (k = 3; k <= 6; k++) {
+                    b = med("base", k)
+                    printf "%-18s base %8.1f  new %8.1f  new/base %.2f\n", name[k - 2], b,
+                           med("new", k), b ? med("new", k) / b : 0
+                }
             }' "$DATA/summary.tsv"
     fi
 } | tee "$OUT/pgcost.txt"
