@@ -49,6 +49,7 @@ PORT=${PORT:-18186}
 TOP=${TOP:-15}
 OUT=bench/out
 mkdir -p "$OUT"
+rm -f "$OUT/pgcost.txt"
 HZ=$(getconf CLK_TCK)
 
 bench_build -- opsrun opsrun_loadgen
