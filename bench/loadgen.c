@@ -32,10 +32,11 @@
  *       (p50/p99/max, ms): a delayed run started_at - run_at, a retry the
  *       claim of its second attempt (its "running" event) - the run_at the
  *       failure set.
- *   loadgen drain URL DBCONNINFO RUNS
+ *   loadgen drain URL DBCONNINFO RUNS [HOOK]
  *       the engine alone: RUNS no-op demo runs inserted straight into the
  *       table (no HTTP), the engine woken, and runs/s from the wake-up to
- *       the last completed_at.
+ *       the last completed_at. HOOK, a shell command, runs after the insert
+ *       and before the wake-up (bench/pgcost.sh starts its counters there).
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -844,7 +845,7 @@ static double sql_double(PGconn *db, const char *sql)
     return v;
 }
 
-static int drain(PGconn *db, int runs)
+static int drain(PGconn *db, int runs, const char *hook)
 {
     char sql[1024], prefix[64];
     double t0, rate;
@@ -863,6 +864,10 @@ static int drain(PGconn *db, int runs)
     /* As autovacuum would soon: the claim's plan depends on the statistics,
      * and the table went from empty to RUNS queued runs at once. */
     PQclear(PQexec(db, "ANALYZE runs"));
+    if (hook && system(hook) != 0) {
+        fprintf(stderr, "loadgen: the hook failed: %s\n", hook);
+        return 1;
+    }
     /* The clock starts when the engine is told; the runs are all due. */
     t0 = sql_double(db, "SELECT extract(epoch FROM clock_timestamp()) FROM "
                         "pg_notify('opsrun_queue', '')");
@@ -891,7 +896,7 @@ static void usage(void)
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
-                    "       loadgen drain URL DB RUNS\n");
+                    "       loadgen drain URL DB RUNS [HOOK]\n");
 }
 
 static int clamp_threads(int n)
@@ -933,7 +938,7 @@ int main(int argc, char **argv)
         rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])),
                   per_request < 1 ? 1 : per_request);
     } else if (strcmp(mode, "drain") == 0) {
-        rc = drain(db, atoi(argv[4]));
+        rc = drain(db, atoi(argv[4]), argc > 5 ? argv[5] : NULL);
     } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {

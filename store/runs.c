@@ -76,6 +76,7 @@ void run_free(struct run *run)
     free(run->id);
     free(run->type);
     json_decref(run->json);
+    json_decref(run->input);
     free(run);
 }
 
@@ -98,7 +99,7 @@ bool run_is_terminal(const struct run *run)
 
 const json_t *run_input(const struct run *run)
 {
-    return json_object_get(run->json, "input");
+    return run->json ? json_object_get(run->json, "input") : run->input;
 }
 
 /* The status and outcome columns of row; a value outside the names tables

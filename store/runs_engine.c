@@ -13,9 +13,15 @@
 /* The event message of a retry or release (a hand-back). */
 #define CANCELLED_OR(message) HAND_BACK_MESSAGE("'cancelled while running'", message)
 
+/* Only what executing a run needs (claim_row), not its API representation:
+ * building that cost more than the claim itself. */
 static const struct stmt S_CLAIM = {
-    "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
-                  "$5::int[]) AS r"};
+    "runs_claim", "SELECT r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, r.max_attempts, "
+                  "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "
+                  "(extract(epoch FROM r.created_at) * 1000000)::bigint, r.input::text, "
+                  "extract(epoch FROM r.updated_at - r.run_at)::float8, "
+                  "extract(epoch FROM r.updated_at - r.started_at)::float8 "
+                  "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[]) AS r"};
 /* The next delayed run (ms ahead), and the newest and the oldest due run
  * (ms ago); store_runs_next_due compares their ages with how long the claim
  * before it took. Each is one step on runs_queued_at. */
@@ -161,6 +167,41 @@ static char *pg_cap_array(const int *caps, size_t n)
     return s;
 }
 
+/* A claimed run from a row of S_CLAIM. */
+static enum status claim_row(const PGresult *r, int row, struct run **out, struct error *err)
+{
+    json_error_t jerr;
+    json_t *input = json_loads(db_val(r, row, 9), JSON_DECODE_ANY, &jerr);
+    struct run *run;
+
+    *out = NULL;
+    if (!input)
+        return error_set(err, ST_INTERNAL, "could not parse the input of run \"%s\": %s",
+                         db_val(r, row, 1), jerr.text);
+    run = xcalloc(1, sizeof(*run));
+    run->input = input;
+    run->tenant = xstrdup(db_val(r, row, 0));
+    run->id = xstrdup(db_val(r, row, 1));
+    run->type = xstrdup(db_val(r, row, 2));
+    run->attempt = (int)db_i64(r, row, 5);
+    run->max_attempts = (int)db_i64(r, row, 6);
+    run->has_deadline = db_val(r, row, 7) != NULL;
+    run->deadline_left_ms = db_i64(r, row, 7);
+    run->created_us = db_i64(r, row, 8);
+    run->claim_due_s = atof(db_val(r, row, 10));
+    run->claim_ran_s = atof(db_val(r, row, 11));
+    if (!run_status_parse(db_val(r, row, 3), &run->status) ||
+        !run_outcome_parse(db_val(r, row, 4), &run->outcome)) {
+        error_set(err, ST_INTERNAL,
+                  "could not parse run \"%s\": unknown status \"%s\" or outcome \"%s\"", run->id,
+                  db_val(r, row, 3), db_val(r, row, 4));
+        run_free(run);
+        return ST_INTERNAL;
+    }
+    *out = run;
+    return ST_OK;
+}
+
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err)
@@ -184,7 +225,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     *out = xcalloc((size_t)PQntuples(r) + 1, sizeof(**out));
     for (int i = 0; i < PQntuples(r); i++) {
         struct run *run;
-        st = run_from_row(r, i, &run, err);
+        st = claim_row(r, i, &run, err);
         if (st != ST_OK)
             break;
         (*out)[(*n)++] = run;

@@ -27,6 +27,7 @@
 #include <libpq-fe.h>
 
 #include "common/util.h"
+#include "live/hub.h"
 #include "store/db.h"
 #include "store/events.h"
 #include "tests/support/fixture.h"
@@ -173,7 +174,7 @@ START_TEST(reorder_two_writers)
     OK(store_events_settled(g_db, &h, &settled, &g_err));
     ck_assert(!settled);
     /* The problem is real: "id > 0" right now returns N+1 without N. */
-    OK(store_events_after(g_db, 0, INT64_MAX, 100, collect, &naive, &n, &g_err));
+    OK(store_events_after(g_db, 0, INT64_MAX, 100, EVENTS_RUNS, collect, &naive, &n, &g_err));
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(naive.ids[0], n2);
     /* The horizon reader waits and delivers nothing. */
@@ -195,7 +196,7 @@ START_TEST(reorder_two_writers)
     /* Nothing more, and a replay from before N gives the same. */
     OK(store_events_advance(g_db, &pos, 10, 100, collect, &got, &n, &g_err));
     ck_assert_int_eq(n, 0);
-    OK(store_events_after(g_db, 0, pos, 100, collect, &replay, &n, &g_err));
+    OK(store_events_after(g_db, 0, pos, 100, EVENTS_RUNS, collect, &replay, &n, &g_err));
     assert_ids(&replay, (long long[]){n1, n2}, 2);
 
     got_free(&naive);
@@ -340,7 +341,8 @@ static void naive_round(struct db *db, int64_t *last, struct got *g)
 {
     int n;
 
-    OK(store_events_after(db, *last, INT64_MAX, EVENTS_PAGE_MAX, collect, g, &n, &g_err));
+    OK(store_events_after(db, *last, INT64_MAX, EVENTS_PAGE_MAX, EVENTS_RUNS, collect, g, &n,
+                          &g_err));
     if (g->n > 0)
         *last = g->ids[g->n - 1];
 }
@@ -499,19 +501,145 @@ START_TEST(pruned_runs)
     PQclear(th_sql(g_pg, "DELETE FROM runs WHERE id = 'r1'"));
     PQclear(th_sql(g_pg, "RESET session_replication_role"));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = 'r1'"), 1);
-    OK(store_events_after(g_db, 0, e2, 10, collect, &got, &n, &g_err));
+    OK(store_events_after(g_db, 0, e2, 10, EVENTS_RUNS, collect, &got, &n, &g_err));
     ck_assert_int_eq(n, 1);
     assert_ids(&got, (long long[]){e2}, 1);
     ck_assert_int_eq(got.null_run_json, 1);
     ck_assert_int_eq(got.bad_json, 0);
 
-    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, 0, collect, &got, &n, &g_err));
+    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, 0, EVENTS_RUNS, collect, &got, &n, &g_err));
+    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, EVENTS_PAGE_MAX + 1, EVENTS_RUNS, collect,
+                                          &got, &n, &g_err));
     EXPECT(ST_INVALID,
-           store_events_after(g_db, 0, e2, EVENTS_PAGE_MAX + 1, collect, &got, &n, &g_err));
-    EXPECT(ST_INVALID, store_events_after(g_db, -1, e2, 10, collect, &got, &n, &g_err));
+           store_events_after(g_db, -1, e2, 10, EVENTS_ENDED, collect, &got, &n, &g_err));
     EXPECT(ST_INVALID, store_events_advance(g_db, &pos, 0, 0, collect, &got, &n, &g_err));
 
     got_free(&got);
+    close_test_db();
+}
+END_TEST
+
+/* ---- each event's run --------------------------------------------------- */
+
+/* What a page delivered, event by event. */
+struct as_of {
+    int n;
+    long long id[64];
+    char *json[64];    /* heap, NULL when the run is gone */
+    bool compact[64];  /* run_json_compact */
+    bool has_type[64]; /* run_type set */
+};
+
+static void as_of_add(void *arg, const struct event_row *ev)
+{
+    struct as_of *a = arg;
+
+    if (a->n == 64)
+        return;
+    a->id[a->n] = ev->id;
+    a->json[a->n] = ev->run_json ? xstrdup(ev->run_json) : NULL;
+    a->compact[a->n] = ev->run_json_compact;
+    a->has_type[a->n] = ev->run_type != NULL;
+    a->n++;
+}
+
+static void as_of_free(struct as_of *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->json[i]);
+    memset(a, 0, sizeof(*a));
+}
+
+/* Reads every event in pages of `page` and checks each delivered run
+ * against PostgreSQL's own opsrun_run_json_at for that event: the same
+ * text once compacted, or, for a run jansson cannot hold, PostgreSQL's
+ * text itself. Returns how many came through each path. */
+static void expect_as_of(int page, int want_n, int *by_jansson, int *by_postgres)
+{
+    struct as_of a = {0};
+    int64_t pos = 0;
+    int n;
+
+    *by_jansson = *by_postgres = 0;
+    do {
+        OK(store_events_after(g_db, pos, INT64_MAX, page, EVENTS_RUNS, as_of_add, &a, &n, &g_err));
+        if (n > 0)
+            pos = a.id[a.n - 1];
+    } while (n == page);
+    ck_assert_int_eq(a.n, want_n);
+    for (int i = 0; i < a.n; i++) {
+        PGresult *r = th_sql(g_pg,
+                             "SELECT opsrun_run_json_at(r, e)::text FROM run_events e "
+                             "JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id "
+                             "WHERE e.id = %lld",
+                             a.id[i]);
+        const char *want = PQgetvalue(r, 0, 0);
+        char *compact = hub_json_compact(want);
+        ck_assert_int_eq(PQntuples(r), 1);
+        ck_assert(a.has_type[i]);
+        ck_assert_ptr_nonnull(a.json[i]);
+        if (compact) {
+            ck_assert_msg(a.compact[i] && strcmp(a.json[i], compact) == 0,
+                          "event %lld (page %d): got %s, want %s", a.id[i], page, a.json[i],
+                          compact);
+            (*by_jansson)++;
+        } else {
+            ck_assert_msg(!a.compact[i] && strcmp(a.json[i], want) == 0,
+                          "event %lld (page %d): got %s, want %s", a.id[i], page, a.json[i], want);
+            (*by_postgres)++;
+        }
+        free(compact);
+        PQclear(r);
+    }
+    as_of_free(&a);
+}
+
+/* A run's representation is built once per page, and each of its events
+ * gets it as of the event (status, outcome, progress, step set in C): the
+ * same as opsrun_run_json_at builds per event, whatever the page size and
+ * however the runs' events interleave; PostgreSQL's own text for a run
+ * jansson cannot hold. EVENTS_ENDED reads only the completions, bare. */
+START_TEST(runs_as_of_each_event)
+{
+    int by_jansson, by_postgres, n;
+    long long done;
+    struct as_of a = {0};
+
+    open_test_db("it_events_as_of");
+    make_runs("j", 3);
+    PQclear(th_sql(g_pg, "UPDATE runs SET input = '{\"s\": \"a\\\"b\\\\c \\u00e9 \\u0001 /\", "
+                         "\"n\": 1.50, \"e\": 1e3, \"a\": [true, null, {}]}', "
+                         "context = '{\"k\": \"v\"}', external_id = 'x-1' WHERE id = 'j0'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET input = '{\"huge\": 123456789012345678901234567890}' "
+                         "WHERE id = 'j2'"));
+    write_ok(g_pg, "j0", 10);
+    write_ok(g_pg, "j1", 20);
+    write_ok(g_pg, "j0", 30);
+    write_ok(g_pg, "j2", 40);
+    write_ok(g_pg, "j1", 50);
+    write_ok(g_pg, "j0", 60);
+    done = th_sql_int(
+        g_pg, "WITH upd AS (UPDATE runs SET status = 'completed', outcome = 'failed', "
+              "step = NULL, progress = 55, completed_at = now() WHERE id = 'j1' "
+              "RETURNING tenant, id, status, outcome, progress, step), "
+              "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, "
+              "step) SELECT tenant, id, 'status', status, outcome, progress, step FROM upd "
+              "RETURNING id) SELECT id FROM ev");
+    write_ok(g_pg, "j2", 70);
+    write_ok(g_pg, "j0", 80);
+
+    for (int page = 1; page <= 10; page++) {
+        expect_as_of(page, 9, &by_jansson, &by_postgres);
+        ck_assert_int_eq(by_jansson, 7);
+        ck_assert_int_eq(by_postgres, 2);
+    }
+
+    OK(store_events_after(g_db, 0, INT64_MAX, 10, EVENTS_ENDED, as_of_add, &a, &n, &g_err));
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(a.id[0], done);
+    ck_assert_ptr_null(a.json[0]);
+    ck_assert(!a.has_type[0]);
+    as_of_free(&a);
     close_test_db();
 }
 END_TEST
@@ -541,6 +669,7 @@ int main(void)
     tc = tcase("stall_prune", 60);
     tcase_add_test(tc, open_writer_stalls_the_horizon);
     tcase_add_test(tc, pruned_runs);
+    tcase_add_test(tc, runs_as_of_each_event);
     suite_add_tcase(s, tc);
 
     return th_run_suite(s);

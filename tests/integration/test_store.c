@@ -201,6 +201,16 @@ static void claim_expect(const char *worker, const char *id, int attempt)
     assert_col(id, "worker_id", worker);
 }
 
+/* The SQL expression expr over run id's row as a double. */
+static double col_double(const char *id, const char *expr)
+{
+    char *v = sql_str("SELECT (%s)::float8 FROM runs WHERE id = '%s'", expr, id);
+    double d = v ? atof(v) : -1;
+
+    free(v);
+    return d;
+}
+
 static void claim_none(const char *worker)
 {
     struct run **runs = NULL;
@@ -739,6 +749,132 @@ START_TEST(claim_order_delay_and_types)
     free(tie2);
     free(future);
     free(unknown);
+    close_test_db();
+}
+END_TEST
+
+/* Asserts that the one claimed run holds what its worker needs: no API
+ * representation, its input, its deadline, and by the database's clock how
+ * long it had been due and how long it ran before this attempt. */
+static void assert_claimed(const struct run *run, const char *id, int attempt)
+{
+    char *in = json_dumps(run_input(run), JSON_COMPACT | JSON_SORT_KEYS);
+
+    ck_assert_str_eq(run->id, id);
+    ck_assert_str_eq(run->tenant, "default");
+    ck_assert_str_eq(run->type, "T");
+    ck_assert_str_eq(run_status_name(run->status), "running");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "pending");
+    ck_assert_int_eq(run->attempt, attempt);
+    ck_assert_int_eq(run->max_attempts, 3);
+    ck_assert_ptr_null(run->json);
+    ck_assert_str_eq(in, "{\"a\":[1,2.5,\"x\"],\"b\":{\"c\":null,\"d\":\"\u00e9\"}}");
+    ck_assert(run->has_deadline);
+    ck_assert_msg(run->deadline_left_ms > 290000 && run->deadline_left_ms <= 300000,
+                  "deadline in %lld ms, want ~300000", (long long)run->deadline_left_ms);
+    ck_assert_int_eq(run->created_us, col_int(id, "extract(epoch FROM created_at) * 1000000"));
+    ck_assert_double_eq_tol(run->claim_due_s,
+                            col_double(id, "extract(epoch FROM updated_at - run_at)"), 1e-6);
+    ck_assert_double_eq_tol(run->claim_ran_s,
+                            col_double(id, "extract(epoch FROM updated_at - started_at)"), 1e-6);
+    free(in);
+}
+
+START_TEST(claim_returns_what_the_worker_needs)
+{
+    char at_m10[40];
+    char *id;
+    struct run **runs = NULL;
+    size_t n;
+
+    open_test_db("it_store_claim_cols");
+    rfc3339_in(-10000, at_m10);
+    id = new_run_full(NULL, "T", 0, at_m10, 3);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET input = '{\"b\": {\"c\": null, \"d\": \"\\u00e9\"}, "
+                   "\"a\": [1, 2.5, \"x\"]}' WHERE id = '%s'",
+                   id));
+    n = claim_t("w1", 10, &runs);
+    ck_assert_int_eq(n, 1);
+    assert_claimed(runs[0], id, 1);
+    ck_assert_msg(runs[0]->claim_due_s >= 9.0, "due for %f s, want ~10", runs[0]->claim_due_s);
+    ck_assert_double_eq(runs[0]->claim_ran_s, 0);
+    free_runs(runs, n);
+
+    /* A second attempt: it ran (from its first start) before this claim. */
+    {
+        struct fence f = {"default", id, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 0, NULL, NULL, &g_err));
+    }
+    PQclear(th_sql(g_pg, "UPDATE runs SET started_at = started_at - interval '5 s' WHERE id = '%s'",
+                   id));
+    n = claim_t("w2", 10, &runs);
+    ck_assert_int_eq(n, 1);
+    assert_claimed(runs[0], id, 2);
+    ck_assert_msg(runs[0]->claim_ran_s >= 5.0, "ran %f s before, want >= 5", runs[0]->claim_ran_s);
+    free_runs(runs, n);
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* Sequential scans of runs by g_pg not yet reported (those of its open
+ * transaction among them). */
+static long long runs_seq_scans(void)
+{
+    return th_sql_int(g_pg, "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'runs'");
+}
+
+/* Claims two runs of type T on g_pg with opsrun_claim (caps: an int[]
+ * literal) and asserts that it never scanned the table. */
+static void claim_two_by_index(const char *caps)
+{
+    long long before;
+
+    PQclear(th_sql(g_pg, "BEGIN"));
+    before = runs_seq_scans();
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 2, 100000, '{T}', '%s')", caps),
+        2);
+    ck_assert_msg(runs_seq_scans() == before, "the claim (caps %s) scanned runs %lld times", caps,
+                  runs_seq_scans() - before);
+    PQclear(th_sql(g_pg, "COMMIT"));
+}
+
+/* The claim is planned once per connection (migration 011), and its plan is
+ * fixed: candidates from runs_claim in order, picks updated through an
+ * index. Planned while the statistics say the table is tiny, where a scan
+ * of it is cheapest, it must not scan the table once it has grown; and it
+ * must not join back to the table by hashing it whole, the generic plan's
+ * choice at 20,000 queued runs. Both paths, with and without a type cap. */
+START_TEST(claim_plan_never_scans_the_table)
+{
+    static const char *const caps[] = {"{NULL}", "{100000}"};
+    char *id, *id2;
+
+    open_test_db("it_store_claim_plan");
+    id = new_run(3);
+    id2 = new_run(3);
+    PQclear(th_sql(g_pg, "ANALYZE runs"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++) {
+        PQclear(th_sql(g_pg, "UPDATE runs SET status = 'queued', worker_id = NULL"));
+        claim_two_by_index(caps[i]);
+    }
+    PQclear(th_sql(g_pg,
+                   "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                   "identity_hash, request_hash) SELECT 'default', 'bulk-' || i, 'T', 3, 300, "
+                   "'{}', 'bulk-' || i, 'x' FROM generate_series(1, 20000) AS i"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++)
+        claim_two_by_index(caps[i]);
+    PQclear(th_sql(g_pg, "ANALYZE runs"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++)
+        claim_two_by_index(caps[i]);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_proc WHERE proname = "
+                                      "'opsrun_claim' AND 'plan_cache_mode=force_generic_plan' "
+                                      "= ANY (proconfig)"),
+                     1);
+    free(id);
+    free(id2);
     close_test_db();
 }
 END_TEST
@@ -2166,6 +2302,8 @@ int main(void)
     tc = tcase("claim", 120);
     tcase_add_test(tc, max_running_under_contention);
     tcase_add_test(tc, claim_order_delay_and_types);
+    tcase_add_test(tc, claim_returns_what_the_worker_needs);
+    tcase_add_test(tc, claim_plan_never_scans_the_table);
     suite_add_tcase(s, tc);
 
     tc = tcase("fencing", 60);
