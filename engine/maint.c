@@ -8,6 +8,7 @@
 #include "common/metrics.h"
 #include "common/util.h"
 #include "store/db.h"
+#include "store/partitions.h"
 #include "store/workers.h"
 
 #include <stdlib.h>
@@ -198,6 +199,48 @@ bool maint_rescue(struct engine *e, struct db *db)
     return true;
 }
 
+static void on_partition_created(void *arg, const char *name)
+{
+    (void)arg;
+    LOG(LOG_INFO, "retention created partition=%s", name);
+}
+
+static void on_partition_dropped(void *arg, const char *name)
+{
+    (void)arg;
+    LOG(LOG_INFO, "retention dropped partition=%s", name);
+}
+
+/* The spans of run_events ahead (migration 013), before the deletes of a
+ * pass; a failure here stops nothing else. */
+static void maint_partitions_ahead(struct engine *e, struct db *db)
+{
+    struct error err = {0};
+    int n = 0;
+
+    if (store_partitions_ensure(db, e->cfg->queue.event_partition_s, on_partition_created, NULL, &n,
+                                &err) != ST_OK)
+        LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
+}
+
+/* The spans whose runs are all gone, after the deletes of a pass, so that
+ * the pass that deletes a span's last runs drops it too. */
+static void maint_partitions_drop(struct engine *e, struct db *db)
+{
+    struct error err = {0};
+    int n = 0;
+
+    if (store_partitions_drop(db, on_partition_dropped, NULL, &n, &err) != ST_OK) {
+        LOG(LOG_WARN, "could not drop partitions: %s", err.message);
+        return;
+    }
+    if (n > 0) {
+        pthread_mutex_lock(&e->mu);
+        e->st.partitions_dropped_total += n;
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
 /* One retention pass; returns whether it stopped with more to delete. */
 static bool maint_retention(struct engine *e, struct db *db)
 {
@@ -205,6 +248,7 @@ static bool maint_retention(struct engine *e, struct db *db)
     int n = 0, total = 0;
     bool more = true;
 
+    maint_partitions_ahead(e, db);
     for (int round = 0; round < RETENTION_ROUNDS && more; round++) {
         if (store_runs_prune(db, e->cfg->queue.retention_s, e->cfg->queue.retention_batch, &n,
                              &err) != ST_OK) {
@@ -215,6 +259,7 @@ static bool maint_retention(struct engine *e, struct db *db)
         total += n;
         more = n == e->cfg->queue.retention_batch;
     }
+    maint_partitions_drop(e, db);
     if (total > 0) {
         LOG(LOG_INFO, "retention deleted_runs=%d", total);
         pthread_mutex_lock(&e->mu);
