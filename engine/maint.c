@@ -211,16 +211,28 @@ static void on_partition_dropped(void *arg, const char *name)
     LOG(LOG_INFO, "retention dropped partition=%s", name);
 }
 
+/* Logged when a partition step did not get its table lock in time: once
+ * is nothing, every pass means a session holds run_events for long. */
+static void gave_way(const char *what)
+{
+    LOG(LOG_INFO,
+        "retention could not %s partitions now: a lock on run_events was not granted "
+        "within %d ms; trying again next pass",
+        what, PARTITION_LOCK_TIMEOUT_MS);
+}
+
 /* The spans of run_events ahead (migration 013), before the deletes of a
  * pass; a failure here stops nothing else. */
 static void maint_partitions_ahead(struct engine *e, struct db *db)
 {
     struct error err = {0};
-    int n = 0;
+    struct partition_step step;
 
-    if (store_partitions_ensure(db, e->cfg->queue.event_partition_s, on_partition_created, NULL, &n,
-                                &err) != ST_OK)
+    if (store_partitions_ensure(db, e->cfg->queue.event_partition_s, on_partition_created, NULL,
+                                &step, &err) != ST_OK)
         LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
+    else if (step.gave_way)
+        gave_way("create");
 }
 
 /* The spans whose runs are all gone, after the deletes of a pass, so that
@@ -228,15 +240,17 @@ static void maint_partitions_ahead(struct engine *e, struct db *db)
 static void maint_partitions_drop(struct engine *e, struct db *db)
 {
     struct error err = {0};
-    int n = 0;
+    struct partition_step step;
 
-    if (store_partitions_drop(db, on_partition_dropped, NULL, &n, &err) != ST_OK) {
+    if (store_partitions_drop(db, on_partition_dropped, NULL, &step, &err) != ST_OK) {
         LOG(LOG_WARN, "could not drop partitions: %s", err.message);
         return;
     }
-    if (n > 0) {
+    if (step.gave_way)
+        gave_way("drop");
+    if (step.n > 0) {
         pthread_mutex_lock(&e->mu);
-        e->st.partitions_dropped_total += n;
+        e->st.partitions_dropped_total += step.n;
         pthread_mutex_unlock(&e->mu);
     }
 }

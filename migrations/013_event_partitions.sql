@@ -268,8 +268,8 @@ $$;
 -- until two spans (and at least ten minutes) ahead of now, and returns their
 -- names. A span change applies from the newest span's end on. Nothing is
 -- created when another session holds the partition lock (another replica is
--- at it) or the locks are not granted within p_lock_timeout_ms: the next
--- pass tries again. A gap of whole spans into the past (no replica ran for
+-- at it), and nothing but one NULL is returned when the locks are not
+-- granted within p_lock_timeout_ms: the next pass tries again. A gap of whole spans into the past (no replica ran for
 -- that long) gets one partition up to the current span.
 CREATE FUNCTION opsrun_event_partitions_ensure(p_span interval, p_lock_timeout_ms integer)
 RETURNS SETOF text
@@ -294,7 +294,7 @@ BEGIN
             v_lo := v_hi;
         END LOOP;
     EXCEPTION WHEN lock_not_available THEN
-        v_names := '{}';
+        v_names := ARRAY[NULL];
     END;
     RETURN QUERY SELECT unnest(v_names);
 END
@@ -310,9 +310,9 @@ $$;
 -- started its insert; were one to come later still, its events would go to
 -- run_events_default and be deleted with their run. The pruned-events mark
 -- (migration 004) rises to the highest id dropped. Nothing is dropped when
--- the lock is not granted within p_lock_timeout_ms (writers wait behind the
--- request for at most that long) or another replica holds the partition
--- lock.
+-- another replica holds the partition lock; nothing is dropped and one NULL
+-- returned when the lock is not granted within p_lock_timeout_ms (writers
+-- wait behind the request for at most that long).
 CREATE FUNCTION opsrun_event_partitions_drop(p_margin interval, p_lock_timeout_ms integer)
 RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE AS $$
@@ -344,7 +344,7 @@ BEGIN
             v_names := v_names || v.name;
         END LOOP;
     EXCEPTION WHEN lock_not_available THEN
-        v_names := '{}';
+        v_names := ARRAY[NULL];
     END;
     RETURN QUERY SELECT unnest(v_names);
 END

@@ -184,11 +184,14 @@ static void on_partition_created(void *arg, const char *name)
 static void ensure_partitions(const struct config *cfg, struct db *db)
 {
     struct error err = {0};
-    int n = 0;
+    struct partition_step step;
 
-    if (store_partitions_ensure(db, cfg->queue.event_partition_s, on_partition_created, NULL, &n,
+    if (store_partitions_ensure(db, cfg->queue.event_partition_s, on_partition_created, NULL, &step,
                                 &err) != ST_OK)
         LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
+    else if (step.gave_way)
+        LOG(LOG_INFO, "could not create partitions ahead now: a lock on run_events was not "
+                      "granted in time; retention tries again");
 }
 
 /* Connects and migrates, retrying for up to wait_s while the database is

@@ -10,8 +10,9 @@
  * creation time keeps the events of the earlier run off the later one.
  * 'infinity' is an event whose writer did not name the time (a binary from
  * before migration 013): it is matched by id alone, as before, and deleted
- * with its run. With r.created_at known, PostgreSQL prunes a lookup of one
- * run's events to the partition of its creation time and run_events_unknown. */
+ * with its run. In a subquery correlated with r, PostgreSQL prunes the
+ * lookup of one run's events to the partition of its creation time and
+ * run_events_unknown; in a join it probes every partition's index. */
 #define EVENT_OF_RUN                                                                               \
     "e.tenant = r.tenant AND e.run_id = r.id AND e.run_created_at IN (r.created_at, 'infinity')"
 

@@ -128,16 +128,17 @@ START_TEST(spans_ahead)
     struct run *run = NULL;
     json_t *in = json_pack("{s:s}", "k", "v");
     bool dedup = true;
-    int n = -1;
+    struct partition_step step;
 
     open_test_db("it_parts_ahead");
     ck_assert(table_exists("run_events_pmin"));
     ck_assert(table_exists("run_events_unknown"));
     ck_assert(table_exists("run_events_default"));
-    OK(store_partitions_ensure(g_db, 86400, add_name, &created, &n, &g_err));
+    OK(store_partitions_ensure(g_db, 86400, add_name, &created, &step, &g_err));
     assert_contiguous("2 days");
-    OK(store_partitions_ensure(g_db, 86400, add_name, &created, &n, &g_err));
-    ck_assert_int_eq(n, 0);
+    OK(store_partitions_ensure(g_db, 86400, add_name, &created, &step, &g_err));
+    ck_assert_int_eq(step.n, 0);
+    ck_assert(!step.gave_way);
 
     OK(store_runs_submit(g_db,
                          &(struct run_new){.tenant = "default",
@@ -160,12 +161,13 @@ START_TEST(spans_ahead)
 
     /* Thirty-day spans, from the end of the daily ones on. */
     created = (struct names){0};
-    OK(store_partitions_ensure(g_db, 30 * 86400, add_name, &created, &n, &g_err));
-    ck_assert_int_ge(n, 2);
+    OK(store_partitions_ensure(g_db, 30 * 86400, add_name, &created, &step, &g_err));
+    ck_assert_int_ge(step.n, 2);
+    ck_assert_int_eq(step.n, created.n);
     assert_contiguous("60 days");
     ck_assert_int_ge(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_event_partitions() WHERE hi - "
                                       "lo = interval '30 days'"),
-                     n - 1);
+                     step.n - 1);
     json_decref(in);
     close_test_db();
 }
@@ -178,10 +180,10 @@ START_TEST(default_rows_move)
     long long id;
     char *where;
     PGresult *r;
-    int n = -1;
+    struct partition_step step;
 
     open_test_db("it_parts_default");
-    OK(store_partitions_ensure(g_db, 86400, NULL, NULL, &n, &g_err));
+    OK(store_partitions_ensure(g_db, 86400, NULL, NULL, &step, &g_err));
     r = th_sql(g_pg, "INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, "
                      "run_created_at) SELECT 'default', 'later', 'status', 'queued', 'pending', "
                      "0, max(hi) + interval '1 hour' FROM opsrun_event_partitions() "
@@ -190,8 +192,8 @@ START_TEST(default_rows_move)
     ck_assert_str_eq(PQgetvalue(r, 0, 1), "run_events_default");
     PQclear(r);
 
-    OK(store_partitions_ensure(g_db, 30 * 86400, NULL, NULL, &n, &g_err));
-    ck_assert_int_ge(n, 1);
+    OK(store_partitions_ensure(g_db, 30 * 86400, NULL, NULL, &step, &g_err));
+    ck_assert_int_ge(step.n, 1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events_default"), 0);
     r = th_sql(g_pg, "SELECT tableoid::regclass::text FROM run_events WHERE id = %lld", id);
     ck_assert_int_eq(PQntuples(r), 1);
@@ -215,14 +217,15 @@ START_TEST(drop_when_no_run_left)
     char *a, *b;
     json_t *ev = NULL;
     long long a_max;
+    struct partition_step step;
     int n = -1;
 
     open_test_db("it_parts_drop");
     drop_spans();
     a = make_span("-4 hours", "-3 hours");
     b = make_span("-3 hours", "-2 hours");
-    OK(store_partitions_ensure(g_db, 3600, add_name, &created, &n, &g_err));
-    ck_assert_int_ge(n, 3);
+    OK(store_partitions_ensure(g_db, 3600, add_name, &created, &step, &g_err));
+    ck_assert_int_ge(step.n, 3);
     assert_contiguous("2 hours");
 
     make_run("a1", "-210 minutes", "-200 minutes");
@@ -236,7 +239,7 @@ START_TEST(drop_when_no_run_left)
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events_unknown"), 1);
     a_max = th_sql_int(g_pg, "SELECT max(id) FROM %s", a);
 
-    OK(store_partitions_drop(g_db, add_name, &dropped, &n, &g_err));
+    OK(store_partitions_drop(g_db, add_name, &dropped, &step, &g_err));
     ck_assert_msg(!has_name(&dropped, a) && !has_name(&dropped, b), "dropped %s", dropped.list);
     ck_assert(table_exists(a));
 
@@ -247,7 +250,7 @@ START_TEST(drop_when_no_run_left)
     EXPECT(ST_NOT_FOUND, store_events_list(g_db, "default", "a1", &ev, &g_err));
 
     dropped = (struct names){0};
-    OK(store_partitions_drop(g_db, add_name, &dropped, &n, &g_err));
+    OK(store_partitions_drop(g_db, add_name, &dropped, &step, &g_err));
     ck_assert_msg(has_name(&dropped, a) && !has_name(&dropped, b), "dropped %s", dropped.list);
     ck_assert(!table_exists(a));
     ck_assert(table_exists(b));
@@ -272,32 +275,34 @@ START_TEST(drop_gives_way)
     struct names dropped = {0};
     PGconn *x;
     char *b;
-    int n = -1;
+    struct partition_step step;
 
     open_test_db("it_parts_locks");
     drop_spans();
     b = make_span("-3 hours", "-2 hours");
-    OK(store_partitions_ensure(g_db, 3600, NULL, NULL, &n, &g_err));
+    OK(store_partitions_ensure(g_db, 3600, NULL, NULL, &step, &g_err));
     make_run("b1", "-150 minutes", "-140 minutes");
     PQclear(th_sql(g_pg, "DELETE FROM runs"));
 
     x = th_pg(g_ci);
     PQclear(th_sql(x, "BEGIN"));
     PQclear(th_sql(x, "SELECT count(*) FROM run_events"));
-    OK(store_partitions_drop(g_db, add_name, &dropped, &n, &g_err));
-    ck_assert_int_eq(n, 0);
+    OK(store_partitions_drop(g_db, add_name, &dropped, &step, &g_err));
+    ck_assert_int_eq(step.n, 0);
+    ck_assert(step.gave_way);
     ck_assert(table_exists(b));
     PQclear(th_sql(x, "COMMIT"));
 
     PQclear(th_sql(x, "BEGIN"));
     PQclear(th_sql(x, "SELECT pg_advisory_xact_lock(7260017013)"));
-    OK(store_partitions_drop(g_db, add_name, &dropped, &n, &g_err));
-    ck_assert_int_eq(n, 0);
-    OK(store_partitions_ensure(g_db, 30 * 86400, NULL, NULL, &n, &g_err));
-    ck_assert_int_eq(n, 0);
+    OK(store_partitions_drop(g_db, add_name, &dropped, &step, &g_err));
+    ck_assert_int_eq(step.n, 0);
+    ck_assert(!step.gave_way);
+    OK(store_partitions_ensure(g_db, 30 * 86400, NULL, NULL, &step, &g_err));
+    ck_assert_int_eq(step.n, 0);
     PQclear(th_sql(x, "ROLLBACK"));
 
-    OK(store_partitions_drop(g_db, add_name, &dropped, &n, &g_err));
+    OK(store_partitions_drop(g_db, add_name, &dropped, &step, &g_err));
     ck_assert_msg(has_name(&dropped, b), "dropped %s", dropped.list);
     ck_assert(!table_exists(b));
     PQfinish(x);
