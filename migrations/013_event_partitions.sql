@@ -90,19 +90,24 @@ CREATE TABLE run_events_unknown PARTITION OF run_events FOR VALUES FROM ('infini
 
 -- 3. The events so far, with their ids, into one partition for every run
 --    created before now. It is filled before it is attached, so its indexes
---    are built once at the end instead of row by row; the CHECK lets the
---    attach skip scanning it again. The events of a run created after now()
---    (by a transaction that began after this one) go through the parent, to
---    run_events_default until their span exists. An event whose run is gone
---    (only possible where the foreign key was bypassed) could never be shown
---    and is left behind.
+--    are built once at the end instead of row by row; the CHECK, there
+--    before the rows, lets the attach skip scanning them. The events of a
+--    run created after now() (by a transaction that began after this one)
+--    go through the parent, to run_events_default until their span exists.
+--    An event whose run is gone (only possible where the foreign key was
+--    bypassed) could never be shown and is left behind.
 CREATE TABLE run_events_pmin (LIKE run_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+DO $$
+BEGIN
+    EXECUTE format('ALTER TABLE run_events_pmin ADD CONSTRAINT run_events_pmin_bound '
+                   'CHECK (run_created_at < %L)', now());
+END
+$$;
 INSERT INTO run_events_pmin
     SELECT e.id, e.tenant, e.run_id, e.type, e.status, e.outcome, e.progress, e.step,
            e.message, e.xid, e.created_at, r.created_at
       FROM run_events_old e JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id
      WHERE r.created_at < now();
-ALTER TABLE run_events_pmin ADD CONSTRAINT run_events_pmin_bound CHECK (run_created_at < now());
 DO $$
 BEGIN
     EXECUTE format('ALTER TABLE run_events ATTACH PARTITION run_events_pmin '
