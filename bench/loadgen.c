@@ -755,8 +755,11 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     int slices = minutes * 6, next_slice = 0;
     long sent = 0, failed = 0;
     double start_db, t0;
-    const char *sizes = "SELECT (pg_total_relation_size('runs') + "
-                        "pg_total_relation_size('run_events')) / 1024";
+    /* run_events may be partitioned (migration 013): then its partitions
+     * hold the bytes, the parent none. */
+    const char *sizes = "SELECT (pg_total_relation_size('runs') + coalesce((SELECT "
+                        "sum(pg_total_relation_size(relid)) FROM pg_partition_tree('run_events')), "
+                        "pg_total_relation_size('run_events'))) / 1024";
     const char *due = "SELECT count(*) FROM runs WHERE status = 'queued' AND run_at <= now()";
 
     {

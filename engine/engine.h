@@ -35,6 +35,7 @@ struct engine_stats {
     int64_t rescued_total;       /* by this process's orphan scans */
     int64_t last_orphan_scan_ms; /* wall clock, 0 = not yet */
     int64_t pruned_total;
+    int64_t partitions_dropped_total; /* run_events partitions retention dropped */
     struct poller_stats poller;
 };
 

@@ -5,6 +5,7 @@
 #include "store/events.h"
 
 #include "store/db_internal.h"
+#include "store/events_internal.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -29,15 +30,16 @@ static const struct stmt S_SETTLED = {"events_settled", "SELECT opsrun_events_se
  * the event's outcome, progress and step, then fi. */
 static const struct stmt S_AFTER = {
     "events_after",
-    "WITH e AS (SELECT id, tenant, run_id, type, status, outcome, progress, step "
+    "WITH e AS (SELECT id, tenant, run_id, run_created_at, type, status, outcome, progress, step "
     "FROM run_events WHERE id > $1::bigint AND id <= $2::bigint ORDER BY id LIMIT $3::int), "
     "k AS (SELECT e.*, row_number() OVER (ORDER BY e.id) - 1 AS i FROM e), "
-    "f AS (SELECT k.*, first_value(k.i) OVER (PARTITION BY k.tenant, k.run_id ORDER BY k.id) "
+    "f AS (SELECT k.*, first_value(k.i) OVER (PARTITION BY k.tenant, k.run_id, k.run_created_at "
+    "ORDER BY k.id) "
     "AS fi FROM k) "
-    "SELECT f.id, f.tenant, f.run_id, f.type, f.status, r.type, "
-    "CASE WHEN r.id IS NOT NULL AND f.i = f.fi THEN opsrun_run_json(r)::text END, "
-    "f.outcome, f.progress, f.step, f.fi "
-    "FROM f LEFT JOIN runs r ON r.tenant = f.tenant AND r.id = f.run_id ORDER BY f.id"};
+    "SELECT e.id, e.tenant, e.run_id, e.type, e.status, r.type, "
+    "CASE WHEN r.id IS NOT NULL AND e.i = e.fi THEN opsrun_run_json(r)::text END, "
+    "e.outcome, e.progress, e.step, e.fi "
+    "FROM f e LEFT JOIN runs r ON " EVENT_OF_RUN " ORDER BY e.id"};
 /* The events that complete a run, for long-polls: no run, no join. */
 static const struct stmt S_ENDED = {
     "events_ended", "SELECT id, tenant, run_id, type, status, NULL::text, NULL::text "
@@ -47,34 +49,33 @@ static const struct stmt S_ENDED = {
  * representation jansson cannot hold (deliver_runs). */
 static const struct stmt S_RUN_AT = {
     "events_run_at", "SELECT opsrun_run_json_at(r, e)::text FROM run_events e JOIN runs r "
-                     "ON r.tenant = e.tenant AND r.id = e.run_id WHERE e.id = $1::bigint"};
+                     "ON " EVENT_OF_RUN " WHERE e.id = $1::bigint"};
 /* One run's events: the run_events_run index. */
 static const struct stmt S_REPLAY_RUN = {
     "events_replay_run",
-    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
-    "e.run_id WHERE e.tenant = $1 AND e.run_id = $2 AND e.id > $3::bigint AND e.id <= $4::bigint "
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON " EVENT_OF_RUN " "
+    "WHERE e.tenant = $1 AND e.run_id = $2 AND e.id > $3::bigint AND e.id <= $4::bigint "
     "ORDER BY e.id LIMIT $5::int"};
 /* Every run's events of a tenant: the primary key's id range. */
 static const struct stmt S_REPLAY_ALL = {
     "events_replay_all",
-    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
-    "e.run_id WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON " EVENT_OF_RUN " "
+    "WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
     "e.tenant = $3) "
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR e.status = $5) "
     "ORDER BY e.id LIMIT $6::int"};
 /* One statement, so the run and its newest event id agree: every writer
  * locks the run row before it inserts the event (design-event-order.md). */
 static const struct stmt S_RUN_SNAPSHOT = {
-    "events_run_snapshot",
-    "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
-    "(SELECT max(e.id) FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id), "
-    "EXISTS (SELECT 1 FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id "
-    "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+    "events_run_snapshot", "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
+                           "(SELECT max(e.id) FROM run_events e WHERE " EVENT_OF_RUN "), "
+                           "EXISTS (SELECT 1 FROM run_events e WHERE " EVENT_OF_RUN " "
+                           "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 /* The active runs of one tenant in id order (the runs_active index), or of
  * every tenant in (id, tenant) order, after the cursor ($1, $2). */
 #define ACTIVE_SQL(cond, order)                                                                    \
-    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE e.tenant = r.tenant "           \
-    "AND e.run_id = r.id), r.tenant, r.id, 'snapshot', r.status, r.type, "                         \
+    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE " EVENT_OF_RUN "), "            \
+    "r.tenant, r.id, 'snapshot', r.status, r.type, "                                               \
     "opsrun_run_json(r)::text FROM runs r WHERE r.status <> 'completed' AND " cond " "             \
     "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "               \
     "ORDER BY " order " LIMIT $5::int"

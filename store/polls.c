@@ -34,9 +34,10 @@ static const struct stmt S_WAIT = {
         "$7") " END, "
               "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
               " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-              "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*), count(*) "
-                                                                   "FILTER (WHERE status = "
-                                                                   "'completed') FROM upd"};
+              "r.step, r.created_at), " EVENT_FROM_UPD("'status'",
+                                                       WAIT_MESSAGE) " SELECT count(*), count(*) "
+                                                                     "FILTER (WHERE status = "
+                                                                     "'completed') FROM upd"};
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT tenant, id FROM runs WHERE status = 'waiting' AND next_poll_at <= now() "
@@ -91,7 +92,7 @@ static const struct stmt S_FINISH = {
     "ELSE r.progress END, completed_at = now(), updated_at = now(), "
     "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 WHERE " PFENCE
                                              " RETURNING r.tenant, r.id, r.status, r.outcome, "
-                                             "r.progress, r.step), " EVENT_FROM_UPD(
+                                             "r.progress, r.step, r.created_at), " EVENT_FROM_UPD(
                                                  "'status'", "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_HOOKS_DONE = {
     "hooks_done", "UPDATE runs r SET poll_state = coalesce($7::jsonb, r.poll_state), "

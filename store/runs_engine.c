@@ -35,9 +35,8 @@ static const struct stmt S_NEXT_DUE = {
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
-    "WHERE " FENCE
-    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'progress'", "NULL") " SELECT count(*) FROM upd"};
+    "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, "
+    "r.created_at), " EVENT_FROM_UPD("'progress'", "NULL") " SELECT count(*) FROM upd"};
 static const struct stmt S_FINISH = {
     "runs_finish",
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
@@ -46,8 +45,8 @@ static const struct stmt S_FINISH = {
     "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = "
     "NULL, " SET_CLEANUP_IF("true") "cleanup_due = false WHERE " FENCE
                                     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                                    "r.step), " EVENT_FROM_UPD("'status'",
-                                                               "$10") " SELECT count(*) FROM upd"};
+                                    "r.step, r.created_at), " EVENT_FROM_UPD(
+                                        "'status'", "$10") " SELECT count(*) FROM upd"};
 /* store_runs_finish for many runs in one statement: $2 is a JSON array of
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
@@ -64,7 +63,8 @@ static const struct stmt S_FINISH_BATCH = {
     "" SET_CLEANUP_IF(
         "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
                 "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
-                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, b.message), "
+                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, "
+                "b.message), "
                 "" EVENT_FROM_UPD("'status'", "message") " SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
@@ -74,7 +74,7 @@ static const struct stmt S_RETRY = {
                       "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
                       "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
                       "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step), " EVENT_FROM_UPD(
+                      "r.step, r.created_at), " EVENT_FROM_UPD(
                           "'status'", CANCELLED_OR("$7")) " SELECT " COUNT_ENDED " FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
@@ -83,7 +83,7 @@ static const struct stmt S_RELEASE = {
                       "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
                       "updated_at = now() WHERE " FENCE
                       " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step), " EVENT_FROM_UPD(
+                      "r.step, r.created_at), " EVENT_FROM_UPD(
                           "'status'", CANCELLED_OR("format('released by %s at shutdown', "
                                                    "$3::text)")) " SELECT " COUNT_ENDED
                                                                  " FROM upd"};
@@ -121,21 +121,32 @@ static const struct stmt S_RESCUE = {
                           "now() "
                           "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
                           "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, "
-                          "r.progress, r.step), " EVENT_FROM_UPD(
+                          "r.progress, r.step, r.created_at), " EVENT_FROM_UPD(
                               "'status'",
                               "'orphan rescued: heartbeat went stale'") " SELECT type, status, "
                                                                         "outcome, "
                                                                         "count(*) FROM upd GROUP "
                                                                         "BY 1, 2, 3"};
-/* m raises the pruned-events mark (migration 004) to the highest event id
- * this batch deletes; its subquery sees the events before the cascade. */
+/* Deletes a batch of expired runs. Their events stay in their partition of
+ * run_events until retention drops it (migration 013), except those in
+ * run_events_unknown (written without the run's creation time) and in
+ * run_events_default, which no partition drop would reach: u and x delete
+ * them with their run. m raises the pruned-events mark (migration 004) to
+ * the highest event id of the batch, one index probe per run in the
+ * partition of its creation time; its subquery sees the events as they were
+ * before the statement. */
 static const struct stmt S_PRUNE = {
     "runs_prune",
-    "WITH d AS (SELECT tenant, id FROM runs WHERE status = 'completed' AND completed_at < "
-    "now() - make_interval(secs => $1::bigint) ORDER BY completed_at LIMIT $2::int "
-    "FOR UPDATE SKIP LOCKED), "
-    "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max(e.id) FROM run_events e "
-    "JOIN d ON e.tenant = d.tenant AND e.run_id = d.id)) WHERE EXISTS (SELECT 1 FROM d)) "
+    "WITH d AS (SELECT tenant, id, created_at FROM runs WHERE status = 'completed' AND "
+    "completed_at < now() - make_interval(secs => $1::bigint) ORDER BY completed_at "
+    "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
+    "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max((SELECT max(e.id) "
+    "FROM run_events e WHERE e.tenant = d.tenant AND e.run_id = d.id AND e.run_created_at IN "
+    "(d.created_at, 'infinity'))) FROM d)) WHERE EXISTS (SELECT 1 FROM d)), "
+    "u AS (DELETE FROM run_events e USING d WHERE e.tenant = d.tenant AND e.run_id = d.id "
+    "AND e.run_created_at = 'infinity'), "
+    "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
+    "e.run_id = d.id) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
 static const struct stmt S_QUEUE_AGE = {
     "runs_queue_age",

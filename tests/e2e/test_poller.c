@@ -207,6 +207,12 @@ START_TEST(success_and_schedule)
                       "run_id = 'ok-1' AND type = 'status'");
     ck_assert_str_eq(PQgetvalue(ev, 0, 0), "queued,running,waiting,completed");
     PQclear(ev);
+    /* Every writer on the way, the poller's included, named the run's
+     * creation time (the partition key, migration 013). */
+    ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM run_events e JOIN runs r ON r.tenant "
+                                      "= e.tenant AND r.id = e.run_id WHERE r.id = 'ok-1' AND "
+                                      "e.run_created_at <> r.created_at"),
+                     0);
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM run_events WHERE run_id = 'ok-1' "
                                       "AND position('" SECRET "' in coalesce(message, '')) > 0"),
                      0);
