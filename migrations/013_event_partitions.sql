@@ -150,7 +150,13 @@ END
 $$;
 
 -- 5. The claim of migration 011 (its settings and both of its paths), its
---    event now naming the run's creation time (the only change).
+--    event now naming the run's creation time, and without bitmap scans:
+--    the count of held runs took a bitmap scan of runs_heartbeat, which
+--    never marks the entries of runs that have since completed as dead, so
+--    until autovacuum came every claim visited every run completed since
+--    (measured: 1.4 ms a claim after a 50,000-run bulk submission, against
+--    microseconds with a plain index scan, which marks them and skips them
+--    the next time).
 CREATE OR REPLACE FUNCTION opsrun_claim(p_worker text, p_limit integer, p_max_running integer,
                                         p_types text[], p_caps integer[])
 RETURNS SETOF runs
@@ -160,6 +166,7 @@ SET enable_seqscan = off
 SET enable_sort = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
 SET jit = off
 AS $$
 DECLARE
