@@ -13,7 +13,8 @@
 #   - graphile-worker's own perf test (pinned, installed with npm into
 #     .cache/) on another database of the same cluster: the peer;
 #   - with --soak MINUTES, a steady load at half the measured capacity with
-#     retention running, minute by minute.
+#     retention running (and run_events partitions of a minute, so whole
+#     partitions are dropped during it), minute by minute.
 # Figures that need a feature this build lacks print "n/a (not built)".
 # Usage: bench/all.sh [--soak MINUTES] [--no-peer]
 set -euo pipefail
@@ -23,7 +24,7 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 SOAK=0
 PEER=1
 usage() {
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 while (($#)); do
@@ -341,8 +342,9 @@ fi
 if [ "$SOAK" -gt 0 ]; then
     CAP=$(get all-single.txt runs_per_s)
     RATE=$(awk -v c="${CAP:-0}" 'BEGIN {r = c / 2; if (r < 10) r = 10; printf "%.0f", r}')
-    say "soak: $SOAK minutes at $RATE runs/s (half of $CAP) from 8 clients, retention after 60 s"
-    echo '{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}' >"$DATA/soak.json"
+    say "soak: $SOAK minutes at $RATE runs/s (half of $CAP) from 8 clients, retention after 60 s, 60 s event partitions"
+    echo '{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60, "event_partition_s": 60}}' \
+        >"$DATA/soak.json"
     if serve "$SOAK_PORT" "$DATA/soak.json" "$OUT/all-soak-serve.log" --workers 8; then
         build/opsrun_loadgen soak "http://127.0.0.1:$SOAK_PORT" "$DB" "$SOAK" "$RATE" 8 "$SERVER" \
             2>>"$LOG" | tee "$OUT/all-soak.txt" | grep '^minute=' | sed 's/^/   /' || FAILED+=(soak)

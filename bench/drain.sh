@@ -4,7 +4,10 @@
 # last one completed, on a Release build with WORKERS workers against a
 # durable cluster (bench/loadgen.c, mode drain).
 # Usage: bench/drain.sh [RUNS] [WORKERS]   (defaults 20000, 32); CONFIG='{...}'
-#        adds a configuration file (e.g. '{"queue": {"claim_batch": 32}}')
+#        adds a configuration file (e.g. '{"queue": {"claim_batch": 32}}');
+#        OPSRUN=path runs another opsrun binary (e.g. one bench/pgcost.sh
+#        built with BASE=REV) against this tree's loadgen; PORT=N listens
+#        elsewhere (default 18185)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
@@ -31,11 +34,12 @@ bench_cluster "$DATA"
 # the NOTIFY that starts the clock.
 LONG_POLL='{"queue": {"poll_interval_ms": 120000}}'
 echo "${CONFIG:-$LONG_POLL}" >"$DATA/config.json"
-build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18185 --workers "$WORKERS" \
+OPSRUN=${OPSRUN:-build/opsrun}
+"$OPSRUN" serve --config "$DATA/config.json" --database-url "$DB" --listen "127.0.0.1:${PORT:-18185}" --workers "$WORKERS" \
     --log-level warn 2>"$OUT/drain-serve.log" &
 PID=$!
-bench_wait_ready http://127.0.0.1:18185
+bench_wait_ready "http://127.0.0.1:${PORT:-18185}"
 sleep 1
 
 echo "== drain ($RUNS due no-op demo runs, $WORKERS workers)"
-build/opsrun_loadgen drain http://127.0.0.1:18185 "$DB" "$RUNS" | tee "$OUT/drain.txt"
+build/opsrun_loadgen drain "http://127.0.0.1:${PORT:-18185}" "$DB" "$RUNS" | tee "$OUT/drain.txt"

@@ -1,6 +1,6 @@
 # bench/lib.sh — what the benchmark scripts share; sourced by run.sh,
-# streams.sh, poller.sh, all.sh, drain.sh, lateness.sh, replicas.sh and
-# profile.sh from the repository's root.
+# streams.sh, poller.sh, all.sh, drain.sh, pgcost.sh, lateness.sh,
+# replicas.sh and profile.sh from the repository's root.
 #
 #   bench_build [DEPS...] -- TARGETS...   installs missing packages (scripts/deps.sh,
 #                                         plus DEPS) and builds TARGETS in build/ (Release)

@@ -32,10 +32,11 @@
  *       (p50/p99/max, ms): a delayed run started_at - run_at, a retry the
  *       claim of its second attempt (its "running" event) - the run_at the
  *       failure set.
- *   loadgen drain URL DBCONNINFO RUNS
+ *   loadgen drain URL DBCONNINFO RUNS [HOOK]
  *       the engine alone: RUNS no-op demo runs inserted straight into the
  *       table (no HTTP), the engine woken, and runs/s from the wake-up to
- *       the last completed_at.
+ *       the last completed_at. HOOK, a shell command, runs after the insert
+ *       and before the wake-up (bench/pgcost.sh starts its counters there).
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -181,6 +182,23 @@ static long long completed_since(PGconn *db, const char *since)
     return v;
 }
 
+/* Whether a run created at or after `since` has not completed yet: the
+ * first such row ends the scan (runs_active), so polling it every 20 ms costs
+ * next to nothing, where counting every completed run (completed_since) each
+ * time took PostgreSQL up to a core during a 50,000-run bench. */
+static bool active_since(PGconn *db, const char *since)
+{
+    const char *p[1] = {since};
+    PGresult *r = PQexecParams(db,
+                               "SELECT EXISTS (SELECT 1 FROM runs WHERE status <> 'completed' "
+                               "AND created_at >= $1::timestamptz)",
+                               1, NULL, p, NULL, NULL, 0);
+    bool v = PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+             strcmp(PQgetvalue(r, 0, 0), "f") != 0;
+    PQclear(r);
+    return v;
+}
+
 static int throughput(PGconn *db, int runs, int clients, bool wait)
 {
     pthread_t th[64];
@@ -209,7 +227,7 @@ static int throughput(PGconn *db, int runs, int clients, bool wait)
         failed += (long)f;
     }
     t_sub = now_s();
-    while (wait && completed_since(db, since) < runs) {
+    while (wait && (active_since(db, since) || completed_since(db, since) < runs)) {
         if (now_s() - t0 > 600) {
             fprintf(stderr, "loadgen: runs did not complete within 600 s\n");
             return 1;
@@ -351,7 +369,7 @@ static double wait_completed(PGconn *db, const char *since, long long want, doub
 {
     double t0 = now_s();
 
-    while (completed_since(db, since) < want) {
+    while (active_since(db, since) || completed_since(db, since) < want) {
         if (now_s() - t0 > timeout_s) {
             fprintf(stderr, "loadgen: %lld runs did not complete within %.0f s\n", want, timeout_s);
             return -1;
@@ -754,8 +772,11 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     int slices = minutes * 6, next_slice = 0;
     long sent = 0, failed = 0;
     double start_db, t0;
-    const char *sizes = "SELECT (pg_total_relation_size('runs') + "
-                        "pg_total_relation_size('run_events')) / 1024";
+    /* run_events may be partitioned (migration 013): then its partitions
+     * hold the bytes, the parent none. */
+    const char *sizes = "SELECT (pg_total_relation_size('runs') + coalesce((SELECT "
+                        "sum(pg_total_relation_size(relid)) FROM pg_partition_tree('run_events')), "
+                        "pg_total_relation_size('run_events'))) / 1024";
     const char *due = "SELECT count(*) FROM runs WHERE status = 'queued' AND run_at <= now()";
 
     {
@@ -844,7 +865,7 @@ static double sql_double(PGconn *db, const char *sql)
     return v;
 }
 
-static int drain(PGconn *db, int runs)
+static int drain(PGconn *db, int runs, const char *hook)
 {
     char sql[1024], prefix[64];
     double t0, rate;
@@ -863,6 +884,10 @@ static int drain(PGconn *db, int runs)
     /* As autovacuum would soon: the claim's plan depends on the statistics,
      * and the table went from empty to RUNS queued runs at once. */
     PQclear(PQexec(db, "ANALYZE runs"));
+    if (hook && system(hook) != 0) {
+        fprintf(stderr, "loadgen: the hook failed: %s\n", hook);
+        return 1;
+    }
     /* The clock starts when the engine is told; the runs are all due. */
     t0 = sql_double(db, "SELECT extract(epoch FROM clock_timestamp()) FROM "
                         "pg_notify('opsrun_queue', '')");
@@ -891,7 +916,7 @@ static void usage(void)
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
-                    "       loadgen drain URL DB RUNS\n");
+                    "       loadgen drain URL DB RUNS [HOOK]\n");
 }
 
 static int clamp_threads(int n)
@@ -933,7 +958,7 @@ int main(int argc, char **argv)
         rc = bulk(db, atoi(argv[4]), clamp_threads(atoi(argv[5])),
                   per_request < 1 ? 1 : per_request);
     } else if (strcmp(mode, "drain") == 0) {
-        rc = drain(db, atoi(argv[4]));
+        rc = drain(db, atoi(argv[4]), argc > 5 ? argv[5] : NULL);
     } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {

@@ -65,6 +65,7 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_BOOL, queue.listen,                 1,       0,    0),
     CFG_NUM(OPT_I64,  queue.retention_s,            604800,  60,   31536000),
     CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
+    CFG_NUM(OPT_I64,  queue.event_partition_s,      86400,   60,   2592000),
     CFG_NUM(OPT_INT,  poller.concurrency,           16,      1,    256),
     CFG_NUM(OPT_INT,  poller.interval_ms,           1000,    50,   600000),
     CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),

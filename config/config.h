@@ -146,6 +146,7 @@ struct config {
         bool listen;                /* LISTEN/NOTIFY wake-ups; false = poll only */
         int64_t retention_s;        /* completed runs kept, default 7 days */
         int retention_batch;        /* default 500 */
+        int64_t event_partition_s;  /* run_events partition span, default 1 day */
     } queue;
 
     struct {

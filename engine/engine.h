@@ -24,6 +24,7 @@ struct poller_stats {
     int64_t timed_out_total;                  /* of those, past their poll budget */
     int64_t hooks_total, hook_failures_total; /* cancel and cleanup hooks */
     int64_t yielded_ms_total;                 /* claims held back while this process ran runs */
+    int64_t given_back_total; /* claims given back after waiting too long for a checker */
 };
 
 struct engine_stats {
@@ -36,6 +37,7 @@ struct engine_stats {
     int64_t rescued_total;       /* by this process's orphan scans */
     int64_t last_orphan_scan_ms; /* wall clock, 0 = not yet */
     int64_t pruned_total;
+    int64_t partitions_dropped_total; /* run_events partitions retention dropped */
     struct poller_stats poller;
 };
 

@@ -8,6 +8,7 @@
 #include "common/metrics.h"
 #include "common/util.h"
 #include "store/db.h"
+#include "store/partitions.h"
 #include "store/workers.h"
 
 #include <stdlib.h>
@@ -198,6 +199,62 @@ bool maint_rescue(struct engine *e, struct db *db)
     return true;
 }
 
+static void on_partition_created(void *arg, const char *name)
+{
+    (void)arg;
+    LOG(LOG_INFO, "retention created partition=%s", name);
+}
+
+static void on_partition_dropped(void *arg, const char *name)
+{
+    (void)arg;
+    LOG(LOG_INFO, "retention dropped partition=%s", name);
+}
+
+/* Logged when a partition step did not get its table lock in time: once
+ * is nothing, every pass means a session holds run_events for long. */
+static void gave_way(const char *what)
+{
+    LOG(LOG_INFO,
+        "retention could not %s partitions now: a lock on run_events was not granted "
+        "within %d ms; trying again next pass",
+        what, PARTITION_LOCK_TIMEOUT_MS);
+}
+
+/* The spans of run_events ahead (migration 013), before the deletes of a
+ * pass; a failure here stops nothing else. */
+static void maint_partitions_ahead(struct engine *e, struct db *db)
+{
+    struct error err = {0};
+    struct partition_step step;
+
+    if (store_partitions_ensure(db, e->cfg->queue.event_partition_s, on_partition_created, NULL,
+                                &step, &err) != ST_OK)
+        LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
+    else if (step.gave_way)
+        gave_way("create");
+}
+
+/* The spans whose runs are all gone, after the deletes of a pass, so that
+ * the pass that deletes a span's last runs drops it too. */
+static void maint_partitions_drop(struct engine *e, struct db *db)
+{
+    struct error err = {0};
+    struct partition_step step;
+
+    if (store_partitions_drop(db, on_partition_dropped, NULL, &step, &err) != ST_OK) {
+        LOG(LOG_WARN, "could not drop partitions: %s", err.message);
+        return;
+    }
+    if (step.gave_way)
+        gave_way("drop");
+    if (step.n > 0) {
+        pthread_mutex_lock(&e->mu);
+        e->st.partitions_dropped_total += step.n;
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
 /* One retention pass; returns whether it stopped with more to delete. */
 static bool maint_retention(struct engine *e, struct db *db)
 {
@@ -205,6 +262,7 @@ static bool maint_retention(struct engine *e, struct db *db)
     int n = 0, total = 0;
     bool more = true;
 
+    maint_partitions_ahead(e, db);
     for (int round = 0; round < RETENTION_ROUNDS && more; round++) {
         if (store_runs_prune(db, e->cfg->queue.retention_s, e->cfg->queue.retention_batch, &n,
                              &err) != ST_OK) {
@@ -215,6 +273,7 @@ static bool maint_retention(struct engine *e, struct db *db)
         total += n;
         more = n == e->cfg->queue.retention_batch;
     }
+    maint_partitions_drop(e, db);
     if (total > 0) {
         LOG(LOG_INFO, "retention deleted_runs=%d", total);
         pthread_mutex_lock(&e->mu);

@@ -54,6 +54,7 @@ struct again {
     int poll_count;
     json_t *poll_state; /* owned copy */
     int64_t delay_ms;
+    bool given_back; /* a claim given back unchecked (give_back) */
 };
 
 struct poller {
@@ -76,7 +77,7 @@ struct poller {
     struct poller_stats st; /* running, concurrency, in_flight (under mu) */
     _Atomic int64_t checks, check_failures, finished, timed_out, hooks, hook_failures;
     _Atomic int64_t db_us; /* time spent in claims and writes (wall clock) */
-    _Atomic int64_t yielded_ms;
+    _Atomic int64_t yielded_ms, given_back;
     int64_t win_us, win_db; /* the previous claim's start, and db_us then */
     /* the writer: next checks to schedule, many per statement */
     pthread_cond_t again_cv;
@@ -160,9 +161,9 @@ static bool budget_spent(const struct run_result *res)
            strcmp(json_string_value(code), "poll_budget") == 0;
 }
 
-/* Writes the end of a run, then runs its hooks. */
+/* Writes the end of a run after `made` checks, then runs its hooks. */
 static void finish(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
-                   const struct poll_fence *f, const struct run_result *res)
+                   const struct poll_fence *f, int made, const struct run_result *res)
 {
     struct engine *e = p->e;
     struct db *db = NULL;
@@ -171,7 +172,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     enum status st = db_pool_get(e->pool, &db, &err);
 
     if (st == ST_OK)
-        st = store_polls_finish(db, f, res, rc->poll_state, p->lease_ms, &err);
+        st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK) {
         /* The lease runs out and the check is made again: at least once. */
@@ -179,7 +180,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
             LOG(LOG_WARN, "could not end run=%s after a check: %s", f->id, err.message);
         return;
     }
-    xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", f->poll_count,
+    xsnprintf(extra, sizeof(extra), " checks=%d external_id=%s", made,
               rc->external_id ? rc->external_id : "");
     engine_log_finished(rc->run, res->outcome, engine_error_code(res->error), extra);
     atomic_fetch_add(&p->finished, 1);
@@ -200,8 +201,10 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
 static void again(struct again *next, const struct run_ctx *rc, const struct poll_fence *f,
                   int64_t delay_ms)
 {
-    *next = (struct again){xstrdup(f->tenant), xstrdup(f->id), f->poll_count,
-                           rc->poll_state ? json_deep_copy(rc->poll_state) : NULL, delay_ms};
+    *next =
+        (struct again){xstrdup(f->tenant), xstrdup(f->id),
+                       f->poll_count,      rc->poll_state ? json_deep_copy(rc->poll_state) : NULL,
+                       delay_ms,           false};
 }
 
 /* Queues a next check for the writer; under p->mu. */
@@ -231,8 +234,8 @@ static void again_write(struct poller *p, struct again *a, size_t n, struct poll
     struct engine *e = p->e;
 
     for (int i = 0; i < (int)n; i++)
-        w[i] = (struct poll_again){a[i].tenant,     a[i].id,       a[i].poll_count,
-                                   a[i].poll_state, a[i].delay_ms, false};
+        w[i] = (struct poll_again){a[i].tenant,   a[i].id, a[i].poll_count, a[i].poll_state,
+                                   a[i].delay_ms, false,   a[i].given_back};
     for (int tries = 1;; tries++) {
         struct db *db = NULL;
         struct error err = {0};
@@ -290,13 +293,24 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* The budget the run is held to: the one stored on it when it began
+ * waiting, which the run object reports ("poll"); its type's configuration
+ * for a run that began waiting before that was stored (migration 010). */
+static struct poll_budget budget_of(const struct run_ctx *rc)
+{
+    struct poll_budget b = {rc->type->poll.max_checks, rc->type->poll.max_duration_s};
+
+    run_poll_budget(rc->run, &b);
+    return b;
+}
+
 /* Whether another check is allowed after `made` checks: NULL when it is,
  * else the budget that ran out. */
-static const char *out_of_budget(const struct run_type *rt, const struct run_ctx *rc, int made)
+static const char *out_of_budget(const struct poll_budget *b, const struct run_ctx *rc, int made)
 {
-    if (made >= rt->poll.max_checks)
+    if (made >= b->max_checks)
         return "poll.max_checks";
-    if (rc->waited_ms >= rt->poll.max_duration_s * 1000)
+    if (rc->waited_ms >= b->max_duration_s * 1000)
         return "poll.max_duration_s";
     return NULL;
 }
@@ -305,21 +319,22 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
                      const struct poll_fence *f, const char *which, int made)
 {
     const json_t *last = json_object_get(rc->poll_state, "last_error");
+    const struct poll_budget b = budget_of(rc);
     char msg[640];
     struct run_result res = {.outcome = OUTCOME_TIMED_OUT, .message = "timed out"};
 
     if (strcmp(which, "poll.max_checks") == 0)
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
-                  rc->external_id ? rc->external_id : "", made, which, rc->type->poll.max_checks);
+                  rc->external_id ? rc->external_id : "", made, which, b.max_checks);
     else
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after waiting %lld s (%s %lld)",
                   rc->external_id ? rc->external_id : "", (long long)(rc->waited_ms / 1000), which,
-                  (long long)rc->type->poll.max_duration_s);
+                  (long long)b.max_duration_s);
     if (json_is_string(last))
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
     res.error = json_pack("{s:s, s:s}", "code", "poll_budget", "message", msg);
-    finish(p, ops, rc, f, &res);
+    finish(p, ops, rc, f, made, &res);
     json_decref((json_t *)res.error);
 }
 
@@ -352,6 +367,7 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
                          const struct poll_fence *f, enum step step, struct again *next)
 {
     const struct run_type *rt = rc->type;
+    const struct poll_budget b = budget_of(rc);
     struct run_result res = {0};
     const char *budget;
 
@@ -366,12 +382,12 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         res.message = step == STEP_DONE ? "finished" : "failed";
         if (res.outcome == OUTCOME_CANCELLED)
             res.message = "cancelled by the remote system";
-        finish(p, ops, rc, f, &res);
+        finish(p, ops, rc, f, f->poll_count, &res);
         return;
     }
     if (step == STEP_RETRY)
         check_failed(p, rc, f);
-    budget = out_of_budget(rt, rc, f->poll_count);
+    budget = out_of_budget(&b, rc, f->poll_count);
     if (budget) {
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
@@ -422,7 +438,8 @@ static void run_check(struct poller *p, struct poll_claim *c, struct remote_conn
     const struct action_ops *ops = action_find(rt->action);
     const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
     struct run_ctx rc = claim_ctx(p, c, rt, conn);
-    const char *budget = out_of_budget(rt, &rc, c->poll_count - 1);
+    const struct poll_budget b = budget_of(&rc);
+    const char *budget = out_of_budget(&b, &rc, c->poll_count - 1);
     enum step step;
 
     if (budget) {
@@ -471,15 +488,21 @@ static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks
 }
 
 /* A claim that waited too long in the queue: a check is due again at once
- * (through the writer, *next), hooks are left to their lease's end. */
-static void give_back(struct job *j, struct again *next)
+ * with its count taken back (it made none), through the writer (*next);
+ * hooks are left to their lease's end. */
+static void give_back(struct poller *p, struct job *j, struct again *next)
 {
     LOG(LOG_DEBUG, "giving back a claim run=%s hooks=%d waited_ms=%lld", j->c.run->id, j->hooks,
         (long long)(clock_mono_ms() - j->claimed_mono));
+    atomic_fetch_add(&p->given_back, 1);
     if (j->hooks)
         return;
-    *next = (struct again){xstrdup(j->c.run->tenant), xstrdup(j->c.run->id), j->c.poll_count,
-                           j->c.poll_state, 0};
+    *next = (struct again){xstrdup(j->c.run->tenant),
+                           xstrdup(j->c.run->id),
+                           j->c.poll_count,
+                           j->c.poll_state,
+                           0,
+                           true};
     j->c.poll_state = NULL;
 }
 
@@ -508,7 +531,7 @@ static void *checker_main(void *arg)
         p->st.in_flight++;
         pthread_mutex_unlock(&p->mu);
         if (clock_mono_ms() - j.claimed_mono > QUEUE_WAIT_MAX_MS)
-            give_back(&j, &next);
+            give_back(p, &j, &next);
         else if (j.hooks)
             run_claimed_hooks(p, &j.c, conn);
         else
@@ -804,4 +827,6 @@ void poller_stats(struct poller *p, struct poller_stats *out)
     out->hooks_total = atomic_load(&p->hooks);
     out->hook_failures_total = atomic_load(&p->hook_failures);
     out->yielded_ms_total = atomic_load(&p->yielded_ms);
+    out->given_back_total = atomic_load(&p->given_back);
+    out->given_back_total = atomic_load(&p->given_back);
 }

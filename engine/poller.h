@@ -7,8 +7,9 @@
  * (checks that other replicas scheduled). A checker runs the action's
  * poll() once, within the run type's poll.check_timeout_s, then writes the
  * result: the run ends, or its next check is scheduled with exponential
- * backoff and jitter; past its budget (poll.max_checks or
- * poll.max_duration_s) it ends timed_out. After every terminal transition
+ * backoff and jitter, never past the end of its wait; past its budget
+ * (poll.max_checks or poll.max_duration_s, as stored on the run when it
+ * began waiting) it ends timed_out. After every terminal transition
  * of a run that waited, the action's cancel (cancelled or timed out) and
  * cleanup hooks run, best effort.
  *

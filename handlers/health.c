@@ -27,12 +27,13 @@ static enum status health_db(const struct hctx *hc, struct db **db, struct error
 static json_t *poller_json(const struct poller_stats *p)
 {
     return json_pack(
-        "{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "running", p->running, "concurrency",
-        p->concurrency, "in_flight", p->in_flight, "checks_total", (json_int_t)p->checks_total,
-        "check_failures_total", (json_int_t)p->check_failures_total, "finished_total",
-        (json_int_t)p->finished_total, "timed_out_total", (json_int_t)p->timed_out_total,
-        "hooks_total", (json_int_t)p->hooks_total, "hook_failures_total",
-        (json_int_t)p->hook_failures_total, "yielded_ms_total", (json_int_t)p->yielded_ms_total);
+        "{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "running", p->running,
+        "concurrency", p->concurrency, "in_flight", p->in_flight, "checks_total",
+        (json_int_t)p->checks_total, "check_failures_total", (json_int_t)p->check_failures_total,
+        "finished_total", (json_int_t)p->finished_total, "timed_out_total",
+        (json_int_t)p->timed_out_total, "hooks_total", (json_int_t)p->hooks_total,
+        "hook_failures_total", (json_int_t)p->hook_failures_total, "yielded_ms_total",
+        (json_int_t)p->yielded_ms_total, "given_back_total", (json_int_t)p->given_back_total);
 }
 
 static json_t *engine_json(const struct hctx *hc)

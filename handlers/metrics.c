@@ -171,6 +171,10 @@ static enum status put_engine(const struct hctx *hc, struct dynbuf *out)
          (double)s.last_orphan_scan_ms / 1000.0},
         {"opsrun_runs_pruned_total", "counter",
          "Completed runs this process deleted past queue.retention_s.", (double)s.pruned_total},
+        {"opsrun_event_partitions_dropped_total", "counter",
+         "Partitions of run_events this process's retention dropped, each once no run created "
+         "in its span was left.",
+         (double)s.partitions_dropped_total},
         {"opsrun_listener_up", "gauge",
          "1 while the LISTEN connection is up (or in poll-only mode), 0 while it reconnects.",
          s.listening || s.poll_only},

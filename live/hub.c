@@ -19,6 +19,10 @@
 #define RETRY_MAX_MS 2000
 #define HEARTBEAT_TEXT ": hb\n\n"
 #define RUN_SKIPS_MAX 4096
+/* Without a stream or a long-poll, a doorbell starts a round at most this
+ * often: the position stays fresh for the next stream (which has to be
+ * caught up from it) at a few cheap statements a second. */
+#define IDLE_ROUND_MS 100
 
 /* One SSE frame: text is "id: N\nevent: K\ndata: J\n\n"; the strings
  * after it in the same allocation. */
@@ -148,7 +152,7 @@ char *hub_json_compact(const char *data)
 
 static struct frame *frame_new(const struct event_row *ev)
 {
-    char *compact = hub_json_compact(ev->run_json);
+    char *compact = ev->run_json_compact ? NULL : hub_json_compact(ev->run_json);
     const char *data = compact ? compact : ev->run_json;
     size_t len = hub_frame_len(ev->id, ev->kind, data);
     size_t tl = strlen(ev->tenant) + 1, rl = strlen(ev->run_id) + 1, yl = strlen(ev->run_type) + 1;
@@ -164,6 +168,24 @@ static struct frame *frame_new(const struct event_row *ev)
     f->run_hash = run_hash(ev->run_id);
     f->status = ev->status;
     f->terminal = run_status_is_terminal(ev->status);
+    return f;
+}
+
+/* What a long-poll needs of an event that completes a run: no text, never
+ * put into the ring. */
+static struct frame *frame_ended(const struct event_row *ev)
+{
+    size_t tl = strlen(ev->tenant) + 1, rl = strlen(ev->run_id) + 1;
+    struct frame *f = xcalloc(1, sizeof(*f) + 1 + tl + rl);
+    char *p = f->text + 1;
+
+    f->id = ev->id;
+    f->tenant = memcpy(p, ev->tenant, tl);
+    f->run_id = memcpy(p + tl, ev->run_id, rl);
+    f->run_type = "";
+    f->run_hash = run_hash(ev->run_id);
+    f->status = ev->status;
+    f->terminal = true;
     return f;
 }
 
@@ -291,12 +313,25 @@ static void waiter_fire(struct hub *h, struct hub_waiter *w)
     }
 }
 
+/* h->mu held: fires the waiters of f's run when f completes it. */
+static void fire_waiters(struct hub *h, const struct frame *f)
+{
+    struct hub_waiter *w, *nx;
+
+    if (!f->terminal)
+        return;
+    for (w = h->waiters; w; w = nx) {
+        nx = w->next;
+        if (strcmp(f->run_id, w->run_id) == 0 && strcmp(f->tenant, w->tenant) == 0)
+            waiter_fire(h, w);
+    }
+}
+
 /* h->mu held, f just appended. A suspended subscriber has read everything
  * before f: it is marked for waking when it wants f, and otherwise moved
  * past f, so an eviction never takes a frame it wants unread. */
 static void route_frame(struct hub *h, const struct frame *f)
 {
-    struct hub_waiter *w, *nx;
     bool with_id;
 
     for (struct hub_sub *s = h->subs; s; s = s->next) {
@@ -307,23 +342,43 @@ static void route_frame(struct hub *h, const struct frame *f)
         else
             s->seq = h->next;
     }
-    if (!f->terminal)
-        return;
-    for (w = h->waiters; w; w = nx) {
-        nx = w->next;
-        if (strcmp(f->run_id, w->run_id) == 0 && strcmp(f->tenant, w->tenant) == 0)
-            waiter_fire(h, w);
-    }
+    fire_waiters(h, f);
+}
+
+/* What the reader must read for whoever is there (h->mu held): frames for
+ * streams, the completions for long-polls, or only the position. */
+enum hub_need {
+    NEED_POSITION,
+    NEED_ENDED,
+    NEED_FRAMES,
+};
+
+static enum hub_need hub_need(const struct hub *h)
+{
+    return h->nsubs > 0 ? NEED_FRAMES : h->nwaiters > 0 ? NEED_ENDED : NEED_POSITION;
 }
 
 /* Appends a page's frames and moves the position, in one critical section:
- * a subscriber registered at pos sees every later frame. */
-static void publish(struct hub *h, struct frame **frames, size_t n, int64_t new_pos)
+ * a subscriber registered at pos sees every later frame. The page was read
+ * for need; when a stream or a long-poll came meanwhile and needs more,
+ * nothing is published (false): the page must be read again. Frames read
+ * for NEED_ENDED only fire waiters; they are freed here. */
+static bool publish(struct hub *h, struct frame **frames, size_t n, int64_t new_pos,
+                    enum hub_need need)
 {
     pthread_mutex_lock(&h->mu);
+    if (hub_need(h) > need) {
+        pthread_mutex_unlock(&h->mu);
+        return false;
+    }
     for (size_t i = 0; i < n; i++) {
-        ring_append(h, frames[i]);
-        route_frame(h, frames[i]);
+        if (need == NEED_FRAMES) {
+            ring_append(h, frames[i]);
+            route_frame(h, frames[i]);
+        } else {
+            fire_waiters(h, frames[i]);
+            free(frames[i]);
+        }
     }
     if (new_pos > h->pos)
         h->pos = new_pos;
@@ -333,6 +388,7 @@ static void publish(struct hub *h, struct frame **frames, size_t n, int64_t new_
             sub_resume(s);
         }
     pthread_mutex_unlock(&h->mu);
+    return true;
 }
 
 /* ---- the reader ------------------------------------------------------- */
@@ -341,6 +397,7 @@ struct page {
     struct frame **frames;
     size_t n;
     int64_t last;
+    enum hub_need need;
 };
 
 static void page_add(void *arg, const struct event_row *ev)
@@ -348,28 +405,52 @@ static void page_add(void *arg, const struct event_row *ev)
     struct page *p = arg;
 
     p->last = ev->id;
+    if (p->need == NEED_ENDED) {
+        p->frames[p->n++] = frame_ended(ev);
+        return;
+    }
     if (!ev->run_json || !ev->run_type)
         return; /* the run was pruned: nothing to show */
     p->frames[p->n++] = frame_new(ev);
 }
 
-/* Reads (pos, upto] page by page into the ring. */
+static void page_free(struct page *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->frames[i]);
+    p->n = 0;
+}
+
+/* Reads (pos, upto] page by page into the ring: with the runs when a
+ * stream is there, only the completions for long-polls, nothing when
+ * neither is (the position moves to upto at once). */
 static enum status read_upto(struct hub *h, struct db *db, int64_t pos, int64_t upto,
                              struct error *err)
 {
     struct frame *frames[HUB_PAGE];
 
     while (pos < upto) {
-        struct page p = {frames, 0, pos};
+        struct page p = {frames, 0, pos, NEED_POSITION};
         int n = 0;
-        enum status st = store_events_after(db, pos, upto, HUB_PAGE, page_add, &p, &n, err);
+        int64_t next = upto;
+        enum status st = ST_OK;
+        pthread_mutex_lock(&h->mu);
+        p.need = hub_need(h);
+        pthread_mutex_unlock(&h->mu);
+        if (p.need != NEED_POSITION)
+            st = store_events_after(db, pos, upto, HUB_PAGE,
+                                    p.need == NEED_FRAMES ? EVENTS_RUNS : EVENTS_ENDED, page_add,
+                                    &p, &n, err);
         if (st != ST_OK) {
-            for (size_t i = 0; i < p.n; i++)
-                free(frames[i]);
+            page_free(&p);
             return st;
         }
-        pos = n < HUB_PAGE ? upto : p.last;
-        publish(h, frames, p.n, pos);
+        if (n == HUB_PAGE)
+            next = p.last;
+        if (publish(h, frames, p.n, next, p.need))
+            pos = next;
+        else
+            page_free(&p);
     }
     return ST_OK;
 }
@@ -518,26 +599,42 @@ static int64_t next_wake(const struct hub *h, int64_t next_round, int64_t next_h
     return t;
 }
 
+/* h->mu held: when the next round is due. The doorbell makes it due at
+ * once, or, with no stream and no long-poll to read for, IDLE_ROUND_MS
+ * after the last one began; else the timer (next_round) says. */
+static int64_t round_due(const struct hub *h, int64_t next_round, int64_t last_round)
+{
+    int64_t idle_at = last_round + IDLE_ROUND_MS;
+
+    if (!h->rang)
+        return next_round;
+    if (hub_need(h) != NEED_POSITION)
+        return 0;
+    return idle_at < next_round ? idle_at : next_round;
+}
+
 static void *hub_main(void *arg)
 {
     struct hub *h = arg;
     struct reader r = {0};
     int64_t now = clock_mono_ms(), next_round = now, next_hb = now + h->o.heartbeat_ms;
+    int64_t last_round = 0;
 
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         struct timespec ts;
         bool pending;
-        int64_t wake = next_wake(h, next_round, next_hb);
-        if (!h->rang && wake > clock_mono_ms()) {
+        int64_t wake = next_wake(h, round_due(h, next_round, last_round), next_hb);
+        if (wake > clock_mono_ms()) {
             abstime_after_ms(&ts, wake - clock_mono_ms());
             pthread_cond_timedwait(&h->cv, &h->mu, &ts);
         }
         now = clock_mono_ms();
         tick(h, now, &next_hb);
-        if (h->stop || (!h->rang && now < next_round))
+        if (h->stop || now < round_due(h, next_round, last_round))
             continue;
         h->rang = false;
+        last_round = now;
         pthread_mutex_unlock(&h->mu);
         pending = reader_round(h, &r);
         now = clock_mono_ms();
@@ -670,7 +767,7 @@ void hub_inject(struct hub *h, const struct event_row *rows, size_t n, int64_t p
     if (h->pos < 0)
         h->pos = 0;
     pthread_mutex_unlock(&h->mu);
-    publish(h, frames, k, pos);
+    (void)publish(h, frames, k, pos, NEED_FRAMES);
     free(frames);
 }
 
@@ -732,6 +829,8 @@ enum status hub_sub_new(struct hub *h, const struct event_filter *f, const struc
         h->subs->prev = s;
     h->subs = s;
     h->nsubs++;
+    h->rang = true; /* the reader may have been idle: catch up now */
+    pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     *out = s;
     return ST_OK;
@@ -861,7 +960,8 @@ enum status hub_wait_add(struct hub *h, struct hub_waiter *w, struct error *err)
     w->linked = w->held = true;
     h->nwaiters++;
     h->nheld++;
-    pthread_cond_broadcast(&h->cv); /* its deadline may be the next wake-up */
+    h->rang = true;                 /* the reader may have been idle: catch up now */
+    pthread_cond_broadcast(&h->cv); /* and its deadline may be the next wake-up */
     pthread_mutex_unlock(&h->mu);
     return ST_OK;
 }

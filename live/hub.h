@@ -9,6 +9,10 @@
  * shared ring of bounded frames and bytes; the hub's position is the id up to
  * which every event is in the ring (or behind it). A lost connection is
  * re-opened and reading resumes from that position, so nothing is skipped.
+ * It reads only what is needed: the runs while a subscriber is there, the
+ * completions while only waiters are, else nothing (the position moves to
+ * the horizon, on a doorbell at most every 100 ms); a page read for less
+ * than a newcomer needs is read again before it is published.
  *
  * Subscribers (one per SSE stream) keep only a ring position and a partial
  * frame offset: publishing costs O(1) memory whatever their number. A

@@ -17,6 +17,7 @@
 #include "live/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/partitions.h"
 #include "store/run_state.h"
 
 #include <curl/curl.h>
@@ -170,8 +171,31 @@ static struct db_options db_opts(const struct config *cfg, const char *app)
     };
 }
 
+static void on_partition_created(void *arg, const char *name)
+{
+    (void)arg;
+    LOG(LOG_INFO, "created partition=%s", name);
+}
+
+/* The partitions of run_events ahead, with the configured span, right after
+ * migrating (migration 013 cannot know the span). Not fatal: retention
+ * tries again at every pass, and events meanwhile go to run_events_default,
+ * from where the partition takes them when it is created. */
+static void ensure_partitions(const struct config *cfg, struct db *db)
+{
+    struct error err = {0};
+    struct partition_step step;
+
+    if (store_partitions_ensure(db, cfg->queue.event_partition_s, on_partition_created, NULL, &step,
+                                &err) != ST_OK)
+        LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
+    else if (step.gave_way)
+        LOG(LOG_INFO, "could not create partitions ahead now: a lock on run_events was not "
+                      "granted in time; retention tries again");
+}
+
 /* Connects and migrates, retrying for up to wait_s while the database is
- * starting up (wait_s 0: one try). */
+ * starting up (wait_s 0: one try); then creates the partitions ahead. */
 static int migrate(const struct config *cfg, int wait_s)
 {
     const struct db_options opt = db_opts(cfg, "opsrun-migrate");
@@ -185,6 +209,8 @@ static int migrate(const struct config *cfg, int wait_s)
         st = db_connect(&opt, &db, &err);
         if (st == ST_OK)
             st = store_migrate(db, &applied, &err);
+        if (st == ST_OK)
+            ensure_partitions(cfg, db);
         db_close(db);
         if (st != ST_UNAVAILABLE || clock_mono_ms() >= give_up)
             break;

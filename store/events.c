@@ -5,8 +5,10 @@
 #include "store/events.h"
 
 #include "store/db_internal.h"
+#include "store/events_internal.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,38 +23,59 @@ static const struct stmt S_SETTLED = {"events_settled", "SELECT opsrun_events_se
     "e.id, e.tenant, e.run_id, e.type, e.status, r.type, "                                         \
     "CASE WHEN r.id IS NULL THEN NULL ELSE opsrun_run_json_at(r, e)::text END"
 /* A LEFT JOIN, so an event whose run is gone still comes back (run JSON
- * NULL) and the position can move past it. */
+ * NULL) and the position can move past it. A run's representation is built
+ * once, on the first of its events in the page (i = fi, the row numbers
+ * from 0), and set as of each event in C (deliver_runs): building it cost
+ * more than everything else the reader does. Columns: EVENT_COLS's, then
+ * the event's outcome, progress and step, then fi. */
 static const struct stmt S_AFTER = {
-    "events_after", "SELECT " EVENT_COLS " FROM run_events e "
-                    "LEFT JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id "
-                    "WHERE e.id > $1::bigint AND e.id <= $2::bigint ORDER BY e.id LIMIT $3::int"};
+    "events_after",
+    "WITH e AS (SELECT id, tenant, run_id, run_created_at, type, status, outcome, progress, step "
+    "FROM run_events WHERE id > $1::bigint AND id <= $2::bigint ORDER BY id LIMIT $3::int), "
+    "k AS (SELECT e.*, row_number() OVER (ORDER BY e.id) - 1 AS i FROM e), "
+    "f AS (SELECT k.*, first_value(k.i) OVER (PARTITION BY k.tenant, k.run_id, k.run_created_at "
+    "ORDER BY k.id) "
+    "AS fi FROM k) "
+    "SELECT e.id, e.tenant, e.run_id, e.type, e.status, r.type, "
+    "CASE WHEN r.id IS NOT NULL AND e.i = e.fi THEN opsrun_run_json(r)::text END, "
+    "e.outcome, e.progress, e.step, e.fi "
+    "FROM f e LEFT JOIN runs r ON " EVENT_OF_RUN " ORDER BY e.id"};
+/* The events that complete a run, for long-polls: no run, no join. */
+static const struct stmt S_ENDED = {
+    "events_ended", "SELECT id, tenant, run_id, type, status, NULL::text, NULL::text "
+                    "FROM run_events WHERE id > $1::bigint AND id <= $2::bigint "
+                    "AND status = 'completed' ORDER BY id LIMIT $3::int"};
+/* One event's run as of the event, built by PostgreSQL: for a run whose
+ * representation jansson cannot hold (deliver_runs). */
+static const struct stmt S_RUN_AT = {
+    "events_run_at", "SELECT opsrun_run_json_at(r, e)::text FROM run_events e JOIN runs r "
+                     "ON " EVENT_OF_RUN " WHERE e.id = $1::bigint"};
 /* One run's events: the run_events_run index. */
 static const struct stmt S_REPLAY_RUN = {
     "events_replay_run",
-    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
-    "e.run_id WHERE e.tenant = $1 AND e.run_id = $2 AND e.id > $3::bigint AND e.id <= $4::bigint "
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON " EVENT_OF_RUN " "
+    "WHERE e.tenant = $1 AND e.run_id = $2 AND e.id > $3::bigint AND e.id <= $4::bigint "
     "ORDER BY e.id LIMIT $5::int"};
 /* Every run's events of a tenant: the primary key's id range. */
 static const struct stmt S_REPLAY_ALL = {
     "events_replay_all",
-    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON r.tenant = e.tenant AND r.id = "
-    "e.run_id WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
+    "SELECT " EVENT_COLS " FROM run_events e JOIN runs r ON " EVENT_OF_RUN " "
+    "WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
     "e.tenant = $3) "
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR e.status = $5) "
     "ORDER BY e.id LIMIT $6::int"};
 /* One statement, so the run and its newest event id agree: every writer
  * locks the run row before it inserts the event (design-event-order.md). */
 static const struct stmt S_RUN_SNAPSHOT = {
-    "events_run_snapshot",
-    "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
-    "(SELECT max(e.id) FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id), "
-    "EXISTS (SELECT 1 FROM run_events e WHERE e.tenant = r.tenant AND e.run_id = r.id "
-    "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+    "events_run_snapshot", "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
+                           "(SELECT max(e.id) FROM run_events e WHERE " EVENT_OF_RUN "), "
+                           "EXISTS (SELECT 1 FROM run_events e WHERE " EVENT_OF_RUN " "
+                           "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 /* The active runs of one tenant in id order (the runs_active index), or of
  * every tenant in (id, tenant) order, after the cursor ($1, $2). */
 #define ACTIVE_SQL(cond, order)                                                                    \
-    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE e.tenant = r.tenant "           \
-    "AND e.run_id = r.id), r.tenant, r.id, 'snapshot', r.status, r.type, "                         \
+    "SELECT (SELECT coalesce(max(e.id), 0) FROM run_events e WHERE " EVENT_OF_RUN "), "            \
+    "r.tenant, r.id, 'snapshot', r.status, r.type, "                                               \
     "opsrun_run_json(r)::text FROM runs r WHERE r.status <> 'completed' AND " cond " "             \
     "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "               \
     "ORDER BY " order " LIMIT $5::int"
@@ -122,32 +145,127 @@ enum status store_events_settled(struct db *db, const struct event_horizon *h, b
     return ST_OK;
 }
 
-/* Passes each row of an EVENT_COLS result to fn; *n gets the row count. A
- * status outside the names table (the schema and this binary disagree)
- * fails the page before any row is passed on. */
-static enum status deliver(const PGresult *r, event_fn fn, void *arg, int *n, struct error *err)
+/* Fails with ST_INTERNAL when a row's status is outside the names table
+ * (the schema and this binary disagree), before any row is passed on. */
+static enum status check_statuses(const PGresult *r, struct error *err)
 {
-    int rows = PQntuples(r);
     enum run_status status;
 
-    for (int i = 0; i < rows; i++)
+    for (int i = 0; i < PQntuples(r); i++)
         if (!run_status_parse(db_val(r, i, 4), &status))
             return error_set(err, ST_INTERNAL, "could not parse event %s: unknown status \"%s\"",
                              db_val(r, i, 0), db_val(r, i, 4));
-    for (int i = 0; i < rows; i++) {
-        struct event_row ev = {
-            .id = db_i64(r, i, 0),
-            .tenant = db_val(r, i, 1),
-            .run_id = db_val(r, i, 2),
-            .kind = db_val(r, i, 3),
-            .run_type = db_val(r, i, 5),
-            .run_json = db_val(r, i, 6),
-        };
-        (void)run_status_parse(db_val(r, i, 4), &ev.status);
+    return ST_OK;
+}
+
+/* Row i of an EVENT_COLS result, with run_json as given. */
+static struct event_row event_of(const PGresult *r, int i, const char *run_json)
+{
+    struct event_row ev = {
+        .id = db_i64(r, i, 0),
+        .tenant = db_val(r, i, 1),
+        .run_id = db_val(r, i, 2),
+        .kind = db_val(r, i, 3),
+        .run_type = db_val(r, i, 5),
+        .run_json = run_json,
+    };
+
+    (void)run_status_parse(db_val(r, i, 4), &ev.status);
+    return ev;
+}
+
+/* Passes each row of an EVENT_COLS result to fn; *n gets the row count. */
+static enum status deliver(const PGresult *r, event_fn fn, void *arg, int *n, struct error *err)
+{
+    enum status st = check_statuses(r, err);
+
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r); i++) {
+        struct event_row ev = event_of(r, i, db_val(r, i, 6));
         fn(arg, &ev);
     }
-    *n = rows;
+    *n = PQntuples(r);
     return ST_OK;
+}
+
+/* Sets run (a run's representation) as of row i of S_AFTER: the event's
+ * status, outcome, progress and step, as opsrun_run_json_at does. jansson
+ * keeps each member where it is. False when a value cannot be held. */
+static bool run_as_of(json_t *run, const PGresult *r, int i)
+{
+    const char *step = db_val(r, i, 9);
+
+    return json_object_set_new(run, "status", json_string(db_val(r, i, 4))) == 0 &&
+           json_object_set_new(run, "outcome", json_string(db_val(r, i, 7))) == 0 &&
+           json_object_set_new(run, "progress", json_integer(db_i64(r, i, 8))) == 0 &&
+           json_object_set_new(run, "step", step ? json_string(step) : json_null()) == 0;
+}
+
+/* The run of event id as of the event, from PostgreSQL (heap; NULL in
+ * *text when the run is gone by now). */
+static enum status run_at_event(struct db *db, const char *id, char **text, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_RUN_AT, 1, &id, &r, err);
+
+    *text = NULL;
+    if (st != ST_OK)
+        return st;
+    if (PQntuples(r) == 1 && db_val(r, 0, 0))
+        *text = xstrdup(db_val(r, 0, 0));
+    PQclear(r);
+    return ST_OK;
+}
+
+/* Row i of S_AFTER with its run as of the event. runs[fi] holds the run's
+ * representation parsed from the first of its rows (NULL when jansson
+ * could not parse it: then PostgreSQL builds it for this event). */
+static enum status deliver_run_row(struct db *db, const PGresult *r, int i, json_t **runs,
+                                   event_fn fn, void *arg, struct error *err)
+{
+    int fi = (int)db_i64(r, i, 10);
+    char *text = NULL;
+    struct event_row ev = event_of(r, i, NULL);
+    enum status st = ST_OK;
+
+    if (fi == i && db_val(r, i, 6))
+        runs[i] = json_loads(db_val(r, i, 6), 0, NULL);
+    if (ev.run_type && runs[fi] && run_as_of(runs[fi], r, i)) {
+        text = json_dumps(runs[fi], JSON_COMPACT);
+        ev.run_json_compact = text != NULL;
+    }
+    if (ev.run_type && !text) {
+        st = run_at_event(db, db_val(r, i, 0), &text, err);
+        if (!text)
+            ev.run_type = NULL; /* gone meanwhile */
+    }
+    ev.run_json = text;
+    if (st == ST_OK)
+        fn(arg, &ev);
+    free(text);
+    return st;
+}
+
+/* deliver for S_AFTER. */
+static enum status deliver_runs(struct db *db, const PGresult *r, event_fn fn, void *arg, int *n,
+                                struct error *err)
+{
+    int rows = PQntuples(r);
+    json_t **runs;
+    enum status st = check_statuses(r, err);
+
+    if (st != ST_OK)
+        return st;
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
+    runs = xcalloc((size_t)rows + 1, sizeof(*runs));
+    for (int i = 0; i < rows && st == ST_OK; i++)
+        st = deliver_run_row(db, r, i, runs, fn, arg, err);
+    for (int i = 0; i < rows; i++)
+        json_decref(runs[i]);
+    free(runs);
+    *n = st == ST_OK ? rows : 0;
+    return st;
 }
 
 /* The filter's status as a statement parameter: NULL for any. */
@@ -168,7 +286,8 @@ static enum status check_page(int64_t after_id, int limit, struct error *err)
 }
 
 enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id, int limit,
-                               event_fn fn, void *arg, int *n, struct error *err)
+                               enum events_read what, event_fn fn, void *arg, int *n,
+                               struct error *err)
 {
     char a[24], u[24], l[16];
     const char *p[3] = {a, u, l};
@@ -182,10 +301,10 @@ enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id,
     xsnprintf(a, sizeof(a), "%" PRId64, after_id);
     xsnprintf(u, sizeof(u), "%" PRId64, upto_id);
     xsnprintf(l, sizeof(l), "%d", limit);
-    st = db_run(db, &S_AFTER, 3, p, &r, err);
+    st = db_run(db, what == EVENTS_RUNS ? &S_AFTER : &S_ENDED, 3, p, &r, err);
     if (st != ST_OK)
         return st;
-    st = deliver(r, fn, arg, n, err);
+    st = what == EVENTS_RUNS ? deliver_runs(db, r, fn, arg, n, err) : deliver(r, fn, arg, n, err);
     PQclear(r);
     return st;
 }
@@ -246,7 +365,7 @@ enum status store_events_advance(struct db *db, int64_t *pos, int wait_ms, int l
     if (h.h > *pos)
         st = wait_settled(db, &h, wait_ms, &settled, err);
     if (st == ST_OK && settled)
-        st = store_events_after(db, *pos, h.h, limit, advance_one, &c, n, err);
+        st = store_events_after(db, *pos, h.h, limit, EVENTS_RUNS, advance_one, &c, n, err);
     if (st == ST_OK && settled)
         *pos = *n < limit ? h.h : c.last;
     event_horizon_cleanup(&h);

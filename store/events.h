@@ -59,14 +59,25 @@ struct event_row {
     enum run_status status; /* the run's status as of the event */
     const char *run_type;
     const char *run_json;
+    bool run_json_compact; /* run_json is in jansson's compact form already */
 };
 typedef void (*event_fn)(void *arg, const struct event_row *ev);
 
-/* Step 3: the events with after_id < id <= upto_id in id order, at most
- * limit (1..EVENTS_PAGE_MAX) of them, each passed to fn; *n is how many.
- * upto_id must be a settled horizon for the page to be complete. */
+/* What store_events_after reads. */
+enum events_read {
+    EVENTS_RUNS,  /* every event, with its run as of the event */
+    EVENTS_ENDED, /* only the events that complete a run (status "completed"),
+                   * without the run: run_type and run_json are NULL */
+};
+
+/* Step 3: the events with after_id < id <= upto_id in id order that what
+ * selects, at most limit (1..EVENTS_PAGE_MAX) of them, each passed to fn;
+ * *n is how many. upto_id must be a settled horizon for the page to be
+ * complete. With EVENTS_RUNS each run's representation is built once per
+ * page and set as of each of its events here (in compact form). */
 enum status store_events_after(struct db *db, int64_t after_id, int64_t upto_id, int limit,
-                               event_fn fn, void *arg, int *n, struct error *err) WUR;
+                               enum events_read what, event_fn fn, void *arg, int *n,
+                               struct error *err) WUR;
 
 /* The three steps for a caller that may block: takes a horizon, polls
  * step 2 every 2 ms for up to wait_ms, then reads one page of at most limit

@@ -10,23 +10,22 @@
 #define INTERVAL_MS(p) "make_interval(secs => " p "::bigint / 1000.0)"
 /* What a claim returns after RUN_RET: columns 12..16. */
 #define CLAIM_COLS                                                                                 \
-    "r.external_id, coalesce(r.poll_state, '{}')::text, c.poll_count, "                            \
-    "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
-    "r.hooks_attempts"
-#define HOOKS_CLAIM_COLS                                                                           \
-    "r.external_id, coalesce(r.poll_state, '{}')::text, r.poll_count, "                            \
-    "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0), "                \
+    "r.external_id, coalesce(r.poll_state, '{}')::text AS state, r.poll_count, "                   \
+    "coalesce((extract(epoch FROM now() - r.poll_started_at) * 1000)::bigint, 0) AS waited_ms, "   \
     "r.hooks_attempts"
 #define CLAIM_FIRST 12
 /* RUN_RET for a claimed check: the same columns, but the run's JSON holds
  * only what a check, its action and its log read (the input, the
- * timestamps of waited_ms), not the API's whole run, which costs a claim
- * more to build and the poller more to parse than the rest of the check. */
+ * timestamps of waited_ms, the budget stored on the run), not the API's
+ * whole run, which costs a claim more to build and the poller more to
+ * parse than the rest of the check. */
 #define CHECK_RUN_RET                                                                              \
     "json_build_object('id', r.id, 'tenant', r.tenant, 'type', r.type, 'status', r.status, "       \
     "'outcome', r.outcome, 'attempt', r.attempt, 'input', r.input, "                               \
     "'external_id', r.external_id, 'started_at', opsrun_ts(r.started_at), "                        \
-    "'updated_at', opsrun_ts(r.updated_at))::text AS j, r.tenant, r.id, r.type, r.status, "        \
+    "'updated_at', opsrun_ts(r.updated_at), 'poll', json_build_object('max_checks', "              \
+    "r.poll_max_checks, 'max_duration_s', r.poll_max_duration_s))::text AS j, r.tenant, r.id, "    \
+    "r.type, r.status, "                                                                           \
     "r.outcome, r.attempt, r.max_attempts, "                                                       \
     "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint AS dl, "                           \
     "(extract(epoch FROM r.created_at) * 1000000)::bigint AS cus, r.progress, r.step"
@@ -41,40 +40,45 @@ static const struct stmt S_WAIT = {
     "runs_wait",
     "WITH upd AS (UPDATE runs r SET " SET_WAIT "hooks_at = CASE WHEN " CANCEL_ASKED
     " THEN now() END, hooks_attempts = 0, "
-    "external_id = $5, poll_state = $6::jsonb, poll_started_at = now(), poll_count = 0, "
-    "poll_owner = NULL, next_poll_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
+    "external_id = $5, poll_state = $6::jsonb, poll_count = 0, poll_max_checks = $8::int, "
+    "poll_max_duration_s = $9::int, poll_started_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
+    "ELSE now() END, poll_owner = NULL, next_poll_at = CASE WHEN " CANCEL_ASKED " THEN NULL "
     "ELSE now() + " INTERVAL_MS(
         "$7") " END, "
               "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() WHERE " FENCE
               " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-              "r.step), " EVENT_FROM_UPD("'status'", WAIT_MESSAGE) " SELECT count(*), count(*) "
-                                                                   "FILTER (WHERE status = "
-                                                                   "'completed') FROM upd"};
-/* Due checks from the narrow schedule, oldest first, only the schedule row
- * written: the lease, the owner and the check's number. A row whose run no
- * longer waits (cancelled, or gone) is deleted instead of claimed. */
+              "r.step, r.created_at), " EVENT_FROM_UPD("'status'",
+                                                       WAIT_MESSAGE) " SELECT count(*), count(*) "
+                                                                     "FILTER (WHERE status = "
+                                                                     "'completed') FROM upd"};
+/* Due checks from the narrow schedule, oldest first: the schedule row takes
+ * the lease, the owner and the check's number, and the run row the number
+ * and the owner (the run object's poll.checks and "a check in flight"), a
+ * HOT update. A due row whose run no longer waits (cancelled, gone) is
+ * deleted instead. Locks: the schedule rows, then the runs, as every
+ * statement that writes both. */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
-    "WITH due AS (SELECT p.tenant, p.run_id, r.status IS NOT DISTINCT FROM 'waiting' AS live "
-    "FROM run_polls p LEFT JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id "
+    "WITH due AS (SELECT p.tenant, p.run_id, p.poll_count FROM run_polls p "
     "WHERE p.next_poll_at <= now() AND p.type = ANY ($4::text[]) ORDER BY p.next_poll_at "
-    "LIMIT $2::int FOR UPDATE OF p SKIP LOCKED), "
+    "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
+    "r AS (UPDATE runs r SET poll_count = due.poll_count + 1, poll_owner = $1 FROM due "
+    "WHERE r.tenant = due.tenant AND r.id = due.run_id AND r.status = 'waiting' "
+    "RETURNING " CHECK_RUN_RET ", " CLAIM_COLS "), "
     "gone AS (DELETE FROM run_polls p USING due WHERE p.tenant = due.tenant AND "
-    "p.run_id = due.run_id AND NOT due.live), "
+    "p.run_id = due.run_id AND NOT EXISTS (SELECT 1 FROM r WHERE r.tenant = due.tenant AND "
+    "r.id = due.run_id)), "
     "c AS (UPDATE run_polls p SET next_poll_at = now() + " INTERVAL_MS(
-        "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM due WHERE "
-              "p.tenant = due.tenant AND p.run_id = due.run_id AND due.live "
-              "RETURNING p.tenant, p.run_id, p.poll_count) "
-              "SELECT " CHECK_RUN_RET ", " CLAIM_COLS
-              " FROM c JOIN runs r ON r.tenant = c.tenant AND "
-              "r.id = c.run_id"};
+        "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM r WHERE "
+              "p.tenant = r.tenant AND p.run_id = r.id) "
+              "SELECT * FROM r"};
 static const struct stmt S_HOOKS_CLAIM = {
     "hooks_claim",
     "WITH due AS (SELECT tenant, id FROM runs WHERE hooks_at <= now() AND type = ANY ($4::text[]) "
     "ORDER BY hooks_at LIMIT $2::int FOR UPDATE SKIP LOCKED) "
     "UPDATE runs r SET hooks_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, hooks_attempts = r.hooks_attempts + 1 FROM due WHERE "
-              "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " HOOKS_CLAIM_COLS};
+              "r.tenant = due.tenant AND r.id = due.id RETURNING " RUN_RET ", " CLAIM_COLS};
 /* NULL when nothing is scheduled (greatest() would turn that into 0, "due
  * now", and the scheduler would claim in a loop on an idle server). */
 static const struct stmt S_NEXT_DUE = {
@@ -89,40 +93,49 @@ static const struct stmt S_LAG = {
     "SELECT count(*), coalesce((extract(epoch FROM now() - min(p.next_poll_at)) * 1000)::bigint, "
     "0) FROM run_polls p JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id "
     "WHERE r.status = 'waiting' AND p.next_poll_at < now() - interval '1 second'"};
-/* The next checks of many runs ($2..$6: arrays of tenant, id, poll_count,
- * poll_state, delay_ms; $1 the owner), each fenced on its own claim in
- * run_polls; then the result in the runs row, whose columns written here
- * are not indexed (a HOT update). Arrays rather than JSON rows: the planner
- * then knows how many rows there are and looks each one up by its key. */
+/* The next checks of many runs ($2..$7: arrays of tenant, id, poll_count,
+ * poll_state, delay_ms, given_back; $1 the owner), each fenced on its own
+ * claim in
+ * run_polls, never scheduled past the end of the run's wait (least() skips
+ * the NULL of a run with no budget stored), a claim given back unchecked
+ * taking its count back; then the result in the runs row, whose columns
+ * written here are not indexed (a HOT update). Arrays
+ * rather than JSON rows: the planner then knows how many rows there are and
+ * looks each one up by its key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
-    "$6::bigint[]) AS b(tenant, id, poll_count, poll_state, delay_ms)), "
+    "$6::bigint[], $7::bool[]) AS b(tenant, id, poll_count, poll_state, delay_ms, given_back)), "
     "p AS (UPDATE run_polls p SET poll_owner = NULL, "
-    "next_poll_at = now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0) FROM b "
+    "poll_count = p.poll_count - CASE WHEN b.given_back THEN 1 ELSE 0 END, "
+    "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
+    "w.poll_started_at + make_interval(secs => w.poll_max_duration_s)) "
+    "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id "
     "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
     "p.next_poll_at) "
-    "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, "
+    "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, poll_owner = NULL, "
     "next_poll_at = p.next_poll_at FROM p JOIN b ON b.tenant = p.tenant AND b.id = p.run_id "
     "WHERE r.tenant = p.tenant AND r.id = p.run_id AND r.status = 'waiting' "
     "RETURNING r.tenant, r.id"};
-/* The check ended the run: its schedule row goes (fenced), and the run
- * ends with its event, the hooks due and still owned by $3. */
+/* The check ended the run after $13 checks: its schedule row goes
+ * (fenced), and the run ends with its event, the hooks due and still owned
+ * by $3. */
 static const struct stmt S_FINISH = {
     "polls_finish",
     "WITH f AS (DELETE FROM run_polls p WHERE p.tenant = $1 AND p.run_id = $2 AND "
     "p.poll_owner = $3 AND p.poll_count = $4::int RETURNING p.tenant, p.run_id), "
     "upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
     "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
-    "poll_state = $11::jsonb, next_poll_at = NULL, poll_count = $4::int, poll_owner = $3, "
+    "poll_state = $11::jsonb, next_poll_at = NULL, poll_count = $13::int, poll_owner = $3, "
     "progress = CASE WHEN $5 IN ('succeeded', 'partially_succeeded') THEN 100 "
     "ELSE r.progress END, completed_at = now(), updated_at = now(), "
     "hooks_at = now() + " INTERVAL_MS("$12") ", hooks_attempts = 1 FROM f WHERE r.tenant = "
                                              "f.tenant AND r.id = f.run_id AND r.status = "
                                              "'waiting' RETURNING r.tenant, r.id, r.status, "
-                                             "r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-                                                 "'status'", "$10") " SELECT count(*) FROM upd"};
+                                             "r.outcome, r.progress, r.step, r.created_at), "
+                                             "" EVENT_FROM_UPD("'status'",
+                                                               "$10") " SELECT count(*) FROM upd"};
 static const struct stmt S_HOOKS_DONE = {
     "hooks_done", "UPDATE runs r SET poll_state = coalesce($7::jsonb, r.poll_state), "
                   "hooks_at = CASE WHEN $4::bool OR r.hooks_attempts >= $5::int THEN NULL "
@@ -150,21 +163,23 @@ static enum status fenced(struct db *db, const struct stmt *s, int n, const char
 }
 
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
-                            struct error *err)
+                            const json_t *poll_state, int64_t delay_ms,
+                            const struct poll_budget *budget, bool *cancelled, struct error *err)
 {
-    char att[16], delay[24];
+    char att[16], delay[24], checks[16], secs[24];
     char *state = json_text(poll_state);
-    const char *p[7] = {f->tenant, f->id, f->worker_id, att, external_id, state ? state : "{}",
-                        delay};
+    const char *p[9] = {f->tenant, f->id,  f->worker_id, att, external_id, state ? state : "{}",
+                        delay,     checks, secs};
     PGresult *r;
     enum status st;
 
     xsnprintf(att, sizeof(att), "%d", f->attempt);
     xsnprintf(delay, sizeof(delay), "%" PRId64, delay_ms);
+    xsnprintf(checks, sizeof(checks), "%d", budget->max_checks);
+    xsnprintf(secs, sizeof(secs), "%" PRId64, budget->max_duration_s);
     if (cancelled)
         *cancelled = false;
-    st = db_run(db, &S_WAIT, 7, p, &r, err);
+    st = db_run(db, &S_WAIT, 9, p, &r, err);
     free(state);
     if (st != ST_OK)
         return st;
@@ -175,6 +190,19 @@ enum status store_runs_wait(struct db *db, const struct fence *f, const char *ex
         *cancelled = db_i64(r, 0, 1) > 0;
     PQclear(r);
     return st;
+}
+
+bool run_poll_budget(const struct run *run, struct poll_budget *out)
+{
+    const json_t *poll = json_object_get(run->json, "poll");
+    const json_t *checks = json_object_get(poll, "max_checks");
+    const json_t *secs = json_object_get(poll, "max_duration_s");
+
+    if (!json_is_integer(checks) || !json_is_integer(secs))
+        return false;
+    out->max_checks = (int)json_integer_value(checks);
+    out->max_duration_s = (int64_t)json_integer_value(secs);
+    return true;
 }
 
 void poll_claims_free(struct poll_claim *c, size_t n)
@@ -273,7 +301,7 @@ enum status store_polls_next_due(struct db *db, const char *const *types, size_t
 enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
                               int64_t delay_ms, struct error *err)
 {
-    struct poll_again a = {f->tenant, f->id, f->poll_count, poll_state, delay_ms, false};
+    struct poll_again a = {f->tenant, f->id, f->poll_count, poll_state, delay_ms, false, false};
     enum status st = store_polls_again_batch(db, f->owner, &a, 1, err);
 
     if (st == ST_OK && !a.written)
@@ -281,9 +309,9 @@ enum status store_polls_again(struct db *db, const struct poll_fence *f, const j
     return st;
 }
 
-/* The parameters of S_AGAIN_BATCH for a[0..n): five array literals, in
- * p[1..5] (heap; the caller frees them). */
-static void again_arrays(const struct poll_again *a, size_t n, char *p[6])
+/* The parameters of S_AGAIN_BATCH for a[0..n): six array literals, in
+ * p[1..6] (heap; the caller frees them). */
+static void again_arrays(const struct poll_again *a, size_t n, char *p[7])
 {
     const char **v = xcalloc(n ? n : 1, sizeof(*v));
     char **text = xcalloc(n ? n : 1, sizeof(*text));
@@ -311,6 +339,9 @@ static void again_arrays(const struct poll_again *a, size_t n, char *p[6])
         v[i] = num[i];
     }
     p[5] = db_text_array(v, n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = a[i].given_back ? "t" : "f";
+    p[6] = db_text_array(v, n);
     free(v);
     free(text);
     free(num);
@@ -319,7 +350,7 @@ static void again_arrays(const struct poll_again *a, size_t n, char *p[6])
 enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
                                     size_t n, struct error *err)
 {
-    char *p[6] = {NULL};
+    char *p[7] = {NULL};
     PGresult *r;
     enum status st;
 
@@ -327,8 +358,8 @@ enum status store_polls_again_batch(struct db *db, const char *owner, struct pol
         a[k].written = false;
     again_arrays(a, n, p);
     p[0] = (char *)owner;
-    st = db_run(db, &S_AGAIN_BATCH, 6, (const char *const *)p, &r, err);
-    for (int i = 1; i < 6; i++)
+    st = db_run(db, &S_AGAIN_BATCH, 7, (const char *const *)p, &r, err);
+    for (int i = 1; i < 7; i++)
         free(p[i]);
     if (st != ST_OK)
         return st;
@@ -343,22 +374,23 @@ enum status store_polls_again_batch(struct db *db, const char *owner, struct pol
     return ST_OK;
 }
 
-enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+enum status store_polls_finish(struct db *db, const struct poll_fence *f, int checks,
                                const struct run_result *res, const json_t *poll_state,
                                int64_t hooks_lease_ms, struct error *err)
 {
-    char cnt[16], lease[24];
+    char cnt[16], lease[24], made[16];
     char *j[5] = {json_text(res->result), json_text(res->error), json_text(res->summary_counts),
                   json_text(res->failure_summary), json_text(poll_state)};
     const char *outcome = run_outcome_name(res->outcome);
-    const char *p[12] = {
-        f->tenant, f->id,        f->owner,           cnt,  outcome, j[0], j[1], j[2],
-        j[3],      res->message, j[4] ? j[4] : "{}", lease};
+    const char *p[13] = {
+        f->tenant, f->id,        f->owner,           cnt,   outcome, j[0], j[1], j[2],
+        j[3],      res->message, j[4] ? j[4] : "{}", lease, made};
     enum status st;
 
     xsnprintf(cnt, sizeof(cnt), "%d", f->poll_count);
     xsnprintf(lease, sizeof(lease), "%" PRId64, hooks_lease_ms);
-    st = fenced(db, &S_FINISH, 12, p, "this check", f->id, err);
+    xsnprintf(made, sizeof(made), "%d", checks);
+    st = fenced(db, &S_FINISH, 13, p, "this check", f->id, err);
     for (size_t i = 0; i < ARRAY_LEN(j); i++)
         free(j[i]);
     return st;

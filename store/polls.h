@@ -22,14 +22,27 @@
 
 #include "store/runs.h"
 
+/* The poll budget of a waiting run: the most checks, and the longest wait
+ * (migration 010 stores it on the run when it begins waiting). */
+struct poll_budget {
+    int max_checks;
+    int64_t max_duration_s;
+};
+
 /* start() asked to wait on an external job: running -> waiting with the
- * first check delay_ms from now, fenced like the worker's other writes. A
- * run that was asked to cancel meanwhile ends cancelled instead, with its
- * hooks (the remote cancel, cleanup) due at once: then *cancelled is true
- * (cancelled may be NULL). */
+ * first check delay_ms from now and the budget stored on the run (the
+ * poller enforces it, the run object shows it), fenced like the worker's
+ * other writes. A run that was asked to cancel meanwhile ends cancelled
+ * instead, with its hooks (the remote cancel, cleanup) due at once and no
+ * poll schedule: then *cancelled is true (cancelled may be NULL). */
 enum status store_runs_wait(struct db *db, const struct fence *f, const char *external_id,
-                            const json_t *poll_state, int64_t delay_ms, bool *cancelled,
+                            const json_t *poll_state, int64_t delay_ms,
+                            const struct poll_budget *budget, bool *cancelled,
                             struct error *err) WUR;
+/* The budget stored on a run that began waiting (its JSON "poll"); false,
+ * *out untouched, when it has none (it never waited, or began waiting
+ * before migration 010). */
+bool run_poll_budget(const struct run *run, struct poll_budget *out);
 
 /* One claimed check (or hooks run) of a waiting (or completed) run. */
 struct poll_claim {
@@ -84,17 +97,22 @@ struct poll_again {
     int poll_count;
     const json_t *poll_state; /* NULL: {} */
     int64_t delay_ms;
-    bool written; /* out: the check's fence held */
+    bool written;    /* out: the check's fence held */
+    bool given_back; /* the claim made no check: its count is taken back */
 };
 /* store_polls_again for n checks of owner, in one statement (one commit),
  * each fenced on its own; a[i].written says which were written. A fence
- * that no longer holds is not an error. */
+ * that no longer holds is not an error. A delay past the end of the run's
+ * wait (poll_started_at + its stored max_duration_s) is cut to it, so the
+ * run gives up when its run object says (poll.give_up_at). */
 enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
                                     size_t n, struct error *err) WUR;
-/* The check ended the run (res->outcome), writing its event; the run's
- * hooks become due after hooks_lease_ms, still owned by f->owner, which is
- * expected to run them at once and then call store_hooks_done. */
-enum status store_polls_finish(struct db *db, const struct poll_fence *f,
+/* The check ended the run (res->outcome), writing its event and the checks
+ * it made: f->poll_count, or one less when the claim found the budget spent
+ * and made none. The run's hooks become due after hooks_lease_ms, still
+ * owned by f->owner, which is expected to run them at once and then call
+ * store_hooks_done. */
+enum status store_polls_finish(struct db *db, const struct poll_fence *f, int checks,
                                const struct run_result *res, const json_t *poll_state,
                                int64_t hooks_lease_ms, struct error *err) WUR;
 /* The hooks of a run ran (ok) or failed: done when ok or after

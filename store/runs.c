@@ -4,6 +4,7 @@
 #include "store/runs.h"
 
 #include "common/util.h"
+#include "store/events_internal.h"
 #include "store/runs_internal.h"
 
 #include <stdlib.h>
@@ -16,7 +17,7 @@ static const struct stmt S_INSERT = {
     "coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, $9, $10, coalesce($11, "
     "'system')) "
     "ON CONFLICT DO NOTHING RETURNING " RUN_RET
-    "), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
@@ -53,7 +54,7 @@ static const struct stmt S_CANCEL = {
     "hooks_attempts = CASE WHEN cur.status = 'waiting' OR (cur.status = 'queued' AND "
     "r.cleanup_due) THEN 0 ELSE r.hooks_attempts END FROM cur "
     "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN " JOINABLE_STATUSES
-    " RETURNING " RUN_RET "), " EVENT_FROM_UPD(
+    " RETURNING " RUN_RET ", r.created_at), " EVENT_FROM_UPD(
         "'status'",
         "'cancel requested'") " SELECT " RUN_OUT ", true FROM upd UNION ALL "
                               "SELECT opsrun_run_json(c.cr)::text, (c.cr).tenant, (c.cr).id, "
@@ -62,11 +63,13 @@ static const struct stmt S_CANCEL = {
                               "(extract(epoch FROM (c.cr).deadline_at - now()) * 1000)::bigint, "
                               "(extract(epoch FROM (c.cr).created_at) * 1000000)::bigint, false "
                               "FROM cur c WHERE NOT EXISTS (SELECT 1 FROM upd)"};
+/* The run's events; none when the run is gone, as its events may still be
+ * in their partition (migration 013). */
 static const struct stmt S_EVENTS = {
     "events_list",
     "SELECT (SELECT count(*) FROM runs WHERE tenant = $1 AND id = $2), "
-    "coalesce((SELECT json_agg(opsrun_event_json(e) ORDER BY e.id) FROM run_events e "
-    "WHERE e.tenant = $1 AND e.run_id = $2), '[]')::text"};
+    "coalesce((SELECT json_agg(opsrun_event_json(e) ORDER BY e.id) FROM runs r JOIN run_events e "
+    "ON " EVENT_OF_RUN " WHERE r.tenant = $1 AND r.id = $2), '[]')::text"};
 
 void run_free(struct run *run)
 {
@@ -76,6 +79,7 @@ void run_free(struct run *run)
     free(run->id);
     free(run->type);
     json_decref(run->json);
+    json_decref(run->input);
     free(run);
 }
 
@@ -98,7 +102,7 @@ bool run_is_terminal(const struct run *run)
 
 const json_t *run_input(const struct run *run)
 {
-    return json_object_get(run->json, "input");
+    return run->json ? json_object_get(run->json, "input") : run->input;
 }
 
 /* The status and outcome columns of row; a value outside the names tables

@@ -17,7 +17,9 @@
 struct db;
 
 /* A run as read from the database. json is the API representation
- * (docs/api.md, "The run object"); the scalar fields are copies for the engine. */
+ * (docs/api.md, "The run object"); the scalar fields are copies for the engine.
+ * A run claimed by store_runs_claim has no json: only what executing it
+ * needs, its input and the two durations below. */
 struct run {
     char *tenant, *id, *type;
     enum run_status status;
@@ -26,7 +28,12 @@ struct run {
     bool has_deadline;
     int64_t deadline_left_ms; /* time left when read, by the database's clock */
     int64_t created_us;
-    json_t *json; /* owned */
+    json_t *json;  /* owned; NULL for a claimed run */
+    json_t *input; /* owned; a claimed run's input (else NULL: it is in json) */
+    /* A claimed run, by the database's clock at the claim: how long it had
+     * been due (run_at to the claim) and how long it ran before this attempt
+     * (its first start to the claim; 0 on a first attempt). */
+    double claim_due_s, claim_ran_s;
 };
 void run_free(struct run *run); /* NULL is a no-op */
 /* Seconds from one of the run's timestamps to another, members of its JSON
@@ -34,7 +41,7 @@ void run_free(struct run *run); /* NULL is a no-op */
  * database's clock; -1 when either is null or absent. */
 double run_seconds_between(const struct run *run, const char *from, const char *to);
 bool run_is_terminal(const struct run *run);
-/* The run's input (borrowed from run->json). */
+/* The run's input (borrowed from the run). */
 const json_t *run_input(const struct run *run);
 
 struct run_new {
@@ -131,7 +138,7 @@ struct fence {
 
 /* Claims up to limit due runs (see opsrun_claim in migrations/001_core.sql).
  * types/caps: the run types this process executes and their caps (0 = none).
- * *out gets a heap array of *n runs. */
+ * *out gets a heap array of *n runs, without json (struct run). */
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;

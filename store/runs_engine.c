@@ -13,9 +13,15 @@
 /* The event message of a retry or release (a hand-back). */
 #define CANCELLED_OR(message) HAND_BACK_MESSAGE("'cancelled while running'", message)
 
+/* Only what executing a run needs (claim_row), not its API representation:
+ * building that cost more than the claim itself. */
 static const struct stmt S_CLAIM = {
-    "runs_claim", "SELECT " RUN_RET " FROM opsrun_claim($1, $2::int, $3::int, $4::text[], "
-                  "$5::int[]) AS r"};
+    "runs_claim", "SELECT r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, r.max_attempts, "
+                  "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "
+                  "(extract(epoch FROM r.created_at) * 1000000)::bigint, r.input::text, "
+                  "extract(epoch FROM r.updated_at - r.run_at)::float8, "
+                  "extract(epoch FROM r.updated_at - r.started_at)::float8 "
+                  "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[]) AS r"};
 /* The next delayed run (ms ahead), and the newest and the oldest due run
  * (ms ago); store_runs_next_due compares their ages with how long the claim
  * before it took. Each is one step on runs_queued_at. */
@@ -29,9 +35,8 @@ static const struct stmt S_NEXT_DUE = {
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
-    "WHERE " FENCE
-    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step), " EVENT_FROM_UPD(
-        "'progress'", "NULL") " SELECT count(*) FROM upd"};
+    "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, "
+    "r.created_at), " EVENT_FROM_UPD("'progress'", "NULL") " SELECT count(*) FROM upd"};
 static const struct stmt S_FINISH = {
     "runs_finish",
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
@@ -40,8 +45,8 @@ static const struct stmt S_FINISH = {
     "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = "
     "NULL, " SET_CLEANUP_IF("true") "cleanup_due = false WHERE " FENCE
                                     " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                                    "r.step), " EVENT_FROM_UPD("'status'",
-                                                               "$10") " SELECT count(*) FROM upd"};
+                                    "r.step, r.created_at), " EVENT_FROM_UPD(
+                                        "'status'", "$10") " SELECT count(*) FROM upd"};
 /* store_runs_finish for many runs in one statement: $2 is a JSON array of
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
@@ -58,7 +63,8 @@ static const struct stmt S_FINISH_BATCH = {
     "" SET_CLEANUP_IF(
         "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
                 "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
-                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, b.message), "
+                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, "
+                "b.message), "
                 "" EVENT_FROM_UPD("'status'", "message") " SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
@@ -68,7 +74,7 @@ static const struct stmt S_RETRY = {
                       "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
                       "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
                       "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step), " EVENT_FROM_UPD(
+                      "r.step, r.created_at), " EVENT_FROM_UPD(
                           "'status'", CANCELLED_OR("$7")) " SELECT " COUNT_ENDED " FROM upd"};
 static const struct stmt S_RELEASE = {
     "runs_release",
@@ -77,7 +83,7 @@ static const struct stmt S_RELEASE = {
                       "worker_id = NULL, run_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
                       "updated_at = now() WHERE " FENCE
                       " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step), " EVENT_FROM_UPD(
+                      "r.step, r.created_at), " EVENT_FROM_UPD(
                           "'status'", CANCELLED_OR("format('released by %s at shutdown', "
                                                    "$3::text)")) " SELECT " COUNT_ENDED
                                                                  " FROM upd"};
@@ -115,21 +121,32 @@ static const struct stmt S_RESCUE = {
                           "now() "
                           "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
                           "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, "
-                          "r.progress, r.step), " EVENT_FROM_UPD(
+                          "r.progress, r.step, r.created_at), " EVENT_FROM_UPD(
                               "'status'",
                               "'orphan rescued: heartbeat went stale'") " SELECT type, status, "
                                                                         "outcome, "
                                                                         "count(*) FROM upd GROUP "
                                                                         "BY 1, 2, 3"};
-/* m raises the pruned-events mark (migration 004) to the highest event id
- * this batch deletes; its subquery sees the events before the cascade. */
+/* Deletes a batch of expired runs. Their events stay in their partition of
+ * run_events until retention drops it (migration 013), except those in
+ * run_events_unknown (written without the run's creation time) and in
+ * run_events_default, which no partition drop would reach: u and x delete
+ * them with their run. m raises the pruned-events mark (migration 004) to
+ * the highest event id of the batch, one index probe per run in the
+ * partition of its creation time; its subquery sees the events as they were
+ * before the statement. */
 static const struct stmt S_PRUNE = {
     "runs_prune",
-    "WITH d AS (SELECT tenant, id FROM runs WHERE status = 'completed' AND completed_at < "
-    "now() - make_interval(secs => $1::bigint) ORDER BY completed_at LIMIT $2::int "
-    "FOR UPDATE SKIP LOCKED), "
-    "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max(e.id) FROM run_events e "
-    "JOIN d ON e.tenant = d.tenant AND e.run_id = d.id)) WHERE EXISTS (SELECT 1 FROM d)) "
+    "WITH d AS (SELECT tenant, id, created_at FROM runs WHERE status = 'completed' AND "
+    "completed_at < now() - make_interval(secs => $1::bigint) ORDER BY completed_at "
+    "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
+    "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max((SELECT max(e.id) "
+    "FROM run_events e WHERE e.tenant = d.tenant AND e.run_id = d.id AND e.run_created_at IN "
+    "(d.created_at, 'infinity'))) FROM d)) WHERE EXISTS (SELECT 1 FROM d)), "
+    "u AS (DELETE FROM run_events e USING d WHERE e.tenant = d.tenant AND e.run_id = d.id "
+    "AND e.run_created_at = 'infinity'), "
+    "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
+    "e.run_id = d.id) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
 static const struct stmt S_QUEUE_AGE = {
     "runs_queue_age",
@@ -161,6 +178,41 @@ static char *pg_cap_array(const int *caps, size_t n)
     return s;
 }
 
+/* A claimed run from a row of S_CLAIM. */
+static enum status claim_row(const PGresult *r, int row, struct run **out, struct error *err)
+{
+    json_error_t jerr;
+    json_t *input = json_loads(db_val(r, row, 9), JSON_DECODE_ANY, &jerr);
+    struct run *run;
+
+    *out = NULL;
+    if (!input)
+        return error_set(err, ST_INTERNAL, "could not parse the input of run \"%s\": %s",
+                         db_val(r, row, 1), jerr.text);
+    run = xcalloc(1, sizeof(*run));
+    run->input = input;
+    run->tenant = xstrdup(db_val(r, row, 0));
+    run->id = xstrdup(db_val(r, row, 1));
+    run->type = xstrdup(db_val(r, row, 2));
+    run->attempt = (int)db_i64(r, row, 5);
+    run->max_attempts = (int)db_i64(r, row, 6);
+    run->has_deadline = db_val(r, row, 7) != NULL;
+    run->deadline_left_ms = db_i64(r, row, 7);
+    run->created_us = db_i64(r, row, 8);
+    run->claim_due_s = atof(db_val(r, row, 10));
+    run->claim_ran_s = atof(db_val(r, row, 11));
+    if (!run_status_parse(db_val(r, row, 3), &run->status) ||
+        !run_outcome_parse(db_val(r, row, 4), &run->outcome)) {
+        error_set(err, ST_INTERNAL,
+                  "could not parse run \"%s\": unknown status \"%s\" or outcome \"%s\"", run->id,
+                  db_val(r, row, 3), db_val(r, row, 4));
+        run_free(run);
+        return ST_INTERNAL;
+    }
+    *out = run;
+    return ST_OK;
+}
+
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err)
@@ -184,7 +236,7 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     *out = xcalloc((size_t)PQntuples(r) + 1, sizeof(**out));
     for (int i = 0; i < PQntuples(r); i++) {
         struct run *run;
-        st = run_from_row(r, i, &run, err);
+        st = claim_row(r, i, &run, err);
         if (st != ST_OK)
             break;
         (*out)[(*n)++] = run;

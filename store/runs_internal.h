@@ -24,10 +24,13 @@
 #define FENCE                                                                                      \
     "r.tenant = $1 AND r.id = $2 AND r.worker_id = $3 AND r.attempt = $4::int "                    \
     "AND r.status IN " HELD_STATUSES
-/* The event row for each run in CTE "upd" (type and message as SQL). */
+/* The event row for each run in CTE "upd" (type and message as SQL); upd
+ * returns the run's created_at, the partition key of run_events (migration
+ * 013). */
 #define EVENT_FROM_UPD(type, message)                                                              \
     "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "       \
-    "message) SELECT tenant, id, " type ", status, outcome, progress, step, " message " FROM upd)"
+    "message, run_created_at) SELECT tenant, id, " type                                            \
+    ", status, outcome, progress, step, " message ", created_at FROM upd)"
 
 /* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
  * new run (run_free); on failure it is NULL and err says why. */

@@ -22,7 +22,7 @@ static const struct stmt S_RESUBMIT = {
     "input, identity_hash, request_hash, retry_of, initiator) SELECT o.tenant, $3::text, o.type, "
     "o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6 "
     "FROM runs o WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING " RUN_RET
-    "), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
 /* The active run that holds the identity of `of`. */
 static const struct stmt S_HOLDER = {
     "runs_resubmit_holder",

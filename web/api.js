@@ -51,14 +51,24 @@ function askToken(message) {
       sessionStorage.setItem(KEY, t);
       input.value = '';
       form.removeEventListener('submit', submit);
+      dlg.removeEventListener('close', keep);
       dlg.close();
       asking = null;
       document.getElementById('forget').hidden = false;
       resolve();
     };
-    form.addEventListener('submit', submit);
     // Without a token there is nothing to show: Escape does not close it.
+    // A browser may close it all the same (Chrome lets a second Escape
+    // through a refused cancel unless the user did something in between),
+    // so a form closed without a token opens again.
+    const keep = () => {
+      if (dlg.open) return;
+      dlg.showModal();
+      input.focus();
+    };
+    form.addEventListener('submit', submit);
     dlg.addEventListener('cancel', (ev) => ev.preventDefault());
+    dlg.addEventListener('close', keep);
     dlg.showModal();
     input.focus();
   });

@@ -2,7 +2,15 @@
 // failures, and its event timeline: GET /runs/{id}/events once, then the
 // events of the page's one stream (no second connection), kept by event
 // id so that none shows twice. Cancel and retry ask first.
+//
+// A waiting run's poll schedule (the run's "poll"): the next check and the
+// end of the wait count down every second on the page's own clock, with
+// no request. Checks write no event, so once the next check is due the run
+// is read again, once (and again after 1 s, 2 s, ... up to 30 s while a
+// check is in flight), for the new count and the next check time.
 import { api } from './api.js';
+
+const REFRESH_MAX_MS = 30000;
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -21,6 +29,21 @@ function json(v) {
   return JSON.stringify(v, null, 2);
 }
 
+// 5s, 4m 05s, 2h 03m.
+function span(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  const pad = (n) => String(n).padStart(2, '0');
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${pad(Math.floor(s / 60) % 60)}m`;
+}
+
+// "in 12s (at …)" for a time ahead, `late` once it has passed.
+function until(ts, now, late) {
+  const ms = Date.parse(ts) - now;
+  return `${ms > 0 ? 'in ' + span(ms) : late} (at ${time(ts)})`;
+}
+
 export class Detail {
   constructor({ runs, onChanged, onOpenRun, onClosed }) {
     this.runs = runs;
@@ -36,9 +59,16 @@ export class Detail {
     this.id = null;
     this.events = new Map(); // event id → event
     this.dirty = false;
+    this.clocks = []; // {el, text(now)}: the countdowns on show
+    this.timer = 0; // ticks them while the detail is open
+    this.refreshAt = 0; // when to read a waiting run again (0: no need)
+    this.refreshMs = 1000; // the wait before the next read while none is scheduled
+    this.reading = false;
     document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
     this.dlg.addEventListener('close', () => {
       this.id = null;
+      clearInterval(this.timer);
+      this.timer = 0;
       this.onClosed();
     });
     this.cancelBtn.addEventListener('click', () => this.act('cancel'));
@@ -51,9 +81,12 @@ export class Detail {
     this.list.replaceChildren();
     this.msg.textContent = '';
     this.list.dataset.loaded = 'false';
+    this.refreshAt = 0;
+    this.refreshMs = 1000;
     const known = this.runs.get(id);
     this.renderRun(known || { id });
     if (!this.dlg.open) this.dlg.showModal();
+    if (!this.timer) this.timer = setInterval(() => this.tick(), 1000);
     try {
       const [{ body: run }, { body: ev }] = await Promise.all([
         api(`/runs/${encodeURIComponent(id)}`),
@@ -119,12 +152,8 @@ export class Detail {
     this.field(dl, 'Started', time(r.started_at));
     this.field(dl, 'Completed', time(r.completed_at));
     this.field(dl, 'Updated', time(r.updated_at));
-    if (r.status === 'waiting') {
-      // The run object has no poll schedule (next check, budget left) in
-      // this version: say what is known.
-      this.field(dl, 'Waiting', `for ${r.external_id || 'its remote job'} since ${time(r.updated_at)}; ` +
-        'the next check time and the poll budget are not in the API');
-    }
+    this.clocks = [];
+    if (r.poll) this.renderPoll(dl, r);
     if (r.retry_of) {
       const a = el('button', 'link', r.retry_of);
       a.type = 'button';
@@ -156,6 +185,79 @@ export class Detail {
     const active = r.status && r.status !== 'completed';
     this.cancelBtn.disabled = !active || r.status === 'cancelling';
     this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+  }
+
+  // A field whose text follows the clock: written now and at every tick.
+  clock(dl, name, id, text) {
+    const dd = el('dd');
+    dd.id = id;
+    dl.append(el('dt', null, name), dd);
+    this.clocks.push({ el: dd, text });
+  }
+
+  // The poll schedule of a run that waits (or waited) on a remote job.
+  renderPoll(dl, r) {
+    const p = r.poll;
+    const of = p.max_checks !== null && p.max_checks !== undefined ? ` of ${p.max_checks}` : '';
+    if (r.status !== 'waiting') {
+      const n = p.checks === 1 ? '1 check' : `${p.checks} checks`;
+      const waited = r.completed_at ? ` (${span(Date.parse(r.completed_at) - Date.parse(p.waiting_since))})` : '';
+      this.field(dl, 'Checks', `took ${n}${of}`);
+      dl.lastChild.id = 'd-checks';
+      this.field(dl, 'Waited', `from ${time(p.waiting_since)}${waited}`);
+      this.scheduleRead(r);
+      return;
+    }
+    this.field(dl, 'Waiting', `for ${r.external_id || 'its remote job'} since ${time(p.waiting_since)}`);
+    this.clock(dl, 'Next check', 'd-next-check', (now) => p.next_check_at
+      ? until(p.next_check_at, now, 'due now') : 'checking now');
+    this.field(dl, 'Checks', `${p.checks}${of}`);
+    dl.lastChild.id = 'd-checks';
+    this.clock(dl, 'Gives up', 'd-give-up', (now) => p.give_up_at
+      ? until(p.give_up_at, now, 'at its next check') : "when its type's poll budget runs out");
+    this.scheduleRead(r);
+    this.tick();
+  }
+
+  // When to read the run again: a little after its next check is due, or
+  // (a check in flight, or the check not yet made) after a growing wait.
+  scheduleRead(r) {
+    const now = Date.now();
+    const next = r.poll && r.poll.next_check_at ? Date.parse(r.poll.next_check_at) : 0;
+    if (r.status !== 'waiting') {
+      this.refreshAt = 0;
+    } else if (next > now) {
+      this.refreshAt = next + 1000;
+      this.refreshMs = 1000;
+    } else if (!this.refreshAt || this.refreshAt <= now) {
+      this.refreshAt = now + this.refreshMs;
+      this.refreshMs = Math.min(this.refreshMs * 2, REFRESH_MAX_MS);
+    }
+  }
+
+  tick() {
+    const now = Date.now();
+    for (const c of this.clocks) {
+      const t = c.text(now);
+      if (c.el.textContent !== t) c.el.textContent = t;
+    }
+    if (this.id && this.refreshAt && now >= this.refreshAt && !this.reading) this.read(this.id);
+  }
+
+  // Reads the run again (its poll schedule moved without an event).
+  async read(id) {
+    this.reading = true;
+    this.refreshAt = 0;
+    try {
+      const { body: run } = await api(`/runs/${encodeURIComponent(id)}`);
+      if (this.id !== id) return;
+      this.onChanged(run);
+      this.renderRun(this.runs.get(id) || run);
+    } catch {
+      if (this.id === id) this.scheduleRead(this.runs.get(id) || { status: 'waiting' });
+    } finally {
+      this.reading = false;
+    }
   }
 
   renderEvents() {

@@ -12,6 +12,13 @@ function newer(a, b) {
   return a.id > b.id;
 }
 
+// A check changes the run's poll schedule and nothing else (not even
+// updated_at): a run read again after a check is news.
+function samePoll(a, b) {
+  if (!a || !b) return !a === !b;
+  return a.checks === b.checks && a.next_check_at === b.next_check_at;
+}
+
 export class Runs {
   constructor() {
     this.byId = new Map();
@@ -43,7 +50,7 @@ export class Runs {
       if (old.status === 'completed' && run.status !== 'completed') return false;
       if (old.updated_at === run.updated_at && old.status === run.status &&
           old.progress === run.progress && old.step === run.step && old.outcome === run.outcome &&
-          old.attempt === run.attempt) return false;
+          old.attempt === run.attempt && samePoll(old.poll, run.poll)) return false;
       Object.assign(old, run); // created_at never changes: its place stays
       if (this.matches(old) !== old._shown) this.viewDirty = true;
       return true;

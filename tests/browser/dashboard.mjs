@@ -9,13 +9,19 @@
 //   with Escape; cancel and retry behind a confirm (dismissed: nothing
 //   happens; accepted: it is done);
 // - a finished run's stream asked past its end (204) stops EventSource;
-// - keyboard: Tab from the search box reaches the rows; 360 px wide does
-//   not scroll sideways.
+// - a waiting run's detail (a rest_job run against a fake jobs API served
+//   here): the next check and the end of the wait count down without a
+//   request, the checks count up once a check was due (the page reads the
+//   run again), and after a cancel (a stream event) the checks it took;
+// - keyboard: Tab from the search box reaches the rows; Page Down, Page
+//   Up, End and Home move the focused row; 360 px wide does not scroll
+//   sideways.
 // Screenshots of the dashboard and of a run's detail go to the build's
 // test directory (browser-artifacts/).
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import {
   api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
@@ -120,6 +126,155 @@ async function detailAndKeys(page, base, id, art) {
   check(back, 'Escape closed the detail and focus went back to the row');
 }
 
+// A remote jobs API whose jobs never end: POST /jobs starts one, GET
+// /jobs/{id} says RUNNING. Resolves to the server and its port.
+async function fakeJobs() {
+  let n = 0;
+  const srv = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const post = req.method === 'POST' && req.url === '/jobs';
+      res.writeHead(post ? 201 : 200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(post ? { id: `job-${++n}` } : { state: 'RUNNING' }));
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  return { srv, port: srv.address().port };
+}
+
+// The run type "job" on it: checks 1.5 s and 3 s after the start (the
+// first delay, then initial × multiplier^(n−1) after check n), the third
+// 15 s later, then every 60 s; at most 100 checks or 600 s.
+function jobType(port) {
+  return {
+    action: 'rest_job', max_attempts: 1,
+    poll: { initial_delay_ms: 1500, multiplier: 10, max_delay_ms: 60000, jitter_pct: 0,
+      max_checks: 100, max_duration_s: 600, check_timeout_s: 2 },
+    params: {
+      submit: { method: 'POST', url: `http://127.0.0.1:${port}/jobs`, body: { run: '{{run_id}}' } },
+      id_pointer: '/id',
+      status: { url: `http://127.0.0.1:${port}/jobs/{{external_id}}` },
+      state_pointer: '/state',
+      state_map: { RUNNING: 'running', DONE: 'succeeded' },
+    },
+  };
+}
+
+const AT = '\\(at \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ\\)';
+const secondsIn = (t) => Number(/^in (\d+)s /.exec(t)?.[1] ?? NaN);
+
+async function waitingRun(page, base, art) {
+  const r = await api(base, '/alerts', { method: 'POST', body: { alert_type: 'job', data: {} } });
+  const id = r.json.run_id;
+  // After check 2 the next one is 15 s away: time to watch the page.
+  const first = await until('the run to wait with two checks made', async () => {
+    const run = (await api(base, `/runs/${id}`)).json;
+    return run.status === 'waiting' && run.poll?.checks === 2 && run.poll.next_check_at ? run : null;
+  });
+  const reads = [];
+  const onRequest = (q) => {
+    if (new URL(q.url()).pathname.startsWith(`/runs/${id}`)) reads.push(Date.now());
+  };
+  await until('the waiting run in the table', async () => (await rowState(page, id))?.status === 'waiting');
+  await page.click(`tr.run[data-id="${id}"]`);
+  await page.waitForSelector('#detail[open] #d-next-check');
+  const text = (sel) => page.textContent(sel);
+  const next0 = await until('the next check on the page', async () => {
+    const t = await text('#d-next-check');
+    return new RegExp(`^in \\d+s ${AT}$`).test(t) ? t : null;
+  });
+  check(true, `the detail shows the next check (${next0})`);
+  const checks0 = await text('#d-checks');
+  check(checks0 === '2 of 100', `the detail shows the checks made of the budget (${checks0})`);
+  const give0 = await text('#d-give-up');
+  check(new RegExp(`^in (10m 00s|9m \\d\\ds) ${AT}$`).test(give0), `the detail shows when it gives up (${give0})`);
+  await page.screenshot({ path: join(art, 'dashboard-detail-waiting.png') });
+
+  // The countdowns tick on the page's clock: no request.
+  page.on('request', onRequest);
+  const next1 = await until('the next check countdown to tick', async () => {
+    const t = await text('#d-next-check');
+    return secondsIn(t) < secondsIn(next0) ? t : null;
+  });
+  const give1 = await text('#d-give-up');
+  const due = Date.parse(first.poll.next_check_at);
+  check(reads.length === 0 && Date.now() < due,
+    `the countdowns tick without a request (${next0} → ${next1}; ${give0} → ${give1}; ${reads.length} reads)`);
+  check(give1 !== give0, 'the give-up countdown ticks too');
+
+  // Check 3 writes no event: once it was due, the page reads the run again
+  // and shows the new count and the next check, a minute later.
+  const checks3 = await until('check 3 on the page', async () => {
+    const t = await text('#d-checks');
+    return t === '3 of 100' ? t : null;
+  }, 40000);
+  const next3 = await text('#d-next-check');
+  check(reads.length >= 1 && reads[0] >= due,
+    `after the check was due the page read the run again (${reads.length} reads) and shows ${checks3}`);
+  check(new RegExp(`^in \\d+s ${AT}$`).test(next3) && secondsIn(next3) > 30, `and the next check (${next3})`);
+  page.off('request', onRequest);
+
+  // A cancel arrives as a stream event: the run shows the checks it took.
+  await api(base, `/runs/${id}/cancel`, { method: 'POST' });
+  const took = await until('the cancel in the detail', async () => {
+    const t = await page.$eval('#d-checks', (e) => e.textContent).catch(() => '');
+    return /^took/.test(t) ? t : null;
+  });
+  check(took === 'took 3 checks of 100', `a finished run shows the checks it took (${took})`);
+  check(!(await page.$('#d-next-check')) && !(await page.$('#d-give-up')),
+    'a finished run shows no next check and no give-up time');
+  await page.keyboard.press('Escape');
+  await until('the detail to close', async () => !(await page.$('#detail[open]')));
+}
+
+// Page Down, Page Up, End and Home in the runs table move the focused row
+// (the roving tabindex): by a page, to the last run, to the first. Each
+// check fails if the key left the focus where it was.
+async function tableKeys(page, base) {
+  await api(base, '/alerts', { method: 'POST',
+    body: Array.from({ length: 40 }, (_, i) => ({ alert_type: 'demo', data: { duration_ms: 10, n: 100 + i } })) });
+  const total = await until('more runs than a page', async () => {
+    const n = Number(await page.getAttribute('#runs', 'aria-rowcount')) - 1;
+    return n >= 45 ? n : null;
+  });
+  const at = () => page.evaluate(() => {
+    const a = document.activeElement;
+    const wrap = document.getElementById('table-wrap');
+    if (!a || !a.matches('tr.run')) return null;
+    const box = a.getBoundingClientRect();
+    const view = wrap.getBoundingClientRect();
+    return {
+      index: Number(a.getAttribute('aria-rowindex')) - 2,
+      selected: a.getAttribute('aria-selected') === 'true',
+      visible: box.top >= view.top && box.bottom <= view.bottom + 1,
+      rows: Math.floor(wrap.clientHeight / a.offsetHeight),
+    };
+  });
+  if (!(await at())) await page.focus('tr.run[tabindex="0"]');
+  let last = await at();
+  check(last && last.index < total - 1, `a row of the table has the focus (${JSON.stringify(last)})`);
+  const press = async (key, want, what) => {
+    const from = last;
+    await page.keyboard.press(key);
+    const got = await until(`${key} to move the focus`, async () => {
+      const a = await at();
+      return a && want(a, from) ? a : null;
+    }, 5000).catch(() => null);
+    check(!!got && got.selected && got.visible,
+      `${key}: ${what} (from ${from && from.index} to ${JSON.stringify(got || (await at()))})`);
+    last = got || (await at());
+  };
+  await press('End', (a) => a.index === total - 1, 'to the last run');
+  await press('PageUp', (a, f) => f.index - a.index > 1 && f.index - a.index >= a.rows - 2, 'up by a page');
+  await press('PageUp', (a, f) => f.index - a.index > 1 && a.index > 0, 'and another page');
+  await press('PageDown', (a, f) => a.index - f.index > 1 && a.index < total - 1, 'down by a page');
+  await press('Home', (a) => a.index === 0, 'to the first run');
+  const top = await page.evaluate(() => document.getElementById('table-wrap').scrollTop);
+  check(top === 0, `Home scrolled the table to the top (${top})`);
+  await press('PageDown', (a, f) => a.index - f.index > 1 && a.index < total - 1, 'down by a page from the first');
+  await press('PageUp', (a) => a.index === 0, 'and back up to the first');
+}
+
 async function cancelAndRetry(page, base) {
   const id = await submit(base, { duration_ms: 60000, steps: 60 });
   await until('the long run on the page', async () => (await rowState(page, id))?.status === 'running');
@@ -186,8 +341,10 @@ async function main() {
   const log = join(tmp, 'opsrun.log');
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
+  const jobs = await fakeJobs();
   const proc = await startOpsrun({ port, db: createDb('browser_dashboard'), log, tmp,
-    config: { queue: { progress_interval_ms: 0, shutdown_grace_s: 1 } } });
+    config: { queue: { progress_interval_ms: 0, shutdown_grace_s: 1 },
+      run_types: { job: jobType(jobs.port) } } });
   let browser;
   const problems = [];
   try {
@@ -207,6 +364,8 @@ async function main() {
     await filtersAndPaging(page, base, ids);
     await detailAndKeys(page, base, id, art);
     await cancelAndRetry(page, base);
+    await waitingRun(page, base, art);
+    await tableKeys(page, base);
     await narrow(page, art);
     w.closing = true;
     await stream204(browser, base, id);
@@ -216,6 +375,7 @@ async function main() {
   } finally {
     if (browser) await browser.close();
     await stopOpsrun(proc);
+    jobs.srv.close();
   }
   for (const p of problems) console.log('  ' + p);
   check(problems.length === 0, `no console error, page error, failed request or error answer (${problems.length})`);

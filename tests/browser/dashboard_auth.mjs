@@ -1,6 +1,7 @@
 // tests/browser/dashboard_auth.mjs — the dashboard with authentication on
 // (auth.tokens): the page and its files load without a token; the page
-// asks for one (a wrong one is refused in the form), keeps it in
+// asks for one (a wrong one is refused in the form; Escape does not close
+// it, before or after typing), keeps it in
 // sessionStorage (a reload does not ask again), sends it as a bearer
 // token to the API and as ?access_token= on its stream, which then
 // delivers a run to its end. The server's log, at debug level, never
@@ -22,6 +23,26 @@ function newToken(name, scopes) {
   const out = execFileSync(need('OPSRUN_BIN'), ['token', 'new', '--name', name, '--tenant', 'default',
     '--scopes', scopes], { encoding: 'utf8' }).split('\n');
   return { token: out[0].trim(), entry: JSON.parse(out[1]) };
+}
+
+// Escape in the token form: the key reaches the dialog (its cancel event
+// fires), and the form stays open, since without a token the page has
+// nothing to show. Fails if the key does nothing, and if it closes the form.
+async function escapeKeepsTheForm(page, when) {
+  await page.evaluate(() => {
+    window.escapes = [];
+    document.getElementById('login').addEventListener('cancel', (e) => window.escapes.push(e.cancelable), { once: true });
+  });
+  await page.focus('#l-token');
+  await page.keyboard.press('Escape');
+  const seen = await until('the Escape to reach the form', () => page.evaluate(() => window.escapes.length > 0), 5000)
+    .catch(() => false);
+  check(seen, `Escape ${when} reached the token form (its cancel event)`);
+  // The browser may close the form despite the refused cancel; the page
+  // then opens it again at once, with the focus in the token field.
+  const kept = await until('the token form to be open', () => page.evaluate(() =>
+    document.getElementById('login').open && document.activeElement.id === 'l-token'), 5000).catch(() => false);
+  check(kept, `after Escape ${when} the token form is open, the focus in its field`);
 }
 
 async function main() {
@@ -50,10 +71,12 @@ async function main() {
     await page.goto(base + '/');
     await page.waitForSelector('#login[open]');
     check(true, 'the page asked for a token');
+    await escapeKeepsTheForm(page, 'at once');
     await page.fill('#l-token', 'opsrun_not_a_token_at_all');
     await page.click('#l-ok');
     await until('the refusal', async () => /does not know/.test(await page.textContent('#l-error')));
     check(await page.isVisible('#login[open]'), 'a wrong token is refused and the form stays');
+    await escapeKeepsTheForm(page, 'after a refused token');
     await page.fill('#l-token', token);
     await page.click('#l-ok');
     await page.waitForSelector('#conn[data-state="live"]');

@@ -7,10 +7,11 @@
  * errors, secrets kept out of logs and results, at most one check in
  * flight per run across two replicas, a replica killed mid-check, checkers
  * that keep their connections, a claim given back after waiting too long
- * in the queue, checks that yield to runs, 5,000 waiting runs beside demo
- * runs; the http and soap_job actions; and, for
- * every action that polls, a long wait that ends well without a failed
- * check counted or logged. */
+ * in the queue, checks that yield to runs, the schedule and budget in the
+ * run object ("poll") and the budget enforced from the run, 5,000 waiting
+ * runs beside demo runs; the http and soap_job actions; and, for every
+ * action that polls, a long wait that ends well without a failed check
+ * counted or logged. */
 #include "../support/fake_jobs.h"
 #include "../support/harness.h"
 
@@ -208,6 +209,12 @@ START_TEST(success_and_schedule)
                       "run_id = 'ok-1' AND type = 'status'");
     ck_assert_str_eq(PQgetvalue(ev, 0, 0), "queued,running,waiting,completed");
     PQclear(ev);
+    /* Every writer on the way, the poller's included, named the run's
+     * creation time (the partition key, migration 013). */
+    ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM run_events e JOIN runs r ON r.tenant "
+                                      "= e.tenant AND r.id = e.run_id WHERE r.id = 'ok-1' AND "
+                                      "e.run_created_at <> r.created_at"),
+                     0);
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM run_events WHERE run_id = 'ok-1' "
                                       "AND position('" SECRET "' in coalesce(message, '')) > 0"),
                      0);
@@ -382,6 +389,149 @@ START_TEST(budgets)
     ck_assert_msg(j.checks >= 4 && j.checks <= 9, "%d checks in 2 s at 300 ms", j.checks);
     wait_hooks("b-time", 1, 1);
     ck_assert_int_ge(poller_stat(&p, "timed_out_total"), 1);
+    free(a);
+    free(b);
+    stop(&p);
+}
+END_TEST
+
+/* ---- the poll schedule in the run object ------------------------------ */
+
+/* Checks 1.5 s, 3 s and 7.5 s after the run began waiting (1.5 s, then x3);
+ * the next, at 21 s, would pass the end of the 10 s wait and is cut to it. */
+static const char *const WAIT10_POLL =
+    "{\"initial_delay_ms\": 1500, \"multiplier\": 3, \"max_delay_ms\": 60000, \"jitter_pct\": 0,"
+    " \"max_checks\": 50, \"max_duration_s\": 10, \"check_timeout_s\": 1}";
+
+/* GET /runs/{id} until the run waits with at least `checks` checks made and
+ * its next one scheduled; returns it (new reference). */
+static json_t *wait_scheduled(const struct th_proc *p, const char *id, int checks)
+{
+    for (long long until = th_now_ms() + 15000; th_now_ms() < until; th_sleep_ms(50)) {
+        json_t *run = th_get_run(p, id);
+        const json_t *poll = json_object_get(run, "poll");
+        if (th_streq(th_js(run, "status"), "waiting") && th_ji(poll, "checks") >= checks &&
+            th_js(poll, "next_check_at"))
+            return run;
+        json_decref(run);
+    }
+    ck_abort_msg("run %s: no check %d scheduled while waiting", id, checks);
+    return NULL;
+}
+
+/* Whether timestamp a (plus secs seconds) compares to timestamp b as op
+ * says, by PostgreSQL (the run object's timestamps carry microseconds). */
+static bool ts_cmp(const char *a, int secs, const char *op, const char *b)
+{
+    return th_sql_int(g_db,
+                      "SELECT ('%s'::timestamptz + make_interval(secs => %d) %s "
+                      "'%s'::timestamptz)::int",
+                      a ? a : "-infinity", secs, op, b ? b : "infinity") == 1;
+}
+
+/* GET /runs/{id} of a waiting run has "poll": the checks counting up, the
+ * budget stored when it began waiting, next_check_at in the future (and
+ * never past give_up_at), give_up_at = waiting_since + max_duration_s. A
+ * finished run keeps it with the checks it took and no next check. */
+START_TEST(poll_in_the_run_object)
+{
+    struct th_proc p;
+    struct fake_job j;
+    json_t *run, *done;
+    const json_t *poll;
+    char *a, *b, *t0;
+    PGresult *now;
+    long long first;
+
+    start(&p, "e2e_poll_json", WAIT10_POLL, NULL);
+    a = submit(&p, "pj-1", "forever");
+    b = submit(&p, "pj-2", "done_after:2");
+    ck_assert(th_wait_status(&p, a, "waiting", 5000));
+
+    now = th_sql(g_db, "SELECT opsrun_ts(now())");
+    t0 = strdup(PQgetvalue(now, 0, 0));
+    PQclear(now);
+    run = wait_scheduled(&p, a, 1);
+    poll = json_object_get(run, "poll");
+    first = th_ji(poll, "checks");
+    ck_assert_msg(first == 1 || first == 2, "%lld checks at first", first);
+    ck_assert_int_eq(th_ji(poll, "max_checks"), 50);
+    ck_assert_int_eq(th_ji(poll, "max_duration_s"), 10);
+    ck_assert_msg(ts_cmp(th_js(poll, "next_check_at"), 0, ">", t0),
+                  "next_check_at %s is not after %s", th_js(poll, "next_check_at"), t0);
+    ck_assert_msg(ts_cmp(th_js(poll, "waiting_since"), 10, "=", th_js(poll, "give_up_at")),
+                  "give_up_at %s, waiting_since %s", th_js(poll, "give_up_at"),
+                  th_js(poll, "waiting_since"));
+    json_decref(run);
+
+    run = wait_scheduled(&p, a, 3);
+    poll = json_object_get(run, "poll");
+    ck_assert_int_eq(th_ji(poll, "checks"), 3); /* counting up */
+    /* the next check, 13.5 s after check 3, would be past the wait's end */
+    ck_assert_msg(ts_cmp(th_js(poll, "next_check_at"), 0, "<=", th_js(poll, "give_up_at")),
+                  "next check %s after give_up_at %s", th_js(poll, "next_check_at"),
+                  th_js(poll, "give_up_at"));
+
+    done = th_wait_done(&p, a, 30);
+    ck_assert_str_eq(th_js(done, "outcome"), "timed_out");
+    ck_assert_msg(strstr(err_msg(done), "(poll.max_duration_s 10)"), "%s", err_msg(done));
+    ck_assert(fake_jobs_get("pj-1", &j));
+    poll = json_object_get(done, "poll");
+    ck_assert_int_eq(th_ji(poll, "checks"), j.checks); /* the claim that gave up made none */
+    ck_assert_int_eq(th_ji(poll, "checks"), 3);
+    ck_assert_ptr_null(th_js(poll, "next_check_at"));
+    ck_assert_str_eq(th_js(poll, "give_up_at"), th_js(json_object_get(run, "poll"), "give_up_at"));
+    json_decref(done);
+    json_decref(run);
+
+    done = th_wait_done(&p, b, 30);
+    ck_assert_str_eq(th_js(done, "outcome"), "succeeded");
+    poll = json_object_get(done, "poll");
+    ck_assert_int_eq(th_ji(poll, "checks"), 2);
+    ck_assert_int_eq(th_ji(poll, "max_checks"), 50);
+    ck_assert_ptr_null(th_js(poll, "next_check_at"));
+    ck_assert_ptr_nonnull(th_js(poll, "waiting_since"));
+    json_decref(done);
+
+    free(t0);
+    free(a);
+    free(b);
+    stop(&p);
+}
+END_TEST
+
+/* The poller enforces the budget stored on the run, not the configuration
+ * (which says 50 checks and 10 s here); a run with none stored (it began
+ * waiting before migration 010) gets the configuration's. */
+START_TEST(budget_from_the_run)
+{
+    struct th_proc p;
+    json_t *run;
+    char *a, *b;
+
+    start(&p, "e2e_poll_row_budget", WAIT10_POLL, NULL);
+    a = submit(&p, "rb-1", "forever");
+    b = submit(&p, "rb-2", "forever");
+    ck_assert(th_wait_status(&p, a, "waiting", 5000));
+    ck_assert(th_wait_status(&p, b, "waiting", 5000));
+    PQclear(th_sql(g_db, "UPDATE runs SET poll_max_checks = 1 WHERE id = 'rb-1'"));
+    PQclear(th_sql(g_db, "UPDATE runs SET poll_max_checks = NULL, poll_max_duration_s = NULL "
+                         "WHERE id = 'rb-2'"));
+    run = th_get_run(&p, b);
+    ck_assert(json_is_null(json_object_get(json_object_get(run, "poll"), "max_checks")));
+    ck_assert(json_is_null(json_object_get(json_object_get(run, "poll"), "give_up_at")));
+    json_decref(run);
+
+    run = th_wait_done(&p, a, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
+    ck_assert_msg(strstr(err_msg(run), "after 1 checks (poll.max_checks 1)"), "%s", err_msg(run));
+    ck_assert_int_eq(th_ji(json_object_get(run, "poll"), "checks"), 1);
+    ck_assert_int_eq(th_ji(json_object_get(run, "poll"), "max_checks"), 1);
+    json_decref(run);
+    run = th_wait_done(&p, b, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
+    ck_assert_msg(strstr(err_msg(run), "(poll.max_duration_s 10)"), "%s", err_msg(run));
+    json_decref(run);
     free(a);
     free(b);
     stop(&p);
@@ -624,14 +774,15 @@ END_TEST
  * held by a slow check, is given back (due again at once) rather than
  * checked late, close to the end of its lease. One checker holds two
  * claims: two runs due at the same moment, each check taking 3 s, so the
- * claim that waits behind the other's check is given back. It still counts
- * as a claim (poll_count) but the fake never saw its check; both runs end
- * well, never two checks of one job at once. */
+ * claim that waits behind the other's check is given back. It is counted
+ * (engine.poller.given_back_total) but not as a check: each run's checks
+ * (poll.checks) are the checks the fake saw; both runs end well, never two
+ * checks of one job at once. */
 START_TEST(late_claim_given_back)
 {
     struct th_proc p;
     int first;
-    long long claims, checks = 0;
+    long long claims, given_back, checks = 0;
 
     start_fast(&p, "e2e_poll_give_back", 1, 5, 0);
     first = fake_jobs_create(2, "slow:3000,done_after:2");
@@ -656,9 +807,11 @@ START_TEST(late_claim_given_back)
         checks += j.checks;
     }
     claims = th_sql_int(g_db, "SELECT sum(poll_count) FROM runs WHERE id LIKE 'gb-%%'");
-    fprintf(stderr, "given back: %lld claims for %lld checks\n", claims, checks);
-    ck_assert_msg(claims > checks, "%lld claims for %lld checks: none was given back", claims,
-                  checks);
+    given_back = poller_stat(&p, "given_back_total");
+    fprintf(stderr, "given back: %lld claims, %lld checks counted for %lld made\n", given_back,
+            claims, checks);
+    ck_assert_int_gt(given_back, 0);
+    ck_assert_int_eq(claims, checks);
     ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
     stop(&p);
 }
@@ -1262,6 +1415,8 @@ static Suite *poller_suite(void)
         {"remote_outcomes", remote_outcomes, 90},
         {"unknown_state_and_gone_options", unknown_state_and_gone_options, 60},
         {"budgets", budgets, 90},
+        {"poll_in_the_run_object", poll_in_the_run_object, 60},
+        {"budget_from_the_run", budget_from_the_run, 60},
         {"cancel_and_cleanup", cancel_and_cleanup, 60},
         {"submit_errors", submit_errors, 60},
         {"one_check_in_flight", one_check_in_flight, 120},

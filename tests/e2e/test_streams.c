@@ -276,6 +276,91 @@ START_TEST(run_stream_state_per_event)
 }
 END_TEST
 
+/* Every live event of a stream's data against its run_events row: the run
+ * as of the event (status, outcome, progress, step). */
+static void expect_state_of_events(struct th_sse *s, const char *run_id, int timeout_ms,
+                                   struct ids *got)
+{
+    struct th_sse_event ev;
+    long long until = th_now_ms() + timeout_ms;
+
+    while (th_sse_next(s, &ev, (int)(until - th_now_ms())) == 1) {
+        PGresult *r = th_sql(g_db,
+                             "SELECT status, outcome, progress, coalesce(step, '(null)') "
+                             "FROM run_events WHERE id = %lld AND run_id = '%s'",
+                             ev.id, run_id);
+        ck_assert_int_eq(PQntuples(r), 1);
+        ck_assert_str_eq(th_js(ev.json, "id"), run_id);
+        ck_assert_str_eq(th_js(ev.json, "status"), PQgetvalue(r, 0, 0));
+        ck_assert_str_eq(th_js(ev.json, "outcome"), PQgetvalue(r, 0, 1));
+        ck_assert_int_eq(th_ji(ev.json, "progress"), atoll(PQgetvalue(r, 0, 2)));
+        ck_assert_str_eq(th_js(ev.json, "step") ? th_js(ev.json, "step") : "(null)",
+                         PQgetvalue(r, 0, 3));
+        PQclear(r);
+        ids_add(got, ev.id);
+        th_sse_event_free(&ev);
+    }
+    ck_assert_msg(s->clean_end, "the stream of %s did not end within %d ms", run_id, timeout_ms);
+}
+
+/* The hub builds frames (each event's run) only while a stream is open:
+ * with none it only moves its position, and long-polls still complete. A
+ * stream opened on such an idle hub, again and again while its run
+ * executes, still gets every event of its run after its snapshot, each with
+ * the run as of it: the hub catches up from its position. */
+START_TEST(frames_only_for_streams)
+{
+    struct th_proc p;
+    struct th_resp r;
+    long long last;
+
+    start(&p, "e2e_sse_idle", NULL);
+    th_post_json(p.url, "/alerts?wait=20",
+                 "{\"alert_type\":\"demo\",\"run_id\":\"idle-0\",\"data\":{\"duration_ms\":50,"
+                 "\"steps\":3}}",
+                 &r);
+    ck_assert_int_eq(r.status, 202);
+    ck_assert_str_eq(th_js(r.json, "status"), "completed");
+    th_resp_free(&r);
+    for (int i = 1; i <= 5; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "idle-%d", i);
+        free(submit_demo(&p, id, 20, 2));
+        th_expect_outcome(&p, id, "succeeded", 10);
+    }
+    last = max_event_id(NULL);
+    for (long long until = th_now_ms() + 10000;
+         stream_stat(&p, "position") < last && th_now_ms() < until; th_sleep_ms(50))
+        ;
+    ck_assert_int_ge(stream_stat(&p, "position"), last);
+    ck_assert_int_eq(stream_stat(&p, "published_total"), 0);
+    ck_assert_int_eq(stream_stat(&p, "ring_frames"), 0);
+
+    for (int i = 0; i < 10; i++) {
+        char id[32], path[64];
+        struct th_sse *s;
+        struct th_sse_event first;
+        struct ids got = {0}, want;
+        snprintf(id, sizeof(id), "seen-%d", i);
+        snprintf(path, sizeof(path), "/runs/%s/stream", id);
+        free(submit_demo(&p, id, 200, 4));
+        s = open_stream(&p, path, NULL);
+        ck_assert_int_eq(th_sse_next(s, &first, 5000), 1);
+        ck_assert_str_eq(first.event, "snapshot");
+        expect_state_of_events(s, id, 15000, &got);
+        want = db_ids(id, first.id, INT64_MAX);
+        ids_expect(&got, &want, "live events after the snapshot");
+        th_sse_event_free(&first);
+        ids_free(&got);
+        ids_free(&want);
+        th_sse_close(s);
+        ck_assert(wait_stream_stat(&p, "subscribers", 0, 5000));
+    }
+    ck_assert_int_gt(stream_stat(&p, "published_total"), 0);
+    stop(&p);
+}
+END_TEST
+
 /* A completed run: its snapshot, then the end. Resuming from its last
  * event, or from past it: 204 No Content, no stream. Resuming from an
  * earlier event: the rest, then the end. */
@@ -1260,6 +1345,7 @@ static Suite *streams_suite(void)
         {"global_replay_and_reset", global_replay_and_reset, 60},
         {"subscriber_limit", subscriber_limit, 60},
         {"long_polls", long_polls, 90},
+        {"frames_only_for_streams", frames_only_for_streams, 90},
         {"cross_replica", cross_replica, 90},
         {"open_writer_holds_streams", open_writer_holds_streams, 60},
         {"pg_restart_mid_stream", pg_restart_mid_stream, 180},

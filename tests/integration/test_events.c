@@ -27,8 +27,10 @@
 #include <libpq-fe.h>
 
 #include "common/util.h"
+#include "live/hub.h"
 #include "store/db.h"
 #include "store/events.h"
+#include "store/runs.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
 
@@ -47,10 +49,19 @@ static void make_runs(const char *prefix, int n)
 }
 
 /* The S_PROGRESS shape: update the run row, insert its event, in one
- * statement. Returns the new event id, or -1 (with *msg set when msg is not
- * NULL) when the statement failed or matched no run. Thread-safe per
- * connection: never asserts. */
+ * statement. Its event goes to the partition of the run's creation time
+ * (migration 013). */
 static const char *const WRITE_SQL =
+    "WITH upd AS (UPDATE runs r SET progress = $2::int, step = 'step ' || $2, updated_at = now() "
+    "WHERE r.tenant = 't' AND r.id = $1 AND r.worker_id = 'w' AND r.attempt = 1 "
+    "AND r.status IN ('running', 'cancelling') "
+    "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at), "
+    "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "
+    "message, run_created_at) SELECT tenant, id, 'progress', status, outcome, progress, step, "
+    "NULL, created_at FROM upd RETURNING id) SELECT id FROM ev";
+/* The same as a binary from before migration 013 writes it, without the
+ * run's creation time: the event goes to run_events_unknown. */
+static const char *const WRITE_SQL_UNNAMED =
     "WITH upd AS (UPDATE runs r SET progress = $2::int, step = 'step ' || $2, updated_at = now() "
     "WHERE r.tenant = 't' AND r.id = $1 AND r.worker_id = 'w' AND r.attempt = 1 "
     "AND r.status IN ('running', 'cancelling') "
@@ -59,7 +70,10 @@ static const char *const WRITE_SQL =
     "message) SELECT tenant, id, 'progress', status, outcome, progress, step, NULL FROM upd "
     "RETURNING id) SELECT id FROM ev";
 
-static long long write_event(PGconn *c, const char *run, int progress)
+/* Runs sql (WRITE_SQL's parameters). Returns the new event id, or -1 when
+ * the statement failed or matched no run. Thread-safe per connection: never
+ * asserts. */
+static long long write_sql(PGconn *c, const char *sql, const char *run, int progress)
 {
     char p[16];
     const char *params[2] = {run, p};
@@ -67,11 +81,28 @@ static long long write_event(PGconn *c, const char *run, int progress)
     long long id = -1;
 
     snprintf(p, sizeof(p), "%d", progress);
-    r = PQexecParams(c, WRITE_SQL, 2, NULL, params, NULL, NULL, 0);
+    r = PQexecParams(c, sql, 2, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
         id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     return id;
+}
+
+static long long write_event(PGconn *c, const char *run, int progress)
+{
+    return write_sql(c, WRITE_SQL, run, progress);
+}
+
+/* The partition event id is in, as c sees it. */
+static char *partition_of(PGconn *c, long long id)
+{
+    PGresult *r = th_sql(c, "SELECT tableoid::regclass::text FROM run_events WHERE id = %lld", id);
+    char *name;
+
+    ck_assert_int_eq(PQntuples(r), 1);
+    name = xstrdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return name;
 }
 
 static long long write_ok(PGconn *c, const char *run, int progress)
@@ -146,7 +177,10 @@ static void assert_ids(const struct got *g, const long long *want, int n)
 
 /* Scenario 1: A takes id N and holds its transaction, B takes N+1 and
  * commits. The naive reader sees N+1 alone (and would skip N for good); the
- * horizon must not pass N until A commits, then N and N+1 come in order. */
+ * horizon must not pass N until A commits, then N and N+1 come in order.
+ * A's event goes to another partition than B's (A writes as a binary from
+ * before migration 013 does): both lock the parent run_events, which is
+ * what the horizon looks at. */
 START_TEST(reorder_two_writers)
 {
     PGconn *a, *b;
@@ -155,6 +189,7 @@ START_TEST(reorder_two_writers)
     long long n1, n2;
     int64_t pos = 0;
     bool settled = true;
+    char *where_a, *where_b;
     int n;
 
     open_test_db("it_events_reorder");
@@ -163,9 +198,17 @@ START_TEST(reorder_two_writers)
     b = th_pg(g_ci);
 
     PQclear(th_sql(a, "BEGIN"));
-    n1 = write_ok(a, "r0", 10);
+    n1 = write_sql(a, WRITE_SQL_UNNAMED, "r0", 10);
+    ck_assert_int_gt(n1, 0);
     n2 = write_ok(b, "r1", 20);
     ck_assert_int_eq(n2, n1 + 1);
+    where_a = partition_of(a, n1);
+    where_b = partition_of(b, n2);
+    ck_assert_str_eq(where_a, "run_events_unknown");
+    ck_assert_str_ne(where_b, "run_events_unknown");
+    ck_assert_str_ne(where_b, "run_events_default");
+    free(where_a);
+    free(where_b);
 
     OK(store_events_horizon(g_db, &h, &g_err));
     ck_assert_int_eq(h.h, n2);
@@ -173,7 +216,7 @@ START_TEST(reorder_two_writers)
     OK(store_events_settled(g_db, &h, &settled, &g_err));
     ck_assert(!settled);
     /* The problem is real: "id > 0" right now returns N+1 without N. */
-    OK(store_events_after(g_db, 0, INT64_MAX, 100, collect, &naive, &n, &g_err));
+    OK(store_events_after(g_db, 0, INT64_MAX, 100, EVENTS_RUNS, collect, &naive, &n, &g_err));
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(naive.ids[0], n2);
     /* The horizon reader waits and delivers nothing. */
@@ -195,7 +238,7 @@ START_TEST(reorder_two_writers)
     /* Nothing more, and a replay from before N gives the same. */
     OK(store_events_advance(g_db, &pos, 10, 100, collect, &got, &n, &g_err));
     ck_assert_int_eq(n, 0);
-    OK(store_events_after(g_db, 0, pos, 100, collect, &replay, &n, &g_err));
+    OK(store_events_after(g_db, 0, pos, 100, EVENTS_RUNS, collect, &replay, &n, &g_err));
     assert_ids(&replay, (long long[]){n1, n2}, 2);
 
     got_free(&naive);
@@ -340,7 +383,8 @@ static void naive_round(struct db *db, int64_t *last, struct got *g)
 {
     int n;
 
-    OK(store_events_after(db, *last, INT64_MAX, EVENTS_PAGE_MAX, collect, g, &n, &g_err));
+    OK(store_events_after(db, *last, INT64_MAX, EVENTS_PAGE_MAX, EVENTS_RUNS, collect, g, &n,
+                          &g_err));
     if (g->n > 0)
         *last = g->ids[g->n - 1];
 }
@@ -363,6 +407,11 @@ START_TEST(stress_exactly_once_in_order)
         snprintf(prefix, sizeof(prefix), "w%dr", k);
         make_runs(prefix, STRESS_RUNS);
     }
+    /* Every writer alternates between runs created now and runs created
+     * before the template was migrated: two partitions. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET created_at = (SELECT hi - interval '1 second' FROM "
+                         "opsrun_event_partitions() WHERE lo IS NULL) WHERE "
+                         "right(id, 1) IN ('1', '3', '5', '7', '9')"));
     naive_db = connect_db(g_ci);
     for (int k = 0; k < STRESS_WRITERS; k++) {
         w[k] = (struct writer){.c = th_pg(g_ci), .k = k, .stop = &stop};
@@ -390,6 +439,8 @@ START_TEST(stress_exactly_once_in_order)
     ck_assert_int_eq(got.not_increasing, 0);
     ck_assert_int_eq(got.bad_json, 0);
     ck_assert_int_eq(got.null_run_json, 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT tableoid) FROM run_events"), 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events_default"), 0);
     r = th_sql(g_pg, "SELECT id FROM run_events ORDER BY id");
     ck_assert_msg(got.n == PQntuples(r), "delivered %d events, %d committed", got.n, PQntuples(r));
     for (int i = 0; i < got.n; i++)
@@ -470,48 +521,198 @@ END_TEST
 
 /* ---- pruned runs ------------------------------------------------------ */
 
-/* Deleting a run deletes its events (ON DELETE CASCADE): the reader never
- * sees them. An event whose run row is missing anyway (here forced with
- * session_replication_role = replica, which skips the cascade) comes back
- * with run_json NULL and its own fields intact. Bad arguments are refused. */
+/* Deleting a run leaves its events in their partition (no cascade since
+ * migration 013: retention drops the partition later). The global reader
+ * still moves past them, with run_json NULL, so the hub shows nothing for
+ * them; the replays and the snapshot never show them; and a run created
+ * later under the same id does not take them over, neither those in its
+ * span partition nor one in run_events_unknown. Bad arguments are refused. */
 START_TEST(pruned_runs)
 {
-    struct got got = {0};
-    long long e0, e1, e2;
+    struct got got = {0}, one = {0}, all = {0};
+    struct event_filter f_one = {.tenant = "t", .run_id = "r0"}, f_all = {.tenant = "t"};
+    struct run_snapshot snap;
+    long long e0, e1, e2, e3;
     int64_t pos = 0;
     int n;
 
     open_test_db("it_events_pruned");
     make_runs("r", 2);
     e0 = write_ok(g_pg, "r0", 1);
-    e1 = write_ok(g_pg, "r0", 2);
+    e1 = write_sql(g_pg, WRITE_SQL_UNNAMED, "r0", 2);
     e2 = write_ok(g_pg, "r1", 3);
     ck_assert_int_eq(e1, e0 + 1);
 
-    PQclear(th_sql(g_pg, "DELETE FROM runs WHERE id = 'r0'"));
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = 'r0'"), 0);
-    drain(g_db, &pos, e2, &got, 5000);
-    assert_ids(&got, (long long[]){e2}, 1);
-    ck_assert_int_eq(got.null_run_json, 0);
-    got_free(&got);
-
-    PQclear(th_sql(g_pg, "SET session_replication_role = replica"));
-    PQclear(th_sql(g_pg, "DELETE FROM runs WHERE id = 'r1'"));
-    PQclear(th_sql(g_pg, "RESET session_replication_role"));
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = 'r1'"), 1);
-    OK(store_events_after(g_db, 0, e2, 10, collect, &got, &n, &g_err));
+    /* Retention deletes r0, and with it e1 (in run_events_unknown); e0
+     * stays in its span partition. The pruned-events mark covers both. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                         "completed_at = now() - interval '1 hour' WHERE id = 'r0'"));
+    OK(store_runs_prune(g_db, 60, 10, &n, &g_err));
     ck_assert_int_eq(n, 1);
-    assert_ids(&got, (long long[]){e2}, 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = 'r0'"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT id FROM run_events WHERE run_id = 'r0'"), e0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT upto FROM run_events_pruned"), e1);
+    drain(g_db, &pos, e2, &got, 5000);
+    assert_ids(&got, (long long[]){e0, e2}, 2);
     ck_assert_int_eq(got.null_run_json, 1);
     ck_assert_int_eq(got.bad_json, 0);
 
-    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, 0, collect, &got, &n, &g_err));
+    /* r0 again, a later run: one event of its own. */
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, "
+                         "timeout_s, worker_id, input, identity_hash, request_hash) VALUES "
+                         "('t', 'r0', 'T', 'running', 1, 3, 300, 'w', '{}', 'again', 'req')"));
+    e3 = write_ok(g_pg, "r0", 4);
+    OK(store_events_replay(g_db, &f_one, 0, e3, 100, collect, &one, &n, &g_err));
+    assert_ids(&one, (long long[]){e3}, 1);
+    OK(store_events_replay(g_db, &f_all, 0, e3, 100, collect, &all, &n, &g_err));
+    assert_ids(&all, (long long[]){e2, e3}, 2);
+    OK(store_events_run_snapshot(g_db, "t", "r0", e0, &snap, &g_err));
+    ck_assert_int_eq(snap.last_id, e3);
+    ck_assert(!snap.probe_found);
+    run_snapshot_cleanup(&snap);
+    OK(store_events_run_snapshot(g_db, "t", "r0", e3, &snap, &g_err));
+    ck_assert(snap.probe_found);
+    run_snapshot_cleanup(&snap);
+    got_free(&got);
+    OK(store_events_after(g_db, e2, e3, 10, EVENTS_RUNS, collect, &got, &n, &g_err));
+    assert_ids(&got, (long long[]){e3}, 1);
+    ck_assert_int_eq(got.null_run_json, 0);
+
+    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, 0, EVENTS_RUNS, collect, &got, &n, &g_err));
+    EXPECT(ST_INVALID, store_events_after(g_db, 0, e2, EVENTS_PAGE_MAX + 1, EVENTS_RUNS, collect,
+                                          &got, &n, &g_err));
     EXPECT(ST_INVALID,
-           store_events_after(g_db, 0, e2, EVENTS_PAGE_MAX + 1, collect, &got, &n, &g_err));
-    EXPECT(ST_INVALID, store_events_after(g_db, -1, e2, 10, collect, &got, &n, &g_err));
+           store_events_after(g_db, -1, e2, 10, EVENTS_ENDED, collect, &got, &n, &g_err));
     EXPECT(ST_INVALID, store_events_advance(g_db, &pos, 0, 0, collect, &got, &n, &g_err));
 
     got_free(&got);
+    got_free(&one);
+    got_free(&all);
+    close_test_db();
+}
+END_TEST
+
+/* ---- each event's run --------------------------------------------------- */
+
+/* What a page delivered, event by event. */
+struct as_of {
+    int n;
+    long long id[64];
+    char *json[64];    /* heap, NULL when the run is gone */
+    bool compact[64];  /* run_json_compact */
+    bool has_type[64]; /* run_type set */
+};
+
+static void as_of_add(void *arg, const struct event_row *ev)
+{
+    struct as_of *a = arg;
+
+    if (a->n == 64)
+        return;
+    a->id[a->n] = ev->id;
+    a->json[a->n] = ev->run_json ? xstrdup(ev->run_json) : NULL;
+    a->compact[a->n] = ev->run_json_compact;
+    a->has_type[a->n] = ev->run_type != NULL;
+    a->n++;
+}
+
+static void as_of_free(struct as_of *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->json[i]);
+    memset(a, 0, sizeof(*a));
+}
+
+/* Reads every event in pages of `page` and checks each delivered run
+ * against PostgreSQL's own opsrun_run_json_at for that event: the same
+ * text once compacted, or, for a run jansson cannot hold, PostgreSQL's
+ * text itself. Returns how many came through each path. */
+static void expect_as_of(int page, int want_n, int *by_jansson, int *by_postgres)
+{
+    struct as_of a = {0};
+    int64_t pos = 0;
+    int n;
+
+    *by_jansson = *by_postgres = 0;
+    do {
+        OK(store_events_after(g_db, pos, INT64_MAX, page, EVENTS_RUNS, as_of_add, &a, &n, &g_err));
+        if (n > 0)
+            pos = a.id[a.n - 1];
+    } while (n == page);
+    ck_assert_int_eq(a.n, want_n);
+    for (int i = 0; i < a.n; i++) {
+        PGresult *r = th_sql(g_pg,
+                             "SELECT opsrun_run_json_at(r, e)::text FROM run_events e "
+                             "JOIN runs r ON r.tenant = e.tenant AND r.id = e.run_id "
+                             "WHERE e.id = %lld",
+                             a.id[i]);
+        const char *want = PQgetvalue(r, 0, 0);
+        char *compact = hub_json_compact(want);
+        ck_assert_int_eq(PQntuples(r), 1);
+        ck_assert(a.has_type[i]);
+        ck_assert_ptr_nonnull(a.json[i]);
+        if (compact) {
+            ck_assert_msg(a.compact[i] && strcmp(a.json[i], compact) == 0,
+                          "event %lld (page %d): got %s, want %s", a.id[i], page, a.json[i],
+                          compact);
+            (*by_jansson)++;
+        } else {
+            ck_assert_msg(!a.compact[i] && strcmp(a.json[i], want) == 0,
+                          "event %lld (page %d): got %s, want %s", a.id[i], page, a.json[i], want);
+            (*by_postgres)++;
+        }
+        free(compact);
+        PQclear(r);
+    }
+    as_of_free(&a);
+}
+
+/* A run's representation is built once per page, and each of its events
+ * gets it as of the event (status, outcome, progress, step set in C): the
+ * same as opsrun_run_json_at builds per event, whatever the page size and
+ * however the runs' events interleave; PostgreSQL's own text for a run
+ * jansson cannot hold. EVENTS_ENDED reads only the completions, bare. */
+START_TEST(runs_as_of_each_event)
+{
+    int by_jansson, by_postgres, n;
+    long long done;
+    struct as_of a = {0};
+
+    open_test_db("it_events_as_of");
+    make_runs("j", 3);
+    PQclear(th_sql(g_pg, "UPDATE runs SET input = '{\"s\": \"a\\\"b\\\\c \\u00e9 \\u0001 /\", "
+                         "\"n\": 1.50, \"e\": 1e3, \"a\": [true, null, {}]}', "
+                         "context = '{\"k\": \"v\"}', external_id = 'x-1' WHERE id = 'j0'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET input = '{\"huge\": 123456789012345678901234567890}' "
+                         "WHERE id = 'j2'"));
+    write_ok(g_pg, "j0", 10);
+    write_ok(g_pg, "j1", 20);
+    write_ok(g_pg, "j0", 30);
+    write_ok(g_pg, "j2", 40);
+    write_ok(g_pg, "j1", 50);
+    write_ok(g_pg, "j0", 60);
+    done = th_sql_int(
+        g_pg, "WITH upd AS (UPDATE runs SET status = 'completed', outcome = 'failed', "
+              "step = NULL, progress = 55, completed_at = now() WHERE id = 'j1' "
+              "RETURNING tenant, id, status, outcome, progress, step), "
+              "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, "
+              "step) SELECT tenant, id, 'status', status, outcome, progress, step FROM upd "
+              "RETURNING id) SELECT id FROM ev");
+    write_ok(g_pg, "j2", 70);
+    write_ok(g_pg, "j0", 80);
+
+    for (int page = 1; page <= 10; page++) {
+        expect_as_of(page, 9, &by_jansson, &by_postgres);
+        ck_assert_int_eq(by_jansson, 7);
+        ck_assert_int_eq(by_postgres, 2);
+    }
+
+    OK(store_events_after(g_db, 0, INT64_MAX, 10, EVENTS_ENDED, as_of_add, &a, &n, &g_err));
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(a.id[0], done);
+    ck_assert_ptr_null(a.json[0]);
+    ck_assert(!a.has_type[0]);
+    as_of_free(&a);
     close_test_db();
 }
 END_TEST
@@ -541,6 +742,7 @@ int main(void)
     tc = tcase("stall_prune", 60);
     tcase_add_test(tc, open_writer_stalls_the_horizon);
     tcase_add_test(tc, pruned_runs);
+    tcase_add_test(tc, runs_as_of_each_event);
     suite_add_tcase(s, tc);
 
     return th_run_suite(s);

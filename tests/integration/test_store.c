@@ -35,6 +35,7 @@
 
 static const char *const TYPES_T[] = {"T"};
 static const int CAPS_NONE[] = {0};
+static const struct poll_budget BUDGET = {120, 1740};
 
 /* The first column of the first row as a heap string (NULL for SQL NULL or
  * no row). */
@@ -198,6 +199,16 @@ static void claim_expect(const char *worker, const char *id, int attempt)
     ck_assert_int_eq(runs[0]->attempt, attempt);
     free_runs(runs, n);
     assert_col(id, "worker_id", worker);
+}
+
+/* The SQL expression expr over run id's row as a double. */
+static double col_double(const char *id, const char *expr)
+{
+    char *v = sql_str("SELECT (%s)::float8 FROM runs WHERE id = '%s'", expr, id);
+    double d = v ? atof(v) : -1;
+
+    free(v);
+    return d;
 }
 
 static void claim_none(const char *worker)
@@ -742,6 +753,182 @@ START_TEST(claim_order_delay_and_types)
 }
 END_TEST
 
+/* Asserts that the one claimed run holds what its worker needs: no API
+ * representation, its input, its deadline, and by the database's clock how
+ * long it had been due and how long it ran before this attempt. */
+static void assert_claimed(const struct run *run, const char *id, int attempt)
+{
+    char *in = json_dumps(run_input(run), JSON_COMPACT | JSON_SORT_KEYS);
+
+    ck_assert_str_eq(run->id, id);
+    ck_assert_str_eq(run->tenant, "default");
+    ck_assert_str_eq(run->type, "T");
+    ck_assert_str_eq(run_status_name(run->status), "running");
+    ck_assert_str_eq(run_outcome_name(run->outcome), "pending");
+    ck_assert_int_eq(run->attempt, attempt);
+    ck_assert_int_eq(run->max_attempts, 3);
+    ck_assert_ptr_null(run->json);
+    ck_assert_str_eq(in, "{\"a\":[1,2.5,\"x\"],\"b\":{\"c\":null,\"d\":\"\u00e9\"}}");
+    ck_assert(run->has_deadline);
+    ck_assert_msg(run->deadline_left_ms > 290000 && run->deadline_left_ms <= 300000,
+                  "deadline in %lld ms, want ~300000", (long long)run->deadline_left_ms);
+    ck_assert_int_eq(run->created_us, col_int(id, "extract(epoch FROM created_at) * 1000000"));
+    ck_assert_double_eq_tol(run->claim_due_s,
+                            col_double(id, "extract(epoch FROM updated_at - run_at)"), 1e-6);
+    ck_assert_double_eq_tol(run->claim_ran_s,
+                            col_double(id, "extract(epoch FROM updated_at - started_at)"), 1e-6);
+    free(in);
+}
+
+START_TEST(claim_returns_what_the_worker_needs)
+{
+    char at_m10[40];
+    char *id;
+    struct run **runs = NULL;
+    size_t n;
+
+    open_test_db("it_store_claim_cols");
+    rfc3339_in(-10000, at_m10);
+    id = new_run_full(NULL, "T", 0, at_m10, 3);
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET input = '{\"b\": {\"c\": null, \"d\": \"\\u00e9\"}, "
+                   "\"a\": [1, 2.5, \"x\"]}' WHERE id = '%s'",
+                   id));
+    n = claim_t("w1", 10, &runs);
+    ck_assert_int_eq(n, 1);
+    assert_claimed(runs[0], id, 1);
+    ck_assert_msg(runs[0]->claim_due_s >= 9.0, "due for %f s, want ~10", runs[0]->claim_due_s);
+    ck_assert_double_eq(runs[0]->claim_ran_s, 0);
+    free_runs(runs, n);
+
+    /* A second attempt: it ran (from its first start) before this claim. */
+    {
+        struct fence f = {"default", id, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 0, NULL, NULL, &g_err));
+    }
+    PQclear(th_sql(g_pg, "UPDATE runs SET started_at = started_at - interval '5 s' WHERE id = '%s'",
+                   id));
+    n = claim_t("w2", 10, &runs);
+    ck_assert_int_eq(n, 1);
+    assert_claimed(runs[0], id, 2);
+    ck_assert_msg(runs[0]->claim_ran_s >= 5.0, "ran %f s before, want >= 5", runs[0]->claim_ran_s);
+    free_runs(runs, n);
+    free(id);
+    close_test_db();
+}
+END_TEST
+
+/* Sequential scans of runs by g_pg not yet reported (those of its open
+ * transaction among them). */
+static long long runs_seq_scans(void)
+{
+    return th_sql_int(g_pg, "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'runs'");
+}
+
+/* Claims two runs of type T on g_pg with opsrun_claim (caps: an int[]
+ * literal) and asserts that it never scanned the table. */
+static void claim_two_by_index(const char *caps)
+{
+    long long before;
+
+    PQclear(th_sql(g_pg, "BEGIN"));
+    before = runs_seq_scans();
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 2, 100000, '{T}', '%s')", caps),
+        2);
+    ck_assert_msg(runs_seq_scans() == before, "the claim (caps %s) scanned runs %lld times", caps,
+                  runs_seq_scans() - before);
+    PQclear(th_sql(g_pg, "COMMIT"));
+}
+
+/* The claim is planned once per connection (migration 011), and its plan is
+ * fixed: candidates from runs_claim in order, picks updated through an
+ * index. Planned while the statistics say the table is tiny, where a scan
+ * of it is cheapest, it must not scan the table once it has grown; and it
+ * must not join back to the table by hashing it whole, the generic plan's
+ * choice at 20,000 queued runs. Both paths, with and without a type cap. */
+START_TEST(claim_plan_never_scans_the_table)
+{
+    static const char *const caps[] = {"{NULL}", "{100000}"};
+    char *id, *id2;
+
+    open_test_db("it_store_claim_plan");
+    id = new_run(3);
+    id2 = new_run(3);
+    PQclear(th_sql(g_pg, "ANALYZE runs"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++) {
+        PQclear(th_sql(g_pg, "UPDATE runs SET status = 'queued', worker_id = NULL"));
+        claim_two_by_index(caps[i]);
+    }
+    PQclear(th_sql(g_pg,
+                   "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                   "identity_hash, request_hash) SELECT 'default', 'bulk-' || i, 'T', 3, 300, "
+                   "'{}', 'bulk-' || i, 'x' FROM generate_series(1, 20000) AS i"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++)
+        claim_two_by_index(caps[i]);
+    PQclear(th_sql(g_pg, "ANALYZE runs"));
+    for (size_t i = 0; i < ARRAY_LEN(caps); i++)
+        claim_two_by_index(caps[i]);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_proc WHERE proname = "
+                                      "'opsrun_claim' AND 'plan_cache_mode=force_generic_plan' "
+                                      "= ANY (proconfig)"),
+                     1);
+    free(id);
+    free(id2);
+    close_test_db();
+}
+END_TEST
+
+/* Index entries the claim read from the partial indexes of held runs, in
+ * this transaction (pg_stat_get_xact_tuples_returned counts them per index). */
+static long long held_entries_read(void)
+{
+    return th_sql_int(g_pg, "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) FROM pg_class c "
+                            "WHERE c.relname IN ('runs_held', 'runs_heartbeat')");
+}
+
+/* The count of held runs in the claim must not walk the entries of runs
+ * that held a worker once and completed since: until autovacuum removes
+ * them they stay in runs_held and runs_heartbeat, and a bitmap scan (the
+ * planner's choice) returned every one of them on every claim (1.4 ms a
+ * claim after a 50,000-run bulk). A plain index scan marks them dead the
+ * first time and skips (nearly all of) them afterwards. */
+START_TEST(claim_skips_runs_that_completed)
+{
+    long long first, second, before;
+
+    open_test_db("it_store_claim_dead");
+    PQclear(th_sql(g_pg, "ALTER TABLE runs SET (autovacuum_enabled = false)"));
+    PQclear(th_sql(g_pg,
+                   "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                   "identity_hash, request_hash) SELECT 'default', 'held-' || i, 'T', 3, 300, "
+                   "'{}', 'held-' || i, 'x' FROM generate_series(1, 3000) AS i"));
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 3000, 100000, '{T}', '{NULL}')"),
+        3000);
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                         "completed_at = now(), heartbeat_at = NULL"));
+    free(new_run(3));
+    PQclear(th_sql(g_pg, "BEGIN"));
+    before = held_entries_read();
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 1, 100000, '{T}', '{NULL}')"), 1);
+    first = held_entries_read() - before;
+    PQclear(th_sql(g_pg, "COMMIT"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'queued', worker_id = NULL WHERE id NOT LIKE "
+                         "'held-%%'"));
+    PQclear(th_sql(g_pg, "BEGIN"));
+    before = held_entries_read();
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 1, 100000, '{T}', '{NULL}')"), 1);
+    second = held_entries_read() - before;
+    PQclear(th_sql(g_pg, "COMMIT"));
+    ck_assert_msg(first >= 3000 && second * 4 < first,
+                  "the second claim read %lld entries of held runs (first %lld)", second, first);
+    close_test_db();
+}
+END_TEST
+
 /* ---- fencing ---------------------------------------------------------- */
 
 START_TEST(fencing_of_a_stale_worker)
@@ -873,9 +1060,9 @@ START_TEST(hand_back_of_a_cancelling_run)
             ck_assert_msg(!cancelled, "a plain release reported a cancel");
             OK(store_runs_release(g_db, &f, &cancelled, &g_err));
         } else {
-            OK(store_runs_wait(g_db, &fp, "ext-1", NULL, 60000, &cancelled, &g_err));
+            OK(store_runs_wait(g_db, &fp, "ext-1", NULL, 60000, &BUDGET, &cancelled, &g_err));
             ck_assert_msg(!cancelled, "a plain hand-over to waiting reported a cancel");
-            OK(store_runs_wait(g_db, &f, "ext-2", NULL, 60000, &cancelled, &g_err));
+            OK(store_runs_wait(g_db, &f, "ext-2", NULL, 60000, &BUDGET, &cancelled, &g_err));
         }
         ck_assert_msg(cancelled, "%s of a cancelling run: not reported as cancelled", how[i]);
         assert_state(id, "completed", "cancelled");
@@ -1381,16 +1568,24 @@ START_TEST(prune_in_batches)
         ck_assert_msg(deleted == want[i], "prune round %zu deleted %d, want %d", i, deleted,
                       want[i]);
     }
+    /* A pruned run's submission event stays in its partition of run_events
+     * until retention drops the partition (migration 013), shown nowhere;
+     * the one written without the run's creation time went with the run. */
     for (int i = 0; i < 5; i++) {
+        json_t *ev = NULL;
         ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = '%s'", old[i]), 0);
-        ck_assert_int_eq(n_events(old[i]), 0);
+        ck_assert_int_eq(n_events(old[i]), 1);
+        ck_assert_int_eq(
+            th_sql_int(g_pg, "SELECT count(*) FROM run_events_unknown WHERE run_id = '%s'", old[i]),
+            0);
+        EXPECT(ST_NOT_FOUND, store_events_list(g_db, "default", old[i], &ev, &g_err));
         free(old[i]);
     }
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 3);
     assert_state(recent, "completed", "failed");
     assert_state(active, "queued", "pending");
     assert_state(held, "running", "pending");
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events"), 1 + 1 + 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events"), 5 + 1 + 1 + 2);
     free(recent);
     free(active);
     free(held);
@@ -1993,9 +2188,9 @@ static void two_waiting(char **a, char **b)
     {
         struct fence fa = {"default", *a, "w1", 1}, fb = {"default", *b, "w1", 1};
         bool cancelled = true;
-        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &cancelled, &g_err));
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 0, &BUDGET, &cancelled, &g_err));
         ck_assert(!cancelled);
-        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &cancelled, &g_err));
+        OK(store_runs_wait(g_db, &fb, "ext-b", NULL, 0, &BUDGET, &cancelled, &g_err));
         ck_assert(!cancelled);
     }
     PQclear(th_sql(g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s'"));
@@ -2003,8 +2198,10 @@ static void two_waiting(char **a, char **b)
 
 /* The poller's writer: the next checks of many runs in one statement, each
  * fenced on its own check (owner and poll_count in run_polls); a spent
- * fence is left alone. The claim writes only the schedule row; the result
- * writes the runs row's poll_count, next_poll_at and poll_state. */
+ * fence is left alone. The claim writes the schedule row's lease and the
+ * check's number and owner on both rows; the result writes the schedule
+ * row and the runs row's next_poll_at and poll_state, and clears the
+ * owners. A claim given back takes its count back. */
 START_TEST(polls_again_batch_fences_each_check)
 {
     static const char *const types[] = {"T"};
@@ -2024,10 +2221,12 @@ START_TEST(polls_again_batch_fences_each_check)
     assert_poll(a, "poll_count", "1");
     assert_poll(a, "poll_owner", "w1");
     assert_poll(a, "next_poll_at > now() + interval '50 s'", "true");
-    assert_col(a, "poll_count", "0"); /* the runs row: no check's result yet */
+    assert_col(a, "poll_count", "1");
+    assert_col(a, "poll_owner", "w1");
+    assert_col(a, "next_poll_at < now()", "true"); /* the runs row keeps the due time */
 
-    w[0] = (struct poll_again){"default", a, 1, state, 60000, false};
-    w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false}; /* not this check */
+    w[0] = (struct poll_again){"default", a, 1, state, 60000, false, false};
+    w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false, false}; /* not this check */
     OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
     ck_assert(w[0].written && !w[1].written);
     assert_poll(a, "poll_owner", NULL);
@@ -2040,13 +2239,24 @@ START_TEST(polls_again_batch_fences_each_check)
                                 "interval '61 s'",
                                 a),
                      1);
+    assert_col(a, "poll_owner", NULL);
     assert_poll(b, "poll_owner", "w1");
-    assert_col(b, "poll_count", "0");
+    assert_col(b, "poll_count", "1");
+    assert_col(b, "poll_owner", "w1");
     assert_state(a, "waiting", "pending");
 
     /* spent: the same check is not written twice */
     OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
     ck_assert(!w[0].written);
+
+    /* b's claim given back unchecked: its count is taken back */
+    w[1] = (struct poll_again){"default", b, 1, NULL, 0, false, true};
+    OK(store_polls_again_batch(g_db, "w1", &w[1], 1, &g_err));
+    ck_assert(w[1].written);
+    assert_poll(b, "poll_count", "0");
+    assert_poll(b, "poll_owner", NULL);
+    assert_col(b, "poll_count", "0");
+    assert_col(b, "poll_owner", NULL);
 
     json_decref(state);
     free(a);
@@ -2112,7 +2322,7 @@ START_TEST(poll_schedule_follows_the_run)
         OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
         ck_assert_uint_eq(nc, 0);
         poll_claims_free(cl, nc);
-        EXPECT(ST_LOST, store_polls_finish(g_db, &f, &done, NULL, 60000, &g_err));
+        EXPECT(ST_LOST, store_polls_finish(g_db, &f, 1, &done, NULL, 60000, &g_err));
     }
     assert_state(b, "completed", "cancelled");
     assert_poll(b, "run_id", NULL);
@@ -2121,7 +2331,7 @@ START_TEST(poll_schedule_follows_the_run)
     /* c ends: its row goes, the hooks are due and still w1's */
     {
         struct poll_fence f = {"default", c, "w1", 5};
-        OK(store_polls_finish(g_db, &f, &done, NULL, 60000, &g_err));
+        OK(store_polls_finish(g_db, &f, 5, &done, NULL, 60000, &g_err));
     }
     assert_state(c, "completed", "succeeded");
     assert_poll(c, "run_id", NULL);
@@ -2139,16 +2349,17 @@ START_TEST(poll_schedule_follows_the_run)
 }
 END_TEST
 
-/* No index of runs covers a column that the result of a check writes
- * (poll_count, next_poll_at, poll_state), so that write can be HOT; the
- * schedule's index is on run_polls. */
+/* No index of runs covers a column that a claim or the result of a check
+ * writes (poll_count, poll_owner, next_poll_at, poll_state), so those
+ * writes can be HOT; the schedule's index is on run_polls. */
 START_TEST(poll_result_columns_are_not_indexed)
 {
     open_test_db("it_store_poll_hot");
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_index i JOIN pg_attribute a ON "
                                       "a.attrelid = i.indrelid WHERE i.indrelid = 'runs'::regclass "
                                       "AND a.attname IN ('poll_count', 'next_poll_at', "
-                                      "'poll_state') AND (a.attnum = ANY (i.indkey) OR "
+                                      "'poll_state', 'poll_owner') AND (a.attnum = ANY "
+                                      "(i.indkey) OR "
                                       "pg_get_expr(i.indpred, i.indrelid) ~ a.attname OR "
                                       "pg_get_expr(i.indexprs, i.indrelid) ~ a.attname)"),
                      0);
@@ -2291,6 +2502,123 @@ START_TEST(poll_claims_race)
 }
 END_TEST
 
+/* The hand-over to waiting stores the poll budget on the run (migration
+ * 010), and the run object reports it with the schedule as "poll", its last
+ * member: next_check_at only while no check is in flight; null for a run
+ * that never waited, or was cancelled during the hand-over; the limits null
+ * for a run that began waiting before they were stored. The claim's run
+ * carries the budget to the poller. */
+START_TEST(wait_stores_the_budget_the_run_object_shows)
+{
+    static const char *const types[] = {"T"};
+    static const struct poll_budget b = {7, 300};
+    char *a = NULL, *never = NULL, *cancelled_id = NULL, *keys;
+    struct poll_claim *c = NULL;
+    struct poll_budget got = {0, 0};
+    struct run *run = NULL;
+    size_t nc = 0;
+    bool cancelled = true, changed = false;
+
+    open_test_db("it_store_poll_budget");
+    a = new_run(3);
+    cancelled_id = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", cancelled_id, 1);
+    never = new_run(3);
+    {
+        struct fence fa = {"default", a, "w1", 1}, fc = {"default", cancelled_id, "w1", 1};
+        OK(store_runs_wait(g_db, &fa, "ext-a", NULL, 60000, &b, &cancelled, &g_err));
+        ck_assert(!cancelled);
+        OK(store_runs_cancel(g_db, "default", cancelled_id, &run, &changed, &g_err));
+        run_free(run);
+        OK(store_runs_wait(g_db, &fc, "ext-c", NULL, 60000, &b, &cancelled, &g_err));
+        ck_assert(cancelled);
+    }
+    assert_col(a, "poll_max_checks", "7");
+    assert_col(a, "poll_max_duration_s", "300");
+#define POLL(m) "opsrun_run_json(runs)->'poll'->>'" m "'"
+    assert_col(a, POLL("checks"), "0");
+    assert_col(a, POLL("max_checks"), "7");
+    assert_col(a, POLL("max_duration_s"), "300");
+    assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
+    assert_col(a, POLL("waiting_since") " = opsrun_ts(poll_started_at)", "true");
+    assert_col(a, POLL("give_up_at") " = opsrun_ts(poll_started_at + interval '300 s')", "true");
+    assert_col(a, "next_poll_at > now() + interval '50 s'", "true");
+    assert_col(never, "json_typeof(opsrun_run_json(runs)->'poll')", "null");
+    assert_col(cancelled_id, "json_typeof(opsrun_run_json(runs)->'poll')", "null");
+    keys = sql_str("SELECT string_agg(k, ',') FROM runs r, json_object_keys(opsrun_run_json(r)) "
+                   "k WHERE r.id = '%s'",
+                   a);
+    ck_assert_msg(
+        keys && strstr(keys, ",updated_at,retry_of,poll") &&
+            strcmp(strstr(keys, ",updated_at,retry_of,poll"), ",updated_at,retry_of,poll") == 0,
+        "members: %s", keys);
+    free(keys);
+
+    /* a check in flight: counted, and no next check until it is done */
+    PQclear(th_sql(
+        g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert(run_poll_budget(c[0].run, &got));
+    ck_assert_int_eq(got.max_checks, 7);
+    ck_assert_int_eq(got.max_duration_s, 300);
+    poll_claims_free(c, nc);
+    assert_col(a, POLL("checks"), "1");
+    assert_col(a, POLL("next_check_at"), NULL);
+    {
+        struct poll_fence f = {"default", a, "w1", 1};
+        OK(store_polls_again(g_db, &f, NULL, 30000, &g_err));
+    }
+    assert_col(a, POLL("checks"), "1");
+    assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
+
+    /* a next check past the end of the wait is cut to it */
+    PQclear(th_sql(
+        g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    {
+        struct poll_again w = {"default", a, 2, NULL, 86400000, false, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(w.written);
+    }
+    assert_col(a, "next_poll_at = poll_started_at + interval '300 s'", "true");
+    assert_col(a, POLL("next_check_at") " = " POLL("give_up_at"), "true");
+
+    /* written before the budget was stored: the limits are not known */
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET poll_max_checks = NULL, poll_max_duration_s = NULL "
+                   "WHERE id = '%s'",
+                   a));
+    assert_col(a, POLL("max_checks"), NULL);
+    assert_col(a, POLL("give_up_at"), NULL);
+    assert_col(a, POLL("checks"), "2");
+    PQclear(th_sql(
+        g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    {
+        struct poll_again w = {"default", a, 3, NULL, 86400000, false, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(w.written);
+    }
+    assert_col(a, "next_poll_at > now() + interval '23 hours'", "true");
+#undef POLL
+    OK(store_runs_get(g_db, "default", a, &run, &g_err));
+    got = (struct poll_budget){-1, -1};
+    ck_assert(!run_poll_budget(run, &got));
+    ck_assert_int_eq(got.max_checks, -1);
+    run_free(run);
+    free(a);
+    free(never);
+    free(cancelled_id);
+    close_test_db();
+}
+END_TEST
+
 static TCase *tcase(const char *name, double timeout_s)
 {
     TCase *tc = tcase_create(name);
@@ -2315,6 +2643,9 @@ int main(void)
     tc = tcase("claim", 120);
     tcase_add_test(tc, max_running_under_contention);
     tcase_add_test(tc, claim_order_delay_and_types);
+    tcase_add_test(tc, claim_returns_what_the_worker_needs);
+    tcase_add_test(tc, claim_plan_never_scans_the_table);
+    tcase_add_test(tc, claim_skips_runs_that_completed);
     suite_add_tcase(s, tc);
 
     tc = tcase("fencing", 60);
@@ -2324,6 +2655,7 @@ int main(void)
     tcase_add_test(tc, poll_schedule_follows_the_run);
     tcase_add_test(tc, poll_result_columns_are_not_indexed);
     tcase_add_test(tc, poll_claims_race);
+    tcase_add_test(tc, wait_stores_the_budget_the_run_object_shows);
     tcase_add_test(tc, orphan_rescue_paths);
     tcase_add_test(tc, hand_back_of_a_cancelling_run);
     tcase_add_test(tc, rescue_batches);

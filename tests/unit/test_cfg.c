@@ -95,6 +95,7 @@ START_TEST(test_defaults)
     ck_assert(cfg.queue.listen);
     ck_assert_int_eq(cfg.queue.retention_s, 604800);
     ck_assert_int_eq(cfg.queue.retention_batch, 500);
+    ck_assert_int_eq(cfg.queue.event_partition_s, 86400);
     ck_assert_int_eq(cfg.sse.max_subscribers, 5000);
     ck_assert_int_eq(cfg.sse.heartbeat_ms, 15000);
     ck_assert_int_eq(cfg.sse.retry_ms, 3000);
@@ -162,7 +163,7 @@ static const char full_file[] =
     "            \"poll_interval_ms\": 500, \"heartbeat_interval_s\": 2, \"orphan_after_s\": 10,"
     "            \"orphan_scan_interval_s\": 3, \"shutdown_grace_s\": 60,"
     "            \"progress_interval_ms\": 100, \"cancel_check_ms\": 50, \"listen\": false,"
-    "            \"retention_s\": 86400, \"retention_batch\": 100},"
+    "            \"retention_s\": 86400, \"retention_batch\": 100, \"event_partition_s\": 3600},"
     " \"routes\": ["
     "   {\"match\": {\"alertname\": \"HighLatency\", \"severity\": \"~crit|page\"},"
     "    \"run_type\": \"restart\", \"on_resolved\": \"cancel\"},"
@@ -211,6 +212,7 @@ START_TEST(test_full_file)
     ck_assert(!cfg.queue.listen);
     ck_assert_int_eq(cfg.queue.retention_s, 86400);
     ck_assert_int_eq(cfg.queue.retention_batch, 100);
+    ck_assert_int_eq(cfg.queue.event_partition_s, 3600);
     ck_assert_int_eq(cfg_pool_size(&cfg), 40);
 
     /* The built-in demo stays; the file's types are added. */
@@ -397,6 +399,10 @@ static const struct {
      "invalid \"queue.retention_s\": must be between 60 and 31536000"},
     {"{\"queue\": {\"retention_s\": 31536001}}",
      "invalid \"queue.retention_s\": must be between 60 and 31536000"},
+    {"{\"queue\": {\"event_partition_s\": 59}}",
+     "invalid \"queue.event_partition_s\": must be between 60 and 2592000"},
+    {"{\"queue\": {\"event_partition_s\": 2592001}}",
+     "invalid \"queue.event_partition_s\": must be between 60 and 2592000"},
     {"{\"http\": {\"threads\": 1}}", "invalid \"http.threads\": must be between 2 and 64"},
     {"{\"http\": {\"threads\": 65}}", "invalid \"http.threads\": must be between 2 and 64"},
     {"{\"http\": {\"max_body_bytes\": 1023}}",

@@ -84,8 +84,8 @@ static void inject(struct hub *h, int64_t id, const char *run, const char *statu
 {
     char json[160];
     struct event_row ev = {
-        id,  "t", run, strcmp(status, "completed") ? "progress" : "status", status_of(status),
-        "T", json};
+        id,  "t",  run,  strcmp(status, "completed") ? "progress" : "status", status_of(status),
+        "T", json, false};
 
     snprintf(json, sizeof(json), "{\"id\" : \"%s\", \"status\" : \"%s\", \"n\" : %lld}", run,
              status, (long long)id);
@@ -187,7 +187,7 @@ START_TEST(tenants)
     struct hub_sub *a = NULL;
     struct error err = {0};
     char out[4096] = "", json[64] = "{\"id\":\"r1\"}";
-    struct event_row ev = {1, "u", "r1", "progress", RUN_RUNNING, "T", json};
+    struct event_row ev = {1, "u", "r1", "progress", RUN_RUNNING, "T", json, false};
     int64_t pos;
 
     ck_assert_int_eq(hub_sub_new(h, &all, &w, &a, &pos, &err), ST_OK);

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench/soak.sh — a steady load for minutes with retention running, and
+# what retention does meanwhile: the soak of bench/all.sh on its own, with
+# run_events partitions of one minute (queue.event_partition_s 60) so that
+# whole partitions are dropped during it, and the tables sampled every
+# 10 s. On a private durable cluster, with pg_stat_statements:
+#   - loadgen soak: no-op demo runs at RATE runs/s from 8 clients for
+#     MINUTES; per minute the runs completed, pickup p50/p99, rows in runs,
+#     table sizes and the server's RSS (bench/loadgen.c);
+#   - every 10 s: rows in runs and in run_events, the partitions of
+#     run_events and the bytes of both tables with their indexes
+#     (soak-tables.tsv);
+#   - at the end, what each retention statement cost (calls, total and
+#     per call, and per deleted run), and the server's partition counter.
+# OPSRUN_BIN runs another binary (for instance one built from an older
+# commit, for a before/after in the same session); a binary without
+# queue.event_partition_s gets the same configuration without it.
+# Usage: bench/soak.sh [MINUTES [RATE]]      (default 10 minutes, 500 runs/s)
+set -euo pipefail
+cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
+
+MINUTES=${1:-10}
+RATE=${2:-500}
+[[ "$MINUTES" =~ ^[0-9]+$ && "$RATE" =~ ^[0-9]+$ ]] || {
+    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+OUT=bench/out
+mkdir -p "$OUT"
+BIN=${OPSRUN_BIN:-build/opsrun}
+TAG=${SOAK_TAG:-soak}
+PORT=$((20000 + RANDOM % 10000))
+
+bench_build -- opsrun opsrun_loadgen
+DATA=$(mktemp -d /tmp/opsrun-soak.XXXXXX)
+chmod 755 "$DATA"
+SERVER=
+SAMPLER=
+cleanup() {
+    [ -z "$SAMPLER" ] || kill "$SAMPLER" 2>/dev/null || true
+    if [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; then wait "$SERVER" 2>/dev/null || true; fi
+    bench_cluster_destroy "$DATA"
+    rm -rf "$DATA"
+}
+trap cleanup EXIT
+
+export OPSRUN_PG_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+bench_cluster "$DATA"
+sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
+sql "CREATE EXTENSION pg_stat_statements"
+
+CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60, "event_partition_s": 60}}'
+if ! "$BIN" serve --print-config 2>/dev/null | grep -q event_partition_s; then
+    CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}'
+fi
+echo "$CONFIG" >"$DATA/soak.json"
+"$BIN" serve --config "$DATA/soak.json" --database-url "$DB" --listen "127.0.0.1:$PORT" \
+    --workers 8 --log-level info 2>"$OUT/$TAG-serve.log" &
+SERVER=$!
+bench_wait_ready "http://127.0.0.1:$PORT" 150
+sleep 2
+sql "SELECT pg_stat_statements_reset()" >/dev/null
+
+{
+    echo "binary=$BIN"
+    echo "commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty')"
+    echo "config=$CONFIG"
+    echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT/$TAG-env.txt"
+
+# The sampler: every 10 s, one line of the tables.
+sample() {
+    local t0=$SECONDS parts
+    echo -e "s\truns\tevents\tpartitions\truns_mib\tevents_mib\trss_mib"
+    # Rows in run_events as the statistics count them (a count(*) would
+    # hold every partition for its length, in the way of partition DDL).
+    while :; do
+        if sql "SELECT to_regprocedure('opsrun_event_partitions()') IS NOT NULL" | grep -q t; then
+            parts=$(sql "SELECT count(*) FROM opsrun_event_partitions()")
+        else
+            parts=-
+        fi
+        echo -e "$((SECONDS - t0))\t$(sql "SELECT count(*) FROM runs")\t$(sql "SELECT sum(n_live_tup) FROM pg_stat_user_tables WHERE relid = 'run_events'::regclass OR relid IN (SELECT relid FROM pg_partition_tree('run_events'))")\t$parts\t$(sql "SELECT round(pg_total_relation_size('runs') / 1048576.0, 1)")\t$(sql "SELECT round(coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('run_events')), pg_total_relation_size('run_events')) / 1048576.0, 1)")\t$(awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$SERVER/status")"
+        sleep 10
+    done
+}
+sample >"$OUT/$TAG-tables.tsv" &
+SAMPLER=$!
+
+echo "== soak: $MINUTES min at $RATE runs/s, retention 60 s ($BIN)"
+build/opsrun_loadgen soak "http://127.0.0.1:$PORT" "$DB" "$MINUTES" "$RATE" 8 "$SERVER" \
+    | tee "$OUT/$TAG.txt" | grep -E '^minute=|ratio|last_over_first' || true
+kill "$SAMPLER" 2>/dev/null || true
+SAMPLER=
+
+echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/$TAG-env.txt"
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^opsrun_(runs_pruned|event_partitions_dropped)_total' \
+    | tee -a "$OUT/$TAG-env.txt" || true
+psql -X "$DB" -c "SELECT calls, round(total_exec_time::numeric) AS total_ms,
+       round((total_exec_time / calls)::numeric, 2) AS ms_per_call, round(max_exec_time::numeric, 1) AS max_ms,
+       rows, round((total_exec_time * 1000 / greatest(rows, 1))::numeric, 1) AS us_per_row,
+       left(regexp_replace(query, '\s+', ' ', 'g'), 70) AS statement
+  FROM pg_stat_statements
+ WHERE query ~ '(DELETE FROM runs r USING d|opsrun_event_partitions_(drop|ensure))'
+ ORDER BY total_exec_time DESC" | tee "$OUT/$TAG-retention.txt"
+echo "== tables every 10 s: $OUT/$TAG-tables.tsv"
