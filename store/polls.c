@@ -56,21 +56,27 @@ static const struct stmt S_WAIT = {
  * and the owner (the run object's poll.checks and "a check in flight"), a
  * HOT update. A due row whose run no longer waits (cancelled, gone) is
  * deleted instead. Locks: the schedule rows, then the runs, as every
- * statement that writes both. */
+ * statement that writes both. Each table is reached through the claimed
+ * keys as arrays (id = ANY): joined to the claimed rows only, a small table
+ * could be planned as a scan of all of it. */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT p.tenant, p.run_id, p.poll_count FROM run_polls p "
     "WHERE p.next_poll_at <= now() AND p.type = ANY ($4::text[]) ORDER BY p.next_poll_at "
     "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
     "r AS (UPDATE runs r SET poll_count = due.poll_count + 1, poll_owner = $1 FROM due "
-    "WHERE r.tenant = due.tenant AND r.id = due.run_id AND r.status = 'waiting' "
+    "WHERE r.id = ANY (ARRAY(SELECT run_id FROM due)) AND r.tenant = due.tenant AND "
+    "r.id = due.run_id AND r.status = 'waiting' "
     "RETURNING " CHECK_RUN_RET ", " CLAIM_COLS "), "
-    "gone AS (DELETE FROM run_polls p USING due WHERE p.tenant = due.tenant AND "
-    "p.run_id = due.run_id AND NOT EXISTS (SELECT 1 FROM r WHERE r.tenant = due.tenant AND "
-    "r.id = due.run_id)), "
+    "o AS (SELECT d.tenant, d.run_id FROM due d WHERE NOT EXISTS (SELECT 1 FROM r "
+    "WHERE r.tenant = d.tenant AND r.id = d.run_id)), "
+    "gone AS (DELETE FROM run_polls p USING o WHERE p.tenant = ANY (ARRAY(SELECT tenant FROM o)) "
+    "AND p.run_id = ANY (ARRAY(SELECT run_id FROM o)) AND p.tenant = o.tenant "
+    "AND p.run_id = o.run_id), "
     "c AS (UPDATE run_polls p SET next_poll_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM r WHERE "
-              "p.tenant = r.tenant AND p.run_id = r.id) "
+              "p.tenant = ANY (ARRAY(SELECT tenant FROM r)) AND p.run_id = ANY (ARRAY(SELECT id "
+              "FROM r)) AND p.tenant = r.tenant AND p.run_id = r.id) "
               "SELECT * FROM r"};
 static const struct stmt S_HOOKS_CLAIM = {
     "hooks_claim",
@@ -100,8 +106,9 @@ static const struct stmt S_LAG = {
  * the NULL of a run with no budget stored), a claim given back unchecked
  * taking its count back; then the result in the runs row, whose columns
  * written here are not indexed (a HOT update). Arrays
- * rather than JSON rows: the planner then knows how many rows there are and
- * looks each one up by its key. */
+ * rather than JSON rows, and each table reached through the ids' array
+ * (id = ANY): the rows are looked up by their keys however many there are
+ * and however small the tables look to the planner. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
@@ -110,14 +117,16 @@ static const struct stmt S_AGAIN_BATCH = {
     "poll_count = p.poll_count - CASE WHEN b.given_back THEN 1 ELSE 0 END, "
     "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
     "w.poll_started_at + make_interval(secs => w.poll_max_duration_s)) "
-    "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id "
-    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
+    "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id AND w.id = ANY ($3::text[]) "
+    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.tenant = ANY ($2::text[]) "
+    "AND p.run_id = ANY ($3::text[]) "
+    "AND p.poll_owner = $1 "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
     "p.next_poll_at) "
     "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, poll_owner = NULL, "
     "next_poll_at = p.next_poll_at FROM p JOIN b ON b.tenant = p.tenant AND b.id = p.run_id "
-    "WHERE r.tenant = p.tenant AND r.id = p.run_id AND r.status = 'waiting' "
-    "RETURNING r.tenant, r.id"};
+    "WHERE r.tenant = p.tenant AND r.id = p.run_id AND r.id = ANY ($3::text[]) "
+    "AND r.status = 'waiting' RETURNING r.tenant, r.id"};
 /* The check ended the run after $13 checks: its schedule row goes
  * (fenced), and the run ends with its event, the hooks due and still owned
  * by $3. */

@@ -2436,8 +2436,8 @@ static int cmp_str(const void *a, const void *b)
 
 /* Eight pollers, each on its own connection and owner, race to claim 3,000
  * due checks in batches: every check is claimed exactly once (never by two,
- * none left), in batches of more than one, and each run's schedule names
- * the one claimer that got it. */
+ * none left), in batches of more than one, and each run's schedule row and
+ * run row name the one claimer that got it. */
 START_TEST(poll_claims_race)
 {
     static struct poll_racer rs[RACE_POLLERS];
@@ -2492,6 +2492,10 @@ START_TEST(poll_claims_race)
     ck_assert_int_lt(statements, RACE_WAITING / 2);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_polls WHERE poll_owner IS NULL"),
                      0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs r JOIN run_polls p ON "
+                                      "p.run_id = r.id WHERE r.poll_count = 1 AND "
+                                      "r.poll_owner = p.poll_owner"),
+                     RACE_WAITING);
     for (int i = 0; i < RACE_POLLERS; i++) {
         for (int k = 0; k < rs[i].n; k++)
             free(rs[i].ids[k]);
