@@ -11,7 +11,10 @@
 #        ANALYZE=1 runs ANALYZE after inserting the waiting runs (as
 #        autovacuum would a minute later; the plans of a fresh database's
 #        statements depend on it); PERF=FILE records opsrun with perf into
-#        FILE; PORT and FAKE_PORT (18283, 18290) the ports.
+#        FILE; PORT and FAKE_PORT (18283, 18290) the ports; PRELOAD=N runs
+#        N no-op demo runs through HTTP first (loadgen throughput, 4
+#        clients), so that runs and run_events hold what bench/poller.sh's
+#        earlier steps leave there.
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
@@ -22,7 +25,7 @@ FAKE_PORT=${FAKE_PORT:-18290}
 URL=http://127.0.0.1:$PORT
 FAKE=http://127.0.0.1:$FAKE_PORT
 
-bench_build -- opsrun opsrun_pollbench
+bench_build -- opsrun opsrun_pollbench opsrun_loadgen
 DATA=$(mktemp -d /tmp/opsrun-pollstat.XXXXXX)
 chmod 755 "$DATA"
 PID=""
@@ -52,6 +55,7 @@ build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen "1
     --workers 2 --log-level warn 2>"$DATA/serve.log" &
 PID=$!
 bench_wait_ready "$URL"
+[ -n "${PRELOAD:-}" ] && build/opsrun_loadgen throughput "$URL" "$DB" "$PRELOAD" 4 >/dev/null
 bench_insert_waiting "$DB" job w 5000 0 '2 s'
 [ -n "${ANALYZE:-}" ] && sql "ANALYZE runs; ANALYZE"
 sleep "$RAMP"

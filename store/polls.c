@@ -56,9 +56,12 @@ static const struct stmt S_WAIT = {
  * and the owner (the run object's poll.checks and "a check in flight"), a
  * HOT update. A due row whose run no longer waits (cancelled, gone) is
  * deleted instead. Locks: the schedule rows, then the runs, as every
- * statement that writes both. Each table is reached through the claimed
- * keys as arrays (id = ANY): joined to the claimed rows only, a small table
- * could be planned as a scan of all of it. */
+ * statement that writes both. The runs are reached through the claimed
+ * ids as an array (runs_by_id): joined to the claimed rows only, a small
+ * runs table was planned as a scan of all of it. The schedule rows are
+ * reached by joins on their key, from a side the planner sees as small:
+ * plain index scans, which also mark the dead versions of these busy rows
+ * (a bitmap scan of them read every version). */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT p.tenant, p.run_id, p.poll_count FROM run_polls p "
@@ -70,13 +73,11 @@ static const struct stmt S_POLL_CLAIM = {
     "RETURNING " CHECK_RUN_RET ", " CLAIM_COLS "), "
     "o AS (SELECT d.tenant, d.run_id FROM due d WHERE NOT EXISTS (SELECT 1 FROM r "
     "WHERE r.tenant = d.tenant AND r.id = d.run_id)), "
-    "gone AS (DELETE FROM run_polls p USING o WHERE p.tenant = ANY (ARRAY(SELECT tenant FROM o)) "
-    "AND p.run_id = ANY (ARRAY(SELECT run_id FROM o)) AND p.tenant = o.tenant "
+    "gone AS (DELETE FROM run_polls p USING o WHERE p.tenant = o.tenant "
     "AND p.run_id = o.run_id), "
     "c AS (UPDATE run_polls p SET next_poll_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM r WHERE "
-              "p.tenant = ANY (ARRAY(SELECT tenant FROM r)) AND p.run_id = ANY (ARRAY(SELECT id "
-              "FROM r)) AND p.tenant = r.tenant AND p.run_id = r.id) "
+              "p.tenant = r.tenant AND p.run_id = r.id) "
               "SELECT * FROM r"};
 static const struct stmt S_HOOKS_CLAIM = {
     "hooks_claim",
@@ -105,10 +106,10 @@ static const struct stmt S_LAG = {
  * run_polls, never scheduled past the end of the run's wait (least() skips
  * the NULL of a run with no budget stored), a claim given back unchecked
  * taking its count back; then the result in the runs row, whose columns
- * written here are not indexed (a HOT update). Arrays
- * rather than JSON rows, and each table reached through the ids' array
- * (id = ANY): the rows are looked up by their keys however many there are
- * and however small the tables look to the planner. */
+ * written here are not indexed (a HOT update). Arrays rather than JSON
+ * rows, so that the planner knows how many rows come; the runs are reached
+ * through the ids' array (id = ANY, runs_by_id) however small the table
+ * looks to the planner, the schedule rows by their key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
@@ -118,9 +119,7 @@ static const struct stmt S_AGAIN_BATCH = {
     "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
     "w.poll_started_at + make_interval(secs => w.poll_max_duration_s)) "
     "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id AND w.id = ANY ($3::text[]) "
-    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.tenant = ANY ($2::text[]) "
-    "AND p.run_id = ANY ($3::text[]) "
-    "AND p.poll_owner = $1 "
+    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
     "p.next_poll_at) "
     "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, poll_owner = NULL, "
