@@ -7,14 +7,16 @@
 -- run_polls holds one row per waiting run: when its next check is due
 -- (next_poll_at, or the end of the lease of the check in flight), the
 -- checks claimed so far (poll_count, the budget and the fence of a check)
--- and the replica whose check is in flight (poll_owner). The claims and
--- the leases touch only this row. The runs row is written once per check,
--- with the check's result: runs.poll_count (the checks whose result was
--- written), runs.next_poll_at (when the next check is due, as that result
--- set it) and runs.poll_state. None of those is indexed any more, so that
--- write can be HOT. runs.poll_started_at keeps its meaning (since when the
--- run waits); runs.poll_owner is now only the owner of a claim of the
--- terminal hooks, which stay in runs (hooks_at, migration 005).
+-- and the replica whose check is in flight (poll_owner). The lease and the
+-- order of due checks live only in this row and its index. The runs row
+-- is still written twice per check, for the readers of the run object:
+-- the claim sets runs.poll_count and runs.poll_owner (a check in flight),
+-- the result clears poll_owner and writes next_poll_at (when the next
+-- check is due, as that result set it) and poll_state. None of those is
+-- indexed any more, so both writes can be HOT. runs.poll_started_at keeps
+-- its meaning (since when the run waits); once the run ended,
+-- runs.poll_owner is the owner of a claim of its terminal hooks, which
+-- stay in runs (hooks_at, migration 005).
 CREATE TABLE run_polls (
     tenant       text        NOT NULL,
     run_id       text        NOT NULL,
