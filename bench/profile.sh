@@ -5,7 +5,12 @@
 # workers (bench/loadgen.c, mode throughput), on a Release build against a
 # durable cluster. Prints perf's report by library and by symbol; the data
 # stays in bench/out/perf.data for `perf report -i`.
+# With WHOLE=1 it samples every process on the machine instead (perf -a;
+# needs root or kernel.perf_event_paranoid <= 0) and prints the shares by
+# command (opsrun, the PostgreSQL backends, loadgen, the rest) and the
+# hottest symbols of PostgreSQL: the database's side of the same load.
 # Usage: bench/profile.sh [RUNS]   (default 20000; needs perf)
+#        WHOLE=1 bench/profile.sh [RUNS]
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
@@ -30,12 +35,25 @@ build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 12
     --workers 32 --log-level warn 2>"$OUT/profile-serve.log" &
 PID=$!
 bench_wait_ready http://127.0.0.1:18199
-perf record -F 999 -g -p "$PID" -o "$OUT/perf.data" 2>/dev/null &
+if [ -n "${WHOLE:-}" ]; then
+    perf record -F 999 -g -a -o "$OUT/perf.data" 2>/dev/null &
+else
+    perf record -F 999 -g -p "$PID" -o "$OUT/perf.data" 2>/dev/null &
+fi
 PERF=$!
 sleep 1
 build/opsrun_loadgen throughput http://127.0.0.1:18199 "$DB" "$RUNS" 64 | tee "$OUT/profile-load.txt"
 kill -INT "$PERF"
 wait "$PERF" || true
+if [ -n "${WHOLE:-}" ]; then
+    echo "== by command (every process on the machine)"
+    perf report -i "$OUT/perf.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+        grep '%' | head -8
+    echo "== PostgreSQL, by symbol"
+    perf report -i "$OUT/perf.data" --no-children --comm postgres --percentage relative \
+        --sort dso,symbol --stdio -g none 2>/dev/null | grep '%' | head -25
+    exit 0
+fi
 echo "== by library"
 perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -8
 echo "== by symbol"
