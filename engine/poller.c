@@ -475,15 +475,16 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c, struct rem
 
 /* ---- threads ---------------------------------------------------------- */
 
-static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks)
+/* claimed_ms: when the claim's statement began, so that the time a claim
+ * may wait in the queue counts all of its lease that has gone. */
+static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks,
+                    int64_t claimed_ms)
 {
-    int64_t now = clock_mono_ms();
-
     for (size_t i = 0; i < n; i++) {
         struct job *j = &p->queue[(p->qhead + p->qlen++) % p->qcap];
         j->c = c[i];
         j->hooks = hooks;
-        j->claimed_mono = now;
+        j->claimed_mono = claimed_ms;
     }
 }
 
@@ -578,8 +579,8 @@ static size_t claim(struct poller *p, int n, int64_t *due_ms)
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim checks: %s", err.message);
     pthread_mutex_lock(&p->mu);
-    enqueue(p, checks, nc, false);
-    enqueue(p, hooks, nh, true);
+    enqueue(p, checks, nc, false, t0 / 1000);
+    enqueue(p, hooks, nh, true, t0 / 1000);
     p->room += n - (int)(nc + nh);
     pthread_mutex_unlock(&p->mu);
     /* one waiting checker per claim, woken after the unlock so that it
@@ -607,22 +608,26 @@ static bool runs_backlog(struct poller *p)
 /* When a poller that is behind (its last claim was full) may claim again:
  * at once, or, while runs wait for this process's workers, once its
  * statements since the previous claim began took at most
- * 1 / RUNS_FIRST_FACTOR of the time since then. A poller at capacity takes
- * the CPU and the database that runs need; with this, demo runs beside
- * 5,000 checks due every 50 ms keep most of their throughput
+ * 1 / RUNS_FIRST_FACTOR of the time since then, and never later than one
+ * poller.interval_ms from now (the writer's statements overlap the
+ * claims', so their sum can outgrow the wall clock). A poller at capacity
+ * takes the CPU and the database that runs need; with this, demo runs
+ * beside 5,000 checks due every 50 ms keep most of their throughput
  * (bench/README.md), while the checks fall behind, visibly (/healthz
  * polls). Runs that do not fill the workers do not hold it back. t0 and
- * db0: this claim's start, and db_us then. */
-static int64_t next_claim_ms(struct poller *p, int64_t t0, int64_t db0)
+ * db0: this claim's start, and db_us then; every claim, full or not,
+ * starts the next window. */
+static int64_t next_claim_ms(struct poller *p, int64_t t0, int64_t db0, bool full)
 {
-    int64_t now = clock_mono_ms(), until;
+    int64_t now = clock_mono_ms(), until, cap = now + p->e->cfg->poller.interval_ms;
+    int64_t win_us = p->win_us, win_db = p->win_db;
 
-    if (!runs_backlog(p)) {
-        p->win_us = t0, p->win_db = db0;
-        return now;
-    }
-    until = (p->win_us + (atomic_load(&p->db_us) - p->win_db) * RUNS_FIRST_FACTOR) / 1000;
     p->win_us = t0, p->win_db = db0;
+    if (!full || win_us == 0 || !runs_backlog(p))
+        return now;
+    until = (win_us + (atomic_load(&p->db_us) - win_db) * RUNS_FIRST_FACTOR) / 1000;
+    if (until > cap)
+        until = cap;
     if (until <= now)
         return now;
     atomic_fetch_add(&p->yielded_ms, until - now);
@@ -632,17 +637,19 @@ static int64_t next_claim_ms(struct poller *p, int64_t t0, int64_t db0)
 static void *sched_main(void *arg)
 {
     struct poller *p = arg;
-    int64_t next_ms = 0;
+    int64_t next_ms = 0, yield_ms = 0; /* yield_ms: a wake does not end a yield */
 
     for (;;) {
         int n;
-        int64_t due = -1, interval = p->e->cfg->poller.interval_ms, t0, db0;
+        int64_t due = -1, interval = p->e->cfg->poller.interval_ms, t0, db0, now = 0;
         size_t got;
 
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && (p->room < p->claim_min || (!p->wake && clock_mono_ms() < next_ms))) {
+        while (!p->stop && (p->room < p->claim_min || (now = clock_mono_ms()) < yield_ms ||
+                            (!p->wake && now < next_ms))) {
             struct timespec ts;
-            abstime_after_ms(&ts, p->room < p->claim_min ? 1000 : next_ms - clock_mono_ms());
+            int64_t until = p->wake || next_ms < yield_ms ? yield_ms : next_ms;
+            abstime_after_ms(&ts, p->room < p->claim_min ? 1000 : until - clock_mono_ms());
             pthread_cond_timedwait(&p->sched_cv, &p->mu, &ts);
         }
         if (p->stop) {
@@ -657,8 +664,8 @@ static void *sched_main(void *arg)
         t0 = clock_mono_us();
         db0 = atomic_load(&p->db_us);
         got = claim(p, n, &due);
-        if ((int)got == n)
-            next_ms = next_claim_ms(p, t0, db0);
+        next_ms = next_claim_ms(p, t0, db0, (int)got == n);
+        yield_ms = next_ms;
         pthread_mutex_lock(&p->mu);
         if ((int)got == n) {
             /* more may be due: claim again once half the checkers' worth
@@ -745,25 +752,33 @@ void poller_wake(struct poller *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Claimed checks no checker started: due again now, for anyone. */
+/* Claimed checks no checker started: given back, due again now, for
+ * anyone, their counts taken back (they made no check), in one statement. */
 static void release_queued(struct poller *p)
 {
     struct engine *e = p->e;
     struct db *db = NULL;
     struct error err = {0};
+    struct poll_again *w = xcalloc(p->qlen ? p->qlen : 1, sizeof(*w));
+    size_t nw = 0;
 
-    if (p->qlen > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
-        LOG(LOG_WARN, "could not release claimed checks: %s", err.message);
+    for (size_t i = 0; i < p->qlen; i++) {
+        const struct job *j = &p->queue[(p->qhead + i) % p->qcap];
+        if (!j->hooks)
+            w[nw++] = (struct poll_again){
+                j->c.run->tenant, j->c.run->id, j->c.poll_count, j->c.poll_state, 0, false, true};
+    }
+    if (nw > 0 && (db_pool_get(e->pool, &db, &err) != ST_OK ||
+                   store_polls_again_batch(db, e->worker_id, w, nw, &err) != ST_OK))
+        LOG(LOG_WARN, "could not give back claimed checks runs=%zu: %s", nw, err.message);
+    db_pool_put(e->pool, db);
+    free(w);
     for (; p->qlen > 0; p->qlen--, p->qhead = (p->qhead + 1) % p->qcap) {
         struct job *j = &p->queue[p->qhead];
-        const struct poll_fence f = {j->c.run->tenant, j->c.run->id, e->worker_id, j->c.poll_count};
-        if (db && !j->hooks && store_polls_again(db, &f, j->c.poll_state, 0, &err) != ST_OK)
-            LOG(LOG_DEBUG, "could not release the check of run=%s: %s", f.id, err.message);
         run_free(j->c.run);
         free(j->c.external_id);
         json_decref(j->c.poll_state);
     }
-    db_pool_put(e->pool, db);
 }
 
 void poller_stop(struct poller *p)

@@ -102,18 +102,20 @@ static const struct stmt S_LAG = {
     "WHERE r.status = 'waiting' AND p.next_poll_at < now() - interval '1 second'"};
 /* The next checks of many runs ($2..$7: arrays of tenant, id, poll_count,
  * poll_state, delay_ms, given_back; $1 the owner), each fenced on its own
- * claim in
- * run_polls, never scheduled past the end of the run's wait (least() skips
- * the NULL of a run with no budget stored), a claim given back unchecked
- * taking its count back; then the result in the runs row, whose columns
- * written here are not indexed (a HOT update). Arrays rather than JSON
- * rows, so that the planner knows how many rows come; the runs are reached
- * through the ids' array (id = ANY, runs_by_id) however small the table
- * looks to the planner, the schedule rows by their key. */
+ * claim in run_polls (a late answer for a cancelled run releases its
+ * schedule row, for the claim that deletes it, and leaves the run row
+ * alone), never scheduled past the end of the run's wait (least() skips the NULL of a run with no
+ * budget stored), a claim given back unchecked taking its count back; then the result in the runs
+ * row, whose columns written here are not indexed (a HOT update). Each entry is numbered (n), and
+ * the runs row takes the entry whose fence held, so that a stale entry for the same run in the same
+ * batch is never the one written; the numbers written are returned. Arrays rather than JSON rows,
+ * so that the planner knows how many rows come; the runs are reached through the ids' array (id =
+ * ANY, runs_by_id) however small the table looks to the planner, the schedule rows by their key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
-    "$6::bigint[], $7::bool[]) AS b(tenant, id, poll_count, poll_state, delay_ms, given_back)), "
+    "$6::bigint[], $7::bool[]) WITH ORDINALITY "
+    "AS b(tenant, id, poll_count, poll_state, delay_ms, given_back, n)), "
     "p AS (UPDATE run_polls p SET poll_owner = NULL, "
     "poll_count = p.poll_count - CASE WHEN b.given_back THEN 1 ELSE 0 END, "
     "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
@@ -121,11 +123,12 @@ static const struct stmt S_AGAIN_BATCH = {
     "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id AND w.id = ANY ($3::text[]) "
     "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
-    "p.next_poll_at) "
+    "p.next_poll_at, b.n) "
     "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, poll_owner = NULL, "
     "next_poll_at = p.next_poll_at FROM p JOIN b ON b.tenant = p.tenant AND b.id = p.run_id "
+    "AND b.n = p.n "
     "WHERE r.tenant = p.tenant AND r.id = p.run_id AND r.id = ANY ($3::text[]) "
-    "AND r.status = 'waiting' RETURNING r.tenant, r.id"};
+    "AND r.status = 'waiting' RETURNING p.n"};
 /* The check ended the run after $13 checks: its schedule row goes
  * (fenced), and the run ends with its event, the hooks due and still owned
  * by $3. */
@@ -371,13 +374,11 @@ enum status store_polls_again_batch(struct db *db, const char *owner, struct pol
         free(p[i]);
     if (st != ST_OK)
         return st;
-    for (int i = 0; i < PQntuples(r); i++)
-        for (size_t k = 0; k < n; k++)
-            if (!a[k].written && strcmp(a[k].id, db_val(r, i, 1)) == 0 &&
-                strcmp(a[k].tenant, db_val(r, i, 0)) == 0) {
-                a[k].written = true;
-                break;
-            }
+    for (int i = 0; i < PQntuples(r); i++) {
+        int64_t k = db_i64(r, i, 0); /* the entry's number, from 1 */
+        if (k >= 1 && (size_t)k <= n)
+            a[k - 1].written = true;
+    }
     PQclear(r);
     return ST_OK;
 }

@@ -2265,6 +2265,73 @@ START_TEST(polls_again_batch_fences_each_check)
 }
 END_TEST
 
+/* Two entries for one run in one batch (a writer that fell behind while the
+ * run was claimed again by the same owner): only the entry whose fence
+ * holds is written, to both rows, and only it is reported written, wherever
+ * it stands in the batch. */
+START_TEST(polls_again_batch_stale_entry_never_wins)
+{
+    static const char *const types[] = {"T"};
+    char *a, *b;
+    struct poll_claim *c = NULL;
+    size_t nc = 0;
+    json_t *one = json_pack("{s:s}", "from", "one"), *two = json_pack("{s:s}", "from", "two");
+    struct poll_again w[2];
+
+    open_test_db("it_store_again_stale");
+    two_waiting(&a, &b);
+    PQclear(th_sql(g_pg,
+                   "UPDATE run_polls SET next_poll_at = now() + interval '1 h' "
+                   "WHERE run_id = '%s'",
+                   b));
+    /* claimed (count 1), written, due again, claimed again (count 2) */
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    w[0] = (struct poll_again){"default", a, 1, NULL, 0, false, false};
+    OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
+    ck_assert(w[0].written);
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert_int_eq(c[0].poll_count, 2);
+    poll_claims_free(c, nc);
+
+    /* the stale entry (count 1) first, then the one that holds */
+    w[0] = (struct poll_again){"default", a, 1, one, 60000, false, false};
+    w[1] = (struct poll_again){"default", a, 2, two, 30000, false, false};
+    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    ck_assert(!w[0].written);
+    ck_assert(w[1].written);
+    assert_col(a, "poll_state->>'from'", "two");
+    assert_col(a, "poll_count", "2");
+    assert_col(a, "poll_owner", NULL);
+    assert_poll(a, "poll_owner", NULL);
+    assert_poll(a, "next_poll_at < now() + interval '45 s'", "true");
+
+    /* and the other way round: claimed again (count 3), the holding entry first */
+    PQclear(th_sql(g_pg,
+                   "UPDATE run_polls SET next_poll_at = now() - interval '1 s' "
+                   "WHERE run_id = '%s'",
+                   a));
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    poll_claims_free(c, nc);
+    w[0] = (struct poll_again){"default", a, 3, one, 30000, false, false};
+    w[1] = (struct poll_again){"default", a, 2, two, 60000, false, false};
+    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    ck_assert(w[0].written);
+    ck_assert(!w[1].written);
+    assert_col(a, "poll_state->>'from'", "one");
+    assert_col(a, "poll_count", "3");
+
+    json_decref(one);
+    json_decref(two);
+    free(a);
+    free(b);
+    close_test_db();
+}
+END_TEST
+
 /* The schedule row follows the run: created whichever way a run enters
  * waiting (the hand-over, an INSERT, an UPDATE by hand); a run cancelled
  * while waiting is not claimed again (its row is deleted by the claim that
@@ -2656,6 +2723,7 @@ int main(void)
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_test(tc, finish_batch_fences_each_run);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
+    tcase_add_test(tc, polls_again_batch_stale_entry_never_wins);
     tcase_add_test(tc, poll_schedule_follows_the_run);
     tcase_add_test(tc, poll_result_columns_are_not_indexed);
     tcase_add_test(tc, poll_claims_race);
