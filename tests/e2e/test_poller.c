@@ -770,6 +770,19 @@ START_TEST(checks_reuse_connections)
 }
 END_TEST
 
+/* Two waiting "job" runs, PREFIX-0 and PREFIX-1, of the fake jobs first
+ * and first + 1, both due in 500 ms. */
+static void two_due_soon(const char *prefix, int first)
+{
+    PQclear(th_sql(g_db,
+                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
+                   "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
+                   "poll_started_at, started_at) SELECT 'default', '%s-' || g, 'job', 'waiting', "
+                   "1, 2, 900, '{}', '%s-ident-' || g, 'req', 'job-' || (g + %d), '{}', "
+                   "now() + interval '500 ms', now(), now() FROM generate_series(0, 1) g",
+                   prefix, prefix, first));
+}
+
 /* A claim that waited in the poller's queue longer than 2.5 s, its checker
  * held by a slow check, is given back (due again at once) rather than
  * checked late, close to the end of its lease. One checker holds two
@@ -786,13 +799,7 @@ START_TEST(late_claim_given_back)
 
     start_fast(&p, "e2e_poll_give_back", 1, 5, 0);
     first = fake_jobs_create(2, "slow:3000,done_after:2");
-    PQclear(th_sql(g_db,
-                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
-                   "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
-                   "poll_started_at, started_at) SELECT 'default', 'gb-' || g, 'job', 'waiting', "
-                   "1, 2, 900, '{}', 'gb-ident-' || g, 'req', 'job-' || (g + %d), '{}', "
-                   "now() + interval '500 ms', now(), now() FROM generate_series(0, 1) g",
-                   first));
+    two_due_soon("gb", first);
     for (int i = 0; i < 2; i++) {
         char rid[32];
         json_t *run;
@@ -814,6 +821,47 @@ START_TEST(late_claim_given_back)
     ck_assert_int_eq(claims, checks);
     ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
     stop(&p);
+}
+END_TEST
+
+/* A stop gives back the claims still queued for a checker: they made no
+ * check, so their count is taken back and a restart spends none of the
+ * run's check budget. One checker, two runs due at once, each check taking
+ * 3 s: at the stop one check is in flight and the other claim waits in the
+ * queue; that run's count is 0 again in both tables. */
+START_TEST(stop_gives_back_queued_claims)
+{
+    struct th_proc p;
+    int first, queued = 0;
+
+    start_fast(&p, "e2e_poll_stop_queued", 1, 5, 0);
+    first = fake_jobs_create(2, "slow:3000,done_after:2");
+    two_due_soon("sq", first);
+    for (int i = 0; i < 100 && fake_jobs_max_in_flight() < 1; i++)
+        usleep(50000);
+    ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
+    usleep(300000); /* well inside the 3 s check and the 2.5 s queue limit */
+    th_stop_clean(&p);
+    for (int i = 0; i < 2; i++) {
+        char rid[32];
+        struct fake_job j;
+        snprintf(rid, sizeof(rid), "job-%d", first + i);
+        ck_assert(fake_jobs_get(rid, &j));
+        if (j.checks > 0)
+            continue;
+        queued++;
+        ck_assert_int_eq(th_sql_int(g_db, "SELECT poll_count FROM runs WHERE id = 'sq-%d'", i), 0);
+        ck_assert_int_eq(
+            th_sql_int(g_db, "SELECT poll_count FROM run_polls WHERE run_id = 'sq-%d'", i), 0);
+        ck_assert_int_eq(th_sql_int(g_db,
+                                    "SELECT count(*) FROM run_polls WHERE run_id = 'sq-%d' AND "
+                                    "poll_owner IS NULL AND next_poll_at <= now()",
+                                    i),
+                         1);
+    }
+    ck_assert_int_eq(queued, 1);
+    PQfinish(g_db);
+    g_db = NULL;
 }
 END_TEST
 
@@ -1423,6 +1471,7 @@ static Suite *poller_suite(void)
         {"killed_mid_check", killed_mid_check, 120},
         {"checks_reuse_connections", checks_reuse_connections, 60},
         {"late_claim_given_back", late_claim_given_back, 90},
+        {"stop_gives_back_queued_claims", stop_gives_back_queued_claims, 60},
         {"checks_yield_to_runs", checks_yield_to_runs, 120},
         {"load_5000_waiting", load_5000_waiting, 300},
         {"http_sync_and_async", http_sync_and_async, 60},
