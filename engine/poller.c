@@ -552,17 +552,16 @@ static void *checker_main(void *arg)
     return NULL;
 }
 
-/* Claims up to n checks (then hooks) into the queue, in one statement each;
- * returns how many, and in *due_ms the wait before the next one (-1: none
- * scheduled). */
-static size_t claim(struct poller *p, int n, int64_t *due_ms)
+/* Claims up to n checks (then hooks) into the queue, in one statement each,
+ * begun at t0 (monotonic microseconds); returns how many, and in *due_ms
+ * the wait before the next one (-1: none scheduled). */
+static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
 {
     struct engine *e = p->e;
     struct poll_claim *checks = NULL, *hooks = NULL;
     size_t nc = 0, nh = 0;
     struct db *db = NULL;
     struct error err = {0};
-    int64_t t0 = clock_mono_us();
     enum status st = db_pool_get(e->pool, &db, &err);
 
     *due_ms = -1;
@@ -641,15 +640,18 @@ static void *sched_main(void *arg)
 
     for (;;) {
         int n;
-        int64_t due = -1, interval = p->e->cfg->poller.interval_ms, t0, db0, now = 0;
+        int64_t due = -1, interval = p->e->cfg->poller.interval_ms, t0, db0;
         size_t got;
 
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && (p->room < p->claim_min || (now = clock_mono_ms()) < yield_ms ||
-                            (!p->wake && now < next_ms))) {
-            struct timespec ts;
+        for (;;) {
+            /* room for a claim, no yield left, and due (or woken) */
+            int64_t now = clock_mono_ms();
             int64_t until = p->wake || next_ms < yield_ms ? yield_ms : next_ms;
-            abstime_after_ms(&ts, p->room < p->claim_min ? 1000 : until - clock_mono_ms());
+            struct timespec ts;
+            if (p->stop || (p->room >= p->claim_min && now >= until))
+                break;
+            abstime_after_ms(&ts, p->room < p->claim_min ? 1000 : until - now);
             pthread_cond_timedwait(&p->sched_cv, &p->mu, &ts);
         }
         if (p->stop) {
@@ -663,7 +665,7 @@ static void *sched_main(void *arg)
 
         t0 = clock_mono_us();
         db0 = atomic_load(&p->db_us);
-        got = claim(p, n, &due);
+        got = claim(p, n, t0, &due);
         next_ms = next_claim_ms(p, t0, db0, (int)got == n);
         yield_ms = next_ms;
         pthread_mutex_lock(&p->mu);
@@ -842,6 +844,5 @@ void poller_stats(struct poller *p, struct poller_stats *out)
     out->hooks_total = atomic_load(&p->hooks);
     out->hook_failures_total = atomic_load(&p->hook_failures);
     out->yielded_ms_total = atomic_load(&p->yielded_ms);
-    out->given_back_total = atomic_load(&p->given_back);
     out->given_back_total = atomic_load(&p->given_back);
 }

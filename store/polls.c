@@ -104,13 +104,16 @@ static const struct stmt S_LAG = {
  * poll_state, delay_ms, given_back; $1 the owner), each fenced on its own
  * claim in run_polls (a late answer for a cancelled run releases its
  * schedule row, for the claim that deletes it, and leaves the run row
- * alone), never scheduled past the end of the run's wait (least() skips the NULL of a run with no
- * budget stored), a claim given back unchecked taking its count back; then the result in the runs
- * row, whose columns written here are not indexed (a HOT update). Each entry is numbered (n), and
- * the runs row takes the entry whose fence held, so that a stale entry for the same run in the same
- * batch is never the one written; the numbers written are returned. Arrays rather than JSON rows,
- * so that the planner knows how many rows come; the runs are reached through the ids' array (id =
- * ANY, runs_by_id) however small the table looks to the planner, the schedule rows by their key. */
+ * alone), never scheduled past the end of the run's wait (least() skips the
+ * NULL of a run with no budget stored), a claim given back unchecked taking
+ * its count back; then the result in the runs row, whose columns written
+ * here are not indexed (a HOT update). Each entry is numbered (n), and the
+ * runs row takes the entry whose fence held, so that a stale entry for the
+ * same run in the same batch is never the one written; the numbers written
+ * are returned. Arrays rather than JSON rows, so that the planner knows how
+ * many rows come; the runs are reached through the ids' array (id = ANY,
+ * runs_by_id) however small the table looks to the planner, the schedule
+ * rows by their key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
@@ -307,17 +310,6 @@ enum status store_polls_next_due(struct db *db, const char *const *types, size_t
         *ms = db_i64(r, 0, 0);
     PQclear(r);
     return ST_OK;
-}
-
-enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
-                              int64_t delay_ms, struct error *err)
-{
-    struct poll_again a = {f->tenant, f->id, f->poll_count, poll_state, delay_ms, false, false};
-    enum status st = store_polls_again_batch(db, f->owner, &a, 1, err);
-
-    if (st == ST_OK && !a.written)
-        st = error_set(err, ST_LOST, "run \"%s\": %s no longer applies", f->id, "this check");
-    return st;
 }
 
 /* The parameters of S_AGAIN_BATCH for a[0..n): six array literals, in

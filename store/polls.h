@@ -87,11 +87,9 @@ struct poll_fence {
     int poll_count;
 };
 
-/* The job is still going, or the check failed transiently: the next check
- * after delay_ms, with the action's new poll_state. */
-enum status store_polls_again(struct db *db, const struct poll_fence *f, const json_t *poll_state,
-                              int64_t delay_ms, struct error *err) WUR;
-/* One store_polls_again for store_polls_again_batch (borrowed). */
+/* One next check for store_polls_again_batch (strings and poll_state
+ * borrowed): the job is still going, or the check failed transiently, or
+ * the claim is given back unchecked. */
 struct poll_again {
     const char *tenant, *id;
     int poll_count;
@@ -100,8 +98,9 @@ struct poll_again {
     bool written;    /* out: the check's fence held */
     bool given_back; /* the claim made no check: its count is taken back */
 };
-/* store_polls_again for n checks of owner, in one statement (one commit),
- * each fenced on its own; a[i].written says which were written. A fence
+/* The next checks of n runs claimed by owner, each delay_ms from now with
+ * the action's new poll_state, in one statement (one commit), each fenced
+ * on its own claim; a[i].written says which were written. A fence
  * that no longer holds is not an error. A delay past the end of the run's
  * wait (poll_started_at + its stored max_duration_s) is cut to it, so the
  * run gives up when its run object says (poll.give_up_at). */

@@ -2384,7 +2384,9 @@ START_TEST(poll_schedule_follows_the_run)
     assert_poll(a, "run_id", NULL);
     {
         struct poll_fence f = {"default", b, "w1", 1};
-        EXPECT(ST_LOST, store_polls_again(g_db, &f, NULL, 0, &g_err));
+        struct poll_again w = {"default", b, 1, NULL, 0, true, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(!w.written);              /* the run is no longer waiting */
         assert_poll(b, "poll_owner", NULL); /* due now, for the claim that deletes it */
         OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
         ck_assert_uint_eq(nc, 0);
@@ -2638,8 +2640,9 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     assert_col(a, POLL("checks"), "1");
     assert_col(a, POLL("next_check_at"), NULL);
     {
-        struct poll_fence f = {"default", a, "w1", 1};
-        OK(store_polls_again(g_db, &f, NULL, 30000, &g_err));
+        struct poll_again w = {"default", a, 1, NULL, 30000, false, false};
+        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        ck_assert(w.written);
     }
     assert_col(a, POLL("checks"), "1");
     assert_col(a, POLL("next_check_at") " = opsrun_ts(next_poll_at)", "true");
