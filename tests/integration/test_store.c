@@ -57,18 +57,26 @@ static char *sql_str(const char *fmt, ...)
     return v;
 }
 
+/* Asserts that got, expr read from what (e.g. "run X"), is the text want
+ * (NULL = SQL NULL, or no row); frees got. */
+static void assert_text(const char *what, const char *expr, char *got, const char *want)
+{
+    if (want)
+        ck_assert_msg(got && strcmp(got, want) == 0, "%s: %s is %s, want %s", what, expr,
+                      got ? got : "NULL", want);
+    else
+        ck_assert_msg(!got, "%s: %s is %s, want NULL", what, expr, got);
+    free(got);
+}
+
 /* Asserts that SQL expression expr over run id's row is the text want
  * (NULL = SQL NULL). */
 static void assert_col(const char *id, const char *expr, const char *want)
 {
-    char *got = sql_str("SELECT (%s)::text FROM runs WHERE id = '%s'", expr, id);
+    char what[96];
 
-    if (want)
-        ck_assert_msg(got && strcmp(got, want) == 0, "run %s: %s is %s, want %s", id, expr,
-                      got ? got : "NULL", want);
-    else
-        ck_assert_msg(!got, "run %s: %s is %s, want NULL", id, expr, got);
-    free(got);
+    snprintf(what, sizeof(what), "run %s", id);
+    assert_text(what, expr, sql_str("SELECT (%s)::text FROM runs WHERE id = '%s'", expr, id), want);
 }
 
 static long long col_int(const char *id, const char *expr)
@@ -2167,14 +2175,11 @@ END_TEST
  * is the text want (NULL = SQL NULL, or no row). */
 static void assert_poll(const char *id, const char *expr, const char *want)
 {
-    char *got = sql_str("SELECT (%s)::text FROM run_polls WHERE run_id = '%s'", expr, id);
+    char what[96];
 
-    if (want)
-        ck_assert_msg(got && strcmp(got, want) == 0, "schedule of %s: %s is %s, want %s", id, expr,
-                      got ? got : "NULL", want);
-    else
-        ck_assert_msg(!got, "schedule of %s: %s is %s, want NULL", id, expr, got);
-    free(got);
+    snprintf(what, sizeof(what), "schedule of %s", id);
+    assert_text(what, expr,
+                sql_str("SELECT (%s)::text FROM run_polls WHERE run_id = '%s'", expr, id), want);
 }
 
 /* Runs a and b of type T, claimed by w1 and handed over to waiting, their
