@@ -1,9 +1,11 @@
 # bench/lib.sh — what the benchmark scripts share; sourced by run.sh,
 # streams.sh, poller.sh, all.sh, drain.sh, pgcost.sh, lateness.sh,
-# replicas.sh and profile.sh from the repository's root.
+# replicas.sh, profile.sh and lifecycle.sh from the repository's root.
 #
 #   bench_build [DEPS...] -- TARGETS...   installs missing packages (scripts/deps.sh,
 #                                         plus DEPS) and builds TARGETS in build/ (Release)
+#   bench_base_build REV                  builds opsrun (Release) of git revision REV once into
+#                                         bench/out/base-<hash>/ and prints its path
 #   bench_cluster DIR                     starts a private durable cluster in DIR/pg with
 #                                         database bench; sets DB to its URL
 #   bench_cluster_destroy DIR             stops and deletes it
@@ -25,6 +27,26 @@ bench_build() {
     bash scripts/deps.sh "${deps[@]}"
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF >/dev/null
     cmake --build build -j2 --target "$@" >/dev/null
+}
+
+# The baseline of an alternated measurement: made from `git archive REV`,
+# kept across runs.
+bench_base_build() {
+    local rev dir
+    rev=$(git rev-parse --short "$1^{commit}")
+    dir=bench/out/base-$rev
+    if [ ! -x "$dir/opsrun" ]; then
+        echo "== building $rev into $dir" >&2
+        rm -rf "$dir"
+        mkdir -p "$dir/src"
+        git archive "$rev" | tar -x -C "$dir/src"
+        cmake -S "$dir/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
+            -DOPSRUN_COMMIT="$rev" >/dev/null
+        cmake --build "$dir/build" -j2 --target opsrun >/dev/null
+        cp "$dir/build/opsrun" "$dir/opsrun"
+        rm -rf "$dir/src" "$dir/build"
+    fi
+    echo "$dir/opsrun"
 }
 
 # A durable cluster (fsync on), as a user would run it.

@@ -56,21 +56,8 @@ bench_build -- opsrun opsrun_loadgen
 BUILDS=(new)
 declare -A BIN=([new]=build/opsrun)
 if [ -n "${BASE:-}" ]; then
-    rev=$(git rev-parse --short "$BASE^{commit}")
-    dir=$OUT/base-$rev
-    if [ ! -x "$dir/opsrun" ]; then
-        echo "== building $rev (BASE=$BASE) into $dir"
-        rm -rf "$dir"
-        mkdir -p "$dir/src"
-        git archive "$rev" | tar -x -C "$dir/src"
-        cmake -S "$dir/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
-            -DOPSRUN_COMMIT="$rev" >/dev/null
-        cmake --build "$dir/build" -j2 --target opsrun >/dev/null
-        cp "$dir/build/opsrun" "$dir/opsrun"
-        rm -rf "$dir/src" "$dir/build"
-    fi
     BUILDS=(base new)
-    BIN[base]=$dir/opsrun
+    BIN[base]=$(bench_base_build "$BASE")
 fi
 
 DATA=$(mktemp -d /tmp/opsrun-pgcost.XXXXXX)

@@ -11,7 +11,8 @@
 #     the ceiling of submitting runs one transaction at a time.
 # Usage: bench/run.sh [RUNS] [CLIENTS]   (defaults 5000, 8)
 #   WORKERS=N (default 8) engine workers; BATCH=N (default 1) submissions
-#   per request (N > 1: a JSON array).
+#   per request (N > 1: a JSON array); OPSRUN=path serves with another
+#   opsrun binary (e.g. the base build bench/pgcost.sh BASE=REV keeps).
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
@@ -39,7 +40,7 @@ PGBENCH=$(ls -d /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -n 1)
 
 # Every loadgen client submits from 127.0.0.1: no per-caller rate limit.
 echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/config.json"
-build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18181 \
+"${OPSRUN:-build/opsrun}" serve --config "$DATA/config.json" --database-url "$DB" --listen 127.0.0.1:18181 \
     --workers "$WORKERS" --log-level warn 2>"$OUT/serve.log" &
 PID=$!
 bench_wait_ready http://127.0.0.1:18181 || true

@@ -45,12 +45,20 @@ static void db_notice(void *arg, const char *message)
 
 static enum status db_open(struct db *db, struct error *err)
 {
-    char timeout[16], options[64], user_timeout[24];
+    char timeout[16], options[80], user_timeout[24];
     const char *keys[10], *vals[10];
     int n = 0;
 
     xsnprintf(timeout, sizeof(timeout), "%d", db->opt.connect_timeout_s);
-    xsnprintf(options, sizeof(options), "-c statement_timeout=%d", db->opt.statement_timeout_ms);
+    /* No JIT: every statement here is short, and compiling one took longer
+     * than running it many times over (0.4 s for the admin's list planned
+     * generically, against 1.4 ms run without it; migration 011 for the
+     * claim). */
+    if (db->opt.statement_timeout_ms > 0)
+        xsnprintf(options, sizeof(options), "-c jit=off -c statement_timeout=%d",
+                  db->opt.statement_timeout_ms);
+    else
+        xsnprintf(options, sizeof(options), "-c jit=off");
     xsnprintf(user_timeout, sizeof(user_timeout), "%d",
               (db->opt.statement_timeout_ms > 0 ? db->opt.statement_timeout_ms : 30000) + 5000);
     keys[n] = "dbname", vals[n++] = db->conninfo;
@@ -62,8 +70,7 @@ static enum status db_open(struct db *db, struct error *err)
     /* Without it a call on a silently dead network waits for TCP to give up
      * (about 15 minutes); the server's statement_timeout cannot help. */
     keys[n] = "tcp_user_timeout", vals[n++] = user_timeout;
-    if (db->opt.statement_timeout_ms > 0)
-        keys[n] = "options", vals[n++] = options;
+    keys[n] = "options", vals[n++] = options;
     keys[n] = NULL, vals[n] = NULL;
     db->conn = PQconnectdbParams(keys, vals, 1);
     db->nprepared = 0;

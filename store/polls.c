@@ -57,11 +57,11 @@ static const struct stmt S_WAIT = {
  * HOT update. A due row whose run no longer waits (cancelled, gone) is
  * deleted instead. Locks: the schedule rows, then the runs, as every
  * statement that writes both. The runs are reached through the claimed
- * ids as an array (runs_by_id): joined to the claimed rows only, a small
- * runs table was planned as a scan of all of it. The schedule rows are
- * reached by joins on their key, from a side the planner sees as small:
- * plain index scans, which also mark the dead versions of these busy rows
- * (a bitmap scan of them read every version). */
+ * ids as an array (the primary key, id first): joined to the claimed rows
+ * only, a small runs table was planned as a scan of all of it. The
+ * schedule rows are reached by joins on their key, from a side the planner
+ * sees as small: plain index scans, which also mark the dead versions of
+ * these busy rows (a bitmap scan of them read every version). */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
     "WITH due AS (SELECT p.tenant, p.run_id, p.poll_count FROM run_polls p "
@@ -112,8 +112,8 @@ static const struct stmt S_LAG = {
  * same run in the same batch is never the one written; the numbers written
  * are returned. Arrays rather than JSON rows, so that the planner knows how
  * many rows come; the runs are reached through the ids' array (id = ANY,
- * runs_by_id) however small the table looks to the planner, the schedule
- * rows by their key. */
+ * the primary key, id first) however small the table looks to the
+ * planner, the schedule rows by their key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "

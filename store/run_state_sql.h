@@ -5,12 +5,12 @@
  * being changed is "r".
  *
  * The sets are spelled exactly as the partial indexes of migrations/ spell
- * their predicates (runs_held and runs_heartbeat: HELD_STATUSES;
- * runs_active_identity: JOINABLE_STATUSES), because PostgreSQL uses such an
- * index only for a query whose WHERE clause implies its predicate. Each set
- * lists, in enum order, the statuses a predicate of store/run_state.h holds
- * for (tests/unit/test_run_state.c checks that). opsrun_claim (migrations/
- * 002) is PL/pgSQL and spells its sets itself. */
+ * their predicates (runs_held: HELD_STATUSES; runs_active_identity:
+ * JOINABLE_STATUSES), because PostgreSQL uses such an index only for a
+ * query whose WHERE clause implies its predicate. Each set lists, in enum
+ * order, the statuses a predicate of store/run_state.h holds for
+ * (tests/unit/test_run_state.c checks that). opsrun_claim (migrations/002)
+ * is PL/pgSQL and spells its sets itself. */
 #ifndef OPSRUN_STORE_RUN_STATE_SQL_H
 #define OPSRUN_STORE_RUN_STATE_SQL_H
 

@@ -24,20 +24,34 @@ static const struct stmt S_BY_ID = {
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
                         "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
-/* One tenant's runs (the runs_list index), or every tenant's for an admin
- * (runs_list_all, migration 007), where $1 is NULL. */
-#define LIST_SQL(tenant_cond)                                                                      \
-    "SELECT " RUN_COLS " FROM runs r WHERE " tenant_cond " "                                       \
-    "AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "            \
+/* The list's filters and cursor, on a runs row "r". */
+#define LIST_FILTERS                                                                               \
+    "($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "                \
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "          \
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
-    "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "                    \
-    "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
-static const struct stmt S_LIST = {"runs_list", LIST_SQL("r.tenant = $1")};
-static const struct stmt S_LIST_ALL = {"runs_list_all", LIST_SQL("$1::text IS NULL")};
-/* Which tenants have a run with this id (runs_by_id, migration 007): two
- * are enough to know it is ambiguous. */
+    "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
+#define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
+/* One tenant's runs, newest first (the runs_list index). */
+static const struct stmt S_LIST = {"runs_list",
+                                   "SELECT " RUN_COLS
+                                   " FROM runs r WHERE r.tenant = $1 AND " LIST_FILTERS LIST_ORDER};
+/* Every tenant's, for an admin ($1 is NULL): the tenants found by a skip
+ * scan of runs_list's first column (one step each), each tenant's first
+ * $8 from runs_list as in runs_list, and the newest $8 of those, read in
+ * full only then (migration 014). */
+static const struct stmt S_LIST_ALL = {
+    "runs_list_all",
+    "WITH RECURSIVE t(tenant) AS (SELECT min(tenant) FROM runs WHERE $1::text IS NULL "
+    "UNION ALL SELECT (SELECT min(u.tenant) FROM runs u WHERE u.tenant > t.tenant) FROM t "
+    "WHERE t.tenant IS NOT NULL), "
+    "k AS (SELECT f.* FROM t CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.created_at FROM runs r "
+    "WHERE r.tenant = t.tenant AND " LIST_FILTERS LIST_ORDER ") f "
+    "ORDER BY f.created_at DESC, f.id DESC LIMIT $8::int) "
+    "SELECT " RUN_COLS " FROM k JOIN runs r ON r.id = k.id AND r.tenant = k.tenant "
+    "ORDER BY k.created_at DESC, k.id DESC"};
+/* Which tenants have a run with this id (the primary key (id, tenant),
+ * migration 014): two are enough to know it is ambiguous. */
 static const struct stmt S_LOCATE = {
     "runs_locate", "SELECT tenant FROM runs WHERE id = $1 ORDER BY tenant LIMIT 2"};
 /* cur locks the run and carries its newest version: a cancel that waited

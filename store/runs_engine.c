@@ -94,6 +94,7 @@ static const struct stmt S_SAVE_STATE = {
 static const struct stmt S_LOAD_STATE = {
     "runs_load_state",
     "SELECT r.cleanup_due, coalesce(r.poll_state, '{}')::text FROM runs r WHERE " FENCE};
+/* Only heartbeat_at changes, which no index covers: a HOT update. */
 static const struct stmt S_HEARTBEAT = {
     "runs_heartbeat",
     "UPDATE runs r SET heartbeat_at = now() FROM unnest($2::text[], $3::text[], $4::int[]) "
@@ -103,6 +104,8 @@ static const struct stmt S_HEARTBEAT = {
 static const struct stmt S_CANCELLING = {
     "runs_cancelling", "SELECT tenant, id, attempt FROM runs WHERE worker_id = $1 AND "
                        "status = 'cancelling'"};
+/* The held runs are read through runs_held, all of them (at most
+ * queue.max_running), and sorted by heartbeat (migration 014). */
 static const struct stmt S_RESCUE = {
     "runs_rescue",
     "WITH o AS (SELECT tenant, id FROM runs WHERE status IN " HELD_STATUSES " AND "

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/lifecycle.sh — what a run costs the database at the least, in the
+# schema of this build: pgbench runs bench/lifecycle.sql (50 no-op runs
+# inserted, claimed by opsrun_claim and completed, each step with its event
+# rows, three transactions) with CLIENTS clients for SECONDS, on a durable
+# cluster, and reports runs/s. No opsrun process runs: the schema and its
+# indexes alone are measured.
+#
+# Usage: bench/lifecycle.sh [SECONDS] [CLIENTS]   (defaults 20, 4)
+#   BASE=REV   also the schema git revision REV's build migrates to
+#              (bench_base_build), alternated with this one
+#   NARROW=1   also this schema with the claim's state in a narrow table
+#              (bench/narrow.sql, bench/lifecycle-narrow.sql)
+#   REPS=N     rounds (default 3); each measurement starts from empty tables
+# The summary goes to bench/out/lifecycle.txt.
+set -euo pipefail
+cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
+SECONDS_EACH=${1:-20}
+CLIENTS=${2:-4}
+REPS=${REPS:-3}
+OUT=bench/out
+mkdir -p "$OUT"
+
+bench_build -- opsrun
+VARIANTS=(new)
+declare -A BIN=([new]=build/opsrun) SCRIPT=([new]=bench/lifecycle.sql)
+if [ -n "${BASE:-}" ]; then
+    VARIANTS=(base "${VARIANTS[@]}")
+    BIN[base]=$(bench_base_build "$BASE")
+    SCRIPT[base]=bench/lifecycle.sql
+fi
+if [ -n "${NARROW:-}" ]; then
+    VARIANTS+=(narrow)
+    BIN[narrow]=build/opsrun
+    SCRIPT[narrow]=bench/lifecycle-narrow.sql
+fi
+
+DATA=$(mktemp -d /tmp/opsrun-lifecycle.XXXXXX)
+chmod 755 "$DATA"
+trap 'bench_cluster_destroy "$DATA"; rm -rf "$DATA"' EXIT
+bench_cluster "$DATA"
+PGBENCH=$(ls -d /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -n 1)
+
+declare -A URL
+for v in "${VARIANTS[@]}"; do
+    scripts/pg.sh createdb "$DATA/pg" "lc_$v" >/dev/null
+    URL[$v]=$(scripts/pg.sh url "$DATA/pg" "lc_$v")
+    "${BIN[$v]}" migrate --database-url "${URL[$v]}" --log-level warn
+    psql -qX -v ON_ERROR_STOP=1 "${URL[$v]}" -c "CREATE SEQUENCE lifecycle_seq"
+    [ "$v" = narrow ] && psql -qX -v ON_ERROR_STOP=1 "${URL[$v]}" -f bench/narrow.sql
+done
+
+: >"$DATA/summary.tsv"
+for ((rep = 1; rep <= REPS; rep++)); do
+    for v in "${VARIANTS[@]}"; do
+        psql -qX -v ON_ERROR_STOP=1 "${URL[$v]}" -c "TRUNCATE runs, run_polls, run_events" \
+            -c "DO \$\$BEGIN IF to_regclass('run_active') IS NOT NULL THEN
+                  TRUNCATE run_active; END IF; END\$\$" -c CHECKPOINT -c VACUUM
+        tps=$("$PGBENCH" -n -c "$CLIENTS" -j 2 -T "$SECONDS_EACH" -f "${SCRIPT[$v]}" "${URL[$v]}" |
+            sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        runs=$(awk -v t="$tps" 'BEGIN {printf "%d", t * 50}')
+        echo "$v rep $rep: $runs runs/s"
+        printf '%s\t%s\t%s\n' "$v" "$rep" "$runs" >>"$DATA/summary.tsv"
+    done
+done
+
+{
+    echo "== lifecycle: 50 runs a transaction triple, $CLIENTS clients, ${SECONDS_EACH} s each," \
+        "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    median_of() { # the median runs/s of variant $1
+        awk -F'\t' -v v="$1" '$1 == v {print $3}' "$DATA/summary.tsv" | sort -n |
+            awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : int((a[NR / 2] + a[NR / 2 + 1]) / 2)}'
+    }
+    new=$(median_of new)
+    for v in "${VARIANTS[@]}"; do
+        m=$(median_of "$v")
+        printf '%-7s runs/s:%s  median %s' "$v" \
+            "$(awk -F'\t' -v v="$v" '$1 == v {printf " %s", $3}' "$DATA/summary.tsv")" "$m"
+        [ "$v" != new ] && awk -v a="$new" -v b="$m" 'BEGIN {printf "  new/%s %.2f", "'"$v"'", a / b}'
+        echo
+    done
+} | tee "$OUT/lifecycle.txt"
