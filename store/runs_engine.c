@@ -137,10 +137,18 @@ static const struct stmt S_RESCUE = {
  * them with their run. m raises the pruned-events mark (migration 004) to
  * the highest event id of the batch, one index probe per run in the
  * partition of its creation time; its subquery sees the events as they were
- * before the statement. */
+ * before the statement. p deletes the runs' rows in run_polls: a waiting
+ * run cancelled leaves its row for the next claim of its type, which never
+ * comes when no replica polls that type any more. A completed run never
+ * waits again, so no trigger can want the row back; no claim waits for the
+ * runs rows locked here (its UPDATE of runs matches waiting runs only).
+ * Only runs that waited (they have an external id) can have a row, and
+ * they are looked up by key, whatever the plan thinks of d's size: joined
+ * as a whole, a run_polls of 100,000 rows was hashed for every batch. */
 static const struct stmt S_PRUNE = {
     "runs_prune",
-    "WITH d AS (SELECT tenant, id, created_at FROM runs WHERE status = 'completed' AND "
+    "WITH d AS (SELECT tenant, id, created_at, external_id IS NOT NULL AS waited FROM runs "
+    "WHERE status = 'completed' AND "
     "completed_at < now() - make_interval(secs => $1::bigint) ORDER BY completed_at "
     "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
     "m AS (UPDATE run_events_pruned SET upto = greatest(upto, (SELECT max((SELECT max(e.id) "
@@ -149,7 +157,10 @@ static const struct stmt S_PRUNE = {
     "u AS (DELETE FROM run_events e USING d WHERE e.tenant = d.tenant AND e.run_id = d.id "
     "AND e.run_created_at = 'infinity'), "
     "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
-    "e.run_id = d.id) "
+    "e.run_id = d.id), "
+    "p AS (DELETE FROM run_polls p USING d WHERE d.waited AND p.tenant = ANY (ARRAY(SELECT "
+    "DISTINCT tenant FROM d WHERE waited)) AND p.run_id = ANY (ARRAY(SELECT id FROM d WHERE "
+    "waited)) AND p.tenant = d.tenant AND p.run_id = d.id) "
     "DELETE FROM runs r USING d WHERE r.tenant = d.tenant AND r.id = d.id"};
 static const struct stmt S_QUEUE_AGE = {
     "runs_queue_age",

@@ -1584,6 +1584,15 @@ START_TEST(prune_in_batches)
                    "now() - interval '10 days' WHERE id = '%s'",
                    held));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events"), 5 * 2 + 1 + 1 + 2);
+    /* The schedule rows a cancel of a waiting run leaves when no replica
+     * polls its type (only a claim of that type deletes them): they go
+     * with their run, and not before. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET external_id = 'job-' || id WHERE id IN ('%s', '%s')",
+                   old[0], recent));
+    PQclear(th_sql(g_pg,
+                   "INSERT INTO run_polls (tenant, run_id, type, next_poll_at) SELECT tenant, id, "
+                   "'unpolled', now() - interval '2 days' FROM runs WHERE id IN ('%s', '%s')",
+                   old[0], recent));
 
     for (size_t i = 0; i < ARRAY_LEN(want); i++) {
         OK(store_runs_prune(g_db, 86400, 2, &deleted, &g_err));
@@ -1604,6 +1613,9 @@ START_TEST(prune_in_batches)
         free(old[i]);
     }
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs"), 3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_polls"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_polls WHERE run_id = '%s'", recent),
+                     1);
     assert_state(recent, "completed", "failed");
     assert_state(active, "queued", "pending");
     assert_state(held, "running", "pending");
