@@ -6,8 +6,8 @@
 #   - the ceilings, with pgbench: single-row INSERTs (16 clients, one per
 #     transaction) and "claim 50, complete those 50" (4 clients);
 #   - HTTP submit (single runs, 64 connections, distinct bodies): requests/s
-#     and p50/p99; end to end through single submissions and through bulk
-#     submissions (50,000 no-op runs); pickup p50/p99; how late delayed runs
+#     and p50/p99; end to end through single submissions (16 and 64
+#     clients) and through bulk submissions (50,000 no-op runs); pickup p50/p99; how late delayed runs
 #     and retries start; SSE delivery at 1,000 subscribers; RSS idle and at
 #     2,000 streams; poller checks/s at capacity;
 #   - graphile-worker's own perf test (pinned, installed with npm into
@@ -52,6 +52,7 @@ done
 CEIL_S=${CEIL_S:-15}          # each pgbench ceiling
 SUBMIT_S=${SUBMIT_S:-10}      # the wrk-style HTTP submit load
 SINGLE_RUNS=${SINGLE_RUNS:-6400} # a multiple of its 16 clients
+SINGLE64_RUNS=${SINGLE64_RUNS:-12800} # a multiple of its 64 clients
 BULK_RUNS=${BULK_RUNS:-50000}
 BULK_BATCH=${BULK_BATCH:-1000}
 PICKUPS=${PICKUPS:-200}
@@ -219,8 +220,9 @@ step() { # step NAME OUTFILE COMMAND...: runs it, keeps its output, notes a fail
 # Every client comes from 127.0.0.1 and the one tenant: no per-caller limits.
 echo '{"http": {"max_connections_per_ip": 0},
  "limits": {"submit_rate_per_s": 0, "streams_per_tenant": 0}}' >"$DATA/config.json"
-say "opsrun: --workers 8; idle RSS, then 2,000 idle streams"
-serve "$PORT" "$DATA/config.json" "$OUT/all-serve.log" --workers 8 || die "opsrun did not start"
+# 32 workers, as in the issue's own measurements of opsrun.
+say "opsrun: --workers 32; idle RSS, then 2,000 idle streams"
+serve "$PORT" "$DATA/config.json" "$OUT/all-serve.log" --workers 32 || die "opsrun did not start"
 MAIN=$SERVER
 echo "rss_idle_kib=$(rss "$MAIN")" >"$OUT/all-rss.txt"
 step "streams rss" all-streams-rss.txt build/opsrun_ssebench rss "$URL" "$MAIN" 2000
@@ -235,6 +237,8 @@ say "HTTP submit: 64 connections, distinct bodies, ${SUBMIT_S} s"
 step submit all-submit.txt build/opsrun_loadgen wrk "$URL" "$DB" "$SUBMIT_S" 64
 say "end to end, single submissions: $SINGLE_RUNS runs from 16 clients"
 step single all-single.txt build/opsrun_loadgen throughput "$URL" "$DB" "$SINGLE_RUNS" 16
+say "end to end, single submissions: $SINGLE64_RUNS runs from 64 clients"
+step single64 all-single64.txt build/opsrun_loadgen throughput "$URL" "$DB" "$SINGLE64_RUNS" 64
 # Bulk submission: an array of one must answer 200 {"runs": [...]}.
 BULK=0
 code=$(curl -s -o "$DATA/probe.json" -w '%{http_code}' -H 'Content-Type: application/json' \
@@ -401,6 +405,8 @@ row "HTTP submit p99" "$(get all-submit.txt submit_p99_ms)" ms \
     "$(get all-ceiling-insert.txt p99_ms)" "(INSERT p99, 16 cl.)" ""
 row "end to end, single submissions ($SINGLE_RUNS, 16 cl.)" "$(get all-single.txt runs_per_s)" "runs/s" \
     "$INS_TPS" "(INSERT ceiling)" "" "tx/s"
+row "end to end, single submissions ($SINGLE64_RUNS, 64 cl.)" "$(get all-single64.txt runs_per_s)" \
+    "runs/s" "$INS_TPS" "(INSERT ceiling)" "" "tx/s"
 if [ "$BULK" = 1 ]; then B=$(get all-bulk.txt bulk_runs_per_s); else B=$NB; fi
 row "end to end, bulk submissions ($BULK_RUNS)" "$B" "runs/s" "$PEER_JPS" "(graphile-worker $GW_VERSION)" "" "jobs/s"
 row "end to end, bulk submissions ($BULK_RUNS)" "$B" "runs/s" "$CLAIM" "(claim-50 ceiling)" "" "jobs/s"
