@@ -488,16 +488,34 @@ static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks
     }
 }
 
+/* Gives back n hooks claims that ran no hook, in one statement. */
+static void give_back_hooks(struct poller *p, const struct run_ref *refs, size_t n)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+    int given = 0;
+
+    if (n == 0)
+        return;
+    if (db_pool_get(p->e->pool, &db, &err) != ST_OK ||
+        store_hooks_give_back(db, p->e->worker_id, refs, n, &given, &err) != ST_OK)
+        LOG(LOG_WARN, "could not give back claimed hooks runs=%zu: %s", n, err.message);
+    db_pool_put(p->e->pool, db);
+}
+
 /* A claim that waited too long in the queue: a check is due again at once
  * with its count taken back (it made none), through the writer (*next);
- * hooks are left to their lease's end. */
+ * hooks likewise, with their try taken back, in a statement of their own. */
 static void give_back(struct poller *p, struct job *j, struct again *next)
 {
     LOG(LOG_DEBUG, "giving back a claim run=%s hooks=%d waited_ms=%lld", j->c.run->id, j->hooks,
         (long long)(clock_mono_ms() - j->claimed_mono));
     atomic_fetch_add(&p->given_back, 1);
-    if (j->hooks)
+    if (j->hooks) {
+        struct run_ref ref = {j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
+        give_back_hooks(p, &ref, 1);
         return;
+    }
     *next = (struct again){xstrdup(j->c.run->tenant),
                            xstrdup(j->c.run->id),
                            j->c.poll_count,
@@ -754,22 +772,28 @@ void poller_wake(struct poller *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Claimed checks no checker started: given back, due again now, for
- * anyone, their counts taken back (they made no check), in one statement. */
+/* Claimed checks and hooks no checker started: given back, due again now,
+ * for anyone, their counts and tries taken back (they made no check and ran
+ * no hook), in one statement each. */
 static void release_queued(struct poller *p)
 {
     struct engine *e = p->e;
     struct db *db = NULL;
     struct error err = {0};
     struct poll_again *w = xcalloc(p->qlen ? p->qlen : 1, sizeof(*w));
-    size_t nw = 0;
+    struct run_ref *h = xcalloc(p->qlen ? p->qlen : 1, sizeof(*h));
+    size_t nw = 0, nh = 0;
 
     for (size_t i = 0; i < p->qlen; i++) {
         const struct job *j = &p->queue[(p->qhead + i) % p->qcap];
-        if (!j->hooks)
+        if (j->hooks)
+            h[nh++] = (struct run_ref){j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
+        else
             w[nw++] = (struct poll_again){
                 j->c.run->tenant, j->c.run->id, j->c.poll_count, j->c.poll_state, 0, false, true};
     }
+    give_back_hooks(p, h, nh);
+    free(h);
     if (nw > 0 && (db_pool_get(e->pool, &db, &err) != ST_OK ||
                    store_polls_again_batch(db, e->worker_id, w, nw, &err) != ST_OK))
         LOG(LOG_WARN, "could not give back claimed checks runs=%zu: %s", nw, err.message);

@@ -156,6 +156,14 @@ static const struct stmt S_HOOKS_DONE = {
                   "ELSE now() + " INTERVAL_MS("$6") " END WHERE r.tenant = $1 AND r.id = $2 AND "
                                                     "r.poll_owner = $3 AND r.hooks_at IS NOT NULL"};
 
+static const struct stmt S_HOOKS_GIVE_BACK = {
+    "hooks_give_back",
+    "WITH upd AS (UPDATE runs r SET hooks_at = now(), hooks_attempts = r.hooks_attempts - 1, "
+    "poll_owner = NULL FROM unnest($2::text[], $3::text[], $4::int[]) AS b(tenant, id, attempts) "
+    "WHERE r.id = ANY ($3::text[]) AND r.tenant = b.tenant AND r.id = b.id AND "
+    "r.poll_owner = $1 AND r.hooks_attempts = b.attempts AND r.hooks_at IS NOT NULL RETURNING 1) "
+    "SELECT count(*) FROM upd"};
+
 static char *json_text(const json_t *v)
 {
     return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
@@ -412,6 +420,28 @@ enum status store_hooks_done(struct db *db, const char *tenant, const char *id, 
     if (st == ST_OK)
         PQclear(r);
     free(state);
+    return st;
+}
+
+enum status store_hooks_give_back(struct db *db, const char *owner, const struct run_ref *refs,
+                                  size_t n, int *given, struct error *err)
+{
+    char *t, *i, *a;
+    const char *p[4];
+    PGresult *r;
+    enum status st;
+
+    *given = 0;
+    run_refs_arrays(refs, n, &t, &i, &a);
+    p[0] = owner, p[1] = t, p[2] = i, p[3] = a;
+    st = db_run(db, &S_HOOKS_GIVE_BACK, 4, p, &r, err);
+    if (st == ST_OK) {
+        *given = (int)db_i64(r, 0, 0);
+        PQclear(r);
+    }
+    free(t);
+    free(i);
+    free(a);
     return st;
 }
 

@@ -70,6 +70,13 @@ enum status store_polls_claim(struct db *db, const char *owner, int limit, int64
 enum status store_hooks_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
                               const char *const *types, size_t ntypes, struct poll_claim **out,
                               size_t *n, struct error *err) WUR;
+/* Hooks claims that ran no hook (left in the queue, or queued at a stop):
+ * due again at once, their try taken back, so that no try of the run's
+ * budget is spent and no one waits out the lease. Each is fenced on owner
+ * and its try (refs[i].attempt = poll_claim.hooks_attempts); *given gets
+ * the runs given back. */
+enum status store_hooks_give_back(struct db *db, const char *owner, const struct run_ref *refs,
+                                  size_t n, int *given, struct error *err) WUR;
 /* Milliseconds until the next check or hooks of these types are due (0
  * when some are due now), -1 when none are scheduled. */
 enum status store_polls_next_due(struct db *db, const char *const *types, size_t ntypes,

@@ -488,34 +488,42 @@ static void run_refs(PGresult *r, int *n, run_ref_fn fn, void *arg)
     PQclear(r);
 }
 
+void run_refs_arrays(const struct run_ref *refs, size_t n, char **tenants, char **ids,
+                     char **attempts)
+{
+    const char **t = xcalloc(n + 1, sizeof(*t));
+    const char **i = xcalloc(n + 1, sizeof(*i));
+    size_t cap = 3 + n * 12, len = 0;
+    char *a = xmalloc(cap);
+
+    a[len++] = '{';
+    for (size_t k = 0; k < n; k++) {
+        t[k] = refs[k].tenant;
+        i[k] = refs[k].id;
+        len += xsnprintf(a + len, cap - len, "%s%d", k ? "," : "", refs[k].attempt);
+    }
+    xsnprintf(a + len, cap - len, "}");
+    *tenants = db_text_array(t, n);
+    *ids = db_text_array(i, n);
+    *attempts = a;
+    free(t);
+    free(i);
+}
+
 enum status store_runs_heartbeat(struct db *db, const char *worker_id, const struct run_ref *refs,
                                  size_t nrefs, int *held, run_ref_fn fn, void *arg,
                                  struct error *err)
 {
-    const char **tenants = xcalloc(nrefs + 1, sizeof(*tenants));
-    const char **ids = xcalloc(nrefs + 1, sizeof(*ids));
     char *t, *i, *a;
-    size_t cap = 3 + nrefs * 12, len = 0;
     const char *p[4];
     PGresult *r = NULL;
     enum status st;
 
-    a = xmalloc(cap);
-    a[len++] = '{';
-    for (size_t k = 0; k < nrefs; k++) {
-        tenants[k] = refs[k].tenant;
-        ids[k] = refs[k].id;
-        len += xsnprintf(a + len, cap - len, "%s%d", k ? "," : "", refs[k].attempt);
-    }
-    xsnprintf(a + len, cap - len, "}");
-    t = db_text_array(tenants, nrefs);
-    i = db_text_array(ids, nrefs);
+    run_refs_arrays(refs, nrefs, &t, &i, &a);
     p[0] = worker_id, p[1] = t, p[2] = i, p[3] = a;
     st = db_run(db, &S_HEARTBEAT, 4, p, &r, err);
     if (st == ST_OK)
         run_refs(r, held, fn, arg);
-    free(tenants);
-    free(ids);
     free(t);
     free(i);
     free(a);

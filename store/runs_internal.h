@@ -40,5 +40,9 @@ enum status run_from_row(const PGresult *r, int row, struct run **out, struct er
  * for its further columns. */
 enum status run_query_one(struct db *db, const struct stmt *st, int n, const char *const *params,
                           struct run **out, PGresult **keep, struct error *err) WUR;
+/* The tenants, ids and attempts of refs as three PostgreSQL array
+ * literals ({} when n is 0), each a new string (free). */
+void run_refs_arrays(const struct run_ref *refs, size_t n, char **tenants, char **ids,
+                     char **attempts);
 
 #endif

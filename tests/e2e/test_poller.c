@@ -772,15 +772,32 @@ END_TEST
 
 /* Two waiting "job" runs, PREFIX-0 and PREFIX-1, of the fake jobs first
  * and first + 1, both due in 500 ms. */
-static void two_due_soon(const char *prefix, int first)
+/* count waiting runs of "job" (ids prefix-0..), checking the fake's jobs
+ * from job-<first> on, each first due at due (SQL). */
+static void insert_waiting(const char *prefix, int first, int count, const char *due)
 {
     PQclear(th_sql(g_db,
                    "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
                    "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
                    "poll_started_at, started_at) SELECT 'default', '%s-' || g, 'job', 'waiting', "
                    "1, 2, 900, '{}', '%s-ident-' || g, 'req', 'job-' || (g + %d), '{}', "
-                   "now() + interval '500 ms', now(), now() FROM generate_series(0, 1) g",
-                   prefix, prefix, first));
+                   "%s, now(), now() FROM generate_series(0, %d) g",
+                   prefix, prefix, first, due, count - 1));
+}
+
+static void two_due_soon(const char *prefix, int first)
+{
+    insert_waiting(prefix, first, 2, "now() + interval '500 ms'");
+}
+
+/* Stops the server 300 ms into the one check in flight (a slow one). */
+static void stop_during_a_check(struct th_proc *p)
+{
+    for (int i = 0; i < 100 && fake_jobs_max_in_flight() < 1; i++)
+        usleep(50000);
+    ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
+    usleep(300000); /* well inside the 3 s check and the 2.5 s queue limit */
+    th_stop_clean(p);
 }
 
 /* A claim that waited in the poller's queue longer than 2.5 s, its checker
@@ -837,11 +854,7 @@ START_TEST(stop_gives_back_queued_claims)
     start_fast(&p, "e2e_poll_stop_queued", 1, 5, 0);
     first = fake_jobs_create(2, "slow:3000,done_after:2");
     two_due_soon("sq", first);
-    for (int i = 0; i < 100 && fake_jobs_max_in_flight() < 1; i++)
-        usleep(50000);
-    ck_assert_int_eq(fake_jobs_max_in_flight(), 1);
-    usleep(300000); /* well inside the 3 s check and the 2.5 s queue limit */
-    th_stop_clean(&p);
+    stop_during_a_check(&p);
     for (int i = 0; i < 2; i++) {
         char rid[32];
         struct fake_job j;
@@ -865,6 +878,39 @@ START_TEST(stop_gives_back_queued_claims)
 }
 END_TEST
 
+/* A stop gives back the hooks claims still queued, too: their try is taken
+ * back and they are due again at once, rather than waiting out the lease.
+ * One checker; a check that takes 3 s and a cancelled run's hooks, due at
+ * the same moment, are claimed together; the hooks wait behind the check
+ * when the server stops. */
+START_TEST(stop_gives_back_queued_hooks)
+{
+    struct th_proc p;
+    int first;
+
+    start_fast(&p, "e2e_poll_stop_hooks", 1, 5, 0);
+    first = fake_jobs_create(2, "slow:3000,done_after:2");
+    /* One transaction: one now(), so that one claim takes both. */
+    PQclear(th_sql(g_db, "BEGIN"));
+    insert_waiting("sh", first, 1, "now() + interval '500 ms'");
+    PQclear(th_sql(g_db,
+                   "INSERT INTO runs (tenant, id, type, status, outcome, attempt, max_attempts, "
+                   "timeout_s, input, identity_hash, request_hash, external_id, poll_state, "
+                   "started_at, completed_at, hooks_at) VALUES ('default', 'sh-hooks', 'job', "
+                   "'completed', 'cancelled', 1, 2, 900, '{}', 'sh-ident-hooks', 'req', 'job-%d', "
+                   "'{}', now(), now(), now() + interval '500 ms')",
+                   first + 1));
+    PQclear(th_sql(g_db, "COMMIT"));
+    stop_during_a_check(&p);
+    ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'sh-hooks' AND "
+                                      "hooks_attempts = 0 AND poll_owner IS NULL AND hooks_at "
+                                      "<= now()"),
+                     1);
+    PQfinish(g_db);
+    g_db = NULL;
+}
+END_TEST
+
 /* Checks yield to runs: 2,000 runs due every 50 ms keep the poller behind.
  * Demo runs one at a time (the workers keep up) never hold it back; 150
  * demo runs submitted at once to two workers (a backlog) do
@@ -878,13 +924,7 @@ START_TEST(checks_yield_to_runs)
 
     start_fast(&p, "e2e_poll_yield", 8, 2, 2);
     first = fake_jobs_create(2000, "forever");
-    PQclear(th_sql(g_db,
-                   "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
-                   "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
-                   "poll_started_at, started_at) SELECT 'default', 'y-' || g, 'job', 'waiting', 1, "
-                   "2, 900, '{}', 'y-ident-' || g, 'req', 'job-' || (g + %d), '{}', now(), now(), "
-                   "now() FROM generate_series(0, 1999) g",
-                   first));
+    insert_waiting("y", first, 2000, "now()");
     for (long long until = th_now_ms() + 20000;
          poller_stat(&p, "checks_total") < 4000 && th_now_ms() < until; th_sleep_ms(50))
         ;
@@ -1472,6 +1512,7 @@ static Suite *poller_suite(void)
         {"checks_reuse_connections", checks_reuse_connections, 60},
         {"late_claim_given_back", late_claim_given_back, 90},
         {"stop_gives_back_queued_claims", stop_gives_back_queued_claims, 60},
+        {"stop_gives_back_queued_hooks", stop_gives_back_queued_hooks, 60},
         {"checks_yield_to_runs", checks_yield_to_runs, 120},
         {"load_5000_waiting", load_5000_waiting, 300},
         {"http_sync_and_async", http_sync_and_async, 60},

@@ -2538,6 +2538,51 @@ START_TEST(hot_update_columns_are_not_indexed)
 }
 END_TEST
 
+/* A hooks claim given back: fenced on its owner and its try, due again at
+ * once with the try taken back; a second give-back finds nothing. */
+START_TEST(hooks_give_back_fences_each_claim)
+{
+    static const char *const types[] = {"T"};
+    struct poll_claim *c = NULL;
+    size_t n = 0;
+    int given = -1;
+
+    open_test_db("it_store_hooks_give_back");
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, status, outcome, max_attempts, "
+                         "timeout_s, input, identity_hash, request_hash, external_id, "
+                         "completed_at, hooks_at) VALUES ('default', 'h1', 'T', 'completed', "
+                         "'cancelled', 1, 60, '{}', 'h1', 'r', 'job-1', now(), now())"));
+    OK(store_hooks_claim(g_db, "w1", 5, 60000, types, 1, &c, &n, &g_err));
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(c[0].hooks_attempts, 1);
+    {
+        const struct run_ref other_owner = {"default", "h1", 1}, other_try = {"default", "h1", 2},
+                             other_tenant = {"t2", "h1", 1};
+        OK(store_hooks_give_back(g_db, "w2", &other_owner, 1, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+        OK(store_hooks_give_back(g_db, "w1", &other_try, 1, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+        OK(store_hooks_give_back(g_db, "w1", &other_tenant, 1, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+        assert_col("h1", "hooks_at > now() + interval '50 seconds'", "true");
+    }
+    {
+        const struct run_ref ref = {"default", "h1", c[0].hooks_attempts};
+        OK(store_hooks_give_back(g_db, "w1", &ref, 1, &given, &g_err));
+        ck_assert_int_eq(given, 1);
+        assert_col("h1", "hooks_attempts", "0");
+        assert_col("h1", "poll_owner", NULL);
+        assert_col("h1", "hooks_at <= now()", "true");
+        OK(store_hooks_give_back(g_db, "w1", &ref, 1, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+        OK(store_hooks_give_back(g_db, "w1", NULL, 0, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+    }
+    poll_claims_free(c, n);
+    close_test_db();
+}
+END_TEST
+
 /* ---- the batch claim of due checks under contention --------------------- */
 
 #define RACE_WAITING 3000
@@ -2829,6 +2874,7 @@ int main(void)
     tcase_add_test(tc, polls_again_batch_stale_entry_never_wins);
     tcase_add_test(tc, poll_schedule_follows_the_run);
     tcase_add_test(tc, hot_update_columns_are_not_indexed);
+    tcase_add_test(tc, hooks_give_back_fences_each_claim);
     tcase_add_test(tc, poll_claims_race);
     tcase_add_test(tc, wait_stores_the_budget_the_run_object_shows);
     tcase_add_test(tc, orphan_rescue_paths);
