@@ -2274,6 +2274,24 @@ static void assert_poll(const char *id, const char *expr, const char *want)
                 sql_str("SELECT (%s)::text FROM run_polls WHERE run_id = '%s'", expr, id), want);
 }
 
+/* Claims due checks of type T for w1 and expects exactly one, of run id
+ * when id is not NULL; returns its check number (the fence). */
+static int claim_one_check(const char *id)
+{
+    static const char *const types[] = {"T"};
+    struct poll_claim *c = NULL;
+    size_t nc = 0;
+    int count;
+
+    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    if (id)
+        ck_assert_str_eq(c[0].run->id, id);
+    count = c[0].poll_count;
+    poll_claims_free(c, nc);
+    return count;
+}
+
 /* Runs a and b of type T, claimed by w1 and handed over to waiting, their
  * first checks due now. */
 static void two_waiting(char **a, char **b)
@@ -2368,10 +2386,7 @@ END_TEST
  * it stands in the batch. */
 START_TEST(polls_again_batch_stale_entry_never_wins)
 {
-    static const char *const types[] = {"T"};
     char *a, *b;
-    struct poll_claim *c = NULL;
-    size_t nc = 0;
     json_t *one = json_pack("{s:s}", "from", "one"), *two = json_pack("{s:s}", "from", "two");
     struct poll_again w[2];
 
@@ -2382,16 +2397,11 @@ START_TEST(polls_again_batch_stale_entry_never_wins)
                    "WHERE run_id = '%s'",
                    b));
     /* claimed (count 1), written, due again, claimed again (count 2) */
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    poll_claims_free(c, nc);
+    ck_assert_int_eq(claim_one_check(a), 1);
     w[0] = (struct poll_again){"default", a, 1, NULL, 0, false, false};
     OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
     ck_assert(w[0].written);
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    ck_assert_int_eq(c[0].poll_count, 2);
-    poll_claims_free(c, nc);
+    ck_assert_int_eq(claim_one_check(a), 2);
 
     /* the stale entry (count 1) first, then the one that holds */
     w[0] = (struct poll_again){"default", a, 1, one, 60000, false, false};
@@ -2410,9 +2420,7 @@ START_TEST(polls_again_batch_stale_entry_never_wins)
                    "UPDATE run_polls SET next_poll_at = now() - interval '1 s' "
                    "WHERE run_id = '%s'",
                    a));
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    poll_claims_free(c, nc);
+    ck_assert_int_eq(claim_one_check(a), 3);
     w[0] = (struct poll_again){"default", a, 3, one, 30000, false, false};
     w[1] = (struct poll_again){"default", a, 2, two, 60000, false, false};
     OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
@@ -2473,11 +2481,7 @@ START_TEST(poll_schedule_follows_the_run)
     OK(store_runs_cancel(g_db, "default", b, &run, &changed, &g_err));
     run_free(run);
     assert_poll(a, "poll_count", "0"); /* left to the next claim */
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    ck_assert_str_eq(cl[0].run->id, c);
-    ck_assert_int_eq(cl[0].poll_count, 5);
-    poll_claims_free(cl, nc);
+    ck_assert_int_eq(claim_one_check(c), 5);
     assert_poll(a, "run_id", NULL);
     {
         struct poll_fence f = {"default", b, "w1", 1};
@@ -2794,9 +2798,7 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     /* a next check past the end of the wait is cut to it */
     PQclear(th_sql(
         g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    poll_claims_free(c, nc);
+    ck_assert_int_eq(claim_one_check(a), 2);
     {
         struct poll_again w = {"default", a, 2, NULL, 86400000, false, false};
         OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
@@ -2815,9 +2817,7 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     assert_col(a, POLL("checks"), "2");
     PQclear(th_sql(
         g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
-    OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &c, &nc, &g_err));
-    ck_assert_uint_eq(nc, 1);
-    poll_claims_free(c, nc);
+    ck_assert_int_eq(claim_one_check(a), 3);
     {
         struct poll_again w = {"default", a, 3, NULL, 86400000, false, false};
         OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
