@@ -11,6 +11,7 @@
 #include "store/db.h"
 #include "store/polls.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,7 +51,7 @@ struct job {
 
 /* A check whose run goes on: its next check, for the writer to schedule. */
 struct again {
-    char *tenant, *id;
+    char *tenant, *id, *owner; /* owner: the claim's */
     int poll_count;
     json_t *poll_state; /* owned copy */
     int64_t delay_ms;
@@ -79,6 +80,7 @@ struct poller {
     _Atomic int64_t db_us; /* time spent in claims and writes (wall clock) */
     _Atomic int64_t yielded_ms, given_back;
     int64_t win_us, win_db; /* the previous claim's start, and db_us then */
+    uint64_t claims;        /* claim statements made: each names its owner (scheduler) */
     /* the writer: next checks to schedule, many per statement */
     pthread_cond_t again_cv;
     struct again *againq;
@@ -106,7 +108,7 @@ int64_t poller_backoff_ms(const struct poll_policy *pp, int n)
  * (the claim's lease covers a check and both hooks), not what a slow
  * check left of its. */
 static void run_hooks(struct poller *p, const struct action_ops *ops, struct run_ctx *rc,
-                      bool cancel)
+                      const char *owner, bool cancel)
 {
     struct engine *e = p->e;
     struct db *db = NULL;
@@ -136,7 +138,7 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
     if (calls > 0)
         metrics_poll_hooks(e->metrics, rc->run->type, !ok);
     if (db_pool_get(e->pool, &db, &err) != ST_OK ||
-        store_hooks_done(db, rc->run->tenant, rc->run->id, e->worker_id, ok, rc->poll_state,
+        store_hooks_done(db, rc->run->tenant, rc->run->id, owner, ok, rc->poll_state,
                          HOOKS_MAX_ATTEMPTS, HOOKS_RETRY_MS, &err) != ST_OK)
         LOG(LOG_WARN, "could not record the hooks of run=%s: %s", rc->run->id, err.message);
     db_pool_put(e->pool, db);
@@ -191,7 +193,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     if (budget_spent(res))
         metrics_poll_budget_exhausted(e->metrics, rc->run->type);
     doorbell_ring(e, false, true);
-    run_hooks(p, ops, rc, res->outcome == OUTCOME_TIMED_OUT);
+    run_hooks(p, ops, rc, f->owner, res->outcome == OUTCOME_TIMED_OUT);
 }
 
 /* The run goes on: its next check, for the checker to hand to the writer
@@ -201,10 +203,13 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
 static void again(struct again *next, const struct run_ctx *rc, const struct poll_fence *f,
                   int64_t delay_ms)
 {
-    *next =
-        (struct again){xstrdup(f->tenant), xstrdup(f->id),
-                       f->poll_count,      rc->poll_state ? json_deep_copy(rc->poll_state) : NULL,
-                       delay_ms,           false};
+    *next = (struct again){xstrdup(f->tenant),
+                           xstrdup(f->id),
+                           xstrdup(f->owner),
+                           f->poll_count,
+                           rc->poll_state ? json_deep_copy(rc->poll_state) : NULL,
+                           delay_ms,
+                           false};
 }
 
 /* Queues a next check for the writer; under p->mu. */
@@ -223,6 +228,7 @@ static void again_free(struct again *a)
 {
     free(a->tenant);
     free(a->id);
+    free(a->owner);
     json_decref(a->poll_state);
 }
 
@@ -234,15 +240,15 @@ static void again_write(struct poller *p, struct again *a, size_t n, struct poll
     struct engine *e = p->e;
 
     for (int i = 0; i < (int)n; i++)
-        w[i] = (struct poll_again){a[i].tenant,   a[i].id, a[i].poll_count, a[i].poll_state,
-                                   a[i].delay_ms, false,   a[i].given_back};
+        w[i] = (struct poll_again){a[i].tenant,     a[i].id,       a[i].owner, a[i].poll_count,
+                                   a[i].poll_state, a[i].delay_ms, false,      a[i].given_back};
     for (int tries = 1;; tries++) {
         struct db *db = NULL;
         struct error err = {0};
         int64_t t0 = clock_mono_us();
         enum status st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK)
-            st = store_polls_again_batch(db, e->worker_id, w, n, &err);
+            st = store_polls_again_batch(db, w, n, &err);
         db_pool_put(e->pool, db);
         atomic_fetch_add(&p->db_us, clock_mono_us() - t0);
         if (st == ST_OK)
@@ -436,7 +442,7 @@ static void run_check(struct poller *p, struct poll_claim *c, struct remote_conn
     struct engine *e = p->e;
     const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
-    const struct poll_fence f = {c->run->tenant, c->run->id, e->worker_id, c->poll_count};
+    const struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
     struct run_ctx rc = claim_ctx(p, c, rt, conn);
     const struct poll_budget b = budget_of(&rc);
     const char *budget = out_of_budget(&b, &rc, c->poll_count - 1);
@@ -468,7 +474,7 @@ static void run_claimed_hooks(struct poller *p, struct poll_claim *c, struct rem
 
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
         run_outcome_name(c->run->outcome), c->hooks_attempts);
-    run_hooks(p, ops, &rc,
+    run_hooks(p, ops, &rc, c->owner,
               c->run->outcome == OUTCOME_CANCELLED || c->run->outcome == OUTCOME_TIMED_OUT);
     rc_cleanup(&rc);
 }
@@ -489,7 +495,8 @@ static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks
 }
 
 /* Gives back n hooks claims that ran no hook, in one statement. */
-static void give_back_hooks(struct poller *p, const struct run_ref *refs, size_t n)
+static void give_back_hooks(struct poller *p, const struct run_ref *refs, const char *const *owners,
+                            size_t n)
 {
     struct db *db = NULL;
     struct error err = {0};
@@ -498,7 +505,7 @@ static void give_back_hooks(struct poller *p, const struct run_ref *refs, size_t
     if (n == 0)
         return;
     if (db_pool_get(p->e->pool, &db, &err) != ST_OK ||
-        store_hooks_give_back(db, p->e->worker_id, refs, n, &given, &err) != ST_OK)
+        store_hooks_give_back(db, refs, owners, n, &given, &err) != ST_OK)
         LOG(LOG_WARN, "could not give back claimed hooks runs=%zu: %s", n, err.message);
     db_pool_put(p->e->pool, db);
 }
@@ -512,12 +519,14 @@ static void give_back(struct poller *p, struct job *j, struct again *next)
         (long long)(clock_mono_ms() - j->claimed_mono));
     atomic_fetch_add(&p->given_back, 1);
     if (j->hooks) {
-        struct run_ref ref = {j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
-        give_back_hooks(p, &ref, 1);
+        const struct run_ref ref = {j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
+        const char *owner = j->c.owner;
+        give_back_hooks(p, &ref, &owner, 1);
         return;
     }
     *next = (struct again){xstrdup(j->c.run->tenant),
                            xstrdup(j->c.run->id),
+                           xstrdup(j->c.owner),
                            j->c.poll_count,
                            j->c.poll_state,
                            0,
@@ -581,14 +590,16 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
     struct db *db = NULL;
     struct error err = {0};
     enum status st = db_pool_get(e->pool, &db, &err);
+    char owner[POLL_OWNER_MAX];
 
+    /* never the same owner twice (store/polls.h) */
+    xsnprintf(owner, sizeof(owner), "%s/%" PRIu64, e->worker_id, ++p->claims);
     *due_ms = -1;
     if (st == ST_OK)
-        st = store_polls_claim(db, e->worker_id, n, p->lease_ms, p->types, p->ntypes, &checks, &nc,
-                               &err);
+        st = store_polls_claim(db, owner, n, p->lease_ms, p->types, p->ntypes, &checks, &nc, &err);
     if (st == ST_OK && (int)nc < n)
-        st = store_hooks_claim(db, e->worker_id, n - (int)nc, p->lease_ms, p->types, p->ntypes,
-                               &hooks, &nh, &err);
+        st = store_hooks_claim(db, owner, n - (int)nc, p->lease_ms, p->types, p->ntypes, &hooks,
+                               &nh, &err);
     if (st == ST_OK && (int)(nc + nh) < n)
         st = store_polls_next_due(db, p->types, p->ntypes, due_ms, &err);
     db_pool_put(e->pool, db);
@@ -782,20 +793,30 @@ static void release_queued(struct poller *p)
     struct error err = {0};
     struct poll_again *w = xcalloc(p->qlen ? p->qlen : 1, sizeof(*w));
     struct run_ref *h = xcalloc(p->qlen ? p->qlen : 1, sizeof(*h));
+    const char **ho = xcalloc(p->qlen ? p->qlen : 1, sizeof(*ho));
     size_t nw = 0, nh = 0;
 
     for (size_t i = 0; i < p->qlen; i++) {
         const struct job *j = &p->queue[(p->qhead + i) % p->qcap];
-        if (j->hooks)
+        if (j->hooks) {
+            ho[nh] = j->c.owner;
             h[nh++] = (struct run_ref){j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
-        else
-            w[nw++] = (struct poll_again){
-                j->c.run->tenant, j->c.run->id, j->c.poll_count, j->c.poll_state, 0, false, true};
+        } else {
+            w[nw++] = (struct poll_again){j->c.run->tenant,
+                                          j->c.run->id,
+                                          j->c.owner,
+                                          j->c.poll_count,
+                                          j->c.poll_state,
+                                          0,
+                                          false,
+                                          true};
+        }
     }
-    give_back_hooks(p, h, nh);
+    give_back_hooks(p, h, ho, nh);
     free(h);
+    free(ho);
     if (nw > 0 && (db_pool_get(e->pool, &db, &err) != ST_OK ||
-                   store_polls_again_batch(db, e->worker_id, w, nw, &err) != ST_OK))
+                   store_polls_again_batch(db, w, nw, &err) != ST_OK))
         LOG(LOG_WARN, "could not give back claimed checks runs=%zu: %s", nw, err.message);
     db_pool_put(e->pool, db);
     free(w);

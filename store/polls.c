@@ -100,9 +100,9 @@ static const struct stmt S_LAG = {
     "SELECT count(*), coalesce((extract(epoch FROM now() - min(p.next_poll_at)) * 1000)::bigint, "
     "0) FROM run_polls p JOIN runs r ON r.tenant = p.tenant AND r.id = p.run_id "
     "WHERE r.status = 'waiting' AND p.next_poll_at < now() - interval '1 second'"};
-/* The next checks of many runs ($2..$7: arrays of tenant, id, poll_count,
- * poll_state, delay_ms, given_back; $1 the owner), each fenced on its own
- * claim in run_polls (a late answer for a cancelled run releases its
+/* The next checks of many runs ($1..$7: arrays of owner, tenant, id,
+ * poll_count, poll_state, delay_ms, given_back), each fenced on its own
+ * claim (owner and count) in run_polls (a late answer for a cancelled run releases its
  * schedule row, for the claim that deletes it, and leaves the run row
  * alone), never scheduled past the end of the run's wait (least() skips the
  * NULL of a run with no budget stored), a claim given back unchecked taking
@@ -116,15 +116,15 @@ static const struct stmt S_LAG = {
  * planner, the schedule rows by their key. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
-    "WITH b AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], "
+    "WITH b AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], "
     "$6::bigint[], $7::bool[]) WITH ORDINALITY "
-    "AS b(tenant, id, poll_count, poll_state, delay_ms, given_back, n)), "
+    "AS b(owner, tenant, id, poll_count, poll_state, delay_ms, given_back, n)), "
     "p AS (UPDATE run_polls p SET poll_owner = NULL, "
     "poll_count = p.poll_count - CASE WHEN b.given_back THEN 1 ELSE 0 END, "
     "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
     "w.poll_started_at + make_interval(secs => w.poll_max_duration_s)) "
     "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id AND w.id = ANY ($3::text[]) "
-    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = $1 "
+    "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = b.owner "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
     "p.next_poll_at, b.n) "
     "UPDATE runs r SET poll_state = b.poll_state, poll_count = p.poll_count, poll_owner = NULL, "
@@ -159,9 +159,11 @@ static const struct stmt S_HOOKS_DONE = {
 static const struct stmt S_HOOKS_GIVE_BACK = {
     "hooks_give_back",
     "WITH upd AS (UPDATE runs r SET hooks_at = now(), hooks_attempts = r.hooks_attempts - 1, "
-    "poll_owner = NULL FROM unnest($2::text[], $3::text[], $4::int[]) AS b(tenant, id, attempts) "
+    "poll_owner = NULL FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) "
+    "AS b(owner, tenant, id, attempts) "
     "WHERE r.id = ANY ($3::text[]) AND r.tenant = b.tenant AND r.id = b.id AND "
-    "r.poll_owner = $1 AND r.hooks_attempts = b.attempts AND r.hooks_at IS NOT NULL RETURNING 1) "
+    "r.poll_owner = b.owner AND r.hooks_attempts = b.attempts AND r.hooks_at IS NOT NULL "
+    "RETURNING 1) "
     "SELECT count(*) FROM upd"};
 
 static char *json_text(const json_t *v)
@@ -237,7 +239,8 @@ void poll_claims_free(struct poll_claim *c, size_t n)
     free(c);
 }
 
-static enum status claims_from(PGresult *r, struct poll_claim **out, size_t *n, struct error *err)
+static enum status claims_from(PGresult *r, const char *owner, struct poll_claim **out, size_t *n,
+                               struct error *err)
 {
     size_t rows = (size_t)PQntuples(r);
     struct poll_claim *c = xcalloc(rows ? rows : 1, sizeof(*c));
@@ -255,6 +258,7 @@ static enum status claims_from(PGresult *r, struct poll_claim **out, size_t *n, 
         c[i].poll_count = (int)db_i64(r, (int)i, CLAIM_FIRST + 2);
         c[i].waited_ms = db_i64(r, (int)i, CLAIM_FIRST + 3);
         c[i].hooks_attempts = (int)db_i64(r, (int)i, CLAIM_FIRST + 4);
+        xsnprintf(c[i].owner, sizeof(c[i].owner), "%s", owner);
     }
     if (st != ST_OK) {
         poll_claims_free(c, rows);
@@ -277,13 +281,18 @@ static enum status claim(struct db *db, const struct stmt *s, const char *owner,
 
     *out = NULL;
     *n = 0;
+    if (strlen(owner) >= POLL_OWNER_MAX) {
+        free(arr);
+        return error_set(err, ST_INVALID, "poll claim owner of %zu bytes (at most %d)",
+                         strlen(owner), POLL_OWNER_MAX - 1);
+    }
     xsnprintf(lim, sizeof(lim), "%d", limit);
     xsnprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
     st = db_run(db, s, 4, p, &r, err);
     free(arr);
     if (st != ST_OK)
         return st;
-    st = claims_from(r, out, n, err);
+    st = claims_from(r, owner, out, n, err);
     PQclear(r);
     return st;
 }
@@ -320,14 +329,17 @@ enum status store_polls_next_due(struct db *db, const char *const *types, size_t
     return ST_OK;
 }
 
-/* The parameters of S_AGAIN_BATCH for a[0..n): six array literals, in
- * p[1..6] (heap; the caller frees them). */
+/* The parameters of S_AGAIN_BATCH for a[0..n): seven array literals, in
+ * p[0..6] (heap; the caller frees them). */
 static void again_arrays(const struct poll_again *a, size_t n, char *p[7])
 {
     const char **v = xcalloc(n ? n : 1, sizeof(*v));
     char **text = xcalloc(n ? n : 1, sizeof(*text));
     char(*num)[24] = xcalloc(n ? n : 1, sizeof(*num));
 
+    for (size_t i = 0; i < n; i++)
+        v[i] = a[i].owner;
+    p[0] = db_text_array(v, n);
     for (size_t i = 0; i < n; i++)
         v[i] = a[i].tenant;
     p[1] = db_text_array(v, n);
@@ -358,8 +370,8 @@ static void again_arrays(const struct poll_again *a, size_t n, char *p[7])
     free(num);
 }
 
-enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
-                                    size_t n, struct error *err)
+enum status store_polls_again_batch(struct db *db, struct poll_again *a, size_t n,
+                                    struct error *err)
 {
     char *p[7] = {NULL};
     PGresult *r;
@@ -368,9 +380,8 @@ enum status store_polls_again_batch(struct db *db, const char *owner, struct pol
     for (size_t k = 0; k < n; k++)
         a[k].written = false;
     again_arrays(a, n, p);
-    p[0] = (char *)owner;
     st = db_run(db, &S_AGAIN_BATCH, 7, (const char *const *)p, &r, err);
-    for (int i = 1; i < 7; i++)
+    for (int i = 0; i < 7; i++)
         free(p[i]);
     if (st != ST_OK)
         return st;
@@ -423,22 +434,24 @@ enum status store_hooks_done(struct db *db, const char *tenant, const char *id, 
     return st;
 }
 
-enum status store_hooks_give_back(struct db *db, const char *owner, const struct run_ref *refs,
-                                  size_t n, int *given, struct error *err)
+enum status store_hooks_give_back(struct db *db, const struct run_ref *refs,
+                                  const char *const *owners, size_t n, int *given,
+                                  struct error *err)
 {
-    char *t, *i, *a;
+    char *o = db_text_array(owners, n), *t, *i, *a;
     const char *p[4];
     PGresult *r;
     enum status st;
 
     *given = 0;
     run_refs_arrays(refs, n, &t, &i, &a);
-    p[0] = owner, p[1] = t, p[2] = i, p[3] = a;
+    p[0] = o, p[1] = t, p[2] = i, p[3] = a;
     st = db_run(db, &S_HOOKS_GIVE_BACK, 4, p, &r, err);
     if (st == ST_OK) {
         *given = (int)db_i64(r, 0, 0);
         PQclear(r);
     }
+    free(o);
     free(t);
     free(i);
     free(a);

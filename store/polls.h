@@ -5,7 +5,7 @@
  *
  * The schedule is the narrow table run_polls, one row per waiting run. A
  * claim writes only that row: it moves next_poll_at lease_ms ahead, records
- * the claiming replica in poll_owner and the check's number in poll_count.
+ * the claim's owner in poll_owner and the check's number in poll_count.
  * Until the lease passes no replica finds the run due, so at most one check
  * per run is in flight anywhere; a replica that dies mid-check leaves the run
  * due again at the lease's end. A check's result is written only while the
@@ -14,6 +14,14 @@
  * another replica took over); it writes the schedule row and the runs row's
  * poll_count, next_poll_at and poll_state (a HOT update: none is indexed).
  * Hooks are claimed from the runs row (hooks_at, poll_owner) as before.
+ *
+ * The owner is the caller's name for one claim, never reused (the poller
+ * passes its replica's worker id and the claim's number, "w-.../17"): a
+ * claim given back takes its count (or try) back, so the count alone would
+ * match again at the next claim of the run, and a late duplicate of a
+ * write for the old claim (a batch tried again after its commit was not
+ * confirmed) would pass the new claim's fence. Owners are at most
+ * POLL_OWNER_MAX - 1 bytes.
  *
  * Functions run on the caller's db handle (one thread at a time) and return
  * ST_OK or a failure with *err filled. */
@@ -44,6 +52,8 @@ enum status store_runs_wait(struct db *db, const struct fence *f, const char *ex
  * before migration 010). */
 bool run_poll_budget(const struct run *run, struct poll_budget *out);
 
+#define POLL_OWNER_MAX 96
+
 /* One claimed check (or hooks run) of a waiting (or completed) run. */
 struct poll_claim {
     /* A check's run carries in its JSON only id, tenant, type, status,
@@ -51,16 +61,18 @@ struct poll_claim {
      * run_input and run_seconds_between read); a hooks claim's, the whole
      * run. */
     struct run *run;
-    char *external_id;  /* NULL when none */
-    json_t *poll_state; /* an object, never NULL */
-    int poll_count;     /* this check's number: the fence */
-    int64_t waited_ms;  /* since the run began waiting */
-    int hooks_attempts; /* hooks claims: this try's number */
+    char *external_id;          /* NULL when none */
+    json_t *poll_state;         /* an object, never NULL */
+    int poll_count;             /* this check's number: the fence */
+    int64_t waited_ms;          /* since the run began waiting */
+    int hooks_attempts;         /* hooks claims: this try's number */
+    char owner[POLL_OWNER_MAX]; /* the claim's owner, as claimed */
 };
 void poll_claims_free(struct poll_claim *c, size_t n); /* NULL is a no-op */
 
 /* Claims up to limit due checks of the given run types for owner, leased
- * for lease_ms, in one statement; *out is a heap array of *n claims. A due
+ * for lease_ms, in one statement; *out is a heap array of *n claims. An
+ * owner of POLL_OWNER_MAX bytes or more is ST_INVALID. A due
  * schedule row whose run no longer waits (cancelled, deleted) is deleted
  * instead, and counts against limit. */
 enum status store_polls_claim(struct db *db, const char *owner, int limit, int64_t lease_ms,
@@ -72,11 +84,12 @@ enum status store_hooks_claim(struct db *db, const char *owner, int limit, int64
                               size_t *n, struct error *err) WUR;
 /* Hooks claims that ran no hook (left in the queue, or queued at a stop):
  * due again at once, their try taken back, so that no try of the run's
- * budget is spent and no one waits out the lease. Each is fenced on owner
- * and its try (refs[i].attempt = poll_claim.hooks_attempts); *given gets
- * the runs given back. */
-enum status store_hooks_give_back(struct db *db, const char *owner, const struct run_ref *refs,
-                                  size_t n, int *given, struct error *err) WUR;
+ * budget is spent and no one waits out the lease. Each is fenced on its
+ * owner and its try (owners[i] and refs[i].attempt: poll_claim.owner and
+ * .hooks_attempts); *given gets the runs given back. */
+enum status store_hooks_give_back(struct db *db, const struct run_ref *refs,
+                                  const char *const *owners, size_t n, int *given,
+                                  struct error *err) WUR;
 /* Milliseconds until the next check or hooks of these types are due (0
  * when some are due now), -1 when none are scheduled. */
 enum status store_polls_next_due(struct db *db, const char *const *types, size_t ntypes,
@@ -98,21 +111,21 @@ struct poll_fence {
  * borrowed): the job is still going, or the check failed transiently, or
  * the claim is given back unchecked. */
 struct poll_again {
-    const char *tenant, *id;
+    const char *tenant, *id, *owner; /* owner: the claim's */
     int poll_count;
     const json_t *poll_state; /* NULL: {} */
     int64_t delay_ms;
     bool written;    /* out: the check's fence held */
     bool given_back; /* the claim made no check: its count is taken back */
 };
-/* The next checks of n runs claimed by owner, each delay_ms from now with
+/* The next checks of n claimed runs, each delay_ms from now with
  * the action's new poll_state, in one statement (one commit), each fenced
  * on its own claim; a[i].written says which were written. A fence
  * that no longer holds is not an error. A delay past the end of the run's
  * wait (poll_started_at + its stored max_duration_s) is cut to it, so the
  * run gives up when its run object says (poll.give_up_at). */
-enum status store_polls_again_batch(struct db *db, const char *owner, struct poll_again *a,
-                                    size_t n, struct error *err) WUR;
+enum status store_polls_again_batch(struct db *db, struct poll_again *a, size_t n,
+                                    struct error *err) WUR;
 /* The check ended the run (res->outcome), writing its event and the checks
  * it made: f->poll_count, or one less when the claim found the budget spent
  * and made none. The run's hooks become due after hooks_lease_ms, still

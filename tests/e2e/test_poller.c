@@ -770,8 +770,6 @@ START_TEST(checks_reuse_connections)
 }
 END_TEST
 
-/* Two waiting "job" runs, PREFIX-0 and PREFIX-1, of the fake jobs first
- * and first + 1, both due in 500 ms. */
 /* count waiting runs of "job" (ids prefix-0..), checking the fake's jobs
  * from job-<first> on, each first due at due (SQL). */
 static void insert_waiting(const char *prefix, int first, int count, const char *due)
@@ -785,6 +783,8 @@ static void insert_waiting(const char *prefix, int first, int count, const char 
                    prefix, prefix, first, due, count - 1));
 }
 
+/* Two waiting "job" runs, PREFIX-0 and PREFIX-1, of the fake jobs first
+ * and first + 1, both due in 500 ms. */
 static void two_due_soon(const char *prefix, int first)
 {
     insert_waiting(prefix, first, 2, "now() + interval '500 ms'");
@@ -841,6 +841,97 @@ START_TEST(late_claim_given_back)
 }
 END_TEST
 
+/* A cancelled run (PREFIX-hooks) of the fake job `job`, its hooks due in
+ * 500 ms. */
+static void insert_hooks_due(const char *prefix, int job)
+{
+    PQclear(th_sql(g_db,
+                   "INSERT INTO runs (tenant, id, type, status, outcome, attempt, max_attempts, "
+                   "timeout_s, input, identity_hash, request_hash, external_id, poll_state, "
+                   "started_at, completed_at, hooks_at) VALUES ('default', '%s-hooks', 'job', "
+                   "'completed', 'cancelled', 1, 2, 900, '{}', '%s-ident-hooks', 'req', 'job-%d', "
+                   "'{}', now(), now(), now() + interval '500 ms')",
+                   prefix, prefix, job));
+}
+
+/* A run's hooks claimed together with a check that takes 3 s, behind it
+ * for the one checker: they wait in the queue past 2.5 s and are given
+ * back (due again at once, their try taken back) rather than run late,
+ * then claimed again and run: the remote cancel and the cleanup once each,
+ * on the first try, long before the 15 s lease of the first claim ends. */
+START_TEST(late_hooks_given_back)
+{
+    struct th_proc p;
+    int first;
+    long long t0;
+    char job[32];
+
+    start_fast(&p, "e2e_poll_hooks_back", 1, 5, 0);
+    first = fake_jobs_create(2, "slow:3000,done_after:1");
+    /* One transaction: one now(), so that one claim takes both. */
+    PQclear(th_sql(g_db, "BEGIN"));
+    insert_waiting("lh", first, 1, "now() + interval '500 ms'");
+    insert_hooks_due("lh", first + 1);
+    PQclear(th_sql(g_db, "COMMIT"));
+    t0 = th_now_ms();
+    snprintf(job, sizeof(job), "job-%d", first + 1);
+    wait_hooks(job, 1, 1);
+    fprintf(stderr, "late hooks: run %lld ms after they were inserted, %lld claims given back\n",
+            th_now_ms() - t0, poller_stat(&p, "given_back_total"));
+    ck_assert_int_ge(poller_stat(&p, "given_back_total"), 1);
+    ck_assert_int_lt(th_now_ms() - t0, 10000);
+    for (long long until = th_now_ms() + 5000; th_now_ms() < until; th_sleep_ms(20))
+        if (th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'lh-hooks' AND "
+                             "hooks_at IS NULL") == 1)
+            break;
+    ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'lh-hooks' AND "
+                                      "hooks_at IS NULL AND hooks_attempts = 1"),
+                     1);
+    stop(&p);
+}
+END_TEST
+
+/* Every claim names its own owner, the replica's worker id and the claim's
+ * number, never the same twice: a claim given back takes its count back,
+ * so the count alone would let a late write for the old claim pass the
+ * fence of the next one. One run checked three times, each check 400 ms:
+ * its schedule row, read while each check is in flight, names three
+ * owners. */
+START_TEST(each_claim_its_own_owner)
+{
+    struct th_proc p;
+    char owners[3][128] = {{0}}, *worker;
+    int n = 0, first;
+    json_t *run;
+
+    start_fast(&p, "e2e_poll_owners", 1, 5, 0);
+    first = fake_jobs_create(1, "slow:400,done_after:3");
+    insert_waiting("ow", first, 1, "now()");
+    for (long long until = th_now_ms() + 10000; th_now_ms() < until && n < 3; th_sleep_ms(20)) {
+        char *o = th_sql_str(g_db, "SELECT poll_owner FROM run_polls WHERE run_id = 'ow-0' "
+                                   "AND poll_owner IS NOT NULL");
+        if (o && (n == 0 || strcmp(owners[n - 1], o) != 0))
+            snprintf(owners[n++], sizeof(owners[0]), "%s", o);
+        free(o);
+    }
+    run = th_wait_done(&p, "ow-0", 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    json_decref(run);
+    worker = th_sql_str(g_db, "SELECT id FROM workers");
+    fprintf(stderr, "owners of the checks: %s, %s, %s (worker %s)\n", owners[0], owners[1],
+            owners[2], worker);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_ne(owners[0], owners[2]);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(strncmp(owners[i], worker, strlen(worker)) == 0 &&
+                          owners[i][strlen(worker)] == '/',
+                      "owner %s is not worker %s's", owners[i], worker);
+    }
+    free(worker);
+    stop(&p);
+}
+END_TEST
+
 /* A stop gives back the claims still queued for a checker: they made no
  * check, so their count is taken back and a restart spends none of the
  * run's check budget. One checker, two runs due at once, each check taking
@@ -893,13 +984,7 @@ START_TEST(stop_gives_back_queued_hooks)
     /* One transaction: one now(), so that one claim takes both. */
     PQclear(th_sql(g_db, "BEGIN"));
     insert_waiting("sh", first, 1, "now() + interval '500 ms'");
-    PQclear(th_sql(g_db,
-                   "INSERT INTO runs (tenant, id, type, status, outcome, attempt, max_attempts, "
-                   "timeout_s, input, identity_hash, request_hash, external_id, poll_state, "
-                   "started_at, completed_at, hooks_at) VALUES ('default', 'sh-hooks', 'job', "
-                   "'completed', 'cancelled', 1, 2, 900, '{}', 'sh-ident-hooks', 'req', 'job-%d', "
-                   "'{}', now(), now(), now() + interval '500 ms')",
-                   first + 1));
+    insert_hooks_due("sh", first + 1);
     PQclear(th_sql(g_db, "COMMIT"));
     stop_during_a_check(&p);
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'sh-hooks' AND "
@@ -1511,6 +1596,8 @@ static Suite *poller_suite(void)
         {"killed_mid_check", killed_mid_check, 120},
         {"checks_reuse_connections", checks_reuse_connections, 60},
         {"late_claim_given_back", late_claim_given_back, 90},
+        {"late_hooks_given_back", late_hooks_given_back, 60},
+        {"each_claim_its_own_owner", each_claim_its_own_owner, 60},
         {"stop_gives_back_queued_claims", stop_gives_back_queued_claims, 60},
         {"stop_gives_back_queued_hooks", stop_gives_back_queued_hooks, 60},
         {"checks_yield_to_runs", checks_yield_to_runs, 120},

@@ -2340,9 +2340,10 @@ START_TEST(polls_again_batch_fences_each_check)
     assert_col(a, "poll_owner", "w1");
     assert_col(a, "next_poll_at < now()", "true"); /* the runs row keeps the due time */
 
-    w[0] = (struct poll_again){"default", a, 1, state, 60000, false, false};
-    w[1] = (struct poll_again){"default", b, 2, NULL, 60000, false, false}; /* not this check */
-    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    w[0] = (struct poll_again){"default", a, "w1", 1, state, 60000, false, false};
+    w[1] =
+        (struct poll_again){"default", b, "w1", 2, NULL, 60000, false, false}; /* not this check */
+    OK(store_polls_again_batch(g_db, w, 2, &g_err));
     ck_assert(w[0].written && !w[1].written);
     assert_poll(a, "poll_owner", NULL);
     assert_col(a, "poll_state->>'seen'", "2");
@@ -2361,17 +2362,35 @@ START_TEST(polls_again_batch_fences_each_check)
     assert_state(a, "waiting", "pending");
 
     /* spent: the same check is not written twice */
-    OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
+    OK(store_polls_again_batch(g_db, w, 1, &g_err));
     ck_assert(!w[0].written);
 
     /* b's claim given back unchecked: its count is taken back */
-    w[1] = (struct poll_again){"default", b, 1, NULL, 0, false, true};
-    OK(store_polls_again_batch(g_db, "w1", &w[1], 1, &g_err));
+    w[1] = (struct poll_again){"default", b, "w1", 1, NULL, 0, false, true};
+    OK(store_polls_again_batch(g_db, &w[1], 1, &g_err));
     ck_assert(w[1].written);
     assert_poll(b, "poll_count", "0");
     assert_poll(b, "poll_owner", NULL);
     assert_col(b, "poll_count", "0");
     assert_col(b, "poll_owner", NULL);
+
+    /* b claimed again by a claim of its own: the same count, another
+     * owner; the give-back of the old claim, written again (a batch tried
+     * again after its commit was lost), does not pass the new claim's
+     * fence, which takes b's next check */
+    OK(store_polls_claim(g_db, "w1/2", 10, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 1);
+    ck_assert_str_eq(c[0].owner, "w1/2");
+    ck_assert_int_eq(c[0].poll_count, 1);
+    poll_claims_free(c, nc);
+    OK(store_polls_again_batch(g_db, &w[1], 1, &g_err));
+    ck_assert(!w[1].written);
+    assert_poll(b, "poll_count", "1");
+    assert_poll(b, "poll_owner", "w1/2");
+    w[1] = (struct poll_again){"default", b, "w1/2", 1, NULL, 60000, false, false};
+    OK(store_polls_again_batch(g_db, &w[1], 1, &g_err));
+    ck_assert(w[1].written);
+    assert_poll(b, "poll_owner", NULL);
 
     json_decref(state);
     free(a);
@@ -2398,15 +2417,15 @@ START_TEST(polls_again_batch_stale_entry_never_wins)
                    b));
     /* claimed (count 1), written, due again, claimed again (count 2) */
     ck_assert_int_eq(claim_one_check(a), 1);
-    w[0] = (struct poll_again){"default", a, 1, NULL, 0, false, false};
-    OK(store_polls_again_batch(g_db, "w1", w, 1, &g_err));
+    w[0] = (struct poll_again){"default", a, "w1", 1, NULL, 0, false, false};
+    OK(store_polls_again_batch(g_db, w, 1, &g_err));
     ck_assert(w[0].written);
     ck_assert_int_eq(claim_one_check(a), 2);
 
     /* the stale entry (count 1) first, then the one that holds */
-    w[0] = (struct poll_again){"default", a, 1, one, 60000, false, false};
-    w[1] = (struct poll_again){"default", a, 2, two, 30000, false, false};
-    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    w[0] = (struct poll_again){"default", a, "w1", 1, one, 60000, false, false};
+    w[1] = (struct poll_again){"default", a, "w1", 2, two, 30000, false, false};
+    OK(store_polls_again_batch(g_db, w, 2, &g_err));
     ck_assert(!w[0].written);
     ck_assert(w[1].written);
     assert_col(a, "poll_state->>'from'", "two");
@@ -2421,9 +2440,9 @@ START_TEST(polls_again_batch_stale_entry_never_wins)
                    "WHERE run_id = '%s'",
                    a));
     ck_assert_int_eq(claim_one_check(a), 3);
-    w[0] = (struct poll_again){"default", a, 3, one, 30000, false, false};
-    w[1] = (struct poll_again){"default", a, 2, two, 60000, false, false};
-    OK(store_polls_again_batch(g_db, "w1", w, 2, &g_err));
+    w[0] = (struct poll_again){"default", a, "w1", 3, one, 30000, false, false};
+    w[1] = (struct poll_again){"default", a, "w1", 2, two, 60000, false, false};
+    OK(store_polls_again_batch(g_db, w, 2, &g_err));
     ck_assert(w[0].written);
     ck_assert(!w[1].written);
     assert_col(a, "poll_state->>'from'", "one");
@@ -2485,8 +2504,8 @@ START_TEST(poll_schedule_follows_the_run)
     assert_poll(a, "run_id", NULL);
     {
         struct poll_fence f = {"default", b, "w1", 1};
-        struct poll_again w = {"default", b, 1, NULL, 0, true, false};
-        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        struct poll_again w = {"default", b, "w1", 1, NULL, 0, true, false};
+        OK(store_polls_again_batch(g_db, &w, 1, &g_err));
         ck_assert(!w.written);              /* the run is no longer waiting */
         assert_poll(b, "poll_owner", NULL); /* due now, for the claim that deletes it */
         OK(store_polls_claim(g_db, "w1", 10, 60000, types, 1, &cl, &nc, &g_err));
@@ -2543,7 +2562,9 @@ START_TEST(hot_update_columns_are_not_indexed)
 END_TEST
 
 /* A hooks claim given back: fenced on its owner and its try, due again at
- * once with the try taken back; a second give-back finds nothing. */
+ * once with the try taken back; a second give-back finds nothing, nor does
+ * one written again after the next claim, which has the same try but
+ * another owner. An owner too long to keep is refused. */
 START_TEST(hooks_give_back_fences_each_claim)
 {
     static const char *const types[] = {"T"};
@@ -2556,33 +2577,59 @@ START_TEST(hooks_give_back_fences_each_claim)
                          "timeout_s, input, identity_hash, request_hash, external_id, "
                          "completed_at, hooks_at) VALUES ('default', 'h1', 'T', 'completed', "
                          "'cancelled', 1, 60, '{}', 'h1', 'r', 'job-1', now(), now())"));
-    OK(store_hooks_claim(g_db, "w1", 5, 60000, types, 1, &c, &n, &g_err));
+    OK(store_hooks_claim(g_db, "w1/1", 5, 60000, types, 1, &c, &n, &g_err));
     ck_assert_uint_eq(n, 1);
     ck_assert_int_eq(c[0].hooks_attempts, 1);
+    ck_assert_str_eq(c[0].owner, "w1/1");
     {
-        const struct run_ref other_owner = {"default", "h1", 1}, other_try = {"default", "h1", 2},
+        const struct run_ref one = {"default", "h1", 1}, other_try = {"default", "h1", 2},
                              other_tenant = {"t2", "h1", 1};
-        OK(store_hooks_give_back(g_db, "w2", &other_owner, 1, &given, &g_err));
+        const char *const other = "w1/0", *const mine = "w1/1";
+        OK(store_hooks_give_back(g_db, &one, &other, 1, &given, &g_err));
         ck_assert_int_eq(given, 0);
-        OK(store_hooks_give_back(g_db, "w1", &other_try, 1, &given, &g_err));
+        OK(store_hooks_give_back(g_db, &other_try, &mine, 1, &given, &g_err));
         ck_assert_int_eq(given, 0);
-        OK(store_hooks_give_back(g_db, "w1", &other_tenant, 1, &given, &g_err));
+        OK(store_hooks_give_back(g_db, &other_tenant, &mine, 1, &given, &g_err));
         ck_assert_int_eq(given, 0);
         assert_col("h1", "hooks_at > now() + interval '50 seconds'", "true");
     }
     {
         const struct run_ref ref = {"default", "h1", c[0].hooks_attempts};
-        OK(store_hooks_give_back(g_db, "w1", &ref, 1, &given, &g_err));
+        const char *const mine = "w1/1"; /* c[0].owner, kept past the claims' free */
+        OK(store_hooks_give_back(g_db, &ref, &mine, 1, &given, &g_err));
         ck_assert_int_eq(given, 1);
         assert_col("h1", "hooks_attempts", "0");
         assert_col("h1", "poll_owner", NULL);
         assert_col("h1", "hooks_at <= now()", "true");
-        OK(store_hooks_give_back(g_db, "w1", &ref, 1, &given, &g_err));
+        OK(store_hooks_give_back(g_db, &ref, &mine, 1, &given, &g_err));
         ck_assert_int_eq(given, 0);
-        OK(store_hooks_give_back(g_db, "w1", NULL, 0, &given, &g_err));
+        OK(store_hooks_give_back(g_db, NULL, NULL, 0, &given, &g_err));
         ck_assert_int_eq(given, 0);
+        poll_claims_free(c, n);
+        OK(store_hooks_claim(g_db, "w1/2", 5, 60000, types, 1, &c, &n, &g_err));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_int_eq(c[0].hooks_attempts, 1);
+        OK(store_hooks_give_back(g_db, &ref, &mine, 1, &given, &g_err));
+        ck_assert_int_eq(given, 0);
+        assert_col("h1", "poll_owner", "w1/2");
+        assert_col("h1", "hooks_attempts", "1");
     }
     poll_claims_free(c, n);
+    {
+        char owner[POLL_OWNER_MAX + 1];
+        memset(owner, 'w', POLL_OWNER_MAX);
+        owner[POLL_OWNER_MAX] = '\0';
+        c = NULL;
+        n = 7;
+        ck_assert_int_eq(store_hooks_claim(g_db, owner, 5, 60000, types, 1, &c, &n, &g_err),
+                         ST_INVALID);
+        ck_assert_ptr_null(c);
+        ck_assert_uint_eq(n, 0);
+        owner[POLL_OWNER_MAX - 1] = '\0'; /* the longest kept */
+        OK(store_hooks_claim(g_db, owner, 5, 60000, types, 1, &c, &n, &g_err));
+        ck_assert_uint_eq(n, 0);
+        free(c);
+    }
     close_test_db();
 }
 END_TEST
@@ -2788,8 +2835,8 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     assert_col(a, POLL("checks"), "1");
     assert_col(a, POLL("next_check_at"), NULL);
     {
-        struct poll_again w = {"default", a, 1, NULL, 30000, false, false};
-        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        struct poll_again w = {"default", a, "w1", 1, NULL, 30000, false, false};
+        OK(store_polls_again_batch(g_db, &w, 1, &g_err));
         ck_assert(w.written);
     }
     assert_col(a, POLL("checks"), "1");
@@ -2800,8 +2847,8 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
         g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
     ck_assert_int_eq(claim_one_check(a), 2);
     {
-        struct poll_again w = {"default", a, 2, NULL, 86400000, false, false};
-        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        struct poll_again w = {"default", a, "w1", 2, NULL, 86400000, false, false};
+        OK(store_polls_again_batch(g_db, &w, 1, &g_err));
         ck_assert(w.written);
     }
     assert_col(a, "next_poll_at = poll_started_at + interval '300 s'", "true");
@@ -2819,8 +2866,8 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
         g_pg, "UPDATE run_polls SET next_poll_at = now() - interval '1 s' WHERE run_id = '%s'", a));
     ck_assert_int_eq(claim_one_check(a), 3);
     {
-        struct poll_again w = {"default", a, 3, NULL, 86400000, false, false};
-        OK(store_polls_again_batch(g_db, "w1", &w, 1, &g_err));
+        struct poll_again w = {"default", a, "w1", 3, NULL, 86400000, false, false};
+        OK(store_polls_again_batch(g_db, &w, 1, &g_err));
         ck_assert(w.written);
     }
     assert_col(a, "next_poll_at > now() + interval '23 hours'", "true");

@@ -128,6 +128,21 @@ long long th_sql_int(PGconn *c, const char *fmt, ...)
     return v;
 }
 
+char *th_sql_str(PGconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    PGresult *r;
+    char *v = NULL;
+
+    va_start(ap, fmt);
+    r = vsql(c, fmt, ap);
+    va_end(ap);
+    if (PQntuples(r) >= 1 && !PQgetisnull(r, 0, 0))
+        v = strdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
 char *th_db_create(const char *name)
 {
     char *admin = th_conninfo("postgres");

@@ -26,6 +26,9 @@ PGconn *th_pg(const char *conninfo);
 PGresult *th_sql(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The first column of the first row as an integer. */
 long long th_sql_int(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The first column of the first row as a new string (free); NULL when
+ * there is no row or the value is NULL. */
+char *th_sql_str(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 struct th_proc {
     pid_t pid;
