@@ -14,7 +14,8 @@
 #        FILE; PORT and FAKE_PORT (18283, 18290) the ports; PRELOAD=N runs
 #        N no-op demo runs through HTTP first (loadgen throughput, 4
 #        clients), so that runs and run_events hold what bench/poller.sh's
-#        earlier steps leave there.
+#        earlier steps leave there. OPSRUN=path serves with another opsrun
+#        binary (e.g. one bench_base_build made; migrations are its own).
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
@@ -51,7 +52,7 @@ cat >"$DATA/config.json" <<EOF
  "run_types": {
 $(bench_poller_types "$FAKE")}}
 EOF
-build/opsrun serve --config "$DATA/config.json" --database-url "$DB" --listen "127.0.0.1:$PORT" \
+"${OPSRUN:-build/opsrun}" serve --config "$DATA/config.json" --database-url "$DB" --listen "127.0.0.1:$PORT" \
     --workers 2 --log-level warn 2>"$DATA/serve.log" &
 PID=$!
 bench_wait_ready "$URL"

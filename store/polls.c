@@ -113,17 +113,24 @@ static const struct stmt S_LAG = {
  * are returned. Arrays rather than JSON rows, so that the planner knows how
  * many rows come; the runs are reached through the ids' array (id = ANY,
  * the primary key, id first) however small the table looks to the
- * planner, the schedule rows by their key. */
+ * planner, the schedule rows by their key. The waiting runs' budgets (w)
+ * are read by that array alone, before any join: joined to the schedule
+ * rows, a table without statistics yet (a new database, until autovacuum's
+ * first ANALYZE) was reached through runs_list (tenant first), which reads
+ * every run of the tenant per entry: 44 ms instead of 9 for 256 entries
+ * beside 5,000 waiting runs, and the poller at a third of its rate. */
 static const struct stmt S_AGAIN_BATCH = {
     "polls_again_batch",
     "WITH b AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], "
     "$6::bigint[], $7::bool[]) WITH ORDINALITY "
     "AS b(owner, tenant, id, poll_count, poll_state, delay_ms, given_back, n)), "
+    "w AS MATERIALIZED (SELECT tenant, id, poll_started_at, poll_max_duration_s FROM runs "
+    "WHERE id = ANY ($3::text[])), "
     "p AS (UPDATE run_polls p SET poll_owner = NULL, "
     "poll_count = p.poll_count - CASE WHEN b.given_back THEN 1 ELSE 0 END, "
     "next_poll_at = least(now() + make_interval(secs => greatest(b.delay_ms, 0) / 1000.0), "
     "w.poll_started_at + make_interval(secs => w.poll_max_duration_s)) "
-    "FROM b JOIN runs w ON w.tenant = b.tenant AND w.id = b.id AND w.id = ANY ($3::text[]) "
+    "FROM b JOIN w ON w.tenant = b.tenant AND w.id = b.id "
     "WHERE p.tenant = b.tenant AND p.run_id = b.id AND p.poll_owner = b.owner "
     "AND p.poll_count = b.poll_count RETURNING p.tenant, p.run_id, p.poll_count, "
     "p.next_poll_at, b.n) "

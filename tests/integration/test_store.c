@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -2456,6 +2457,66 @@ START_TEST(polls_again_batch_stale_entry_never_wins)
 }
 END_TEST
 
+/* Index scans of index `name` so far, as the statistics say once the
+ * store's connection has ended (its backend writes them at exit) and
+ * `flushed` has more than `after` scans (a sign they are written); a new
+ * store connection replaces the old one. */
+static long long index_scans(const char *name, const char *flushed, long long after)
+{
+    long long n = -1;
+
+    db_close(g_db);
+    for (int i = 0; i < 100; i++, usleep(50000))
+        if (th_sql_int(g_pg, "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = '%s'",
+                       flushed) > after)
+            break;
+    n = th_sql_int(g_pg, "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = '%s'",
+                   name);
+    g_db = connect_db(g_ci);
+    return n;
+}
+
+/* The writer's batch reaches the runs by their ids (the primary key), also
+ * while the table has no statistics yet (a new database, before
+ * autovacuum's first ANALYZE): never through runs_list, whose first
+ * column is the tenant, which reads every run of the tenant per entry. */
+START_TEST(polls_again_batch_reads_runs_by_id)
+{
+    static const char *const types[] = {"job"};
+    struct poll_claim *c = NULL;
+    size_t nc = 0;
+    struct poll_again *w;
+    long long polls0, list0, list1;
+
+    open_test_db("it_store_again_by_id");
+    PQclear(th_sql(g_pg, "ALTER TABLE runs SET (autovacuum_enabled = false)"));
+    PQclear(th_sql(g_pg, "ALTER TABLE run_polls SET (autovacuum_enabled = false)"));
+    PQclear(th_sql(
+        g_pg, "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, "
+              "input, identity_hash, request_hash, external_id, poll_state, next_poll_at, "
+              "poll_started_at, started_at) SELECT 'default', 'ab-' || g, 'job', 'waiting', 1, "
+              "2, 900, '{}', 'ab-ident-' || g, 'req', 'job-' || g, '{}', now(), now(), now() "
+              "FROM generate_series(1, 2000) g"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_stats WHERE tablename = 'runs'"), 0);
+    OK(store_polls_claim(g_db, "w1/1", 256, 60000, types, 1, &c, &nc, &g_err));
+    ck_assert_uint_eq(nc, 256);
+    polls0 = index_scans("run_polls_pkey", "run_polls_due", 0);
+    list0 = index_scans("runs_list", "run_polls_pkey", -1);
+    w = xcalloc(nc, sizeof(*w));
+    for (size_t i = 0; i < nc; i++)
+        w[i] = (struct poll_again){
+            c[i].run->tenant, c[i].run->id, c[i].owner, c[i].poll_count, NULL, 60000, false, false};
+    OK(store_polls_again_batch(g_db, w, nc, &g_err));
+    for (size_t i = 0; i < nc; i++)
+        ck_assert(w[i].written);
+    list1 = index_scans("runs_list", "run_polls_pkey", polls0);
+    ck_assert_msg(list1 == list0, "runs_list scanned %lld times by one batch", list1 - list0);
+    free(w);
+    poll_claims_free(c, nc);
+    close_test_db();
+}
+END_TEST
+
 /* The schedule row follows the run: created whichever way a run enters
  * waiting (the hand-over, an INSERT, an UPDATE by hand); a run cancelled
  * while waiting is not claimed again (its row is deleted by the claim that
@@ -2919,6 +2980,7 @@ int main(void)
     tcase_add_test(tc, finish_batch_fences_each_run);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
     tcase_add_test(tc, polls_again_batch_stale_entry_never_wins);
+    tcase_add_test(tc, polls_again_batch_reads_runs_by_id);
     tcase_add_test(tc, poll_schedule_follows_the_run);
     tcase_add_test(tc, hot_update_columns_are_not_indexed);
     tcase_add_test(tc, hooks_give_back_fences_each_claim);
