@@ -61,20 +61,24 @@ static const struct stmt S_WAIT = {
  * only, a small runs table was planned as a scan of all of it. The
  * schedule rows are reached by joins on their key, from a side the planner
  * sees as small: plain index scans, which also mark the dead versions of
- * these busy rows (a bitmap scan of them read every version). */
+ * these busy rows (a bitmap scan of them read every version). The rows to
+ * delete are reached by the position the claim locked them at (ctid): joined
+ * on their key, they were planned as a scan of the whole schedule in every
+ * claim, even with none to delete. A row that a concurrent write moved
+ * before this claim locked it is not found there; it stays due, and the
+ * next claim that reaches it deletes it. */
 static const struct stmt S_POLL_CLAIM = {
     "polls_claim",
-    "WITH due AS (SELECT p.tenant, p.run_id, p.poll_count FROM run_polls p "
+    "WITH due AS (SELECT p.ctid AS pos, p.tenant, p.run_id, p.poll_count FROM run_polls p "
     "WHERE p.next_poll_at <= now() AND p.type = ANY ($4::text[]) ORDER BY p.next_poll_at "
     "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
     "r AS (UPDATE runs r SET poll_count = due.poll_count + 1, poll_owner = $1 FROM due "
     "WHERE r.id = ANY (ARRAY(SELECT run_id FROM due)) AND r.tenant = due.tenant AND "
     "r.id = due.run_id AND r.status = 'waiting' "
     "RETURNING " CHECK_RUN_RET ", " CLAIM_COLS "), "
-    "o AS (SELECT d.tenant, d.run_id FROM due d WHERE NOT EXISTS (SELECT 1 FROM r "
+    "o AS (SELECT d.pos FROM due d WHERE NOT EXISTS (SELECT 1 FROM r "
     "WHERE r.tenant = d.tenant AND r.id = d.run_id)), "
-    "gone AS (DELETE FROM run_polls p USING o WHERE p.tenant = o.tenant "
-    "AND p.run_id = o.run_id), "
+    "gone AS (DELETE FROM run_polls p WHERE p.ctid = ANY (ARRAY(SELECT pos FROM o))), "
     "c AS (UPDATE run_polls p SET next_poll_at = now() + " INTERVAL_MS(
         "$3") ", poll_owner = $1, poll_count = p.poll_count + 1 FROM r WHERE "
               "p.tenant = r.tenant AND p.run_id = r.id) "
