@@ -370,7 +370,8 @@ echo "elapsed_s=$((SECONDS - T_START))" >>"$OUT/all-env.txt"
 TSV=$OUT/all-table.tsv
 : >"$TSV"
 # row MEASURE VALUE UNIT BASELINE BASELINE_LABEL TARGET [BASELINE_UNIT]
-#   VALUE may be "n/a (...)"; TARGET is "", "<=N" or ">=N" (in VALUE's unit).
+#   VALUE may be "n/a (...)"; TARGET is "", "<=N" or ">=N" (in VALUE's unit),
+#   or "x>=N" (the ratio to the baseline).
 #   ASCII only, so that the columns line up in any terminal and awk.
 row() {
     awk -v m="$1" -v v="$2" -v u="$3" -v b="$4" -v bl="$5" -v t="$6" -v bu="${7:-$3}" 'BEGIN {
@@ -382,10 +383,12 @@ row() {
         if (b == "-") bs = "-"
         r = (v ~ num && b ~ num && b + 0 > 0) ? sprintf("%.2f", v / b) : "-"
         tg = "-"; met = "-"
+        x = v; ratio = substr(t, 1, 1) == "x"
+        if (ratio) { t = substr(t, 2); x = r }
         if (t != "") {
             op = substr(t, 1, 2); lim = substr(t, 3) + 0
-            tg = op " " lim " " u
-            if (v ~ num) met = ((op == "<=" && v + 0 <= lim) || (op == ">=" && v + 0 >= lim)) ? "yes" : "NO"
+            tg = ratio ? sprintf("ratio %s %.1f", op, lim) : op " " lim " " u
+            if (x ~ num) met = ((op == "<=" && x + 0 <= lim) || (op == ">=" && x + 0 >= lim)) ? "yes" : "NO"
         }
         print m, vs, bs, r, tg, met}' >>"$TSV"
 }
@@ -404,18 +407,19 @@ row "HTTP submit p50" "$(get all-submit.txt submit_p50_ms)" ms \
 row "HTTP submit p99" "$(get all-submit.txt submit_p99_ms)" ms \
     "$(get all-ceiling-insert.txt p99_ms)" "(INSERT p99, 16 cl.)" ""
 row "end to end, single submissions ($SINGLE_RUNS, 16 cl.)" "$(get all-single.txt runs_per_s)" "runs/s" \
-    "$INS_TPS" "(INSERT ceiling)" "" "tx/s"
+    "$INS_TPS" "(INSERT ceiling)" "x>=1" "tx/s"
 row "end to end, single submissions ($SINGLE64_RUNS, 64 cl.)" "$(get all-single64.txt runs_per_s)" \
-    "runs/s" "$INS_TPS" "(INSERT ceiling)" "" "tx/s"
+    "runs/s" "$INS_TPS" "(INSERT ceiling)" "x>=1" "tx/s"
 if [ "$BULK" = 1 ]; then B=$(get all-bulk.txt bulk_runs_per_s); else B=$NB; fi
-row "end to end, bulk submissions ($BULK_RUNS)" "$B" "runs/s" "$PEER_JPS" "(graphile-worker $GW_VERSION)" "" "jobs/s"
+row "end to end, bulk submissions ($BULK_RUNS)" "$B" "runs/s" "$PEER_JPS" "(graphile-worker $GW_VERSION)" "x>=1" \
+    "jobs/s"
 row "end to end, bulk submissions ($BULK_RUNS)" "$B" "runs/s" "$CLAIM" "(claim-50 ceiling)" "" "jobs/s"
 row "pickup p50" "$(get all-pickup.txt pickup_p50_ms)" ms "$LIVEZ50" "(GET /livez)" "<=1.5"
 row "pickup p99" "$(get all-pickup.txt pickup_p99_ms)" ms "$LIVEZ99" "(GET /livez)" "<=5"
 row "delayed run start lateness p99 ($LATE_DELAYED)" "$(get all-lateness.txt late_delayed_p99_ms)" ms - "" "<=10"
 row "retry start lateness p99 ($LATE_RETRIES)" "$(get all-lateness.txt late_retry_p99_ms)" ms - "" "<=10"
 row "poller checks/s at capacity (5,000 runs)" "$(get all-poller.txt checks_per_s)" "checks/s" \
-    "$(get all-poller-fake.txt hammer_per_s)" "(fake API alone)" "" "req/s"
+    "$(get all-poller-fake.txt hammer_per_s)" "(fake API alone)" ">=9600" "req/s"
 row "SSE delivery p50, 1,000 subscribers" "$(f1 "$(get all-streams-latency.txt sse_p50_ms)")" ms \
     "$(f1 "$(get all-streams-latency.txt notify_p50_ms)")" "(LISTEN/NOTIFY)" ""
 row "SSE delivery p99, 1,000 subscribers" "$(f1 "$(get all-streams-latency.txt sse_p99_ms)")" ms \
