@@ -444,6 +444,7 @@ static enum status alerts_array(const struct hctx *hc, const struct request *rq,
     job->array = true;
     job->nbody = n;
     job->item_of = xcalloc(n, sizeof(*job->item_of));
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     job->problem = xcalloc(n, sizeof(*job->problem));
     for (size_t i = 0; i < n; i++) {
         memset(&ierr, 0, sizeof(ierr));
