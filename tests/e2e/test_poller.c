@@ -854,6 +854,21 @@ static void insert_hooks_due(const char *prefix, int job)
                    prefix, prefix, job));
 }
 
+/* A waiting run PREFIX-0 (fake job first, checked with scenario) and the
+ * hooks of PREFIX-hooks (job first + 1), both due in 500 ms and inserted
+ * in one transaction: one now(), so that one claim takes both. Returns
+ * first. */
+static int check_and_hooks_due(const char *prefix, const char *scenario)
+{
+    int first = fake_jobs_create(2, scenario);
+
+    PQclear(th_sql(g_db, "BEGIN"));
+    insert_waiting(prefix, first, 1, "now() + interval '500 ms'");
+    insert_hooks_due(prefix, first + 1);
+    PQclear(th_sql(g_db, "COMMIT"));
+    return first;
+}
+
 /* A run's hooks claimed together with a check that takes 3 s, behind it
  * for the one checker: they wait in the queue past 2.5 s and are given
  * back (due again at once, their try taken back) rather than run late,
@@ -867,12 +882,7 @@ START_TEST(late_hooks_given_back)
     char job[32];
 
     start_fast(&p, "e2e_poll_hooks_back", 1, 5, 0);
-    first = fake_jobs_create(2, "slow:3000,done_after:1");
-    /* One transaction: one now(), so that one claim takes both. */
-    PQclear(th_sql(g_db, "BEGIN"));
-    insert_waiting("lh", first, 1, "now() + interval '500 ms'");
-    insert_hooks_due("lh", first + 1);
-    PQclear(th_sql(g_db, "COMMIT"));
+    first = check_and_hooks_due("lh", "slow:3000,done_after:1");
     t0 = th_now_ms();
     snprintf(job, sizeof(job), "job-%d", first + 1);
     wait_hooks(job, 1, 1);
@@ -977,15 +987,9 @@ END_TEST
 START_TEST(stop_gives_back_queued_hooks)
 {
     struct th_proc p;
-    int first;
 
     start_fast(&p, "e2e_poll_stop_hooks", 1, 5, 0);
-    first = fake_jobs_create(2, "slow:3000,done_after:2");
-    /* One transaction: one now(), so that one claim takes both. */
-    PQclear(th_sql(g_db, "BEGIN"));
-    insert_waiting("sh", first, 1, "now() + interval '500 ms'");
-    insert_hooks_due("sh", first + 1);
-    PQclear(th_sql(g_db, "COMMIT"));
+    check_and_hooks_due("sh", "slow:3000,done_after:2");
     stop_during_a_check(&p);
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'sh-hooks' AND "
                                       "hooks_attempts = 0 AND poll_owner IS NULL AND hooks_at "
