@@ -1,7 +1,7 @@
 /* client/args.c — see args.h. */
 #include "client/args.h"
 
-#include "common/util.h"
+#include "common/ids.h"
 
 #include <errno.h>
 #include <jansson.h>

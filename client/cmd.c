@@ -2,7 +2,7 @@
 #include "client/cmd.h"
 
 #include "client/report.h"
-#include "common/util.h"
+#include "common/ids.h"
 
 #define ID_COL_MAX 64
 #define TYPE_COL_MAX 32

@@ -3,7 +3,7 @@
 
 #include "client/evparse.h"
 #include "client/report.h"
-#include "common/util.h"
+#include "common/backoff.h"
 
 #include <time.h>
 

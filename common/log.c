@@ -1,7 +1,7 @@
 /* common/log.c — single-write log lines. */
 #include "log.h"
 
-#include "util.h"
+#include "encoding.h"
 
 #include <assert.h>
 #include <ctype.h>

@@ -5,7 +5,8 @@
  * except in cfg_token_new, which only hashes the one it makes. */
 #include "config/config_internal.h"
 
-#include "common/util.h"
+#include "common/encoding.h"
+#include "common/sha256.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>

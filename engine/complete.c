@@ -19,7 +19,6 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "engine/poller.h"
 #include "store/db.h"
 

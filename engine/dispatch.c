@@ -7,9 +7,9 @@
  * comes first, and never longer than the next delayed run's run_at. */
 #include "engine/engine_internal.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "engine/poller.h"
 #include "store/db.h"
 #include "store/polls.h"

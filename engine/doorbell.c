@@ -10,7 +10,6 @@
 #include "engine/engine_internal.h"
 
 #include "common/log.h"
-#include "common/util.h"
 #include "store/db.h"
 
 #include <errno.h>

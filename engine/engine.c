@@ -5,8 +5,8 @@
  * themselves live in doorbell.c, maint.c, poller.c and dispatch.c. */
 #include "engine/engine_internal.h"
 
+#include "common/ids.h"
 #include "common/log.h"
-#include "common/util.h"
 #include "engine/poller.h"
 #include "store/db.h"
 #include "store/workers.h"

@@ -4,9 +4,9 @@
  * clock, all on one thread. */
 #include "engine/engine_internal.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "store/db.h"
 #include "store/partitions.h"
 #include "store/workers.h"

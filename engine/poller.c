@@ -3,9 +3,9 @@
  * action runs under it. */
 #include "engine/poller.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "engine/actions/remote.h"
 #include "engine/engine_internal.h"
 #include "store/db.h"

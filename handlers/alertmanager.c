@@ -13,9 +13,10 @@
 #include "handlers/intake.h"
 #include "handlers/metrics.h"
 
+#include "common/canon_json.h"
+#include "common/ids.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"

@@ -8,8 +8,10 @@
 #include "handlers/metrics.h"
 #include "handlers/submitq.h"
 
+#include "common/canon_json.h"
+#include "common/ids.h"
 #include "common/log.h"
-#include "common/util.h"
+#include "common/time_rfc3339.h"
 #include "store/db.h"
 #include "store/runs.h"
 

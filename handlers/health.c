@@ -3,7 +3,7 @@
 #include "handlers/handlers.h"
 
 #include "common/limits.h"
-#include "common/util.h"
+#include "common/time_rfc3339.h"
 #include "engine/engine.h"
 #include "live/hub.h"
 #include "store/db.h"

@@ -1,7 +1,9 @@
 /* handlers/intake.c — see intake.h. */
 #include "handlers/intake.h"
 
-#include "common/util.h"
+#include "common/canon_json.h"
+#include "common/ids.h"
+#include "common/sha256.h"
 
 #include <stdlib.h>
 #include <string.h>

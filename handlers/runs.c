@@ -6,7 +6,7 @@
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
 
-#include "common/util.h"
+#include "common/cursor.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"

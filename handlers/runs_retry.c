@@ -11,8 +11,8 @@
 #include "handlers/handlers.h"
 #include "handlers/intake.h"
 
+#include "common/ids.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"

@@ -1,7 +1,7 @@
 /* server/route.c — the route table. */
 #include "server/route.h"
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "handlers/metrics.h"
 
 #include <string.h>

@@ -3,7 +3,9 @@
  * the same statement (data-modifying CTEs), so history cannot drift. */
 #include "store/runs.h"
 
-#include "common/util.h"
+#include "common/cursor.h"
+#include "common/ids.h"
+#include "common/time_rfc3339.h"
 #include "store/events_internal.h"
 #include "store/runs_internal.h"
 

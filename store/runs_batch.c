@@ -26,8 +26,8 @@
  * back whole and is run again. */
 #include "store/runs.h"
 
+#include "common/ids.h"
 #include "common/log.h"
-#include "common/util.h"
 #include "store/runs_internal.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * every other insert (store/runs.c). */
 #include "store/runs.h"
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "store/runs_internal.h"
 
 #include <string.h>

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/util.h"
+#include "common/sha256.h"
 
 #define LATER "\"run_at\":\"2999-01-01T00:00:00Z\""
 

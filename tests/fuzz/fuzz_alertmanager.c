@@ -5,7 +5,8 @@
  * texts are checked like a reply's. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/canon_json.h"
+#include "common/sha256.h"
 
 static void one_alert(const struct config *cfg, const struct am_envelope *env, size_t index,
                       const json_t *alert)

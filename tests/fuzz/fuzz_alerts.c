@@ -3,7 +3,10 @@
  * hashed as handlers/alerts.c does before it touches the database. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/canon_json.h"
+#include "common/ids.h"
+#include "common/sha256.h"
+#include "common/time_rfc3339.h"
 
 static bool is_hex64(const char *s)
 {

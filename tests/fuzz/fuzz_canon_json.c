@@ -4,7 +4,7 @@
  * itself). identity and request hashes rest on this. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/canon_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -2,7 +2,9 @@
  * the round trips decode(encode(x)) == x and encode(decode(t)) == t. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/cursor.h"
+#include "common/ids.h"
+#include "common/time_rfc3339.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

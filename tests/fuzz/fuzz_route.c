@@ -3,7 +3,7 @@
  * empty), the path as libmicrohttpd hands it over, already unescaped. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "server/route.h"
 
 /* Fills the stack below us with non-zero bytes, so a value route_find

@@ -4,7 +4,7 @@
  * has no value, the first of repeated keys wins), then runs_parse_filter. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/cursor.h"
 
 #define MAX_ARGS 32
 

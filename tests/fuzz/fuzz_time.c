@@ -3,7 +3,7 @@
  * instant; and any 64-bit instant formats to text that parses. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/util.h"
+#include "common/time_rfc3339.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

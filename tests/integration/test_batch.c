@@ -21,7 +21,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "handlers/handlers.h"
 #include "handlers/submitq.h"
 #include "store/db.h"

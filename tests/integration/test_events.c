@@ -26,7 +26,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "live/hub.h"
 #include "store/db.h"
 #include "store/events.h"

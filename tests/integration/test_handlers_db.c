@@ -24,8 +24,9 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "common/canon_json.h"
+#include "common/cursor.h"
 #include "common/metrics.h"
-#include "common/util.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
 #include "handlers/handlers.h"

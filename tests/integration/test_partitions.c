@@ -18,7 +18,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "common/util.h"
+#include "common/ids.h"
 #include "store/db.h"
 #include "store/partitions.h"
 #include "store/runs.h"

@@ -24,7 +24,9 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "common/util.h"
+#include "common/cursor.h"
+#include "common/ids.h"
+#include "common/time_rfc3339.h"
 #include "store/db.h"
 #include "store/migrations.h"
 #include "store/polls.h"

@@ -6,7 +6,8 @@
  * tests/unit/test_cfg.c; the HTTP behaviour by tests/e2e/test_alertmanager.c. */
 #include "handlers/handlers.h"
 
-#include "common/util.h"
+#include "common/canon_json.h"
+#include "common/ids.h"
 
 #include <check.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "handlers/handlers.h"
 #include "server/route.h"
 
-#include "common/util.h"
+#include "common/cursor.h"
 
 #include <check.h>
 #include <stdlib.h>

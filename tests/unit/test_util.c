@@ -1,9 +1,12 @@
-/* tests/unit/test_util.c — the Check suite for common/util.c: SHA-256
- * against the FIPS 180-4 vectors, the constant-time compare, hex and
- * base64url, canonical JSON, identity hashes, run ids,
- * RFC 3339 time, list cursors and backoff bounds.
+/* tests/unit/test_util.c — the Check suite for the small pure modules of
+ * common/, one test case each: SHA-256 against the FIPS 180-4 vectors and
+ * the constant-time compare (sha256.c), hex and base64url (encoding.c),
+ * canonical JSON (canon_json.c), identity hashes and run ids (ids.c),
+ * RFC 3339 time (time_rfc3339.c), list cursors (cursor.c) and backoff
+ * (backoff.c).
  *
- * System headers come before util.h, ahead of common.h's poison pragma. */
+ * System headers come before the common/ headers, ahead of common.h's
+ * poison pragma. */
 #include <check.h>
 #include <limits.h>
 #include <math.h>
@@ -14,7 +17,13 @@
 
 #include <jansson.h>
 
-#include "common/util.h"
+#include "common/backoff.h"
+#include "common/canon_json.h"
+#include "common/cursor.h"
+#include "common/encoding.h"
+#include "common/ids.h"
+#include "common/sha256.h"
+#include "common/time_rfc3339.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -917,6 +926,40 @@ START_TEST(backoff_ceiling_no_overflow)
 }
 END_TEST
 
+/* The retry pause of a loop: first, doubled per failure, capped; a reset
+ * starts over. */
+START_TEST(backoff_pause_sequence)
+{
+    static const int64_t want[] = {100, 200, 400, 800, 1600, 2000, 2000};
+    struct backoff b = {.first_ms = 100, .max_ms = 2000};
+
+    for (size_t i = 0; i < ARRAY_LEN(want); i++)
+        ck_assert_int_eq(backoff_next_ms(&b), want[i]);
+    backoff_reset(&b);
+    ck_assert_int_eq(backoff_next_ms(&b), 100);
+    b.failures = INT_MAX;
+    ck_assert_int_eq(backoff_next_ms(&b), 2000);
+    ck_assert_int_eq(b.failures, INT_MAX);
+}
+END_TEST
+
+/* Any factor: min(max, first * factor^(n-1)); a factor below 2 never grows. */
+START_TEST(backoff_delay_factors)
+{
+    ck_assert_int_eq(backoff_delay_ms(2000, 3, 60000, 1), 2000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 3, 60000, 2), 6000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 3, 60000, 4), 54000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 3, 60000, 5), 60000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 1, 60000, 100), 2000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 0, 60000, 100), 2000);
+    ck_assert_int_eq(backoff_delay_ms(2000, 10, 1000, 1), 1000);
+    ck_assert_int_eq(backoff_delay_ms(3, 1000, INT64_MAX, INT_MAX), INT64_MAX);
+    ck_assert_int_eq(backoff_delay_ms(0, 2, 1000, 3), 0);
+    for (int n = -2; n < 70; n++)
+        ck_assert_int_eq(backoff_delay_ms(100, 2, 10000, n), backoff_ceiling_ms(100, 10000, n));
+}
+END_TEST
+
 START_TEST(backoff_jitter_bounds)
 {
     static const int attempts[] = {-1, 0, 1, 2, 3, 5, 10, 30, 1000, INT_MAX};
@@ -1082,6 +1125,8 @@ static TCase *tc_backoff(void)
 
     tcase_add_test(tc, backoff_ceiling_values);
     tcase_add_test(tc, backoff_ceiling_no_overflow);
+    tcase_add_test(tc, backoff_pause_sequence);
+    tcase_add_test(tc, backoff_delay_factors);
     tcase_add_test(tc, backoff_jitter_bounds);
     tcase_add_test(tc, backoff_jitter_spread);
     tcase_add_test(tc, jitter_bounds);

@@ -1,0 +1,22 @@
+/* common/encoding.h — the text forms of bytes: lower-case hex and base64url
+ * without padding (RFC 4648 section 5). Pure functions, thread-safe; they
+ * write into the caller's buffers and allocate nothing. */
+#ifndef OPSRUN_ENCODING_H
+#define OPSRUN_ENCODING_H
+
+#include "common.h"
+
+/* Lower-case hex of n bytes; out holds 2 * n + 1 bytes. */
+void hex_encode(const void *in, size_t n, char *out);
+/* Lower- or upper-case hex of exactly 2 * n digits into n bytes; false for
+ * anything else (out may then hold part of the value). */
+bool hex_decode(const char *hex, unsigned char *out, size_t n);
+/* base64url without padding; out holds (n * 4 + 2) / 3 + 1 bytes. */
+void base64url_encode(const void *in, size_t n, char *out);
+/* The n characters at in, decoded into out (at most cap bytes), the length
+ * in *len_out. Strict: only the alphabet, no padding, and the unused low
+ * bits of the last character must be zero, so every byte string has one
+ * encoding; false for anything else or a result longer than cap. */
+bool base64url_decode(const char *in, size_t n, unsigned char *out, size_t cap, size_t *len_out);
+
+#endif

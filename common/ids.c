@@ -1,0 +1,80 @@
+/* common/ids.c — run ids and identity hashes (common/ids.h). */
+#include "ids.h"
+
+#include <string.h>
+
+#include "encoding.h"
+#include "sha256.h"
+
+/* Writes the low 5 * nchars bits of v as Crockford base32, most significant
+ * first. */
+static void base32_put(char *out, uint64_t v, int nchars)
+{
+    static const char alphabet[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+    for (int i = nchars - 1; i >= 0; i--) {
+        out[i] = alphabet[v & 31];
+        v >>= 5;
+    }
+}
+
+static uint64_t load_be40(const unsigned char *p)
+{
+    return (uint64_t)p[0] << 32 | (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 |
+           (uint64_t)p[3] << 8 | p[4];
+}
+
+/* A wall clock before 1970 counts as 0; the 48-bit field lasts until 10889. */
+void run_id_new(char out[27])
+{
+    unsigned char r[10];
+    int64_t now = clock_wall_ms();
+    uint64_t ms = now < 0 ? 0 : (uint64_t)now & 0xFFFFFFFFFFFFu;
+
+    rand_bytes(r, sizeof(r));
+    base32_put(out, ms, 10);
+    base32_put(out + 10, load_be40(r), 8);
+    base32_put(out + 18, load_be40(r + 5), 8);
+    out[26] = '\0';
+}
+
+static bool id_char_ok(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+}
+
+bool run_id_valid_n(const char *s, size_t n)
+{
+    if (n == 0 || n > RUN_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!id_char_ok(s[i]))
+            return false;
+    return true;
+}
+
+bool run_id_valid(const char *s)
+{
+    return s && run_id_valid_n(s, strnlen(s, RUN_ID_MAX + 1));
+}
+
+static void sha256_update_part(struct sha256 *s, const char *part)
+{
+    sha256_update(s, part, strlen(part) + 1);
+}
+
+void identity_hash(const char *tenant, const char *type, const char *kind, const char *value,
+                   char out[65])
+{
+    struct sha256 s;
+    unsigned char md[32];
+
+    sha256_init(&s);
+    sha256_update_part(&s, tenant);
+    sha256_update_part(&s, type);
+    sha256_update_part(&s, kind);
+    sha256_update_part(&s, value);
+    sha256_final(&s, md);
+    hex_encode(md, sizeof(md), out);
+}
