@@ -19,7 +19,6 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
-#include "engine/poller.h"
 #include "store/db.h"
 
 #include <stdlib.h>
@@ -61,8 +60,7 @@ static size_t complete_drop_lost(struct engine *e, struct completion *c, size_t 
             c[kept++] = c[i];
             continue;
         }
-        LOG(LOG_WARN, "not settling run=%s attempt=%d duration_ms=%lld: this worker lost it",
-            c[i].run->id, c[i].run->attempt, (long long)(clock_mono_ms() - c[i].started_ms));
+        engine_log_lost(c[i].run, c[i].started_ms);
         completion_cleanup(&c[i]);
         lost++;
     }
@@ -144,7 +142,7 @@ static void complete_report(struct engine *e, struct completion *c, size_t n,
     /* The runs no longer count against the caps: due runs left behind by a
      * cap may be claimed now, here and by the other replicas. */
     if (backlog)
-        dispatch_wake(e);
+        e->wake_dispatcher(e);
     if (ok)
         doorbell_ring(e, backlog, true);
 }

@@ -449,8 +449,7 @@ static void slot_write(struct slot *s, struct run_ctx *rc, const struct settle *
         struct db *db = NULL;
         if (slot_lost(s)) {
             st = ST_LOST;
-            LOG(LOG_WARN, "not settling run=%s attempt=%d duration_ms=%lld: this worker lost it",
-                f.id, f.attempt, (long long)(clock_mono_ms() - s->started_ms));
+            engine_log_lost(s->run, s->started_ms);
             break;
         }
         st = db_pool_get(e->pool, &db, &err);
@@ -601,11 +600,6 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
-}
-
-int64_t engine_lease_ms(const struct engine *e)
-{
-    return ((int64_t)e->cfg->queue.orphan_after_s - e->cfg->queue.heartbeat_interval_s) * 1000;
 }
 
 void dispatch_wake(struct engine *e)

@@ -76,7 +76,7 @@ static void on_notify(void *arg, const char *channel, const char *payload)
     struct engine *e = arg;
     (void)payload;
     if (strcmp(channel, "opsrun_queue") == 0)
-        e->on_queue(e);
+        e->wake_dispatcher(e);
     else if (strcmp(channel, "opsrun_events") == 0)
         events_hint(e);
 }
@@ -128,7 +128,7 @@ static void *listener_main(void *arg)
             LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
             set_listening(e, true);
             pause = 250;
-            e->on_queue(e); /* anything sent while we were away */
+            e->wake_dispatcher(e); /* anything sent while we were away */
             events_hint(e);
             stop = listen_loop(e, db);
             set_listening(e, false);

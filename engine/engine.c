@@ -40,7 +40,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
     e->stop_efd = -1;
-    e->on_queue = dispatch_wake;
+    e->wake_dispatcher = dispatch_wake;
     e->due_ms = INT64_MAX;
     for (int i = 0; i < e->nslots; i++) {
         e->slots[i].e = e;
@@ -179,23 +179,6 @@ void engine_free(struct engine *e)
     free(e->queue);
     free(e->done_q);
     free(e);
-}
-
-const char *engine_error_code(const json_t *error)
-{
-    const json_t *code = error ? json_object_get(error, "code") : NULL;
-
-    return json_is_string(code) ? json_string_value(code) : NULL;
-}
-
-void engine_log_finished(const struct run *run, enum run_outcome outcome, const char *code,
-                         const char *extra)
-{
-    bool has_code = code && *code;
-
-    LOG(outcome == OUTCOME_SUCCEEDED ? LOG_INFO : LOG_WARN,
-        "run finished run=%s type=%s outcome=%s%s%s%s", run->id, run->type,
-        run_outcome_name(outcome), has_code ? " error=" : "", has_code ? code : "", extra);
 }
 
 void engine_stats(struct engine *e, struct engine_stats *out)

@@ -1,11 +1,13 @@
 /* engine/engine_internal.h — the engine's shared state, for the engine/
  * sources only. Everything below mu is guarded by it unless marked atomic.
  *
- * The files call each other in one direction only:
- *   engine.c (lifecycle) -> dispatch.c -> complete.c, poller.c -> doorbell.c -> thread.c
- *                        -> maint.c -> dispatch.c
- * The listener (doorbell.c) wakes the dispatcher through e->on_queue, set by
- * engine.c, so the doorbell needs nothing above it. */
+ * The files call each other in one direction only, each only files to its
+ * right:
+ *   engine.c (lifecycle) -> maint.c -> dispatch.c -> complete.c, poller.c
+ *     -> doorbell.c -> thread.c, shared.c
+ * The listener (doorbell.c) and the completer wake the dispatcher through
+ * e->wake_dispatcher, set by engine.c, so neither needs anything to its
+ * left. */
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
@@ -89,8 +91,11 @@ struct engine {
     bool maint_started, bell_started, listener_started;
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
-    struct poller *poller;              /* engine/poller.c */
-    void (*on_queue)(struct engine *e); /* NOTIFY opsrun_queue heard: dispatch_wake */
+    struct poller *poller; /* engine/poller.c */
+    /* dispatch_wake, set by engine.c: how a NOTIFY on opsrun_queue (the
+     * listener) and a batch that freed capped slots (the completer) make
+     * the dispatcher claim now. */
+    void (*wake_dispatcher)(struct engine *e);
     void (*on_events)(void *arg);
     void *on_events_arg;
     struct metrics *metrics; /* NULL: nothing recorded */
@@ -121,18 +126,6 @@ void dispatch_wake(struct engine *e);                  /* claim now */
 void dispatch_due(struct engine *e, int64_t delay_ms); /* claim in delay_ms at the latest */
 void dispatch_stop_claims(struct engine *e);           /* joins the dispatcher */
 void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins the workers */
-/* How long a claim or a heartbeat protects a run from rescue, less a margin
- * of one heartbeat interval. */
-int64_t engine_lease_ms(const struct engine *e);
-/* The line that ends a run, the same from a worker and from the poller:
- * "run finished run= type= outcome= error=<code>" then extra (more
- * " key=value" fields, or ""), at warn unless it succeeded. code is the
- * error's code, or NULL or "" for none. */
-void engine_log_finished(const struct run *run, enum run_outcome outcome, const char *code,
-                         const char *extra);
-/* The "code" of a run's error object; NULL when error or its code is
- * missing. Borrowed from error. */
-const char *engine_error_code(const json_t *error);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 
@@ -142,6 +135,24 @@ enum status completer_start(struct engine *e, struct error *err) WUR;
 void completer_stop(struct engine *e);
 /* Takes over *c (its run and references); *c is zeroed. Caller holds mu. */
 void completer_add(struct engine *e, struct completion *c);
+
+/* shared.c: helpers every engine file may call; it calls none of them. */
+/* How long a claim or a heartbeat protects a run from rescue, less a margin
+ * of one heartbeat interval. */
+int64_t engine_lease_ms(const struct engine *e);
+/* The line that ends a run, the same from a worker and from the poller:
+ * "run finished run= type= outcome= error=<code>" then extra (more
+ * " key=value" fields, or ""), at warn unless it succeeded. code is the
+ * error's code, or NULL or "" for none. */
+void engine_log_finished(const struct run *run, enum run_outcome outcome, const char *code,
+                         const char *extra);
+/* The line of an attempt that ends without a write because its lease ran
+ * out (another replica may be rescuing the run); started_ms is when the
+ * attempt was taken (monotonic). */
+void engine_log_lost(const struct run *run, int64_t started_ms);
+/* The "code" of a run's error object; NULL when error or its code is
+ * missing. Borrowed from error. */
+const char *engine_error_code(const json_t *error);
 
 /* maint.c: the maintenance thread. */
 enum status maint_start(struct engine *e, struct error *err) WUR;
