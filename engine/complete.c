@@ -17,13 +17,13 @@
  * replica may have rescued the run. */
 #include "engine/engine_internal.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "store/db.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define COMPLETE_BATCH 256
 
@@ -78,7 +78,7 @@ static size_t complete_drop_lost(struct engine *e, struct completion *c, size_t 
 static size_t complete_write(struct engine *e, struct completion *c, size_t n,
                              struct run_finish *fin)
 {
-    int64_t pause = 100;
+    struct backoff pause = {.first_ms = DB_RETRY_FIRST_MS, .max_ms = DB_RETRY_MAX_MS};
 
     for (;;) {
         struct db *db = NULL;
@@ -107,8 +107,7 @@ static size_t complete_write(struct engine *e, struct completion *c, size_t n,
         if (st == ST_OK)
             return n;
         LOG(LOG_WARN, "could not complete runs=%zu, retrying: %s", n, err.message);
-        usleep((useconds_t)pause * 1000);
-        pause = pause < 2000 ? pause * 2 : 2000;
+        backoff_sleep(&pause);
     }
 }
 

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* Claims up to n runs; returns how many it queued, sets *due_ms to the wait
  * before the next delayed run (-1 = unknown) and *capped when due runs were
@@ -429,6 +428,15 @@ static void slot_hand_over(struct slot *s, struct settle *d, struct completion *
               (long long)(clock_mono_ms() - s->started_ms));
 }
 
+/* How many orphan windows (queue.orphan_after_s) a hand-back keeps trying
+ * while its write fails. A database that cannot be reached stops the
+ * heartbeats too, and then the lease ends the attempts long before this;
+ * the bound is for a write that keeps failing while the heartbeats pass
+ * and so keep the run leased here. Past it the worker lets the run go: the
+ * heartbeats stop covering it, and the orphan rescue of any replica hands
+ * it back to the queue one window later. */
+#define HAND_BACK_WINDOWS 2
+
 /* Writes a terminal state that does not end the run (a retry, a wait, a
  * hand-back), retrying while the database is unreachable: a run must not be
  * dropped because of an outage. Once the lease is over the run is someone
@@ -439,8 +447,9 @@ static void slot_write(struct slot *s, struct run_ctx *rc, const struct settle *
     struct engine *e = s->e;
     const struct fence f = {s->run->tenant, s->run->id, e->worker_id, s->run->attempt};
     bool waiting;
-    int64_t give_up = clock_mono_ms() + (int64_t)e->cfg->queue.orphan_after_s * 2000;
-    int64_t pause = 100;
+    int64_t give_up =
+        clock_mono_ms() + HAND_BACK_WINDOWS * (int64_t)e->cfg->queue.orphan_after_s * 1000;
+    struct backoff pause = {.first_ms = DB_RETRY_FIRST_MS, .max_ms = DB_RETRY_MAX_MS};
     struct slot_end end = {.outcome = OUTCOME_PENDING};
     enum status st;
 
@@ -466,8 +475,7 @@ static void slot_write(struct slot *s, struct run_ctx *rc, const struct settle *
         }
         LOG(LOG_WARN, "could not settle run=%s attempt=%d, retrying: %s", f.id, f.attempt,
             err.message);
-        usleep((useconds_t)pause * 1000);
-        pause = pause < 2000 ? pause * 2 : 2000;
+        backoff_sleep(&pause);
     }
     pthread_mutex_lock(&e->mu);
     s->done = true;

@@ -9,6 +9,7 @@
  * commits it covers. The payload is empty: the tables are the truth. */
 #include "engine/engine_internal.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "store/db.h"
 
@@ -21,6 +22,11 @@
 #include <unistd.h>
 
 #define BELL_MIN_GAP_MS 5
+/* A LISTEN connection that cannot be opened is tried again after
+ * LISTEN_RETRY_FIRST_MS, doubling up to LISTEN_RETRY_MAX_MS; meanwhile the
+ * dispatcher's poll interval still finds the work. */
+#define LISTEN_RETRY_FIRST_MS 250
+#define LISTEN_RETRY_MAX_MS 5000
 
 /* ---- doorbell ---- */
 
@@ -115,31 +121,33 @@ static void *listener_main(void *arg)
         .connect_timeout_s = e->cfg->db.connect_timeout_s,
         .application_name = "opsrun-listen",
     };
-    int64_t pause = 250;
+    struct backoff pause = {.first_ms = LISTEN_RETRY_FIRST_MS, .max_ms = LISTEN_RETRY_MAX_MS};
 
     for (;;) {
         struct db *db = NULL;
         struct error err = {0};
         struct pollfd pf = {e->stop_efd, POLLIN, 0};
         bool stop = false;
+        int64_t wait_ms;
 
         if (db_connect(&opt, &db, &err) == ST_OK &&
             db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK) {
             LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
             set_listening(e, true);
-            pause = 250;
+            backoff_reset(&pause);
             e->wake_dispatcher(e); /* anything sent while we were away */
             events_hint(e);
             stop = listen_loop(e, db);
             set_listening(e, false);
+            wait_ms = backoff_next_ms(&pause);
         } else {
-            LOG(LOG_WARN, "could not listen, retrying in %lld ms: %s", (long long)pause,
+            wait_ms = backoff_next_ms(&pause);
+            LOG(LOG_WARN, "could not listen, retrying in %lld ms: %s", (long long)wait_ms,
                 err.message);
         }
         db_close(db);
-        if (stop || poll(&pf, 1, (int)pause) > 0)
+        if (stop || poll(&pf, 1, (int)wait_ms) > 0)
             break;
-        pause = pause < 5000 ? pause * 2 : 5000;
     }
     return NULL;
 }

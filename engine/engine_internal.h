@@ -18,6 +18,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A write the engine must not drop (a run's end, a hand-back) is tried
+ * again while the database turns it away: DB_RETRY_FIRST_MS after the first
+ * failure, doubling up to DB_RETRY_MAX_MS (common/backoff.h), for as long
+ * as the run's lease lasts. */
+#define DB_RETRY_FIRST_MS 100
+#define DB_RETRY_MAX_MS 2000
+
 struct slot {
     struct engine *e;
     pthread_t thread;

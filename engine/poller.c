@@ -14,7 +14,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Hooks are tried this often, this far apart, then given up (logged). */
 #define HOOKS_MAX_ATTEMPTS 3
@@ -27,6 +26,9 @@
  * would cost the database more than the checks. */
 #define AGAIN_BATCH 256
 #define AGAIN_TRIES 3
+/* The pause before a statement's second try; doubled before the third. */
+#define AGAIN_RETRY_FIRST_MS 50
+#define AGAIN_RETRY_MAX_MS 1000
 #define AGAIN_GATHER 16
 #define AGAIN_GATHER_MS 2
 /* Claims held at once (running and queued), per checker thread: a checker
@@ -238,6 +240,7 @@ static void again_free(struct again *a)
 static void again_write(struct poller *p, struct again *a, size_t n, struct poll_again *w)
 {
     struct engine *e = p->e;
+    struct backoff pause = {.first_ms = AGAIN_RETRY_FIRST_MS, .max_ms = AGAIN_RETRY_MAX_MS};
 
     for (int i = 0; i < (int)n; i++)
         w[i] = (struct poll_again){a[i].tenant,     a[i].id,       a[i].owner, a[i].poll_count,
@@ -258,7 +261,7 @@ static void again_write(struct poller *p, struct again *a, size_t n, struct poll
             return;
         }
         LOG(LOG_WARN, "could not schedule the next checks runs=%zu, retrying: %s", n, err.message);
-        usleep((useconds_t)(50000 * tries));
+        backoff_sleep(&pause);
     }
 }
 

@@ -4,6 +4,7 @@
  * held on a path that takes hub->mu (docs/architecture.md, "Live streams"). */
 #include "live/hub.h"
 
+#include "common/backoff.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -16,7 +17,10 @@
  * while a writer stays open (an idle transaction holds it for good). */
 #define SETTLE_TICK_MS 5
 #define SETTLE_TICK_MAX_MS 100
-#define RETRY_MAX_MS 2000
+/* A reader that lost the database reconnects after RECONNECT_FIRST_MS,
+ * doubling up to RECONNECT_MAX_MS while it keeps failing. */
+#define RECONNECT_FIRST_MS 100
+#define RECONNECT_MAX_MS 2000
 #define HEARTBEAT_TEXT ": hb\n\n"
 #define RUN_SKIPS_MAX 4096
 /* Without a stream or a long-poll, a doorbell starts a round at most this
@@ -460,18 +464,18 @@ struct reader {
     struct db *db;
     struct event_horizon pend; /* pend.inflight != NULL: a horizon waiting to settle */
     int64_t retry_ms;          /* after a failure; 0 when healthy */
-    int64_t settle_ms;         /* the next settle check's delay while pend waits */
+    struct backoff reconnect;  /* gives retry_ms */
+    struct backoff settle;     /* the settle checks' delays while pend waits */
 };
 
 static void reader_fail(struct hub *h, struct reader *r, const struct error *err)
 {
+    r->retry_ms = backoff_next_ms(&r->reconnect);
     LOG(LOG_WARN, "event hub could not read events, reconnecting in %lld ms: %s",
-        (long long)(r->retry_ms ? r->retry_ms : 100), err->message);
+        (long long)r->retry_ms, err->message);
     db_close(r->db);
     r->db = NULL;
     event_horizon_cleanup(&r->pend);
-    r->retry_ms =
-        r->retry_ms ? (r->retry_ms * 2 < RETRY_MAX_MS ? r->retry_ms * 2 : RETRY_MAX_MS) : 100;
     pthread_mutex_lock(&h->mu);
     h->db_ok = false;
     h->pending_since_ms = 0;
@@ -556,6 +560,7 @@ static bool reader_round(struct hub *h, struct reader *r)
         return false;
     }
     r->retry_ms = 0;
+    backoff_reset(&r->reconnect);
     pthread_mutex_lock(&h->mu);
     h->db_ok = true;
     pthread_mutex_unlock(&h->mu);
@@ -616,7 +621,10 @@ static int64_t round_due(const struct hub *h, int64_t next_round, int64_t last_r
 static void *hub_main(void *arg)
 {
     struct hub *h = arg;
-    struct reader r = {0};
+    struct reader r = {
+        .reconnect = {.first_ms = RECONNECT_FIRST_MS, .max_ms = RECONNECT_MAX_MS},
+        .settle = {.first_ms = SETTLE_TICK_MS, .max_ms = SETTLE_TICK_MAX_MS},
+    };
     int64_t now = clock_mono_ms(), next_round = now, next_hb = now + h->o.heartbeat_ms;
     int64_t last_round = 0;
 
@@ -638,13 +646,11 @@ static void *hub_main(void *arg)
         pthread_mutex_unlock(&h->mu);
         pending = reader_round(h, &r);
         now = clock_mono_ms();
-        if (pending)
-            r.settle_ms = r.settle_ms ? (r.settle_ms * 2 < SETTLE_TICK_MAX_MS ? r.settle_ms * 2
-                                                                              : SETTLE_TICK_MAX_MS)
-                                      : SETTLE_TICK_MS;
-        else
-            r.settle_ms = 0;
-        next_round = now + (pending ? r.settle_ms : r.retry_ms ? r.retry_ms : h->o.poll_ms);
+        if (!pending)
+            backoff_reset(&r.settle);
+        next_round = now + (pending      ? backoff_next_ms(&r.settle)
+                            : r.retry_ms ? r.retry_ms
+                                         : h->o.poll_ms);
         pthread_mutex_lock(&h->mu);
     }
     pthread_mutex_unlock(&h->mu);
