@@ -93,12 +93,8 @@ struct poller {
 
 int64_t poller_backoff_ms(const struct poll_policy *pp, int n)
 {
-    int64_t d = pp->initial_delay_ms;
+    int64_t d = backoff_delay_ms(pp->initial_delay_ms, pp->multiplier, pp->max_delay_ms, n);
 
-    for (int i = 1; i < n && d < pp->max_delay_ms; i++)
-        d *= pp->multiplier;
-    if (d > pp->max_delay_ms)
-        d = pp->max_delay_ms;
     return jitter_ms(d, pp->jitter_pct / 100.0);
 }
 
