@@ -39,11 +39,7 @@ static void completion_cleanup(struct completion *c)
 
 void completer_add(struct engine *e, struct completion *c)
 {
-    if (e->ndone == e->done_cap) {
-        e->done_cap = e->done_cap ? e->done_cap * 2 : 64;
-        e->done_q = xrealloc(e->done_q, e->done_cap * sizeof(*e->done_q));
-    }
-    e->done_q[e->ndone++] = *c;
+    handoff_add(&e->done, c);
     pthread_cond_signal(&e->complete_cv);
     memset(c, 0, sizeof(*c));
 }
@@ -155,14 +151,11 @@ static void *completer_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         size_t n;
-        while (!e->completer_stop && e->ndone == 0)
+        while (!e->completer_stop && e->done.n == 0)
             pthread_cond_wait(&e->complete_cv, &e->mu);
-        if (e->ndone == 0)
+        n = handoff_take(&e->done, batch, COMPLETE_BATCH);
+        if (n == 0)
             break;
-        n = e->ndone < COMPLETE_BATCH ? e->ndone : COMPLETE_BATCH;
-        memcpy(batch, e->done_q, n * sizeof(*batch));
-        memmove(e->done_q, e->done_q + n, (e->ndone - n) * sizeof(*e->done_q));
-        e->ndone -= n;
         pthread_mutex_unlock(&e->mu);
 
         n = complete_write(e, batch, n, fin);
@@ -188,6 +181,8 @@ enum status completer_start(struct engine *e, struct error *err)
 
 void completer_stop(struct engine *e)
 {
+    struct completion c;
+
     pthread_mutex_lock(&e->mu);
     e->completer_stop = true;
     pthread_cond_signal(&e->complete_cv);
@@ -195,7 +190,6 @@ void completer_stop(struct engine *e)
     if (e->completer_started)
         pthread_join(e->completer, NULL);
     e->completer_started = false;
-    for (size_t i = 0; i < e->ndone; i++) /* only after a failed start */
-        completion_cleanup(&e->done_q[i]);
-    e->ndone = 0;
+    while (handoff_take(&e->done, &c, 1) == 1) /* only after a failed start */
+        completion_cleanup(&c);
 }

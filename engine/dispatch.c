@@ -61,7 +61,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     for (size_t i = 0; i < got; i++) {
         LOG(LOG_DEBUG, "claimed run=%s attempt=%d worker=%s", runs[i]->id, runs[i]->attempt,
             e->worker_id);
-        e->queue[(e->qhead + e->qlen++) % (size_t)e->nslots] = runs[i];
+        e->queue[ring_push(&e->q)] = runs[i];
     }
     e->idle += n - (int)got;
     /* More is likely waiting: claim again as soon as a worker frees up. When
@@ -570,13 +570,11 @@ static void *worker_main(void *arg)
         struct run *run;
         struct completion c = {0};
         bool handed;
-        while (!e->stop_all && e->qlen == 0)
+        while (!e->stop_all && e->q.len == 0)
             pthread_cond_wait(&e->work_cv, &e->mu);
-        if (e->qlen == 0)
+        if (e->q.len == 0)
             break;
-        run = e->queue[e->qhead];
-        e->qhead = (e->qhead + 1) % (size_t)e->nslots;
-        e->qlen--;
+        run = e->queue[ring_pop(&e->q)];
         s->run = run;
         s->started_ms = clock_mono_ms();
         atomic_store(&s->lease_ms, s->started_ms + engine_lease_ms(e));
@@ -629,11 +627,8 @@ static void dispatch_release_queued(struct engine *e)
 
     /* Take them out under the lock; talk to the database without it. */
     pthread_mutex_lock(&e->mu);
-    while (e->qlen > 0) {
-        runs[n++] = e->queue[e->qhead];
-        e->qhead = (e->qhead + 1) % (size_t)e->nslots;
-        e->qlen--;
-    }
+    while (e->q.len > 0)
+        runs[n++] = e->queue[ring_pop(&e->q)];
     pthread_mutex_unlock(&e->mu);
     if (n > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
         LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);

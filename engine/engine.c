@@ -39,6 +39,8 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
+    e->q.cap = (size_t)e->nslots;
+    handoff_init(&e->done, sizeof(struct completion));
     e->stop_efd = -1;
     e->wake_dispatcher = dispatch_wake;
     e->due_ms = INT64_MAX;
@@ -142,7 +144,7 @@ void engine_drain(struct engine *e, int grace_s)
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
     abstime_after_ms(&until, (int64_t)grace_s * 1000);
     pthread_mutex_lock(&e->mu);
-    while ((e->busy > 0 || e->qlen > 0) && !e->hurry &&
+    while ((e->busy > 0 || e->q.len > 0) && !e->hurry &&
            pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)
         ;
     pthread_mutex_unlock(&e->mu);
@@ -177,7 +179,7 @@ void engine_free(struct engine *e)
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);
-    free(e->done_q);
+    handoff_cleanup(&e->done);
     free(e);
 }
 

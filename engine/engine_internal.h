@@ -18,6 +18,30 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* queue.c: the positions of a fixed-capacity FIFO whose items the owner
+ * keeps in an array of cap (the claimed runs waiting for a worker, the
+ * claimed checks waiting for a checker). The owner's lock guards it. */
+struct ring {
+    size_t head, len, cap;
+};
+size_t ring_at(const struct ring *r, size_t i); /* the i-th from the front (i < len) */
+size_t ring_push(struct ring *r);               /* a new back item (len < cap): its index */
+size_t ring_pop(struct ring *r);                /* takes the front (len > 0): its index */
+
+/* queue.c: a growable FIFO of items of one size that threads hand to one
+ * writer thread, which takes them in batches (the completer's finished
+ * runs, the poll writer's next checks). The owner's lock guards it. */
+struct handoff {
+    char *items;
+    size_t n, cap, size; /* items held, allocated, and the bytes of one */
+};
+void handoff_init(struct handoff *q, size_t item_size);
+/* Appends a copy of *item; returns how many are held now. */
+size_t handoff_add(struct handoff *q, const void *item);
+/* Moves up to max items from the front into out; returns how many. */
+size_t handoff_take(struct handoff *q, void *out, size_t max);
+void handoff_cleanup(struct handoff *q); /* frees the memory; q stays usable */
+
 /* A write the engine must not drop (a run's end, a hand-back) is tried
  * again while the database turns it away: DB_RETRY_FIRST_MS after the first
  * failure, doubling up to DB_RETRY_MAX_MS (common/backoff.h), for as long
@@ -77,8 +101,8 @@ struct engine {
     int64_t due_ms;
     int idle; /* idle workers not yet promised a run */
     int busy;
-    struct run **queue; /* claimed, not yet started (at most workers) */
-    size_t qhead, qlen;
+    struct run **queue; /* claimed, not yet started: a ring of nslots */
+    struct ring q;
     struct slot *slots;
     int nslots;
     int nworkers; /* worker threads running (joined by dispatch_stop_workers) */
@@ -89,8 +113,7 @@ struct engine {
     pthread_t completer;
     bool completer_started, completer_stop;
     pthread_cond_t complete_cv;
-    struct completion *done_q;
-    size_t ndone, done_cap;
+    struct handoff done; /* of struct completion */
 
     /* maintenance (maint.c), doorbell and listener (doorbell.c) */
     pthread_t maint, bell, listener;

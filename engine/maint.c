@@ -95,8 +95,8 @@ static struct run_ref *held_refs(struct engine *e, size_t *n, int *busy)
         if (run && !e->slots[i].done)
             refs[(*n)++] = (struct run_ref){xstrdup(run->tenant), xstrdup(run->id), run->attempt};
     }
-    for (size_t q = 0; q < e->qlen; q++) {
-        const struct run *run = e->queue[(e->qhead + q) % (size_t)e->nslots];
+    for (size_t q = 0; q < e->q.len; q++) {
+        const struct run *run = e->queue[ring_at(&e->q, q)];
         refs[(*n)++] = (struct run_ref){xstrdup(run->tenant), xstrdup(run->id), run->attempt};
     }
     pthread_mutex_unlock(&e->mu);

@@ -69,9 +69,9 @@ struct poller {
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, sched_cv;
-    struct job *queue; /* claimed, not yet started: a ring of qcap */
-    size_t qhead, qlen, qcap;
-    int room;      /* claims the scheduler may add: qcap - queued - in flight */
+    struct job *queue; /* claimed, not yet started: a ring of q.cap */
+    struct ring q;
+    int room;      /* claims the scheduler may add: q.cap - queued - in flight */
     int claim_min; /* the least room worth a claim: 1, or n / 2 while behind */
     bool stop, wake, started, sched_started;
     int nstarted;     /* checker threads running */
@@ -85,8 +85,7 @@ struct poller {
     uint64_t claims;        /* claim statements made: each names its owner (scheduler) */
     /* the writer: next checks to schedule, many per statement */
     pthread_cond_t again_cv;
-    struct again *againq;
-    size_t nagain, again_cap;
+    struct handoff againq; /* of struct again */
     bool writer_stop, writer_started;
     pthread_t writer;
 };
@@ -213,12 +212,9 @@ static void again(struct again *next, const struct run_ctx *rc, const struct pol
 /* Queues a next check for the writer; under p->mu. */
 static void hand_over(struct poller *p, struct again *a)
 {
-    if (p->nagain == p->again_cap) {
-        p->again_cap = p->again_cap ? p->again_cap * 2 : 64;
-        p->againq = xrealloc(p->againq, p->again_cap * sizeof(*p->againq));
-    }
-    p->againq[p->nagain++] = *a;
-    if (p->nagain == 1 || p->nagain == AGAIN_GATHER)
+    size_t n = handoff_add(&p->againq, a);
+
+    if (n == 1 || n == AGAIN_GATHER)
         pthread_cond_signal(&p->again_cv);
 }
 
@@ -274,18 +270,15 @@ static void *writer_main(void *arg)
     for (;;) {
         size_t n;
         struct timespec ts;
-        while (!p->writer_stop && p->nagain == 0)
+        while (!p->writer_stop && p->againq.n == 0)
             pthread_cond_wait(&p->again_cv, &p->mu);
-        if (p->nagain == 0)
+        if (p->againq.n == 0)
             break;
         abstime_after_ms(&ts, AGAIN_GATHER_MS);
-        while (!p->writer_stop && p->nagain < AGAIN_GATHER &&
+        while (!p->writer_stop && p->againq.n < AGAIN_GATHER &&
                pthread_cond_timedwait(&p->again_cv, &p->mu, &ts) == 0)
             ;
-        n = p->nagain < AGAIN_BATCH ? p->nagain : AGAIN_BATCH;
-        memcpy(batch, p->againq, n * sizeof(*batch));
-        memmove(p->againq, p->againq + n, (p->nagain - n) * sizeof(*p->againq));
-        p->nagain -= n;
+        n = handoff_take(&p->againq, batch, AGAIN_BATCH);
         pthread_mutex_unlock(&p->mu);
         again_write(p, batch, n, w);
         for (size_t i = 0; i < n; i++)
@@ -486,7 +479,7 @@ static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks
                     int64_t claimed_ms)
 {
     for (size_t i = 0; i < n; i++) {
-        struct job *j = &p->queue[(p->qhead + p->qlen++) % p->qcap];
+        struct job *j = &p->queue[ring_push(&p->q)];
         j->c = c[i];
         j->hooks = hooks;
         j->claimed_mono = claimed_ms;
@@ -548,13 +541,11 @@ static void *checker_main(void *arg)
     for (;;) {
         struct job j;
         struct again next = {0};
-        while (!p->stop && p->qlen == 0)
+        while (!p->stop && p->q.len == 0)
             pthread_cond_wait(&p->work_cv, &p->mu);
         if (p->stop)
             break;
-        j = p->queue[p->qhead];
-        p->qhead = (p->qhead + 1) % p->qcap;
-        p->qlen--;
+        j = p->queue[ring_pop(&p->q)];
         p->st.in_flight++;
         pthread_mutex_unlock(&p->mu);
         if (clock_mono_ms() - j.claimed_mono > QUEUE_WAIT_MAX_MS)
@@ -733,8 +724,9 @@ struct poller *poller_new(struct engine *e)
     }
     /* A check, or a cancel and a cleanup, each bounded by the check time. */
     p->lease_ms = 2 * longest * 1000 + LEASE_MARGIN_MS;
-    p->qcap = (size_t)p->n * QUEUE_PER_CHECKER;
-    p->queue = xcalloc(p->qcap, sizeof(*p->queue));
+    p->q.cap = (size_t)p->n * QUEUE_PER_CHECKER;
+    p->queue = xcalloc(p->q.cap, sizeof(*p->queue));
+    handoff_init(&p->againq, sizeof(struct again));
     p->checkers = xcalloc((size_t)p->n, sizeof(*p->checkers));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
@@ -748,7 +740,7 @@ enum status poller_start(struct poller *p, struct error *err)
 {
     if (p->ntypes == 0)
         return ST_OK; /* nothing here can wait: no threads */
-    p->room = (int)p->qcap;
+    p->room = (int)p->q.cap;
     p->claim_min = 1;
     p->wake = true;
     p->st.running = true;
@@ -790,13 +782,13 @@ static void release_queued(struct poller *p)
     struct engine *e = p->e;
     struct db *db = NULL;
     struct error err = {0};
-    struct poll_again *w = xcalloc(p->qlen ? p->qlen : 1, sizeof(*w));
-    struct run_ref *h = xcalloc(p->qlen ? p->qlen : 1, sizeof(*h));
-    const char **ho = xcalloc(p->qlen ? p->qlen : 1, sizeof(*ho));
+    struct poll_again *w = xcalloc(p->q.len ? p->q.len : 1, sizeof(*w));
+    struct run_ref *h = xcalloc(p->q.len ? p->q.len : 1, sizeof(*h));
+    const char **ho = xcalloc(p->q.len ? p->q.len : 1, sizeof(*ho));
     size_t nw = 0, nh = 0;
 
-    for (size_t i = 0; i < p->qlen; i++) {
-        const struct job *j = &p->queue[(p->qhead + i) % p->qcap];
+    for (size_t i = 0; i < p->q.len; i++) {
+        const struct job *j = &p->queue[ring_at(&p->q, i)];
         if (j->hooks) {
             ho[nh] = j->c.owner;
             h[nh++] = (struct run_ref){j->c.run->tenant, j->c.run->id, j->c.hooks_attempts};
@@ -819,8 +811,8 @@ static void release_queued(struct poller *p)
         LOG(LOG_WARN, "could not give back claimed checks runs=%zu: %s", nw, err.message);
     db_pool_put(e->pool, db);
     free(w);
-    for (; p->qlen > 0; p->qlen--, p->qhead = (p->qhead + 1) % p->qcap) {
-        struct job *j = &p->queue[p->qhead];
+    while (p->q.len > 0) {
+        struct job *j = &p->queue[ring_pop(&p->q)];
         run_free(j->c.run);
         free(j->c.external_id);
         json_decref(j->c.poll_state);
@@ -857,14 +849,16 @@ void poller_stop(struct poller *p)
 
 void poller_free(struct poller *p)
 {
+    struct again a;
+
     if (!p)
         return;
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->again_cv);
     pthread_cond_destroy(&p->sched_cv);
-    for (size_t i = 0; i < p->nagain; i++) /* none but after a failed start */
-        again_free(&p->againq[i]);
-    free(p->againq);
+    while (handoff_take(&p->againq, &a, 1) == 1) /* none but after a failed start */
+        again_free(&a);
+    handoff_cleanup(&p->againq);
     pthread_mutex_destroy(&p->mu);
     free(p->queue);
     free(p->checkers);
