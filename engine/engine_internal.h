@@ -3,8 +3,8 @@
  *
  * The files call each other in one direction only, each only files to its
  * right:
- *   engine.c (lifecycle) -> maint.c -> dispatch.c -> complete.c, poller.c
- *     -> doorbell.c -> thread.c, shared.c
+ *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
+ *     -> poller.c -> doorbell.c -> thread.c, queue.c, shared.c
  * The listener (doorbell.c) and the completer wake the dispatcher through
  * e->wake_dispatcher, set by engine.c, so neither needs anything to its
  * left. */
@@ -156,6 +156,11 @@ void dispatch_wake(struct engine *e);                  /* claim now */
 void dispatch_due(struct engine *e, int64_t delay_ms); /* claim in delay_ms at the latest */
 void dispatch_stop_claims(struct engine *e);           /* joins the dispatcher */
 void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins the workers */
+/* slot.c: one attempt on a worker's slot. */
+/* Runs the action of s->run (taken by the worker). True when the run ended
+ * and *c holds it for the completer; false when its end was written here,
+ * with *retry_ms the delay before a retry it wrote is due (-1: none). */
+bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 
