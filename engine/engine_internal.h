@@ -4,7 +4,8 @@
  * The files call each other in one direction only, each only files to its
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
- *     -> poller.c -> doorbell.c -> thread.c, queue.c, shared.c
+ *     -> poller.c -> poller_check.c, poller_writer.c -> doorbell.c
+ *     -> thread.c, queue.c, shared.c
  * The listener (doorbell.c) and the completer wake the dispatcher through
  * e->wake_dispatcher, set by engine.c, so neither needs anything to its
  * left. */
