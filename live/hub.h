@@ -1,4 +1,4 @@
-/* server/hub.h — the in-process fan-out of run events to SSE streams and
+/* live/hub.h — the in-process fan-out of run events to SSE streams and
  * long-polls.
  *
  * One reader thread follows run_events in id order with the settled horizon
@@ -30,8 +30,8 @@
  * callbacks and a waiter's fire callback run with the hub lock held, so they
  * must not call back into the hub. A hub_sub is read by one thread at a
  * time (its connection's). */
-#ifndef OPSRUN_SERVER_HUB_H
-#define OPSRUN_SERVER_HUB_H
+#ifndef OPSRUN_LIVE_HUB_H
+#define OPSRUN_LIVE_HUB_H
 
 #include "common/common.h"
 #include "store/db.h"

@@ -1,5 +1,5 @@
-/* server/sse.c — SSE streams: the database prelude, then the hub's live
- * frames (server/sse.h). */
+/* live/sse.c — SSE streams: the database prelude, then the hub's live
+ * frames (live/sse.h). */
 #include "live/sse.h"
 
 #include "common/dynbuf.h"

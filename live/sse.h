@@ -1,4 +1,4 @@
-/* server/sse.h — one server-sent-events stream (GET /runs/{id}/stream,
+/* live/sse.h — one server-sent-events stream (GET /runs/{id}/stream,
  * GET /stream): what it sends first from the database, then the live
  * frames of the hub.
  *
@@ -26,8 +26,8 @@
  *
  * Thread-safety: a stream is used by one thread at a time (its
  * connection's). */
-#ifndef OPSRUN_SERVER_SSE_H
-#define OPSRUN_SERVER_SSE_H
+#ifndef OPSRUN_LIVE_SSE_H
+#define OPSRUN_LIVE_SSE_H
 
 #include "live/hub.h"
 
