@@ -6,8 +6,9 @@
  * writes everything handed over since its last write in one statement (at
  * most COMPLETE_BATCH runs): one commit, one NOTIFY, for the whole batch,
  * so the commits per run fall as the load rises. A batch is written as soon
- * as the previous one has committed; nothing waits for a timer, so an idle
- * service completes a run as quickly as before.
+ * as the previous one has committed; nothing waits for a timer or for a
+ * batch to fill, so a lone run is written the moment it is handed over and
+ * batching costs an idle service no latency.
  *
  * Each run stays fenced on its own (its worker, its attempt, still held),
  * and a run counts as finished (logs, metrics, stats, API, streams) only

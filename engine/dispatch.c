@@ -67,10 +67,10 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
      * due runs were left behind by a cap, a local finish may free a slot. */
     e->backlog = (int)got == n || *capped;
     e->st.claimed_total += (int64_t)got;
-    /* One wake-up per run: a broadcast woke every idle worker (32 in the
-     * drain benchmark) to find a claim of a few runs, and they queued up on
-     * e->mu. A worker that is awake takes a run before it waits, so no run
-     * is left without one. */
+    /* One wake-up per run, not a broadcast: a broadcast wakes every idle
+     * worker for a claim of a few runs, and all but those few only queue up
+     * on e->mu to find nothing. A worker that is awake takes a run before it
+     * waits, so no run is left without one. */
     for (size_t i = 0; i < got; i++)
         pthread_cond_signal(&e->work_cv);
     pthread_mutex_unlock(&e->mu);

@@ -184,10 +184,11 @@ static bool runs_backlog(struct poller *p)
  * 1 / RUNS_FIRST_FACTOR of the time since then, and never later than one
  * poller.interval_ms from now (the writer's statements overlap the
  * claims', so their sum can outgrow the wall clock). A poller at capacity
- * takes the CPU and the database that runs need; with this, demo runs
- * beside 5,000 checks due every 50 ms keep most of their throughput
- * (bench/README.md), while the checks fall behind, visibly (/healthz
- * polls). Runs that do not fill the workers do not hold it back. t0 and
+ * would take the CPU and the database that runs need; with this, runs keep
+ * most of their throughput beside more checks than the poller can make
+ * (bench/README.md measures it), and it is the checks that fall behind,
+ * visibly (/healthz polls). Runs that do not fill the workers do not hold
+ * it back. t0 and
  * db0: this claim's start, and db_us then; every claim, full or not,
  * starts the next window. */
 static int64_t next_claim_ms(struct poller *p, int64_t t0, int64_t db0, bool full)

@@ -13,7 +13,9 @@
  * waits (otherwise ST_LOST: the run was cancelled, or the lease passed and
  * another replica took over); it writes the schedule row and the runs row's
  * poll_count, next_poll_at and poll_state (a HOT update: none is indexed).
- * Hooks are claimed from the runs row (hooks_at, poll_owner) as before.
+ * Hooks are claimed from the runs row (hooks_at, poll_owner), not from
+ * run_polls: they are due once the run has ended, when it no longer waits
+ * and so has no schedule row.
  *
  * The owner is the caller's name for one claim, never reused (the poller
  * passes its replica's worker id and the claim's number, "w-.../17"): a
