@@ -132,22 +132,79 @@ void engine_events_written(struct engine *e)
     doorbell_ring(e, false, true);
 }
 
+/* A drain that waits on runs says so at once and then this often: the
+ * grace may be long (shutdown_grace_s up to a day), and an operator
+ * watching a stop must see what it waits for. At most DRAIN_REPORT_IDS run
+ * ids are listed. */
+#define DRAIN_REPORT_MS 5000
+#define DRAIN_REPORT_IDS 10
+
+/* What a drain waits for, copied under e->mu to be logged without it. */
+struct drain_report {
+    int running;
+    size_t queued;
+    char ids[DRAIN_REPORT_IDS * (RUN_ID_MAX + 1) + sizeof(",...")];
+};
+
+/* e->mu held. */
+static void drain_report_take(const struct engine *e, struct drain_report *r)
+{
+    size_t n = 0;
+    int listed = 0;
+
+    r->running = e->busy;
+    r->queued = e->q.len;
+    xsnprintf(r->ids, sizeof(r->ids), "-");
+    for (int i = 0; i < e->nslots; i++) {
+        const struct run *run = e->slots[i].run;
+        if (!run)
+            continue;
+        if (listed++ == DRAIN_REPORT_IDS) {
+            xsnprintf(r->ids + n, sizeof(r->ids) - n, ",...");
+            break;
+        }
+        n += xsnprintf(r->ids + n, sizeof(r->ids) - n, "%s%.*s", n ? "," : "", RUN_ID_MAX, run->id);
+    }
+}
+
+/* Waits, for at most grace_s, until no run is running or queued here or
+ * engine_hurry is called; logs what it waits for every DRAIN_REPORT_MS. */
+static void drain_wait(struct engine *e, int grace_s)
+{
+    int64_t end = clock_mono_ms() + (int64_t)grace_s * 1000, report = clock_mono_ms();
+    struct drain_report r;
+
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        int64_t now = clock_mono_ms();
+        struct timespec ts;
+        if ((e->busy == 0 && e->q.len == 0) || e->hurry || now >= end)
+            break;
+        if (now >= report) {
+            drain_report_take(e, &r);
+            pthread_mutex_unlock(&e->mu);
+            LOG(LOG_INFO,
+                "draining, waiting for runs=%d queued=%zu grace_left_s=%lld worker=%s run_ids=%s",
+                r.running, r.queued, (long long)((end - now + 999) / 1000), e->worker_id, r.ids);
+            report = now + DRAIN_REPORT_MS;
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        abstime_after_ms(&ts, (report < end ? report : end) - now);
+        pthread_cond_timedwait(&e->idle_cv, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 void engine_drain(struct engine *e, int grace_s)
 {
-    struct timespec until;
-
     if (!e->started)
         return;
     dispatch_stop_claims(e);
     poller_stop(e->poller); /* its checks are due again at once, for other replicas */
 
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
-    abstime_after_ms(&until, (int64_t)grace_s * 1000);
-    pthread_mutex_lock(&e->mu);
-    while ((e->busy > 0 || e->q.len > 0) && !e->hurry &&
-           pthread_cond_timedwait(&e->idle_cv, &e->mu, &until) == 0)
-        ;
-    pthread_mutex_unlock(&e->mu);
+    drain_wait(e, grace_s);
     dispatch_stop_workers(e);
     maint_stop(e);
     doorbell_stop(e); /* after the workers: their last writes ring it */

@@ -61,8 +61,10 @@ void engine_submitted(struct engine *e);
 /* Something changed a run's events outside the engine (cancel): ring the
  * events doorbell. */
 void engine_events_written(struct engine *e);
-/* Stops claiming, waits up to grace_s for running runs to finish, then asks
- * the rest to stop and hands them back to the queue; joins every thread. */
+/* Stops claiming, waits up to grace_s for running runs to finish (logging,
+ * at once and every 5 s, the runs it waits for and the grace left), then
+ * asks the rest to stop and hands them back to the queue; joins every
+ * thread. */
 void engine_drain(struct engine *e, int grace_s);
 /* Ends a drain's grace period now (a second signal); any thread. */
 void engine_hurry(struct engine *e);
