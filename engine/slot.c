@@ -58,6 +58,20 @@ void slot_flush_progress(struct slot *s, struct db *db)
         doorbell_ring(s->e, false, true);
 }
 
+/* After the action's state was written or read (what says which): a fence
+ * that matched nothing means the run is no longer ours, and the action
+ * must stop; any failure is logged. Returns st. */
+static enum status slot_state_done(struct slot *s, const struct fence *f, enum status st,
+                                   const char *what, const struct error *err)
+{
+    if (st == ST_LOST)
+        atomic_store(&s->stop, STOP_LOST);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not %s of run=%s attempt=%d: %s", what, f->id, f->attempt,
+            err->message);
+    return st;
+}
+
 /* The action's state, written at once (it must be durable before the
  * action's next remote call). Serialised with the progress writes. */
 static enum status slot_save_state(void *arg, const json_t *state, bool cleanup_due)
@@ -74,12 +88,7 @@ static enum status slot_save_state(void *arg, const json_t *state, bool cleanup_
         st = store_runs_save_state(db, &f, state, cleanup_due, &err);
     db_pool_put(s->e->pool, db);
     pthread_mutex_unlock(&s->write_mu);
-    if (st == ST_LOST)
-        atomic_store(&s->stop, STOP_LOST);
-    if (st != ST_OK)
-        LOG(LOG_WARN, "could not record the state of run=%s attempt=%d: %s", f.id, f.attempt,
-            err.message);
-    return st;
+    return slot_state_done(s, &f, st, "record the state", &err);
 }
 
 static enum status slot_load_state(void *arg, json_t **state)
@@ -93,12 +102,7 @@ static enum status slot_load_state(void *arg, json_t **state)
     if (st == ST_OK)
         st = store_runs_load_state(db, &f, state, &err);
     db_pool_put(s->e->pool, db);
-    if (st == ST_LOST)
-        atomic_store(&s->stop, STOP_LOST);
-    if (st != ST_OK)
-        LOG(LOG_WARN, "could not read the saved state of run=%s attempt=%d: %s", f.id, f.attempt,
-            err.message);
-    return st;
+    return slot_state_done(s, &f, st, "read the saved state", &err);
 }
 
 /* True when this attempt may no longer write: it was found lost, or its
