@@ -128,10 +128,11 @@ static void *listener_main(void *arg)
         struct error err = {0};
         struct pollfd pf = {e->stop_efd, POLLIN, 0};
         bool stop = false;
+        bool up = db_connect(&opt, &db, &err) == ST_OK &&
+                  db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK;
         int64_t wait_ms;
 
-        if (db_connect(&opt, &db, &err) == ST_OK &&
-            db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK) {
+        if (up) {
             LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
             set_listening(e, true);
             backoff_reset(&pause);
@@ -139,12 +140,11 @@ static void *listener_main(void *arg)
             events_hint(e);
             stop = listen_loop(e, db);
             set_listening(e, false);
-            wait_ms = backoff_next_ms(&pause);
-        } else {
-            wait_ms = backoff_next_ms(&pause);
+        }
+        wait_ms = backoff_next_ms(&pause);
+        if (!up)
             LOG(LOG_WARN, "could not listen, retrying in %lld ms: %s", (long long)wait_ms,
                 err.message);
-        }
         db_close(db);
         if (stop || poll(&pf, 1, (int)wait_ms) > 0)
             break;
