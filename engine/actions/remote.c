@@ -500,12 +500,12 @@ static enum status check_json_template(const json_t *t, const char *path, struct
     return st;
 }
 
-static enum status check_method(const json_t *m, const char *path, struct error *err)
+static enum status check_method(const struct param *p, struct error *err)
 {
-    if (!m || STR_IN(json_string_value(m), "GET", "POST", "PUT", "PATCH", "DELETE"))
+    if (STR_IN(json_string_value(p->v), "GET", "POST", "PUT", "PATCH", "DELETE"))
         return ST_OK;
-    return error_set(err, ST_INVALID,
-                     "invalid \"%s.method\": expected GET, POST, PUT, PATCH or DELETE", path);
+    return error_set(err, ST_INVALID, "invalid \"%s\": expected GET, POST, PUT, PATCH or DELETE",
+                     p->path);
 }
 
 /* Whether a URL template's path has a "." or ".." segment of its own. */
@@ -525,20 +525,17 @@ static bool url_has_dot_segment(const char *tmpl)
 
 /* The URL: http or https (or an operator's {{env:NAME}} first), no value of
  * the run before the path, so that none can choose where the request goes. */
-static enum status check_url(const json_t *u, const char *path, bool need, struct error *err)
+static enum status check_url(const struct param *p, struct error *err)
 {
-    char sub[160], *origin;
-    const char *s = json_string_value(u);
+    const char *s = json_string_value(p->v);
+    char *origin;
     bool fixed;
 
-    xsnprintf(sub, sizeof(sub), "%s.url", path);
-    if (!u)
-        return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
     if (!s || (strncmp(s, "http://", 7) != 0 && strncmp(s, "https://", 8) != 0 &&
                strncmp(s, "{{env:", 6) != 0))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an http:// or https:// URL",
-                         sub);
-    if (remote_check_template(s, sub, err) != ST_OK)
+                         p->path);
+    if (remote_check_template(s, p->path, err) != ST_OK)
         return ST_INVALID;
     origin = xstrndup(s, url_origin_len(s));
     fixed = remote_template_operator_only(origin);
@@ -547,25 +544,24 @@ static enum status check_url(const json_t *u, const char *path, bool need, struc
         return error_set(err, ST_INVALID,
                          "invalid \"%s\": only {{env:...}} placeholders may stand before the path "
                          "(in the scheme, host or port)",
-                         sub);
+                         p->path);
     if (url_has_dot_segment(s))
-        return error_set(err, ST_INVALID, "invalid \"%s\": a \".\" or \"..\" path segment", sub);
+        return error_set(err, ST_INVALID, "invalid \"%s\": a \".\" or \"..\" path segment",
+                         p->path);
     return ST_OK;
 }
 
-static enum status check_headers(const json_t *h, const char *path, struct error *err)
+static enum status check_headers(const struct param *p, struct error *err)
 {
     char sub[200];
     const char *key;
     json_t *x;
 
-    if (!h)
-        return ST_OK;
-    if (!json_is_object(h))
-        return error_set(err, ST_INVALID, "invalid \"%s.headers\": expected an object", path);
-    json_object_foreach((json_t *)h, key, x)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, x)
     {
-        xsnprintf(sub, sizeof(sub), "%s.headers.%s", path, key);
+        xsnprintf(sub, sizeof(sub), "%s.%s", p->path, key);
         if (!json_is_string(x) || strpbrk(json_string_value(x), "\r\n") || strpbrk(key, "\r\n: ") ||
             !*key)
             return error_set(err, ST_INVALID,
@@ -576,60 +572,69 @@ static enum status check_headers(const json_t *h, const char *path, struct error
     return ST_OK;
 }
 
-enum status remote_check_request(const json_t *req, const char *path, bool need_url,
-                                 struct error *err)
+static enum status check_body(const struct param *p, struct error *err)
 {
-    static const char *const keys[] = {"method",     "url",        "headers",
-                                       "body",       "body_text",  "content_type",
-                                       "timeout_ms", "xml_escape", NULL};
-    const json_t *t = json_object_get(req, "timeout_ms");
-    char sub[200];
-    const char *key;
-    json_t *x;
-
-    if (!json_is_object(req))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
-    json_object_foreach((json_t *)req, key, x)
-    {
-        if (!str_in(key, keys))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    if (check_method(json_object_get(req, "method"), path, err) != ST_OK ||
-        check_url(json_object_get(req, "url"), path, need_url, err) != ST_OK ||
-        check_headers(json_object_get(req, "headers"), path, err) != ST_OK)
-        return ST_INVALID;
-    if (json_object_get(req, "body") && json_object_get(req, "body_text"))
+    if (json_object_get(p->in, "body_text"))
         return error_set(err, ST_INVALID,
-                         "invalid \"%s\": \"body\" and \"body_text\" exclude "
-                         "each other",
-                         path);
-    xsnprintf(sub, sizeof(sub), "%s.body", path);
-    if (check_json_template(json_object_get(req, "body"), sub, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.body_text", path);
-    x = json_object_get(req, "body_text");
-    if (x && (!json_is_string(x) || remote_check_template(json_string_value(x), sub, err) != ST_OK))
-        return err->message[0]
-                   ? ST_INVALID
-                   : error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
-    x = json_object_get(req, "content_type");
-    if (x && !json_is_string(x))
-        return error_set(err, ST_INVALID, "invalid \"%s.content_type\": expected a string", path);
-    x = json_object_get(req, "xml_escape");
-    if (x && !json_is_boolean(x))
-        return error_set(err, ST_INVALID, "invalid \"%s.xml_escape\": expected true or false",
-                         path);
-    if (json_is_false(x) && json_object_get(req, "body_text") &&
-        !remote_template_operator_only(json_string_value(json_object_get(req, "body_text"))))
+                         "invalid \"%s\": \"body\" and \"body_text\" exclude each other",
+                         p->in_path);
+    return check_json_template(p->v, p->path, err);
+}
+
+static enum status check_body_text(const struct param *p, struct error *err)
+{
+    if (!json_is_string(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", p->path);
+    return remote_check_template(json_string_value(p->v), p->path, err);
+}
+
+/* "xml_escape": false puts values in as they are: the operator's only. */
+static enum status check_xml_escape(const struct param *p, struct error *err)
+{
+    const char *text = json_string_value(json_object_get(p->in, "body_text"));
+
+    if (!json_is_boolean(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected true or false", p->path);
+    if (json_is_false(p->v) && text && !remote_template_operator_only(text))
         return error_set(err, ST_INVALID,
                          "invalid \"%s.body_text\": with \"xml_escape\": false only {{env:...}} "
                          "placeholders may be used (a run's values would go in unescaped)",
-                         path);
-    if (t && (!json_is_integer(t) || json_integer_value(t) < 1 ||
-              json_integer_value(t) > REMOTE_TIMEOUT_MAX_MS))
-        return error_set(err, ST_INVALID, "invalid \"%s.timeout_ms\": must be between 1 and %d",
-                         path, REMOTE_TIMEOUT_MAX_MS);
+                         p->in_path);
     return ST_OK;
+}
+
+/* A request description's rules, "url" as url_need says. */
+/* clang-format off */
+#define REQUEST_RULES(url_need)                                  \
+    {"method", check_method, .need = PARAM_OPTIONAL},            \
+    {"url", check_url, .need = (url_need)},                      \
+    {"headers", check_headers, .need = PARAM_OPTIONAL},          \
+    {"body", check_body, .need = PARAM_OPTIONAL},                \
+    {"body_text", check_body_text, .need = PARAM_OPTIONAL},      \
+    {"content_type", params_string, .need = PARAM_OPTIONAL},     \
+    {"xml_escape", check_xml_escape, .need = PARAM_OPTIONAL},    \
+    {"timeout_ms", params_int, .min = 1, .max = REMOTE_TIMEOUT_MAX_MS}
+/* clang-format on */
+
+static const struct param_rule request_rules[] = {REQUEST_RULES(PARAM_REQUIRED), {0}};
+static const struct param_rule job_request_rules[] = {REQUEST_RULES(PARAM_OPTIONAL), {0}};
+
+enum status remote_check_request(const json_t *req, const char *path, bool need_url,
+                                 struct error *err)
+{
+    if (!json_is_object(req))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    return params_check(req, need_url ? request_rules : job_request_rules, path, err);
+}
+
+enum status remote_rule_request(const struct param *p, struct error *err)
+{
+    return remote_check_request(p->v, p->path, true, err);
+}
+
+enum status remote_rule_job_request(const struct param *p, struct error *err)
+{
+    return remote_check_request(p->v, p->path, false, err);
 }
 
 /* ---- the call -------------------------------------------------------------- */
@@ -1070,83 +1075,33 @@ bool remote_cleanup_hook(struct run_ctx *rc)
 
 /* ---- params every job action reads -------------------------------------- */
 
-static enum status check_pointer(const json_t *params, const char *key, bool need, const char *path,
-                                 struct error *err)
+enum status remote_rule_pointer(const struct param *p, struct error *err)
 {
-    const json_t *v = json_object_get(params, key);
-
-    if (!v)
-        return need ? error_set(err, ST_INVALID, "missing \"%s.%s\"", path, key) : ST_OK;
-    if (!json_is_string(v) || !jptr_valid(json_string_value(v)))
+    if (!json_is_string(p->v) || !jptr_valid(json_string_value(p->v)))
         return error_set(err, ST_INVALID,
-                         "invalid \"%s.%s\": expected a JSON pointer such as \"/job/id\"", path,
-                         key);
+                         "invalid \"%s\": expected a JSON pointer such as \"/job/id\"", p->path);
     return ST_OK;
 }
 
-static enum status check_optional_request(const json_t *params, const char *key, const char *path,
-                                          bool need_url, struct error *err)
-{
-    const json_t *v = json_object_get(params, key);
-    char sub[200];
-
-    if (!v)
-        return ST_OK;
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    return remote_check_request(v, sub, need_url, err);
-}
-
-static enum status check_state_map(const json_t *map, const char *path, struct error *err)
+enum status remote_rule_state_map(const struct param *p, struct error *err)
 {
     const char *key;
     json_t *v;
 
-    if (!json_is_object(map) || json_object_size(map) == 0)
+    if (!p->v && !json_object_get(p->in, "state_pointer"))
+        return ST_OK;
+    if (!json_is_object(p->v) || json_object_size(p->v) == 0)
         return error_set(err, ST_INVALID,
-                         "invalid \"%s.state_map\": expected an object mapping remote states to "
+                         "invalid \"%s\": expected an object mapping remote states to "
                          "running, succeeded, failed or cancelled",
-                         path);
-    json_object_foreach((json_t *)map, key, v)
+                         p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
         if (!STR_IN(json_string_value(v), "running", "succeeded", "failed", "cancelled"))
             return error_set(err, ST_INVALID,
-                             "invalid \"%s.state_map.%s\": expected running, succeeded, failed "
+                             "invalid \"%s.%s\": expected running, succeeded, failed "
                              "or cancelled",
-                             path, key);
+                             p->path, key);
     }
-    return ST_OK;
-}
-
-/* set: two or three choices, NULL-terminated. */
-static enum status check_choice(const json_t *params, const char *key, const char *const *set,
-                                const char *path, struct error *err)
-{
-    const json_t *v = json_object_get(params, key);
-
-    if (v && !str_in(json_string_value(v), set))
-        return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected one of %s, %s%s%s", path,
-                         key, set[0], set[1], set[2] ? ", " : "", set[2] ? set[2] : "");
-    return ST_OK;
-}
-
-enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
-                                    bool hooks_need_url, struct error *err)
-{
-    static const char *const unknown[] = {"running", "failed", NULL};
-    static const char *const gone[] = {"failed", "succeeded", "cancelled", NULL};
-    bool state = json_object_get(params, "state_pointer") != NULL;
-
-    if (check_pointer(params, "state_pointer", need_state, path, err) != ST_OK ||
-        ((state || json_object_get(params, "state_map")) &&
-         check_state_map(json_object_get(params, "state_map"), path, err) != ST_OK) ||
-        check_choice(params, "unknown_state", unknown, path, err) != ST_OK ||
-        check_choice(params, "gone", gone, path, err) != ST_OK ||
-        check_pointer(params, "result_pointer", false, path, err) != ST_OK ||
-        check_pointer(params, "error_pointer", false, path, err) != ST_OK ||
-        check_pointer(params, "summary_counts_pointer", false, path, err) != ST_OK ||
-        check_pointer(params, "failure_summary_pointer", false, path, err) != ST_OK ||
-        check_optional_request(params, "cancel", path, hooks_need_url, err) != ST_OK ||
-        check_optional_request(params, "cleanup", path, hooks_need_url, err) != ST_OK)
-        return ST_INVALID;
     return ST_OK;
 }

@@ -46,6 +46,7 @@
 #include "common/common.h"
 
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 
 #include <jansson.h>
 
@@ -67,6 +68,11 @@ struct remote_vars {
  * name path. */
 enum status remote_check_request(const json_t *req, const char *path, bool need_url,
                                  struct error *err) WUR;
+/* remote_check_request as a rule (params.h): with a "url"; or where a
+ * request without one goes to the job's URL, its external id (the http
+ * action's status, cancel and cleanup). */
+enum status remote_rule_request(const struct param *p, struct error *err);
+enum status remote_rule_job_request(const struct param *p, struct error *err);
 
 struct remote_response {
     long status; /* HTTP status; 0 when no response */
@@ -126,12 +132,30 @@ json_t *remote_json(const struct remote_response *r);
 
 /* ---- what the job actions (rest_job, http, soap_job) share ---- */
 
-/* Checks the params every job action reads the same way: state_pointer
- * (required when need_state) with state_map and unknown_state, gone,
- * result_pointer, error_pointer, summary_counts_pointer,
- * failure_summary_pointer, and the cancel and cleanup requests. */
-enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
-                                    bool hooks_need_url, struct error *err) WUR;
+/* The rules (params.h) of the params every job action reads the same way,
+ * for the end of its table: state_pointer (as state_need says) with
+ * state_map (required with it), unknown_state, gone, result_pointer,
+ * error_pointer, summary_counts_pointer, failure_summary_pointer, and the
+ * cancel and cleanup requests (checked by hook_check). */
+/* clang-format off */
+#define REMOTE_JOB_RULES(state_need, hook_check)                                   \
+    {"state_pointer", remote_rule_pointer, .need = (state_need)},                  \
+    {"state_map", remote_rule_state_map, .need = PARAM_ALWAYS},                    \
+    {"unknown_state", params_choice,                                               \
+     .choices = (const char *const[]){"running", "failed", NULL}},                 \
+    {"gone", params_choice,                                                        \
+     .choices = (const char *const[]){"failed", "succeeded", "cancelled", NULL}},  \
+    {"result_pointer", remote_rule_pointer, .need = PARAM_OPTIONAL},               \
+    {"error_pointer", remote_rule_pointer, .need = PARAM_OPTIONAL},                \
+    {"summary_counts_pointer", remote_rule_pointer, .need = PARAM_OPTIONAL},       \
+    {"failure_summary_pointer", remote_rule_pointer, .need = PARAM_OPTIONAL},      \
+    {"cancel", hook_check, .need = PARAM_OPTIONAL},                                \
+    {"cleanup", hook_check, .need = PARAM_OPTIONAL}
+/* clang-format on */
+/* A JSON pointer into a job's answers ("such as /job/id"). */
+enum status remote_rule_pointer(const struct param *p, struct error *err);
+/* state_map: remote states to running, succeeded, failed or cancelled. */
+enum status remote_rule_state_map(const struct param *p, struct error *err);
 /* A string param of the run type, or def. */
 const char *remote_param(const struct run_ctx *rc, const char *key, const char *def);
 /* The placeholder values of a run. */

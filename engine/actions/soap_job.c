@@ -19,13 +19,13 @@
  * are transient. cleanup (and cancel) are optional requests. Answers are
  * parsed by libxml2 without network access or entity expansion. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
 #include "engine/actions/remote.h"
 
 #include "common/jsonptr.h"
 #include "common/log.h"
 
-#include <assert.h>
 #include <ctype.h>
 #include <libxml/parser.h>
 #include <libxml/xpath.h>
@@ -46,27 +46,10 @@ static void quiet(void *ctx, xmlErrorPtr e)
 
 static const struct prep_kind prep_soap;
 
-/* keys: NULL-terminated. */
-static enum status check_keys(const json_t *obj, const char *const *keys, const char *path,
-                              struct error *err)
-{
-    const char *key;
-    json_t *v;
-
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        if (!str_in(key, keys))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    return ST_OK;
-}
-
-static enum status check_xpath(const json_t *v, const char *path, bool need, struct error *err)
+static enum status xpath_valid(const json_t *v, const char *path, struct error *err)
 {
     xmlXPathCompExprPtr c;
 
-    if (!v)
-        return need ? error_set(err, ST_INVALID, "missing \"%s\"", path) : ST_OK;
     xmlSetStructuredErrorFunc(NULL, quiet);
     if (!json_is_string(v) || !(c = xmlXPathCompile(BAD_CAST json_string_value(v))))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an XPath expression", path);
@@ -74,181 +57,108 @@ static enum status check_xpath(const json_t *v, const char *path, bool need, str
     return ST_OK;
 }
 
-static enum status check_req(const json_t *params, const char *key, bool need, const char *path,
-                             struct error *err)
+static enum status check_xpath(const struct param *p, struct error *err)
 {
-    const json_t *v = json_object_get(params, key);
-    char sub[200];
-
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    if (!v)
-        return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
-    return remote_check_request(v, sub, true, err);
+    return xpath_valid(p->v, p->path, err);
 }
 
-static enum status check_strings(const json_t *v, const char *path, struct error *err)
-{
-    size_t i;
-    json_t *x;
-
-    if (!v)
-        return ST_OK;
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
-    json_array_foreach(v, i, x)
-    {
-        if (!json_is_string(x))
-            return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
-    }
-    return ST_OK;
-}
-
-static enum status check_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
-                             const char *path, struct error *err)
-{
-    const json_t *v = json_object_get(obj, key);
-
-    if (v && (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi))
-        return error_set(err, ST_INVALID, "invalid \"%s.%s\": must be between %lld and %lld", path,
-                         key, (long long)lo, (long long)hi);
-    return ST_OK;
-}
-
-/* The REST helpers: {"request": ..., "pointer": ..., numbers...}. */
-static enum status check_rest(const json_t *params, const char *key, const char *const *nums,
-                              size_t nnums, const char *path, struct error *err)
-{
-    const json_t *o = json_object_get(params, key), *ptr;
-    const char *keys[8] = {"request", "pointer"}; /* NULL-terminated: nnums <= 5 */
-    char sub[200];
-
-    if (!o)
-        return ST_OK;
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    if (!json_is_object(o))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", sub);
-    assert(nnums <= ARRAY_LEN(keys) - 3);
-    for (size_t i = 0; i < nnums; i++)
-        keys[2 + i] = nums[i];
-    if (check_keys(o, keys, sub, err) != ST_OK || check_req(o, "request", true, sub, err) != ST_OK)
-        return ST_INVALID;
-    ptr = json_object_get(o, "pointer");
-    if (!json_is_string(ptr) || !jptr_valid(json_string_value(ptr)))
-        return error_set(err, ST_INVALID, "invalid \"%s.pointer\": expected a JSON pointer", sub);
-    for (size_t i = 0; i < nnums; i++)
-        if (check_int(o, nums[i], 0, 86400000, sub, err) != ST_OK)
-            return ST_INVALID;
-    return ST_OK;
-}
-
-static enum status check_namespaces(const json_t *ns, const char *path, struct error *err)
+static enum status check_namespaces(const struct param *p, struct error *err)
 {
     const char *key;
     json_t *v;
 
-    if (!ns)
-        return ST_OK;
-    if (!json_is_object(ns))
-        return error_set(err, ST_INVALID, "invalid \"%s.namespaces\": expected an object", path);
-    json_object_foreach((json_t *)ns, key, v)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
         if (!*key || !json_is_string(v))
-            return error_set(err, ST_INVALID,
-                             "invalid \"%s.namespaces.%s\": expected a prefix and a URI", path,
-                             key);
+            return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected a prefix and a URI",
+                             p->path, key);
     }
     return ST_OK;
 }
 
 /* The start answer's captures share the poll state with the preparation
  * steps' captures and the action's own keys: a name may mean one thing. */
-static enum status check_capture(const json_t *params, const char *path, struct error *err)
+static enum status check_capture(const struct param *p, struct error *err)
 {
-    const json_t *cap = json_object_get(params, "capture");
     const char *key;
     json_t *v;
     char sub[200];
 
-    if (!cap)
-        return ST_OK;
-    if (!json_is_object(cap))
-        return error_set(err, ST_INVALID, "invalid \"%s.capture\": expected an object", path);
-    json_object_foreach((json_t *)cap, key, v)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
-        xsnprintf(sub, sizeof(sub), "%s.capture.%s", path, key);
-        if (prepare_reserved(key) || prepare_captures(params, key))
+        xsnprintf(sub, sizeof(sub), "%s.%s", p->path, key);
+        if (prepare_reserved(key) || prepare_captures(p->in, key))
             return error_set(err, ST_INVALID,
                              "invalid \"%s\": the name is one of the action's own state keys "
                              "or a preparation step's capture",
                              sub);
-        if (check_xpath(v, sub, true, err) != ST_OK)
+        if (xpath_valid(v, sub, err) != ST_OK)
             return ST_INVALID;
     }
     return ST_OK;
 }
 
-static enum status soap_job_check_params(const json_t *params, const char *path, struct error *err)
+static enum status check_prepare(const struct param *p, struct error *err)
 {
-    static const char *const keys[] = {"start",
-                                       "status",
-                                       "namespaces",
-                                       "task_id_xpath",
-                                       "capture",
-                                       "status_xpath",
-                                       "error_xpath",
-                                       "completed_date_xpath",
-                                       "complete_values",
-                                       "error_values",
-                                       "is_running",
-                                       "row_probe",
-                                       "readiness",
-                                       "cancel",
-                                       "cleanup",
-                                       "prepare",
-                                       "cancelled_values",
-                                       NULL};
-    static const char *const gate[] = {"confirmations", "min_gap_s", "after_completed_date_s",
-                                       "stuck_after_s"};
-    static const char *const probe[] = {"min_runtime_s", "min_interval_s"};
-    static const char *const ready[] = {"max_attempts", "initial_delay_ms", "max_delay_ms"};
-    char sub[200];
-
-    if (check_keys(params, keys, path, err) != ST_OK ||
-        check_req(params, "start", true, path, err) != ST_OK ||
-        check_req(params, "status", true, path, err) != ST_OK ||
-        check_req(params, "cancel", false, path, err) != ST_OK ||
-        check_req(params, "cleanup", false, path, err) != ST_OK ||
-        check_namespaces(json_object_get(params, "namespaces"), path, err) != ST_OK ||
-        check_capture(params, path, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.task_id_xpath", path);
-    if (check_xpath(json_object_get(params, "task_id_xpath"), sub, true, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.status_xpath", path);
-    if (check_xpath(json_object_get(params, "status_xpath"), sub, true, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.error_xpath", path);
-    if (check_xpath(json_object_get(params, "error_xpath"), sub, false, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.completed_date_xpath", path);
-    if (check_xpath(json_object_get(params, "completed_date_xpath"), sub, false, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.complete_values", path);
-    if (check_strings(json_object_get(params, "complete_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.error_values", path);
-    if (check_strings(json_object_get(params, "error_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.cancelled_values", path);
-    if (check_strings(json_object_get(params, "cancelled_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    if (prepare_check_params(params, path, &prep_soap, err) != ST_OK ||
-        check_rest(params, "is_running", gate, ARRAY_LEN(gate), path, err) != ST_OK ||
-        check_rest(params, "row_probe", probe, ARRAY_LEN(probe), path, err) != ST_OK ||
-        check_rest(params, "readiness", ready, ARRAY_LEN(ready), path, err) != ST_OK)
-        return ST_INVALID;
-    return ST_OK;
+    return prepare_check_steps(p->v, p->path, &prep_soap, err);
 }
+
+/* The REST helpers: {"request": ..., "pointer": ..., numbers...}. */
+/* clang-format off */
+#define REST_HELPER_RULES                                        \
+    {"request", remote_rule_request, .need = PARAM_REQUIRED},    \
+    {"pointer", params_pointer, .need = PARAM_ALWAYS}
+#define REST_NUMBER(key) {key, params_int, .min = 0, .max = 86400000}
+/* clang-format on */
+
+static const struct param_rule is_running_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("confirmations"),
+    REST_NUMBER("min_gap_s"),
+    REST_NUMBER("after_completed_date_s"),
+    REST_NUMBER("stuck_after_s"),
+    {0},
+};
+
+static const struct param_rule row_probe_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("min_runtime_s"),
+    REST_NUMBER("min_interval_s"),
+    {0},
+};
+
+static const struct param_rule readiness_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("max_attempts"),
+    REST_NUMBER("initial_delay_ms"),
+    REST_NUMBER("max_delay_ms"),
+    {0},
+};
+
+static const struct param_rule soap_job_rules[] = {
+    {"start", remote_rule_request, .need = PARAM_REQUIRED},
+    {"status", remote_rule_request, .need = PARAM_REQUIRED},
+    {"cancel", remote_rule_request, .need = PARAM_OPTIONAL},
+    {"cleanup", remote_rule_request, .need = PARAM_OPTIONAL},
+    {"namespaces", check_namespaces, .need = PARAM_OPTIONAL},
+    {"capture", check_capture, .need = PARAM_OPTIONAL},
+    {"task_id_xpath", check_xpath, .need = PARAM_REQUIRED},
+    {"status_xpath", check_xpath, .need = PARAM_REQUIRED},
+    {"error_xpath", check_xpath, .need = PARAM_OPTIONAL},
+    {"completed_date_xpath", check_xpath, .need = PARAM_OPTIONAL},
+    {"complete_values", params_strings, .need = PARAM_OPTIONAL},
+    {"error_values", params_strings, .need = PARAM_OPTIONAL},
+    {"cancelled_values", params_strings, .need = PARAM_OPTIONAL},
+    {"prepare", check_prepare, .need = PARAM_OPTIONAL},
+    {"is_running", params_object, .members = is_running_rules},
+    {"row_probe", params_object, .members = row_probe_rules},
+    {"readiness", params_object, .members = readiness_rules},
+    {0},
+};
 
 /* ---- XML answers -------------------------------------------------------- */
 
@@ -474,7 +384,7 @@ static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capt
 
 static enum status prep_check_capture(const json_t *expr, const char *path, struct error *err)
 {
-    return check_xpath(expr, path, true, err);
+    return xpath_valid(expr, path, err);
 }
 
 static enum step prep_accept(struct run_ctx *rc, const struct remote_response *r,
@@ -738,7 +648,7 @@ static bool soap_cleanup(struct run_ctx *rc)
 
 const struct action_ops action_soap_job_ops = {
     .name = "soap_job",
-    .check_params = soap_job_check_params,
+    .params = soap_job_rules,
     .start = soap_start,
     .poll = soap_poll,
     .cancel = remote_cancel_hook,
