@@ -12,7 +12,7 @@
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
-#include "engine/actions/remote.h"
+#include "engine/actions/remote_job.h"
 
 #include "common/jsonptr.h"
 
