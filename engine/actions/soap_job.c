@@ -17,49 +17,29 @@
  *   7. otherwise wait (the backoff).
  * SOAP faults: Client/Sender faults fail the run, Server/Receiver faults
  * are transient. cleanup (and cancel) are optional requests. Answers are
- * parsed by libxml2 without network access or entity expansion. */
+ * read with libxml2 in soap_xml.c, without network access or entity
+ * expansion. */
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
 #include "engine/actions/remote_job.h"
+#include "engine/actions/soap_xml_internal.h"
 
 #include "common/jsonptr.h"
 #include "common/log.h"
 
 #include <ctype.h>
-#include <libxml/parser.h>
-#include <libxml/xpath.h>
-#include <libxml/xpathInternals.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* libxml2 reports XPath and parse problems on stderr by default; we report
- * them ourselves (a config error, a failed check). The handler is
- * per-thread in libxml2, so each entry point sets it. */
-static void quiet(void *ctx, xmlErrorPtr e)
-{
-    (void)ctx, (void)e;
-}
 
 /* ---- params ------------------------------------------------------------ */
 
 static const struct prep_kind prep_soap;
 
-static enum status xpath_valid(const json_t *v, const char *path, struct error *err)
-{
-    xmlXPathCompExprPtr c;
-
-    xmlSetStructuredErrorFunc(NULL, quiet);
-    if (!json_is_string(v) || !(c = xmlXPathCompile(BAD_CAST json_string_value(v))))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an XPath expression", path);
-    xmlXPathFreeCompExpr(c);
-    return ST_OK;
-}
-
 static enum status check_xpath(const struct param *p, struct error *err)
 {
-    return xpath_valid(p->v, p->path, err);
+    return soap_xml_check_xpath(p->v, p->path, err);
 }
 
 static enum status check_namespaces(const struct param *p, struct error *err)
@@ -96,7 +76,7 @@ static enum status check_capture(const struct param *p, struct error *err)
                              "invalid \"%s\": the name is one of the action's own state keys "
                              "or a preparation step's capture",
                              sub);
-        if (xpath_valid(v, sub, err) != ST_OK)
+        if (soap_xml_check_xpath(v, sub, err) != ST_OK)
             return ST_INVALID;
     }
     return ST_OK;
@@ -160,84 +140,6 @@ static const struct param_rule soap_job_rules[] = {
     {0},
 };
 
-/* ---- XML answers -------------------------------------------------------- */
-
-/* A parsed answer: never touches the network, never expands entities. */
-static xmlDocPtr parse_xml(const struct remote_response *r)
-{
-    if (!r->body || r->len == 0 || r->len > (size_t)INT32_MAX)
-        return NULL;
-    return xmlReadMemory(r->body, (int)r->len, "answer.xml", NULL,
-                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-}
-
-/* The string value of expr in doc, trimmed; NULL when it matches nothing
- * or only empty text. Heap. */
-static char *xpath_text(xmlDocPtr doc, const json_t *ns, const char *expr)
-{
-    xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
-    xmlXPathObjectPtr obj;
-    xmlChar *s = NULL;
-    char *out = NULL;
-    const char *key;
-    json_t *v;
-
-    if (!ctx)
-        return NULL;
-    xmlSetStructuredErrorFunc(NULL, quiet);
-    json_object_foreach((json_t *)ns, key, v)
-    {
-        xmlXPathRegisterNs(ctx, BAD_CAST key, BAD_CAST json_string_value(v));
-    }
-    obj = xmlXPathEvalExpression(BAD_CAST expr, ctx);
-    if (obj && !(obj->type == XPATH_NODESET && xmlXPathNodeSetIsEmpty(obj->nodesetval)))
-        s = xmlXPathCastToString(obj);
-    if (s) {
-        size_t a = 0, b = strlen((char *)s);
-        while (a < b && isspace(s[a]))
-            a++;
-        while (b > a && isspace(s[b - 1]))
-            b--;
-        if (b > a)
-            out = xstrndup((char *)s + a, b - a);
-        xmlFree(s);
-    }
-    xmlXPathFreeObject(obj);
-    xmlXPathFreeContext(ctx);
-    return out;
-}
-
-/* A SOAP fault (1.1 faultcode/faultstring or 1.2 Code/Reason): its text in
- * *msg (heap) and whether the server side is at fault (transient). */
-static bool soap_fault(xmlDocPtr doc, char **msg, bool *server)
-{
-    char *code = xpath_text(doc, NULL,
-                            "(//*[local-name()='Fault']/*[local-name()='faultcode'] | "
-                            "//*[local-name()='Fault']/*[local-name()='Code']/"
-                            "*[local-name()='Value'])[1]");
-    char *text;
-
-    if (!code) {
-        xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
-        xmlXPathObjectPtr o =
-            ctx ? xmlXPathEvalExpression(BAD_CAST "//*[local-name()='Fault']", ctx) : NULL;
-        bool any = o && o->type == XPATH_NODESET && !xmlXPathNodeSetIsEmpty(o->nodesetval);
-        xmlXPathFreeObject(o);
-        xmlXPathFreeContext(ctx);
-        if (!any)
-            return false;
-    }
-    text = xpath_text(doc, NULL,
-                      "(//*[local-name()='Fault']/*[local-name()='faultstring'] | "
-                      "//*[local-name()='Fault']/*[local-name()='Reason']/"
-                      "*[local-name()='Text'])[1]");
-    *server = code && (strstr(code, "Server") || strstr(code, "Receiver"));
-    *msg = xasprintf("%s%s%s", code ? code : "soap:Fault", text ? ": " : "", text ? text : "");
-    free(code);
-    free(text);
-    return true;
-}
-
 /* ---- the action -------------------------------------------------------- */
 
 static const json_t *ns_of(const struct run_ctx *rc)
@@ -251,95 +153,17 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
     return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
-/* An answer that reports an error in its body, as the Marketing Cloud
- * style APIs do with HTTP 200: the first StatusCode "Error" of a result
- * with its StatusMessage and ErrorCode, or an OverallStatus that starts
- * with "Error" or "Has Errors". Sets rc->error (what: the call) with the
- * remote's own words in error.remote. */
-static bool soap_status_error(struct run_ctx *rc, xmlDocPtr doc, const char *what)
-{
-#define SC_ERROR                                                                                   \
-    "(//*[local-name()='StatusCode'][translate(normalize-space(.), 'ERO', 'ero') = 'error'])[1]"
-    char *code = xpath_text(doc, NULL, SC_ERROR);
-    char *msg = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='StatusMessage']") : NULL;
-    char *ecode = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='ErrorCode']") : NULL;
-    char *overall = xpath_text(doc, NULL, "(//*[local-name()='OverallStatus'])[1]");
-    bool bad = code || (overall && (strncasecmp(overall, "error", 5) == 0 ||
-                                    strncasecmp(overall, "has errors", 10) == 0));
-#undef SC_ERROR
-
-    if (bad) {
-        json_t *remote = json_object();
-        if (code) {
-            rc_error(rc, "soap_status_error", "%s: StatusCode %s: %s%s%s%s", what, code,
-                     msg ? msg : "(no StatusMessage)", ecode ? " (ErrorCode " : "",
-                     ecode ? ecode : "", ecode ? ")" : "");
-            json_object_set_new(remote, "status_code", json_string(code));
-        } else {
-            rc_error(rc, "soap_status_error", "%s: OverallStatus %s", what, overall);
-        }
-        if (msg)
-            json_object_set_new(remote, "status_message", json_string(msg));
-        if (ecode)
-            json_object_set_new(remote, "error_code", json_string(ecode));
-        if (overall)
-            json_object_set_new(remote, "overall_status", json_string(overall));
-        json_object_set_new(rc->error, "remote", remote);
-    }
-    free(code);
-    free(msg);
-    free(ecode);
-    free(overall);
-    return bad;
-}
-
-/* A SOAP answer read: its document, or NULL with rc->error set and *fail
- * the step to take (*fail is only set then). Faults: Client/Sender fail,
- * Server/Receiver are transient; a StatusCode/OverallStatus error fails;
- * HTTP errors as remote_classify says; an answer that is not XML is
- * transient, and so is a call that was stopped. */
-static xmlDocPtr soap_read(struct run_ctx *rc, const struct remote_response *r, const char *what,
-                           enum step *fail)
-{
-    xmlDocPtr doc = r->transport_error ? NULL : parse_xml(r);
-    enum step step = STEP_RETRY;
-    char *msg = NULL;
-    bool server = false;
-
-    if (doc && soap_fault(doc, &msg, &server)) {
-        rc_error(rc, "soap_fault", "%s: %s", what, msg);
-        step = server ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (remote_classify(r) != REMOTE_OK) {
-        remote_error(rc,
-                     remote_classify(r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
-                     what, r);
-        step = remote_classify(r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (!doc) {
-        remote_error(rc, "soap_malformed", what, r);
-    } else if (soap_status_error(rc, doc, what)) {
-        step = STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    }
-    /* a call cut off by the check's time limit or a shutdown is transient:
-     * the worker and the poller decide from their stop flag what it means */
-    if (!doc)
-        *fail = step;
-    free(msg);
-    return doc;
-}
-
-/* A SOAP call of params[key]: as soap_read. *fail is written only when it
+/* A SOAP call of params[key]: as soap_xml_read. *fail is written only when it
  * returns NULL: what an answer means (done, failed, still running) is the
  * caller's to decide. */
-static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
+static struct soap_xml *soap_call(struct run_ctx *rc, const char *key, const char *what,
+                                  enum step *fail)
 {
     const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
     struct error err = {0};
     char what_built[64];
-    xmlDocPtr doc;
+    struct soap_xml *doc;
 
     xsnprintf(what_built, sizeof(what_built), "the %s envelope", key);
     if (!remote_built(rc,
@@ -348,22 +172,22 @@ static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what
         *fail = STEP_FAIL;
         return NULL;
     }
-    doc = soap_read(rc, &r, what, fail);
+    doc = soap_xml_read(rc, &r, what, fail);
     remote_response_cleanup(&r);
     return doc;
 }
 
 /* Stores the value of each capture (NAME -> XPath) of doc in state; false
  * (rc->error set) when one finds nothing. */
-static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capture, json_t *state,
-                           const char *what)
+static bool capture_values(struct run_ctx *rc, struct soap_xml *doc, const json_t *capture,
+                           json_t *state, const char *what)
 {
     const char *key;
     json_t *x;
 
     json_object_foreach((json_t *)capture, key, x)
     {
-        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        char *val = soap_xml_text(doc, ns_of(rc), json_string_value(x));
         if (!val) {
             rc_error(rc, "soap_no_capture", "%s: the answer has no %s at %s", what, key,
                      json_string_value(x));
@@ -384,22 +208,22 @@ static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capt
 
 static enum status prep_check_capture(const json_t *expr, const char *path, struct error *err)
 {
-    return xpath_valid(expr, path, err);
+    return soap_xml_check_xpath(expr, path, err);
 }
 
 static enum step prep_accept(struct run_ctx *rc, const struct remote_response *r,
                              const json_t *capture, json_t *state, const char *what)
 {
     enum step fail;
-    xmlDocPtr doc;
+    struct soap_xml *doc;
     bool ok;
 
     if (!capture && !state && remote_classify(r) == REMOTE_GONE)
         return STEP_DONE; /* a cleanup of something already gone */
-    if (!(doc = soap_read(rc, r, what, &fail)))
+    if (!(doc = soap_xml_read(rc, r, what, &fail)))
         return fail;
     ok = !capture || capture_values(rc, doc, capture, state, what);
-    xmlFreeDoc(doc);
+    soap_xml_free(doc);
     return ok ? STEP_DONE : STEP_FAIL;
 }
 
@@ -551,7 +375,7 @@ static enum step soap_start(struct run_ctx *rc)
 {
     const json_t *cap = json_object_get(rc->type->params, "capture");
     enum step fail = prepare_run(rc, &prep_soap);
-    xmlDocPtr doc;
+    struct soap_xml *doc;
     char *id;
     const char *key;
     json_t *x;
@@ -560,12 +384,12 @@ static enum step soap_start(struct run_ctx *rc)
         return fail;
     if (!(doc = soap_call(rc, "start", "the start call failed", &fail)))
         return fail;
-    id = xpath_text(doc, ns_of(rc),
-                    json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
+    id = soap_xml_text(doc, ns_of(rc),
+                       json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
     if (!id) {
         rc_error(rc, "start_no_task_id", "the start answer has no task id at %s",
                  json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
-        xmlFreeDoc(doc);
+        soap_xml_free(doc);
         return STEP_FAIL;
     }
     rc_set_external_id(rc, id);
@@ -575,13 +399,13 @@ static enum step soap_start(struct run_ctx *rc)
      * optional helpers, which then fail like any helper call */
     json_object_foreach((json_t *)cap, key, x)
     {
-        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        char *val = soap_xml_text(doc, ns_of(rc), json_string_value(x));
         if (val)
             json_object_set_new(rc->poll_state, key, json_string(val));
         free(val);
     }
     free(id);
-    xmlFreeDoc(doc);
+    soap_xml_free(doc);
     return STEP_WAIT;
 }
 
@@ -604,17 +428,18 @@ static enum step soap_poll(struct run_ctx *rc)
     enum step step, fail;
     char *status, *errmsg, *date = NULL;
     const char *phase;
-    xmlDocPtr doc;
+    struct soap_xml *doc;
 
     phase = json_string_value(json_object_get(rc->poll_state, "phase"));
     if (phase && strcmp(phase, "readiness") == 0)
         return readiness_check(rc);
     if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
         return fail;
-    status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
-    errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
-    date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
-    xmlFreeDoc(doc);
+    status =
+        soap_xml_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
+    errmsg = ex ? soap_xml_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
+    date = cd ? soap_xml_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
+    soap_xml_free(doc);
     lower(status);
     json_object_set_new(rc->poll_state, "status", status ? json_string(status) : json_null());
     if (status && in_list(json_object_get(params, "complete_values"), complete_def, status)) {
