@@ -139,16 +139,6 @@ static void strv_free(struct strv *s)
     free(s->v);
 }
 
-static struct remote_vars vars_of(const struct run_ctx *rc)
-{
-    return (struct remote_vars){
-        .run_id = rc->run->id,
-        .tenant = rc->run->tenant,
-        .attempt = rc->run->attempt,
-        .input = run_input(rc->run),
-    };
-}
-
 /* Puts where (argv[1], env NAME) before err's message. */
 static enum status failed_at(struct error *err, enum status st, const char *where)
 {
@@ -168,7 +158,7 @@ static bool made_option(const char *tmpl, const char *arg, bool after_dashes)
 
 static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struct error *err)
 {
-    const struct remote_vars v = vars_of(rc);
+    const struct remote_vars v = remote_vars_of(rc);
     bool after_dashes = false;
     char where[32];
     size_t i;
@@ -198,7 +188,7 @@ static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struc
 
 static enum status build_env(const struct run_ctx *rc, struct strv *env, struct error *err)
 {
-    const struct remote_vars v = vars_of(rc);
+    const struct remote_vars v = remote_vars_of(rc);
     const char *key;
     json_t *x;
 

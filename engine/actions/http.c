@@ -117,17 +117,14 @@ static void retry_after(struct run_ctx *rc, const struct remote_response *r)
 static enum step http_start(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "request");
-    struct remote_vars v;
     struct remote_response r;
-    struct error err = {0};
     enum step step = prepare_run(rc, &prep_json);
     char *url;
 
     if (step != STEP_DONE)
         return step;
     step = STEP_FAIL;
-    v = remote_vars_of(rc);
-    if (!remote_built(rc, remote_call(req, &v, NULL, rc, &r, &err), "the request", &err))
+    if (!remote_call_run(rc, req, NULL, "the request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -173,15 +170,13 @@ static enum step http_start(struct run_ctx *rc)
 static enum step http_poll(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "status");
-    const struct remote_vars v = remote_vars_of(rc);
     json_t *get = req ? NULL : json_object(); /* no "status": a plain GET */
     struct remote_response r;
-    struct error err = {0};
     enum step step = STEP_RETRY;
-    enum status st = remote_call(req ? req : get, &v, rc->external_id, rc, &r, &err);
+    bool sent = remote_call_run(rc, req ? req : get, rc->external_id, "the status request", &r);
 
     json_decref(get);
-    if (!remote_built(rc, st, "the status request", &err))
+    if (!sent)
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:

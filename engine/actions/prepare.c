@@ -262,8 +262,6 @@ static enum step prepare_step(struct run_ctx *rc, const struct prep_kind *k, con
     const char *name = json_string_value(json_object_get(st, "name"));
     json_t *entry = json_pack("{s:s, s:b}", "step", name, "created", 0);
     struct remote_response r;
-    struct error err = {0};
-    struct remote_vars v;
     char what[128];
     enum step step;
 
@@ -276,10 +274,8 @@ static enum step prepare_step(struct run_ctx *rc, const struct prep_kind *k, con
     json_array_append_new(rec, entry);
     if (!rc_save_state(rc, rc->poll_state, true))
         return STEP_RETRY;
-    v = remote_vars_of(rc);
     xsnprintf(what, sizeof(what), "the request of the %s step", name);
-    if (!remote_built(rc, remote_call(json_object_get(st, "request"), &v, NULL, rc, &r, &err), what,
-                      &err))
+    if (!remote_call_run(rc, json_object_get(st, "request"), NULL, what, &r))
         return STEP_FAIL;
     xsnprintf(what, sizeof(what), "the %s step failed", name);
     step = k->accept(rc, &r, json_object_get(st, "capture"), rc->poll_state, what);

@@ -172,6 +172,12 @@ void remote_error(struct run_ctx *rc, const char *code, const char *what,
  * run should fail, as a retry would build the same request. true
  * otherwise. */
 bool remote_built(struct run_ctx *rc, enum status st, const char *what, const struct error *err);
+/* remote_call of req (url_override as there) with the values of rc's run
+ * (remote_vars_of), then remote_built: false when the request could not be
+ * built (rc->error says why, and out holds nothing); true when it went
+ * out, whatever came back (out then wants remote_response_cleanup). */
+bool remote_call_run(struct run_ctx *rc, const json_t *req, const char *url_override,
+                     const char *what, struct remote_response *out);
 /* The body parsed as JSON, or NULL (not JSON). New reference. */
 json_t *remote_json(const struct remote_response *r);
 

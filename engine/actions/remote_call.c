@@ -294,6 +294,15 @@ bool remote_built(struct run_ctx *rc, enum status st, const char *what, const st
     return false;
 }
 
+bool remote_call_run(struct run_ctx *rc, const json_t *req, const char *url_override,
+                     const char *what, struct remote_response *out)
+{
+    const struct remote_vars v = remote_vars_of(rc);
+    struct error err = {0};
+
+    return remote_built(rc, remote_call(req, &v, url_override, rc, out, &err), what, &err);
+}
+
 json_t *remote_json(const struct remote_response *r)
 {
     return r->body ? json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL) : NULL;

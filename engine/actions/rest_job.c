@@ -33,9 +33,7 @@ static const struct param_rule rest_job_rules[] = {
 
 static enum step rest_job_start(struct run_ctx *rc)
 {
-    struct remote_vars v;
     struct remote_response r;
-    struct error err = {0};
     json_t *body = NULL;
     char *id = NULL;
     enum step step = prepare_run(rc, &prep_json);
@@ -43,10 +41,8 @@ static enum step rest_job_start(struct run_ctx *rc)
     if (step != STEP_DONE)
         return step;
     step = STEP_FAIL;
-    v = remote_vars_of(rc);
-    if (!remote_built(
-            rc, remote_call(json_object_get(rc->type->params, "submit"), &v, NULL, rc, &r, &err),
-            "the submit request", &err))
+    if (!remote_call_run(rc, json_object_get(rc->type->params, "submit"), NULL,
+                         "the submit request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -79,15 +75,12 @@ static enum step rest_job_start(struct run_ctx *rc)
 
 static enum step rest_job_poll(struct run_ctx *rc)
 {
-    const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
-    struct error err = {0};
     json_t *body = NULL;
     enum step step = STEP_RETRY;
 
-    if (!remote_built(
-            rc, remote_call(json_object_get(rc->type->params, "status"), &v, NULL, rc, &r, &err),
-            "the status request", &err))
+    if (!remote_call_run(rc, json_object_get(rc->type->params, "status"), NULL,
+                         "the status request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:

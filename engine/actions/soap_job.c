@@ -159,16 +159,12 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
 static struct soap_xml *soap_call(struct run_ctx *rc, const char *key, const char *what,
                                   enum step *fail)
 {
-    const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
-    struct error err = {0};
     char what_built[64];
     struct soap_xml *doc;
 
     xsnprintf(what_built, sizeof(what_built), "the %s envelope", key);
-    if (!remote_built(rc,
-                      remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err),
-                      what_built, &err)) {
+    if (!remote_call_run(rc, json_object_get(rc->type->params, key), NULL, what_built, &r)) {
         *fail = STEP_FAIL;
         return NULL;
     }
