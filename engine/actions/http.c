@@ -30,7 +30,7 @@ static const struct param_rule http_rules[] = {
     {"status_any_host", params_bool, .need = PARAM_OPTIONAL},
     {"prepare", prepare_rule_json, .need = PARAM_OPTIONAL},
     REMOTE_JOB_RULES(PARAM_OPTIONAL, remote_rule_job_request),
-    {"status_url_pointer", NULL, .need = PARAM_OPTIONAL},
+    {"status_url_pointer", NULL, .need = PARAM_OPTIONAL}, /* not checked at load */
     {0},
 };
 
