@@ -11,6 +11,7 @@
 #include "handlers/handlers.h"
 #include "handlers/alertmanager.h"
 #include "handlers/intake.h"
+#include "handlers/labels.h"
 #include "handlers/metrics.h"
 
 #include "common/canon_json.h"
@@ -74,29 +75,6 @@ enum status am_parse_envelope(const json_t *body, struct am_envelope *out, struc
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 
-static void parse_labels(const json_t *labels, const char *prefix, struct am_alert *out,
-                         struct error *err)
-{
-    const char *key;
-    const json_t *v;
-    char field[64];
-
-    xsnprintf(field, sizeof(field), "%slabels", prefix);
-    if (!labels)
-        return; /* absent (reported by the caller) or of the wrong type (by member) */
-    json_object_foreach((json_t *)labels, key, v)
-    {
-        if (!json_is_string(v)) {
-            error_field(err, ST_INVALID, field, "label \"%.64s\" must be a string", key);
-            return;
-        }
-    }
-    out->labels = labels;
-    out->alertname = json_string_value(json_object_get(labels, "alertname"));
-    if (!out->alertname)
-        out->alertname = "";
-}
-
 enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *out,
                            struct error *err)
 {
@@ -119,7 +97,12 @@ enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *o
     xsnprintf(field, sizeof(field), "%slabels", prefix);
     if (!json_object_get(alert, "labels"))
         error_field(err, ST_INVALID, field, "is required");
-    parse_labels(member(alert, "labels", JSON_OBJECT, prefix, err), prefix, out, err);
+    /* member reports labels of the wrong type (and gives NULL for them) */
+    out->labels = labels_check(member(alert, "labels", JSON_OBJECT, prefix, err), field, err);
+    if (out->labels) {
+        const char *name = json_string_value(json_object_get(out->labels, "alertname"));
+        out->alertname = name ? name : "";
+    }
     out->fingerprint = member_str(alert, "fingerprint", prefix, err);
     if (out->fingerprint && (!*out->fingerprint || strlen(out->fingerprint) > FINGERPRINT_MAX)) {
         xsnprintf(field, sizeof(field), "%sfingerprint", prefix);

@@ -5,6 +5,7 @@
 #include "handlers/handlers.h"
 #include "handlers/alertmanager.h"
 #include "handlers/intake.h"
+#include "handlers/labels.h"
 #include "handlers/metrics.h"
 #include "handlers/submitq.h"
 
@@ -56,27 +57,6 @@ static void parse_strings(const json_t *body, struct submission *s, struct error
         s->dedupe_key = json_string_value(v);
 }
 
-static void parse_labels(const json_t *v, struct submission *s, struct error *err)
-{
-    const char *key;
-    const json_t *val;
-
-    if (!v)
-        return;
-    if (!json_is_object(v)) {
-        error_field(err, ST_INVALID, "labels", "must be an object of strings");
-        return;
-    }
-    json_object_foreach((json_t *)v, key, val)
-    {
-        if (!json_is_string(val)) {
-            error_field(err, ST_INVALID, "labels", "label \"%.64s\" must be a string", key);
-            return;
-        }
-    }
-    s->labels = v;
-}
-
 static void parse_others(const json_t *body, struct submission *s, struct error *err)
 {
     const json_t *v;
@@ -103,7 +83,7 @@ static void parse_others(const json_t *body, struct submission *s, struct error 
     else if (v)
         s->has_run_at = true;
 
-    parse_labels(json_object_get(body, "labels"), s, err);
+    s->labels = labels_check(json_object_get(body, "labels"), "labels", err);
 }
 
 enum status alerts_parse_generic(const json_t *body, struct submission *out, struct error *err)

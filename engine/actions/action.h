@@ -23,8 +23,8 @@
  * times out; cleanup() after every terminal transition of a run that waited
  * or ran a remote action. Both are best effort: failures are logged and
  * counted, and never change the run's outcome. poll/cancel/cleanup may be
- * NULL. check_params (required) validates a run type's params when the
- * configuration is loaded; its errors name keys under path. */
+ * NULL. params (required) is the table of rules a run type's params are
+ * checked against when the configuration is loaded (params.h). */
 #ifndef OPSRUN_ENGINE_ACTIONS_ACTION_H
 #define OPSRUN_ENGINE_ACTIONS_ACTION_H
 
@@ -41,6 +41,7 @@ enum step { STEP_DONE, STEP_FAIL, STEP_RETRY, STEP_WAIT };
  * so nothing may be written). */
 enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN, STOP_LOST };
 
+struct param_rule;  /* engine/actions/params.h */
 struct remote_conn; /* engine/actions/remote.h */
 
 struct run_ctx {
@@ -75,7 +76,7 @@ struct run_ctx {
 
 struct action_ops {
     const char *name;
-    enum status (*check_params)(const json_t *params, const char *path, struct error *err);
+    const struct param_rule *params;
     enum step (*start)(struct run_ctx *rc);
     enum step (*poll)(struct run_ctx *rc);
     bool (*cancel)(struct run_ctx *rc);  /* true when it worked */

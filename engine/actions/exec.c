@@ -23,6 +23,7 @@
  * progress. On cancel, timeout or shutdown the group gets SIGTERM, then
  * SIGKILL after grace_ms. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 #include "engine/actions/remote.h"
 
 #include "common/dynbuf.h"
@@ -43,6 +44,7 @@
 #define STDERR_TAIL 4096
 #define PROGRESS_LINE_MAX 512
 #define GRACE_DEFAULT_MS 5000
+#define GRACE_MAX_MS 600000
 #define STDOUT_DEFAULT_MAX (1024 * 1024)
 #define STDOUT_HARD_MAX (64 * 1024 * 1024)
 
@@ -52,78 +54,68 @@ static const char *const inherited[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", 
 
 /* ---- params ------------------------------------------------------------ */
 
-static enum status check_argv(const json_t *argv, const char *path, struct error *err)
+static enum status check_argv(const struct param *p, struct error *err)
 {
     size_t i;
     json_t *a;
     char sub[200];
 
-    if (!json_is_array(argv) || json_array_size(argv) == 0)
-        return error_set(err, ST_INVALID, "missing \"%s.argv\": a non-empty array of strings",
-                         path);
-    json_array_foreach(argv, i, a)
+    if (!json_is_array(p->v) || json_array_size(p->v) == 0)
+        return error_set(err, ST_INVALID, "missing \"%s\": a non-empty array of strings", p->path);
+    json_array_foreach(p->v, i, a)
     {
-        xsnprintf(sub, sizeof(sub), "%s.argv[%zu]", path, i);
+        xsnprintf(sub, sizeof(sub), "%s[%zu]", p->path, i);
         if (!json_is_string(a))
             return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
         if (remote_check_template(json_string_value(a), sub, err) != ST_OK)
             return ST_INVALID;
     }
-    if (json_string_value(json_array_get(argv, 0))[0] != '/')
+    if (json_string_value(json_array_get(p->v, 0))[0] != '/')
         return error_set(err, ST_INVALID,
-                         "invalid \"%s.argv[0]\": expected an absolute path (no search in PATH)",
-                         path);
-    if (!remote_template_operator_only(json_string_value(json_array_get(argv, 0))))
+                         "invalid \"%s[0]\": expected an absolute path (no search in PATH)",
+                         p->path);
+    if (!remote_template_operator_only(json_string_value(json_array_get(p->v, 0))))
         return error_set(err, ST_INVALID,
-                         "invalid \"%s.argv[0]\": only {{env:...}} placeholders may choose the "
+                         "invalid \"%s[0]\": only {{env:...}} placeholders may choose the "
                          "program",
-                         path);
+                         p->path);
     return ST_OK;
 }
 
-static enum status check_int(const json_t *params, const char *key, json_int_t lo, json_int_t hi,
-                             const char *path, struct error *err)
+static enum status check_env(const struct param *p, struct error *err)
 {
-    const json_t *v = json_object_get(params, key);
-
-    if (v && (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi))
-        return error_set(err, ST_INVALID, "invalid \"%s.%s\": must be between %lld and %lld", path,
-                         key, (long long)lo, (long long)hi);
-    return ST_OK;
-}
-
-static enum status exec_check_params(const json_t *params, const char *path, struct error *err)
-{
-    static const char *const keys[] = {"argv", "env", "cwd", "grace_ms", "max_stdout_bytes", NULL};
-    const json_t *env = json_object_get(params, "env"), *cwd = json_object_get(params, "cwd");
     const char *key;
     json_t *v;
     char sub[200];
 
-    json_object_foreach((json_t *)params, key, v)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
-        if (!str_in(key, keys))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    if (check_argv(json_object_get(params, "argv"), path, err) != ST_OK)
-        return ST_INVALID;
-    if (env && !json_is_object(env))
-        return error_set(err, ST_INVALID, "invalid \"%s.env\": expected an object", path);
-    json_object_foreach((json_t *)env, key, v)
-    {
-        xsnprintf(sub, sizeof(sub), "%s.env.%s", path, key);
+        xsnprintf(sub, sizeof(sub), "%s.%s", p->path, key);
         if (!*key || strchr(key, '=') || !json_is_string(v))
             return error_set(err, ST_INVALID, "invalid \"%s\": expected a name and a string", sub);
         if (remote_check_template(json_string_value(v), sub, err) != ST_OK)
             return ST_INVALID;
     }
-    if (cwd && (!json_is_string(cwd) || json_string_value(cwd)[0] != '/'))
-        return error_set(err, ST_INVALID, "invalid \"%s.cwd\": expected an absolute path", path);
-    if (check_int(params, "grace_ms", 0, 600000, path, err) != ST_OK ||
-        check_int(params, "max_stdout_bytes", 1, STDOUT_HARD_MAX, path, err) != ST_OK)
-        return ST_INVALID;
     return ST_OK;
 }
+
+static enum status check_cwd(const struct param *p, struct error *err)
+{
+    if (!json_is_string(p->v) || json_string_value(p->v)[0] != '/')
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an absolute path", p->path);
+    return ST_OK;
+}
+
+static const struct param_rule exec_rules[] = {
+    {"argv", check_argv, .need = PARAM_ALWAYS},
+    {"env", check_env, .need = PARAM_OPTIONAL},
+    {"cwd", check_cwd, .need = PARAM_OPTIONAL},
+    {"grace_ms", params_int, .min = 0, .max = GRACE_MAX_MS},
+    {"max_stdout_bytes", params_int, .min = 1, .max = STDOUT_HARD_MAX},
+    {0},
+};
 
 /* ---- the child ---------------------------------------------------------- */
 
@@ -147,16 +139,6 @@ static void strv_free(struct strv *s)
     free(s->v);
 }
 
-static struct remote_vars vars_of(const struct run_ctx *rc)
-{
-    return (struct remote_vars){
-        .run_id = rc->run->id,
-        .tenant = rc->run->tenant,
-        .attempt = rc->run->attempt,
-        .input = run_input(rc->run),
-    };
-}
-
 /* Puts where (argv[1], env NAME) before err's message. */
 static enum status failed_at(struct error *err, enum status st, const char *where)
 {
@@ -176,7 +158,7 @@ static bool made_option(const char *tmpl, const char *arg, bool after_dashes)
 
 static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struct error *err)
 {
-    const struct remote_vars v = vars_of(rc);
+    const struct remote_vars v = remote_vars_of(rc);
     bool after_dashes = false;
     char where[32];
     size_t i;
@@ -206,7 +188,7 @@ static enum status build_argv(const struct run_ctx *rc, struct strv *argv, struc
 
 static enum status build_env(const struct run_ctx *rc, struct strv *env, struct error *err)
 {
-    const struct remote_vars v = vars_of(rc);
+    const struct remote_vars v = remote_vars_of(rc);
     const char *key;
     json_t *x;
 
@@ -566,6 +548,6 @@ static enum step exec_start(struct run_ctx *rc)
 
 const struct action_ops action_exec_ops = {
     .name = "exec",
-    .check_params = exec_check_params,
+    .params = exec_rules,
     .start = exec_start,
 };

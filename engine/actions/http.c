@@ -10,8 +10,9 @@
  * retry at the start, a failed check afterwards); 404 and 410 while polling
  * are "gone"; other 4xx fail. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
-#include "engine/actions/remote.h"
+#include "engine/actions/remote_job.h"
 
 #include "common/jsonptr.h"
 
@@ -20,58 +21,18 @@
 
 /* ---- params ------------------------------------------------------------ */
 
-static bool key_known(const char *key)
-{
-    static const char *const keys[] = {"prepare",
-                                       "request",
-                                       "status",
-                                       "status_url_pointer",
-                                       "state_pointer",
-                                       "state_map",
-                                       "unknown_state",
-                                       "gone",
-                                       "result_pointer",
-                                       "error_pointer",
-                                       "summary_counts_pointer",
-                                       "failure_summary_pointer",
-                                       "cancel",
-                                       "cleanup",
-                                       "status_any_host",
-                                       NULL};
-
-    return str_in(key, keys);
-}
-
-static enum status http_check_params(const json_t *params, const char *path, struct error *err)
-{
-    const char *key;
-    json_t *v;
-    char sub[200];
-
-    json_object_foreach((json_t *)params, key, v)
-    {
-        if (!key_known(key))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    if (!json_object_get(params, "request"))
-        return error_set(err, ST_INVALID, "missing \"%s.request\"", path);
-    xsnprintf(sub, sizeof(sub), "%s.request", path);
-    if (remote_check_request(json_object_get(params, "request"), sub, true, err) != ST_OK)
-        return ST_INVALID;
-    if (json_object_get(params, "status")) {
-        xsnprintf(sub, sizeof(sub), "%s.status", path);
-        if (remote_check_request(json_object_get(params, "status"), sub, false, err) != ST_OK)
-            return ST_INVALID;
-    }
-    if (json_object_get(params, "status_any_host") &&
-        !json_is_boolean(json_object_get(params, "status_any_host")))
-        return error_set(err, ST_INVALID, "invalid \"%s.status_any_host\": expected true or false",
-                         path);
-    if (prepare_check_params(params, path, &prep_json, err) != ST_OK)
-        return ST_INVALID;
-    return remote_check_job_params(params, path, json_object_get(params, "state_pointer") != NULL,
-                                   false, err);
-}
+/* Without "url" the status, cancel and cleanup requests go to the status
+ * URL of the 202 answer; state_pointer is optional (without it any 2xx
+ * but 202 ends the run). */
+static const struct param_rule http_rules[] = {
+    {"request", remote_rule_request, .need = PARAM_REQUIRED},
+    {"status", remote_rule_job_request, .need = PARAM_OPTIONAL},
+    {"status_any_host", params_bool, .need = PARAM_OPTIONAL},
+    {"prepare", prepare_rule_json, .need = PARAM_OPTIONAL},
+    REMOTE_JOB_RULES(PARAM_OPTIONAL, remote_rule_job_request),
+    {"status_url_pointer", NULL, .need = PARAM_OPTIONAL}, /* not checked at load */
+    {0},
+};
 
 /* ---- the action -------------------------------------------------------- */
 
@@ -156,17 +117,14 @@ static void retry_after(struct run_ctx *rc, const struct remote_response *r)
 static enum step http_start(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "request");
-    struct remote_vars v;
     struct remote_response r;
-    struct error err = {0};
     enum step step = prepare_run(rc, &prep_json);
     char *url;
 
     if (step != STEP_DONE)
         return step;
     step = STEP_FAIL;
-    v = remote_vars_of(rc);
-    if (!remote_built(rc, remote_call(req, &v, NULL, rc, &r, &err), "the request", &err))
+    if (!remote_call_run(rc, req, NULL, "the request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -212,15 +170,13 @@ static enum step http_start(struct run_ctx *rc)
 static enum step http_poll(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "status");
-    const struct remote_vars v = remote_vars_of(rc);
     json_t *get = req ? NULL : json_object(); /* no "status": a plain GET */
     struct remote_response r;
-    struct error err = {0};
     enum step step = STEP_RETRY;
-    enum status st = remote_call(req ? req : get, &v, rc->external_id, rc, &r, &err);
+    bool sent = remote_call_run(rc, req ? req : get, rc->external_id, "the status request", &r);
 
     json_decref(get);
-    if (!remote_built(rc, st, "the status request", &err))
+    if (!sent)
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -253,7 +209,7 @@ static bool http_cleanup(struct run_ctx *rc)
 
 const struct action_ops action_http_ops = {
     .name = "http",
-    .check_params = http_check_params,
+    .params = http_rules,
     .start = http_start,
     .poll = http_poll,
     .cancel = remote_cancel_hook,

@@ -2,6 +2,8 @@
  * (engine/actions/prepare.h). */
 #include "engine/actions/prepare.h"
 
+#include "engine/actions/params.h"
+
 #include "common/jsonptr.h"
 #include "common/log.h"
 
@@ -63,56 +65,50 @@ static enum status check_capture(const json_t *cap, const char *path, const stru
     return ST_OK;
 }
 
+static enum status check_name(const struct param *p, struct error *err)
+{
+    if (!name_ok(json_string_value(p->v)))
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s\": expected a name of letters, digits, _ and -", p->path);
+    return ST_OK;
+}
+
+/* A step; its captures are the action's kind's, checked apart. */
+static const struct param_rule step_rules[] = {
+    {"name", check_name, .need = PARAM_ALWAYS},
+    {"request", remote_rule_request, .need = PARAM_REQUIRED},
+    {"cleanup", remote_rule_request, .need = PARAM_OPTIONAL},
+    {"capture", NULL, .need = PARAM_OPTIONAL},
+    {0},
+};
+
 static enum status check_step(const json_t *st, const char *path, const struct prep_kind *k,
                               struct error *err)
 {
-    static const char *const keys[] = {"name", "request", "capture", "cleanup", NULL};
-    const char *key;
-    json_t *v;
     char sub[256];
 
     if (!json_is_object(st))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
-    json_object_foreach((json_t *)st, key, v)
-    {
-        if (!str_in(key, keys))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    if (!name_ok(json_string_value(json_object_get(st, "name"))))
-        return error_set(err, ST_INVALID,
-                         "invalid \"%s.name\": expected a name of letters, digits, _ and -", path);
-    if (!json_object_get(st, "request"))
-        return error_set(err, ST_INVALID, "missing \"%s.request\"", path);
-    xsnprintf(sub, sizeof(sub), "%s.request", path);
-    if (remote_check_request(json_object_get(st, "request"), sub, true, err) != ST_OK)
+    if (params_check(st, step_rules, path, err) != ST_OK)
         return ST_INVALID;
-    if (json_object_get(st, "cleanup")) {
-        xsnprintf(sub, sizeof(sub), "%s.cleanup", path);
-        if (remote_check_request(json_object_get(st, "cleanup"), sub, true, err) != ST_OK)
-            return ST_INVALID;
-    }
     xsnprintf(sub, sizeof(sub), "%s.capture", path);
     return check_capture(json_object_get(st, "capture"), sub, k, err);
 }
 
-enum status prepare_check_params(const json_t *params, const char *path, const struct prep_kind *k,
-                                 struct error *err)
+enum status prepare_check_steps(const json_t *steps, const char *path, const struct prep_kind *k,
+                                struct error *err)
 {
-    const json_t *steps = json_object_get(params, "prepare");
     size_t i;
     json_t *st;
     char sub[256];
 
-    if (!steps)
-        return ST_OK;
     if (!json_is_array(steps) || json_array_size(steps) == 0 ||
         json_array_size(steps) > PREPARE_MAX_STEPS)
-        return error_set(err, ST_INVALID,
-                         "invalid \"%s.prepare\": expected an array of 1 to %d steps", path,
-                         PREPARE_MAX_STEPS);
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of 1 to %d steps",
+                         path, PREPARE_MAX_STEPS);
     json_array_foreach(steps, i, st)
     {
-        xsnprintf(sub, sizeof(sub), "%s.prepare[%zu]", path, i);
+        xsnprintf(sub, sizeof(sub), "%s[%zu]", path, i);
         if (check_step(st, sub, k, err) != ST_OK)
             return ST_INVALID;
         for (size_t j = 0; j < i; j++) {
@@ -266,8 +262,6 @@ static enum step prepare_step(struct run_ctx *rc, const struct prep_kind *k, con
     const char *name = json_string_value(json_object_get(st, "name"));
     json_t *entry = json_pack("{s:s, s:b}", "step", name, "created", 0);
     struct remote_response r;
-    struct error err = {0};
-    struct remote_vars v;
     char what[128];
     enum step step;
 
@@ -280,10 +274,8 @@ static enum step prepare_step(struct run_ctx *rc, const struct prep_kind *k, con
     json_array_append_new(rec, entry);
     if (!rc_save_state(rc, rc->poll_state, true))
         return STEP_RETRY;
-    v = remote_vars_of(rc);
     xsnprintf(what, sizeof(what), "the request of the %s step", name);
-    if (!remote_built(rc, remote_call(json_object_get(st, "request"), &v, NULL, rc, &r, &err), what,
-                      &err))
+    if (!remote_call_run(rc, json_object_get(st, "request"), NULL, what, &r))
         return STEP_FAIL;
     xsnprintf(what, sizeof(what), "the %s step failed", name);
     step = k->accept(rc, &r, json_object_get(st, "capture"), rc->poll_state, what);
@@ -377,3 +369,8 @@ static enum step json_accept(struct run_ctx *rc, const struct remote_response *r
 }
 
 const struct prep_kind prep_json = {json_check_capture, json_accept};
+
+enum status prepare_rule_json(const struct param *p, struct error *err)
+{
+    return prepare_check_steps(p->v, p->path, &prep_json, err);
+}

@@ -48,11 +48,14 @@ struct prep_kind {
  * worked; a cleanup of something 404/410 is done): rest_job and http. */
 extern const struct prep_kind prep_json;
 
-/* Checks params.prepare (absent is fine): at most PREPARE_MAX_STEPS steps,
- * unique names, known keys, requests and captures. Errors name path. */
+/* Checks the steps of params.prepare, named path in errors: 1 to
+ * PREPARE_MAX_STEPS of them, unique names, known keys, requests and
+ * captures of kind k. */
 #define PREPARE_MAX_STEPS 16
-enum status prepare_check_params(const json_t *params, const char *path, const struct prep_kind *k,
-                                 struct error *err) WUR;
+enum status prepare_check_steps(const json_t *steps, const char *path, const struct prep_kind *k,
+                                struct error *err) WUR;
+/* The rule (params.h) of "prepare" with prep_json's captures. */
+enum status prepare_rule_json(const struct param *p, struct error *err);
 
 /* start(), before the start call: cleans up what an earlier attempt of the
  * run left, then makes each step's call, recording it. STEP_DONE when every

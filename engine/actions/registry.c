@@ -2,6 +2,7 @@
  * one new file, engine/actions/NAME.c defining
  * `const struct action_ops action_NAME_ops`, plus its line in ACTIONS. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 
 #include <string.h>
 
@@ -41,7 +42,7 @@ static enum status registry_check_params(const char *name, const json_t *params,
 
     if (!ops)
         return error_set(err, ST_INVALID, "invalid \"%s\": unknown action \"%s\"", path, name);
-    return ops->check_params(params, path, err);
+    return params_check(params, ops->params, path, err);
 }
 
 const struct cfg_actions action_registry = {

@@ -1,7 +1,11 @@
-/* engine/actions/remote.h — what the remote actions (http, rest_job,
- * soap_job) share: HTTP requests described in a run type's params, with
- * templates, secrets from the environment and a bounded libcurl call. Params
- * name values inside answers and inputs with JSON pointers (common/jsonptr.h).
+/* engine/actions/remote.h — HTTP requests described in a run type's
+ * params, as the remote actions (http, rest_job, soap_job, their
+ * preparation steps) make them: templates with secrets from the
+ * environment (remote_template.c), URLs whose destination no value of a run
+ * can change (remote_url.c), descriptions checked at load
+ * (remote_request.c) and a bounded libcurl call (remote_call.c). Params
+ * name values inside answers and inputs with JSON pointers
+ * (common/jsonptr.h). What the job actions share on top is remote_job.h.
  *
  * A request description is a JSON object:
  *   {"method": "POST", "url": "https://jobs/api/jobs/{{external_id}}",
@@ -46,12 +50,15 @@
 #include "common/common.h"
 
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 
 #include <jansson.h>
 
 #define REMOTE_TIMEOUT_DEFAULT_MS 10000
 #define REMOTE_TIMEOUT_MAX_MS 600000
 #define REMOTE_RESPONSE_MAX (4 * 1024 * 1024)
+
+/* ---- templates (remote_template.c, remote_url.c) ---- */
 
 /* The values placeholders take. */
 struct remote_vars {
@@ -60,6 +67,43 @@ struct remote_vars {
     const json_t *input;
     const json_t *state; /* the run's poll state, for {{state:NAME}}; may be NULL */
 };
+/* The placeholder values of a run. */
+struct remote_vars remote_vars_of(const struct run_ctx *rc);
+
+/* Checks a template string's placeholders at load (known names, every
+ * {{env:NAME}} set); errors name path. */
+enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
+
+/* Whether every placeholder of tmpl is {{env:NAME}}: no value of a run can
+ * change its expansion. */
+bool remote_template_operator_only(const char *tmpl);
+
+/* Template expansion (exposed for tests and exec). On ST_OK *out is a heap
+ * string, never NULL; otherwise it is NULL. ST_INVALID for a placeholder
+ * with no value, a malformed template or a result longer than 512 MiB;
+ * ST_UNPROCESSABLE for a value of the run refused where mode puts it (a
+ * string with a NUL, anything mode names below). */
+enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
+                               struct error *err) WUR;
+#define REMOTE_RAW 0    /* as it is */
+#define REMOTE_URL 1    /* percent-encode every value; a run's with a line break is refused */
+#define REMOTE_XML 2    /* XML-escape every value; a run's XML does not allow is refused */
+#define REMOTE_HEADER 3 /* as it is; a run's with a control character is refused */
+/* A request's URL, with the protections above: an {{env:NAME}} before the
+ * path goes in as it is, every other value is percent-encoded. ST_INVALID
+ * for a template with a run's value before its path. */
+enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,
+                              struct error *err) WUR;
+enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
+                               struct error *err) WUR;
+
+/* Whether url goes where origin (a URL: its scheme and authority count)
+ * says: the same scheme, user, password, options, host, zone and port, as
+ * libcurl reads them. A url libcurl cannot read is never sent, so it passes
+ * here. */
+bool remote_same_authority(const char *origin, const char *url);
+
+/* ---- request descriptions (remote_request.c) ---- */
 
 /* Checks a request description at configuration load: its keys and types,
  * its placeholders, and that every {{env:NAME}} is set. need_url: "url" is
@@ -67,6 +111,13 @@ struct remote_vars {
  * name path. */
 enum status remote_check_request(const json_t *req, const char *path, bool need_url,
                                  struct error *err) WUR;
+/* remote_check_request as a rule (params.h): with a "url"; or where a
+ * request without one goes to the job's URL, its external id (the http
+ * action's status, cancel and cleanup). */
+enum status remote_rule_request(const struct param *p, struct error *err);
+enum status remote_rule_job_request(const struct param *p, struct error *err);
+
+/* ---- the call (remote_call.c) ---- */
 
 struct remote_response {
     long status; /* HTTP status; 0 when no response */
@@ -121,72 +172,13 @@ void remote_error(struct run_ctx *rc, const char *code, const char *what,
  * run should fail, as a retry would build the same request. true
  * otherwise. */
 bool remote_built(struct run_ctx *rc, enum status st, const char *what, const struct error *err);
+/* remote_call of req (url_override as there) with the values of rc's run
+ * (remote_vars_of), then remote_built: false when the request could not be
+ * built (rc->error says why, and out holds nothing); true when it went
+ * out, whatever came back (out then wants remote_response_cleanup). */
+bool remote_call_run(struct run_ctx *rc, const json_t *req, const char *url_override,
+                     const char *what, struct remote_response *out);
 /* The body parsed as JSON, or NULL (not JSON). New reference. */
 json_t *remote_json(const struct remote_response *r);
-
-/* ---- what the job actions (rest_job, http, soap_job) share ---- */
-
-/* Checks the params every job action reads the same way: state_pointer
- * (required when need_state) with state_map and unknown_state, gone,
- * result_pointer, error_pointer, summary_counts_pointer,
- * failure_summary_pointer, and the cancel and cleanup requests. */
-enum status remote_check_job_params(const json_t *params, const char *path, bool need_state,
-                                    bool hooks_need_url, struct error *err) WUR;
-/* A string param of the run type, or def. */
-const char *remote_param(const struct run_ctx *rc, const char *key, const char *def);
-/* The placeholder values of a run. */
-struct remote_vars remote_vars_of(const struct run_ctx *rc);
-/* A job ended as mapped ("succeeded", "failed", "cancelled") in remote
- * state `state`: the result (result_pointer, or the whole body), the
- * summaries (summary_counts_pointer, failure_summary_pointer), and for a
- * failure an error with the message at error_pointer. */
-enum step remote_job_ended(struct run_ctx *rc, const json_t *body, const char *mapped,
-                           const char *state);
-/* A job the remote no longer knows (404, 410): as params "gone" says. */
-enum step remote_job_gone(struct run_ctx *rc, const struct remote_response *r);
-/* The state at state_pointer through state_map (unknown_state for others):
- * STEP_WAIT while running, else as remote_job_ended; STEP_RETRY when the
- * body has no state. Records the state in rc->poll_state. */
-enum step remote_job_state(struct run_ctx *rc, const json_t *body);
-/* The optional request params[key] (cancel, cleanup): true when done or
- * not configured; a job the remote does not know counts as done. A request
- * without "url" goes to the external id (the http action's status URL). */
-bool remote_hook(struct run_ctx *rc, const char *key);
-/* The action hooks of a job action: remote_hook of "cancel", "cleanup". */
-bool remote_cancel_hook(struct run_ctx *rc);
-bool remote_cleanup_hook(struct run_ctx *rc);
-
-/* Whether url goes where origin (a URL: its scheme and authority count)
- * says: the same scheme, user, password, options, host, zone and port, as
- * libcurl reads them. A url libcurl cannot read is never sent, so it passes
- * here. */
-bool remote_same_authority(const char *origin, const char *url);
-
-/* Checks a template string's placeholders at load (known names, every
- * {{env:NAME}} set); errors name path. */
-enum status remote_check_template(const char *tmpl, const char *path, struct error *err) WUR;
-
-/* Whether every placeholder of tmpl is {{env:NAME}}: no value of a run can
- * change its expansion. */
-bool remote_template_operator_only(const char *tmpl);
-
-/* Template expansion (exposed for tests and exec). On ST_OK *out is a heap
- * string, never NULL; otherwise it is NULL. ST_INVALID for a placeholder
- * with no value, a malformed template or a result longer than 512 MiB;
- * ST_UNPROCESSABLE for a value of the run refused where mode puts it (a
- * string with a NUL, anything mode names below). */
-enum status remote_expand_text(const char *tmpl, const struct remote_vars *v, int mode, char **out,
-                               struct error *err) WUR;
-#define REMOTE_RAW 0    /* as it is */
-#define REMOTE_URL 1    /* percent-encode every value; a run's with a line break is refused */
-#define REMOTE_XML 2    /* XML-escape every value; a run's XML does not allow is refused */
-#define REMOTE_HEADER 3 /* as it is; a run's with a control character is refused */
-/* A request's URL, with the protections above: an {{env:NAME}} before the
- * path goes in as it is, every other value is percent-encoded. ST_INVALID
- * for a template with a run's value before its path. */
-enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,
-                              struct error *err) WUR;
-enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, json_t **out,
-                               struct error *err) WUR;
 
 #endif

@@ -9,8 +9,9 @@
  * Network errors, 408, 429 and 5xx are transient: a retry at submit, a
  * failed check (counted against the poll budget) afterwards. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
-#include "engine/actions/remote.h"
+#include "engine/actions/remote_job.h"
 
 #include "common/jsonptr.h"
 
@@ -19,71 +20,20 @@
 
 /* ---- params ------------------------------------------------------------ */
 
-static bool key_known(const char *key)
-{
-    static const char *const keys[] = {"prepare",
-                                       "submit",
-                                       "id_pointer",
-                                       "status",
-                                       "state_pointer",
-                                       "state_map",
-                                       "unknown_state",
-                                       "gone",
-                                       "result_pointer",
-                                       "error_pointer",
-                                       "summary_counts_pointer",
-                                       "failure_summary_pointer",
-                                       "cancel",
-                                       "cleanup",
-                                       NULL};
-
-    return str_in(key, keys);
-}
-
-static enum status check_request(const json_t *params, const char *key, const char *path,
-                                 struct error *err)
-{
-    const json_t *v = json_object_get(params, key);
-    char sub[200];
-
-    if (!v)
-        return error_set(err, ST_INVALID, "missing \"%s.%s\"", path, key);
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    return remote_check_request(v, sub, true, err);
-}
-
-static enum status rest_job_check_params(const json_t *params, const char *path, struct error *err)
-{
-    const json_t *id = json_object_get(params, "id_pointer");
-    const char *key;
-    json_t *v;
-
-    json_object_foreach((json_t *)params, key, v)
-    {
-        if (!key_known(key))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    if (check_request(params, "submit", path, err) != ST_OK)
-        return ST_INVALID;
-    if (!id)
-        return error_set(err, ST_INVALID, "missing \"%s.id_pointer\"", path);
-    if (!json_is_string(id) || !jptr_valid(json_string_value(id)))
-        return error_set(err, ST_INVALID,
-                         "invalid \"%s.id_pointer\": expected a JSON pointer such as \"/job/id\"",
-                         path);
-    if (check_request(params, "status", path, err) != ST_OK ||
-        prepare_check_params(params, path, &prep_json, err) != ST_OK)
-        return ST_INVALID;
-    return remote_check_job_params(params, path, true, true, err);
-}
+static const struct param_rule rest_job_rules[] = {
+    {"submit", remote_rule_request, .need = PARAM_REQUIRED},
+    {"id_pointer", remote_rule_pointer, .need = PARAM_REQUIRED},
+    {"status", remote_rule_request, .need = PARAM_REQUIRED},
+    {"prepare", prepare_rule_json, .need = PARAM_OPTIONAL},
+    REMOTE_JOB_RULES(PARAM_REQUIRED, remote_rule_request),
+    {0},
+};
 
 /* ---- the action -------------------------------------------------------- */
 
 static enum step rest_job_start(struct run_ctx *rc)
 {
-    struct remote_vars v;
     struct remote_response r;
-    struct error err = {0};
     json_t *body = NULL;
     char *id = NULL;
     enum step step = prepare_run(rc, &prep_json);
@@ -91,10 +41,8 @@ static enum step rest_job_start(struct run_ctx *rc)
     if (step != STEP_DONE)
         return step;
     step = STEP_FAIL;
-    v = remote_vars_of(rc);
-    if (!remote_built(
-            rc, remote_call(json_object_get(rc->type->params, "submit"), &v, NULL, rc, &r, &err),
-            "the submit request", &err))
+    if (!remote_call_run(rc, json_object_get(rc->type->params, "submit"), NULL,
+                         "the submit request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -127,15 +75,12 @@ static enum step rest_job_start(struct run_ctx *rc)
 
 static enum step rest_job_poll(struct run_ctx *rc)
 {
-    const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
-    struct error err = {0};
     json_t *body = NULL;
     enum step step = STEP_RETRY;
 
-    if (!remote_built(
-            rc, remote_call(json_object_get(rc->type->params, "status"), &v, NULL, rc, &r, &err),
-            "the status request", &err))
+    if (!remote_call_run(rc, json_object_get(rc->type->params, "status"), NULL,
+                         "the status request", &r))
         return STEP_FAIL;
     switch (remote_classify(&r)) {
     case REMOTE_TRANSIENT:
@@ -168,7 +113,7 @@ static bool rest_job_cleanup(struct run_ctx *rc)
 
 const struct action_ops action_rest_job_ops = {
     .name = "rest_job",
-    .check_params = rest_job_check_params,
+    .params = rest_job_rules,
     .start = rest_job_start,
     .poll = rest_job_poll,
     .cancel = remote_cancel_hook,

@@ -4,6 +4,8 @@
  * overrides the run type's params, which override the defaults. */
 #include "engine/actions/simulate.h"
 
+#include "engine/actions/params.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,24 +13,25 @@
 
 /* ---- params ------------------------------------------------------------ */
 
-static void sim_path(char *buf, size_t n, const char *prefix, const char *key)
+#define SIM_DURATION_MAX 86400000
+#define SIM_STEPS_MAX 1000
+
+/* obj's value at key (NULL when absent), and its name for errors in path. */
+static const json_t *sim_get(const json_t *obj, const char *prefix, const char *key,
+                             char path[KEY_MAX])
 {
     if (prefix && *prefix)
-        xsnprintf(buf, n, "%s.%s", prefix, key);
+        xsnprintf(path, KEY_MAX, "%s.%s", prefix, key);
     else
-        xsnprintf(buf, n, "%s", key);
+        xsnprintf(path, KEY_MAX, "%s", key);
+    return json_object_get(obj, key);
 }
 
-static enum status sim_int(const json_t *obj, const char *prefix, const char *key, int64_t max,
-                           int64_t *out, struct error *err)
+static enum status sim_int(const json_t *v, const char *path, int64_t max, int64_t *out,
+                           struct error *err)
 {
-    const json_t *v = json_object_get(obj, key);
-    char path[KEY_MAX];
     json_int_t i;
 
-    if (!v)
-        return ST_OK;
-    sim_path(path, sizeof(path), prefix, key);
     if (!json_is_integer(v))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an integer", path);
     i = json_integer_value(v);
@@ -39,18 +42,14 @@ static enum status sim_int(const json_t *obj, const char *prefix, const char *ke
     return ST_OK;
 }
 
-static enum status sim_fail_parse(const json_t *obj, const char *prefix, enum sim_fail *fail,
+static enum status sim_fail_parse(const json_t *v, const char *path, enum sim_fail *fail,
                                   int *first_n, struct error *err)
 {
     static const char *const names[] = {"never", "permanent", "transient"};
-    const json_t *v = json_object_get(obj, "fail");
-    char path[KEY_MAX], *end;
+    char *end;
     const char *s;
     long n;
 
-    if (!v)
-        return ST_OK;
-    sim_path(path, sizeof(path), prefix, "fail");
     if (!json_is_string(v))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected a string", path);
     s = json_string_value(v);
@@ -83,7 +82,9 @@ enum status simulate_params(const json_t *obj, const char *key_prefix, int64_t *
     int64_t d = *duration_ms, s = *steps;
     enum sim_fail f = *fail;
     int n = *fail_first_n;
-    enum status st;
+    enum status st = ST_OK;
+    const json_t *v;
+    char path[KEY_MAX];
 
     if (!obj)
         return ST_OK;
@@ -91,9 +92,13 @@ enum status simulate_params(const json_t *obj, const char *key_prefix, int64_t *
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", key_prefix);
     if (!json_is_object(obj))
         return error_set(err, ST_INVALID, "invalid parameters: expected an object");
-    if ((st = sim_int(obj, key_prefix, "duration_ms", 86400000, &d, err)) != ST_OK ||
-        (st = sim_int(obj, key_prefix, "steps", 1000, &s, err)) != ST_OK ||
-        (st = sim_fail_parse(obj, key_prefix, &f, &n, err)) != ST_OK)
+    if ((v = sim_get(obj, key_prefix, "duration_ms", path)))
+        st = sim_int(v, path, SIM_DURATION_MAX, &d, err);
+    if (st == ST_OK && (v = sim_get(obj, key_prefix, "steps", path)))
+        st = sim_int(v, path, SIM_STEPS_MAX, &s, err);
+    if (st == ST_OK && (v = sim_get(obj, key_prefix, "fail", path)))
+        st = sim_fail_parse(v, path, &f, &n, err);
+    if (st != ST_OK)
         return st;
     *duration_ms = d;
     *steps = (int)s;
@@ -102,22 +107,28 @@ enum status simulate_params(const json_t *obj, const char *key_prefix, int64_t *
     return ST_OK;
 }
 
-/* At load, unlike on a run's input, keys other than the three are mistakes. */
-static enum status simulate_check_params(const json_t *params, const char *path, struct error *err)
+static enum status check_int(const struct param *p, struct error *err)
 {
-    int64_t d = 0;
-    int steps = 0, n = 0;
-    enum sim_fail f = SIM_FAIL_NEVER;
-    const char *key;
-    json_t *v;
+    int64_t x;
 
-    json_object_foreach((json_t *)params, key, v)
-    {
-        if (!STR_IN(key, "duration_ms", "steps", "fail"))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    return simulate_params(params, path, &d, &steps, &f, &n, err);
+    return sim_int(p->v, p->path, p->rule->max, &x, err);
 }
+
+static enum status check_fail(const struct param *p, struct error *err)
+{
+    enum sim_fail f;
+    int n;
+
+    return sim_fail_parse(p->v, p->path, &f, &n, err);
+}
+
+/* At load, unlike on a run's input, keys other than the three are mistakes. */
+static const struct param_rule simulate_rules[] = {
+    {"duration_ms", check_int, .max = SIM_DURATION_MAX},
+    {"steps", check_int, .max = SIM_STEPS_MAX},
+    {"fail", check_fail, .need = PARAM_OPTIONAL},
+    {0},
+};
 
 /* ---- the action ------------------------------------------------------- */
 
@@ -169,6 +180,6 @@ static enum step simulate_start(struct run_ctx *rc)
 
 const struct action_ops action_simulate_ops = {
     .name = "simulate",
-    .check_params = simulate_check_params,
+    .params = simulate_rules,
     .start = simulate_start,
 };

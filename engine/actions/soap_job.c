@@ -17,316 +17,128 @@
  *   7. otherwise wait (the backoff).
  * SOAP faults: Client/Sender faults fail the run, Server/Receiver faults
  * are transient. cleanup (and cancel) are optional requests. Answers are
- * parsed by libxml2 without network access or entity expansion. */
+ * read with libxml2 in soap_xml.c, without network access or entity
+ * expansion. */
 #include "engine/actions/action.h"
+#include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
-#include "engine/actions/remote.h"
+#include "engine/actions/remote_job.h"
+#include "engine/actions/soap_xml_internal.h"
 
 #include "common/jsonptr.h"
 #include "common/log.h"
 
-#include <assert.h>
 #include <ctype.h>
-#include <libxml/parser.h>
-#include <libxml/xpath.h>
-#include <libxml/xpathInternals.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* libxml2 reports XPath and parse problems on stderr by default; we report
- * them ourselves (a config error, a failed check). The handler is
- * per-thread in libxml2, so each entry point sets it. */
-static void quiet(void *ctx, xmlErrorPtr e)
-{
-    (void)ctx, (void)e;
-}
 
 /* ---- params ------------------------------------------------------------ */
 
 static const struct prep_kind prep_soap;
 
-/* keys: NULL-terminated. */
-static enum status check_keys(const json_t *obj, const char *const *keys, const char *path,
-                              struct error *err)
+static enum status check_xpath(const struct param *p, struct error *err)
+{
+    return soap_xml_check_xpath(p->v, p->path, err);
+}
+
+static enum status check_namespaces(const struct param *p, struct error *err)
 {
     const char *key;
     json_t *v;
 
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        if (!str_in(key, keys))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    return ST_OK;
-}
-
-static enum status check_xpath(const json_t *v, const char *path, bool need, struct error *err)
-{
-    xmlXPathCompExprPtr c;
-
-    if (!v)
-        return need ? error_set(err, ST_INVALID, "missing \"%s\"", path) : ST_OK;
-    xmlSetStructuredErrorFunc(NULL, quiet);
-    if (!json_is_string(v) || !(c = xmlXPathCompile(BAD_CAST json_string_value(v))))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an XPath expression", path);
-    xmlXPathFreeCompExpr(c);
-    return ST_OK;
-}
-
-static enum status check_req(const json_t *params, const char *key, bool need, const char *path,
-                             struct error *err)
-{
-    const json_t *v = json_object_get(params, key);
-    char sub[200];
-
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    if (!v)
-        return need ? error_set(err, ST_INVALID, "missing \"%s\"", sub) : ST_OK;
-    return remote_check_request(v, sub, true, err);
-}
-
-static enum status check_strings(const json_t *v, const char *path, struct error *err)
-{
-    size_t i;
-    json_t *x;
-
-    if (!v)
-        return ST_OK;
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
-    json_array_foreach(v, i, x)
-    {
-        if (!json_is_string(x))
-            return error_set(err, ST_INVALID, "invalid \"%s\": expected an array of strings", path);
-    }
-    return ST_OK;
-}
-
-static enum status check_int(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
-                             const char *path, struct error *err)
-{
-    const json_t *v = json_object_get(obj, key);
-
-    if (v && (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi))
-        return error_set(err, ST_INVALID, "invalid \"%s.%s\": must be between %lld and %lld", path,
-                         key, (long long)lo, (long long)hi);
-    return ST_OK;
-}
-
-/* The REST helpers: {"request": ..., "pointer": ..., numbers...}. */
-static enum status check_rest(const json_t *params, const char *key, const char *const *nums,
-                              size_t nnums, const char *path, struct error *err)
-{
-    const json_t *o = json_object_get(params, key), *ptr;
-    const char *keys[8] = {"request", "pointer"}; /* NULL-terminated: nnums <= 5 */
-    char sub[200];
-
-    if (!o)
-        return ST_OK;
-    xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-    if (!json_is_object(o))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", sub);
-    assert(nnums <= ARRAY_LEN(keys) - 3);
-    for (size_t i = 0; i < nnums; i++)
-        keys[2 + i] = nums[i];
-    if (check_keys(o, keys, sub, err) != ST_OK || check_req(o, "request", true, sub, err) != ST_OK)
-        return ST_INVALID;
-    ptr = json_object_get(o, "pointer");
-    if (!json_is_string(ptr) || !jptr_valid(json_string_value(ptr)))
-        return error_set(err, ST_INVALID, "invalid \"%s.pointer\": expected a JSON pointer", sub);
-    for (size_t i = 0; i < nnums; i++)
-        if (check_int(o, nums[i], 0, 86400000, sub, err) != ST_OK)
-            return ST_INVALID;
-    return ST_OK;
-}
-
-static enum status check_namespaces(const json_t *ns, const char *path, struct error *err)
-{
-    const char *key;
-    json_t *v;
-
-    if (!ns)
-        return ST_OK;
-    if (!json_is_object(ns))
-        return error_set(err, ST_INVALID, "invalid \"%s.namespaces\": expected an object", path);
-    json_object_foreach((json_t *)ns, key, v)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
         if (!*key || !json_is_string(v))
-            return error_set(err, ST_INVALID,
-                             "invalid \"%s.namespaces.%s\": expected a prefix and a URI", path,
-                             key);
+            return error_set(err, ST_INVALID, "invalid \"%s.%s\": expected a prefix and a URI",
+                             p->path, key);
     }
     return ST_OK;
 }
 
 /* The start answer's captures share the poll state with the preparation
  * steps' captures and the action's own keys: a name may mean one thing. */
-static enum status check_capture(const json_t *params, const char *path, struct error *err)
+static enum status check_capture(const struct param *p, struct error *err)
 {
-    const json_t *cap = json_object_get(params, "capture");
     const char *key;
     json_t *v;
     char sub[200];
 
-    if (!cap)
-        return ST_OK;
-    if (!json_is_object(cap))
-        return error_set(err, ST_INVALID, "invalid \"%s.capture\": expected an object", path);
-    json_object_foreach((json_t *)cap, key, v)
+    if (!json_is_object(p->v))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", p->path);
+    json_object_foreach((json_t *)p->v, key, v)
     {
-        xsnprintf(sub, sizeof(sub), "%s.capture.%s", path, key);
-        if (prepare_reserved(key) || prepare_captures(params, key))
+        xsnprintf(sub, sizeof(sub), "%s.%s", p->path, key);
+        if (prepare_reserved(key) || prepare_captures(p->in, key))
             return error_set(err, ST_INVALID,
                              "invalid \"%s\": the name is one of the action's own state keys "
                              "or a preparation step's capture",
                              sub);
-        if (check_xpath(v, sub, true, err) != ST_OK)
+        if (soap_xml_check_xpath(v, sub, err) != ST_OK)
             return ST_INVALID;
     }
     return ST_OK;
 }
 
-static enum status soap_job_check_params(const json_t *params, const char *path, struct error *err)
+static enum status check_prepare(const struct param *p, struct error *err)
 {
-    static const char *const keys[] = {"start",
-                                       "status",
-                                       "namespaces",
-                                       "task_id_xpath",
-                                       "capture",
-                                       "status_xpath",
-                                       "error_xpath",
-                                       "completed_date_xpath",
-                                       "complete_values",
-                                       "error_values",
-                                       "is_running",
-                                       "row_probe",
-                                       "readiness",
-                                       "cancel",
-                                       "cleanup",
-                                       "prepare",
-                                       "cancelled_values",
-                                       NULL};
-    static const char *const gate[] = {"confirmations", "min_gap_s", "after_completed_date_s",
-                                       "stuck_after_s"};
-    static const char *const probe[] = {"min_runtime_s", "min_interval_s"};
-    static const char *const ready[] = {"max_attempts", "initial_delay_ms", "max_delay_ms"};
-    char sub[200];
-
-    if (check_keys(params, keys, path, err) != ST_OK ||
-        check_req(params, "start", true, path, err) != ST_OK ||
-        check_req(params, "status", true, path, err) != ST_OK ||
-        check_req(params, "cancel", false, path, err) != ST_OK ||
-        check_req(params, "cleanup", false, path, err) != ST_OK ||
-        check_namespaces(json_object_get(params, "namespaces"), path, err) != ST_OK ||
-        check_capture(params, path, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.task_id_xpath", path);
-    if (check_xpath(json_object_get(params, "task_id_xpath"), sub, true, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.status_xpath", path);
-    if (check_xpath(json_object_get(params, "status_xpath"), sub, true, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.error_xpath", path);
-    if (check_xpath(json_object_get(params, "error_xpath"), sub, false, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.completed_date_xpath", path);
-    if (check_xpath(json_object_get(params, "completed_date_xpath"), sub, false, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.complete_values", path);
-    if (check_strings(json_object_get(params, "complete_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.error_values", path);
-    if (check_strings(json_object_get(params, "error_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    xsnprintf(sub, sizeof(sub), "%s.cancelled_values", path);
-    if (check_strings(json_object_get(params, "cancelled_values"), sub, err) != ST_OK)
-        return ST_INVALID;
-    if (prepare_check_params(params, path, &prep_soap, err) != ST_OK ||
-        check_rest(params, "is_running", gate, ARRAY_LEN(gate), path, err) != ST_OK ||
-        check_rest(params, "row_probe", probe, ARRAY_LEN(probe), path, err) != ST_OK ||
-        check_rest(params, "readiness", ready, ARRAY_LEN(ready), path, err) != ST_OK)
-        return ST_INVALID;
-    return ST_OK;
+    return prepare_check_steps(p->v, p->path, &prep_soap, err);
 }
 
-/* ---- XML answers -------------------------------------------------------- */
+/* The REST helpers: {"request": ..., "pointer": ..., numbers...}. */
+/* clang-format off */
+#define REST_HELPER_RULES                                        \
+    {"request", remote_rule_request, .need = PARAM_REQUIRED},    \
+    {"pointer", params_pointer, .need = PARAM_ALWAYS}
+#define REST_NUMBER(key) {key, params_int, .min = 0, .max = 86400000}
+/* clang-format on */
 
-/* A parsed answer: never touches the network, never expands entities. */
-static xmlDocPtr parse_xml(const struct remote_response *r)
-{
-    if (!r->body || r->len == 0 || r->len > (size_t)INT32_MAX)
-        return NULL;
-    return xmlReadMemory(r->body, (int)r->len, "answer.xml", NULL,
-                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-}
+static const struct param_rule is_running_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("confirmations"),
+    REST_NUMBER("min_gap_s"),
+    REST_NUMBER("after_completed_date_s"),
+    REST_NUMBER("stuck_after_s"),
+    {0},
+};
 
-/* The string value of expr in doc, trimmed; NULL when it matches nothing
- * or only empty text. Heap. */
-static char *xpath_text(xmlDocPtr doc, const json_t *ns, const char *expr)
-{
-    xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
-    xmlXPathObjectPtr obj;
-    xmlChar *s = NULL;
-    char *out = NULL;
-    const char *key;
-    json_t *v;
+static const struct param_rule row_probe_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("min_runtime_s"),
+    REST_NUMBER("min_interval_s"),
+    {0},
+};
 
-    if (!ctx)
-        return NULL;
-    xmlSetStructuredErrorFunc(NULL, quiet);
-    json_object_foreach((json_t *)ns, key, v)
-    {
-        xmlXPathRegisterNs(ctx, BAD_CAST key, BAD_CAST json_string_value(v));
-    }
-    obj = xmlXPathEvalExpression(BAD_CAST expr, ctx);
-    if (obj && !(obj->type == XPATH_NODESET && xmlXPathNodeSetIsEmpty(obj->nodesetval)))
-        s = xmlXPathCastToString(obj);
-    if (s) {
-        size_t a = 0, b = strlen((char *)s);
-        while (a < b && isspace(s[a]))
-            a++;
-        while (b > a && isspace(s[b - 1]))
-            b--;
-        if (b > a)
-            out = xstrndup((char *)s + a, b - a);
-        xmlFree(s);
-    }
-    xmlXPathFreeObject(obj);
-    xmlXPathFreeContext(ctx);
-    return out;
-}
+static const struct param_rule readiness_rules[] = {
+    REST_HELPER_RULES,
+    REST_NUMBER("max_attempts"),
+    REST_NUMBER("initial_delay_ms"),
+    REST_NUMBER("max_delay_ms"),
+    {0},
+};
 
-/* A SOAP fault (1.1 faultcode/faultstring or 1.2 Code/Reason): its text in
- * *msg (heap) and whether the server side is at fault (transient). */
-static bool soap_fault(xmlDocPtr doc, char **msg, bool *server)
-{
-    char *code = xpath_text(doc, NULL,
-                            "(//*[local-name()='Fault']/*[local-name()='faultcode'] | "
-                            "//*[local-name()='Fault']/*[local-name()='Code']/"
-                            "*[local-name()='Value'])[1]");
-    char *text;
-
-    if (!code) {
-        xmlXPathContextPtr ctx = xmlXPathNewContext(doc);
-        xmlXPathObjectPtr o =
-            ctx ? xmlXPathEvalExpression(BAD_CAST "//*[local-name()='Fault']", ctx) : NULL;
-        bool any = o && o->type == XPATH_NODESET && !xmlXPathNodeSetIsEmpty(o->nodesetval);
-        xmlXPathFreeObject(o);
-        xmlXPathFreeContext(ctx);
-        if (!any)
-            return false;
-    }
-    text = xpath_text(doc, NULL,
-                      "(//*[local-name()='Fault']/*[local-name()='faultstring'] | "
-                      "//*[local-name()='Fault']/*[local-name()='Reason']/"
-                      "*[local-name()='Text'])[1]");
-    *server = code && (strstr(code, "Server") || strstr(code, "Receiver"));
-    *msg = xasprintf("%s%s%s", code ? code : "soap:Fault", text ? ": " : "", text ? text : "");
-    free(code);
-    free(text);
-    return true;
-}
+static const struct param_rule soap_job_rules[] = {
+    {"start", remote_rule_request, .need = PARAM_REQUIRED},
+    {"status", remote_rule_request, .need = PARAM_REQUIRED},
+    {"cancel", remote_rule_request, .need = PARAM_OPTIONAL},
+    {"cleanup", remote_rule_request, .need = PARAM_OPTIONAL},
+    {"namespaces", check_namespaces, .need = PARAM_OPTIONAL},
+    {"capture", check_capture, .need = PARAM_OPTIONAL},
+    {"task_id_xpath", check_xpath, .need = PARAM_REQUIRED},
+    {"status_xpath", check_xpath, .need = PARAM_REQUIRED},
+    {"error_xpath", check_xpath, .need = PARAM_OPTIONAL},
+    {"completed_date_xpath", check_xpath, .need = PARAM_OPTIONAL},
+    {"complete_values", params_strings, .need = PARAM_OPTIONAL},
+    {"error_values", params_strings, .need = PARAM_OPTIONAL},
+    {"cancelled_values", params_strings, .need = PARAM_OPTIONAL},
+    {"prepare", check_prepare, .need = PARAM_OPTIONAL},
+    {"is_running", params_object, .members = is_running_rules},
+    {"row_probe", params_object, .members = row_probe_rules},
+    {"readiness", params_object, .members = readiness_rules},
+    {0},
+};
 
 /* ---- the action -------------------------------------------------------- */
 
@@ -341,119 +153,37 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
     return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
-/* An answer that reports an error in its body, as the Marketing Cloud
- * style APIs do with HTTP 200: the first StatusCode "Error" of a result
- * with its StatusMessage and ErrorCode, or an OverallStatus that starts
- * with "Error" or "Has Errors". Sets rc->error (what: the call) with the
- * remote's own words in error.remote. */
-static bool soap_status_error(struct run_ctx *rc, xmlDocPtr doc, const char *what)
-{
-#define SC_ERROR                                                                                   \
-    "(//*[local-name()='StatusCode'][translate(normalize-space(.), 'ERO', 'ero') = 'error'])[1]"
-    char *code = xpath_text(doc, NULL, SC_ERROR);
-    char *msg = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='StatusMessage']") : NULL;
-    char *ecode = code ? xpath_text(doc, NULL, SC_ERROR "/../*[local-name()='ErrorCode']") : NULL;
-    char *overall = xpath_text(doc, NULL, "(//*[local-name()='OverallStatus'])[1]");
-    bool bad = code || (overall && (strncasecmp(overall, "error", 5) == 0 ||
-                                    strncasecmp(overall, "has errors", 10) == 0));
-#undef SC_ERROR
-
-    if (bad) {
-        json_t *remote = json_object();
-        if (code) {
-            rc_error(rc, "soap_status_error", "%s: StatusCode %s: %s%s%s%s", what, code,
-                     msg ? msg : "(no StatusMessage)", ecode ? " (ErrorCode " : "",
-                     ecode ? ecode : "", ecode ? ")" : "");
-            json_object_set_new(remote, "status_code", json_string(code));
-        } else {
-            rc_error(rc, "soap_status_error", "%s: OverallStatus %s", what, overall);
-        }
-        if (msg)
-            json_object_set_new(remote, "status_message", json_string(msg));
-        if (ecode)
-            json_object_set_new(remote, "error_code", json_string(ecode));
-        if (overall)
-            json_object_set_new(remote, "overall_status", json_string(overall));
-        json_object_set_new(rc->error, "remote", remote);
-    }
-    free(code);
-    free(msg);
-    free(ecode);
-    free(overall);
-    return bad;
-}
-
-/* A SOAP answer read: its document, or NULL with rc->error set and *fail
- * the step to take (*fail is only set then). Faults: Client/Sender fail,
- * Server/Receiver are transient; a StatusCode/OverallStatus error fails;
- * HTTP errors as remote_classify says; an answer that is not XML is
- * transient, and so is a call that was stopped. */
-static xmlDocPtr soap_read(struct run_ctx *rc, const struct remote_response *r, const char *what,
-                           enum step *fail)
-{
-    xmlDocPtr doc = r->transport_error ? NULL : parse_xml(r);
-    enum step step = STEP_RETRY;
-    char *msg = NULL;
-    bool server = false;
-
-    if (doc && soap_fault(doc, &msg, &server)) {
-        rc_error(rc, "soap_fault", "%s: %s", what, msg);
-        step = server ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (remote_classify(r) != REMOTE_OK) {
-        remote_error(rc,
-                     remote_classify(r) == REMOTE_TRANSIENT ? "soap_unavailable" : "soap_rejected",
-                     what, r);
-        step = remote_classify(r) == REMOTE_TRANSIENT ? STEP_RETRY : STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    } else if (!doc) {
-        remote_error(rc, "soap_malformed", what, r);
-    } else if (soap_status_error(rc, doc, what)) {
-        step = STEP_FAIL;
-        xmlFreeDoc(doc), doc = NULL;
-    }
-    /* a call cut off by the check's time limit or a shutdown is transient:
-     * the worker and the poller decide from their stop flag what it means */
-    if (!doc)
-        *fail = step;
-    free(msg);
-    return doc;
-}
-
-/* A SOAP call of params[key]: as soap_read. *fail is written only when it
+/* A SOAP call of params[key]: as soap_xml_read. *fail is written only when it
  * returns NULL: what an answer means (done, failed, still running) is the
  * caller's to decide. */
-static xmlDocPtr soap_call(struct run_ctx *rc, const char *key, const char *what, enum step *fail)
+static struct soap_xml *soap_call(struct run_ctx *rc, const char *key, const char *what,
+                                  enum step *fail)
 {
-    const struct remote_vars v = remote_vars_of(rc);
     struct remote_response r;
-    struct error err = {0};
     char what_built[64];
-    xmlDocPtr doc;
+    struct soap_xml *doc;
 
     xsnprintf(what_built, sizeof(what_built), "the %s envelope", key);
-    if (!remote_built(rc,
-                      remote_call(json_object_get(rc->type->params, key), &v, NULL, rc, &r, &err),
-                      what_built, &err)) {
+    if (!remote_call_run(rc, json_object_get(rc->type->params, key), NULL, what_built, &r)) {
         *fail = STEP_FAIL;
         return NULL;
     }
-    doc = soap_read(rc, &r, what, fail);
+    doc = soap_xml_read(rc, &r, what, fail);
     remote_response_cleanup(&r);
     return doc;
 }
 
 /* Stores the value of each capture (NAME -> XPath) of doc in state; false
  * (rc->error set) when one finds nothing. */
-static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capture, json_t *state,
-                           const char *what)
+static bool capture_values(struct run_ctx *rc, struct soap_xml *doc, const json_t *capture,
+                           json_t *state, const char *what)
 {
     const char *key;
     json_t *x;
 
     json_object_foreach((json_t *)capture, key, x)
     {
-        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        char *val = soap_xml_text(doc, ns_of(rc), json_string_value(x));
         if (!val) {
             rc_error(rc, "soap_no_capture", "%s: the answer has no %s at %s", what, key,
                      json_string_value(x));
@@ -474,22 +204,22 @@ static bool capture_values(struct run_ctx *rc, xmlDocPtr doc, const json_t *capt
 
 static enum status prep_check_capture(const json_t *expr, const char *path, struct error *err)
 {
-    return check_xpath(expr, path, true, err);
+    return soap_xml_check_xpath(expr, path, err);
 }
 
 static enum step prep_accept(struct run_ctx *rc, const struct remote_response *r,
                              const json_t *capture, json_t *state, const char *what)
 {
     enum step fail;
-    xmlDocPtr doc;
+    struct soap_xml *doc;
     bool ok;
 
     if (!capture && !state && remote_classify(r) == REMOTE_GONE)
         return STEP_DONE; /* a cleanup of something already gone */
-    if (!(doc = soap_read(rc, r, what, &fail)))
+    if (!(doc = soap_xml_read(rc, r, what, &fail)))
         return fail;
     ok = !capture || capture_values(rc, doc, capture, state, what);
-    xmlFreeDoc(doc);
+    soap_xml_free(doc);
     return ok ? STEP_DONE : STEP_FAIL;
 }
 
@@ -641,7 +371,7 @@ static enum step soap_start(struct run_ctx *rc)
 {
     const json_t *cap = json_object_get(rc->type->params, "capture");
     enum step fail = prepare_run(rc, &prep_soap);
-    xmlDocPtr doc;
+    struct soap_xml *doc;
     char *id;
     const char *key;
     json_t *x;
@@ -650,12 +380,12 @@ static enum step soap_start(struct run_ctx *rc)
         return fail;
     if (!(doc = soap_call(rc, "start", "the start call failed", &fail)))
         return fail;
-    id = xpath_text(doc, ns_of(rc),
-                    json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
+    id = soap_xml_text(doc, ns_of(rc),
+                       json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
     if (!id) {
         rc_error(rc, "start_no_task_id", "the start answer has no task id at %s",
                  json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
-        xmlFreeDoc(doc);
+        soap_xml_free(doc);
         return STEP_FAIL;
     }
     rc_set_external_id(rc, id);
@@ -665,13 +395,13 @@ static enum step soap_start(struct run_ctx *rc)
      * optional helpers, which then fail like any helper call */
     json_object_foreach((json_t *)cap, key, x)
     {
-        char *val = xpath_text(doc, ns_of(rc), json_string_value(x));
+        char *val = soap_xml_text(doc, ns_of(rc), json_string_value(x));
         if (val)
             json_object_set_new(rc->poll_state, key, json_string(val));
         free(val);
     }
     free(id);
-    xmlFreeDoc(doc);
+    soap_xml_free(doc);
     return STEP_WAIT;
 }
 
@@ -694,17 +424,18 @@ static enum step soap_poll(struct run_ctx *rc)
     enum step step, fail;
     char *status, *errmsg, *date = NULL;
     const char *phase;
-    xmlDocPtr doc;
+    struct soap_xml *doc;
 
     phase = json_string_value(json_object_get(rc->poll_state, "phase"));
     if (phase && strcmp(phase, "readiness") == 0)
         return readiness_check(rc);
     if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
         return fail;
-    status = xpath_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
-    errmsg = ex ? xpath_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
-    date = cd ? xpath_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
-    xmlFreeDoc(doc);
+    status =
+        soap_xml_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
+    errmsg = ex ? soap_xml_text(doc, ns_of(rc), json_string_value(ex)) : NULL;
+    date = cd ? soap_xml_text(doc, ns_of(rc), json_string_value(cd)) : NULL;
+    soap_xml_free(doc);
     lower(status);
     json_object_set_new(rc->poll_state, "status", status ? json_string(status) : json_null());
     if (status && in_list(json_object_get(params, "complete_values"), complete_def, status)) {
@@ -738,7 +469,7 @@ static bool soap_cleanup(struct run_ctx *rc)
 
 const struct action_ops action_soap_job_ops = {
     .name = "soap_job",
-    .check_params = soap_job_check_params,
+    .params = soap_job_rules,
     .start = soap_start,
     .poll = soap_poll,
     .cancel = remote_cancel_hook,

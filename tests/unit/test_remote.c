@@ -522,17 +522,16 @@ END_TEST
 /* exec at load: argv[0] takes no value of the run. */
 START_TEST(exec_checks)
 {
-    const struct action_ops *ex = action_find("exec");
     json_t *bad = json_pack("{s:[s]}", "argv", "/usr/lib/tools/{{input:/tool}}");
     json_t *ok = json_pack("{s:[s, s, s]}", "argv", "/usr/lib/{{env:OPSRUN_TEST_TOKEN}}/tool", "--",
                            "{{input:/v}}");
     struct error err = {0};
 
     setenv("OPSRUN_TEST_TOKEN", "x", 1);
-    ck_assert_int_eq(ex->check_params(bad, "x", &err), ST_INVALID);
+    ck_assert_int_eq(action_registry.check_params("exec", bad, "x", &err), ST_INVALID);
     ck_assert_str_eq(err.message,
                      "invalid \"x.argv[0]\": only {{env:...}} placeholders may choose the program");
-    ck_assert_int_eq(ex->check_params(ok, "x", &err), ST_OK);
+    ck_assert_int_eq(action_registry.check_params("exec", ok, "x", &err), ST_OK);
     json_decref(bad);
     json_decref(ok);
 }
