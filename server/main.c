@@ -7,6 +7,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/suggest.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "handlers/submitq.h"
@@ -79,6 +80,31 @@ static const struct {
     {"--config", NULL}, /* the file, loaded before everything else */
 };
 
+/* What --help prints, and what a bad argument prints after its error: the
+ * commands of serve and of the client alike. */
+static void print_usage(FILE *f)
+{
+    fprintf(f, "%s\n%s", usage, client_usage);
+}
+
+/* An unknown first word: the nearest command, if it looks like a typo of
+ * one, then the usage. */
+static int unknown_command(const char *word)
+{
+    static const char *const mine[] = {"serve", "migrate", "token", "version", "help"};
+    struct suggest s;
+    char hint[96];
+
+    suggest_init(&s, word);
+    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
+        suggest_add(&s, mine[i]);
+    client_suggest_command(&s);
+    fprintf(stderr, "opsrun: unknown command \"%s\"%s\n", word,
+            suggest_hint(&s, hint, sizeof(hint)));
+    print_usage(stderr);
+    return 2;
+}
+
 static int cli_parse(int argc, char **argv, struct cli *cli)
 {
     memset(cli, 0, sizeof(*cli));
@@ -123,9 +149,12 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         if (matched)
             continue;
         if (a[0] == '-' || cli->command) {
-            fprintf(stderr, "opsrun: unknown argument \"%s\"\n%s", a, usage);
+            fprintf(stderr, "opsrun: unknown argument \"%s\"\n", a);
+            print_usage(stderr);
             return 2;
         }
+        if (!STR_IN(a, "serve", "migrate", "version"))
+            return unknown_command(a);
         cli->command = a;
     }
     if (!cli->command)
@@ -544,17 +573,13 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
     if (strcmp(cli.command, "help") == 0) {
-        printf("%s\n%s", usage, client_usage);
+        print_usage(stdout);
         return 0;
     }
     if (strcmp(cli.command, "version") == 0) {
         printf("opsrun %s (commit %s, built %s)\n", OPSRUN_VERSION, opsrun_build_commit,
                opsrun_build_date);
         return 0;
-    }
-    if (!STR_IN(cli.command, "serve", "migrate")) {
-        fprintf(stderr, "opsrun: unknown command \"%s\"\n%s", cli.command, usage);
-        return 2;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "opsrun: could not initialise libcurl\n");

@@ -496,6 +496,26 @@ START_TEST(usage_and_version)
     ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID"), "%s", c.out);
     cli_free(&c);
 
+    /* A mistyped command is what is blamed, not its operand; the usage
+     * after it is --help's, client commands included. */
+    CLI(&c, NULL, 2, "sumbit", "demo");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"sumbit\"; did you mean "
+                                     "\"submit\"?\nusage: opsrun <command>"),
+                  "%s", c.err);
+    ck_assert_msg(strstr(c.err, "  serve ") && strstr(c.err, "  watch ID") &&
+                      strstr(c.err, "  token new ") && strstr(c.err, "  health "),
+                  "%s", c.err);
+    ck_assert_str_eq(c.out, "");
+    cli_free(&c);
+    CLI(&c, NULL, 2, "frobnicate");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"frobnicate\"\nusage: "), "%s",
+                  c.err);
+    cli_free(&c);
+    CLI(&c, NULL, 2, "serve", "--bogus");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown argument \"--bogus\"\nusage: "), "%s", c.err);
+    ck_assert_msg(strstr(c.err, "client commands") && strstr(c.err, "  submit TYPE"), "%s", c.err);
+    cli_free(&c);
+
     ck_assert(regcomp(&re,
                       "^opsrun [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit [0-9a-z-]+, built "
                       "[0-9]{4}-[0-9]{2}-[0-9]{2}\\)\n$",
