@@ -16,6 +16,8 @@
 #include <jansson.h>
 #include <regex.h>
 
+struct suggest;
+
 enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
 
 /* The actions as configuration sees them: whether one exists, and the check
@@ -234,6 +236,9 @@ enum status cfg_token_new(const char *name, const char *tenant, const char *scop
 bool cfg_cors_allowed(const struct config *cfg, const char *origin);
 
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
+/* Offers every run type's name to s (common/suggest.h), for the "did you
+ * mean" of an unknown one. */
+void cfg_run_type_suggest(const struct config *cfg, struct suggest *s);
 int cfg_pool_size(const struct config *cfg);
 /* Whether log lines are JSON: log.format when set, else log.json. */
 bool cfg_log_json(const struct config *cfg);

@@ -3,6 +3,8 @@
  * cfg_init, "params" checked by that action, and "poll". */
 #include "config/config_internal.h"
 
+#include "common/suggest.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +71,12 @@ struct run_type *rt_find(const struct config *cfg, const char *name)
         if (strcmp(cfg->run_types[i].name, name) == 0)
             return &cfg->run_types[i];
     return NULL;
+}
+
+void cfg_run_type_suggest(const struct config *cfg, struct suggest *s)
+{
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        suggest_add(s, cfg->run_types[i].name);
 }
 
 static void rt_append(struct config *cfg, const struct run_type *rt)

@@ -221,7 +221,12 @@ START_TEST(submit_and_watch)
     /* a submission the server refuses: its problem, exit 1 */
     CLI(&c, p.url, 1, "submit", "no-such-type");
     ck_assert_str_eq(c.err, "opsrun: submit: Unprocessable Content: invalid \"alert_type\": no "
-                            "route or run type matches \"no-such-type\"\n");
+                            "route or run type matches \"no-such-type\" (known run types: demo)\n");
+    cli_free(&c);
+    CLI(&c, p.url, 1, "submit", "dmeo");
+    ck_assert_str_eq(c.err, "opsrun: submit: Unprocessable Content: invalid \"alert_type\": no "
+                            "route or run type matches \"dmeo\" (known run types: demo); did you "
+                            "mean \"demo\"?\n");
     cli_free(&c);
     th_stop_clean(&p);
 }
