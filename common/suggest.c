@@ -50,18 +50,24 @@ void suggest_init(struct suggest *s, const char *word)
     *s = (struct suggest){.word = word, .best_dist = SIZE_MAX};
 }
 
-void suggest_add_len(struct suggest *s, const char *cand, size_t len)
+void suggest_add_as(struct suggest *s, const char *shown, size_t slen, const char *alias,
+                    size_t alen)
 {
     size_t wlen = strlen(s->word), d;
 
-    if (len == wlen && strncmp(cand, s->word, len) == 0)
+    if (slen == wlen && strncmp(shown, s->word, slen) == 0)
         return;
-    d = suggest_distance(s->word, wlen, cand, len);
+    d = suggest_distance(s->word, wlen, alias, alen);
     if (d < s->best_dist) {
-        s->best = cand;
-        s->best_len = len;
+        s->best = shown;
+        s->best_len = slen;
         s->best_dist = d;
     }
+}
+
+void suggest_add_len(struct suggest *s, const char *cand, size_t len)
+{
+    suggest_add_as(s, cand, len, cand, len);
 }
 
 void suggest_add(struct suggest *s, const char *cand)

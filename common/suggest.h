@@ -27,9 +27,15 @@ struct suggest {
 size_t suggest_distance(const char *a, size_t alen, const char *b, size_t blen);
 
 void suggest_init(struct suggest *s, const char *word);
-/* Considers the candidate cand[0..len) (a part of a longer string is
- * fine: "queue" of "queue.workers"). The first of equally near candidates
- * wins; one equal to the word is skipped. */
+/* Considers a candidate known by another name: the word is measured
+ * against alias[0..alen), and shown[0..slen) is what is suggested
+ * ("queue.workers" for the word "workers", measured against its last
+ * part). The first of equally near candidates wins; one whose shown text
+ * is the word itself is skipped. */
+void suggest_add_as(struct suggest *s, const char *shown, size_t slen, const char *alias,
+                    size_t alen);
+/* Considers cand[0..len), measured against itself (a part of a longer
+ * string is fine: "queue" of "queue.workers"). */
 void suggest_add_len(struct suggest *s, const char *cand, size_t len);
 void suggest_add(struct suggest *s, const char *cand); /* NULL is skipped */
 /* Whether a candidate is near enough to be meant: at most a third of the

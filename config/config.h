@@ -2,6 +2,10 @@
  * file, then environment variables, then command-line flags. Built once in
  * main, validated, and read-only afterwards (safe to read from any thread).
  * Errors name the key: `invalid "queue.workers": must be between 1 and 1024`.
+ * cfg_load_json, cfg_load_file, cfg_load_env and cfg_validate go on past an
+ * error and put every one in err->message, one line each (as many as it
+ * holds, then a line saying how many more); an unknown key ends with
+ * `; did you mean "queue.workers"?` when a known one is near it.
  *
  * Configuration sits below everything that reads it (engine, actions,
  * handlers, the process). It knows actions only through struct cfg_actions,

@@ -167,27 +167,47 @@ static const char *env_get(const char *name)
     return getenv(name);
 }
 
-/* Defaults, then the file, then the environment, then flags; validated. */
+/* Each line of msg (every error of a configuration is one) on stderr,
+ * after "opsrun: " and prefix. */
+static void print_lines(const char *prefix, const char *msg)
+{
+    const char *p = msg;
+
+    do {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr, "opsrun: %s%.*s\n", prefix, (int)n, p);
+        p += n + (p[n] == '\n');
+    } while (*p);
+}
+
+/* True, after printing its errors, when st is not ST_OK. */
+static bool config_failed(enum status st, const struct error *err)
+{
+    if (st == ST_OK)
+        return false;
+    print_lines("invalid configuration: ", err->message);
+    return true;
+}
+
+/* Defaults, then the file, then the environment, then flags; validated.
+ * Every source is read whatever the one before said, so every error is
+ * told at once; the whole is validated only when each source was valid. */
 static int build_config(const struct cli *cli, struct config *cfg)
 {
     struct error err = {0};
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
-    enum status st = ST_OK;
+    bool failed = false;
 
     cfg_init(cfg, &action_registry);
     if (path && *path)
-        st = cfg_load_file(cfg, path, &err);
-    if (st == ST_OK)
-        st = cfg_load_env(cfg, env_get, &err);
-    for (int i = 0; st == ST_OK && i < cli->nsets; i++)
-        st = cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err);
-    if (st == ST_OK)
-        st = cfg_validate(cfg, &err);
-    if (st != ST_OK) {
-        fprintf(stderr, "opsrun: invalid configuration: %s\n", err.message);
-        return 2;
-    }
-    return 0;
+        failed |= config_failed(cfg_load_file(cfg, path, &err), &err);
+    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err);
+    for (int i = 0; i < cli->nsets; i++)
+        failed |= config_failed(
+            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err);
+    if (!failed)
+        failed = config_failed(cfg_validate(cfg, &err), &err);
+    return failed ? 2 : 0;
 }
 
 static struct db_options db_opts(const struct config *cfg, const char *app)
@@ -537,7 +557,7 @@ static int token_new(int argc, char **argv)
         return 2;
     }
     if (cfg_token_new(vals[0], vals[1], vals[2], &token, &entry, &err) != ST_OK) {
-        fprintf(stderr, "opsrun: token new: %s\n", err.message);
+        print_lines("token new: ", err.message);
         return 2;
     }
     line = json_dumps(entry, JSON_COMPACT);

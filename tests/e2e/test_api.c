@@ -1202,6 +1202,39 @@ START_TEST(test_migrate_once)
 }
 END_TEST
 
+/* A configuration with mistakes in the file, the environment and the
+ * flags: exit 2 before anything starts, one line for each mistake. */
+START_TEST(test_config_errors)
+{
+    char *path = th_config_file("e2e_api_config_errors",
+                                "{\"queue\": {\"wokers\": 4}, \"http\": {\"threads\": 1}}");
+    const char *args[] = {"serve",
+                          "--config",
+                          path,
+                          "--workers",
+                          "x",
+                          "--database-url",
+                          "postgresql://127.0.0.1:1/none",
+                          NULL};
+    const char *env[] = {"OPSRUN_LOG_LEVEL=loud", NULL};
+    char *out = NULL, *err = NULL;
+
+    ck_assert_int_eq(th_exec(args, env, 20, &out, &err), 2);
+    ck_assert_str_eq(out, "");
+    ck_assert_str_eq(err,
+                     "opsrun: invalid configuration: unknown key \"queue.wokers\"; did you "
+                     "mean \"queue.workers\"?\n"
+                     "opsrun: invalid configuration: invalid \"http.threads\": must be "
+                     "between 2 and 64\n"
+                     "opsrun: invalid configuration: invalid OPSRUN_LOG_LEVEL: expected "
+                     "\"debug\", \"info\", \"warn\" or \"error\"\n"
+                     "opsrun: invalid configuration: invalid --workers: expected an integer\n");
+    free(out);
+    free(err);
+    free(path);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("e2e_api");
@@ -1224,6 +1257,7 @@ static Suite *api_suite(void)
         {"sigterm_grace", test_sigterm_short_grace},
         {"sigterm_twice", test_sigterm_twice},
         {"migrate_once", test_migrate_once},
+        {"config_errors", test_config_errors},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

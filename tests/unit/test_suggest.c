@@ -91,6 +91,20 @@ START_TEST(part_of_a_string)
 }
 END_TEST
 
+START_TEST(known_by_another_name)
+{
+    static const char key[] = "queue.workers";
+    struct suggest s;
+    char buf[64];
+
+    suggest_init(&s, "workers");
+    suggest_add(&s, "listen");
+    suggest_add_as(&s, key, strlen(key), key + 6, strlen(key + 6));
+    ck_assert_uint_eq(s.best_dist, 0);
+    ck_assert_str_eq(suggest_hint(&s, buf, sizeof(buf)), "; did you mean \"queue.workers\"?");
+}
+END_TEST
+
 /* A third of the word's length, at least 1 and at most 3 edits. */
 START_TEST(near_enough_scales_with_the_word)
 {
@@ -155,6 +169,7 @@ int main(void)
     tcase_add_test(n, nearest_wins_first_of_equals);
     tcase_add_test(n, the_word_itself_is_no_suggestion);
     tcase_add_test(n, part_of_a_string);
+    tcase_add_test(n, known_by_another_name);
     tcase_add_test(n, near_enough_scales_with_the_word);
     tcase_add_test(n, no_candidate_no_hint);
     tcase_add_test(n, hint_is_cut_to_its_buffer);
