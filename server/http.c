@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 static void http_log(void *cls, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 
@@ -347,7 +348,8 @@ static void http_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 
 /* ---- the daemon ----------------------------------------------------------------- */
 
-/* libmicrohttpd's options; every value is cast to the type it reads.
+/* libmicrohttpd's options; every value is cast to the type it reads. The
+ * socket is bound already (http_bind): the daemon takes it over.
  *
  * A connection's memory pool holds its request headers and its write
  * buffer, and all of it is touched: it is most of what an idle stream costs
@@ -355,14 +357,15 @@ static void http_notify(void *cls, struct MHD_Connection *c, void **socket_conte
  * 14 KiB and still takes request headers of about 13 KB (more gets 431);
  * bodies and large answers do not live in it. */
 #define HTTP_CONN_POOL (14 * 1024)
-static struct MHD_Daemon *http_daemon(struct http *h, unsigned flags, unsigned port,
-                                      struct sockaddr_storage *addr)
+static struct MHD_Daemon *http_daemon(struct http *h)
 {
     const struct config *cfg = h->hc->cfg;
+    const unsigned flags =
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 
     return MHD_start_daemon(
-        flags, (uint16_t)port, &http_admit, h, &http_access, h, MHD_OPTION_EXTERNAL_LOGGER,
-        http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr, MHD_OPTION_THREAD_POOL_SIZE,
+        flags, 0, &http_admit, h, &http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, h->fd, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned int)cfg->http.threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned int)cfg->http.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned int)cfg->http.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
@@ -370,40 +373,41 @@ static struct MHD_Daemon *http_daemon(struct http *h, unsigned flags, unsigned p
         MHD_OPTION_NOTIFY_CONNECTION, &http_notify, h, MHD_OPTION_END);
 }
 
-enum status http_start(const struct hctx *hc, struct http **out, struct error *err)
+enum status http_bind(const char *listen, struct http **out, struct error *err)
 {
     struct http *h = xcalloc(1, sizeof(*h));
-    struct sockaddr_storage addr = {0};
-    const union MHD_DaemonInfo *info;
-    unsigned port = 0;
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    enum status st = http_listen_resolve(hc->cfg->listen, &addr, &port, err);
+    enum status st = http_listen_open(listen, &h->fd, &h->port, err);
 
     *out = NULL;
     if (st != ST_OK) {
         free(h);
         return st;
     }
+    xsnprintf(h->listen, sizeof(h->listen), "%s", listen);
+    *out = h;
+    return ST_OK;
+}
+
+enum status http_start(struct http *h, const struct hctx *hc, struct error *err)
+{
+    enum status st;
+
     h->hc = hc;
     h->conns = http_conns_new(hc->limits, hc->cfg->http.request_deadline_s);
     st = http_conns_start(h->conns, err);
     if (st != ST_OK)
-        goto fail;
-    if (addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    h->d = http_daemon(h, flags, port, &addr);
+        return st;
+    h->d = http_daemon(h);
     if (!h->d) {
-        st = error_set(err, ST_UNAVAILABLE, "could not listen on %s", hc->cfg->listen);
-        goto fail;
+        /* The daemon may have closed the socket as it failed; it is not
+         * closed again, since another thread may have its number by now. */
+        h->fd = -1;
+        return error_set(err, ST_UNAVAILABLE,
+                         "could not serve on %s: libmicrohttpd did not start (its warning "
+                         "above says why)",
+                         h->listen);
     }
-    info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = info ? info->port : port;
-    *out = h;
     return ST_OK;
-fail:
-    http_conns_free(h->conns);
-    free(h);
-    return st;
 }
 
 unsigned http_port(const struct http *h)
@@ -415,7 +419,10 @@ void http_stop(struct http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d); /* closes every connection, and so their records */
+    if (h->d)
+        MHD_stop_daemon(h->d); /* closes every connection, and so their records, and the socket */
+    else if (h->fd >= 0)
+        close(h->fd);
     http_conns_free(h->conns);
     free(h);
 }

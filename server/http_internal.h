@@ -8,7 +8,7 @@
  * not the library's: http_request.c takes a request from its first call to
  * its answer (authentication, routing, the body, the handler);
  * http_park.c parks answers that wait (long-polls, deferred work);
- * http_stream.c opens event streams; http_listen.c resolves the address.
+ * http_stream.c opens event streams; http_listen.c binds the address.
  *
  * A bool these functions return is libmicrohttpd's answer to a callback:
  * true goes on (MHD_YES), false closes the connection (MHD_NO). All run on
@@ -35,10 +35,12 @@ struct limits;
 #define REQUEST_ID_HEADER "X-Request-Id"
 
 struct http {
-    struct MHD_Daemon *d;
-    const struct hctx *hc;
-    struct http_conns *conns;
-    unsigned port;
+    struct MHD_Daemon *d;     /* NULL until http_start */
+    const struct hctx *hc;    /* from http_start */
+    struct http_conns *conns; /* from http_start */
+    int fd;                   /* the bound socket; the daemon's once it started */
+    unsigned port;            /* the bound port */
+    char listen[256];         /* the address, for messages */
 };
 
 /* One request, from its first call to its completion (http_request_done). */

@@ -1,8 +1,9 @@
 /* server/main.c — the opsrun command line: serve, migrate, token new,
  * version, help.
- * main() builds the runtime (configuration, pool, engine, HTTP server),
- * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
- * context. A second signal during the drain cuts the grace period short. */
+ * main() builds the runtime (configuration, the HTTP server's socket,
+ * pool, engine, then HTTP serving), then waits for SIGINT/SIGTERM in
+ * sigwait(); no handler runs in signal context. A second signal during the
+ * drain cuts the grace period short. */
 #include "client/client.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -433,6 +434,12 @@ static int serve(const struct config *cfg)
     raise_nofile(cfg);
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
         return 1;
+    /* Bound before anything starts: a taken port must not leave a worker
+     * row behind (the engine registers one as it starts). */
+    if (http_bind(cfg->listen, &http, &err) != ST_OK) {
+        LOG(LOG_ERROR, "%s", err.message);
+        return 1;
+    }
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
     metrics = metrics_create(cfg);
     engine = engine_new(cfg, pool);
@@ -461,7 +468,7 @@ static int serve(const struct config *cfg)
         engine_drain(engine, 0);
         goto out;
     }
-    if (http_start(&hc, &http, &err) != ST_OK) {
+    if (http_start(http, &hc, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
         goto out;
@@ -470,9 +477,11 @@ static int serve(const struct config *cfg)
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
     stop_http(http, hub, hc.submitq);
+    http = NULL;
     rc = 0;
     LOG(LOG_INFO, "stopped");
 out:
+    http_stop(http); /* bound, but not served */
     if (hc.submitq)
         (void)submitq_close(hc.submitq, 0);
     submitq_free(hc.submitq);
