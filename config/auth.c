@@ -21,7 +21,7 @@ static const char *const scope_names[] = {"submit", "read", "cancel", "health", 
  * starts them itself: no token may pass for either. */
 static const char *const reserved_names[] = {"anonymous", "system", NULL};
 
-bool auth_scope_parse(const char *name, unsigned *bit)
+bool cfg_scope_parse(const char *name, unsigned *bit)
 {
     for (size_t i = 0; i < ARRAY_LEN(scope_names); i++) {
         if (strcmp(name, scope_names[i]) == 0) {
@@ -32,7 +32,7 @@ bool auth_scope_parse(const char *name, unsigned *bit)
     return false;
 }
 
-const char *auth_scope_name(unsigned bit)
+const char *cfg_scope_name(unsigned bit)
 {
     for (size_t i = 0; i < ARRAY_LEN(scope_names); i++)
         if (bit == 1u << i)
@@ -40,17 +40,17 @@ const char *auth_scope_name(unsigned bit)
     return "";
 }
 
-static void auth_token_clear(struct auth_token *t)
+static void token_clear(struct auth_token *t)
 {
     free(t->name);
     free(t->tenant);
     memset(t, 0, sizeof(*t));
 }
 
-void auth_tokens_free(struct auth_token *tokens, size_t n)
+void tokens_free(struct auth_token *tokens, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        auth_token_clear(&tokens[i]);
+        token_clear(&tokens[i]);
     free(tokens);
 }
 
@@ -107,7 +107,7 @@ static enum status token_scopes(struct auth_token *t, const json_t *v, const cha
     json_array_foreach(v, i, e)
     {
         xsnprintf(elem, sizeof(elem), "%.*s[%zu]\"", (int)strlen(label) - 1, label, i);
-        if (!json_is_string(e) || !auth_scope_parse(json_string_value(e), &bit))
+        if (!json_is_string(e) || !cfg_scope_parse(json_string_value(e), &bit))
             return error_set(err, ST_INVALID,
                              "invalid %s: expected \"submit\", \"read\", \"cancel\", "
                              "\"health\" or \"admin\"",
@@ -220,18 +220,18 @@ void load_auth_tokens(struct config *cfg, const json_t *v, struct cfg_errors *er
         if (token_load(&tokens[i], json_array_get(v, i), path, errs) == ST_OK)
             (void)cfg_errors_note(errs, token_unique(tokens, i, &one), &one);
         else
-            auth_token_clear(&tokens[i]);
+            token_clear(&tokens[i]);
     }
     if (errs->n != before) {
-        auth_tokens_free(tokens, n);
+        tokens_free(tokens, n);
         return;
     }
-    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     cfg->auth.tokens = tokens;
     cfg->auth.ntokens = n;
 }
 
-json_t *auth_token_to_json(const struct auth_token *t)
+json_t *token_to_json(const struct auth_token *t)
 {
     json_t *scopes = json_array();
     char hex[65];
@@ -334,7 +334,7 @@ enum status cfg_token_new(const char *name, const char *tenant, const char *scop
     } else {
         st = error_set(err, ST_INVALID, "invalid token: name and tenant must be UTF-8");
     }
-    auth_token_clear(&t);
+    token_clear(&t);
     if (st != ST_OK) {
         json_decref(e);
         free(*token);

@@ -125,7 +125,7 @@ void cfg_cleanup(struct config *cfg)
             opt_store_str(cfg, &cfg_opts[i], NULL);
     rt_free_all(cfg);
     routes_free(cfg->routes, cfg->nroutes);
-    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     cors_origins_free(cfg->http.cors_origins, cfg->http.ncors_origins);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));

@@ -82,9 +82,9 @@ enum auth_scope {
     SCOPE_ADMIN = 1u << 4,  /* every scope, in every tenant */
 };
 /* "submit", "read", "cancel", "health", "admin"; false for anything else. */
-bool auth_scope_parse(const char *name, unsigned *bit);
+bool cfg_scope_parse(const char *name, unsigned *bit);
 /* The name of one scope bit, "" for anything else. */
-const char *auth_scope_name(unsigned bit);
+const char *cfg_scope_name(unsigned bit);
 
 /* One entry of auth.tokens. The token itself is never stored: only its
  * SHA-256, compared in constant time (handlers/auth.h). */

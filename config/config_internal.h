@@ -121,9 +121,9 @@ void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs
 /* The "auth.tokens" array of a file: replaces the tokens, and only when
  * all are valid. */
 void load_auth_tokens(struct config *cfg, const json_t *v, struct cfg_errors *errs);
-void auth_tokens_free(struct auth_token *tokens, size_t n);
+void tokens_free(struct auth_token *tokens, size_t n);
 /* An auth.tokens entry as --print-config shows it (the file's form). */
-json_t *auth_token_to_json(const struct auth_token *t);
+json_t *token_to_json(const struct auth_token *t);
 
 /* ---- cors.c ---- */
 

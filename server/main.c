@@ -211,7 +211,7 @@ static int build_config(const struct cli *cli, struct config *cfg)
     return failed ? 2 : 0;
 }
 
-static struct db_options db_opts(const struct config *cfg, const char *app)
+static struct db_options conn_options(const struct config *cfg, const char *app)
 {
     return (struct db_options){
         .conninfo = cfg->database_url,
@@ -248,7 +248,7 @@ static void ensure_partitions(const struct config *cfg, struct db *db)
  * starting up (wait_s 0: one try); then creates the partitions ahead. */
 static int migrate(const struct config *cfg, int wait_s)
 {
-    const struct db_options opt = db_opts(cfg, "opsrun-migrate");
+    const struct db_options opt = conn_options(cfg, "opsrun-migrate");
     int64_t give_up = clock_mono_ms() + (int64_t)wait_s * 1000;
     struct error err = {0};
     enum status st;
@@ -333,10 +333,10 @@ static void on_events(void *hub)
     hub_doorbell(hub);
 }
 
-static struct hub *hub_create(const struct config *cfg)
+static struct hub *make_hub(const struct config *cfg)
 {
     const struct hub_options o = {
-        .db = db_opts(cfg, "opsrun-hub"),
+        .db = conn_options(cfg, "opsrun-hub"),
         .ring_frames = cfg->sse.ring_frames,
         .ring_bytes = cfg->sse.ring_bytes,
         .max_subscribers = cfg->sse.max_subscribers,
@@ -363,7 +363,7 @@ static void stop_http(struct http *http, struct hub *hub, struct submitq *submit
     http_stop(http);
 }
 
-static struct limits *limits_create(const struct config *cfg)
+static struct limits *make_limits(const struct config *cfg)
 {
     const struct limits_options o = {
         .conns_per_addr = cfg->http.max_connections_per_ip,
@@ -376,7 +376,7 @@ static struct limits *limits_create(const struct config *cfg)
 
 /* The registry, with every label value GET /metrics may show: the
  * configured run types, the terminal outcomes and the route templates. */
-static struct metrics *metrics_create(const struct config *cfg)
+static struct metrics *make_metrics(const struct config *cfg)
 {
     const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
@@ -409,7 +409,7 @@ static void on_signal(int sig)
 
 static int serve(const struct config *cfg)
 {
-    const struct db_options opt = db_opts(cfg, "opsrun");
+    const struct db_options opt = conn_options(cfg, "opsrun");
     struct db_pool *pool = NULL;
     struct engine *engine = NULL;
     struct hub *hub = NULL;
@@ -441,16 +441,16 @@ static int serve(const struct config *cfg)
         return 1;
     }
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
-    metrics = metrics_create(cfg);
+    metrics = make_metrics(cfg);
     engine = engine_new(cfg, pool);
     engine_set_metrics(engine, metrics);
-    hub = hub_create(cfg);
+    hub = make_hub(cfg);
     engine_on_events(engine, on_events, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start the engine: %s", err.message);
         goto out;
     }
-    limits = limits_create(cfg);
+    limits = make_limits(cfg);
     hc = (struct hctx){.cfg = cfg,
                        .pool = pool,
                        .engine = engine,
