@@ -407,6 +407,21 @@ static void on_signal(int sig)
     (void)sig;
 }
 
+/* SIGINT and SIGTERM go to sigwait() in *sigs: blocked before any thread
+ * starts, so every thread inherits the mask. A shell that starts us in the
+ * background sets SIGINT to ignored, and sigwait() never sees an ignored
+ * signal: a handler is installed first. */
+static void take_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 static int serve(const struct config *cfg)
 {
     const struct db_options opt = conn_options(cfg, "opsrun");
@@ -422,15 +437,7 @@ static int serve(const struct config *cfg)
     sigset_t sigs;
     int rc = 1;
 
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    /* A shell that starts us in the background sets SIGINT to ignored, and
-     * sigwait() never sees an ignored signal: install a handler first. */
-    sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
-    sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* before any thread starts */
-    signal(SIGPIPE, SIG_IGN);
+    take_signals(&sigs);
     raise_nofile(cfg);
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
         return 1;
