@@ -41,7 +41,7 @@ static enum status listen_resolve(const char *addr, struct sockaddr_storage *sa,
 /* The port the socket is bound to (the asked one unless it was 0). */
 static unsigned listen_port(int fd, unsigned asked)
 {
-    struct sockaddr_storage sa;
+    struct sockaddr_storage sa = {0};
     socklen_t len = sizeof(sa);
 
     if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
