@@ -2,6 +2,7 @@
 #include "client/args.h"
 
 #include "common/ids.h"
+#include "common/suggest.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -47,6 +48,12 @@ struct raw {
 const char *args_cmd_name(enum client_cmd cmd)
 {
     return cmd_names[cmd];
+}
+
+void args_suggest_command(struct suggest *s)
+{
+    for (size_t i = 0; i < ARRAY_LEN(cmd_names); i++)
+        suggest_add(s, cmd_names[i]);
 }
 
 static bool cmd_lookup(const char *word, enum client_cmd *out)
@@ -118,12 +125,18 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
     static const char *const operand[] = {
         "a run type: opsrun submit TYPE", "a run id: opsrun watch ID", NULL,
         "a run id: opsrun cancel ID",     "a run id: opsrun retry ID", NULL};
+    struct suggest s;
+    char hint[96];
     int want;
 
     if (r->nwords == 0)
         return error_set(err, ST_INVALID, "no command given");
-    if (!cmd_lookup(r->words[0], &out->cmd))
-        return error_set(err, ST_INVALID, "unknown command \"%.64s\"", r->words[0]);
+    if (!cmd_lookup(r->words[0], &out->cmd)) {
+        suggest_init(&s, r->words[0]);
+        args_suggest_command(&s);
+        return error_set(err, ST_INVALID, "unknown command \"%.64s\"%s", r->words[0],
+                         suggest_hint(&s, hint, sizeof(hint)));
+    }
     want = operand[out->cmd] ? 2 : 1;
     if (r->nwords < want)
         return error_set(err, ST_INVALID, "%s needs %s", cmd_names[out->cmd], operand[out->cmd]);

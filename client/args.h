@@ -12,6 +12,8 @@
 
 #include "common/common.h"
 
+struct suggest;
+
 #define ARGS_DEFAULT_SERVER "http://127.0.0.1:8080"
 #define ARGS_LIMIT_MAX 500
 
@@ -45,5 +47,7 @@ bool args_is_client(int argc, char *const *argv);
 
 /* The command's name as typed ("submit", ...). */
 const char *args_cmd_name(enum client_cmd cmd);
+/* Offers every command's name to s (common/suggest.h). */
+void args_suggest_command(struct suggest *s);
 
 #endif

@@ -51,6 +51,11 @@ bool client_wants(int argc, char **argv)
     return args_is_client(argc, argv);
 }
 
+void client_suggest_command(struct suggest *s)
+{
+    args_suggest_command(s);
+}
+
 int client_main(int argc, char **argv)
 {
     struct watch_view v = view_of_stdout();

@@ -9,11 +9,16 @@
 
 #include <stdbool.h>
 
+struct suggest;
+
 /* The part of `opsrun --help` that lists the client commands. */
 extern const char client_usage[];
 
 /* Whether argv's command is a client command. */
 bool client_wants(int argc, char **argv);
+/* Offers every client command's name to s (common/suggest.h), for the
+ * "did you mean" of an unknown command. */
+void client_suggest_command(struct suggest *s);
 /* Parses argv and runs the command; returns the exit status (0 done, 1
  * refused or, for watch, a run that did not succeed, 2 usage or connection
  * errors). */

@@ -7,6 +7,7 @@
 
 #include "common/encoding.h"
 #include "common/sha256.h"
+#include "common/suggest.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ static const char *const scope_names[] = {"submit", "read", "cancel", "health", 
  * starts them itself: no token may pass for either. */
 static const char *const reserved_names[] = {"anonymous", "system", NULL};
 
-bool auth_scope_parse(const char *name, unsigned *bit)
+bool cfg_scope_parse(const char *name, unsigned *bit)
 {
     for (size_t i = 0; i < ARRAY_LEN(scope_names); i++) {
         if (strcmp(name, scope_names[i]) == 0) {
@@ -32,7 +33,7 @@ bool auth_scope_parse(const char *name, unsigned *bit)
     return false;
 }
 
-const char *auth_scope_name(unsigned bit)
+const char *cfg_scope_name(unsigned bit)
 {
     for (size_t i = 0; i < ARRAY_LEN(scope_names); i++)
         if (bit == 1u << i)
@@ -40,12 +41,17 @@ const char *auth_scope_name(unsigned bit)
     return "";
 }
 
-void auth_tokens_free(struct auth_token *tokens, size_t n)
+static void token_clear(struct auth_token *t)
 {
-    for (size_t i = 0; i < n; i++) {
-        free(tokens[i].name);
-        free(tokens[i].tenant);
-    }
+    free(t->name);
+    free(t->tenant);
+    memset(t, 0, sizeof(*t));
+}
+
+void tokens_free(struct auth_token *tokens, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        token_clear(&tokens[i]);
     free(tokens);
 }
 
@@ -102,7 +108,7 @@ static enum status token_scopes(struct auth_token *t, const json_t *v, const cha
     json_array_foreach(v, i, e)
     {
         xsnprintf(elem, sizeof(elem), "%.*s[%zu]\"", (int)strlen(label) - 1, label, i);
-        if (!json_is_string(e) || !auth_scope_parse(json_string_value(e), &bit))
+        if (!json_is_string(e) || !cfg_scope_parse(json_string_value(e), &bit))
             return error_set(err, ST_INVALID,
                              "invalid %s: expected \"submit\", \"read\", \"cancel\", "
                              "\"health\" or \"admin\"",
@@ -131,46 +137,57 @@ static enum status token_digest(struct auth_token *t, const json_t *v, const cha
 }
 
 static enum status token_key(struct auth_token *t, const char *key, const json_t *v,
-                             const char *path, struct error *err)
+                             const char *path, struct cfg_errors *errs)
 {
+    static const char *const keys[] = {"name", "tenant", "scopes", "sha256"};
+    char label[KEY_MAX];
+    struct error one = {0};
+    struct suggest s;
+
     if (strcmp(key, "name") == 0)
-        return token_name(t, v, path, err);
+        return cfg_errors_note(errs, token_name(t, v, path, &one), &one);
     if (strcmp(key, "tenant") == 0)
-        return token_tenant(t, v, path, err);
+        return cfg_errors_note(errs, token_tenant(t, v, path, &one), &one);
     if (strcmp(key, "scopes") == 0)
-        return token_scopes(t, v, path, err);
+        return cfg_errors_note(errs, token_scopes(t, v, path, &one), &one);
     if (strcmp(key, "sha256") == 0)
-        return token_digest(t, v, path, err);
-    return error_set(err, ST_INVALID, "unknown key \"%s%s%s\"", path, *path ? "." : "", key);
+        return cfg_errors_note(errs, token_digest(t, v, path, &one), &one);
+    suggest_init(&s, key);
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+        suggest_add(&s, keys[i]);
+    xsnprintf(label, sizeof(label), "%s%s%s", path, *path ? "." : "", key);
+    return cfg_unknown_key(errs, label, &s);
 }
 
 /* Each key once, in the file's order; then every key must have been there. */
 static enum status token_load(struct auth_token *t, const json_t *v, const char *path,
-                              struct error *err)
+                              struct cfg_errors *errs)
 {
     static const char *const required[] = {"name", "tenant", "scopes", "sha256"};
     const char *key;
     json_t *val;
-    enum status st;
+    enum status st = ST_OK;
 
     if (!json_is_object(v))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+        return cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
     json_object_foreach((json_t *)v, key, val)
     {
-        if ((st = token_key(t, key, val, path, err)) != ST_OK)
-            return st;
+        if (token_key(t, key, val, path, errs) != ST_OK)
+            st = ST_INVALID;
     }
     for (size_t i = 0; i < ARRAY_LEN(required); i++)
         if (!json_object_get(v, required[i]))
-            return error_set(err, ST_INVALID, "missing \"%s%s%s\"", path, *path ? "." : "",
-                             required[i]);
-    return ST_OK;
+            st = cfg_errors_addf(errs, "missing \"%s%s%s\"", path, *path ? "." : "", required[i]);
+    return st;
 }
 
-/* A name or a digest used twice would make one request match two entries. */
+/* A name or a digest used twice would make one request match two entries.
+ * Entries that failed to load (no name) are not compared. */
 static enum status token_unique(const struct auth_token *tokens, size_t i, struct error *err)
 {
     for (size_t j = 0; j < i; j++) {
+        if (!tokens[j].name)
+            continue;
         if (strcmp(tokens[j].name, tokens[i].name) == 0)
             return error_set(err, ST_INVALID,
                              "invalid \"auth.tokens[%zu].name\": \"%s\" is already the name of "
@@ -185,34 +202,37 @@ static enum status token_unique(const struct auth_token *tokens, size_t i, struc
     return ST_OK;
 }
 
-enum status load_auth_tokens(struct config *cfg, const json_t *v, struct error *err)
+void load_auth_tokens(struct config *cfg, const json_t *v, struct cfg_errors *errs)
 {
+    unsigned before = errs->n;
     struct auth_token *tokens;
+    struct error one = {0};
     char path[32];
     size_t n;
-    enum status st = ST_OK;
 
-    if (!json_is_array(v))
-        return error_set(err, ST_INVALID, "invalid \"auth.tokens\": expected an array");
+    if (!json_is_array(v)) {
+        (void)cfg_errors_addf(errs, "invalid \"auth.tokens\": expected an array");
+        return;
+    }
     n = json_array_size(v);
     tokens = xcalloc(n ? n : 1, sizeof(*tokens));
-    for (size_t i = 0; i < n && st == ST_OK; i++) {
+    for (size_t i = 0; i < n; i++) {
         xsnprintf(path, sizeof(path), "auth.tokens[%zu]", i);
-        st = token_load(&tokens[i], json_array_get(v, i), path, err);
-        if (st == ST_OK)
-            st = token_unique(tokens, i, err);
+        if (token_load(&tokens[i], json_array_get(v, i), path, errs) == ST_OK)
+            (void)cfg_errors_note(errs, token_unique(tokens, i, &one), &one);
+        else
+            token_clear(&tokens[i]);
     }
-    if (st != ST_OK) {
-        auth_tokens_free(tokens, n);
-        return st;
+    if (errs->n != before) {
+        tokens_free(tokens, n);
+        return;
     }
-    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     cfg->auth.tokens = tokens;
     cfg->auth.ntokens = n;
-    return ST_OK;
 }
 
-json_t *auth_token_to_json(const struct auth_token *t)
+json_t *token_to_json(const struct auth_token *t)
 {
     json_t *scopes = json_array();
     char hex[65];
@@ -307,10 +327,15 @@ enum status cfg_token_new(const char *name, const char *tenant, const char *scop
     sha256_hex(*token, strlen(*token), hex);
     e = json_pack("{s:s, s:s, s:o, s:s}", "name", name, "tenant", tenant, "scopes",
                   scopes_array(scopes), "sha256", hex);
-    st = e ? token_load(&t, e, "", err)
-           : error_set(err, ST_INVALID, "invalid token: name and tenant must be UTF-8");
-    free(t.name);
-    free(t.tenant);
+    if (e) {
+        struct cfg_errors errs;
+        cfg_errors_init(&errs, err);
+        (void)token_load(&t, e, "", &errs);
+        st = cfg_errors_end(&errs);
+    } else {
+        st = error_set(err, ST_INVALID, "invalid token: name and tenant must be UTF-8");
+    }
+    token_clear(&t);
     if (st != ST_OK) {
         json_decref(e);
         free(*token);

@@ -5,6 +5,7 @@
 #include "config/config_internal.h"
 
 #include "common/dynbuf.h"
+#include "common/suggest.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -124,7 +125,7 @@ void cfg_cleanup(struct config *cfg)
             opt_store_str(cfg, &cfg_opts[i], NULL);
     rt_free_all(cfg);
     routes_free(cfg->routes, cfg->nroutes);
-    auth_tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
+    tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     cors_origins_free(cfg->http.cors_origins, cfg->http.ncors_origins);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
@@ -132,31 +133,66 @@ void cfg_cleanup(struct config *cfg)
 
 /* ---- sources: the file, the environment, flags ---- */
 
-static enum status load_value(struct config *cfg, const char *parent, const char *key,
-                              const json_t *v, struct error *err);
+/* One key of the file as a candidate for an unknown key under parent
+ * (NULL: the top level). */
+static void suggest_one(struct suggest *s, const char *parent, const char *key)
+{
+    const char *dot = strchr(key, '.');
+    size_t plen = parent ? strlen(parent) : 0;
 
-static enum status load_section(struct config *cfg, const char *path, const json_t *v,
-                                struct error *err)
+    if (!parent && !dot) {
+        suggest_add(s, key);
+    } else if (!parent) {
+        suggest_add_len(s, key, (size_t)(dot - key));                  /* its section */
+        suggest_add_as(s, key, strlen(key), dot + 1, strlen(dot + 1)); /* by its last part */
+    } else if (dot && (size_t)(dot - key) == plen && strncmp(key, parent, plen) == 0) {
+        suggest_add_as(s, key, strlen(key), dot + 1, strlen(dot + 1));
+    }
+}
+
+/* The keys near an unknown one: in a section, the section's keys by their
+ * last part; at the top level, the top-level keys, the sections, and every
+ * key of a section by its last part ("workers" for "queue.workers"). */
+static void unknown_key(const char *parent, const char *key, const char *path,
+                        struct cfg_errors *errs)
+{
+    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types", "routes"};
+    struct suggest s;
+
+    suggest_init(&s, key);
+    for (size_t i = 0; i < cfg_nopts; i++)
+        if (!(cfg_opts[i].flags & OPT_NOFILE))
+            suggest_one(&s, parent, cfg_opts[i].key);
+    for (size_t i = 0; i < ARRAY_LEN(more); i++)
+        suggest_one(&s, parent, more[i]);
+    (void)cfg_unknown_key(errs, path, &s);
+}
+
+static void load_value(struct config *cfg, const char *parent, const char *key, const json_t *v,
+                       struct cfg_errors *errs);
+
+static void load_section(struct config *cfg, const char *path, const json_t *v,
+                         struct cfg_errors *errs)
 {
     const char *key;
     json_t *child;
-    enum status st;
 
-    if (!json_is_object(v))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    if (!json_is_object(v)) {
+        (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
+        return;
+    }
     json_object_foreach((json_t *)v, key, child)
     {
-        if ((st = load_value(cfg, path, key, child, err)) != ST_OK)
-            return st;
+        load_value(cfg, path, key, child, errs);
     }
-    return ST_OK;
 }
 
-static enum status load_value(struct config *cfg, const char *parent, const char *key,
-                              const json_t *v, struct error *err)
+static void load_value(struct config *cfg, const char *parent, const char *key, const json_t *v,
+                       struct cfg_errors *errs)
 {
     char path[KEY_MAX], label[KEY_MAX + 2];
     bool dotted = strchr(key, '.') != NULL; /* "queue.workers" is no key of the top level */
+    struct error one = {0};
     const struct opt *o;
 
     if (parent)
@@ -164,52 +200,48 @@ static enum status load_value(struct config *cfg, const char *parent, const char
     else
         xsnprintf(path, sizeof(path), "%s", key);
     if (!dotted && strcmp(path, "auth.tokens") == 0)
-        return load_auth_tokens(cfg, v, err);
-    if (!dotted && strcmp(path, "http.cors_origins") == 0)
-        return load_cors_origins(cfg, v, err);
-    if (!dotted && (o = file_opt(path)) != NULL) {
+        load_auth_tokens(cfg, v, errs);
+    else if (!dotted && strcmp(path, "http.cors_origins") == 0)
+        (void)cfg_errors_note(errs, load_cors_origins(cfg, v, &one), &one);
+    else if (!dotted && (o = file_opt(path)) != NULL) {
         xsnprintf(label, sizeof(label), "\"%s\"", path);
-        if (opt_from_json(cfg, o, v, label, err) != ST_OK)
-            return ST_INVALID;
-        cfg->sources[o - cfg_opts] = CFG_SRC_FILE;
-        return ST_OK;
-    }
-    if (!dotted && is_section(path))
-        return load_section(cfg, path, v, err);
-    return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
+        if (cfg_errors_note(errs, opt_from_json(cfg, o, v, label, &one), &one) == ST_OK)
+            cfg->sources[o - cfg_opts] = CFG_SRC_FILE;
+    } else if (!dotted && is_section(path))
+        load_section(cfg, path, v, errs);
+    else
+        unknown_key(parent, key, path, errs);
 }
 
 /* Routes go last, so they may name types defined further down the file. */
-static enum status load_doc(struct config *cfg, const json_t *root, struct error *err)
+static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *errs)
 {
     const char *key;
     json_t *v;
-    enum status st;
 
     json_object_foreach((json_t *)root, key, v)
     {
         if (strcmp(key, "routes") == 0)
             continue;
         if (strcmp(key, "run_types") == 0)
-            st = load_run_types(cfg, v, err);
+            load_run_types(cfg, v, errs);
         else
-            st = load_value(cfg, NULL, key, v, err);
-        if (st != ST_OK)
-            return st;
+            load_value(cfg, NULL, key, v, errs);
     }
     v = json_object_get(root, "routes");
-    if (v && (st = load_routes(cfg, v, err)) != ST_OK)
-        return st;
-    return check_refs(cfg, err);
+    if (v)
+        load_routes(cfg, v, json_object_get(root, "run_types"), errs);
+    if (errs->n == 0)
+        check_refs(cfg, errs);
 }
 
 static enum status load_text(struct config *cfg, const char *text, size_t len, const char *file,
                              struct error *err)
 {
     char what[KEY_MAX + 16];
+    struct cfg_errors errs;
     json_error_t jerr;
     json_t *root;
-    enum status st;
 
     if (file)
         xsnprintf(what, sizeof(what), "config file \"%s\"", file);
@@ -219,12 +251,13 @@ static enum status load_text(struct config *cfg, const char *text, size_t len, c
     if (!root)
         return error_set(err, ST_INVALID, "could not parse %s: %s (line %d, column %d)", what,
                          jerr.text, jerr.line, jerr.column);
+    cfg_errors_init(&errs, err);
     if (!json_is_object(root))
-        st = error_set(err, ST_INVALID, "could not load %s: expected a JSON object", what);
+        (void)cfg_errors_addf(&errs, "could not load %s: expected a JSON object", what);
     else
-        st = load_doc(cfg, root, err);
+        load_doc(cfg, root, &errs);
     json_decref(root);
-    return st;
+    return cfg_errors_end(&errs);
 }
 
 enum status cfg_load_json(struct config *cfg, const char *text, struct error *err)
@@ -317,6 +350,10 @@ void cfg_mark_source(struct config *cfg, const char *key, enum cfg_source src)
 enum status cfg_load_env(struct config *cfg, const char *(*getenv_fn)(const char *),
                          struct error *err)
 {
+    struct cfg_errors errs;
+    struct error one = {0};
+
+    cfg_errors_init(&errs, err);
     for (size_t i = 0; i < cfg_nopts; i++) {
         const struct opt *o = &cfg_opts[i];
         const char *v = o->env ? getenv_fn(o->env) : NULL;
@@ -328,25 +365,28 @@ enum status cfg_load_env(struct config *cfg, const char *(*getenv_fn)(const char
                 cfg->sources[i] = CFG_SRC_ENV;
             continue;
         }
-        if (set_opt(cfg, o, v, CFG_SRC_ENV, err) != ST_OK)
-            return ST_INVALID;
+        (void)cfg_errors_note(&errs, set_opt(cfg, o, v, CFG_SRC_ENV, &one), &one);
     }
-    return ST_OK;
+    return cfg_errors_end(&errs);
 }
 
 enum status cfg_validate(const struct config *cfg, struct error *err)
 {
+    struct cfg_errors errs;
+
+    cfg_errors_init(&errs, err);
     if (cfg->queue.orphan_after_s <= cfg->queue.heartbeat_interval_s)
-        return error_set(err, ST_INVALID,
-                         "invalid \"queue.orphan_after_s\": must be greater than "
-                         "queue.heartbeat_interval_s (%d)",
-                         cfg->queue.heartbeat_interval_s);
+        (void)cfg_errors_addf(&errs,
+                              "invalid \"queue.orphan_after_s\": must be greater than "
+                              "queue.heartbeat_interval_s (%d)",
+                              cfg->queue.heartbeat_interval_s);
     if ((int64_t)cfg->sse.heartbeat_ms >= (int64_t)cfg->sse.send_timeout_s * 1000)
-        return error_set(err, ST_INVALID,
-                         "invalid \"sse.heartbeat_ms\": must be less than sse.send_timeout_s "
-                         "(%d s), or idle streams are closed",
-                         cfg->sse.send_timeout_s);
-    return check_refs(cfg, err);
+        (void)cfg_errors_addf(&errs,
+                              "invalid \"sse.heartbeat_ms\": must be less than "
+                              "sse.send_timeout_s (%d s), or idle streams are closed",
+                              cfg->sse.send_timeout_s);
+    check_refs(cfg, &errs);
+    return cfg_errors_end(&errs);
 }
 
 /* ---- lookups ---- */

@@ -2,6 +2,10 @@
  * file, then environment variables, then command-line flags. Built once in
  * main, validated, and read-only afterwards (safe to read from any thread).
  * Errors name the key: `invalid "queue.workers": must be between 1 and 1024`.
+ * cfg_load_json, cfg_load_file, cfg_load_env and cfg_validate go on past an
+ * error and put every one in err->message, one line each (as many as it
+ * holds, then a line saying how many more); an unknown key ends with
+ * `; did you mean "queue.workers"?` when a known one is near it.
  *
  * Configuration sits below everything that reads it (engine, actions,
  * handlers, the process). It knows actions only through struct cfg_actions,
@@ -15,6 +19,8 @@
 
 #include <jansson.h>
 #include <regex.h>
+
+struct suggest;
 
 enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
 
@@ -76,9 +82,9 @@ enum auth_scope {
     SCOPE_ADMIN = 1u << 4,  /* every scope, in every tenant */
 };
 /* "submit", "read", "cancel", "health", "admin"; false for anything else. */
-bool auth_scope_parse(const char *name, unsigned *bit);
+bool cfg_scope_parse(const char *name, unsigned *bit);
 /* The name of one scope bit, "" for anything else. */
-const char *auth_scope_name(unsigned bit);
+const char *cfg_scope_name(unsigned bit);
 
 /* One entry of auth.tokens. The token itself is never stored: only its
  * SHA-256, compared in constant time (handlers/auth.h). */
@@ -234,6 +240,9 @@ enum status cfg_token_new(const char *name, const char *tenant, const char *scop
 bool cfg_cors_allowed(const struct config *cfg, const char *origin);
 
 const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
+/* Offers every run type's name to s (common/suggest.h), for the "did you
+ * mean" of an unknown one. */
+void cfg_run_type_suggest(const struct config *cfg, struct suggest *s);
 int cfg_pool_size(const struct config *cfg);
 /* Whether log lines are JSON: log.format when set, else log.json. */
 bool cfg_log_json(const struct config *cfg);

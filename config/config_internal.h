@@ -54,6 +54,34 @@ extern const size_t cfg_nopts;
 extern const struct opt rt_opts[];
 extern const size_t rt_nopts;
 
+/* ---- errors.c: every error of one load ---- */
+
+/* A load goes on past a bad key, so one run names every mistake: each
+ * loop over a file's keys adds the error of a key that failed and goes on
+ * with the next. The errors go into out->message, one line each, as many
+ * as it holds; cfg_errors_end then adds a line saying how many more there
+ * were. A definition with an error (a run type, the routes, the tokens) is
+ * not applied. */
+struct cfg_errors {
+    struct error *out; /* may be NULL */
+    unsigned n;        /* errors added */
+    unsigned dropped;  /* of them, those the message had no room for */
+};
+struct suggest;
+
+/* Clears out's message. */
+void cfg_errors_init(struct cfg_errors *e, struct error *out);
+/* Each returns ST_INVALID, or for _note ST_OK when st is ST_OK (one is
+ * then not read). */
+enum status cfg_errors_addf(struct cfg_errors *e, const char *fmt, ...) PRINTF_LIKE(2, 3);
+enum status cfg_errors_add(struct cfg_errors *e, const struct error *one);
+enum status cfg_errors_note(struct cfg_errors *e, enum status st, const struct error *one);
+/* ST_OK when nothing was added, else ST_INVALID. */
+enum status cfg_errors_end(struct cfg_errors *e) WUR;
+/* unknown key "path", and "; did you mean ..." when s (the known keys
+ * around it) has one near it. */
+enum status cfg_unknown_key(struct cfg_errors *e, const char *path, const struct suggest *s);
+
 /* ---- option.c: the machinery of an option table ---- */
 
 /* By JSON path, or by flag name ("workers"), for cfg_set. */
@@ -86,16 +114,16 @@ struct run_type *rt_find(const struct config *cfg, const char *name);
 void rt_add_demo(struct config *cfg);
 void rt_free_all(struct config *cfg);
 /* The "run_types" object of a file: merged into the types already there. */
-enum status load_run_types(struct config *cfg, const json_t *v, struct error *err) WUR;
+void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs);
 
 /* ---- auth.c ---- */
 
 /* The "auth.tokens" array of a file: replaces the tokens, and only when
  * all are valid. */
-enum status load_auth_tokens(struct config *cfg, const json_t *v, struct error *err) WUR;
-void auth_tokens_free(struct auth_token *tokens, size_t n);
+void load_auth_tokens(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+void tokens_free(struct auth_token *tokens, size_t n);
 /* An auth.tokens entry as --print-config shows it (the file's form). */
-json_t *auth_token_to_json(const struct auth_token *t);
+json_t *token_to_json(const struct auth_token *t);
 
 /* ---- cors.c ---- */
 
@@ -108,10 +136,13 @@ json_t *cors_origins_to_json(const struct config *cfg);
 
 /* ---- routes.c ---- */
 
-/* The "routes" array of a file: replaces the routes, and only when all are valid. */
-enum status load_routes(struct config *cfg, const json_t *v, struct error *err) WUR;
+/* The "routes" array of a file: replaces the routes, and only when all are
+ * valid. file_types is the file's "run_types" (NULL: none): a route may
+ * name one of them that failed to load without an error of its own. */
+void load_routes(struct config *cfg, const json_t *v, const json_t *file_types,
+                 struct cfg_errors *errs);
 void routes_free(struct route *routes, size_t n);
 /* Every route and default_route names an existing run type. */
-enum status check_refs(const struct config *cfg, struct error *err) WUR;
+void check_refs(const struct config *cfg, struct cfg_errors *errs);
 
 #endif

@@ -245,7 +245,7 @@ static bool tokens_to_json(const struct config *cfg, json_t *root)
     ok = json_object_set_new(auth, "tokens", tokens) == 0;
 
     for (size_t i = 0; ok && i < cfg->auth.ntokens; i++)
-        ok = json_array_append_new(tokens, auth_token_to_json(&cfg->auth.tokens[i])) == 0;
+        ok = json_array_append_new(tokens, token_to_json(&cfg->auth.tokens[i])) == 0;
     return ok;
 }
 

@@ -3,6 +3,8 @@
  * cfg_init, "params" checked by that action, and "poll". */
 #include "config/config_internal.h"
 
+#include "common/suggest.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +73,12 @@ struct run_type *rt_find(const struct config *cfg, const char *name)
     return NULL;
 }
 
+void cfg_run_type_suggest(const struct config *cfg, struct suggest *s)
+{
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        suggest_add(s, cfg->run_types[i].name);
+}
+
 static void rt_append(struct config *cfg, const struct run_type *rt)
 {
     cfg->run_types = xrealloc(cfg->run_types, (cfg->nrun_types + 1) * sizeof(*cfg->run_types));
@@ -99,84 +107,112 @@ static enum status rt_set_action(const struct cfg_actions *acts, struct run_type
     return ST_OK;
 }
 
+/* An unknown key of a run type (prefix "", path names it) or of its
+ * "poll" (prefix "poll."): the nearest key of the same object. */
+static void rt_unknown_key(const char *prefix, const char *key, const char *path,
+                           struct cfg_errors *errs)
+{
+    static const char *const own[] = {"action", "params", "poll"};
+    size_t plen = strlen(prefix);
+    struct suggest s;
+
+    suggest_init(&s, key);
+    for (size_t i = 0; !*prefix && i < ARRAY_LEN(own); i++)
+        suggest_add(&s, own[i]);
+    for (size_t i = 0; i < rt_nopts; i++) {
+        const char *k = rt_opts[i].key;
+        if (strncmp(k, prefix, plen) == 0 && !strchr(k + plen, '.'))
+            suggest_add(&s, k + plen);
+    }
+    (void)cfg_unknown_key(errs, path, &s);
+}
+
 /* "poll": {"initial_delay_ms": ..., ...}, each key an rt_opts "poll.x". */
-static enum status rt_apply_poll(struct run_type *rt, const json_t *poll, const char *path,
-                                 struct error *err)
+static void rt_apply_poll(struct run_type *rt, const json_t *poll, const char *path,
+                          struct cfg_errors *errs)
 {
     const char *key;
     json_t *v;
 
-    if (!json_is_object(poll))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    if (!json_is_object(poll)) {
+        (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
+        return;
+    }
     json_object_foreach((json_t *)poll, key, v)
     {
         char name[KEY_MAX], label[KEY_MAX + 2];
+        struct error one = {0};
         const struct opt *o;
         xsnprintf(name, sizeof(name), "poll.%s", key);
-        if (!(o = opt_find(rt_opts, rt_nopts, name)))
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
+        xsnprintf(label, sizeof(label), "%s.%s", path, key);
+        if (!(o = opt_find(rt_opts, rt_nopts, name))) {
+            rt_unknown_key("poll.", key, label, errs);
+            continue;
+        }
         xsnprintf(label, sizeof(label), "\"%s.%s\"", path, key);
-        if (opt_from_json(rt, o, v, label, err) != ST_OK)
-            return ST_INVALID;
+        (void)cfg_errors_note(errs, opt_from_json(rt, o, v, label, &one), &one);
     }
-    return ST_OK;
 }
 
-static enum status rt_apply_key(const struct cfg_actions *acts, struct run_type *rt,
-                                const char *key, json_t *v, const char *path, struct error *err)
+static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, const char *key,
+                         json_t *v, const char *path, struct cfg_errors *errs)
 {
     const struct opt *o;
     char label[KEY_MAX + 2];
+    struct error one = {0};
 
-    if (strcmp(key, "action") == 0)
-        return rt_set_action(acts, rt, v, path, err);
-    if (strcmp(key, "params") == 0) {
-        if (!json_is_object(v))
-            return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
+    if (strcmp(key, "action") == 0) {
+        (void)cfg_errors_note(errs, rt_set_action(acts, rt, v, path, &one), &one);
+    } else if (strcmp(key, "params") == 0) {
+        if (!json_is_object(v)) {
+            (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
+            return;
+        }
         json_decref(rt->params);
         rt->params = json_incref(v);
-        return ST_OK;
+    } else if (strcmp(key, "poll") == 0) {
+        rt_apply_poll(rt, v, path, errs);
+    } else if (!(o = opt_find(rt_opts, rt_nopts, key)) || strchr(key, '.')) {
+        rt_unknown_key("", key, path, errs);
+    } else {
+        xsnprintf(label, sizeof(label), "\"%s\"", path);
+        (void)cfg_errors_note(errs, opt_from_json(rt, o, v, label, &one), &one);
     }
-    if (strcmp(key, "poll") == 0)
-        return rt_apply_poll(rt, v, path, err);
-    if (!(o = opt_find(rt_opts, rt_nopts, key)) || strchr(key, '.'))
-        return error_set(err, ST_INVALID, "unknown key \"%s\"", path);
-    xsnprintf(label, sizeof(label), "\"%s\"", path);
-    return opt_from_json(rt, o, v, label, err);
 }
 
 /* The checks that need the whole type: an action, its params (checked by
  * the action itself), the backoff cap. */
-static enum status rt_check(const struct cfg_actions *acts, const struct run_type *rt,
-                            const char *path, struct error *err)
+static void rt_check(const struct cfg_actions *acts, const struct run_type *rt, const char *path,
+                     struct cfg_errors *errs)
 {
     char sub[KEY_MAX];
+    struct error one = {0};
 
-    if (!rt->action)
-        return error_set(err, ST_INVALID, "missing \"%s.action\"", path);
     xsnprintf(sub, sizeof(sub), "%s.params", path);
-    if (acts->check_params(rt->action, rt->params, sub, err) != ST_OK)
-        return ST_INVALID;
+    if (!rt->action)
+        (void)cfg_errors_addf(errs, "missing \"%s.action\"", path);
+    else
+        (void)cfg_errors_note(errs, acts->check_params(rt->action, rt->params, sub, &one), &one);
     if (rt->retry_backoff_max_ms < rt->retry_backoff_ms)
-        return error_set(err, ST_INVALID,
-                         "invalid \"%s.retry_backoff_max_ms\": must be at least "
-                         "retry_backoff_ms (%lld)",
-                         path, (long long)rt->retry_backoff_ms);
+        (void)cfg_errors_addf(errs,
+                              "invalid \"%s.retry_backoff_max_ms\": must be at least "
+                              "retry_backoff_ms (%lld)",
+                              path, (long long)rt->retry_backoff_ms);
     if (rt->poll.max_delay_ms < rt->poll.initial_delay_ms)
-        return error_set(err, ST_INVALID,
-                         "invalid \"%s.poll.max_delay_ms\": must be at least "
-                         "poll.initial_delay_ms (%lld)",
-                         path, (long long)rt->poll.initial_delay_ms);
-    return ST_OK;
+        (void)cfg_errors_addf(errs,
+                              "invalid \"%s.poll.max_delay_ms\": must be at least "
+                              "poll.initial_delay_ms (%lld)",
+                              path, (long long)rt->poll.initial_delay_ms);
 }
 
 /* A type the file names again is updated field by field; a new one starts
- * from the defaults. Nothing changes unless the whole definition is valid. */
-static enum status load_run_type(struct config *cfg, const char *name, const json_t *def,
-                                 const char *path, struct error *err)
+ * from the defaults. Nothing changes unless the whole definition is valid;
+ * its whole-type checks run once its keys are valid. */
+static void load_run_type(struct config *cfg, const char *name, const json_t *def, const char *path,
+                          struct cfg_errors *errs)
 {
     struct run_type *old = rt_find(cfg, name), rt;
-    enum status st = ST_OK;
+    unsigned before = errs->n;
     char sub[KEY_MAX];
     const char *key;
     json_t *v;
@@ -188,14 +224,13 @@ static enum status load_run_type(struct config *cfg, const char *name, const jso
     json_object_foreach((json_t *)def, key, v)
     {
         xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
-        if ((st = rt_apply_key(cfg->actions, &rt, key, v, sub, err)) != ST_OK)
-            break;
+        rt_apply_key(cfg->actions, &rt, key, v, sub, errs);
     }
-    if (st == ST_OK)
-        st = rt_check(cfg->actions, &rt, path, err);
-    if (st != ST_OK) {
+    if (errs->n == before)
+        rt_check(cfg->actions, &rt, path, errs);
+    if (errs->n != before) {
         rt_free(&rt);
-        return st;
+        return;
     }
     if (old) {
         rt_free(old);
@@ -203,39 +238,37 @@ static enum status load_run_type(struct config *cfg, const char *name, const jso
     } else {
         rt_append(cfg, &rt);
     }
-    return ST_OK;
 }
 
 /* Merged into the types already there; a null definition removes a type. */
-enum status load_run_types(struct config *cfg, const json_t *v, struct error *err)
+void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs)
 {
     char path[KEY_MAX + NAME_MAX_LEN];
     const char *name;
     json_t *def;
-    enum status st;
 
-    if (!json_is_object(v))
-        return error_set(err, ST_INVALID, "invalid \"run_types\": expected an object");
+    if (!json_is_object(v)) {
+        (void)cfg_errors_addf(errs, "invalid \"run_types\": expected an object");
+        return;
+    }
     json_object_foreach((json_t *)v, name, def)
     {
         xsnprintf(path, sizeof(path), "run_types.%s", name);
         if (!name_valid(name)) {
             char label[sizeof(path) + 2];
+            struct error one = {0};
             xsnprintf(label, sizeof(label), "\"%s\"", path);
-            return name_error(label, err);
-        }
-        if (json_is_null(def)) {
+            (void)cfg_errors_note(errs, name_error(label, &one), &one);
+        } else if (json_is_null(def)) {
             struct run_type *old = rt_find(cfg, name);
             if (old)
                 rt_remove(cfg, old);
-            continue;
+        } else if (!json_is_object(def)) {
+            (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
+        } else {
+            load_run_type(cfg, name, def, path, errs);
         }
-        if (!json_is_object(def))
-            return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
-        if ((st = load_run_type(cfg, name, def, path, err)) != ST_OK)
-            return st;
     }
-    return ST_OK;
 }
 
 /* The built-in type "demo": the simulate action with default params, which

@@ -194,7 +194,7 @@ static enum status alert_resolved(struct am_batch *b, const struct route *route,
     }
     if (st == ST_OK) {
         b->cancelled += changed;
-        metrics_cancelled(b->hc, run, changed);
+        handle_metrics_cancelled(b->hc, run, changed);
         *result = intake_result(run, true);
         json_object_set_new(*result, "action", json_string(changed ? "cancelled" : "none"));
     }
@@ -271,7 +271,7 @@ static enum status alert_one(struct am_batch *b, size_t index, const json_t *ale
 
 /* The receiver name for a log value in quotes: at most 100 bytes, quotes,
  * backslashes and control characters replaced, so it cannot fake fields. */
-static void log_value(const char *in, char out[101])
+static void am_log_value(const char *in, char out[101])
 {
     size_t n = 0;
 
@@ -303,7 +303,7 @@ enum status alerts_alertmanager(const struct hctx *hc, const struct request *rq,
             break;
     }
     db_pool_put(hc->pool, b.db);
-    log_value(env.receiver, receiver);
+    am_log_value(env.receiver, receiver);
     LOG(LOG_INFO,
         "alertmanager notification receiver=\"%s\" alerts=%zu created=%d joined=%d "
         "cancelled=%d "

@@ -12,6 +12,7 @@
 #include "common/canon_json.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/suggest.h"
 #include "common/time_rfc3339.h"
 #include "store/db.h"
 #include "store/runs.h"
@@ -169,6 +170,50 @@ static void prepared_cleanup(struct prepared *p)
     p->input = NULL;
 }
 
+/* The run types an unknown alert_type's detail lists: the first ones, as
+ * many as fit in cap bytes, then how many more there are. */
+#define KNOWN_TYPES_SHOWN 20
+static void known_types(const struct config *cfg, char *buf, size_t cap)
+{
+    size_t len = 0, shown = 0;
+
+    buf[0] = '\0';
+    if (cfg->nrun_types == 0) {
+        xsnprintf(buf, cap, "no run types are configured");
+        return;
+    }
+    len = xsnprintf(buf, cap, "known run types: ");
+    for (; shown < cfg->nrun_types && shown < KNOWN_TYPES_SHOWN; shown++) {
+        const char *name = cfg->run_types[shown].name;
+        /* room for this name and for ", and N more" after it */
+        if (len + strlen(name) + 2 + 24 >= cap)
+            break;
+        len += xsnprintf(buf + len, cap - len, "%s%s", shown ? ", " : "", name);
+    }
+    if (shown < cfg->nrun_types)
+        xsnprintf(buf + len, cap - len, ", and %zu more", cfg->nrun_types - shown);
+}
+
+/* 422 for an alert_type that no route and no run type takes: the detail
+ * lists the known run types, and both it and the field name the nearest
+ * one when alert_type looks like a typo of it. */
+static enum status unknown_alert_type(const struct config *cfg, const char *alert_type,
+                                      struct error *err)
+{
+    char hint[96], known[224];
+    struct suggest s;
+
+    suggest_init(&s, alert_type);
+    cfg_run_type_suggest(cfg, &s);
+    suggest_hint(&s, hint, sizeof(hint));
+    known_types(cfg, known, sizeof(known));
+    error_field(err, ST_UNPROCESSABLE, "alert_type", "no route or run type matches \"%s\"%s",
+                alert_type, hint);
+    return error_set(err, ST_UNPROCESSABLE,
+                     "invalid \"alert_type\": no route or run type matches \"%s\" (%s)%s",
+                     alert_type, known, hint);
+}
+
 /* Validates one generic body, routes it and settles its hashes. */
 static enum status alerts_prepare(const struct hctx *hc, const struct request *rq,
                                   const json_t *body, struct prepared *p, struct error *err)
@@ -182,8 +227,7 @@ static enum status alerts_prepare(const struct hctx *hc, const struct request *r
         return st;
     rt = cfg_route(hc->cfg, s.alert_type, s.labels, NULL);
     if (!rt)
-        return error_field(err, ST_UNPROCESSABLE, "alert_type",
-                           "no route or run type matches \"%s\"", s.alert_type);
+        return unknown_alert_type(hc->cfg, s.alert_type, err);
     p->input = s.data ? json_incref((json_t *)s.data) : json_object();
     s.data = p->input;
     st = submission_hashes(rq->tenant, rt, &s, body, p->identity, p->request, err);

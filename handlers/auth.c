@@ -157,7 +157,7 @@ static enum status auth_scope(const struct auth_token *t, enum auth_need need,
         return ST_OK;
     out->challenge = CHALLENGE_SCOPE;
     return error_set(err, ST_FORBIDDEN, "token \"%s\" lacks the scope \"%s\"", t->name,
-                     auth_scope_name(want));
+                     cfg_scope_name(want));
 }
 
 enum status auth_decide(const struct config *cfg, const struct auth_request *ar,

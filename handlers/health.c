@@ -24,7 +24,7 @@ static enum status health_db(const struct hctx *hc, struct db **db, struct error
 }
 
 /* The poller: checks of waiting runs and the hooks after them. */
-static json_t *poller_json(const struct poller_stats *p)
+static json_t *health_poller_json(const struct poller_stats *p)
 {
     return json_pack(
         "{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "running", p->running,
@@ -36,7 +36,7 @@ static json_t *poller_json(const struct poller_stats *p)
         (json_int_t)p->yielded_ms_total, "given_back_total", (json_int_t)p->given_back_total);
 }
 
-static json_t *engine_json(const struct hctx *hc)
+static json_t *health_engine_json(const struct hctx *hc)
 {
     struct engine_stats s;
     char ts[40] = "";
@@ -57,7 +57,7 @@ static json_t *engine_json(const struct hctx *hc)
                   (json_int_t)s.finished_total, "lost_total", (json_int_t)s.lost_total, "orphans",
                   "last_scan_at", ts[0] ? json_string(ts) : json_null(), "rescued_total",
                   (json_int_t)s.rescued_total);
-    json_object_set_new(j, "poller", poller_json(&s.poller));
+    json_object_set_new(j, "poller", health_poller_json(&s.poller));
     return j;
 }
 
@@ -65,7 +65,7 @@ static json_t *engine_json(const struct hctx *hc)
  * pending_ms that keeps growing means a transaction holding run_events
  * (an open psql session that wrote an event, a long retention delete)
  * holds every stream back. */
-static json_t *streams_json(const struct hctx *hc)
+static json_t *health_streams_json(const struct hctx *hc)
 {
     struct hub_stats s;
 
@@ -84,7 +84,7 @@ static json_t *streams_json(const struct hctx *hc)
 
 /* The per-client limits: refusals by kind since start, and the
  * connections, addresses, tenants and callers they count now. */
-static json_t *limits_json(const struct hctx *hc)
+static json_t *health_limits_json(const struct hctx *hc)
 {
     struct limits_stats s;
     json_t *j;
@@ -130,19 +130,19 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         st = store_workers_list(db, &workers, &err);
     db_pool_put(hc->pool, db);
     if (st != ST_OK) {
-        health_unavailable(
-            rp, err.message,
-            json_pack("{s:o, s:o}", "engine", engine_json(hc), "limits", limits_json(hc)));
+        health_unavailable(rp, err.message,
+                           json_pack("{s:o, s:o}", "engine", health_engine_json(hc), "limits",
+                                     health_limits_json(hc)));
         json_decref(counts);
         return ST_OK;
     }
     reply_json_take(rp, 200,
                     json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:{s:I, s:I}, s:o}", "status",
                               "ok", "draining", hc->draining && atomic_load(hc->draining),
-                              "database", "ok", "engine", engine_json(hc), "streams",
-                              streams_json(hc), "limits", limits_json(hc), "runs", counts, "polls",
-                              "overdue", (json_int_t)overdue, "lag_ms", (json_int_t)lag_ms,
-                              "workers", workers));
+                              "database", "ok", "engine", health_engine_json(hc), "streams",
+                              health_streams_json(hc), "limits", health_limits_json(hc), "runs",
+                              counts, "polls", "overdue", (json_int_t)overdue, "lag_ms",
+                              (json_int_t)lag_ms, "workers", workers));
     return ST_OK;
 }
 

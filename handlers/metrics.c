@@ -26,7 +26,7 @@ static const enum run_status active[] = {RUN_QUEUED, RUN_RUNNING, RUN_WAITING, R
 
 /* What the database said at the last refresh (a plain value: the cache
  * copies it). */
-struct db_figures {
+struct database_figures {
     bool up;       /* every query below worked */
     bool migrated; /* every migration this binary has is applied */
     int64_t runs[ARRAY_LEN(active)];
@@ -39,7 +39,7 @@ struct figure {
     double v;
 };
 
-void metrics_cancelled(const struct hctx *hc, const struct run *run, bool changed)
+void handle_metrics_cancelled(const struct hctx *hc, const struct run *run, bool changed)
 {
     if (!changed || !run_is_terminal(run))
         return;
@@ -49,7 +49,7 @@ void metrics_cancelled(const struct hctx *hc, const struct run *run, bool change
 
 /* ---- the database's figures --------------------------------------------- */
 
-static enum status db_counts(struct db *db, struct db_figures *f, struct error *err)
+static enum status database_counts(struct db *db, struct database_figures *f, struct error *err)
 {
     json_t *counts = NULL;
     enum status st = store_runs_counts(db, &counts, err);
@@ -62,14 +62,14 @@ static enum status db_counts(struct db *db, struct db_figures *f, struct error *
 
 /* One round of queries; a failure leaves f->up false (logged by the pool or
  * here, once per refresh). */
-static void db_refresh(const struct hctx *hc, struct db_figures *f)
+static void database_refresh(const struct hctx *hc, struct database_figures *f)
 {
     struct error err = {0};
     struct db *db = NULL;
     enum status st = db_pool_get_wait(hc->pool, METRICS_DB_WAIT_MS, &db, &err);
 
     if (st == ST_OK)
-        st = db_counts(db, f, &err);
+        st = database_counts(db, f, &err);
     if (st == ST_OK)
         st = store_runs_queue_age(db, &f->queue_age_ms, &err);
     if (st == ST_OK)
@@ -85,7 +85,7 @@ static void db_refresh(const struct hctx *hc, struct db_figures *f)
 
 /* The figures, fresh enough; false when there are none yet (or no pool,
  * in tests). */
-static bool db_figures(const struct hctx *hc, struct db_figures *f)
+static bool database_figures(const struct hctx *hc, struct database_figures *f)
 {
     if (!hc->pool)
         return false;
@@ -98,13 +98,13 @@ static bool db_figures(const struct hctx *hc, struct db_figures *f)
     case METRICS_REFRESH:
         break;
     }
-    *f = (struct db_figures){0};
-    db_refresh(hc, f);
+    *f = (struct database_figures){0};
+    database_refresh(hc, f);
     metrics_cache_end(hc->metrics, f, sizeof(*f));
     return true;
 }
 
-static enum status put_db(const struct db_figures *f, struct dynbuf *out)
+static enum status put_db(const struct database_figures *f, struct dynbuf *out)
 {
     const struct figure figs[] = {
         {"opsrun_queue_oldest_due_seconds", "gauge",
@@ -280,7 +280,7 @@ static enum status put_limits(const struct hctx *hc, struct dynbuf *out)
 }
 
 /* Readiness as /readyz decides it, from the cached database figures. */
-static enum status put_state(const struct hctx *hc, const struct db_figures *f, bool have,
+static enum status put_state(const struct hctx *hc, const struct database_figures *f, bool have,
                              struct dynbuf *out)
 {
     bool draining = hc->draining && atomic_load(hc->draining);
@@ -299,9 +299,9 @@ static enum status put_state(const struct hctx *hc, const struct db_figures *f, 
 
 enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, struct reply *rp)
 {
-    struct db_figures f = {0};
+    struct database_figures f = {0};
     struct dynbuf b;
-    bool have = db_figures(hc, &f);
+    bool have = database_figures(hc, &f);
     enum status st;
 
     (void)rq;

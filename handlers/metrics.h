@@ -15,6 +15,6 @@ enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, 
 
 /* After store_runs_cancel: a run it ended at once (queued or waiting, now
  * completed and cancelled) is a completion of this process. */
-void metrics_cancelled(const struct hctx *hc, const struct run *run, bool changed);
+void handle_metrics_cancelled(const struct hctx *hc, const struct run *run, bool changed);
 
 #endif

@@ -248,7 +248,7 @@ enum status handle_runs_cancel(const struct hctx *hc, const struct request *rq, 
         st = error_set(&err, ST_CONFLICT, "run \"%s\" is already completed (%s)", run->id,
                        run_outcome_name(run->outcome));
     if (st == ST_OK) {
-        metrics_cancelled(hc, run, changed);
+        handle_metrics_cancelled(hc, run, changed);
         if (changed && hc->engine)
             engine_events_written(hc->engine);
         reply_json_take(rp, run_is_terminal(run) ? 200 : 202, json_incref(run->json));

@@ -2,8 +2,9 @@
  * (no thread per idle connection), routing, capped JSON bodies, problem+json
  * for every error, one access-log line per request. Handlers run on the
  * pool's threads; their database waits are bounded by the pool checkout
- * wait and the statement timeout. The only file that includes microhttpd.h
- * with server/http.c. */
+ * wait and the statement timeout. Only server/http.c includes
+ * microhttpd.h; server/http_internal.h says how the front end's files
+ * divide the work. */
 #ifndef OPSRUN_SERVER_HTTP_H
 #define OPSRUN_SERVER_HTTP_H
 
@@ -11,10 +12,17 @@
 
 struct http;
 
-/* hc must outlive the server. */
-enum status http_start(const struct hctx *hc, struct http **out, struct error *err) WUR;
+/* Binds listen ("HOST:PORT") now, before anything else of the process
+ * starts, so that a taken port ends start-up at once with its reason:
+ * `could not listen on 127.0.0.1:8080: Address already in use`. Nothing is
+ * served until http_start; connections wait in the backlog meanwhile. */
+enum status http_bind(const char *listen, struct http **out, struct error *err) WUR;
+/* Serves on the bound address; hc must outlive the server. */
+enum status http_start(struct http *h, const struct hctx *hc, struct error *err) WUR;
 /* The bound port (useful with port 0). */
 unsigned http_port(const struct http *h);
-void http_stop(struct http *h); /* NULL is a no-op */
+/* Stops serving and closes the socket, whether or not h was started;
+ * NULL is a no-op. */
+void http_stop(struct http *h);
 
 #endif

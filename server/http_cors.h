@@ -8,18 +8,21 @@
 #include "config/config.h"
 #include "handlers/handlers.h"
 
-struct MHD_Connection;
-struct MHD_Response;
-
-/* The request's Origin when http.cors_origins allows it, else NULL.
- * Borrowed from the connection: valid until the request completes. */
-const char *http_cors_origin(const struct config *cfg, struct MHD_Connection *c);
+/* The request's Origin (origin: the header's value, NULL when absent) when
+ * http.cors_origins allows it, else NULL. Borrowed: lives as long as
+ * origin. */
+const char *http_cors_origin(const struct config *cfg, const char *origin);
 /* Whether the request is a preflight: OPTIONS with
- * Access-Control-Request-Method. */
-bool http_cors_is_preflight(struct MHD_Connection *c, const char *method);
-/* Adds what every answer to an allowed origin carries; origin NULL adds
- * nothing. */
-void http_cors_headers(struct MHD_Response *r, const char *origin);
+ * Access-Control-Request-Method (request_method: that header's value, NULL
+ * when absent). */
+bool http_cors_is_preflight(const char *method, const char *request_method);
+/* What every answer to an allowed origin carries: HTTP_CORS_HEADERS
+ * name/value pairs into out (the values borrow origin). */
+#define HTTP_CORS_HEADERS 3
+struct http_cors_header {
+    const char *name, *value;
+};
+void http_cors_headers(const char *origin, struct http_cors_header out[HTTP_CORS_HEADERS]);
 /* The same headers as raw "Name: value\r\n" lines into buf (cap bytes),
  * for an answer written to the socket directly (the 408). */
 void http_cors_lines(const char *origin, char *buf, size_t cap);

@@ -1,12 +1,14 @@
 /* server/main.c — the opsrun command line: serve, migrate, token new,
  * version, help.
- * main() builds the runtime (configuration, pool, engine, HTTP server),
- * then waits for SIGINT/SIGTERM in sigwait(); no handler runs in signal
- * context. A second signal during the drain cuts the grace period short. */
+ * main() builds the runtime (configuration, the HTTP server's socket,
+ * pool, engine, then HTTP serving), then waits for SIGINT/SIGTERM in
+ * sigwait(); no handler runs in signal context. A second signal during the
+ * drain cuts the grace period short. */
 #include "client/client.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/suggest.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
 #include "handlers/submitq.h"
@@ -79,6 +81,31 @@ static const struct {
     {"--config", NULL}, /* the file, loaded before everything else */
 };
 
+/* What --help prints, and what a bad argument prints after its error: the
+ * commands of serve and of the client alike. */
+static void print_usage(FILE *f)
+{
+    fprintf(f, "%s\n%s", usage, client_usage);
+}
+
+/* An unknown first word: the nearest command, if it looks like a typo of
+ * one, then the usage. */
+static int unknown_command(const char *word)
+{
+    static const char *const mine[] = {"serve", "migrate", "token", "version", "help"};
+    struct suggest s;
+    char hint[96];
+
+    suggest_init(&s, word);
+    for (size_t i = 0; i < ARRAY_LEN(mine); i++)
+        suggest_add(&s, mine[i]);
+    client_suggest_command(&s);
+    fprintf(stderr, "opsrun: unknown command \"%s\"%s\n", word,
+            suggest_hint(&s, hint, sizeof(hint)));
+    print_usage(stderr);
+    return 2;
+}
+
 static int cli_parse(int argc, char **argv, struct cli *cli)
 {
     memset(cli, 0, sizeof(*cli));
@@ -123,9 +150,12 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         if (matched)
             continue;
         if (a[0] == '-' || cli->command) {
-            fprintf(stderr, "opsrun: unknown argument \"%s\"\n%s", a, usage);
+            fprintf(stderr, "opsrun: unknown argument \"%s\"\n", a);
+            print_usage(stderr);
             return 2;
         }
+        if (!STR_IN(a, "serve", "migrate", "version"))
+            return unknown_command(a);
         cli->command = a;
     }
     if (!cli->command)
@@ -138,30 +168,50 @@ static const char *env_get(const char *name)
     return getenv(name);
 }
 
-/* Defaults, then the file, then the environment, then flags; validated. */
+/* Each line of msg (every error of a configuration is one) on stderr,
+ * after "opsrun: " and prefix. */
+static void print_lines(const char *prefix, const char *msg)
+{
+    const char *p = msg;
+
+    do {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr, "opsrun: %s%.*s\n", prefix, (int)n, p);
+        p += n + (p[n] == '\n');
+    } while (*p);
+}
+
+/* True, after printing its errors, when st is not ST_OK. */
+static bool config_failed(enum status st, const struct error *err)
+{
+    if (st == ST_OK)
+        return false;
+    print_lines("invalid configuration: ", err->message);
+    return true;
+}
+
+/* Defaults, then the file, then the environment, then flags; validated.
+ * Every source is read whatever the one before said, so every error is
+ * told at once; the whole is validated only when each source was valid. */
 static int build_config(const struct cli *cli, struct config *cfg)
 {
     struct error err = {0};
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
-    enum status st = ST_OK;
+    bool failed = false;
 
     cfg_init(cfg, &action_registry);
     if (path && *path)
-        st = cfg_load_file(cfg, path, &err);
-    if (st == ST_OK)
-        st = cfg_load_env(cfg, env_get, &err);
-    for (int i = 0; st == ST_OK && i < cli->nsets; i++)
-        st = cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err);
-    if (st == ST_OK)
-        st = cfg_validate(cfg, &err);
-    if (st != ST_OK) {
-        fprintf(stderr, "opsrun: invalid configuration: %s\n", err.message);
-        return 2;
-    }
-    return 0;
+        failed |= config_failed(cfg_load_file(cfg, path, &err), &err);
+    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err);
+    for (int i = 0; i < cli->nsets; i++)
+        failed |= config_failed(
+            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err);
+    if (!failed)
+        failed = config_failed(cfg_validate(cfg, &err), &err);
+    return failed ? 2 : 0;
 }
 
-static struct db_options db_opts(const struct config *cfg, const char *app)
+static struct db_options conn_options(const struct config *cfg, const char *app)
 {
     return (struct db_options){
         .conninfo = cfg->database_url,
@@ -198,7 +248,7 @@ static void ensure_partitions(const struct config *cfg, struct db *db)
  * starting up (wait_s 0: one try); then creates the partitions ahead. */
 static int migrate(const struct config *cfg, int wait_s)
 {
-    const struct db_options opt = db_opts(cfg, "opsrun-migrate");
+    const struct db_options opt = conn_options(cfg, "opsrun-migrate");
     int64_t give_up = clock_mono_ms() + (int64_t)wait_s * 1000;
     struct error err = {0};
     enum status st;
@@ -283,10 +333,10 @@ static void on_events(void *hub)
     hub_doorbell(hub);
 }
 
-static struct hub *hub_create(const struct config *cfg)
+static struct hub *make_hub(const struct config *cfg)
 {
     const struct hub_options o = {
-        .db = db_opts(cfg, "opsrun-hub"),
+        .db = conn_options(cfg, "opsrun-hub"),
         .ring_frames = cfg->sse.ring_frames,
         .ring_bytes = cfg->sse.ring_bytes,
         .max_subscribers = cfg->sse.max_subscribers,
@@ -313,7 +363,7 @@ static void stop_http(struct http *http, struct hub *hub, struct submitq *submit
     http_stop(http);
 }
 
-static struct limits *limits_create(const struct config *cfg)
+static struct limits *make_limits(const struct config *cfg)
 {
     const struct limits_options o = {
         .conns_per_addr = cfg->http.max_connections_per_ip,
@@ -326,7 +376,7 @@ static struct limits *limits_create(const struct config *cfg)
 
 /* The registry, with every label value GET /metrics may show: the
  * configured run types, the terminal outcomes and the route templates. */
-static struct metrics *metrics_create(const struct config *cfg)
+static struct metrics *make_metrics(const struct config *cfg)
 {
     const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
@@ -357,9 +407,24 @@ static void on_signal(int sig)
     (void)sig;
 }
 
+/* SIGINT and SIGTERM go to sigwait() in *sigs: blocked before any thread
+ * starts, so every thread inherits the mask. A shell that starts us in the
+ * background sets SIGINT to ignored, and sigwait() never sees an ignored
+ * signal: a handler is installed first. */
+static void take_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 static int serve(const struct config *cfg)
 {
-    const struct db_options opt = db_opts(cfg, "opsrun");
+    const struct db_options opt = conn_options(cfg, "opsrun");
     struct db_pool *pool = NULL;
     struct engine *engine = NULL;
     struct hub *hub = NULL;
@@ -372,29 +437,27 @@ static int serve(const struct config *cfg)
     sigset_t sigs;
     int rc = 1;
 
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    /* A shell that starts us in the background sets SIGINT to ignored, and
-     * sigwait() never sees an ignored signal: install a handler first. */
-    sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
-    sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* before any thread starts */
-    signal(SIGPIPE, SIG_IGN);
+    take_signals(&sigs);
     raise_nofile(cfg);
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
         return 1;
+    /* Bound before anything starts: a taken port must not leave a worker
+     * row behind (the engine registers one as it starts). */
+    if (http_bind(cfg->listen, &http, &err) != ST_OK) {
+        LOG(LOG_ERROR, "%s", err.message);
+        return 1;
+    }
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
-    metrics = metrics_create(cfg);
+    metrics = make_metrics(cfg);
     engine = engine_new(cfg, pool);
     engine_set_metrics(engine, metrics);
-    hub = hub_create(cfg);
+    hub = make_hub(cfg);
     engine_on_events(engine, on_events, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start the engine: %s", err.message);
         goto out;
     }
-    limits = limits_create(cfg);
+    limits = make_limits(cfg);
     hc = (struct hctx){.cfg = cfg,
                        .pool = pool,
                        .engine = engine,
@@ -412,7 +475,7 @@ static int serve(const struct config *cfg)
         engine_drain(engine, 0);
         goto out;
     }
-    if (http_start(&hc, &http, &err) != ST_OK) {
+    if (http_start(http, &hc, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start HTTP: %s", err.message);
         engine_drain(engine, 0);
         goto out;
@@ -421,9 +484,11 @@ static int serve(const struct config *cfg)
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
     stop_http(http, hub, hc.submitq);
+    http = NULL;
     rc = 0;
     LOG(LOG_INFO, "stopped");
 out:
+    http_stop(http); /* bound, but not served */
     if (hc.submitq)
         (void)submitq_close(hc.submitq, 0);
     submitq_free(hc.submitq);
@@ -508,7 +573,7 @@ static int token_new(int argc, char **argv)
         return 2;
     }
     if (cfg_token_new(vals[0], vals[1], vals[2], &token, &entry, &err) != ST_OK) {
-        fprintf(stderr, "opsrun: token new: %s\n", err.message);
+        print_lines("token new: ", err.message);
         return 2;
     }
     line = json_dumps(entry, JSON_COMPACT);
@@ -544,17 +609,13 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
     if (strcmp(cli.command, "help") == 0) {
-        printf("%s\n%s", usage, client_usage);
+        print_usage(stdout);
         return 0;
     }
     if (strcmp(cli.command, "version") == 0) {
         printf("opsrun %s (commit %s, built %s)\n", OPSRUN_VERSION, opsrun_build_commit,
                opsrun_build_date);
         return 0;
-    }
-    if (!STR_IN(cli.command, "serve", "migrate")) {
-        fprintf(stderr, "opsrun: unknown command \"%s\"\n%s", cli.command, usage);
-        return 2;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "opsrun: could not initialise libcurl\n");

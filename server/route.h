@@ -14,7 +14,7 @@ struct route_entry {
     const char *pattern;
     handler_fn fn;  /* NULL for a stream */
     bool json_body; /* expects a JSON request body */
-    bool stream;    /* a server-sent event stream (server/sse.h) */
+    bool stream;    /* a server-sent event stream (live/sse.h) */
     enum auth_need need;
 };
 

@@ -1202,6 +1202,71 @@ START_TEST(test_migrate_once)
 }
 END_TEST
 
+/* A configuration with mistakes in the file, the environment and the
+ * flags: exit 2 before anything starts, one line for each mistake. */
+START_TEST(test_config_errors)
+{
+    char *path = th_config_file("e2e_api_config_errors",
+                                "{\"queue\": {\"wokers\": 4}, \"http\": {\"threads\": 1}}");
+    const char *args[] = {"serve",
+                          "--config",
+                          path,
+                          "--workers",
+                          "x",
+                          "--database-url",
+                          "postgresql://127.0.0.1:1/none",
+                          NULL};
+    const char *env[] = {"OPSRUN_LOG_LEVEL=loud", NULL};
+    char *out = NULL, *err = NULL;
+
+    ck_assert_int_eq(th_exec(args, env, 20, &out, &err), 2);
+    ck_assert_str_eq(out, "");
+    ck_assert_str_eq(err,
+                     "opsrun: invalid configuration: unknown key \"queue.wokers\"; did you "
+                     "mean \"queue.workers\"?\n"
+                     "opsrun: invalid configuration: invalid \"http.threads\": must be "
+                     "between 2 and 64\n"
+                     "opsrun: invalid configuration: invalid OPSRUN_LOG_LEVEL: expected "
+                     "\"debug\", \"info\", \"warn\" or \"error\"\n"
+                     "opsrun: invalid configuration: invalid --workers: expected an integer\n");
+    free(out);
+    free(err);
+    free(path);
+}
+END_TEST
+
+/* A second server on the port the first holds: it exits non-zero, one
+ * line names the address and the reason, and it stops before its engine
+ * starts, so no worker row of it appears (and none shows as stopped in
+ * /healthz). */
+START_TEST(test_port_in_use)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_api_port_in_use", NULL);
+    char listen[64], want[128];
+    const char *args[] = {"serve", "--listen", listen, "--database-url", ci, NULL};
+    PGconn *db = th_pg(ci);
+    long long workers = th_sql_int(db, "SELECT count(*) FROM workers");
+    char *err = NULL, *first;
+    struct th_resp r;
+
+    ck_assert_int_eq(workers, 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", p.port);
+    snprintf(want, sizeof(want), "could not listen on %s: Address already in use\n", listen);
+    ck_assert_int_eq(th_exec(args, NULL, 60, NULL, &err), 1);
+    first = strstr(err, "Address already in use");
+    ck_assert_msg(first && strstr(err, want) && !strstr(first + 1, "Address already in use"),
+                  "stderr: %s", err);
+    ck_assert_int_eq(th_sql_int(db, "SELECT count(*) FROM workers"), workers);
+    th_get(p.url, "/livez", &r);
+    ck_assert_int_eq(r.status, 200);
+    th_resp_free(&r);
+    free(err);
+    PQfinish(db);
+    th_stop_clean(&p);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("e2e_api");
@@ -1224,6 +1289,8 @@ static Suite *api_suite(void)
         {"sigterm_grace", test_sigterm_short_grace},
         {"sigterm_twice", test_sigterm_twice},
         {"migrate_once", test_migrate_once},
+        {"config_errors", test_config_errors},
+        {"port_in_use", test_port_in_use},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -221,7 +221,12 @@ START_TEST(submit_and_watch)
     /* a submission the server refuses: its problem, exit 1 */
     CLI(&c, p.url, 1, "submit", "no-such-type");
     ck_assert_str_eq(c.err, "opsrun: submit: Unprocessable Content: invalid \"alert_type\": no "
-                            "route or run type matches \"no-such-type\"\n");
+                            "route or run type matches \"no-such-type\" (known run types: demo)\n");
+    cli_free(&c);
+    CLI(&c, p.url, 1, "submit", "dmeo");
+    ck_assert_str_eq(c.err, "opsrun: submit: Unprocessable Content: invalid \"alert_type\": no "
+                            "route or run type matches \"dmeo\" (known run types: demo); did you "
+                            "mean \"demo\"?\n");
     cli_free(&c);
     th_stop_clean(&p);
 }
@@ -494,6 +499,26 @@ START_TEST(usage_and_version)
     cli_free(&c);
     CLI(&c, NULL, 0, "--help");
     ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID"), "%s", c.out);
+    cli_free(&c);
+
+    /* A mistyped command is what is blamed, not its operand; the usage
+     * after it is --help's, client commands included. */
+    CLI(&c, NULL, 2, "sumbit", "demo");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"sumbit\"; did you mean "
+                                     "\"submit\"?\nusage: opsrun <command>"),
+                  "%s", c.err);
+    ck_assert_msg(strstr(c.err, "  serve ") && strstr(c.err, "  watch ID") &&
+                      strstr(c.err, "  token new ") && strstr(c.err, "  health "),
+                  "%s", c.err);
+    ck_assert_str_eq(c.out, "");
+    cli_free(&c);
+    CLI(&c, NULL, 2, "frobnicate");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"frobnicate\"\nusage: "), "%s",
+                  c.err);
+    cli_free(&c);
+    CLI(&c, NULL, 2, "serve", "--bogus");
+    ck_assert_msg(starts_with(c.err, "opsrun: unknown argument \"--bogus\"\nusage: "), "%s", c.err);
+    ck_assert_msg(strstr(c.err, "client commands") && strstr(c.err, "  submit TYPE"), "%s", c.err);
     cli_free(&c);
 
     ck_assert(regcomp(&re,

@@ -369,8 +369,19 @@ START_TEST(alerts_create_invalid)
     expect_reply(&rp, 422, true,
                  "{\"type\":\"about:blank\",\"title\":\"Unprocessable Content\",\"status\":422,"
                  "\"detail\":\"invalid \\\"alert_type\\\": no route or run type matches "
-                 "\\\"nope\\\"\",\"errors\":[{\"field\":\"alert_type\",\"message\":\"no route or "
-                 "run type matches \\\"nope\\\"\"}]}");
+                 "\\\"nope\\\" (known run types: demo, other)\",\"errors\":[{\"field\":"
+                 "\"alert_type\",\"message\":\"no route or run type matches \\\"nope\\\"\"}]}");
+    reply_cleanup(&rp);
+
+    /* A typo of a run type is named with it. */
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, "{\"alert_type\":\"dmeo\"}", &rp),
+                     ST_UNPROCESSABLE);
+    expect_reply(&rp, 422, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Unprocessable Content\",\"status\":422,"
+                 "\"detail\":\"invalid \\\"alert_type\\\": no route or run type matches "
+                 "\\\"dmeo\\\" (known run types: demo, other); did you mean \\\"demo\\\"?\","
+                 "\"errors\":[{\"field\":\"alert_type\",\"message\":\"no route or run type "
+                 "matches \\\"dmeo\\\"; did you mean \\\"demo\\\"?\"}]}");
     reply_cleanup(&rp);
 
     ck_assert_int_eq(call(handle_alerts_create, NULL, &wait, "{\"alert_type\":\"demo\"}", &rp),

@@ -150,9 +150,10 @@ static const struct {
     {"{\"auth\": {\"tokens\": {}}}", "invalid \"auth.tokens\": expected an array"},
     {"{\"auth\": {\"tokens\": null}}", "invalid \"auth.tokens\": expected an array"},
     {"{\"auth\": []}", "invalid \"auth\": expected an object"},
-    {"{\"auth\": {\"token\": []}}", "unknown key \"auth.token\""},
+    {"{\"auth\": {\"token\": []}}", "unknown key \"auth.token\"; did you mean \"auth.tokens\"?"},
     {ENTRY("\"ci\""), "invalid \"auth.tokens[0]\": expected an object"},
-    {ENTRY("{" GOOD ", \"scope\": \"read\"}"), "unknown key \"auth.tokens[0].scope\""},
+    {ENTRY("{" GOOD ", \"scope\": \"read\"}"),
+     "unknown key \"auth.tokens[0].scope\"; did you mean \"scopes\"?"},
     {ENTRY("{\"tenant\": \"acme\", \"scopes\": [\"read\"], \"sha256\": \"" SHA_CI "\"}"),
      "missing \"auth.tokens[0].name\""},
     {ENTRY("{\"name\": \"ci\", \"scopes\": [\"read\"], \"sha256\": \"" SHA_CI "\"}"),
@@ -229,7 +230,9 @@ END_TEST
 /* A failed list leaves the tokens that were there. */
 START_TEST(tokens_failed_load_keeps_old)
 {
-    load_fails(ENTRY("{\"name\": \"x\"}"), "missing \"auth.tokens[0].tenant\"");
+    load_fails(ENTRY("{\"name\": \"x\"}"), "missing \"auth.tokens[0].tenant\"\n"
+                                           "missing \"auth.tokens[0].scopes\"\n"
+                                           "missing \"auth.tokens[0].sha256\"");
     ck_assert_uint_eq(cfg.auth.ntokens, 4);
     ck_assert_str_eq(cfg.auth.tokens[0].name, "ci");
     load_ok("{\"auth\": {\"tokens\": []}}");

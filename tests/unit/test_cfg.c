@@ -338,12 +338,14 @@ static const struct {
     const char *message;
 } bad_files[] = {
     /* unknown keys */
-    {"{\"lisen\": \"127.0.0.1:1\"}", "unknown key \"lisen\""},
-    {"{\"queue\": {\"wokers\": 4}}", "unknown key \"queue.wokers\""},
+    {"{\"lisen\": \"127.0.0.1:1\"}", "unknown key \"lisen\"; did you mean \"listen\"?"},
+    {"{\"queue\": {\"wokers\": 4}}",
+     "unknown key \"queue.wokers\"; did you mean \"queue.workers\"?"},
     {"{\"http\": {\"threads\": 4, \"x\": {\"y\": 1}}}", "unknown key \"http.x\""},
     {"{\"queue.workers\": 4}", "unknown key \"queue.workers\""},
-    {"{\"queue\": {\"workers.x\": 4}}", "unknown key \"queue.workers.x\""},
-    {"{\"workers\": 4}", "unknown key \"workers\""},
+    {"{\"queue\": {\"workers.x\": 4}}",
+     "unknown key \"queue.workers.x\"; did you mean \"queue.workers\"?"},
+    {"{\"workers\": 4}", "unknown key \"workers\"; did you mean \"queue.workers\"?"},
     {"{\"config_path\": \"/etc/opsrun.json\"}", "unknown key \"config_path\""},
     {"{\"run_types\": {\"x\": {\"action\": \"simulate\", \"retries\": 2}}}",
      "unknown key \"run_types.x.retries\""},
@@ -757,6 +759,105 @@ START_TEST(test_failed_routes_keep_old)
                   "invalid \"routes[0].match.a\": bad regular expression: Unmatched ( or \\(");
     ck_assert_uint_eq(cfg.nroutes, 1);
     ck_assert_str_eq(cfg.routes[0].matches[0].value, "b+");
+}
+END_TEST
+
+/* ---- every error at once ---- */
+
+/* A file with several mistakes names each, one line each, in the file's
+ * order; nothing of a definition with an error is applied. */
+START_TEST(test_every_error_named)
+{
+    ck_load_fails("{\"queue\": {\"wokers\": 4, \"max_running\": 0}, \"lisen\": \"x\", "
+                  "\"http\": {\"threads\": 1}}",
+                  "unknown key \"queue.wokers\"; did you mean \"queue.workers\"?\n"
+                  "invalid \"queue.max_running\": must be between 1 and 100000\n"
+                  "unknown key \"lisen\"; did you mean \"listen\"?\n"
+                  "invalid \"http.threads\": must be between 2 and 64");
+    ck_load_fails("{\"qeue\": {}, \"run_type\": {}, \"threads\": 4}",
+                  "unknown key \"qeue\"; did you mean \"queue\"?\n"
+                  "unknown key \"run_type\"; did you mean \"run_types\"?\n"
+                  "unknown key \"threads\"; did you mean \"http.threads\"?");
+}
+END_TEST
+
+/* A run type's keys and its poll's, each named; a route that names the
+ * type that failed gets no error of its own, one naming an unknown type
+ * gets the nearest. */
+START_TEST(test_every_run_type_error_named)
+{
+    ck_load_fails("{\"run_types\": {\"etl\": {\"action\": \"simulate\", \"timeout\": 5, "
+                  "\"max_attempts\": 0, \"poll\": {\"max_check\": 1, \"multiplier\": 0}}, "
+                  "\"ok\": {\"action\": \"simulate\"}}, "
+                  "\"routes\": [{\"run_type\": \"etl\"}, {\"run_type\": \"dmeo\", "
+                  "\"on_resolve\": \"cancel\"}]}",
+                  "unknown key \"run_types.etl.timeout\"; did you mean \"timeout_s\"?\n"
+                  "invalid \"run_types.etl.max_attempts\": must be between 1 and 100\n"
+                  "unknown key \"run_types.etl.poll.max_check\"; did you mean \"max_checks\"?\n"
+                  "invalid \"run_types.etl.poll.multiplier\": must be between 1 and 10\n"
+                  "unknown key \"routes[1].on_resolve\"; did you mean \"on_resolved\"?\n"
+                  "invalid \"routes[1].run_type\": unknown run type \"dmeo\"; did you mean "
+                  "\"demo\"?");
+    ck_assert_ptr_null(cfg_run_type(&cfg, "etl"));
+    ck_assert_ptr_nonnull(cfg_run_type(&cfg, "ok"));
+    ck_assert_uint_eq(cfg.nroutes, 0);
+}
+END_TEST
+
+/* As many errors as the message holds, then how many more there were. */
+START_TEST(test_errors_past_the_message)
+{
+    char text[2048];
+    size_t len = 0;
+    struct error e = {0};
+
+    len += (size_t)snprintf(text + len, sizeof(text) - len, "{\"queue\": {");
+    for (int i = 0; i < 20; i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s\"unknown_%02d\": 1",
+                                i ? ", " : "", i);
+    snprintf(text + len, sizeof(text) - len, "}}");
+    ck_assert_int_eq(cfg_load_json(&cfg, text, &e), ST_INVALID);
+    ck_assert_msg(strncmp(e.message,
+                          "unknown key \"queue.unknown_00\"\nunknown key "
+                          "\"queue.unknown_01\"\n",
+                          62) == 0,
+                  "%s", e.message);
+    ck_assert_msg(
+        strstr(e.message, "\nunknown key \"queue.unknown_14\"\n5 more errors not shown") &&
+            e.message[strlen(e.message) - 1] == 'n',
+        "%s", e.message);
+}
+END_TEST
+
+START_TEST(test_every_env_error_named)
+{
+    static const char *const env[] = {
+        "OPSRUN_WORKERS", "0", "OPSRUN_LOG_LEVEL", "loud", "OPSRUN_LISTEN", "127.0.0.1:2", NULL};
+    struct error err = {0};
+
+    fake_env = env;
+    ck_assert_int_eq(cfg_load_env(&cfg, fake_getenv, &err), ST_INVALID);
+    ck_assert_str_eq(
+        err.message,
+        "invalid OPSRUN_LOG_LEVEL: expected \"debug\", \"info\", \"warn\" or \"error\"\n"
+        "invalid OPSRUN_WORKERS: must be between 1 and 1024");
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:2");
+}
+END_TEST
+
+START_TEST(test_every_validation_error_named)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"queue\": {\"orphan_after_s\": 5}, \"sse\": {\"send_timeout_s\": 1}}");
+    ck_assert_int_eq(cfg_set(&cfg, "default_route", "dem", CFG_SRC_FLAG, &err), ST_OK);
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message,
+                     "invalid \"queue.orphan_after_s\": must be greater than "
+                     "queue.heartbeat_interval_s (5)\n"
+                     "invalid \"sse.heartbeat_ms\": must be less than sse.send_timeout_s (1 s), "
+                     "or idle streams are closed\n"
+                     "invalid \"default_route\": unknown run type \"dem\"; did you mean \"demo\"?");
 }
 END_TEST
 
@@ -1366,6 +1467,11 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_prepare_params);
     tcase_add_test(tc, test_validate_default_route_from_flag);
     tcase_add_test(tc, test_failed_routes_keep_old);
+    tcase_add_test(tc, test_every_error_named);
+    tcase_add_test(tc, test_every_run_type_error_named);
+    tcase_add_test(tc, test_errors_past_the_message);
+    tcase_add_test(tc, test_every_env_error_named);
+    tcase_add_test(tc, test_every_validation_error_named);
     tcase_add_test(tc, test_env_applies);
     tcase_add_test(tc, test_env_empty_is_unset);
     tcase_add_loop_test(tc, test_bad_env, 0, (int)(sizeof(bad_env) / sizeof(bad_env[0])));

@@ -154,6 +154,7 @@ START_TEST(usage_errors)
 
     refused((const char *const[]){"opsrun", NULL}, NULL, "no command given");
     refused(ARGV("frobnicate"), NULL, "unknown command \"frobnicate\"");
+    refused(ARGV("wach", "x"), NULL, "unknown command \"wach\"; did you mean \"watch\"?");
     refused(ARGV("watch"), NULL, "watch needs a run id: opsrun watch ID");
     refused(ARGV("submit"), NULL, "submit needs a run type: opsrun submit TYPE");
     refused(ARGV("retry"), NULL, "retry needs a run id: opsrun retry ID");

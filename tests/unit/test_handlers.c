@@ -5,6 +5,7 @@
 #include "server/route.h"
 
 #include "common/cursor.h"
+#include "engine/actions/action.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -414,6 +415,73 @@ START_TEST(problem_extra_members)
 }
 END_TEST
 
+/* The detail of POST /alerts for body, which must be a 422, with the run
+ * types of config (a JSON configuration) besides "demo". */
+static char *unknown_type_detail(const char *config, const char *body)
+{
+    struct config cfg;
+    struct error err = {0};
+    struct hctx hc = {.cfg = &cfg};
+    struct request rq = {.method = "POST",
+                         .path = "/alerts",
+                         .tenant = "default",
+                         .initiator = "anonymous",
+                         .query = no_query};
+    struct reply rp;
+    char *detail;
+
+    cfg_init(&cfg, &action_registry);
+    ck_assert_msg(cfg_load_json(&cfg, config, &err) == ST_OK, "%s", err.message);
+    rq.body = parse(body);
+    reply_init(&rp);
+    ck_assert_int_eq(handle_alerts_create(&hc, &rq, &rp), ST_UNPROCESSABLE);
+    ck_assert_uint_eq(rp.http_status, 422);
+    detail = strdup(json_string_value(json_object_get(rp.body, "detail")));
+    reply_cleanup(&rp);
+    json_decref(rq.body);
+    cfg_cleanup(&cfg);
+    return detail;
+}
+
+/* An unknown alert_type's detail lists the first 20 run types and names
+ * the nearest one; long names are listed as far as the detail has room. */
+START_TEST(unknown_alert_type_detail)
+{
+    char config[4096], *detail;
+    size_t len = 0;
+
+    len += (size_t)snprintf(config + len, sizeof(config) - len, "{\"run_types\": {");
+    for (int i = 0; i < 25; i++)
+        len += (size_t)snprintf(config + len, sizeof(config) - len,
+                                "%s\"t%02d\": {\"action\": \"simulate\"}", i ? ", " : "", i);
+    snprintf(config + len, sizeof(config) - len, "}}");
+    detail = unknown_type_detail(config, "{\"alert_type\": \"t2x\"}");
+    ck_assert_str_eq(detail, "invalid \"alert_type\": no route or run type matches \"t2x\" "
+                             "(known run types: demo, t00, t01, t02, t03, t04, t05, t06, t07, "
+                             "t08, t09, t10, t11, t12, t13, t14, t15, t16, t17, t18, and 6 more); "
+                             "did you mean \"t20\"?");
+    free(detail);
+
+    len = (size_t)snprintf(config, sizeof(config), "{\"run_types\": {\"demo\": null");
+    for (int i = 0; i < 5; i++)
+        len += (size_t)snprintf(config + len, sizeof(config) - len,
+                                ", \"%c%063d\": {\"action\": \"simulate\"}", 'a' + i, i);
+    snprintf(config + len, sizeof(config) - len, "}}");
+    detail = unknown_type_detail(config, "{\"alert_type\": \"nosuch\"}");
+    ck_assert_str_eq(detail, "invalid \"alert_type\": no route or run type matches \"nosuch\" "
+                             "(known run types: "
+                             "a000000000000000000000000000000000000000000000000000000000000000, "
+                             "b000000000000000000000000000000000000000000000000000000000000001, "
+                             "and 3 more)");
+    free(detail);
+
+    detail = unknown_type_detail("{\"run_types\": {\"demo\": null}}", "{\"alert_type\": \"x\"}");
+    ck_assert_str_eq(detail, "invalid \"alert_type\": no route or run type matches \"x\" "
+                             "(no run types are configured)");
+    free(detail);
+}
+END_TEST
+
 static Suite *handlers_suite(void)
 {
     Suite *s = suite_create("handlers");
@@ -433,6 +501,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, web_files);
     tcase_add_test(t, problem_mapping);
     tcase_add_test(t, problem_extra_members);
+    tcase_add_test(t, unknown_alert_type_detail);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1,0 +1,144 @@
+/* server/http_stream.c — opening an event stream (http_internal.h): its
+ * parameters (Last-Event-ID, the filters of GET /stream, the tenant of a
+ * run), its tenant's stream limit (common/limits.h), and the stream of
+ * live/sse.h. The stream then suspends its connection whenever it has
+ * nothing to send, and the hub resumes it (live/hub.h); no thread waits
+ * for it. */
+#include "server/http_internal.h"
+
+#include "common/limits.h"
+
+#include <stdlib.h>
+
+enum sse_read http_stream_read(struct http_stream *hs, char *buf, size_t max, size_t *n)
+{
+    enum sse_read r;
+
+    log_request_id_set(hs->request_id);
+    r = sse_read(hs->st, buf, max, n);
+    log_request_id_set(NULL);
+    return r;
+}
+
+/* Runs inside the request's callbacks too (a refused or finished stream),
+ * whose lines after it keep their id. */
+void http_stream_free(void *arg)
+{
+    struct http_stream *hs = arg;
+    char prev[LOG_REQUEST_ID_MAX + 1];
+
+    xsnprintf(prev, sizeof(prev), "%s", log_request_id() ? log_request_id() : "");
+    log_request_id_set(hs->request_id);
+    sse_close(hs->st);
+    if (hs->lim)
+        limits_stream_close(hs->lim, hs->tenant);
+    free(hs);
+    log_request_id_set(prev[0] ? prev : NULL);
+}
+
+/* The request's SSE parameters; a problem goes to err->fields. */
+static enum status stream_params(struct req_ctx *rc, struct sse_request *q, struct error *err)
+{
+    const struct config *cfg = rc->h->hc->cfg;
+    const char *lid = http_header(rc, "Last-Event-ID");
+    const char *field = "Last-Event-ID";
+    struct request rq = http_request_of(rc);
+
+    /* NULL: every tenant (an admin's GET /stream) */
+    *q = (struct sse_request){.tenant = rc->who.all_tenants ? NULL : rc->who.tenant,
+                              .retry_ms = cfg->sse.retry_ms};
+    if (rc->m.id[0])
+        q->run_id = rc->m.id;
+    if (!lid || !*lid)
+        lid = http_arg(rc, "last_event_id"), field = "last_event_id";
+    if (lid && *lid) {
+        q->has_last_id = true;
+        if (!sse_parse_last_id(lid, &q->last_id))
+            error_field(err, ST_INVALID, field, "must be an event id (a decimal integer)");
+    }
+    if (!q->run_id &&
+        stream_parse_filter(&rq, &q->run_type, &q->has_status, &q->status, err) != ST_OK)
+        return ST_INVALID; /* err has every field, Last-Event-ID's too */
+    if (err->nfields)
+        return ST_INVALID;
+    if (q->run_id && !q->tenant) { /* the one tenant that has this run */
+        enum status st = handle_runs_locate(rc->h->hc, &rq, q->run_id, rc->stream_tenant, err);
+        if (st != ST_OK)
+            return st;
+        q->tenant = rc->stream_tenant;
+    }
+    return ST_OK;
+}
+
+/* Counts the stream against its tenant's limit; the count is given back
+ * in http_stream_free. */
+static enum status stream_limit(struct req_ctx *rc, struct http_stream *hs, const char *tenant,
+                                struct error *err)
+{
+    struct limits *lim = rc->h->hc->limits;
+    enum status st;
+
+    if (!lim)
+        return ST_OK;
+    st = limits_stream_open(lim, tenant, err);
+    if (st == ST_OK) {
+        hs->lim = lim;
+        xsnprintf(hs->tenant, sizeof(hs->tenant), "%s", tenant);
+    }
+    return st;
+}
+
+/* A stream refused by its tenant's limit may try again after about as long
+ * as a browser waits before it reconnects. */
+static int stream_retry_after(const struct config *cfg)
+{
+    return cfg->sse.retry_ms > 1000 ? (cfg->sse.retry_ms + 999) / 1000 : 1;
+}
+
+/* A completed run's stream resumed at or past its end: 204, no stream. */
+static bool stream_finished(struct req_ctx *rc, struct http_stream *hs, const char *run_id)
+{
+    struct reply rp;
+    bool ret;
+
+    http_stream_free(hs); /* the stream's count against its tenant too */
+    reply_init(&rp);
+    rp.http_status = 204;
+    xsnprintf(rp.run_id, sizeof(rp.run_id), "%s", run_id);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
+bool http_stream_open(struct req_ctx *rc)
+{
+    const struct hctx *hc = rc->h->hc;
+    struct http_stream *hs = xcalloc(1, sizeof(*hs));
+    struct error err = {0};
+    struct sse_request q;
+    enum status st = stream_params(rc, &q, &err);
+
+    hs->conn = rc->conn;
+    xsnprintf(hs->request_id, sizeof(hs->request_id), "%s", rc->request_id);
+    if (st == ST_OK && !hc->hub)
+        st = error_set(&err, ST_BUSY, "streams are not enabled");
+    if (st == ST_OK)
+        /* the run's tenant (an admin's stream of one run is found in it);
+         * an admin's all-tenant GET /stream counts against its own */
+        st = stream_limit(rc, hs, q.tenant ? q.tenant : rc->who.tenant, &err);
+    if (st == ST_OK)
+        st = sse_open(hc->hub, hc->pool, &q,
+                      &(struct hub_wake){http_suspend_stream, http_resume_stream, hs}, &hs->st,
+                      &err);
+    if (st == ST_OK && sse_finished(hs->st))
+        return stream_finished(rc, hs, q.run_id);
+    if (st != ST_OK) {
+        http_stream_free(hs);
+        if (st == ST_LIMITED)
+            return http_request_limited(rc, &err, stream_retry_after(hc->cfg), false);
+        return http_request_problem(rc, st, &err);
+    }
+    if (q.run_id)
+        xsnprintf(rc->run_id, sizeof(rc->run_id), "%s", q.run_id);
+    return http_respond_stream(rc, hs);
+}
