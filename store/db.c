@@ -252,6 +252,20 @@ enum status db_exec_simple(struct db *db, const char *sql, struct error *err)
     return ST_OK;
 }
 
+enum status db_begin(struct db *db, struct error *err)
+{
+    return db_exec_simple(db, "BEGIN", err);
+}
+
+enum status db_end(struct db *db, enum status st, struct error *err)
+{
+    if (st == ST_OK)
+        return db_exec_simple(db, "COMMIT", err);
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
+        (void)!db_exec_simple(db, "ROLLBACK", NULL);
+    return st;
+}
+
 enum status db_ping(struct db *db, int timeout_ms, struct error *err)
 {
     static const struct stmt ping = {"db_ping", "SELECT 1"};

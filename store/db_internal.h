@@ -22,6 +22,12 @@ enum status db_run(struct db *db, const struct stmt *st, int nparams, const char
                    PGresult **res, struct error *err) WUR;
 PGconn *db_conn(struct db *db);
 
+/* A transaction of several statements: db_begin, then db_end with the
+ * status of the work, which commits on ST_OK and rolls back otherwise.
+ * db_end returns st, or the failure of the commit. */
+enum status db_begin(struct db *db, struct error *err) WUR;
+enum status db_end(struct db *db, enum status st, struct error *err) WUR;
+
 /* A PostgreSQL text[] literal of v: "{"a","b"}", each element quoted and
  * escaped. Heap. */
 char *db_text_array(const char *const *v, size_t n);

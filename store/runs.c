@@ -15,9 +15,9 @@
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
-    "timeout_s, input, identity_hash, request_hash, initiator) VALUES ($1, $2, $3, $4::int, "
-    "coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, $9, $10, coalesce($11, "
-    "'system')) "
+    "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot) "
+    "VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, "
+    "$9, $10, coalesce($11, 'system'), $12, $13::timestamptz) "
     "ON CONFLICT DO NOTHING RETURNING " RUN_RET
     ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
 static const struct stmt S_BY_ID = {
@@ -31,6 +31,7 @@ static const struct stmt S_BY_IDENTITY = {
     "($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.outcome = $3) "                \
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "          \
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
+    "AND ($10::text IS NULL OR r.schedule_name = $10) "                                            \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
 #define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
@@ -214,9 +215,19 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
 {
     char prio[16], maxa[16], tmo[16];
     char *input = json_text(rn->input);
-    const char *p[11] = {
-        rn->tenant,        rn->id,           rn->type,     prio, rn->run_at, maxa, tmo, input,
-        rn->identity_hash, rn->request_hash, rn->initiator};
+    const char *p[13] = {rn->tenant,
+                         rn->id,
+                         rn->type,
+                         prio,
+                         rn->run_at,
+                         maxa,
+                         tmo,
+                         input,
+                         rn->identity_hash,
+                         rn->request_hash,
+                         rn->initiator,
+                         rn->schedule_name,
+                         rn->schedule_slot};
     enum status st = ST_OK;
 
     xsnprintf(prio, sizeof(prio), "%d", rn->priority);
@@ -226,7 +237,7 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
     /* A collision with a run that completes between our insert and our
      * lookup finds nothing; the retry then inserts. Three rounds bound it. */
     for (int round = 0; round < 3 && st == ST_OK && !*out; round++) {
-        st = run_query_one(db, &S_INSERT, 11, p, out, NULL, err);
+        st = run_query_one(db, &S_INSERT, 13, p, out, NULL, err);
         *dedup = false;
         if (st == ST_OK && !*out) {
             st = submit_existing(db, rn, out, err);
@@ -265,15 +276,16 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[9] = {tenant,
-                        f->has_status ? run_status_name(f->status) : NULL,
-                        f->has_outcome ? run_outcome_name(f->outcome) : NULL,
-                        f->type,
-                        f->external_id,
-                        f->has_cursor ? cus : NULL,
-                        f->has_cursor ? f->cursor_id : NULL,
-                        lim,
-                        f->initiator};
+    const char *p[10] = {tenant,
+                         f->has_status ? run_status_name(f->status) : NULL,
+                         f->has_outcome ? run_outcome_name(f->outcome) : NULL,
+                         f->type,
+                         f->external_id,
+                         f->has_cursor ? cus : NULL,
+                         f->has_cursor ? f->cursor_id : NULL,
+                         lim,
+                         f->initiator,
+                         f->schedule};
     PGresult *r;
     enum status st;
     int n;
@@ -282,7 +294,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     xsnprintf(lim, sizeof(lim), "%d", f->limit + 1);
     *runs = NULL;
     *next_cursor = NULL;
-    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 9, p, &r, err);
+    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 10, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);

@@ -52,6 +52,10 @@ struct run_new {
     int max_attempts, timeout_s;
     const json_t *input;
     const char *identity_hash, *request_hash;
+    /* The schedule that makes the run, and its slot (RFC 3339; NULL for a
+     * run triggered through the API); both NULL for any other run. The
+     * batch path (store_runs_submit_batch) takes neither. */
+    const char *schedule_name, *schedule_slot;
 };
 
 /* Inserts the run, or finds the run it joins: *dedup true and the existing
@@ -89,6 +93,7 @@ struct run_filter {
     enum run_outcome outcome;
     const char *type, *external_id; /* NULL = any */
     const char *initiator;          /* NULL = any */
+    const char *schedule;           /* runs this schedule made; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;
