@@ -41,7 +41,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK) {
         t0 = clock_mono_us();
-        st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
+        st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps, NULL,
                               cfg->nrun_types, &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }

@@ -437,12 +437,17 @@ char *db_text_array(const char *const *v, size_t n)
     char *s;
 
     for (size_t i = 0; i < n; i++)
-        cap += 2 * strlen(v[i]) + 3;
+        cap += v[i] ? 2 * strlen(v[i]) + 3 : 5;
     s = xmalloc(cap);
     s[0] = '{';
     for (size_t i = 0; i < n; i++) {
         if (i)
             s[len++] = ',';
+        if (!v[i]) {
+            memcpy(s + len, "NULL", 4);
+            len += 4;
+            continue;
+        }
         s[len++] = '"';
         for (const char *p = v[i]; *p; p++) {
             if (*p == '"' || *p == '\\')

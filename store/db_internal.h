@@ -29,7 +29,7 @@ enum status db_begin(struct db *db, struct error *err) WUR;
 enum status db_end(struct db *db, enum status st, struct error *err) WUR;
 
 /* A PostgreSQL text[] literal of v: "{"a","b"}", each element quoted and
- * escaped. Heap. */
+ * escaped, a NULL element as NULL. Heap. */
 char *db_text_array(const char *const *v, size_t n);
 
 /* Result helpers: NULL for SQL NULL. */

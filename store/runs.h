@@ -10,6 +10,7 @@
 #define OPSRUN_STORE_RUNS_H
 
 #include "common/common.h"
+#include "store/rate_limits.h"
 #include "store/run_state.h"
 
 #include <jansson.h>
@@ -142,10 +143,13 @@ struct fence {
 };
 
 /* Claims up to limit due runs (see opsrun_claim in migrations/001_core.sql).
- * types/caps: the run types this process executes and their caps (0 = none).
+ * types/caps/rates: the run types this process executes, their caps (0 =
+ * none) and their rate limits (rates NULL, or an entry NULL, for none; each
+ * run started takes a unit of its type's limit, migration 016).
  * *out gets a heap array of *n runs, without json (struct run). */
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
-                             const char *const *types, const int *caps, size_t ntypes,
+                             const char *const *types, const int *caps,
+                             const struct rate_limit *const *rates, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
 /* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
  * already), and whether a queued run is due now that a claim just left

@@ -22,6 +22,16 @@ static const struct stmt S_CLAIM = {
                   "extract(epoch FROM r.updated_at - r.run_at)::float8, "
                   "extract(epoch FROM r.updated_at - r.started_at)::float8 "
                   "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[]) AS r"};
+/* The same with the rate limits of the types (migration 016). */
+static const struct stmt S_CLAIM_RATED = {
+    "runs_claim_rated",
+    "SELECT r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, r.max_attempts, "
+    "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "
+    "(extract(epoch FROM r.created_at) * 1000000)::bigint, r.input::text, "
+    "extract(epoch FROM r.updated_at - r.run_at)::float8, "
+    "extract(epoch FROM r.updated_at - r.started_at)::float8 "
+    "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[], $6::text[], $7::int[], "
+    "$8::bigint[]) AS r"};
 /* The next delayed run (ms ahead), and the newest and the oldest due run
  * (ms ago); store_runs_next_due compares their ages with how long the claim
  * before it took. Each is one step on runs_queued_at. */
@@ -192,6 +202,34 @@ static char *pg_cap_array(const int *caps, size_t n)
     return s;
 }
 
+/* The limits of the n types as three arrays (name, limit, window; NULLs
+ * for a type without one), into p[0..3). */
+static void rate_arrays(const struct rate_limit *const *rates, size_t n, char *p[3])
+{
+    const char **names = xcalloc(n ? n : 1, sizeof(*names));
+    size_t cap = 3 + n * 22, ll = 0, pl = 0;
+
+    p[1] = xmalloc(cap);
+    p[2] = xmalloc(cap);
+    ll = pl = xsnprintf(p[1], cap, "{");
+    xsnprintf(p[2], cap, "{");
+    for (size_t i = 0; i < n; i++) {
+        names[i] = rates[i] ? rates[i]->name : NULL;
+        if (rates[i]) {
+            ll += xsnprintf(p[1] + ll, cap - ll, "%s%d", i ? "," : "", rates[i]->limit);
+            pl +=
+                xsnprintf(p[2] + pl, cap - pl, "%s%lld", i ? "," : "", (long long)rates[i]->per_ms);
+        } else {
+            ll += xsnprintf(p[1] + ll, cap - ll, "%sNULL", i ? "," : "");
+            pl += xsnprintf(p[2] + pl, cap - pl, "%sNULL", i ? "," : "");
+        }
+    }
+    xsnprintf(p[1] + ll, cap - ll, "}");
+    xsnprintf(p[2] + pl, cap - pl, "}");
+    p[0] = db_text_array(names, n);
+    free(names);
+}
+
 /* A claimed run from a row of S_CLAIM. */
 static enum status claim_row(const PGresult *r, int row, struct run **out, struct error *err)
 {
@@ -228,22 +266,32 @@ static enum status claim_row(const PGresult *r, int row, struct run **out, struc
 }
 
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
-                             const char *const *types, const int *caps, size_t ntypes,
+                             const char *const *types, const int *caps,
+                             const struct rate_limit *const *rates, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err)
 {
-    char lim[16], maxr[16];
+    char lim[16], maxr[16], *ra[3] = {NULL, NULL, NULL};
     char *tarr = db_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
-    const char *p[5] = {worker_id, lim, maxr, tarr, carr};
+    const char *p[8] = {worker_id, lim, maxr, tarr, carr};
+    bool rated = false;
     PGresult *r;
     enum status st;
 
+    for (size_t i = 0; rates && i < ntypes; i++)
+        rated |= rates[i] != NULL;
+    if (rated) {
+        rate_arrays(rates, ntypes, ra);
+        p[5] = ra[0], p[6] = ra[1], p[7] = ra[2];
+    }
     xsnprintf(lim, sizeof(lim), "%d", limit);
     xsnprintf(maxr, sizeof(maxr), "%d", max_running);
     *out = NULL;
     *n = 0;
-    st = db_run(db, &S_CLAIM, 5, p, &r, err);
+    st = db_run(db, rated ? &S_CLAIM_RATED : &S_CLAIM, rated ? 8 : 5, p, &r, err);
     free(tarr);
     free(carr);
+    for (size_t i = 0; i < 3; i++)
+        free(ra[i]);
     if (st != ST_OK)
         return st;
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
