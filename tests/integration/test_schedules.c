@@ -18,7 +18,8 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "common/util.h"
+#include "common/ids.h"
+#include "common/time_rfc3339.h"
 #include "store/db.h"
 #include "store/runs.h"
 #include "store/schedules.h"
