@@ -13,11 +13,25 @@
 #define BUCKETS_MAX 24 /* bounds of a histogram, +Inf not counted */
 
 /* The label sets. A family names up to LABELS_MAX of them. */
-enum label_set { L_NONE, L_TYPE, L_OUTCOME, L_CHECK, L_HOOK, L_ROUTE, L_CODE, L_COUNT };
+enum label_set {
+    L_NONE,
+    L_TYPE,
+    L_OUTCOME,
+    L_CHECK,
+    L_HOOK,
+    L_ROUTE,
+    L_CODE,
+    L_SCHEDULE,
+    L_SLOT,
+    L_LIMIT,
+    L_COUNT
+};
 
 static const char *const check_results[] = {METRICS_CHECK_RUNNING, METRICS_CHECK_ENDED,
                                             METRICS_CHECK_ERROR, METRICS_CHECK_ABORTED};
 static const char *const hook_results[] = {"ok", "failed"};
+static const char *const slot_results[] = {METRICS_SLOT_CREATED, METRICS_SLOT_SKIPPED_OVERLAP,
+                                           METRICS_SLOT_SKIPPED_PAUSED, METRICS_SLOT_MISSED};
 /* The status codes opsrun answers with; any other is counted as "other". */
 static const unsigned http_codes[] = {200, 201, 202, 204, 304, 400, 401, 403, 404, 405,
                                       408, 409, 413, 415, 422, 429, 500, 502, 503, 504};
@@ -50,6 +64,8 @@ enum family_id {
     F_HOOKS,
     F_HTTP,
     F_HTTP_DURATION,
+    F_SCHEDULE,
+    F_RATE_WAITS,
     F_COUNT
 };
 
@@ -190,6 +206,30 @@ static const struct family catalogue[F_COUNT] = {
                          0,
                          NULL,
                          NULL},
+    [F_SCHEDULE] = {"opsrun_schedule_runs_total",
+                    "Slots of schedules this process took, by result (created, skipped_overlap, "
+                    "skipped_paused, missed).",
+                    false,
+                    false,
+                    2,
+                    {L_SCHEDULE, L_SLOT},
+                    NULL,
+                    0,
+                    0,
+                    NULL,
+                    NULL},
+    [F_RATE_WAITS] = {"opsrun_rate_limit_waits_total",
+                      "Times this process held back a start or a check because its rate limit "
+                      "had no unit left.",
+                      false,
+                      false,
+                      1,
+                      {L_LIMIT},
+                      NULL,
+                      0,
+                      0,
+                      NULL,
+                      NULL},
 };
 
 struct label_values {
@@ -247,6 +287,9 @@ static void sets_init(struct metrics *m, const struct metrics_setup *su)
         set_add(&m->sets[L_CODE], code);
     }
     set_add(&m->sets[L_CODE], CODE_OTHER);
+    set_fill(&m->sets[L_SCHEDULE], "schedule", su->schedules, su->nschedules);
+    set_fill(&m->sets[L_SLOT], "result", slot_results, ARRAY_LEN(slot_results));
+    set_fill(&m->sets[L_LIMIT], "limit", su->limits, su->nlimits);
 }
 
 static void family_init(struct metrics *m, struct family *f)
@@ -327,13 +370,18 @@ static size_t series_of(const struct metrics *m, const struct family *f, const s
     return s;
 }
 
-static void count(struct metrics *m, enum family_id id, const size_t *idx)
+static void count_n(struct metrics *m, enum family_id id, const size_t *idx, uint64_t n)
 {
     const struct family *f = &m->f[id];
     size_t s = series_of(m, f, idx);
 
     if (s != SIZE_MAX)
-        atomic_fetch_add_explicit(&f->cells[s], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&f->cells[s], n, memory_order_relaxed);
+}
+
+static void count(struct metrics *m, enum family_id id, const size_t *idx)
+{
+    count_n(m, id, idx, 1);
 }
 
 static void observe(struct metrics *m, enum family_id id, const size_t *idx, double v)
@@ -415,6 +463,20 @@ void metrics_poll_hooks(struct metrics *m, const char *type, bool failed)
 {
     if (m)
         count(m, F_HOOKS, IDX(value_index(m, L_TYPE, type), failed ? 1 : 0));
+}
+
+void metrics_schedule_slot(struct metrics *m, const char *schedule, const char *result, int64_t n)
+{
+    if (m && n > 0)
+        count_n(m, F_SCHEDULE,
+                IDX(value_index(m, L_SCHEDULE, schedule), value_index(m, L_SLOT, result)),
+                (uint64_t)n);
+}
+
+void metrics_rate_limit_wait(struct metrics *m, const char *limit, int64_t n)
+{
+    if (m && n > 0)
+        count_n(m, F_RATE_WAITS, IDX(value_index(m, L_LIMIT, limit)), (uint64_t)n);
 }
 
 void metrics_http_request(struct metrics *m, const char *route, unsigned code, double seconds)

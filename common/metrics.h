@@ -39,6 +39,10 @@ struct metrics_setup {
     size_t noutcomes;
     const char *const *routes; /* route templates ("/runs/{id}"); repeats are merged */
     size_t nroutes;
+    const char *const *schedules; /* configured schedules */
+    size_t nschedules;
+    const char *const *limits; /* configured rate limits */
+    size_t nlimits;
     const char *version, *commit; /* opsrun_build_info */
 };
 
@@ -70,6 +74,15 @@ void metrics_poll_check(struct metrics *m, const char *type, const char *result)
 void metrics_poll_budget_exhausted(struct metrics *m, const char *type);
 /* The cancel and cleanup hooks of a run ran; failed when any of them did. */
 void metrics_poll_hooks(struct metrics *m, const char *type, bool failed);
+
+/* n slots of a schedule ended with result (opsrun_schedule_runs_total). */
+#define METRICS_SLOT_CREATED "created"
+#define METRICS_SLOT_SKIPPED_OVERLAP "skipped_overlap"
+#define METRICS_SLOT_SKIPPED_PAUSED "skipped_paused"
+#define METRICS_SLOT_MISSED "missed"
+void metrics_schedule_slot(struct metrics *m, const char *schedule, const char *result, int64_t n);
+/* n starts or checks waited for their rate limit (opsrun_rate_limit_waits_total). */
+void metrics_rate_limit_wait(struct metrics *m, const char *limit, int64_t n);
 
 /* An answered HTTP request: route is its template, NULL when no route
  * matched the path; code is the status sent. */

@@ -67,6 +67,7 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_I64,  queue.retention_s,            604800,  60,   31536000),
     CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
     CFG_NUM(OPT_I64,  queue.event_partition_s,      86400,   60,   2592000),
+    CFG_NUM(OPT_INT,  queue.schedule_grace_s,       10,      1,    3600),
     CFG_NUM(OPT_INT,  poller.concurrency,           16,      1,    256),
     CFG_NUM(OPT_INT,  poller.interval_ms,           1000,    50,   600000),
     CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),
@@ -127,6 +128,8 @@ void cfg_cleanup(struct config *cfg)
     routes_free(cfg->routes, cfg->nroutes);
     tokens_free(cfg->auth.tokens, cfg->auth.ntokens);
     cors_origins_free(cfg->http.cors_origins, cfg->http.ncors_origins);
+    schedules_free(cfg);
+    rate_limits_free(cfg);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -156,7 +159,8 @@ static void suggest_one(struct suggest *s, const char *parent, const char *key)
 static void unknown_key(const char *parent, const char *key, const char *path,
                         struct cfg_errors *errs)
 {
-    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types", "routes"};
+    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types",
+                                       "routes",      "schedules",         "rate_limits"};
     struct suggest s;
 
     suggest_init(&s, key);
@@ -225,14 +229,20 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
             continue;
         if (strcmp(key, "run_types") == 0)
             load_run_types(cfg, v, errs);
+        else if (strcmp(key, "schedules") == 0)
+            load_schedules(cfg, v, errs);
+        else if (strcmp(key, "rate_limits") == 0)
+            load_rate_limits(cfg, v, errs);
         else
             load_value(cfg, NULL, key, v, errs);
     }
     v = json_object_get(root, "routes");
     if (v)
         load_routes(cfg, v, json_object_get(root, "run_types"), errs);
-    if (errs->n == 0)
+    if (errs->n == 0) {
         check_refs(cfg, errs);
+        check_schedule_refs(cfg, errs);
+    }
 }
 
 static enum status load_text(struct config *cfg, const char *text, size_t len, const char *file,
@@ -386,6 +396,7 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
                               "sse.send_timeout_s (%d s), or idle streams are closed",
                               cfg->sse.send_timeout_s);
     check_refs(cfg, &errs);
+    check_schedule_refs(cfg, &errs);
     return cfg_errors_end(&errs);
 }
 

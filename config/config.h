@@ -15,6 +15,7 @@
 #define OPSRUN_CONFIG_H
 
 #include "common/common.h"
+#include "common/cron.h"
 #include "common/log.h"
 
 #include <jansson.h>
@@ -57,6 +58,37 @@ struct run_type {
     int64_t timeout_s;            /* default 900 */
     int max_running;              /* 0 = no per-type cap (JSON null) */
     struct poll_policy poll;
+    char *rate_limit; /* the name of a rate_limits entry; NULL = none */
+};
+
+/* One entry of rate_limits: at most limit units (action starts and poll
+ * checks of the run types that name it) in any window of per_s seconds,
+ * across every replica. */
+struct rate_limit_cfg {
+    char *name;
+    int limit; /* 1..1000000 */
+    int per_s; /* 1..86400 */
+};
+
+enum schedule_overlap { OVERLAP_SKIP, OVERLAP_ALLOW, OVERLAP_CANCEL_PREVIOUS };
+enum schedule_catch_up { CATCH_UP_SKIP, CATCH_UP_ONE, CATCH_UP_ALL };
+
+/* One entry of schedules: a run of run_type with data as its input at
+ * every slot of cron in time_zone. */
+struct schedule {
+    char *name;
+    char *cron_text; /* as written */
+    struct cron cron;
+    char *time_zone; /* an IANA name, default "UTC" */
+    struct tz *tz;   /* loaded from the machine's tz database; owned */
+    char *run_type;
+    json_t *data;                    /* owned; {} when absent */
+    char *tenant;                    /* NULL = tenant_default */
+    enum schedule_overlap overlap;   /* default skip */
+    enum schedule_catch_up catch_up; /* default one */
+    int catch_up_window_s;           /* default 3600 */
+    int jitter_s;                    /* default 0 */
+    bool paused;                     /* until the API says otherwise */
 };
 
 struct route_match {
@@ -153,6 +185,7 @@ struct config {
         int64_t retention_s;        /* completed runs kept, default 7 days */
         int retention_batch;        /* default 500 */
         int64_t event_partition_s;  /* run_events partition span, default 1 day */
+        int schedule_grace_s;       /* a slot not taken this late is missed, default 10 */
     } queue;
 
     struct {
@@ -180,6 +213,10 @@ struct config {
 
     struct run_type *run_types;
     size_t nrun_types;
+    struct rate_limit_cfg *rate_limits;
+    size_t nrate_limits;
+    struct schedule *schedules;
+    size_t nschedules;
     struct route *routes;
     size_t nroutes;
     char *default_route; /* run type when no route matches; NULL = none */
@@ -243,6 +280,13 @@ const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 /* Offers every run type's name to s (common/suggest.h), for the "did you
  * mean" of an unknown one. */
 void cfg_run_type_suggest(const struct config *cfg, struct suggest *s);
+const struct schedule *cfg_schedule(const struct config *cfg, const char *name);
+const struct rate_limit_cfg *cfg_rate_limit(const struct config *cfg, const char *name);
+/* "skip", "allow", "cancel_previous"; "skip", "one", "all". */
+const char *cfg_overlap_name(enum schedule_overlap o);
+const char *cfg_catch_up_name(enum schedule_catch_up c);
+/* The tenant a schedule's runs go to: its own, else tenant_default. */
+const char *cfg_schedule_tenant(const struct config *cfg, const struct schedule *s);
 int cfg_pool_size(const struct config *cfg);
 /* Whether log lines are JSON: log.format when set, else log.json. */
 bool cfg_log_json(const struct config *cfg);

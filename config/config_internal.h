@@ -134,6 +134,26 @@ void cors_origins_free(char **origins, size_t n);
 /* The list as --print-config shows it (new reference; NULL if jansson fails). */
 json_t *cors_origins_to_json(const struct config *cfg);
 
+/* ---- schedules.c ---- */
+
+/* The "schedules" and "rate_limits" objects of a file: merged by name into
+ * those already there (a definition replaces the one of that name as a
+ * whole, only when valid; null removes one). */
+void load_schedules(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+void load_rate_limits(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+void schedules_free(struct config *cfg);
+void rate_limits_free(struct config *cfg);
+/* Every schedule names an existing run type, every run type's rate_limit
+ * an existing limit. */
+void check_schedule_refs(const struct config *cfg, struct cfg_errors *errs);
+/* root["schedules"] and root["rate_limits"] as the file has them. */
+bool schedules_to_json(const struct config *cfg, json_t *root);
+
+/* ---- print.c ---- */
+
+/* An option's value as the file would have it (new reference). */
+json_t *opt_to_json(const void *base, const struct opt *o);
+
 /* ---- routes.c ---- */
 
 /* The "routes" array of a file: replaces the routes, and only when all are

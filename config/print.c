@@ -151,7 +151,7 @@ static json_t *jstr(const char *s)
     return j ? j : json_null();
 }
 
-static json_t *opt_to_json(const void *base, const struct opt *o)
+json_t *opt_to_json(const void *base, const struct opt *o)
 {
     const void *f = (const char *)base + o->off;
     const char *s;
@@ -285,7 +285,7 @@ json_t *cfg_to_json(const struct config *cfg)
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
     ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root) &&
-         cors_to_json(cfg, root);
+         cors_to_json(cfg, root) && schedules_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

@@ -27,6 +27,8 @@ const struct opt rt_opts[] = {
     RT_NUM(OPT_INT, poll.max_checks,       120,   1,  1000000),
     RT_NUM(OPT_I64, poll.max_duration_s,   1740,  1,  2592000),
     RT_NUM(OPT_INT, poll.check_timeout_s,  60,    1,  3600),
+    {.key = "rate_limit", .type = OPT_STR, .flags = OPT_NULL, .off = RT_OFF(rate_limit),
+     .check = check_name},
 };
 const size_t rt_nopts = ARRAY_LEN(rt_opts);
 /* clang-format on */
@@ -43,6 +45,7 @@ static void rt_free(struct run_type *rt)
 {
     free(rt->name);
     free(rt->action);
+    free(rt->rate_limit);
     json_decref(rt->params);
     memset(rt, 0, sizeof(*rt));
 }
@@ -62,6 +65,7 @@ static void rt_copy(struct run_type *dst, const struct run_type *src)
     *dst = *src;
     dst->name = xstrdup(src->name);
     dst->action = src->action ? xstrdup(src->action) : NULL;
+    dst->rate_limit = src->rate_limit ? xstrdup(src->rate_limit) : NULL;
     dst->params = json_incref(src->params);
 }
 

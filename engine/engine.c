@@ -1,8 +1,9 @@
 /* engine/engine.c — the engine's lifecycle (engine/engine.h): it creates
  * the shared state, starts every thread in order (doorbell and listener,
- * maintenance, poller, workers, dispatcher), and stops them in the reverse
- * order, on a drain and on a start that failed half-way. The threads
- * themselves live in doorbell.c, maint.c, poller.c and dispatch.c. */
+ * maintenance, poller, workers, dispatcher, scheduler), and stops them in
+ * the reverse order, on a drain and on a start that failed half-way. The
+ * threads themselves live in doorbell.c, maint.c, poller.c, dispatch.c and
+ * scheduler.c. */
 #include "engine/engine_internal.h"
 
 #include "common/ids.h"
@@ -35,6 +36,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     cond_init_monotonic(&e->maint_cv);
     cond_init_monotonic(&e->bell_cv);
     cond_init_monotonic(&e->complete_cv);
+    cond_init_monotonic(&e->sched_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
@@ -106,10 +108,15 @@ enum status engine_start(struct engine *e, struct error *err)
         goto maint;
     if ((st = dispatch_start(e, err)) != ST_OK)
         goto poller;
+    if ((st = scheduler_start(e, err)) != ST_OK)
+        goto dispatch;
     e->started = true;
     LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
         e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
     return ST_OK;
+dispatch:
+    dispatch_stop_claims(e);
+    dispatch_stop_workers(e);
 poller:
     poller_stop(e->poller);
 maint:
@@ -200,6 +207,7 @@ void engine_drain(struct engine *e, int grace_s)
 {
     if (!e->started)
         return;
+    scheduler_stop(e); /* no new runs from here on */
     dispatch_stop_claims(e);
     poller_stop(e->poller); /* its checks are due again at once, for other replicas */
 
@@ -233,6 +241,7 @@ void engine_free(struct engine *e)
     pthread_cond_destroy(&e->maint_cv);
     pthread_cond_destroy(&e->bell_cv);
     pthread_cond_destroy(&e->complete_cv);
+    pthread_cond_destroy(&e->sched_cv);
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);

@@ -4,11 +4,11 @@
  * The files call each other in one direction only, each only files to its
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
- *     -> poller.c -> poller_check.c, poller_writer.c -> doorbell.c
- *     -> thread.c, queue.c, shared.c
- * The listener (doorbell.c) and the completer wake the dispatcher through
- * e->wake_dispatcher, set by engine.c, so neither needs anything to its
- * left. */
+ *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c
+ *     -> doorbell.c -> thread.c, queue.c, shared.c
+ * The listener (doorbell.c), the completer and the scheduler wake the
+ * dispatcher through e->wake_dispatcher, set by engine.c, so none of them
+ * needs anything to its left. */
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
@@ -123,6 +123,10 @@ struct engine {
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
     struct poller *poller; /* engine/poller.c */
+    /* the scheduler (scheduler.c), when schedules are configured */
+    pthread_t scheduler;
+    bool sched_started, sched_stop;
+    pthread_cond_t sched_cv;
     /* dispatch_wake, set by engine.c: how a NOTIFY on opsrun_queue (the
      * listener) and a batch that freed capped slots (the completer) make
      * the dispatcher claim now. */
@@ -142,6 +146,10 @@ struct engine {
  * The caller stops what it started before. */
 enum status thread_start(struct engine *e, pthread_t *t, void *(*fn)(void *), void *arg,
                          const char *what, struct error *err) WUR;
+
+/* scheduler.c: the scheduler thread (when schedules are configured). */
+enum status scheduler_start(struct engine *e, struct error *err) WUR;
+void scheduler_stop(struct engine *e); /* safe when not started */
 
 /* doorbell.c: the doorbell and the LISTEN thread (when queue.listen). */
 enum status doorbell_start(struct engine *e, struct error *err) WUR;

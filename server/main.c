@@ -379,12 +379,18 @@ static struct limits *make_limits(const struct config *cfg)
 static struct metrics *make_metrics(const struct config *cfg)
 {
     const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
+    const char **schedules = xcalloc(cfg->nschedules + 1, sizeof(*schedules));
+    const char **limits = xcalloc(cfg->nrate_limits + 1, sizeof(*limits));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
     size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
     struct metrics *m;
 
     for (size_t i = 0; i < cfg->nrun_types; i++)
         types[i] = cfg->run_types[i].name;
+    for (size_t i = 0; i < cfg->nschedules; i++)
+        schedules[i] = cfg->schedules[i].name;
+    for (size_t i = 0; i < cfg->nrate_limits; i++)
+        limits[i] = cfg->rate_limits[i].name;
     for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
         outcomes[n++] = run_outcome_name((enum run_outcome)o);
     m = metrics_new(&(struct metrics_setup){
@@ -394,10 +400,16 @@ static struct metrics *make_metrics(const struct config *cfg)
         .noutcomes = n,
         .routes = routes,
         .nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes),
+        .schedules = schedules,
+        .nschedules = cfg->nschedules,
+        .limits = limits,
+        .nlimits = cfg->nrate_limits,
         .version = OPSRUN_VERSION,
         .commit = opsrun_build_commit,
     });
     free(types);
+    free(schedules);
+    free(limits);
     return m;
 }
 
