@@ -41,8 +41,9 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK) {
         t0 = clock_mono_us();
-        st = store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps, NULL,
-                              cfg->nrun_types, &runs, &got, &err);
+        st =
+            store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
+                             e->nlimits ? e->type_rates : NULL, cfg->nrun_types, &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
     /* A run that came due while the claim ran is claimed next, not left to
@@ -50,6 +51,10 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
      * from t0 to its answer). */
     if (st == ST_OK && (int)got < n)
         st = store_runs_next_due(db, t0, due_ms, capped, &err);
+    /* Runs left behind may be waiting for a rate limit: claim again when
+     * its next unit frees, not at the next poll. */
+    if (st == ST_OK && *capped)
+        rate_limits_claim_waits(e, db, due_ms);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);

@@ -45,6 +45,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     handoff_init(&e->done, sizeof(struct completion));
     e->stop_efd = -1;
     e->wake_dispatcher = dispatch_wake;
+    rate_limits_init(e);
     e->due_ms = INT64_MAX;
     for (int i = 0; i < e->nslots; i++) {
         e->slots[i].e = e;
@@ -245,6 +246,7 @@ void engine_free(struct engine *e)
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);
+    rate_limits_cleanup(e);
     handoff_cleanup(&e->done);
     free(e);
 }

@@ -14,6 +14,7 @@
 
 #include "engine/actions/action.h"
 #include "engine/engine.h"
+#include "store/rate_limits.h"
 #include "store/runs.h"
 
 #include <pthread.h>
@@ -134,6 +135,11 @@ struct engine {
     void (*on_events)(void *arg);
     void *on_events_arg;
     struct metrics *metrics; /* NULL: nothing recorded */
+    /* The configured rate limits (rate_limits.c), and each run type's (by
+     * its index in cfg->run_types; NULL for none). */
+    struct rate_limit *limits;
+    size_t nlimits;
+    const struct rate_limit **type_rates;
     /* Starts a thread as pthread_create does (NULL = pthread_create); tests
      * set it to make a start fail. */
     int (*spawn)(pthread_t *t, void *(*fn)(void *), void *arg);
@@ -179,6 +185,16 @@ enum status completer_start(struct engine *e, struct error *err) WUR;
 void completer_stop(struct engine *e);
 /* Takes over *c (its run and references); *c is zeroed. Caller holds mu. */
 void completer_add(struct engine *e, struct completion *c);
+
+/* rate_limits.c: the limits of the configuration, as the store takes them. */
+void rate_limits_init(struct engine *e);
+void rate_limits_cleanup(struct engine *e);
+/* The limit of run type `type` (NULL for none). */
+const struct rate_limit *rate_limit_of(const struct engine *e, const char *type);
+/* After a claim of runs left due runs behind: each of this process's
+ * limits with no unit left counts a wait; *due_ms becomes the wait for the
+ * first of them to free a unit when that is sooner. */
+void rate_limits_claim_waits(struct engine *e, struct db *db, int64_t *due_ms);
 
 /* shared.c: helpers every engine file may call; it calls none of them. */
 /* How long a claim or a heartbeat protects a run from rescue, less a margin

@@ -6,6 +6,7 @@
 
 #include "common/backoff.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "store/db.h"
 
 #include <inttypes.h>
@@ -124,6 +125,80 @@ static void *checker_main(void *arg)
     return NULL;
 }
 
+/* Checks of a rate-limited type take a unit each, in claim order; a check
+ * left without one goes back to the schedule unchecked (its count taken
+ * back, through the writer), due when the limit's next unit frees, and is
+ * counted as a wait, not as a failure. Keeps the rest in checks[0..*n);
+ * the given-back ones go to back[] (*nback of them). On a database error
+ * no unit is taken and every limited check waits a second. */
+#define RATE_ERROR_WAIT_MS 1000
+static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim *checks, size_t *n,
+                              struct again *back, size_t *nback)
+{
+    struct engine *e = p->e;
+    size_t keep = 0;
+
+    *nback = 0;
+    for (size_t l = 0; l < e->nlimits; l++) {
+        const struct rate_limit *rl = &e->limits[l];
+        struct error err = {0};
+        int want = 0, taken = 0;
+        int64_t next_ms = RATE_ERROR_WAIT_MS;
+
+        for (size_t i = 0; i < *n; i++)
+            want += rate_limit_of(e, checks[i].run->type) == rl;
+        if (want == 0)
+            continue;
+        if (store_rate_take(db, rl, want, &taken, &next_ms, &err) != ST_OK)
+            LOG(LOG_WARN, "could not take units of rate limit %s: %s", rl->name, err.message);
+        metrics_rate_limit_wait(e->metrics, rl->name, want - taken);
+        if (taken < want)
+            p->limit_until[l] = clock_mono_ms() + next_ms;
+        for (size_t i = 0; i < *n && want > taken; i++) {
+            struct poll_claim *c = &checks[i];
+            if (rate_limit_of(e, c->run->type) != rl || taken-- > 0)
+                continue;
+            back[(*nback)++] = (struct again){xstrdup(c->run->tenant),
+                                              xstrdup(c->run->id),
+                                              xstrdup(c->owner),
+                                              c->poll_count,
+                                              c->poll_state,
+                                              next_ms,
+                                              true};
+            c->poll_state = NULL;
+            run_free(c->run);
+            free(c->external_id);
+            c->run = NULL;
+        }
+    }
+    for (size_t i = 0; i < *n; i++)
+        if (checks[i].run)
+            checks[keep++] = checks[i];
+    *n = keep;
+}
+
+/* The pollable types whose rate limit is not known to be spent (a limit
+ * that gave a check no unit is, until its next unit frees): the checks of
+ * the others are not claimed meanwhile, so that a spent limit costs no
+ * claims. *wait_ms: until the first spent limit frees (-1: none spent). */
+static size_t open_types(struct poller *p, const char **out, int64_t *wait_ms)
+{
+    int64_t now = clock_mono_ms();
+    size_t n = 0;
+
+    *wait_ms = -1;
+    for (size_t i = 0; i < p->ntypes; i++) {
+        const struct rate_limit *rl = rate_limit_of(p->e, p->types[i]);
+        int64_t until = rl ? p->limit_until[rl - p->e->limits] : 0;
+        if (until <= now) {
+            out[n++] = p->types[i];
+        } else if (*wait_ms < 0 || until - now < *wait_ms) {
+            *wait_ms = until - now;
+        }
+    }
+    return n;
+}
+
 /* Claims up to n checks (then hooks) into the queue, in one statement each,
  * begun at t0 (monotonic microseconds); returns how many, and in *due_ms
  * the wait before the next one (-1: none scheduled). */
@@ -131,22 +206,32 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
 {
     struct engine *e = p->e;
     struct poll_claim *checks = NULL, *hooks = NULL;
-    size_t nc = 0, nh = 0;
+    struct again *back = NULL;
+    size_t nc = 0, nh = 0, nback = 0, claimed, nopen;
     struct db *db = NULL;
     struct error err = {0};
     enum status st = db_pool_get(e->pool, &db, &err);
     char owner[POLL_OWNER_MAX];
+    int64_t spent_ms;
 
     /* never the same owner twice (store/polls.h) */
     xsnprintf(owner, sizeof(owner), "%s/%" PRIu64, e->worker_id, ++p->claims);
     *due_ms = -1;
-    if (st == ST_OK)
-        st = store_polls_claim(db, owner, n, p->lease_ms, p->types, p->ntypes, &checks, &nc, &err);
-    if (st == ST_OK && (int)nc < n)
+    nopen = open_types(p, p->open, &spent_ms);
+    if (st == ST_OK && nopen > 0)
+        st = store_polls_claim(db, owner, n, p->lease_ms, p->open, nopen, &checks, &nc, &err);
+    claimed = nc;
+    if (st == ST_OK && nc > 0 && e->nlimits > 0) {
+        back = xcalloc(nc, sizeof(*back));
+        rate_limit_checks(p, db, checks, &nc, back, &nback);
+    }
+    if (st == ST_OK && (int)claimed < n)
         st = store_hooks_claim(db, owner, n - (int)nc, p->lease_ms, p->types, p->ntypes, &hooks,
                                &nh, &err);
-    if (st == ST_OK && (int)(nc + nh) < n)
-        st = store_polls_next_due(db, p->types, p->ntypes, due_ms, &err);
+    if (st == ST_OK && (int)(claimed + nh) < n)
+        st = store_polls_next_due(db, p->open, nopen, due_ms, &err);
+    if (spent_ms >= 0 && (*due_ms < 0 || spent_ms < *due_ms))
+        *due_ms = spent_ms;
     db_pool_put(e->pool, db);
     atomic_fetch_add(&p->db_us, clock_mono_us() - t0);
     if (st != ST_OK)
@@ -154,6 +239,8 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
     pthread_mutex_lock(&p->mu);
     enqueue(p, checks, nc, false, t0 / 1000);
     enqueue(p, hooks, nh, true, t0 / 1000);
+    for (size_t i = 0; i < nback; i++)
+        poller_writer_add(p, &back[i]);
     p->room += n - (int)(nc + nh);
     pthread_mutex_unlock(&p->mu);
     /* one waiting checker per claim, woken after the unlock so that it
@@ -162,7 +249,8 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
         pthread_cond_signal(&p->work_cv);
     free(checks); /* the claims' contents moved to the queue */
     free(hooks);
-    return nc + nh;
+    free(back); /* its contents moved to the writer */
+    return claimed + nh;
 }
 
 /* Whether this process's workers are at their capacity: its dispatcher's
@@ -269,6 +357,8 @@ struct poller *poller_new(struct engine *e)
     p->e = e;
     p->n = cfg->poller.concurrency;
     p->types = xcalloc(cfg->nrun_types ? cfg->nrun_types : 1, sizeof(*p->types));
+    p->open = xcalloc(cfg->nrun_types ? cfg->nrun_types : 1, sizeof(*p->open));
+    p->limit_until = xcalloc(e->nlimits ? e->nlimits : 1, sizeof(*p->limit_until));
     for (size_t i = 0; i < cfg->nrun_types; i++) {
         const struct run_type *rt = &cfg->run_types[i];
         const struct action_ops *ops = action_find(rt->action);
@@ -411,6 +501,8 @@ void poller_free(struct poller *p)
     free(p->queue);
     free(p->checkers);
     free(p->types);
+    free(p->open);
+    free(p->limit_until);
     free(p);
 }
 

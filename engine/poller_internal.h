@@ -38,6 +38,11 @@ struct poller {
     struct engine *e;
     const char **types; /* run types whose action can poll */
     size_t ntypes;
+    /* The scheduler thread's own: the types a claim takes (open_types), and
+     * per rate limit of the engine the monotonic time until which it is
+     * known to have no unit left. */
+    const char **open;
+    int64_t *limit_until;
     int n;            /* checker threads */
     int64_t lease_ms; /* covers a check, or both hooks, of any of those types */
 

@@ -117,38 +117,38 @@ void schedule_run_id(const char *name, int64_t slot_s, char *out, size_t cap)
 
 /* ---- one slot ---- */
 
-/* The run a slot makes, as a submission would make it. */
-struct slot_run {
-    char id[RUN_ID_MAX + 1], slot[40], run_at[40], identity[65], initiator[96];
-    struct run_new rn;
-};
-
-static void slot_run_init(const struct engine *e, const struct schedule *s, int64_t slot_s,
-                          struct slot_run *sr)
+void schedule_run_init(const struct config *cfg, const struct schedule *s, int64_t slot_s,
+                       const char *id, const char *initiator, struct schedule_run *out)
 {
-    const struct run_type *rt = cfg_run_type(e->cfg, s->run_type);
-    const char *tenant = cfg_schedule_tenant(e->cfg, s);
+    const struct run_type *rt = cfg_run_type(cfg, s->run_type);
+    const char *tenant = cfg_schedule_tenant(cfg, s);
     int64_t at_us = slot_s * 1000000;
 
-    schedule_run_id(s->name, slot_s, sr->id, sizeof(sr->id));
-    time_format_rfc3339(at_us, sr->slot, sizeof(sr->slot));
-    if (s->jitter_s > 0)
-        at_us += (int64_t)rand_below((uint64_t)s->jitter_s * 1000000);
-    time_format_rfc3339(at_us, sr->run_at, sizeof(sr->run_at));
-    identity_hash(tenant, rt->name, "run_id", sr->id, sr->identity);
-    xsnprintf(sr->initiator, sizeof(sr->initiator), "schedule:%s", s->name);
-    sr->rn = (struct run_new){.tenant = tenant,
-                              .id = sr->id,
-                              .type = rt->name,
-                              .initiator = sr->initiator,
-                              .run_at = sr->run_at,
-                              .max_attempts = rt->max_attempts,
-                              .timeout_s = (int)rt->timeout_s,
-                              .input = s->data,
-                              .identity_hash = sr->identity,
-                              .request_hash = sr->identity,
-                              .schedule_name = s->name,
-                              .schedule_slot = sr->slot};
+    memset(out, 0, sizeof(*out));
+    if (slot_s >= 0) {
+        schedule_run_id(s->name, slot_s, out->id, sizeof(out->id));
+        time_format_rfc3339(at_us, out->slot, sizeof(out->slot));
+        if (s->jitter_s > 0)
+            at_us += (int64_t)rand_below((uint64_t)s->jitter_s * 1000000);
+        time_format_rfc3339(at_us, out->run_at, sizeof(out->run_at));
+        xsnprintf(out->initiator, sizeof(out->initiator), "schedule:%s", s->name);
+    } else {
+        xsnprintf(out->id, sizeof(out->id), "%s", id);
+        xsnprintf(out->initiator, sizeof(out->initiator), "%s", initiator);
+    }
+    identity_hash(tenant, rt->name, "run_id", out->id, out->identity);
+    out->rn = (struct run_new){.tenant = tenant,
+                               .id = out->id,
+                               .type = rt->name,
+                               .initiator = out->initiator,
+                               .run_at = slot_s >= 0 ? out->run_at : NULL,
+                               .max_attempts = rt->max_attempts,
+                               .timeout_s = (int)rt->timeout_s,
+                               .input = s->data,
+                               .identity_hash = out->identity,
+                               .request_hash = out->identity,
+                               .schedule_name = s->name,
+                               .schedule_slot = slot_s >= 0 ? out->slot : NULL};
 }
 
 static const char *const taken_names[] = {
@@ -162,7 +162,7 @@ static const char *const taken_names[] = {
  * again after a pause). */
 static bool take_slot(struct engine *e, struct db *db, const struct schedule *s, int64_t slot_s)
 {
-    struct slot_run sr;
+    struct schedule_run sr;
     struct schedule_take t;
     enum schedule_taken res;
     struct run *run = NULL;
@@ -171,7 +171,7 @@ static bool take_slot(struct engine *e, struct db *db, const struct schedule *s,
     bool moved;
     enum status st;
 
-    slot_run_init(e, s, slot_s, &sr);
+    schedule_run_init(e->cfg, s, slot_s, NULL, NULL, &sr);
     t = (struct schedule_take){.name = s->name,
                                .tenant = sr.rn.tenant,
                                .slot_us = slot_s * 1000000,

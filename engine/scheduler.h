@@ -6,7 +6,9 @@
 #define OPSRUN_ENGINE_SCHEDULER_H
 
 #include "common/common.h"
+#include "common/ids.h"
 #include "config/config.h"
+#include "store/runs.h"
 
 /* A slot is on time while no more than grace_s have passed since it; a
  * slot that no replica took by then is missed, and the schedule's catch_up
@@ -32,5 +34,16 @@ void schedule_plan(const struct schedule *s, int grace_s, int64_t last_s, int64_
 
 /* The run id of a slot: "<name>-YYYYMMDDTHHMMSSZ" into out (cap >= 96). */
 void schedule_run_id(const char *name, int64_t slot_s, char *out, size_t cap);
+
+/* A run schedule s makes, as a submission would make it: at slot_s (its id
+ * the slot's, initiator "schedule:<name>", due at the slot plus jitter), or
+ * for a trigger (slot_s < 0: id and initiator given, due now, no slot).
+ * rn points into the struct, and at s's data. */
+struct schedule_run {
+    char id[RUN_ID_MAX + 1], slot[40], run_at[40], identity[65], initiator[96];
+    struct run_new rn;
+};
+void schedule_run_init(const struct config *cfg, const struct schedule *s, int64_t slot_s,
+                       const char *id, const char *initiator, struct schedule_run *out);
 
 #endif

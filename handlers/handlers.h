@@ -129,6 +129,18 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
 enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/schedules.c */
+enum status handle_schedules_list(const struct hctx *hc, const struct request *rq,
+                                  struct reply *rp);
+enum status handle_schedules_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_schedules_pause(const struct hctx *hc, const struct request *rq,
+                                   struct reply *rp);
+enum status handle_schedules_resume(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp);
+enum status handle_schedules_trigger(const struct hctx *hc, const struct request *rq,
+                                     struct reply *rp);
+enum status handle_rate_limits_list(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp);
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);

@@ -319,6 +319,8 @@ enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, 
         st = put_state(hc, &f, have, &b);
     if (st == ST_OK && have && f.up)
         st = put_db(&f, &b);
+    if (st == ST_OK)
+        st = schedules_put_metrics(hc, &b);
     if (st != ST_OK) {
         struct error err = {0};
         dynbuf_free(&b);

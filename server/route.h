@@ -1,6 +1,7 @@
 /* server/route.h — the route table: method + path pattern → handler.
  * Patterns are literal segments, "{id}" (a run id) and "{name}" (a file of
- * the dashboard, of the characters of a run id). Pure and reentrant. */
+ * the dashboard or a schedule, of the characters of a run id). Pure and
+ * reentrant. */
 #ifndef OPSRUN_SERVER_ROUTE_H
 #define OPSRUN_SERVER_ROUTE_H
 

@@ -125,6 +125,7 @@ enum status store_schedules_read(struct db *db, const char *const *names, size_t
         out[i].last_run_id = dup_or_null(db_val(r, (int)i, 3));
         out[i].last_status = dup_or_null(db_val(r, (int)i, 4));
         out[i].last_outcome = dup_or_null(db_val(r, (int)i, 5));
+        out[i].slot_taken = db_val(r, (int)i, 7) && db_val(r, (int)i, 7)[0] == 't';
     }
     *now_us = n ? db_i64(r, 0, 6) : 0;
     PQclear(r);

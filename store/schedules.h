@@ -16,6 +16,7 @@ struct db;
 struct schedule_state {
     char *name;
     int64_t last_slot_us; /* microseconds since the epoch */
+    bool slot_taken;      /* a slot came due since the row was made */
     bool has_paused;      /* the API paused or resumed it ... */
     bool paused;          /* ... to this; else the configuration decides */
     char *last_run_id;    /* NULL when none yet */
