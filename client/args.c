@@ -10,12 +10,13 @@
 #include <string.h>
 
 #define CMD_BIT(c) (1u << (c))
-#define ALL_CMDS 0x3fu
+#define ALL_CMDS 0xffu
 #define TYPE_MAX 128
 #define FILTER_TYPE_MAX 64
 #define MAX_WORDS 4
 
-static const char *const cmd_names[] = {"submit", "watch", "runs", "cancel", "retry", "health"};
+static const char *const cmd_names[] = {"submit", "watch",  "runs",      "cancel",
+                                        "retry",  "health", "schedules", "schedule"};
 
 /* Every flag, the commands that take it, and where its value goes. */
 enum flag_id { F_SERVER, F_TOKEN, F_DATA, F_RUN_ID, F_WATCH, F_STATUS, F_TYPE, F_LIMIT, F_JSON };
@@ -28,11 +29,12 @@ static const struct flag {
     [F_TOKEN] = {"--token", true, ALL_CMDS},
     [F_DATA] = {"--data", true, CMD_BIT(CMD_SUBMIT)},
     [F_RUN_ID] = {"--run-id", true, CMD_BIT(CMD_SUBMIT)},
-    [F_WATCH] = {"--watch", false, CMD_BIT(CMD_SUBMIT) | CMD_BIT(CMD_RETRY)},
+    [F_WATCH] = {"--watch", false,
+                 CMD_BIT(CMD_SUBMIT) | CMD_BIT(CMD_RETRY) | CMD_BIT(CMD_SCHEDULE)},
     [F_STATUS] = {"--status", true, CMD_BIT(CMD_RUNS)},
     [F_TYPE] = {"--type", true, CMD_BIT(CMD_RUNS)},
     [F_LIMIT] = {"--limit", true, CMD_BIT(CMD_RUNS)},
-    [F_JSON] = {"--json", false, CMD_BIT(CMD_RUNS)},
+    [F_JSON] = {"--json", false, CMD_BIT(CMD_RUNS) | CMD_BIT(CMD_SCHEDULES)},
 };
 #define NFLAGS ARRAY_LEN(flags)
 
@@ -123,8 +125,14 @@ static enum status collect(int argc, char *const *argv, struct raw *r, struct er
 static enum status take_words(const struct raw *r, struct args *out, struct error *err)
 {
     static const char *const operand[] = {
-        "a run type: opsrun submit TYPE", "a run id: opsrun watch ID", NULL,
-        "a run id: opsrun cancel ID",     "a run id: opsrun retry ID", NULL};
+        "a run type: opsrun submit TYPE",
+        "a run id: opsrun watch ID",
+        NULL,
+        "a run id: opsrun cancel ID",
+        "a run id: opsrun retry ID",
+        NULL,
+        NULL,
+        "an action and a name: opsrun schedule pause|resume|trigger NAME"};
     struct suggest s;
     char hint[96];
     int want;
@@ -137,15 +145,25 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
         return error_set(err, ST_INVALID, "unknown command \"%.64s\"%s", r->words[0],
                          suggest_hint(&s, hint, sizeof(hint)));
     }
-    want = operand[out->cmd] ? 2 : 1;
+    want = out->cmd == CMD_SCHEDULE ? 3 : operand[out->cmd] ? 2 : 1;
     if (r->nwords < want)
         return error_set(err, ST_INVALID, "%s needs %s", cmd_names[out->cmd], operand[out->cmd]);
     if (r->nwords > want)
         return error_set(err, ST_INVALID, "unexpected argument \"%.64s\"", r->words[want]);
     if (out->cmd == CMD_SUBMIT)
         out->type = r->words[1];
+    else if (out->cmd == CMD_SCHEDULE)
+        out->action = r->words[1], out->name = r->words[2];
     else if (want == 2)
         out->id = r->words[1];
+    if (out->action && !STR_IN(out->action, "pause", "resume", "trigger"))
+        return error_set(err, ST_INVALID,
+                         "unknown action \"%.64s\": opsrun schedule pause|resume|trigger NAME",
+                         out->action);
+    if (out->name && !run_id_valid(out->name))
+        return error_set(err, ST_INVALID, "invalid schedule name \"%.140s\"", out->name);
+    if (out->action && r->seen[F_WATCH] && strcmp(out->action, "trigger") != 0)
+        return error_set(err, ST_INVALID, "flag --watch applies to schedule trigger only");
     return ST_OK;
 }
 

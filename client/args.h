@@ -1,5 +1,5 @@
 /* client/args.h — the command line of the client commands (submit, watch,
- * runs, cancel, retry, health), parsed and checked into struct args before
+ * runs, cancel, retry, health, schedules, schedule), parsed and checked into struct args before
  * anything talks to a server, so every usage error exits 2 without a
  * request. Flags may come before or after the command; a flag that only
  * some commands take is refused elsewhere.
@@ -17,7 +17,16 @@ struct suggest;
 #define ARGS_DEFAULT_SERVER "http://127.0.0.1:8080"
 #define ARGS_LIMIT_MAX 500
 
-enum client_cmd { CMD_SUBMIT, CMD_WATCH, CMD_RUNS, CMD_CANCEL, CMD_RETRY, CMD_HEALTH };
+enum client_cmd {
+    CMD_SUBMIT,
+    CMD_WATCH,
+    CMD_RUNS,
+    CMD_CANCEL,
+    CMD_RETRY,
+    CMD_HEALTH,
+    CMD_SCHEDULES,
+    CMD_SCHEDULE
+};
 
 struct args {
     enum client_cmd cmd;
@@ -27,9 +36,11 @@ struct args {
     const char *id;     /* watch, cancel, retry: ID; submit: --run-id (NULL: generated) */
     const char *data;   /* submit: --data, a JSON object's text (NULL: {}) */
     const char *status; /* runs: --status (NULL: any) */
+    const char *action; /* schedule: pause, resume or trigger */
+    const char *name;   /* schedule: NAME */
     int limit;          /* runs: --limit, 1..ARGS_LIMIT_MAX; 0: the server's default */
     bool watch;         /* submit, retry: --watch */
-    bool json;          /* runs: --json */
+    bool json;          /* runs, schedules: --json */
     bool help;          /* -h or --help: print the usage, nothing else is checked */
 };
 

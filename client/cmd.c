@@ -263,6 +263,93 @@ static int cmd_health(struct api *a, const struct watch_view *v)
     return rc;
 }
 
+/* "2026-11-22T03:48:12.721395Z" as "2026-11-22 03:48", or "-". */
+static void short_minute(const json_t *ts, char *out, size_t cap)
+{
+    if (!json_is_string(ts)) {
+        xsnprintf(out, cap, "-");
+        return;
+    }
+    short_time(json_string_value(ts), out, cap);
+    if (strlen(out) > 16)
+        out[16] = '\0';
+}
+
+void cmd_schedules_table(FILE *f, const json_t *schedules)
+{
+    size_t i;
+    const json_t *s;
+
+    fprintf(f, "%-24s  %-16s  %-20s  %-16s  %-6s  %-16s  %s\n", "NAME", "RUN TYPE", "CRON",
+            "TIME ZONE", "PAUSED", "NEXT (UTC)", "LAST OUTCOME");
+    json_array_foreach(schedules, i, s)
+    {
+        char name[ID_COL_MAX * 4 + 1], type[TYPE_COL_MAX * 4 + 1], cron[96], tz[96], next[32],
+            last[24];
+        int wn = report_clean(jstr(s, "name"), name, sizeof(name), 24);
+        int wt = report_clean(jstr(s, "run_type"), type, sizeof(type), 16);
+        int wc = report_clean(jstr(s, "cron"), cron, sizeof(cron), 20);
+        int wz = report_clean(jstr(s, "time_zone"), tz, sizeof(tz), 16);
+
+        short_minute(json_object_get(s, "next_at"), next, sizeof(next));
+        report_clean(json_is_string(json_object_get(s, "last_outcome")) ? jstr(s, "last_outcome")
+                                                                        : "-",
+                     last, sizeof(last), -1);
+        fprintf(f, "%-*s  %-*s  %-*s  %-*s  %-6s  %-16s  %s\n", 24 + (int)strlen(name) - wn, name,
+                16 + (int)strlen(type) - wt, type, 20 + (int)strlen(cron) - wc, cron,
+                16 + (int)strlen(tz) - wz, tz,
+                json_is_true(json_object_get(s, "paused")) ? "yes" : "no", next, last);
+    }
+}
+
+static int cmd_schedules(struct api *a, const struct args *args, const struct watch_view *v)
+{
+    const json_t *list;
+    struct api_resp r;
+    int rc;
+
+    api_resp_init(&r);
+    rc = expect(a, v, "schedules", "GET", "/schedules", NULL, &r, 200, 200);
+    list = json_object_get(r.json, "schedules");
+    if (rc < 0 && !json_is_array(list)) {
+        fprintf(v->err, "opsrun: the server's answer has no list of schedules\n");
+        rc = CMD_REFUSED;
+    } else if (rc < 0) {
+        if (args->json)
+            fprintf(v->out, "%s\n", dynbuf_ptr(&r.body));
+        else if (json_array_size(list) == 0)
+            fprintf(v->err, "opsrun: no schedules\n");
+        else
+            cmd_schedules_table(v->out, list);
+        rc = CMD_OK;
+    }
+    api_resp_cleanup(&r);
+    return rc;
+}
+
+/* pause and resume print the schedule's state; trigger prints the new
+ * run's id (then follows it with --watch), as submit does. */
+static int cmd_schedule(struct api *a, const struct args *args, const struct watch_view *v)
+{
+    bool trigger = strcmp(args->action, "trigger") == 0;
+    char *path = xasprintf("/schedules/%s/%s", args->name, args->action);
+    struct api_resp r;
+    int rc;
+
+    api_resp_init(&r);
+    rc = expect(a, v, "schedule", "POST", path, NULL, &r, trigger ? 202 : 200, trigger ? 202 : 200);
+    if (rc < 0 && trigger) {
+        rc = started(a, args, v, &r);
+    } else if (rc < 0) {
+        fprintf(v->out, "schedule %s %s\n", args->name,
+                json_is_true(json_object_get(r.json, "paused")) ? "paused" : "resumed");
+        rc = CMD_OK;
+    }
+    api_resp_cleanup(&r);
+    free(path);
+    return rc;
+}
+
 int cmd_run(struct api *a, const struct args *args, const struct watch_view *v)
 {
     switch (args->cmd) {
@@ -278,6 +365,10 @@ int cmd_run(struct api *a, const struct args *args, const struct watch_view *v)
         return cmd_retry(a, args, v);
     case CMD_HEALTH:
         return cmd_health(a, v);
+    case CMD_SCHEDULES:
+        return cmd_schedules(a, args, v);
+    case CMD_SCHEDULE:
+        return cmd_schedule(a, args, v);
     }
     return CMD_USAGE;
 }

@@ -1,7 +1,8 @@
 /* client/cmd.h — the client commands, each one or two HTTP calls and what
- * they print: a run id on stdout for submit and retry (then the watch with
- * --watch), a table or the server's JSON for runs, the new state for
- * cancel, nothing but its exit status and a word for health.
+ * they print: a run id on stdout for submit, retry and schedule trigger
+ * (then the watch with --watch), a table or the server's JSON for runs and
+ * schedules, the new state for cancel and schedule pause|resume, nothing
+ * but its exit status and a word for health.
  *
  * Exit statuses: CMD_OK when the server did what was asked; CMD_REFUSED
  * when it answered with an error (printed from its problem+json); CMD_USAGE
@@ -36,5 +37,8 @@ char *cmd_runs_path(const struct args *args);
 /* The table of runs (an array of run objects) written to f, one line per
  * run under a header line: ID, TYPE, STATUS, OUTCOME, PROGRESS, CREATED. */
 void cmd_runs_table(FILE *f, const json_t *runs);
+/* The table of schedules (GET /schedules' array): NAME, RUN TYPE, CRON,
+ * TIME ZONE, PAUSED, NEXT (UTC), LAST OUTCOME. */
+void cmd_schedules_table(FILE *f, const json_t *schedules);
 
 #endif

@@ -266,9 +266,23 @@ START_TEST(pause_resume_trigger)
     th_resp_free(&r);
     th_sleep_ms(2500);
     ck_assert_msg(slot_runs(ci, "tick", NULL) >= during + 2, "no runs after the resume");
-    /* The pause is kept in the database: a restart keeps it. */
-    post_expect(&a, "/schedules/tick/pause", 200, &r);
-    th_resp_free(&r);
+    /* The command line: the table, and a pause (kept in the database: a
+     * restart keeps it). */
+    {
+        const char *const list[] = {"schedules", "--server", a.url, NULL};
+        const char *const pause[] = {"schedule", "pause", "tick", "--server", b.url, NULL};
+        char *out = NULL, *err = NULL;
+
+        ck_assert_int_eq(th_exec(list, NULL, 20, &out, &err), 0);
+        ck_assert_msg(strstr(out, "NAME") && strstr(out, "tick") && strstr(out, "* * * * * *"),
+                      "opsrun schedules printed %s", out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(th_exec(pause, NULL, 20, &out, &err), 0);
+        ck_assert_str_eq(out, "schedule tick paused\n");
+        free(out);
+        free(err);
+    }
     th_stop_clean(&b);
     start_with(&b, ci, path);
     th_get(b.url, "/schedules/tick", &r);

@@ -100,6 +100,16 @@ START_TEST(commands)
     ck_assert_int_eq(a.limit, 0);
     ck_assert_ptr_null(a.status);
     ck_assert_ptr_null(a.type);
+
+    ck_assert_int_eq(parse(ARGV("schedules", "--json"), NULL, &a, &err), ST_OK);
+    ck_assert(a.cmd == CMD_SCHEDULES && a.json);
+    ck_assert_int_eq(parse(ARGV("schedule", "pause", "nightly"), NULL, &a, &err), ST_OK);
+    ck_assert_int_eq(a.cmd, CMD_SCHEDULE);
+    ck_assert_str_eq(a.action, "pause");
+    ck_assert_str_eq(a.name, "nightly");
+    ck_assert_int_eq(parse(ARGV("schedule", "trigger", "nightly", "--watch"), NULL, &a, &err),
+                     ST_OK);
+    ck_assert(a.watch);
 }
 END_TEST
 
@@ -187,6 +197,17 @@ START_TEST(usage_errors)
     refused(ARGV("runs"), bad_env,
             "invalid OPSRUN_SERVER \"localhost:8080\": must start with http:// or https://");
     refused(ARGV("runs", "--token", ""), NULL, "invalid --token: empty");
+    refused(ARGV("schedule"), NULL,
+            "schedule needs an action and a name: opsrun schedule pause|resume|trigger NAME");
+    refused(ARGV("schedule", "pause"), NULL,
+            "schedule needs an action and a name: opsrun schedule pause|resume|trigger NAME");
+    refused(ARGV("schedule", "stop", "x"), NULL,
+            "unknown action \"stop\": opsrun schedule pause|resume|trigger NAME");
+    refused(ARGV("schedule", "pause", "a/b"), NULL, "invalid schedule name \"a/b\"");
+    refused(ARGV("schedule", "pause", "x", "--watch"), NULL,
+            "flag --watch applies to schedule trigger only");
+    refused(ARGV("schedules", "x"), NULL, "unexpected argument \"x\"");
+    refused(ARGV("schedules", "--limit", "2"), NULL, "flag --limit does not apply to schedules");
     for (size_t i = 0; i < 6; i++) {
         static const char *const limits[] = {"0", "501", "abc", "+5", " 5", "5x"};
         char want[80];
