@@ -129,6 +129,8 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
 enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_completions(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp);
 /* handlers/schedules.c */
 enum status handle_schedules_list(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);

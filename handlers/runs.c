@@ -219,6 +219,30 @@ enum status handle_runs_list(const struct hctx *hc, const struct request *rq, st
     return st;
 }
 
+/* GET /stats/completions?seconds=N (1 to 3600, default 60). */
+enum status handle_runs_completions(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp)
+{
+    const char *v = rq->query(rq, "seconds");
+    struct error err = {0};
+    json_t *out = NULL;
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : 60;
+    enum status st = ST_OK;
+
+    if (v && (!*v || *end || n < 1 || n > 3600))
+        st = error_field(&err, ST_INVALID, "seconds", "must be an integer from 1 to 3600");
+    if (st == ST_OK)
+        WITH_DB(
+            hc, st, &err,
+            store_runs_completions(db_, rq->all_tenants ? NULL : rq->tenant, (int)n, &out, &err));
+    if (st == ST_OK)
+        reply_json_take(rp, 200, out);
+    else
+        reply_error(rp, st, &err);
+    return st;
+}
+
 enum status handle_runs_events(const struct hctx *hc, const struct request *rq, struct reply *rp)
 {
     struct error err = {0};

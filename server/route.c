@@ -20,6 +20,7 @@ static const struct route_entry routes[] = {
     {"POST", "/schedules/{name}/resume", handle_schedules_resume, false, false, NEED_CANCEL},
     {"POST", "/schedules/{name}/trigger", handle_schedules_trigger, false, false, NEED_SUBMIT},
     {"GET", "/rate_limits", handle_rate_limits_list, false, false, NEED_READ},
+    {"GET", "/stats/completions", handle_runs_completions, false, false, NEED_READ},
     {"GET", "/stream", NULL, false, true, NEED_READ},
     {"GET", "/healthz", handle_health_healthz, false, false, NEED_HEALTH},
     {"GET", "/livez", handle_health_livez, false, false, NEED_OPEN},

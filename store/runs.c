@@ -80,6 +80,16 @@ static const struct stmt S_CANCEL = {
                               "(extract(epoch FROM (c.cr).deadline_at - now()) * 1000)::bigint, "
                               "(extract(epoch FROM (c.cr).created_at) * 1000000)::bigint, false "
                               "FROM cur c WHERE NOT EXISTS (SELECT 1 FROM upd)"};
+/* Completions per second and outcome over the last $2 seconds, for a
+ * tenant ($1) or every one (NULL), through runs_completed. */
+static const struct stmt S_COMPLETIONS = {
+    "runs_completions",
+    "SELECT json_build_object('end', opsrun_ts(now()), 'seconds', $2::int, 'counts', "
+    "coalesce(json_agg(json_build_object('at', opsrun_ts(x.s), 'outcome', x.o, 'n', x.n) "
+    "ORDER BY x.s, x.o), '[]'))::text FROM (SELECT date_trunc('second', r.completed_at) AS s, "
+    "r.outcome AS o, count(*) AS n FROM runs r WHERE r.status = 'completed' AND r.completed_at > "
+    "now() - make_interval(secs => $2::int) AND ($1::text IS NULL OR r.tenant = $1) "
+    "GROUP BY 1, 2) x"};
 /* The run's events; none when the run is gone, as its events may still be
  * in their partition (migration 013). */
 static const struct stmt S_EVENTS = {
@@ -374,4 +384,24 @@ enum status store_events_list(struct db *db, const char *tenant, const char *run
         st = error_set(err, ST_INTERNAL, "could not parse events JSON: %s", jerr.text);
     PQclear(r);
     return st;
+}
+
+enum status store_runs_completions(struct db *db, const char *tenant, int seconds, json_t **out,
+                                   struct error *err)
+{
+    char secs[16];
+    const char *p[2] = {tenant, secs};
+    json_error_t jerr;
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(secs, sizeof(secs), "%d", seconds);
+    *out = NULL;
+    if ((st = db_run(db, &S_COMPLETIONS, 2, p, &r, err)) != ST_OK)
+        return st;
+    *out = json_loads(db_val(r, 0, 0), 0, &jerr);
+    PQclear(r);
+    if (!*out)
+        return error_set(err, ST_INTERNAL, "could not parse the completions: %s", jerr.text);
+    return ST_OK;
 }

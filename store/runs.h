@@ -129,6 +129,11 @@ struct run_resubmit {
  * or succeeded. */
 enum status store_runs_resubmit(struct db *db, const struct run_resubmit *rs, struct run **out,
                                 bool *dedup, struct error *err) WUR;
+/* Runs completed in the last `seconds`, per second and outcome, for the
+ * dashboard's chart: {"end", "seconds", "counts": [{"at", "outcome", "n"}]}
+ * (new reference). tenant NULL counts every tenant's (an admin's). */
+enum status store_runs_completions(struct db *db, const char *tenant, int seconds, json_t **out,
+                                   struct error *err) WUR;
 /* The run's events, oldest first, as a new JSON array; ST_NOT_FOUND when the
  * run does not exist. */
 enum status store_events_list(struct db *db, const char *tenant, const char *run_id,

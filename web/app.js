@@ -1,6 +1,7 @@
 // web/app.js — the dashboard: runs from GET /runs (newest first, older
 // pages on demand), kept live by the one GET /stream; a run's detail;
-// the overview strip. Stream events are queued and applied in batches
+// the overview strip, its completions chart and rate limits; the
+// schedules. Stream events are queued and applied in batches
 // (web/live.js: in an animation frame, at most every 100 ms), so the DOM
 // changes at most once per batch whatever the event rate.
 import { api, ensureToken, forgetToken } from './api.js';
@@ -10,6 +11,8 @@ import { Table } from './table.js';
 import { Detail } from './detail.js';
 import { Chart } from './chart.js';
 import { startOverview } from './overview.js';
+import { Schedules } from './schedules.js';
+import { Limits } from './limits.js';
 
 // Runs per GET /runs page: its largest, or ?limit=N (1 to 500) in the
 // page's address.
@@ -25,8 +28,13 @@ const table = new Table({
   onOpen: (id) => openDetail(id),
 });
 const chart = new Chart($('chart'));
+const limits = new Limits((list) => {
+  $('s-limits-box').hidden = list.length === 0;
+  $('s-limits').textContent = list.map((l) => `${l.name} ${l.used}/${l.limit}`).join(', ');
+});
 const detail = new Detail({
   runs,
+  limits,
   onChanged: (run) => {
     if (run && run.id && runs.put(run)) table.schedule();
   },
@@ -115,6 +123,8 @@ function setConn(state) {
   c.textContent = { live: 'live', connecting: 'connecting', reconnecting: 'reconnecting', offline: 'offline, retrying' }[state] || state;
 }
 
+const schedules = new Schedules({ onOpenRun: (id) => openDetail(id) });
+
 const live = new Live({
   onState: setConn,
   onFresh: (why) => {
@@ -141,6 +151,7 @@ const live = new Live({
       updateCount();
     }
     detail.take(batch);
+    schedules.take(batch);
   },
 });
 
@@ -194,8 +205,12 @@ async function main() {
   // A 401 asks for the token here; any other failure (the database away:
   // 503) is left to the stream, which retries by itself.
   await ensureToken().catch(() => {});
+  // The chart starts from what the server counted, not from nothing.
+  api('/stats/completions').then(({ body }) => chart.seed(body)).catch(() => {});
   live.start();
   startOverview();
+  schedules.start();
+  limits.start();
   updateCount();
 }
 

@@ -45,8 +45,9 @@ function until(ts, now, late) {
 }
 
 export class Detail {
-  constructor({ runs, onChanged, onOpenRun, onClosed }) {
+  constructor({ runs, limits, onChanged, onOpenRun, onClosed }) {
     this.runs = runs;
+    this.limits = limits; // web/limits.js: a queued run may wait for its type's limit
     this.onChanged = onChanged; // (run) a run read here, for the table
     this.onOpenRun = onOpenRun;
     this.onClosed = onClosed;
@@ -153,6 +154,11 @@ export class Detail {
     this.field(dl, 'Completed', time(r.completed_at));
     this.field(dl, 'Updated', time(r.updated_at));
     this.clocks = [];
+    if (r.schedule) {
+      const slot = r.schedule.slot ? ` (slot ${time(r.schedule.slot)})` : ' (triggered)';
+      this.field(dl, 'Schedule', r.schedule.name + slot);
+    }
+    if ((r.status === 'queued' || r.status === 'waiting') && this.limits) this.renderLimit(dl, r);
     if (r.poll) this.renderPoll(dl, r);
     if (r.retry_of) {
       const a = el('button', 'link', r.retry_of);
@@ -193,6 +199,20 @@ export class Detail {
     dd.id = id;
     dl.append(el('dt', null, name), dd);
     this.clocks.push({ el: dd, text });
+  }
+
+  // A run whose type's rate limit has no unit left waits for it: "waiting
+  // for rate limit api, next unit in 3s", counted down on the page's clock.
+  renderLimit(dl, r) {
+    const l = this.limits.spentFor(r.type);
+    if (!l) return;
+    this.clock(dl, 'Rate limit', 'd-rate-limit', (now) => {
+      const spent = this.limits.spentFor(r.type);
+      if (!spent) return `${l.name}: a unit is free`;
+      const ms = Date.parse(spent.next_unit_at) - now;
+      return `waiting for rate limit ${spent.name}, next unit ${ms > 0 ? 'in ' + span(ms) : 'now'}`;
+    });
+    this.tick();
   }
 
   // The poll schedule of a run that waits (or waited) on a remote job.
