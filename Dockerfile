@@ -43,10 +43,12 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPSRUN_TESTS=OFF \
 FROM ${BASE}
 # tini is process 1: it forwards SIGTERM to opsrun and reaps the orphaned
 # grandchildren of `exec` actions, which opsrun, not being an init, would
-# leave as zombies.
+# leave as zombies. tzdata: the IANA time zones that schedules name (read
+# from /usr/share/zoneinfo; only "UTC" works without it). Its rules change
+# a few times a year: rebuild the image to take a new release.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates tini \
+      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates tini tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin opsrun

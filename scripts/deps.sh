@@ -3,6 +3,7 @@
 # serve, and any package named as an argument (test.sh: the test-only
 # prometheus, for promtool, chromium, nodejs and npm, for the browser tests
 # and the OpenAPI lint; test.sh --lint: clang-tidy).
+# tzdata: the time zones of schedules (opsrun reads /usr/share/zoneinfo).
 # Does nothing (quickly) when they are all present. Uses sudo when not
 # root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.
 set -euo pipefail
@@ -18,7 +19,7 @@ readonly PACKAGES=(
     build-essential cmake pkg-config
     libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev
     check valgrind clang-format
-    postgresql curl ca-certificates
+    postgresql curl ca-certificates tzdata
 )
 
 command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian 12 (bookworm) only"
