@@ -6,9 +6,13 @@
  * It reads the state of every schedule and the database's clock in one
  * statement, takes what is due, and sleeps until the earliest next slot
  * (or SCHEDULER_RESYNC_MS, to follow a clock that moved): no loop per
- * schedule, nothing done while no slot is due. A replica that dies in a
- * slot transaction leaves it to the others, which are blocked on the
- * schedule's row until its connection goes and then take the slot. */
+ * schedule, nothing done while no slot is due. The due slots of a pass are
+ * taken SCHEDULER_TAKE_BATCH at a time, each batch one transaction whose
+ * runs are inserted in one statement, so a thousand schedules due in the
+ * same second cost a few statements. A schedule another replica is taking
+ * at that moment is skipped, not waited for, and looked at again a second
+ * later: that replica has taken its slot by then, or died, and then its
+ * connection is gone and the slot is free to take. */
 #include "engine/engine_internal.h"
 #include "engine/scheduler.h"
 
@@ -28,6 +32,11 @@
  * outage longer than that (a schedule due every second down for days) is
  * worked off over several passes. */
 #define PLAN_WALK_MAX 100000
+/* Slots taken in one transaction (their runs inserted in one statement). */
+#define SCHEDULER_TAKE_BATCH 256
+/* A slot whose schedule another replica held is tried again this soon:
+ * that replica may die before it commits. */
+#define SCHEDULER_BUSY_RETRY_MS 1000
 #define SCHED_RETRY_FIRST_MS 250
 #define SCHED_RETRY_MAX_MS 5000
 
@@ -153,65 +162,135 @@ void schedule_run_init(const struct config *cfg, const struct schedule *s, int64
 
 static const char *const taken_names[] = {
     [SCHEDULE_ALREADY] = "already",
-    [SCHEDULE_CREATED] = "created",
-    [SCHEDULE_SKIPPED_PAUSED] = "skipped_paused",
-    [SCHEDULE_SKIPPED_OVERLAP] = "skipped_overlap",
+    [SCHEDULE_CREATED] = METRICS_SLOT_CREATED,
+    [SCHEDULE_SKIPPED_PAUSED] = METRICS_SLOT_SKIPPED_PAUSED,
+    [SCHEDULE_SKIPPED_OVERLAP] = METRICS_SLOT_SKIPPED_OVERLAP,
+    [SCHEDULE_BUSY] = "busy",
+    [SCHEDULE_CONFLICT] = "conflict",
 };
 
-/* Takes one slot; false on a database error (the pass ends, and is tried
- * again after a pause). */
-static bool take_slot(struct engine *e, struct db *db, const struct schedule *s, int64_t slot_s)
+/* The slots one pass takes, oldest first within a schedule. */
+struct fires {
+    struct fire {
+        const struct schedule *s;
+        int64_t slot_s;
+    } * v;
+    size_t n, cap;
+};
+
+static void fires_add(struct fires *f, const struct schedule *s, int64_t slot_s)
 {
-    struct schedule_run sr;
-    struct schedule_take t;
-    enum schedule_taken res;
-    struct run *run = NULL;
-    struct error err = {0};
-    int cancelled = 0;
-    bool moved;
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 64;
+        f->v = xrealloc(f->v, f->cap * sizeof(*f->v));
+    }
+    f->v[f->n++] = (struct fire){s, slot_s};
+}
+
+/* What one slot's result means: metrics, a log line, wake-ups. True when
+ * the slot must be tried again soon (another replica held its schedule). */
+static bool slot_done(struct engine *e, const struct fire *f, const struct schedule_run *sr,
+                      const struct schedule_result *r)
+{
+    const char *what = taken_names[r->taken];
+
+    switch (r->taken) {
+    case SCHEDULE_ALREADY:
+        return false;
+    case SCHEDULE_BUSY:
+        return true;
+    case SCHEDULE_CONFLICT:
+        /* Its run id is a run with another input (a schedule removed and
+         * added again with other data): the slot cannot make its run, and
+         * must not stop the ones after it; it is taken without one. */
+        LOG(LOG_WARN,
+            "schedule slot skipped schedule=%s slot=%s: run \"%s\" exists with other "
+            "input",
+            f->s->name, sr->slot, sr->id);
+        return false;
+    default:
+        break;
+    }
+    metrics_schedule_slot(e->metrics, f->s->name, what, 1);
+    LOG(r->taken == SCHEDULE_CREATED ? LOG_DEBUG : LOG_INFO,
+        "schedule slot %s schedule=%s slot=%s run=%s cancelled=%d", what, f->s->name, sr->slot,
+        sr->id, r->cancelled);
+    if (r->run)
+        metrics_run_submitted(e->metrics, r->run->type);
+    if (r->cancelled)
+        doorbell_ring(e, false, true);
+    return false;
+}
+
+/* Takes up to SCHEDULER_TAKE_BATCH slots of f from `from` in one
+ * transaction; *retry when a slot must be tried again soon. */
+static enum status take_batch(struct engine *e, struct db *db, const struct fire *f, size_t n,
+                              bool *retry, struct error *err)
+{
+    struct schedule_run *sr = xcalloc(n, sizeof(*sr));
+    struct schedule_take *t = xcalloc(n, sizeof(*t));
+    struct schedule_result *r = xcalloc(n, sizeof(*r));
+    bool made = false;
     enum status st;
 
-    schedule_run_init(e->cfg, s, slot_s, NULL, NULL, &sr);
-    t = (struct schedule_take){.name = s->name,
-                               .tenant = sr.rn.tenant,
-                               .slot_us = slot_s * 1000000,
-                               .paused = s->paused,
-                               .skip_if_active = s->overlap == OVERLAP_SKIP,
-                               .cancel_active = s->overlap == OVERLAP_CANCEL_PREVIOUS,
-                               .run = &sr.rn};
-    st = store_schedules_take(db, &t, &res, &run, &cancelled, &err);
-    if (st == ST_CONFLICT) {
-        /* The slot's run id is taken by a run with another input (a
-         * schedule removed and added again with other data): the slot
-         * cannot make its run, and must not stop the ones after it. */
-        LOG(LOG_WARN, "schedule slot skipped schedule=%s slot=%s: %s", s->name, sr.slot,
-            err.message);
-        st = store_schedules_drop(db, s->name, t.slot_us, &moved, &err);
-        return st == ST_OK;
+    for (size_t i = 0; i < n; i++) {
+        const struct schedule *s = f[i].s;
+        schedule_run_init(e->cfg, s, f[i].slot_s, NULL, NULL, &sr[i]);
+        t[i] = (struct schedule_take){.name = s->name,
+                                      .tenant = sr[i].rn.tenant,
+                                      .slot_us = f[i].slot_s * 1000000,
+                                      .paused = s->paused,
+                                      .skip_if_active = s->overlap == OVERLAP_SKIP,
+                                      .cancel_active = s->overlap == OVERLAP_CANCEL_PREVIOUS,
+                                      .run = &sr[i].rn};
     }
-    if (st != ST_OK) {
-        LOG(LOG_WARN, "could not take schedule slot schedule=%s slot=%s: %s", s->name, sr.slot,
-            err.message);
-        return false;
+    st = store_schedules_take(db, t, n, r, err);
+    for (size_t i = 0; st == ST_OK && i < n; i++) {
+        *retry |= slot_done(e, &f[i], &sr[i], &r[i]);
+        made |= r[i].run != NULL;
     }
-    if (res != SCHEDULE_ALREADY) {
-        metrics_schedule_slot(e->metrics, s->name, taken_names[res], 1);
-        LOG(res == SCHEDULE_CREATED ? LOG_INFO : LOG_DEBUG,
-            "schedule slot %s schedule=%s slot=%s run=%s cancelled=%d", taken_names[res], s->name,
-            sr.slot, sr.id, cancelled);
-    }
-    if (run) {
-        metrics_run_submitted(e->metrics, run->type);
+    if (made) {
         e->wake_dispatcher(e);
         doorbell_ring(e, true, true);
-    } else if (cancelled) {
-        doorbell_ring(e, false, true);
     }
-    run_free(run);
-    return true;
+    schedule_result_cleanup(r, n);
+    free(r);
+    free(t);
+    free(sr);
+    return st;
 }
 
 /* ---- the thread ---- */
+
+/* Plans every schedule at now_us: drops what was missed, collects what
+ * fires; *wake_s gets the earliest next slot. */
+static enum status plan_all(struct engine *e, struct db *db, const struct schedule_state *state,
+                            int64_t now_us, struct fires *f, int64_t *wake_s, struct error *err)
+{
+    const struct config *cfg = e->cfg;
+    enum status st = ST_OK;
+
+    for (size_t i = 0; st == ST_OK && i < cfg->nschedules; i++) {
+        const struct schedule *s = &cfg->schedules[i];
+        struct schedule_plan p;
+        bool moved = false;
+
+        schedule_plan(s, cfg->queue.schedule_grace_s, state[i].last_slot_us / 1000000,
+                      now_us / 1000000, &p);
+        if (p.drop_upto)
+            st = store_schedules_drop(db, s->name, p.drop_upto * 1000000, &moved, err);
+        if (moved) {
+            metrics_schedule_slot(e->metrics, s->name, METRICS_SLOT_MISSED, p.missed);
+            LOG(LOG_WARN, "schedule slots missed schedule=%s missed=%lld catch_up=%s", s->name,
+                (long long)p.missed, cfg_catch_up_name(s->catch_up));
+        }
+        for (int k = 0; k < p.nfire; k++)
+            fires_add(f, s, p.fire[k]);
+        if (p.next < *wake_s)
+            *wake_s = p.next;
+    }
+    return st;
+}
 
 /* One pass over every schedule; returns when the next is due (ms from
  * now by the database's clock, at most SCHEDULER_RESYNC_MS), or -1 after a
@@ -220,46 +299,36 @@ static int64_t scheduler_pass(struct engine *e, const char *const *names, int64_
 {
     const struct config *cfg = e->cfg;
     struct schedule_state *state = xcalloc(cfg->nschedules, sizeof(*state));
+    struct fires f = {0};
     struct db *db = NULL;
     struct error err = {0};
     int64_t now_us = 0, wake_s = INT64_MAX, wait_ms = -1;
+    bool retry = false;
     enum status st = db_pool_get(e->pool, &db, &err);
 
     if (st == ST_OK)
         st = store_schedules_read(db, names, cfg->nschedules, state, &now_us, &err);
     *read_mono = clock_mono_ms();
-    for (size_t i = 0; st == ST_OK && i < cfg->nschedules; i++) {
-        const struct schedule *s = &cfg->schedules[i];
-        struct schedule_plan p;
-        bool moved = false;
-
-        schedule_plan(s, cfg->queue.schedule_grace_s, state[i].last_slot_us / 1000000,
-                      now_us / 1000000, &p);
-        if (p.drop_upto &&
-            (st = store_schedules_drop(db, s->name, p.drop_upto * 1000000, &moved, &err)) ==
-                ST_OK &&
-            moved) {
-            metrics_schedule_slot(e->metrics, s->name, "missed", p.missed);
-            LOG(LOG_WARN, "schedule slots missed schedule=%s missed=%lld catch_up=%s", s->name,
-                (long long)p.missed, cfg_catch_up_name(s->catch_up));
-        }
-        for (int k = 0; st == ST_OK && k < p.nfire; k++)
-            if (!take_slot(e, db, s, p.fire[k]))
-                st = ST_UNAVAILABLE;
-        if (p.next < wake_s)
-            wake_s = p.next;
-    }
+    if (st == ST_OK)
+        st = plan_all(e, db, state, now_us, &f, &wake_s, &err);
+    for (size_t i = 0; st == ST_OK && i < f.n; i += SCHEDULER_TAKE_BATCH)
+        st = take_batch(e, db, &f.v[i],
+                        f.n - i < SCHEDULER_TAKE_BATCH ? f.n - i : SCHEDULER_TAKE_BATCH, &retry,
+                        &err);
     if (st == ST_OK) {
         wait_ms =
             wake_s == INT64_MAX ? SCHEDULER_RESYNC_MS : (wake_s * 1000000 - now_us + 999) / 1000;
         if (wait_ms > SCHEDULER_RESYNC_MS)
             wait_ms = SCHEDULER_RESYNC_MS;
-    } else if (err.message[0]) {
-        LOG(LOG_WARN, "schedules: %s", err.message);
+        if (retry && wait_ms > SCHEDULER_BUSY_RETRY_MS)
+            wait_ms = SCHEDULER_BUSY_RETRY_MS;
+    } else {
+        LOG(LOG_WARN, "could not take the schedules' slots: %s", err.message);
     }
     db_pool_put(e->pool, db);
     schedule_state_cleanup(state, cfg->nschedules);
     free(state);
+    free(f.v);
     return wait_ms;
 }
 

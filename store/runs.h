@@ -54,8 +54,7 @@ struct run_new {
     const json_t *input;
     const char *identity_hash, *request_hash;
     /* The schedule that makes the run, and its slot (RFC 3339; NULL for a
-     * run triggered through the API); both NULL for any other run. The
-     * batch path (store_runs_submit_batch) takes neither. */
+     * run triggered through the API); both NULL for any other run. */
     const char *schedule_name, *schedule_slot;
 };
 

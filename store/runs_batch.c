@@ -49,11 +49,13 @@ static const struct stmt S_BATCH = {
     "runs_submit_batch",
     "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset($1::json) AS i(ord int, tenant text, "
     "id text, type text, priority int, run_at timestamptz, max_attempts int, timeout_s int, "
-    "input jsonb, identity_hash text, request_hash text, initiator text)), "
+    "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
+    "schedule_slot timestamptz)), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, initiator) SELECT tenant, id, type, priority, "
-    "coalesce(run_at, now()), max_attempts, timeout_s, input, identity_hash, request_hash, "
-    "coalesce(initiator, 'system') FROM i ORDER BY tenant, identity_hash, ord "
+    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot) SELECT tenant, "
+    "id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, identity_hash, "
+    "request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot FROM i "
+    "ORDER BY tenant, identity_hash, ord "
     "ON CONFLICT DO NOTHING RETURNING r.*), " EVENT_FROM_UPD(
         "'status'",
         "'submitted'") " SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "
@@ -209,12 +211,13 @@ static char *round_param(const struct run_new *items, const bool *sel, size_t n)
 
         if (!sel[i])
             continue;
-        o = json_pack("{s:I, s:s, s:s, s:s, s:i, s:s?, s:i, s:i, s:O, s:s, s:s, s:s?}", "ord",
-                      (json_int_t)i, "tenant", rn->tenant, "id", rn->id, "type", rn->type,
+        o = json_pack("{s:I, s:s, s:s, s:s, s:i, s:s?, s:i, s:i, s:O, s:s, s:s, s:s?, s:s?, s:s?}",
+                      "ord", (json_int_t)i, "tenant", rn->tenant, "id", rn->id, "type", rn->type,
                       "priority", rn->priority, "run_at", rn->run_at, "max_attempts",
                       rn->max_attempts, "timeout_s", rn->timeout_s, "input", (json_t *)rn->input,
                       "identity_hash", rn->identity_hash, "request_hash", rn->request_hash,
-                      "initiator", rn->initiator);
+                      "initiator", rn->initiator, "schedule_name", rn->schedule_name,
+                      "schedule_slot", rn->schedule_slot);
         if (!o || json_array_append_new(a, o) != 0) {
             json_decref(a);
             return NULL;

@@ -37,7 +37,7 @@ enum status store_schedules_read(struct db *db, const char *const *names, size_t
                                  struct schedule_state *out, int64_t *now_us,
                                  struct error *err) WUR;
 
-/* What a replica does with one due slot. */
+/* One due slot a replica takes. */
 struct schedule_take {
     const char *name, *tenant;
     int64_t slot_us;           /* the slot; every slot before it is taken with it */
@@ -51,12 +51,23 @@ enum schedule_taken {
     SCHEDULE_CREATED, /* the run was created (or existed: a retried take) */
     SCHEDULE_SKIPPED_PAUSED,
     SCHEDULE_SKIPPED_OVERLAP,
+    SCHEDULE_BUSY,     /* another replica holds the schedule now: try again shortly */
+    SCHEDULE_CONFLICT, /* the slot's run id is a run with another input (a schedule removed
+                          and added again with other data): no run, the slot taken */
 };
-/* Takes the slot in one transaction. On SCHEDULE_CREATED *run is the new
- * run (run_free); *cancelled counts the runs cancel_active acted on. */
-enum status store_schedules_take(struct db *db, const struct schedule_take *t,
-                                 enum schedule_taken *out, struct run **run, int *cancelled,
-                                 struct error *err) WUR;
+struct schedule_result {
+    enum schedule_taken taken;
+    struct run *run; /* SCHEDULE_CREATED: the run (its scalars; json "{}"), owned */
+    int cancelled;   /* runs cancel_active acted on */
+};
+void schedule_result_cleanup(struct schedule_result *r, size_t n); /* frees the runs */
+/* Takes the n slots t[0..n) in one transaction, each as the slot
+ * transaction of the file comment, their runs inserted in one statement;
+ * one schedule's slots come oldest first and act on one another (a run made
+ * for one is active for the overlap of the next). Schedules another
+ * transaction holds are skipped (SCHEDULE_BUSY), not waited for. */
+enum status store_schedules_take(struct db *db, const struct schedule_take *t, size_t n,
+                                 struct schedule_result *out, struct error *err) WUR;
 /* Moves the schedule's last slot to upto_us without running anything (the
  * slots were missed); *moved false when it was there already. */
 enum status store_schedules_drop(struct db *db, const char *name, int64_t upto_us, bool *moved,

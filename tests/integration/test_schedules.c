@@ -2,8 +2,9 @@
  * transaction (store/schedules.h, migration 015) against a real
  * PostgreSQL: rows made once and kept, a slot taken once however often and
  * by however many connections it is tried, the pause of the database
- * winning over the file's, both overlap policies, missed slots dropped,
- * triggers, and the runs list's schedule filter.
+ * winning over the file's, both overlap policies, several slots in one
+ * batch, a schedule held elsewhere skipped, missed slots dropped, triggers,
+ * and the runs list's schedule filter.
  *
  * Each test gets a fresh database cloned from the migrated template.
  *
@@ -58,42 +59,48 @@ static void slot_run_init(struct slot_run *s, const char *name, int64_t slot_us)
                              .schedule_slot = s->slot};
 }
 
+/* Takes slots[0..n) of "nightly" (overlap and pause as given) in one
+ * batch on db; results into res[]. */
+static void take_slots(struct db *db, const int64_t *slots, size_t n, bool paused, bool skip,
+                       bool cancel, struct schedule_result *res)
+{
+    struct slot_run s[8];
+    struct schedule_take t[8];
+    struct error err = {0}; /* not g_err: racing threads call this */
+    enum status st;
+
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        slot_run_init(&s[i], "nightly", slots[i]);
+        t[i] = (struct schedule_take){.name = "nightly",
+                                      .tenant = "acme",
+                                      .slot_us = slots[i],
+                                      .paused = paused,
+                                      .skip_if_active = skip,
+                                      .cancel_active = cancel,
+                                      .run = &s[i].rn};
+    }
+    st = store_schedules_take(db, t, n, res, &err);
+    ck_assert_msg(st == ST_OK, "store_schedules_take: %s", err.message);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert((res[i].taken == SCHEDULE_CREATED) == (res[i].run != NULL));
+        if (res[i].run)
+            ck_assert_str_eq(res[i].run->id, s[i].id);
+        json_decref(s[i].input);
+    }
+}
+
+/* One slot; returns its result, with *cancelled the runs it cancelled. */
 static enum schedule_taken take_slot(struct db *db, int64_t slot_us, bool paused, bool skip,
                                      bool cancel, int *cancelled)
 {
-    struct slot_run s;
-    struct schedule_take t;
-    enum schedule_taken res;
-    struct run *run = NULL;
-    struct error err = {0}; /* not g_err: racing threads call this */
-    enum status st;
-    int c = 0;
+    struct schedule_result r;
 
-    slot_run_init(&s, "nightly", slot_us);
-    t = (struct schedule_take){.name = "nightly",
-                               .tenant = "acme",
-                               .slot_us = slot_us,
-                               .paused = paused,
-                               .skip_if_active = skip,
-                               .cancel_active = cancel,
-                               .run = &s.rn};
-    st = store_schedules_take(db, &t, &res, &run, &c, &err);
-    ck_assert_msg(st == ST_OK, "store_schedules_take: %s", err.message);
-    ck_assert((res == SCHEDULE_CREATED) == (run != NULL));
-    if (run) {
-        const json_t *sch = json_object_get(run->json, "schedule");
-
-        ck_assert_str_eq(run->id, s.id);
-        ck_assert_str_eq(json_string_value(json_object_get(sch, "name")), "nightly");
-        ck_assert_str_eq(json_string_value(json_object_get(sch, "slot")), s.slot);
-        ck_assert_str_eq(json_string_value(json_object_get(run->json, "initiator")),
-                         "schedule:nightly");
-    }
+    take_slots(db, &slot_us, 1, paused, skip, cancel, &r);
     if (cancelled)
-        *cancelled = c;
-    run_free(run);
-    json_decref(s.input);
-    return res;
+        *cancelled = r.cancelled;
+    schedule_result_cleanup(&r, 1);
+    return r.taken;
 }
 
 static int64_t last_slot(void)
@@ -151,6 +158,12 @@ START_TEST(slot_taken_once)
     open_with_schedule("it_sched_once");
     ck_assert_int_eq(take_slot(g_db, SLOT0, false, true, false, NULL), SCHEDULE_CREATED);
     ck_assert_int_eq(last_slot(), SLOT0);
+    /* The run as the API shows it: its schedule, slot and initiator. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs r WHERE "
+                                      "opsrun_run_json(r)->'schedule'->>'name' = 'nightly' AND "
+                                      "(opsrun_run_json(r)->'schedule'->>'slot')::timestamptz = "
+                                      "schedule_slot AND initiator = 'schedule:nightly'"),
+                     1);
     ck_assert_int_eq(take_slot(g_db, SLOT0, false, true, false, NULL), SCHEDULE_ALREADY);
     ck_assert_int_eq(take_slot(g_db, SLOT0 - 500000, false, true, false, NULL), SCHEDULE_ALREADY);
     ck_assert_int_eq(runs_of_schedule(), 1);
@@ -281,6 +294,59 @@ START_TEST(trigger_and_read)
 }
 END_TEST
 
+/* Several slots of one schedule in one batch act on one another, as one
+ * after another would; a schedule another transaction holds is skipped. */
+START_TEST(batch_of_slots)
+{
+    const int64_t three[] = {SLOT0, SLOT0 + 1000000, SLOT0 + 2000000};
+    struct schedule_result r[3];
+    PGconn *x;
+
+    open_with_schedule("it_sched_batch");
+    /* skip: the first slot's run, not yet committed, skips the others. */
+    take_slots(g_db, three, 3, false, true, false, r);
+    ck_assert_int_eq(r[0].taken, SCHEDULE_CREATED);
+    ck_assert_int_eq(r[1].taken, SCHEDULE_SKIPPED_OVERLAP);
+    ck_assert_int_eq(r[2].taken, SCHEDULE_SKIPPED_OVERLAP);
+    schedule_result_cleanup(r, 3);
+    ck_assert_int_eq(last_slot(), SLOT0 + 2000000);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM schedules WHERE last_run_id = "
+                                      "'nightly-1795000000'"),
+                     1);
+    /* allow: a run each; the last run is the newest slot's. */
+    {
+        const int64_t next[] = {SLOT0 + 3000000, SLOT0 + 4000000};
+        take_slots(g_db, next, 2, false, false, false, r);
+        ck_assert_int_eq(r[0].taken, SCHEDULE_CREATED);
+        ck_assert_int_eq(r[1].taken, SCHEDULE_CREATED);
+        schedule_result_cleanup(r, 2);
+    }
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM schedules WHERE last_run_id = "
+                                      "'nightly-1795000004'"),
+                     1);
+    /* cancel_previous: the runs before are cancelled; a second slot of the
+     * schedule in the same batch waits for the next one. */
+    {
+        const int64_t next[] = {SLOT0 + 5000000, SLOT0 + 6000000};
+        take_slots(g_db, next, 2, false, false, true, r);
+        ck_assert_int_eq(r[0].taken, SCHEDULE_CREATED);
+        ck_assert_int_eq(r[0].cancelled, 3);
+        ck_assert_int_eq(r[1].taken, SCHEDULE_BUSY);
+        schedule_result_cleanup(r, 2);
+    }
+    ck_assert_int_eq(last_slot(), SLOT0 + 5000000);
+    /* Another transaction holds the row: skipped, not waited for. */
+    x = th_pg(g_ci);
+    PQclear(th_sql(x, "BEGIN"));
+    PQclear(th_sql(x, "SELECT * FROM schedules FOR UPDATE"));
+    ck_assert_int_eq(take_slot(g_db, SLOT0 + 6000000, false, false, false, NULL), SCHEDULE_BUSY);
+    PQclear(th_sql(x, "ROLLBACK"));
+    PQfinish(x);
+    ck_assert_int_eq(take_slot(g_db, SLOT0 + 6000000, false, false, true, NULL), SCHEDULE_CREATED);
+    close_test_db();
+}
+END_TEST
+
 START_TEST(list_by_schedule)
 {
     struct run_filter f = {.limit = 10, .schedule = "nightly"};
@@ -311,7 +377,8 @@ START_TEST(list_by_schedule)
 END_TEST
 
 /* Eight connections race for each of 40 slots, all at once: each slot makes
- * exactly one run, and every other try finds it taken. */
+ * exactly one run, and every other try finds it taken, or held by the one
+ * taking it (SCHEDULE_BUSY). */
 struct racer {
     pthread_barrier_t *start;
     int created, already;
@@ -328,7 +395,7 @@ static void *race(void *arg)
         pthread_barrier_wait(r->start);
         res = take_slot(db, SLOT0 + (int64_t)i * 1000000, false, true, false, NULL);
         r->created += res == SCHEDULE_CREATED;
-        r->already += res == SCHEDULE_ALREADY;
+        r->already += res == SCHEDULE_ALREADY || res == SCHEDULE_BUSY;
         /* The run is finished before the next slot, so skip never applies. */
         pthread_barrier_wait(r->start);
         if (res == SCHEDULE_CREATED) {
@@ -383,6 +450,7 @@ int main(void)
     tcase_add_test(tc, overlap_skip_and_cancel);
     tcase_add_test(tc, missed_slots_dropped);
     tcase_add_test(tc, trigger_and_read);
+    tcase_add_test(tc, batch_of_slots);
     tcase_add_test(tc, list_by_schedule);
     tcase_add_test(tc, racing_connections);
     suite_add_tcase(s, tc);
