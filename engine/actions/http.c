@@ -24,7 +24,7 @@
 /* Without "url" the status, cancel and cleanup requests go to the status
  * URL of the 202 answer; state_pointer is optional (without it any 2xx
  * but 202 ends the run). */
-static const struct param_rule http_rules[] = {
+static const struct param_rule action_http_rules[] = {
     {"request", remote_rule_request, .need = PARAM_REQUIRED},
     {"status", remote_rule_job_request, .need = PARAM_OPTIONAL},
     {"status_any_host", params_bool, .need = PARAM_OPTIONAL},
@@ -114,7 +114,7 @@ static void retry_after(struct run_ctx *rc, const struct remote_response *r)
         rc->next_delay_ms = (int64_t)r->retry_after_s * 1000;
 }
 
-static enum step http_start(struct run_ctx *rc)
+static enum step action_http_start(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "request");
     struct remote_response r;
@@ -167,7 +167,7 @@ static enum step http_start(struct run_ctx *rc)
     return step;
 }
 
-static enum step http_poll(struct run_ctx *rc)
+static enum step action_http_poll(struct run_ctx *rc)
 {
     const json_t *req = json_object_get(rc->type->params, "status");
     json_t *get = req ? NULL : json_object(); /* no "status": a plain GET */
@@ -202,16 +202,16 @@ static enum step http_poll(struct run_ctx *rc)
     return step;
 }
 
-static bool http_cleanup(struct run_ctx *rc)
+static bool action_http_cleanup(struct run_ctx *rc)
 {
     return prepare_cleanup(rc, &prep_json, remote_cleanup_hook);
 }
 
 const struct action_ops action_http_ops = {
     .name = "http",
-    .params = http_rules,
-    .start = http_start,
-    .poll = http_poll,
+    .params = action_http_rules,
+    .start = action_http_start,
+    .poll = action_http_poll,
     .cancel = remote_cancel_hook,
-    .cleanup = http_cleanup,
+    .cleanup = action_http_cleanup,
 };
