@@ -3,6 +3,8 @@
  * schedule's time zone. */
 #include "cron.h"
 
+#include "civil.h"
+
 #include <ctype.h>
 
 #define CRON_SEARCH_DAYS (366 * 10)
@@ -261,7 +263,7 @@ static int next_bit(uint64_t mask, int from, int limit)
 static bool day_matches(const struct cron *c, int64_t days)
 {
     int64_t y;
-    unsigned m, d, wd = (unsigned)((days % 7 + 11) % 7); /* 1970-01-01 was a Thursday */
+    unsigned m, d, wd = civil_weekday(days);
     bool dom_ok, dow_ok;
 
     civil_from_days(days, &y, &m, &d);
@@ -278,7 +280,7 @@ static bool day_matches(const struct cron *c, int64_t days)
  * field moves forward, the fields below it start again from their lowest. */
 static bool next_local(const struct cron *c, int64_t from, int64_t *out)
 {
-    int64_t days = from / 86400 - (from % 86400 < 0), sod = from - days * 86400;
+    int64_t days = floor_div(from, 86400), sod = from - days * 86400;
     int64_t last = days + CRON_SEARCH_DAYS;
     int h = (int)(sod / 3600), mi = (int)(sod / 60 % 60), s = (int)(sod % 60), nh, nmi;
 
@@ -306,7 +308,7 @@ bool cron_next(const struct cron *c, const struct tz *tz, int64_t after, int64_t
     int64_t local, at[2];
 
     if (c->every_s > 0) {
-        *out = (after / c->every_s - (after % c->every_s < 0) + 1) * c->every_s;
+        *out = (floor_div(after, c->every_s) + 1) * c->every_s;
         return true;
     }
     local = after + tz_offset(tz, after) + 1;

@@ -7,6 +7,8 @@
 
 #include "time_rfc3339.h"
 
+#include "civil.h"
+
 #define US_PER_SEC INT64_C(1000000)
 #define SEC_PER_DAY INT64_C(86400)
 /* 0000-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: what four year
@@ -20,46 +22,6 @@ struct rfc3339 {
     int64_t frac_us;
     int offset_s;
 };
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
- * days_from_civil); no time zone database involved. */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    int64_t era;
-    unsigned yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = (unsigned)(y - era * 400);
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-/* The inverse of days_from_civil. */
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
-{
-    int64_t era;
-    unsigned doe, yoe, doy, mp;
-
-    z += 719468;
-    era = (z >= 0 ? z : z - 146096) / 146097;
-    doe = (unsigned)(z - era * 146097);
-    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    mp = (5 * doy + 2) / 153;
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
-static int days_in_month(int y, int m)
-{
-    static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-
-    return m == 2 && leap ? 29 : mdays[m - 1];
-}
 
 /* Reads exactly n ASCII digits. */
 static bool scan_digits(const char **p, int n, int *out)
@@ -92,7 +54,7 @@ static bool scan_date(const char **p, struct rfc3339 *t)
         !scan_char(p, '-', '-') || !scan_digits(p, 2, &t->day))
         return false;
     return t->month >= 1 && t->month <= 12 && t->day >= 1 &&
-           t->day <= days_in_month(t->year, t->month);
+           t->day <= (int)civil_month_days(t->year, (unsigned)t->month);
 }
 
 /* HH:MM:SS; a leap second (60) is refused. */
@@ -153,13 +115,6 @@ bool time_parse_rfc3339(const char *s, int64_t *us_out)
            (int64_t)t.hour * 3600 + (int64_t)t.minute * 60 + t.second - t.offset_s;
     *us_out = secs * US_PER_SEC + t.frac_us;
     return true;
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
 /* Values outside years 0000..9999 are clamped to that range, so the output

@@ -4,6 +4,8 @@
  * are dropped, so every listed change moves the clock. */
 #include "tz.h"
 
+#include "civil.h"
+
 #include <errno.h>
 
 #define TZ_DEFAULT_DIR "/usr/share/zoneinfo"
@@ -25,53 +27,6 @@ struct tz {
     size_t n, cap;
     struct tz_change *changes;
 };
-
-/* ---- the calendar ------------------------------------------------------ */
-
-/* Howard Hinnant's days_from_civil and civil_from_days: exact for the
- * proleptic Gregorian calendar, era by era of 400 years. */
-int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    int64_t era;
-    unsigned yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = (unsigned)(y - era * 400);
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-void civil_from_days(int64_t days, int64_t *y, unsigned *m, unsigned *d)
-{
-    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
-static bool is_leap(int64_t y)
-{
-    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
-
-static unsigned month_days(int64_t y, unsigned m)
-{
-    static const unsigned len[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-
-    return m == 2 && is_leap(y) ? 29 : len[m - 1];
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
 
 /* ---- the list of changes ----------------------------------------------- */
 
@@ -234,15 +189,15 @@ static int64_t rdate_local(const struct rdate *rd, int64_t y)
 
     switch (rd->kind) {
     case RDATE_JULIAN:
-        days += rd->day - 1 + (is_leap(y) && rd->day >= 60);
+        days += rd->day - 1 + (civil_is_leap(y) && rd->day >= 60);
         break;
     case RDATE_ZERO:
         days += rd->day;
         break;
     case RDATE_MONTH:
         days = days_from_civil(y, (unsigned)rd->month, 1);
-        first_wd = (unsigned)((days % 7 + 11) % 7); /* 1970-01-01 was a Thursday */
-        md = month_days(y, (unsigned)rd->month);
+        first_wd = civil_weekday(days);
+        md = civil_month_days(y, (unsigned)rd->month);
         day = 1 + (rd->day - (int)first_wd + 7) % 7 + (rd->week - 1) * 7;
         while (day > (int)md)
             day -= 7;

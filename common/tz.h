@@ -34,9 +34,4 @@ int32_t tz_offset(const struct tz *tz, int64_t t);
  * jump. */
 int tz_from_local(const struct tz *tz, int64_t local, int64_t out[2]);
 
-/* Civil calendar arithmetic on days since 1970-01-01 (proleptic
- * Gregorian), valid for any year an int holds. */
-int64_t days_from_civil(int64_t y, unsigned m, unsigned d);
-void civil_from_days(int64_t days, int64_t *y, unsigned *m, unsigned *d);
-
 #endif

@@ -82,6 +82,17 @@ enum status cfg_errors_end(struct cfg_errors *e) WUR;
  * around it) has one near it. */
 enum status cfg_unknown_key(struct cfg_errors *e, const char *path, const struct suggest *s);
 
+/* ---- config.c ---- */
+
+/* An object of named definitions ("run_types", "schedules", "rate_limits"
+ * at path what): each name checked, a null definition removed (remove),
+ * an object handed to load with its path ("what.name"), anything else an
+ * error. */
+void load_named(struct config *cfg, const char *what, const json_t *v,
+                void (*load)(struct config *cfg, const char *name, const json_t *def,
+                             const char *path, struct cfg_errors *errs),
+                void (*remove)(struct config *cfg, const char *name), struct cfg_errors *errs);
+
 /* ---- option.c: the machinery of an option table ---- */
 
 /* By JSON path, or by flag name ("workers"), for cfg_set. */

@@ -244,35 +244,18 @@ static void load_run_type(struct config *cfg, const char *name, const json_t *de
     }
 }
 
+static void rt_remove_named(struct config *cfg, const char *name)
+{
+    struct run_type *old = rt_find(cfg, name);
+
+    if (old)
+        rt_remove(cfg, old);
+}
+
 /* Merged into the types already there; a null definition removes a type. */
 void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs)
 {
-    char path[KEY_MAX + NAME_MAX_LEN];
-    const char *name;
-    json_t *def;
-
-    if (!json_is_object(v)) {
-        (void)cfg_errors_addf(errs, "invalid \"run_types\": expected an object");
-        return;
-    }
-    json_object_foreach((json_t *)v, name, def)
-    {
-        xsnprintf(path, sizeof(path), "run_types.%s", name);
-        if (!name_valid(name)) {
-            char label[sizeof(path) + 2];
-            struct error one = {0};
-            xsnprintf(label, sizeof(label), "\"%s\"", path);
-            (void)cfg_errors_note(errs, name_error(label, &one), &one);
-        } else if (json_is_null(def)) {
-            struct run_type *old = rt_find(cfg, name);
-            if (old)
-                rt_remove(cfg, old);
-        } else if (!json_is_object(def)) {
-            (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
-        } else {
-            load_run_type(cfg, name, def, path, errs);
-        }
-    }
+    load_named(cfg, "run_types", v, load_run_type, rt_remove_named, errs);
 }
 
 /* The built-in type "demo": the simulate action with default params, which

@@ -17,6 +17,7 @@
 #include "engine/scheduler.h"
 
 #include "common/backoff.h"
+#include "common/civil.h"
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -117,7 +118,7 @@ void schedule_run_id(const char *name, int64_t slot_s, char *out, size_t cap)
 {
     int64_t y;
     unsigned m, d;
-    int64_t days = slot_s / 86400 - (slot_s % 86400 < 0), sod = slot_s - days * 86400;
+    int64_t days = floor_div(slot_s, 86400), sod = slot_s - days * 86400;
 
     civil_from_days(days, &y, &m, &d);
     xsnprintf(out, cap, "%s-%04lld%02u%02uT%02d%02d%02dZ", name, (long long)y, m, d,

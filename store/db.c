@@ -252,6 +252,20 @@ enum status db_exec_simple(struct db *db, const char *sql, struct error *err)
     return ST_OK;
 }
 
+enum status db_exec_count(struct db *db, const struct stmt *st, int nparams,
+                          const char *const *params, int *affected, struct error *err)
+{
+    PGresult *r;
+    enum status s = db_run(db, st, nparams, params, &r, err);
+
+    if (s != ST_OK)
+        return s;
+    if (affected)
+        *affected = atoi(PQcmdTuples(r));
+    PQclear(r);
+    return ST_OK;
+}
+
 enum status db_begin(struct db *db, struct error *err)
 {
     return db_exec_simple(db, "BEGIN", err);

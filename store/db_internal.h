@@ -21,6 +21,10 @@ struct stmt {
 enum status db_run(struct db *db, const struct stmt *st, int nparams, const char *const *params,
                    PGresult **res, struct error *err) WUR;
 PGconn *db_conn(struct db *db);
+/* db_run for a statement whose result is only how many rows it changed:
+ * into *affected (may be NULL). */
+enum status db_exec_count(struct db *db, const struct stmt *st, int nparams,
+                          const char *const *params, int *affected, struct error *err) WUR;
 
 /* A transaction of several statements: db_begin, then db_end with the
  * status of the work, which commits on ST_OK and rolls back otherwise.

@@ -594,14 +594,8 @@ static enum status run_count2(struct db *db, const struct stmt *s, const char *a
                               int *count, struct error *err)
 {
     const char *p[2] = {a, b};
-    PGresult *r;
-    enum status st = db_run(db, s, 2, p, &r, err);
 
-    if (st != ST_OK)
-        return st;
-    *count = atoi(PQcmdTuples(r));
-    PQclear(r);
-    return ST_OK;
+    return db_exec_count(db, s, 2, p, count, err);
 }
 
 enum status store_runs_rescue_each(struct db *db, int orphan_after_s, int batch, int *rescued,

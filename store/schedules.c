@@ -83,26 +83,12 @@ static char *dup_or_null(const char *s)
     return s ? xstrdup(s) : NULL;
 }
 
-static enum status exec_count(struct db *db, const struct stmt *s, int n, const char *const *p,
-                              int *affected, struct error *err)
-{
-    PGresult *r;
-    enum status st = db_run(db, s, n, p, &r, err);
-
-    if (st != ST_OK)
-        return st;
-    if (affected)
-        *affected = atoi(PQcmdTuples(r));
-    PQclear(r);
-    return ST_OK;
-}
-
 enum status store_schedules_sync(struct db *db, const char *const *names,
                                  const char *const *tenants, size_t n, struct error *err)
 {
     char *a = db_text_array(names, n), *b = db_text_array(tenants, n);
     const char *p[2] = {a, b};
-    enum status st = exec_count(db, &S_SYNC, 2, p, NULL, err);
+    enum status st = db_exec_count(db, &S_SYNC, 2, p, NULL, err);
 
     free(a);
     free(b);
@@ -347,7 +333,7 @@ static enum status rows_advance(struct db *db, const struct sched_row *rows, siz
     a = db_text_array(names, k);
     c = db_text_array(runs, k);
     p[0] = a, p[1] = us, p[2] = c;
-    st = k ? exec_count(db, &S_ADVANCE, 3, p, NULL, err) : ST_OK;
+    st = k ? db_exec_count(db, &S_ADVANCE, 3, p, NULL, err) : ST_OK;
     free(a);
     free(c);
     free(us);
@@ -403,7 +389,7 @@ enum status store_schedules_drop(struct db *db, const char *name, int64_t upto_u
     enum status st;
 
     xsnprintf(slot, sizeof(slot), "%lld", (long long)upto_us);
-    st = exec_count(db, &S_DROP, 2, p, &n, err);
+    st = db_exec_count(db, &S_DROP, 2, p, &n, err);
     *moved = n > 0;
     return st;
 }
@@ -419,7 +405,7 @@ enum status store_schedules_trigger(struct db *db, const char *name, const struc
     if (st == ST_OK) {
         st = store_runs_submit(db, run, out, &dedup, err);
         if (st == ST_OK)
-            st = exec_count(db, &S_TRIGGERED, 3, p, NULL, err);
+            st = db_exec_count(db, &S_TRIGGERED, 3, p, NULL, err);
         st = db_end(db, st, err);
     }
     if (st != ST_OK) {
@@ -434,5 +420,5 @@ enum status store_schedules_set_paused(struct db *db, const char *name, const ch
 {
     const char *p[4] = {name, tenant, paused ? "true" : "false", by};
 
-    return exec_count(db, &S_PAUSE, 4, p, NULL, err);
+    return db_exec_count(db, &S_PAUSE, 4, p, NULL, err);
 }

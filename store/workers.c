@@ -29,20 +29,6 @@ static const struct stmt S_LIST = {
     "WHERE status = 'running' OR stopped_at > now() - interval '1 day' "
     "ORDER BY started_at DESC LIMIT 100) w"};
 
-static enum status exec_n(struct db *db, const struct stmt *s, int n, const char *const *p,
-                          int *affected, struct error *err)
-{
-    PGresult *r;
-    enum status st = db_run(db, s, n, p, &r, err);
-
-    if (st != ST_OK)
-        return st;
-    if (affected)
-        *affected = atoi(PQcmdTuples(r));
-    PQclear(r);
-    return ST_OK;
-}
-
 enum status store_workers_register(struct db *db, const char *id, const char *host, int pid,
                                    const char *version, int threads, struct error *err)
 {
@@ -51,7 +37,7 @@ enum status store_workers_register(struct db *db, const char *id, const char *ho
 
     xsnprintf(spid, sizeof(spid), "%d", pid);
     xsnprintf(sthr, sizeof(sthr), "%d", threads);
-    return exec_n(db, &S_REGISTER, 5, p, NULL, err);
+    return db_exec_count(db, &S_REGISTER, 5, p, NULL, err);
 }
 
 enum status store_workers_heartbeat(struct db *db, const char *id, int busy, int runs_held,
@@ -62,12 +48,12 @@ enum status store_workers_heartbeat(struct db *db, const char *id, int busy, int
 
     xsnprintf(sb, sizeof(sb), "%d", busy);
     xsnprintf(sh, sizeof(sh), "%d", runs_held);
-    return exec_n(db, &S_HEARTBEAT, 3, p, NULL, err);
+    return db_exec_count(db, &S_HEARTBEAT, 3, p, NULL, err);
 }
 
 enum status store_workers_stop(struct db *db, const char *id, struct error *err)
 {
-    return exec_n(db, &S_STOP, 1, &id, NULL, err);
+    return db_exec_count(db, &S_STOP, 1, &id, NULL, err);
 }
 
 enum status store_workers_mark_stale(struct db *db, int after_s, int *marked, struct error *err)
@@ -76,7 +62,7 @@ enum status store_workers_mark_stale(struct db *db, int after_s, int *marked, st
     const char *p[1] = {s};
 
     xsnprintf(s, sizeof(s), "%d", after_s);
-    return exec_n(db, &S_STALE, 1, p, marked, err);
+    return db_exec_count(db, &S_STALE, 1, p, marked, err);
 }
 
 enum status store_workers_list(struct db *db, json_t **out, struct error *err)

@@ -1,6 +1,7 @@
 /* tests/unit/test_cfg.c — the configuration: defaults, the JSON file, the
  * environment, flags, validation messages (asserted exactly), routing and
  * --print-config output. */
+#include "common/tz.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
 
@@ -762,6 +763,112 @@ START_TEST(test_failed_routes_keep_old)
 }
 END_TEST
 
+/* ---- schedules and rate limits ---- */
+
+START_TEST(test_schedules_load)
+{
+    const struct schedule *s;
+    const struct rate_limit_cfg *rl;
+    json_t *j;
+
+    ck_load_ok(
+        "{\"rate_limits\": {\"api\": {\"limit\": 20, \"per_s\": 1}},"
+        " \"run_types\": {\"q\": {\"action\": \"simulate\", \"rate_limit\": \"api\"}},"
+        " \"schedules\": {\"nightly\": {\"cron\": \"30 2 * * *\", \"time_zone\": "
+        "\"Europe/Berlin\", \"run_type\": \"q\", \"data\": {\"x\": 1}, \"tenant\": \"acme\", "
+        "\"overlap\": \"cancel_previous\", \"catch_up\": \"all\", \"catch_up_window_s\": 60, "
+        "\"jitter_s\": 5, \"paused\": true},"
+        " \"tick\": {\"cron\": \"@every 30s\", \"run_type\": \"demo\"}}}");
+    ck_assert_int_eq(cfg_validate(&cfg, NULL), ST_OK);
+    ck_assert_uint_eq(cfg.nschedules, 2);
+    s = cfg_schedule(&cfg, "nightly");
+    ck_assert_ptr_nonnull(s);
+    ck_assert_str_eq(s->cron_text, "30 2 * * *");
+    ck_assert_uint_eq(s->cron.hour, 1u << 2);
+    ck_assert_str_eq(tz_name(s->tz), "Europe/Berlin");
+    ck_assert_str_eq(cfg_schedule_tenant(&cfg, s), "acme");
+    ck_assert_int_eq(s->overlap, OVERLAP_CANCEL_PREVIOUS);
+    ck_assert_int_eq(s->catch_up, CATCH_UP_ALL);
+    ck_assert_int_eq(s->catch_up_window_s, 60);
+    ck_assert_int_eq(s->jitter_s, 5);
+    ck_assert(s->paused);
+    ck_assert_int_eq(json_integer_value(json_object_get(s->data, "x")), 1);
+    s = cfg_schedule(&cfg, "tick");
+    ck_assert_int_eq(s->cron.every_s, 30);
+    ck_assert_str_eq(tz_name(s->tz), "UTC");
+    ck_assert_str_eq(cfg_schedule_tenant(&cfg, s), "default");
+    ck_assert_int_eq(s->overlap, OVERLAP_SKIP);
+    ck_assert_int_eq(s->catch_up, CATCH_UP_ONE);
+    ck_assert_int_eq(s->catch_up_window_s, 3600);
+    ck_assert(!s->paused);
+    rl = cfg_rate_limit(&cfg, "api");
+    ck_assert(rl && rl->limit == 20 && rl->per_s == 1);
+    ck_assert_str_eq(cfg_run_type(&cfg, "q")->rate_limit, "api");
+    ck_assert_ptr_null(cfg_run_type(&cfg, "demo")->rate_limit);
+    ck_assert_int_eq(cfg.queue.schedule_grace_s, 10);
+    /* --print-config shows them as the file has them. */
+    j = cfg_to_json(&cfg);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(json_object_get(j, "schedules"), "nightly"), "overlap")),
+                     "cancel_previous");
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(j, "rate_limits"), "api"), "limit")),
+                     20);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(json_object_get(j, "run_types"), "q"), "rate_limit")),
+                     "api");
+    json_decref(j);
+    /* A later source replaces a schedule as a whole, and null removes one. */
+    ck_load_ok("{\"schedules\": {\"nightly\": {\"cron\": \"@hourly\", \"run_type\": \"q\"},"
+               " \"tick\": null}, \"rate_limits\": {\"api\": {\"limit\": 5, \"per_s\": 60}}}");
+    ck_assert_uint_eq(cfg.nschedules, 1);
+    s = cfg_schedule(&cfg, "nightly");
+    ck_assert(!s->paused && s->overlap == OVERLAP_SKIP);
+    ck_assert_str_eq(tz_name(s->tz), "UTC");
+    ck_assert_int_eq(cfg_rate_limit(&cfg, "api")->per_s, 60);
+}
+END_TEST
+
+START_TEST(test_schedule_errors_named)
+{
+    ck_load_fails("{\"schedules\": {\"a\": {\"cron\": \"61 * * * *\", \"time_zone\": "
+                  "\"Mars/Olympus\", \"run_type\": \"demo\"},"
+                  " \"b\": {\"cron\": \"0 0 30 2 *\", \"run_type\": \"demo\"}}}",
+                  "invalid \"schedules.a.cron\": minute \"61\" is out of range 0-59\n"
+                  "invalid \"schedules.a.time_zone\": unknown time zone \"Mars/Olympus\" (no file "
+                  "/usr/share/zoneinfo/Mars/Olympus)\n"
+                  "invalid \"schedules.b.cron\": \"0 0 30 2 *\" matches no date in ten years");
+    ck_load_fails("{\"schedules\": {\"c\": {\"run_type\": \"demo\", \"overlp\": \"skip\", "
+                  "\"overlap\": \"never\"}, \"d\": {\"cron\": \"@daily\"}}}",
+                  "unknown key \"schedules.c.overlp\"; did you mean \"overlap\"?\n"
+                  "invalid \"schedules.c.overlap\": expected one of \"skip\", \"allow\", "
+                  "\"cancel_previous\"\n"
+                  "missing \"schedules.d.run_type\"");
+    ck_load_fails("{\"schedules\": {\"e f\": {}, \"g\": {\"cron\": \"@daily\", \"run_type\": "
+                  "\"demo\", \"jitter_s\": -1, \"catch_up\": 1}, \"h\": {\"run_type\": \"demo\"}}}",
+                  "invalid \"schedules.e f\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", "
+                  "\".\" or \"-\"\n"
+                  "invalid \"schedules.g.jitter_s\": must be between 0 and 86400\n"
+                  "invalid \"schedules.g.catch_up\": expected one of \"skip\", \"one\", \"all\"\n"
+                  "missing \"schedules.h.cron\"");
+    ck_load_fails("{\"rate_limits\": {\"r\": {\"limit\": 0}, \"s\": {\"per_s\": 1}, "
+                  "\"t\": {\"limit\": 1, \"per_s\": 1, \"burst\": 2}}}",
+                  "invalid \"rate_limits.r.limit\": must be between 1 and 1000000\n"
+                  "missing \"rate_limits.s.limit\"\n"
+                  "unknown key \"rate_limits.t.burst\"");
+    ck_assert_uint_eq(cfg.nschedules, 0);
+    ck_assert_uint_eq(cfg.nrate_limits, 0);
+    /* References, once the rest is valid. */
+    ck_load_fails("{\"schedules\": {\"a\": {\"cron\": \"@daily\", \"run_type\": \"dmeo\"}},"
+                  " \"run_types\": {\"q\": {\"action\": \"simulate\", \"rate_limit\": \"ap\"}},"
+                  " \"rate_limits\": {\"api\": {\"limit\": 1, \"per_s\": 1}}}",
+                  "invalid \"schedules.a.run_type\": unknown run type \"dmeo\"; did you mean "
+                  "\"demo\"?\n"
+                  "invalid \"run_types.q.rate_limit\": unknown rate limit \"ap\"; did you mean "
+                  "\"api\"?");
+}
+END_TEST
+
 /* ---- every error at once ---- */
 
 /* A file with several mistakes names each, one line each, in the file's
@@ -1450,6 +1557,8 @@ static Suite *cfg_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_cleanup_twice);
+    tcase_add_test(tc, test_schedules_load);
+    tcase_add_test(tc, test_schedule_errors_named);
     tcase_add_test(tc, test_full_file);
     tcase_add_test(tc, test_empty_file_keeps_defaults);
     tcase_add_test(tc, test_null_clears_nullable);

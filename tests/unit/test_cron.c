@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/civil.h"
 #include "common/cron.h"
 #include "common/tz.h"
 
