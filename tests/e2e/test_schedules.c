@@ -51,7 +51,7 @@ static long long slot_runs(const char *conninfo, const char *name, const char *e
 }
 
 #define EVERY_CONFIG(overlap, duration_ms)                                                         \
-    "{\"queue\": {\"workers\": 8, \"schedule_grace_s\": 2, \"orphan_after_s\": 4, "                \
+    "{\"queue\": {\"workers\": 8, \"orphan_after_s\": 4, "                                         \
     "\"heartbeat_interval_s\": 1},"                                                                \
     " \"schedules\": {\"every\": {\"cron\": \"@every 1s\", \"run_type\": \"demo\", "               \
     "\"overlap\": \"" overlap "\", \"data\": {\"duration_ms\": " #duration_ms ", \"steps\": 1}}}}"
