@@ -1,4 +1,4 @@
-/* server/hub.c — the event ring, its reader thread, subscribers and
+/* live/hub.c — the event ring, its reader thread, subscribers and
  * long-poll waiters (server/hub.h). Lock order: hub->mu, then whatever the
  * wake callbacks take (MHD's own mutexes); MHD never calls us with its lock
  * held on a path that takes hub->mu (docs/architecture.md, "Live streams"). */

@@ -1,4 +1,4 @@
-/* server/hub.h — the in-process fan-out of run events to SSE streams and
+/* live/hub.h — the in-process fan-out of run events to SSE streams and
  * long-polls.
  *
  * One reader thread follows run_events in id order with the settled horizon

@@ -1,4 +1,4 @@
-/* server/sse.c — SSE streams: the database prelude, then the hub's live
+/* live/sse.c — SSE streams: the database prelude, then the hub's live
  * frames (server/sse.h). */
 #include "live/sse.h"
 

@@ -1,4 +1,4 @@
-/* server/sse.h — one server-sent-events stream (GET /runs/{id}/stream,
+/* live/sse.h — one server-sent-events stream (GET /runs/{id}/stream,
  * GET /stream): what it sends first from the database, then the live
  * frames of the hub.
  *
