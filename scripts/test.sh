@@ -72,21 +72,31 @@ fi
 
 failures=()
 
-# ------------------------------------------------------------ formatting
-format_check() {
-    command -v clang-format >/dev/null || die "clang-format not found (scripts/deps.sh installs it)"
-    local dirs=() d files=() out
-    for d in common config store live engine handlers server client tests bench; do
+# ------------------------------------------------------------ source files
+# The C sources and headers of our folders (build trees left out), sorted,
+# into SOURCES.
+SOURCE_DIRS=(common config store live engine handlers server client tests bench)
+SOURCES=()
+list_sources() {
+    local dirs=() d f
+    for d in "${SOURCE_DIRS[@]}"; do
         [[ -d "$d" ]] && dirs+=("$d")
     done
     ((${#dirs[@]})) || return 0
     while IFS= read -r -d '' f; do
-        files+=("$f")
+        SOURCES+=("$f")
     done < <(find "${dirs[@]}" \( -type d -name 'build*' -prune \) -o \
         \( -type f \( -name '*.c' -o -name '*.h' \) -print0 \) | sort -z)
-    ((${#files[@]})) || return 0
-    if out="$(clang-format --dry-run --Werror "${files[@]}" 2>&1)"; then
-        say "formatting: ${#files[@]} files OK"
+}
+list_sources
+
+# ------------------------------------------------------------ formatting
+format_check() {
+    command -v clang-format >/dev/null || die "clang-format not found (scripts/deps.sh installs it)"
+    local out
+    ((${#SOURCES[@]})) || return 0
+    if out="$(clang-format --dry-run --Werror "${SOURCES[@]}" 2>&1)"; then
+        say "formatting: ${#SOURCES[@]} files OK"
         return 0
     fi
     printf '%s\n' "$out" | head -n 60 >&2
@@ -95,6 +105,28 @@ format_check() {
     failures+=("formatting")
 }
 format_check
+
+# ------------------------------------------------------------ first lines
+# A file's first line names the file ("/* engine/poller.c — ..."); a file
+# that moved and kept its old name there misleads every reader. A first-line
+# comment whose first word is a .c or .h path must be the file's own path.
+first_line_check() {
+    local f line named wrong=()
+    for f in "${SOURCES[@]}"; do
+        IFS= read -r line <"$f" || [[ -n "$line" ]] || continue
+        [[ "$line" =~ ^/\*[[:space:]]+([^[:space:]]+\.[ch])([[:space:]]|$) ]] || continue
+        named="${BASH_REMATCH[1]}"
+        [[ "$named" == "$f" ]] || wrong+=("$f: its first line names $named")
+    done
+    if ((${#wrong[@]} == 0)); then
+        say "first lines: ${#SOURCES[@]} files name themselves"
+        return 0
+    fi
+    say "first lines: these files name another path in their first line:"
+    printf '    %s\n' "${wrong[@]}" >&2
+    failures+=("first lines")
+}
+first_line_check
 
 # ------------------------------------------------------------ API description
 # openapi.yaml is linted with Redocly's recommended rules; any error fails.
