@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -169,18 +170,67 @@ static void kill_all(void)
             kill(procs[i], SIGKILL);
 }
 
+/* th_free_port's ports: below the kernel's ephemeral range (32768-60999
+ * by default, /proc/sys/net/ipv4/ip_local_port_range), which it numbers
+ * client sockets and sockets bound to port 0 from. A port of the kernel's
+ * choosing, released and used a moment later, may be taken in between by
+ * another process's connection or server; one of this range is only ever
+ * handed out under its lock. */
+#define TH_PORT_FIRST 20000
+#define TH_PORT_COUNT 12000
+#define TH_PORT_LOCKS "/tmp/opsrun-tests/ports"
+
+/* Whether nothing is bound to port on any address (no SO_REUSEADDR: a port
+ * with connections of an earlier server still closing is passed over). */
+static bool port_unbound(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Takes the lock of port: a descriptor to keep open for as long as the
+ * port is in use (until this process exits), or -1 when another process
+ * holds it. */
+static int port_lock(int port)
+{
+    char path[128];
+    int fd;
+
+    snprintf(path, sizeof(path), TH_PORT_LOCKS "/%d", port);
+    fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        die("could not open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    close(fd);
+    return -1;
+}
+
 int th_free_port(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    static unsigned seed;
 
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        die("could not find a free port: %s", strerror(errno));
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)th_now_ms();
+    mkdir("/tmp/opsrun-tests", 0777);
+    mkdir(TH_PORT_LOCKS, 0777);
+    chmod(TH_PORT_LOCKS, 0777); /* every user's tests share it */
+    for (int tries = 0; tries < 1000; tries++) {
+        int port = TH_PORT_FIRST + (int)(rand_r(&seed) % TH_PORT_COUNT);
+        int fd = port_lock(port);
+        if (fd >= 0 && port_unbound(port))
+            return port; /* fd stays open: the lock is this process's */
+        if (fd >= 0)
+            close(fd);
+    }
+    die("could not find a free port in %d-%d", TH_PORT_FIRST, TH_PORT_FIRST + TH_PORT_COUNT - 1);
 }
 
 void th_start(struct th_proc *p, const char *conninfo, const char *const *args,

@@ -50,7 +50,9 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
  * timeout_s; its standard output and error in *out and *err (heap, may be
  * NULL). Returns the exit status, or -1 when it had to be killed. */
 int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err);
-/* A loopback port nothing listens on now. */
+/* A port nothing listens on now, and that no other test process (of any
+ * checkout) is handed while this process lives: below the kernel's range of
+ * ephemeral ports, reserved by a lock in /tmp/opsrun-tests/ports. */
 int th_free_port(void);
 /* Starts `opsrun serve` again on the port p had (p stopped with th_stop),
  * as th_start does: what a client of the old process sees when it comes
