@@ -144,6 +144,44 @@ char *th_sql_str(PGconn *c, const char *fmt, ...)
     return v;
 }
 
+/* Under scripts/test.sh, records that this test (OPSRUN_TEST_NAME) creates
+ * database `name`, in a file of that name under OPSRUN_TEST_DBNAMES (one
+ * directory per test run) made with link(2), which fails when the file
+ * exists: the first test to create a name owns it; any other that creates
+ * it fails, whether or not the two happen to run at the same moment this
+ * time. */
+static void claim_db_name(const char *name)
+{
+    const char *dir = getenv("OPSRUN_TEST_DBNAMES"), *me = getenv("OPSRUN_TEST_NAME");
+    char path[1024], tmp[1100], owner[256] = "";
+    int fd;
+    ssize_t n;
+
+    if (!dir || !*dir || !me || !*me)
+        return;
+    mkdir(dir, 0777);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.%d", dir, name, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, me, strlen(me)) != (ssize_t)strlen(me))
+        die("could not write %s: %s", tmp, strerror(errno));
+    close(fd);
+    if (link(tmp, path) != 0 && errno != EEXIST)
+        die("could not claim the database name in %s: %s", path, strerror(errno));
+    unlink(tmp);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    n = fd < 0 ? -1 : read(fd, owner, sizeof(owner) - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n < 0)
+        die("could not read %s: %s", path, strerror(errno));
+    owner[n] = '\0';
+    if (strcmp(owner, me) != 0)
+        die("database \"%s\" is created by the test %s and by this one, %s: tests run at "
+            "the same time, so one would drop the other's database; give one another name",
+            name, owner, me);
+}
+
 char *th_db_create(const char *name)
 {
     char *admin = th_conninfo("postgres");
@@ -151,6 +189,8 @@ char *th_db_create(const char *name)
     char *tmpl_err = NULL;
     PQconninfoOption *opts = PQconninfoParse(template_url(), &tmpl_err);
     char tmpl[256] = "opsrun_template";
+
+    claim_db_name(name);
 
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
         if (strcmp(o->keyword, "dbname") == 0 && o->val)

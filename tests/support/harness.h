@@ -17,7 +17,9 @@
 
 /* Creates (or recreates) database `name` from the template; returns its
  * conninfo (static storage per call site is not assumed: heap, never freed
- * before exit). */
+ * before exit). Under scripts/test.sh (OPSRUN_TEST_DBNAMES set), the first
+ * test to create a name owns it for the whole run: another test that
+ * creates it, and so might drop it under the first, fails. */
 char *th_db_create(const char *name);
 /* Same server as the template, another database: a conninfo string. */
 char *th_conninfo(const char *dbname);
