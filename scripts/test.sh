@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# test.sh — installs what is missing, checks formatting, builds with
-# ASan+UBSan (build-asan/), starts a throwaway PostgreSQL, migrates a template
-# database and runs every test through ctest. Exits non-zero on any failure.
+# test.sh — installs what is missing, checks formatting and first lines,
+# builds with ASan+UBSan (build-asan/), starts two throwaway PostgreSQL
+# clusters, migrates a template database in each and runs every test through
+# ctest. Exits non-zero on any failure.
 #
 #   scripts/test.sh [--tsan] [--lint] [extra ctest args...]
 #                                             e.g. scripts/test.sh -R unit_
+#                                                  scripts/test.sh -L e2e_poller
 #
 #   --tsan   also builds with ThreadSanitizer (build-tsan/) and runs the
 #            concurrency suites (integration_*, e2e_cluster, e2e_lease,
@@ -15,8 +17,13 @@
 #            finding fails. Adds about 3 minutes.
 # CI runs neither (it runs this script with no flags).
 #
-# Unit suites (label "unit") run two at a time; integration and e2e suites
-# share one PostgreSQL (some restart it) and run one at a time.
+# Unit suites (label "unit") run two at a time. Then every test of the
+# integration and e2e suites is a ctest test of its own, <suite>.<test>
+# (label: the suite's name), and they run OPSRUN_TEST_JOBS at a time
+# (default 8: they mostly wait on timers, servers and PostgreSQL), each on
+# databases of its own; the few that need a cluster to themselves (they stop
+# or restart PostgreSQL) run one at a time on the second cluster
+# (tests/CMakeLists.txt, OPSRUN_TESTS_ALONE).
 #
 # The tests see:
 #   OPSRUN_TEST_DATABASE_URL  the migrated template database (opsrun_template);
@@ -25,9 +32,16 @@
 #   OPSRUN_TEST_ADMIN_URL     the same cluster's "postgres" database, to run
 #                             CREATE/DROP DATABASE from (the template must have
 #                             no open connection while it is copied)
+#   OPSRUN_TEST_ALONE_DATABASE_URL, OPSRUN_TEST_ALONE_ADMIN_URL
+#                             the same on the second cluster, the one of the
+#                             tests that need a cluster to themselves
+#   OPSRUN_TEST_ALONE_PGDATA  its data directory, so such a test can run
+#                             "$OPSRUN_TEST_PGCTL" restart DIR (the harness
+#                             names it OPSRUN_TEST_PGDATA for those tests only)
 #   OPSRUN_TEST_PGCTL         this checkout's scripts/pg.sh (absolute path)
-#   OPSRUN_TEST_PGDATA        the cluster's data directory, so a test can run
-#                             "$OPSRUN_TEST_PGCTL" restart "$OPSRUN_TEST_PGDATA"
+#   OPSRUN_TEST_DBNAMES       a directory where the harness records which test
+#                             created which database name (two tests may not
+#                             share one)
 # ASan/UBSan stop at the first error; tests/lsan.supp, if present, holds
 # LeakSanitizer suppressions for third-party libraries.
 set -euo pipefail
@@ -227,23 +241,34 @@ OPSRUN_BIN="$BUILD/opsrun" bash scripts/check-deploy.sh || failures+=("deploymen
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/opsrun-test.XXXXXX")"
 # As root, PostgreSQL runs as "postgres", which must be able to enter TMP.
 chmod 0755 "$TMP"
+# The cluster of every test but those that need one to themselves, and the
+# cluster of those, one at a time (a restart would end the connections of
+# every test beside it).
 PGDATA_DIR="$TMP/pg"
+PGDATA_ALONE="$TMP/pg-alone"
+# Eight tests at a time, some with three servers of 20-odd connections each.
+export OPSRUN_PG_OPTS="-c max_connections=600${OPSRUN_PG_OPTS:+ $OPSRUN_PG_OPTS}"
 
 cleanup() {
-    local rc=$? log
+    local rc=$? log dir
     trap - EXIT INT TERM
-    if [[ "$rc" == 0 ]]; then
-        bash "$PGCTL" destroy "$PGDATA_DIR" >/dev/null 2>&1 ||
-            say "warning: could not stop and remove the test cluster in $PGDATA_DIR"
-        rm -rf -- "$TMP"
-    else
-        bash "$PGCTL" stop "$PGDATA_DIR" >/dev/null 2>&1 ||
-            say "warning: could not stop the test cluster in $PGDATA_DIR"
-        log="$(bash "$PGCTL" log "$PGDATA_DIR" 2>/dev/null || true)"
+    for dir in "$PGDATA_DIR" "$PGDATA_ALONE"; do
+        if [[ "$rc" == 0 ]]; then
+            bash "$PGCTL" destroy "$dir" >/dev/null 2>&1 ||
+                say "warning: could not stop and remove the test cluster in $dir"
+            continue
+        fi
+        bash "$PGCTL" stop "$dir" >/dev/null 2>&1 ||
+            say "warning: could not stop the test cluster in $dir"
+        log="$(bash "$PGCTL" log "$dir" 2>/dev/null || true)"
         if [[ -n "$log" && -s "$log" ]]; then
             say "PostgreSQL log kept at $log; its last lines:"
             tail -n 30 -- "$log" | sed 's/^/    /' >&2
         fi
+    done
+    if [[ "$rc" == 0 ]]; then
+        rm -rf -- "$TMP"
+    else
         say "kept $TMP for inspection"
     fi
     exit "$rc"
@@ -252,17 +277,37 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-bash "$PGCTL" start "$PGDATA_DIR" --fast
-bash "$PGCTL" createdb "$PGDATA_DIR" opsrun_template
-TEMPLATE_URL="$(bash "$PGCTL" url "$PGDATA_DIR" opsrun_template)"
-say "migrating the template database"
-"$BUILD/opsrun" migrate --database-url "$TEMPLATE_URL" || die "opsrun migrate failed"
+# start_cluster DIR: starts it, creates and migrates its template database.
+start_cluster() {
+    bash "$PGCTL" start "$1" --fast &&
+        bash "$PGCTL" createdb "$1" opsrun_template &&
+        "$BUILD/opsrun" migrate --database-url "$(bash "$PGCTL" url "$1" opsrun_template)"
+}
+say "starting two PostgreSQL clusters and migrating their template databases"
+start_cluster "$PGDATA_DIR" >"$TMP/pg.start.log" 2>&1 &
+pg_main=$!
+start_cluster "$PGDATA_ALONE" >"$TMP/pg-alone.start.log" 2>&1 &
+pg_alone=$!
+wait "$pg_main" || {
+    cat "$TMP/pg.start.log" >&2
+    die "could not start and migrate the test cluster"
+}
+wait "$pg_alone" || {
+    cat "$TMP/pg-alone.start.log" >&2
+    die "could not start and migrate the second test cluster"
+}
+grep '^pg.sh: ready' "$TMP/pg.start.log" "$TMP/pg-alone.start.log" | sed 's/^[^:]*://' >&2 || true
 
-export OPSRUN_TEST_DATABASE_URL="$TEMPLATE_URL"
+OPSRUN_TEST_DATABASE_URL="$(bash "$PGCTL" url "$PGDATA_DIR" opsrun_template)"
 OPSRUN_TEST_ADMIN_URL="$(bash "$PGCTL" url "$PGDATA_DIR" postgres)"
-export OPSRUN_TEST_ADMIN_URL
+OPSRUN_TEST_ALONE_DATABASE_URL="$(bash "$PGCTL" url "$PGDATA_ALONE" opsrun_template)"
+OPSRUN_TEST_ALONE_ADMIN_URL="$(bash "$PGCTL" url "$PGDATA_ALONE" postgres)"
+export OPSRUN_TEST_DATABASE_URL OPSRUN_TEST_ADMIN_URL OPSRUN_TEST_ALONE_DATABASE_URL \
+    OPSRUN_TEST_ALONE_ADMIN_URL
+export OPSRUN_TEST_ALONE_PGDATA="$PGDATA_ALONE"
 export OPSRUN_TEST_PGCTL="$PGCTL"
-export OPSRUN_TEST_PGDATA="$PGDATA_DIR"
+export OPSRUN_TEST_DBNAMES="$TMP/dbnames"
+unset OPSRUN_TEST_PGDATA
 
 ((LINT == 0)) || lint_check
 
@@ -271,13 +316,18 @@ total_passed=0
 total_failed=0
 ctest_failed=0
 
+JOBS="${OPSRUN_TEST_JOBS:-8}"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "OPSRUN_TEST_JOBS must be a positive number, not \"$JOBS\""
+runs=0
+
 # run_ctest JOBS LABEL-SELECTION... ; extra args from the command line follow.
 run_ctest() {
     local jobs="$1" count out rc summary failed total
     shift
     count="$(cd "$BUILD" && ctest -N "$@" "${EXTRA[@]}" | sed -n 's/^Total Tests: *//p')"
     [[ "${count:-0}" != 0 ]] || return 0
-    out="$TMP/ctest-$RANDOM.out"
+    runs=$((runs + 1))
+    out="$TMP/ctest-$runs.out"
     set +e
     (cd "$BUILD" && ctest --output-on-failure --no-tests=ignore -j "$jobs" "$@" "${EXTRA[@]}") 2>&1 |
         tee "$out"
@@ -297,8 +347,10 @@ run_ctest() {
 }
 
 EXTRA=("$@")
+t_ctest=$SECONDS
 run_ctest 2 -L '^unit$'
-run_ctest 1 -LE '^unit$'
+run_ctest "$JOBS" -LE '^unit$'
+say "ctest: $((SECONDS - t_ctest)) s"
 
 # ThreadSanitizer: the suites where threads and processes race, against a
 # TSan build of the server and the suites. halt_on_error makes a report a
@@ -312,7 +364,7 @@ if ((TSAN)); then
     BUILD_ASAN="$BUILD"
     BUILD="$ROOT/build-tsan"
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-        run_ctest 1 -R '^(integration_.*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits)$'
+        run_ctest "$JOBS" -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits)[.]'
     BUILD="$BUILD_ASAN"
 fi
 

@@ -741,7 +741,8 @@ void th_pg_restart(void)
     char cmd[1024];
 
     if (!ctl || !data)
-        die("OPSRUN_TEST_PGCTL and OPSRUN_TEST_PGDATA must be set to restart PostgreSQL");
+        die("this test restarts PostgreSQL, and only the tests named in OPSRUN_TESTS_ALONE in "
+            "tests/CMakeLists.txt may (each runs alone on a cluster of its own): add it there");
     snprintf(cmd, sizeof(cmd), "'%s' restart '%s' >&2", ctl, data);
     if (system(cmd) != 0)
         die("could not restart PostgreSQL: %s", cmd);
@@ -937,13 +938,119 @@ bool th_has_error_field(const json_t *errors, const char *field)
     return false;
 }
 
+/* ---- one test per process ---- */
+
+#undef _tcase_add_test
+
+/* The tests OPSRUN_TEST_ONLY names that the suite added, and the test
+ * cases, with how many of their tests were added. */
+#define TH_MAX_TCASES 256
+static struct {
+    TCase *tc;
+    int added;
+} tcases[TH_MAX_TCASES];
+static size_t ntcases;
+static const char *selected[TH_MAX_TCASES];
+static size_t nselected;
+
+/* Whether list (comma-separated) holds name. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+void th_tcase_add_test(TCase *tc, const TTest *t, int sig, int exit_value, int start, int end)
+{
+    const char *only = getenv("OPSRUN_TEST_ONLY");
+    size_t i;
+
+    for (i = 0; i < ntcases && tcases[i].tc != tc; i++)
+        ;
+    if (i == ntcases && ntcases < TH_MAX_TCASES)
+        tcases[ntcases++].tc = tc;
+    if (only && *only) {
+        if (!listed(only, t->name))
+            return;
+        if (nselected < TH_MAX_TCASES)
+            selected[nselected++] = t->name;
+    }
+    if (i < ntcases)
+        tcases[i].added++;
+    _tcase_add_test(tc, t, sig, exit_value, start, end);
+}
+
+/* False (with a message) when OPSRUN_TEST_ONLY names a test the suite did
+ * not add: a test renamed or taken out, or one never added. */
+static bool all_selected_found(const char *only)
+{
+    bool ok = true;
+
+    for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        size_t n = strcspn(p, ","), i;
+        for (i = 0; i < nselected; i++)
+            if (strlen(selected[i]) == n && strncmp(selected[i], p, n) == 0)
+                break;
+        if (i == nselected) {
+            fprintf(stderr,
+                    "harness: this suite adds no test named \"%.*s\" (OPSRUN_TEST_ONLY; "
+                    "ctest names the tests after the START_TEST lines of the suite's file)\n",
+                    (int)n, p);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* With OPSRUN_TEST_CLUSTER=alone, the test needs a cluster to itself (it
+ * may stop or restart it): it gets the second cluster of scripts/test.sh,
+ * which one such test at a time uses. */
+static void use_cluster_alone(void)
+{
+    static const char *const vars[] = {"DATABASE_URL", "ADMIN_URL", "PGDATA"};
+    const char *cluster = getenv("OPSRUN_TEST_CLUSTER");
+
+    if (!cluster || strcmp(cluster, "alone") != 0)
+        return;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        char from[64], to[64];
+        const char *v;
+        snprintf(from, sizeof(from), "OPSRUN_TEST_ALONE_%s", vars[i]);
+        snprintf(to, sizeof(to), "OPSRUN_TEST_%s", vars[i]);
+        v = getenv(from);
+        if (!v || !*v) {
+            fprintf(stderr, "harness: %s is not set: run the tests through scripts/test.sh\n",
+                    from);
+            exit(1);
+        }
+        setenv(to, v, 1);
+    }
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);
+    const char *only = getenv("OPSRUN_TEST_ONLY");
     int failed;
 
+    use_cluster_alone();
+    if (only && *only) {
+        if (!all_selected_found(only)) {
+            srunner_free(sr);
+            return 1;
+        }
+        /* A test case left without a test is not run at all: not even its
+         * unchecked fixtures. */
+        for (size_t i = 0; i < ntcases; i++)
+            if (tcases[i].added == 0)
+                tcase_set_tags(tcases[i].tc, "th_not_selected");
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    srunner_run_all(sr, CK_NORMAL);
+    srunner_run_tagged(sr, NULL, NULL, NULL, "th_not_selected", CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     curl_global_cleanup();
