@@ -2,7 +2,8 @@
 # test.sh — installs what is missing, checks formatting and first lines,
 # builds with ASan+UBSan (build-asan/), starts two throwaway PostgreSQL
 # clusters, migrates a template database in each and runs every test through
-# ctest. Exits non-zero on any failure.
+# ctest, while it builds the Release tree (build-release/) in the background.
+# Exits non-zero on any failure.
 #
 #   scripts/test.sh [--tsan] [--lint] [extra ctest args...]
 #                                             e.g. scripts/test.sh -R unit_
@@ -210,6 +211,36 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Asan -DOPSRUN_TESTS=ON >/dev/null ||
 cmake --build "$BUILD" -j 2 || die "build failed"
 [[ -x "$BUILD/opsrun" ]] || die "build-asan/opsrun was not built"
 
+# The Release tree, the build type users get by default, tests included: it
+# builds with -O2, whose warnings -O1 does not give, so it must build here
+# too. Only built, not run: in the background at the lowest CPU priority
+# while the suites run (they leave the CPU idle most of the time), in a
+# process group of its own so that an early exit can stop it; waited for
+# before the summary.
+RELEASE="$ROOT/build-release"
+RELEASE_PID=""
+release_build_start() {
+    mkdir -p "$RELEASE"
+    # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
+    setsid nice -n 19 bash -c 'cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release \
+        -DOPSRUN_TESTS=ON >/dev/null && cmake --build "$2" -j 2' \
+        release-build "$ROOT" "$RELEASE" >"$RELEASE/test-build.log" 2>&1 &
+    RELEASE_PID=$!
+}
+release_build_wait() {
+    local t0=$SECONDS
+    if wait "$RELEASE_PID"; then
+        say "Release build (build-release/): OK (waited $((SECONDS - t0)) s for it)"
+    else
+        grep -E 'error|warning' "$RELEASE/test-build.log" | head -n 40 >&2 || true
+        say "Release build failed; its log: build-release/test-build.log"
+        failures+=("Release build")
+    fi
+    RELEASE_PID=""
+}
+say "building the Release tree into build-release/ in the background"
+release_build_start
+
 # ------------------------------------------------------------ lint
 lint_check() {
     local out="$TMP/clang-tidy.out" srcs
@@ -252,6 +283,7 @@ export OPSRUN_PG_OPTS="-c max_connections=600${OPSRUN_PG_OPTS:+ $OPSRUN_PG_OPTS}
 cleanup() {
     local rc=$? log dir
     trap - EXIT INT TERM
+    [[ -z "$RELEASE_PID" ]] || kill -- "-$RELEASE_PID" 2>/dev/null || true
     for dir in "$PGDATA_DIR" "$PGDATA_ALONE"; do
         if [[ "$rc" == 0 ]]; then
             bash "$PGCTL" destroy "$dir" >/dev/null 2>&1 ||
@@ -368,6 +400,7 @@ if ((TSAN)); then
     BUILD="$BUILD_ASAN"
 fi
 
+[[ -z "$RELEASE_PID" ]] || release_build_wait
 if ((total_passed + total_failed == 0)); then
     say "warning: no tests matched"
 fi
