@@ -3,7 +3,7 @@
 # builds with ASan+UBSan (build-asan/), starts two throwaway PostgreSQL
 # clusters, migrates a template database in each and runs every test through
 # ctest, while it builds the Release tree (build-release/) in the background.
-# Exits non-zero on any failure.
+# Prints the ten slowest tests. Exits non-zero on any failure.
 #
 #   scripts/test.sh [--tsan] [--lint] [extra ctest args...]
 #                                             e.g. scripts/test.sh -R unit_
@@ -378,6 +378,15 @@ run_ctest() {
     fi
 }
 
+# The ten slowest tests of this run's ctest outputs, with their seconds.
+slowest_tests() {
+    local outs=("$TMP"/ctest-*.out)
+    [[ -e "${outs[0]}" ]] || return 0
+    say "the ten slowest tests (seconds):"
+    sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9][0-9]*\.[0-9]*\) sec$/\2 \1/p' \
+        "${outs[@]}" | sort -rn | head -n 10 | awk '{ printf "    %7.2f  %s\n", $1, $2 }' >&2
+}
+
 EXTRA=("$@")
 t_ctest=$SECONDS
 run_ctest 2 -L '^unit$'
@@ -401,6 +410,7 @@ if ((TSAN)); then
 fi
 
 [[ -z "$RELEASE_PID" ]] || release_build_wait
+slowest_tests
 if ((total_passed + total_failed == 0)); then
     say "warning: no tests matched"
 fi
