@@ -43,6 +43,9 @@ function loadPlaywright() {
 }
 
 // The page both origins serve: the script runs in the page, against api.
+// The run lasts 2 s, so that its stream is open before it ends even when
+// the browser is slow (a stream opened on a finished run gets its snapshot
+// and ends, with no terminal event to follow).
 const PAGE = `<!doctype html><meta charset="utf-8"><title>cors</title>
 <script>
 window.tryApi = async (api, streamId) => {
@@ -51,7 +54,7 @@ window.tryApi = async (api, streamId) => {
     const r = await fetch(api + '/alerts', {
       method: 'POST',
       headers: {'Content-Type': 'application/json'},
-      body: JSON.stringify({alert_type: 'demo', data: {duration_ms: 300, steps: 3}}),
+      body: JSON.stringify({alert_type: 'demo', data: {duration_ms: 2000, steps: 3}}),
     });
     out.status = r.status;
     out.location = r.headers.get('Location');

@@ -19,10 +19,11 @@ import {
 
 const { check, failures } = checker();
 
-// A short heartbeat and orphan limit, so the new process rescues the run
-// the killed one held within seconds.
+// A short heartbeat, orphan limit and orphan scan, so the new process
+// rescues the run the killed one held within seconds.
 const CONFIG = {
-  queue: { progress_interval_ms: 0, heartbeat_interval_s: 1, orphan_after_s: 5, shutdown_grace_s: 1 },
+  queue: { progress_interval_ms: 0, heartbeat_interval_s: 1, orphan_after_s: 3,
+    orphan_scan_interval_s: 1, shutdown_grace_s: 1 },
 };
 
 const timeline = (page) => page.$$eval('#d-events li', (li) => li.map((x) => Number(x.dataset.eventId)));

@@ -828,7 +828,7 @@ START_TEST(test_db_down)
     struct th_proc p;
     struct th_resp r;
     char a[3][2048], alerts[16384], body[20480];
-    char *ids[2];
+    char *ids[2] = {NULL, NULL};
     long long until;
     bool accepted = false;
 

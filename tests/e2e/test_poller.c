@@ -500,16 +500,23 @@ START_TEST(poll_in_the_run_object)
 }
 END_TEST
 
+/* Checks every 1.5 s after the run began waiting; 50 checks or 5 s. */
+static const char *const WAIT5_POLL =
+    "{\"initial_delay_ms\": 1500, \"multiplier\": 1, \"max_delay_ms\": 60000, \"jitter_pct\": 0,"
+    " \"max_checks\": 50, \"max_duration_s\": 5, \"check_timeout_s\": 1}";
+
 /* The poller enforces the budget stored on the run, not the configuration
- * (which says 50 checks and 10 s here); a run with none stored (it began
- * waiting before migration 010) gets the configuration's. */
+ * (which says 50 checks and 5 s here): rb-1, allowed 1 check, ends at its
+ * second claim (3 s), well before the 5 s; a run with none stored (it began
+ * waiting before migration 010) gets the configuration's, and rb-2 ends
+ * after 5 s, not after 50 checks. */
 START_TEST(budget_from_the_run)
 {
     struct th_proc p;
     json_t *run;
     char *a, *b;
 
-    start(&p, "e2e_poll_row_budget", WAIT10_POLL, NULL);
+    start(&p, "e2e_poll_row_budget", WAIT5_POLL, NULL);
     a = submit(&p, "rb-1", "forever");
     b = submit(&p, "rb-2", "forever");
     ck_assert(th_wait_status(&p, a, "waiting", 5000));
@@ -530,7 +537,7 @@ START_TEST(budget_from_the_run)
     json_decref(run);
     run = th_wait_done(&p, b, 30);
     ck_assert_str_eq(th_js(run, "outcome"), "timed_out");
-    ck_assert_msg(strstr(err_msg(run), "(poll.max_duration_s 10)"), "%s", err_msg(run));
+    ck_assert_msg(strstr(err_msg(run), "(poll.max_duration_s 5)"), "%s", err_msg(run));
     json_decref(run);
     free(a);
     free(b);
@@ -1065,18 +1072,23 @@ static void demo_latency(const char *tag, int n, double *p50, double *p99)
     PQclear(r);
 }
 
+/* n demo runs d-<tag>-0..n-1 one after another, each submitted 20 ms after
+ * the one before succeeded (a long-poll answers the moment it does). */
 static void run_demos(const struct th_proc *p, const char *tag, int n)
 {
     for (int i = 0; i < n; i++) {
-        char body[160], *id, *o;
+        char body[160], path[128], *id;
+        struct th_resp r;
         snprintf(body, sizeof(body),
                  "{\"alert_type\":\"demo\",\"run_id\":\"d-%s-%d\",\"data\":{\"duration_ms\":0,"
                  "\"steps\":0}}",
                  tag, i);
         id = th_submit(p, body, 202);
-        o = th_wait_run(p->url, id, 30);
-        ck_assert_msg(o && strcmp(o, "succeeded") == 0, "demo run %s: %s", id, o ? o : "timeout");
-        free(o);
+        snprintf(path, sizeof(path), "/runs/%s?wait=20", id);
+        th_get(p->url, path, &r);
+        ck_assert_msg(r.status == 200 && th_streq(th_js(r.json, "outcome"), "succeeded"),
+                      "demo run %s: HTTP %ld, %s", id, r.status, r.body);
+        th_resp_free(&r);
         free(id);
         th_sleep_ms(20);
     }

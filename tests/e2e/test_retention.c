@@ -12,14 +12,14 @@ START_TEST(retention_catches_up)
 {
     char *conninfo = th_db_create("e2e_retention");
     char *cfg = th_config_file("e2e_retention",
-                               "{\"queue\": {\"retention_s\": 60, \"retention_batch\": 10}}");
+                               "{\"queue\": {\"retention_s\": 60, \"retention_batch\": 25}}");
     const char *args[] = {"--config", cfg, NULL};
     PGconn *c = th_pg(conninfo);
     long long left = -1, t0;
     struct th_proc p;
 
-    /* A pass deletes at most 20 statements of 10 runs: 200. EXPIRED runs
-     * take 15 passes; at one a minute that would be a quarter of an hour. */
+    /* A pass deletes at most 20 statements of 25 runs: 500. EXPIRED runs
+     * take 6 passes; at one a minute that would be 6 minutes. */
     PQclear(th_sql(c,
                    "INSERT INTO runs (tenant, id, type, status, outcome, max_attempts, timeout_s, "
                    "input, identity_hash, request_hash, created_at, completed_at) "

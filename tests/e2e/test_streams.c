@@ -725,7 +725,11 @@ START_TEST(long_polls)
         pa[i] = (struct poll_arg){.url = url};
         ck_assert_int_eq(pthread_create(&th[i], NULL, long_poll, &pa[i]), 0);
     }
-    th_sleep_ms(500);
+    /* Until every poll is parked (lp-2, a 6 s run, has seconds to go): on
+     * a loaded machine 64 threads take more than the 500 ms this waited. */
+    for (long long until = th_now_ms() + 4000;
+         stream_stat(&p, "long_polls") < N && th_now_ms() < until; th_sleep_ms(50))
+        ;
     for (int i = 0; i < 5; i++) { /* the HTTP threads are free: 2 of them, 64 polls parked */
         t0 = th_now_ms();
         th_get(p.url, "/livez", &r);

@@ -559,7 +559,7 @@ static void *claimer_main(void *arg)
 
             if (runs[i]->attempt != 1)
                 w->bad_attempt++;
-            th_sleep_ms(1 + (long)rand_below(5));
+            th_sleep_ms(10 + (long)rand_below(10));
             if (w->st == ST_OK) {
                 w->st = store_runs_finish(db, &f, &res, &err);
                 if (w->st != ST_OK)

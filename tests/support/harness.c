@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -143,6 +144,44 @@ char *th_sql_str(PGconn *c, const char *fmt, ...)
     return v;
 }
 
+/* Under scripts/test.sh, records that this test (OPSRUN_TEST_NAME) creates
+ * database `name`, in a file of that name under OPSRUN_TEST_DBNAMES (one
+ * directory per test run) made with link(2), which fails when the file
+ * exists: the first test to create a name owns it; any other that creates
+ * it fails, whether or not the two happen to run at the same moment this
+ * time. */
+static void claim_db_name(const char *name)
+{
+    const char *dir = getenv("OPSRUN_TEST_DBNAMES"), *me = getenv("OPSRUN_TEST_NAME");
+    char path[1024], tmp[1100], owner[256] = "";
+    int fd;
+    ssize_t n;
+
+    if (!dir || !*dir || !me || !*me)
+        return;
+    mkdir(dir, 0777);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.%d", dir, name, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, me, strlen(me)) != (ssize_t)strlen(me))
+        die("could not write %s: %s", tmp, strerror(errno));
+    close(fd);
+    if (link(tmp, path) != 0 && errno != EEXIST)
+        die("could not claim the database name in %s: %s", path, strerror(errno));
+    unlink(tmp);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    n = fd < 0 ? -1 : read(fd, owner, sizeof(owner) - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n < 0)
+        die("could not read %s: %s", path, strerror(errno));
+    owner[n] = '\0';
+    if (strcmp(owner, me) != 0)
+        die("database \"%s\" is created by the test %s and by this one, %s: tests run at "
+            "the same time, so one would drop the other's database; give one another name",
+            name, owner, me);
+}
+
 char *th_db_create(const char *name)
 {
     char *admin = th_conninfo("postgres");
@@ -150,6 +189,8 @@ char *th_db_create(const char *name)
     char *tmpl_err = NULL;
     PQconninfoOption *opts = PQconninfoParse(template_url(), &tmpl_err);
     char tmpl[256] = "opsrun_template";
+
+    claim_db_name(name);
 
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
         if (strcmp(o->keyword, "dbname") == 0 && o->val)
@@ -169,18 +210,67 @@ static void kill_all(void)
             kill(procs[i], SIGKILL);
 }
 
+/* th_free_port's ports: below the kernel's ephemeral range (32768-60999
+ * by default, /proc/sys/net/ipv4/ip_local_port_range), which it numbers
+ * client sockets and sockets bound to port 0 from. A port of the kernel's
+ * choosing, released and used a moment later, may be taken in between by
+ * another process's connection or server; one of this range is only ever
+ * handed out under its lock. */
+#define TH_PORT_FIRST 20000
+#define TH_PORT_COUNT 12000
+#define TH_PORT_LOCKS "/tmp/opsrun-tests/ports"
+
+/* Whether nothing is bound to port on any address (no SO_REUSEADDR: a port
+ * with connections of an earlier server still closing is passed over). */
+static bool port_unbound(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Takes the lock of port: a descriptor to keep open for as long as the
+ * port is in use (until this process exits), or -1 when another process
+ * holds it. */
+static int port_lock(int port)
+{
+    char path[128];
+    int fd;
+
+    snprintf(path, sizeof(path), TH_PORT_LOCKS "/%d", port);
+    fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        die("could not open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    close(fd);
+    return -1;
+}
+
 int th_free_port(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    static unsigned seed;
 
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        die("could not find a free port: %s", strerror(errno));
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)th_now_ms();
+    mkdir("/tmp/opsrun-tests", 0777);
+    mkdir(TH_PORT_LOCKS, 0777);
+    chmod(TH_PORT_LOCKS, 0777); /* every user's tests share it */
+    for (int tries = 0; tries < 1000; tries++) {
+        int port = TH_PORT_FIRST + (int)(rand_r(&seed) % TH_PORT_COUNT);
+        int fd = port_lock(port);
+        if (fd >= 0 && port_unbound(port))
+            return port; /* fd stays open: the lock is this process's */
+        if (fd >= 0)
+            close(fd);
+    }
+    die("could not find a free port in %d-%d", TH_PORT_FIRST, TH_PORT_FIRST + TH_PORT_COUNT - 1);
 }
 
 void th_start(struct th_proc *p, const char *conninfo, const char *const *args,
@@ -651,7 +741,8 @@ void th_pg_restart(void)
     char cmd[1024];
 
     if (!ctl || !data)
-        die("OPSRUN_TEST_PGCTL and OPSRUN_TEST_PGDATA must be set to restart PostgreSQL");
+        die("this test restarts PostgreSQL, and only the tests named in OPSRUN_TESTS_ALONE in "
+            "tests/CMakeLists.txt may (each runs alone on a cluster of its own): add it there");
     snprintf(cmd, sizeof(cmd), "'%s' restart '%s' >&2", ctl, data);
     if (system(cmd) != 0)
         die("could not restart PostgreSQL: %s", cmd);
@@ -847,13 +938,119 @@ bool th_has_error_field(const json_t *errors, const char *field)
     return false;
 }
 
+/* ---- one test per process ---- */
+
+#undef _tcase_add_test
+
+/* The tests OPSRUN_TEST_ONLY names that the suite added, and the test
+ * cases, with how many of their tests were added. */
+#define TH_MAX_TCASES 256
+static struct {
+    TCase *tc;
+    int added;
+} tcases[TH_MAX_TCASES];
+static size_t ntcases;
+static const char *selected[TH_MAX_TCASES];
+static size_t nselected;
+
+/* Whether list (comma-separated) holds name. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+void th_tcase_add_test(TCase *tc, const TTest *t, int sig, int exit_value, int start, int end)
+{
+    const char *only = getenv("OPSRUN_TEST_ONLY");
+    size_t i;
+
+    for (i = 0; i < ntcases && tcases[i].tc != tc; i++)
+        ;
+    if (i == ntcases && ntcases < TH_MAX_TCASES)
+        tcases[ntcases++].tc = tc;
+    if (only && *only) {
+        if (!listed(only, t->name))
+            return;
+        if (nselected < TH_MAX_TCASES)
+            selected[nselected++] = t->name;
+    }
+    if (i < ntcases)
+        tcases[i].added++;
+    _tcase_add_test(tc, t, sig, exit_value, start, end);
+}
+
+/* False (with a message) when OPSRUN_TEST_ONLY names a test the suite did
+ * not add: a test renamed or taken out, or one never added. */
+static bool all_selected_found(const char *only)
+{
+    bool ok = true;
+
+    for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        size_t n = strcspn(p, ","), i;
+        for (i = 0; i < nselected; i++)
+            if (strlen(selected[i]) == n && strncmp(selected[i], p, n) == 0)
+                break;
+        if (i == nselected) {
+            fprintf(stderr,
+                    "harness: this suite adds no test named \"%.*s\" (OPSRUN_TEST_ONLY; "
+                    "ctest names the tests after the START_TEST lines of the suite's file)\n",
+                    (int)n, p);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* With OPSRUN_TEST_CLUSTER=alone, the test needs a cluster to itself (it
+ * may stop or restart it): it gets the second cluster of scripts/test.sh,
+ * which one such test at a time uses. */
+static void use_cluster_alone(void)
+{
+    static const char *const vars[] = {"DATABASE_URL", "ADMIN_URL", "PGDATA"};
+    const char *cluster = getenv("OPSRUN_TEST_CLUSTER");
+
+    if (!cluster || strcmp(cluster, "alone") != 0)
+        return;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        char from[64], to[64];
+        const char *v;
+        snprintf(from, sizeof(from), "OPSRUN_TEST_ALONE_%s", vars[i]);
+        snprintf(to, sizeof(to), "OPSRUN_TEST_%s", vars[i]);
+        v = getenv(from);
+        if (!v || !*v) {
+            fprintf(stderr, "harness: %s is not set: run the tests through scripts/test.sh\n",
+                    from);
+            exit(1);
+        }
+        setenv(to, v, 1);
+    }
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);
+    const char *only = getenv("OPSRUN_TEST_ONLY");
     int failed;
 
+    use_cluster_alone();
+    if (only && *only) {
+        if (!all_selected_found(only)) {
+            srunner_free(sr);
+            return 1;
+        }
+        /* A test case left without a test is not run at all: not even its
+         * unchecked fixtures. */
+        for (size_t i = 0; i < ntcases; i++)
+            if (tcases[i].added == 0)
+                tcase_set_tags(tcases[i].tc, "th_not_selected");
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    srunner_run_all(sr, CK_NORMAL);
+    srunner_run_tagged(sr, NULL, NULL, NULL, "th_not_selected", CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     curl_global_cleanup();

@@ -1,10 +1,18 @@
 /* tests/support/harness.h — what integration and end-to-end suites share:
- * a fresh database per suite cloned from the migrated template
+ * a fresh database per test cloned from the migrated template
  * (OPSRUN_TEST_DATABASE_URL, set by scripts/test.sh), the real binary
  * started on a free loopback port (OPSRUN_BIN), an HTTP client (libcurl),
  * SQL for assertions, and PostgreSQL restarts (OPSRUN_TEST_PGCTL restart
  * OPSRUN_TEST_PGDATA). Failures abort the test with a message; processes
- * are killed at exit. Logs of started binaries stay in /tmp/opsrun-tests. */
+ * are killed at exit. Logs of started binaries stay in /tmp/opsrun-tests.
+ *
+ * ctest runs every test of these suites as a process of its own, side by
+ * side with the others (tests/CMakeLists.txt): the environment names the
+ * test (OPSRUN_TEST_ONLY, OPSRUN_TEST_NAME), and the few tests that need a
+ * cluster to themselves (they stop or restart it) get the second one
+ * (OPSRUN_TEST_CLUSTER). So that tests running at once never meet, database
+ * names are claimed per test (th_db_create) and ports per process
+ * (th_free_port). */
 #ifndef OPSRUN_TEST_HARNESS_H
 #define OPSRUN_TEST_HARNESS_H
 
@@ -17,7 +25,9 @@
 
 /* Creates (or recreates) database `name` from the template; returns its
  * conninfo (static storage per call site is not assumed: heap, never freed
- * before exit). */
+ * before exit). Under scripts/test.sh (OPSRUN_TEST_DBNAMES set), the first
+ * test to create a name owns it for the whole run: another test that
+ * creates it, and so might drop it under the first, fails. */
 char *th_db_create(const char *name);
 /* Same server as the template, another database: a conninfo string. */
 char *th_conninfo(const char *dbname);
@@ -50,7 +60,9 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
  * timeout_s; its standard output and error in *out and *err (heap, may be
  * NULL). Returns the exit status, or -1 when it had to be killed. */
 int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err);
-/* A loopback port nothing listens on now. */
+/* A port nothing listens on now, and that no other test process (of any
+ * checkout) is handed while this process lives: below the kernel's range of
+ * ephemeral ports, reserved by a lock in /tmp/opsrun-tests/ports. */
 int th_free_port(void);
 /* Starts `opsrun serve` again on the port p had (p stopped with th_stop),
  * as th_start does: what a client of the old process sees when it comes
@@ -99,6 +111,9 @@ void th_get(const char *base, const char *path, struct th_resp *r);
  * final outcome (heap) or NULL on timeout. */
 char *th_wait_run(const char *base, const char *run_id, int timeout_s);
 
+/* Restarts the cluster of OPSRUN_TEST_PGDATA, which only the tests that
+ * tests/CMakeLists.txt runs alone on a cluster of their own have: any
+ * other aborts, naming that list. */
 void th_pg_restart(void);
 void th_sleep_ms(long ms);
 long long th_now_ms(void);
@@ -146,7 +161,17 @@ void th_check_problem(const struct th_resp *r, long want, const char *what);
 /* Whether errors (an array) holds {"field": field, "message": string}. */
 bool th_has_error_field(const json_t *errors, const char *field);
 
-/* Runs a Check suite (CK_NOFORK off by default); returns exit code. */
+/* Runs a Check suite (CK_NOFORK off by default); returns exit code. With
+ * OPSRUN_TEST_ONLY (test names, comma-separated) it runs only those tests
+ * (the suite adds no other, see below) and fails when one is not in the
+ * suite. With OPSRUN_TEST_CLUSTER=alone it first points the suite at the
+ * cluster it has to itself (OPSRUN_TEST_ALONE_DATABASE_URL, _ADMIN_URL and
+ * _PGDATA become OPSRUN_TEST_DATABASE_URL, _ADMIN_URL and _PGDATA). */
 int th_run_suite(Suite *s);
+
+/* Every tcase_add_test (and its variants) of a suite comes here: with
+ * OPSRUN_TEST_ONLY set, a test it does not name is left out. */
+void th_tcase_add_test(TCase *tc, const TTest *t, int sig, int exit_value, int start, int end);
+#define _tcase_add_test th_tcase_add_test
 
 #endif

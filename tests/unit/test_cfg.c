@@ -140,11 +140,41 @@ START_TEST(test_defaults)
 }
 END_TEST
 
+/* Whether every byte of cfg is zero: cfg_cleanup leaves no field set. */
+static bool cfg_is_zero(const struct config *c)
+{
+    static const struct config zero;
+
+    return memcmp(c, &zero, sizeof(zero)) == 0;
+}
+
+/* cfg_cleanup frees everything a configuration owns (strings, run types,
+ * routes, tokens, origins: a leak fails the test under LeakSanitizer) and
+ * resets every field, so that a second cleanup frees nothing twice (a
+ * double free or a use after free fails it under AddressSanitizer) and
+ * finds nothing to free: the struct is all zeros after each call. */
 START_TEST(test_cleanup_twice)
 {
+    ck_load_ok("{\"listen\": \"0.0.0.0:9090\", \"database_url\": \"postgresql://db/opsrun\","
+               " \"http\": {\"cors_origins\": [\"https://ops.example.com\"]},"
+               " \"auth\": {\"tokens\": [{\"name\": \"ci\", \"tenant\": \"acme\","
+               "  \"scopes\": [\"read\"], \"sha256\": "
+               "  \"0000000000000000000000000000000000000000000000000000000000000001\"}]},"
+               " \"run_types\": {\"restart\": {\"action\": \"simulate\"}},"
+               " \"routes\": [{\"match\": {\"alertname\": \"X\"}, \"run_type\": \"restart\"}]}");
+    ck_assert_ptr_nonnull(cfg.listen);
+    ck_assert_ptr_nonnull(cfg.database_url);
+    ck_assert_uint_eq(cfg.http.ncors_origins, 1);
+    ck_assert_uint_eq(cfg.auth.ntokens, 1);
+    ck_assert_uint_eq(cfg.nrun_types, 2);
+    ck_assert_uint_eq(cfg.nroutes, 1);
+    ck_assert(!cfg_is_zero(&cfg));
+
     cfg_cleanup(&cfg);
+    ck_assert_msg(cfg_is_zero(&cfg), "cfg_cleanup left a field set");
     cfg_cleanup(&cfg);
-    cfg_init(&cfg, &action_registry);
+    ck_assert_msg(cfg_is_zero(&cfg), "a second cfg_cleanup changed the configuration");
+    cfg_init(&cfg, &action_registry); /* for teardown */
 }
 END_TEST
 
