@@ -57,7 +57,7 @@ static size_t complete_drop_lost(struct engine *e, struct completion *c, size_t 
             c[kept++] = c[i];
             continue;
         }
-        engine_log_lost(c[i].run, c[i].started_ms);
+        engine_log_lost(c[i].run, c[i].started_ms, "completer");
         completion_cleanup(&c[i]);
         lost++;
     }

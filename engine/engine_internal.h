@@ -209,7 +209,7 @@ void engine_log_finished(const struct run *run, enum run_outcome outcome, const 
 /* The line of an attempt that ends without a write because its lease ran
  * out (another replica may be rescuing the run); started_ms is when the
  * attempt was taken (monotonic). */
-void engine_log_lost(const struct run *run, int64_t started_ms);
+void engine_log_lost(const struct run *run, int64_t started_ms, const char *by);
 /* The "code" of a run's error object; NULL when error or its code is
  * missing. Borrowed from error. */
 const char *engine_error_code(const json_t *error);

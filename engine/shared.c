@@ -28,8 +28,8 @@ void engine_log_finished(const struct run *run, enum run_outcome outcome, const 
         run_outcome_name(outcome), has_code ? " error=" : "", has_code ? code : "", extra);
 }
 
-void engine_log_lost(const struct run *run, int64_t started_ms)
+void engine_log_lost(const struct run *run, int64_t started_ms, const char *by)
 {
-    LOG(LOG_WARN, "not settling run=%s attempt=%d duration_ms=%lld: this worker lost it", run->id,
-        run->attempt, (long long)(clock_mono_ms() - started_ms));
+    LOG(LOG_WARN, "not settling run=%s attempt=%d duration_ms=%lld by=%s: this worker lost it",
+        run->id, run->attempt, (long long)(clock_mono_ms() - started_ms), by);
 }

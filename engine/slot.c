@@ -336,7 +336,7 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
         struct db *db = NULL;
         if (slot_lost(s)) {
             st = ST_LOST;
-            engine_log_lost(s->run, s->started_ms);
+            engine_log_lost(s->run, s->started_ms, "worker");
             break;
         }
         st = db_pool_get(e->pool, &db, &err);

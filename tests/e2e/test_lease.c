@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The duration_ms of the "not settling run=<id> attempt=<n>" log line (an
- * attempt that lost its lease writes nothing), or -1 when there is none
- * yet. */
+/* The duration_ms of the worker's "not settling run=<id> attempt=<n> ...
+ * by=worker" log line (an attempt that lost its lease writes nothing), or
+ * -1 when there is none yet. The completer writes the same line with
+ * by=completer for a finished run it could not write in time. */
 static long finished_after_ms(const char *log, const char *id, int attempt)
 {
     char want[200], line[1024];
@@ -23,7 +24,7 @@ static long finished_after_ms(const char *log, const char *id, int attempt)
     snprintf(want, sizeof(want), "not settling run=%s attempt=%d ", id, attempt);
     while (f && fgets(line, sizeof(line), f)) {
         const char *d = strstr(line, "duration_ms=");
-        if (strstr(line, want) && d)
+        if (strstr(line, want) && strstr(line, " by=worker:") && d)
             ms = atol(d + 12);
     }
     if (f)
@@ -63,6 +64,11 @@ START_TEST(lease_stops_the_action_when_heartbeats_hang)
      * heartbeat: the 8 s action stopped long before its end. */
     ck_assert_msg(ms >= 0, "attempt 1 did not stop while the heartbeat hung (log %s)", p.log);
     ck_assert_msg(ms < 5000, "attempt 1 ran %ld ms, want it stopped by its lease", ms);
+    {
+        char line[1024];
+        ck_assert_msg(!th_log_find(p.log, "by=completer", line, sizeof(line)),
+                      "the completer gave up a run: %s", line);
+    }
 
     /* Nothing was written for attempt 1; the run is rescued and retried. */
     outcome = th_wait_run(p.url, id, 30);
