@@ -204,12 +204,19 @@ static void drain_wait(struct engine *e, int grace_s)
     pthread_mutex_unlock(&e->mu);
 }
 
-void engine_drain(struct engine *e, int grace_s)
+void engine_stop_claims(struct engine *e)
 {
     if (!e->started)
         return;
     scheduler_stop(e); /* no new runs from here on */
     dispatch_stop_claims(e);
+}
+
+void engine_drain(struct engine *e, int grace_s)
+{
+    if (!e->started)
+        return;
+    engine_stop_claims(e);
     poller_stop(e->poller); /* its checks are due again at once, for other replicas */
 
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);

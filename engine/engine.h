@@ -61,7 +61,13 @@ void engine_submitted(struct engine *e);
 /* Something changed a run's events outside the engine (cancel): ring the
  * events doorbell. */
 void engine_events_written(struct engine *e);
-/* Stops claiming, waits up to grace_s for running runs to finish (logging,
+/* Stops claiming runs, and the scheduler, now: the first step of a drain,
+ * which the process takes before it says it is draining, so that no run is
+ * claimed here after /readyz answered 503. It waits for a claim under way
+ * (one statement). Idempotent; from the thread that later calls
+ * engine_drain. */
+void engine_stop_claims(struct engine *e);
+/* Stops claiming (engine_stop_claims) and the poller, waits up to grace_s for running runs to finish (logging,
  * at once and every 5 s, the runs it waits for and the grace left), then
  * asks the rest to stop and hands them back to the queue; joins every
  * thread. */

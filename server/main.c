@@ -313,6 +313,9 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
         ;
     LOG(LOG_INFO, "received %s, draining (grace %d s; signal again to hand runs back now)",
         strsignal(sig), d.grace_s);
+    /* Claims stop before /readyz says 503: a client that saw the 503 and
+     * submitted elsewhere must not find its run claimed here. */
+    engine_stop_claims(engine);
     atomic_store(draining, true);
     if (pthread_create(&th, NULL, drain_main, &d) != 0)
         abort();
