@@ -24,8 +24,9 @@
 #include <string.h>
 #include <strings.h>
 
-/* A chunked body past the cap is read and dropped up to this many times the
- * cap so the client gets its 413; past that the connection is closed. */
+/* A body past the cap (chunked, or announced by Content-Length) is read
+ * and dropped up to this many times the cap so the client gets its 413;
+ * past that the connection is closed. */
 #define DISCARD_FACTOR 4
 
 struct req_ctx *http_request_new(struct http *h, struct MHD_Connection *c, struct http_conn *cn,
@@ -205,9 +206,18 @@ static bool request_check(struct req_ctx *rc)
     if (!rc->m.entry->json_body)
         return true;
     len = http_header(rc, "Content-Length");
-    if (len && strtoull(len, NULL, 10) > (unsigned long long)cfg->http.max_body_bytes)
-        return request_error(rc, ST_TOO_LARGE, "request body exceeds %lld bytes",
-                             (long long)cfg->http.max_body_bytes);
+    if (len && strtoull(len, NULL, 10) > (unsigned long long)cfg->http.max_body_bytes) {
+        /* Answered before the body arrives, the 413 is followed by a close
+         * with the body unread, and the client's reset can beat the answer
+         * to it. A body up to DISCARD_FACTOR times the cap is read and
+         * dropped instead, and answered 413 at its end; a larger one is
+         * answered now. */
+        if (strtoull(len, NULL, 10) / DISCARD_FACTOR > (unsigned long long)cfg->http.max_body_bytes)
+            return request_error(rc, ST_TOO_LARGE, "request body exceeds %lld bytes",
+                                 (long long)cfg->http.max_body_bytes);
+        rc->too_large = true;
+        return true;
+    }
     ct = http_header(rc, "Content-Type");
     if (!content_type_json(ct))
         return request_error(rc, ST_UNSUPPORTED,
