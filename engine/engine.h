@@ -67,10 +67,9 @@ void engine_events_written(struct engine *e);
  * (one statement). Idempotent; from the thread that later calls
  * engine_drain. */
 void engine_stop_claims(struct engine *e);
-/* Stops claiming (engine_stop_claims) and the poller, waits up to grace_s for running runs to finish (logging,
- * at once and every 5 s, the runs it waits for and the grace left), then
- * asks the rest to stop and hands them back to the queue; joins every
- * thread. */
+/* Stops claiming (engine_stop_claims) and the poller, waits up to grace_s for running runs to
+ * finish (logging, at once and every 5 s, the runs it waits for and the grace left), then asks the
+ * rest to stop and hands them back to the queue; joins every thread. */
 void engine_drain(struct engine *e, int grace_s);
 /* Ends a drain's grace period now (a second signal); any thread. */
 void engine_hurry(struct engine *e);
