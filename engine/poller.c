@@ -146,7 +146,7 @@ static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim
         int64_t next_ms = RATE_ERROR_WAIT_MS;
 
         for (size_t i = 0; i < *n; i++)
-            want += rate_limit_of(e, checks[i].run->type) == rl;
+            want += checks[i].run && rate_limit_of(e, checks[i].run->type) == rl;
         if (want == 0)
             continue;
         if (store_rate_take(db, rl, want, &taken, &next_ms, &err) != ST_OK)
@@ -156,8 +156,8 @@ static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim
             p->limit_until[l] = clock_mono_ms() + next_ms;
         for (size_t i = 0; i < *n && want > taken; i++) {
             struct poll_claim *c = &checks[i];
-            if (rate_limit_of(e, c->run->type) != rl || taken-- > 0)
-                continue;
+            if (!c->run || rate_limit_of(e, c->run->type) != rl || taken-- > 0)
+                continue; /* another limit's (given back, or kept), or kept */
             back[(*nback)++] = (struct again){xstrdup(c->run->tenant),
                                               xstrdup(c->run->id),
                                               xstrdup(c->owner),

@@ -96,6 +96,7 @@ static enum status schedules_read(const struct hctx *hc, const struct schedule *
 
 enum status handle_schedules_list(const struct hctx *hc, const struct request *rq, struct reply *rp)
 {
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     const struct schedule **list = xcalloc(hc->cfg->nschedules + 1, sizeof(*list));
     struct error err = {0};
     json_t *arr = NULL;
@@ -269,6 +270,7 @@ enum status handle_rate_limits_list(const struct hctx *hc, const struct request 
 static enum status put_next_fire(const struct hctx *hc, struct dynbuf *out)
 {
     const struct config *cfg = hc->cfg;
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     const struct schedule **list = xcalloc(cfg->nschedules + 1, sizeof(*list));
     struct error err = {0};
     json_t *arr = NULL;

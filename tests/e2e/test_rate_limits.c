@@ -105,7 +105,8 @@ END_TEST
 
 /* A rest_job type under 10 units a second: 10 runs, each a submit and 5
  * checks, are 60 units, so at least 5 s of windows; the checks that wait
- * are postponed, not failed, and every run succeeds. */
+ * are postponed, not failed, and every run succeeds. A second type under a
+ * limit of its own is claimed in the same claims and goes on. */
 START_TEST(checks_take_units)
 {
     int port = fake_jobs_start();
@@ -114,35 +115,46 @@ START_TEST(checks_take_units)
     struct th_proc p;
     long long t0, took, done;
 
+#define JOB_TYPE(name, limit)                                                                      \
+    " \"" name "\": {\"action\": \"rest_job\", \"rate_limit\": \"" limit "\","                     \
+    " \"poll\": {\"initial_delay_ms\": 50, \"multiplier\": 1, \"max_delay_ms\": 50,"               \
+    " \"jitter_pct\": 0},"                                                                         \
+    " \"params\": {"                                                                               \
+    "  \"submit\": {\"method\": \"POST\", \"url\": \"http://127.0.0.1:%d/jobs\","                  \
+    "   \"body\": {\"scenario\": \"done_after:5\", \"run\": \"{{run_id}}\"}},"                     \
+    "  \"id_pointer\": \"/id\","                                                                   \
+    "  \"status\": {\"url\": \"http://127.0.0.1:%d/jobs/{{external_id}}\"},"                       \
+    "  \"state_pointer\": \"/state\","                                                             \
+    "  \"state_map\": {\"RUNNING\": \"running\", \"DONE\": \"succeeded\"}}}"
+    /* "fast" under a limit of its own, far above its load: its checks go
+     * on beside the spent limit of "job", in the same claims. */
     snprintf(config, sizeof(config),
              "{\"poller\": {\"interval_ms\": 100},"
-             " \"rate_limits\": {\"api\": {\"limit\": 10, \"per_s\": 1}},"
-             " \"run_types\": {\"job\": {\"action\": \"rest_job\", \"rate_limit\": \"api\","
-             " \"poll\": {\"initial_delay_ms\": 50, \"multiplier\": 1, \"max_delay_ms\": 50,"
-             " \"jitter_pct\": 0},"
-             " \"params\": {"
-             "  \"submit\": {\"method\": \"POST\", \"url\": \"http://127.0.0.1:%d/jobs\","
-             "   \"body\": {\"scenario\": \"done_after:5\", \"run\": \"{{run_id}}\"}},"
-             "  \"id_pointer\": \"/id\","
-             "  \"status\": {\"url\": \"http://127.0.0.1:%d/jobs/{{external_id}}\"},"
-             "  \"state_pointer\": \"/state\","
-             "  \"state_map\": {\"RUNNING\": \"running\", \"DONE\": \"succeeded\"}}}}}",
-             port, port);
+             " \"rate_limits\": {\"api\": {\"limit\": 10, \"per_s\": 1},"
+             " \"other\": {\"limit\": 1000, \"per_s\": 1}},"
+             " \"run_types\": {" JOB_TYPE("job", "api") "," JOB_TYPE("fast", "other") "}}",
+             port, port, port, port);
     ci = th_db_create("e2e_rate_checks");
     path = th_config_file("e2e_rate_checks", config);
     args[1] = path;
     th_start(&p, ci, args, NULL);
     t0 = th_now_ms();
     submit_many(&p, "job", 10);
+    submit_many(&p, "fast", 10);
     do {
         th_sleep_ms(200);
-        done = sql_int(ci, "SELECT count(*) FROM runs WHERE status = 'completed'");
+        done = sql_int(ci, "SELECT count(*) FROM runs WHERE status = 'completed' AND type = 'job'");
     } while (done < 10 && th_now_ms() - t0 < 40000);
     took = th_now_ms() - t0;
     ck_assert_msg(done == 10, "%lld of 10 runs completed", done);
-    ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM runs WHERE outcome = 'succeeded'"), 10);
-    ck_assert_int_eq(fake_jobs_checks(), 50);
+    ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM runs WHERE outcome = 'succeeded'"), 20);
+    ck_assert_int_eq(fake_jobs_checks(), 100);
     ck_assert_msg(took >= 4500, "60 units at 10 a second took only %lld ms", took);
+    /* The other limit's runs were not held back by the spent one. */
+    ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM runs WHERE type = 'fast' AND completed_at "
+                                 "> (SELECT min(completed_at) FROM runs WHERE type = 'job') + "
+                                 "interval '3 s'"),
+                     0);
     /* A check that waited for its unit is not a failed check. */
     ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM run_events WHERE message LIKE '%failed%'"),
                      0);
