@@ -110,6 +110,34 @@ START_TEST(types_share_a_limit)
 }
 END_TEST
 
+/* A type's max_running cap still holds beside its limit: the claim takes
+ * the smaller, and units only for the runs it started. */
+START_TEST(cap_and_limit)
+{
+    static const int caps[1] = {2};
+    const struct rate_limit api = {"api", 5, 60000};
+    const char *types[] = {"L"};
+    const struct rate_limit *rates[] = {&api};
+    struct run **runs = NULL;
+    size_t n = 0;
+
+    open_test_db("it_rate_cap");
+    queue_runs("L", 10);
+    OK(store_runs_claim(g_db, "w1", 100, 1000, types, caps, rates, 1, &runs, &n, &g_err));
+    ck_assert_uint_eq(n, 2);
+    for (size_t i = 0; i < n; i++)
+        run_free(runs[i]);
+    free(runs);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT sum(units) FROM rate_limit_slices"), 2);
+    /* The cap is full: nothing more, and no unit taken. */
+    OK(store_runs_claim(g_db, "w1", 100, 1000, types, caps, rates, 1, &runs, &n, &g_err));
+    ck_assert_uint_eq(n, 0);
+    free(runs);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT sum(units) FROM rate_limit_slices"), 2);
+    close_test_db();
+}
+END_TEST
+
 START_TEST(take_and_status)
 {
     const struct rate_limit api = {"api", 3, 60000}, other = {"other", 10, 1000};
@@ -232,6 +260,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, claim_stops_at_the_limit);
     tcase_add_test(tc, types_share_a_limit);
+    tcase_add_test(tc, cap_and_limit);
     tcase_add_test(tc, take_and_status);
     tcase_add_test(tc, no_window_holds_more);
     suite_add_tcase(s, tc);

@@ -3,7 +3,7 @@
  * than the grace follow catch_up (skip drops them, one fires the latest,
  * all fires those within the window, oldest first), at most a pass's worth
  * fire at once, long outages are jumped or worked off in bounded passes,
- * and the slot's run id.
+ * the slot's run (id, jitter) and a trigger's.
  *
  * System headers come before the opsrun headers, ahead of common.h's poison
  * pragma. */
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/cron.h"
+#include "common/time_rfc3339.h"
 #include "common/tz.h"
 #include "engine/scheduler.h"
 
@@ -171,6 +172,44 @@ START_TEST(never_again)
 }
 END_TEST
 
+/* A slot's run: the slot's id, identity and initiator; with jitter_s, due
+ * at a random delay in [0, jitter_s) after the slot, the slot itself kept. */
+START_TEST(slot_runs)
+{
+    struct config cfg;
+    struct schedule s = sched("@every 10s", CATCH_UP_ONE, 3600);
+    struct schedule_run r;
+    int64_t at, min = INT64_MAX, max = 0;
+
+    cfg_init(&cfg, NULL);
+    s.run_type = "demo";
+    s.jitter_s = 5;
+    for (int i = 0; i < 200; i++) {
+        schedule_run_init(&cfg, &s, T0, NULL, NULL, &r);
+        ck_assert(time_parse_rfc3339(r.rn.run_at, &at));
+        if (at < min)
+            min = at;
+        if (at > max)
+            max = at;
+    }
+    ck_assert_str_eq(r.id, "s-20261118T110640Z");
+    ck_assert_str_eq(r.rn.schedule_slot, "2026-11-18T11:06:40.000000Z");
+    ck_assert_str_eq(r.rn.initiator, "schedule:s");
+    ck_assert_str_eq(r.rn.tenant, "default");
+    ck_assert(min >= (int64_t)T0 * 1000000 && max < (int64_t)(T0 + 5) * 1000000);
+    ck_assert_msg(max - min > 3000000, "200 draws spread over only %lld us",
+                  (long long)(max - min));
+    /* A trigger: its own id and initiator, due now, no slot. */
+    schedule_run_init(&cfg, &s, -1, "01TRIGGER", "ops", &r);
+    ck_assert_str_eq(r.rn.id, "01TRIGGER");
+    ck_assert_str_eq(r.rn.initiator, "ops");
+    ck_assert_ptr_null(r.rn.run_at);
+    ck_assert_ptr_null(r.rn.schedule_slot);
+    ck_assert_str_eq(r.rn.schedule_name, "s");
+    cfg_cleanup(&cfg);
+}
+END_TEST
+
 START_TEST(run_ids)
 {
     char id[96];
@@ -195,6 +234,7 @@ int main(void)
     tcase_add_test(t, catch_up_all);
     tcase_add_test(t, long_outage);
     tcase_add_test(t, never_again);
+    tcase_add_test(t, slot_runs);
     tcase_add_test(t, run_ids);
     suite_add_tcase(s, t);
     r = srunner_create(s);
