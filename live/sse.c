@@ -160,13 +160,15 @@ static enum status open_run(struct sse_stream *s, struct db *db, const struct ss
     if (st != ST_OK)
         return st;
     /* At or past the terminal event: the client has everything (and an id
-     * past it is not one of the run's, so it would get the snapshot). */
-    s->finished = snap.terminal && rq->has_last_id && rq->last_id >= snap.last_id;
+     * past it is not one of the run's, so it would get the snapshot). The
+     * notifications and follow-ups the end set off come after it, and are
+     * not part of the run's stream. */
+    s->finished = snap.terminal && rq->has_last_id && rq->last_id >= snap.terminal_id;
     if (snap.probe_found) {
         hub_sub_skip_upto(s->sub, rq->last_id);
         s->cursor = rq->last_id;
         s->phase = PH_REPLAY;
-        if (snap.terminal && rq->last_id >= snap.last_id)
+        if (snap.terminal && rq->last_id >= snap.terminal_id)
             hub_sub_mark_ended(s->sub), s->phase = PH_LIVE; /* it has everything */
     } else {
         out_frame(s, snap.last_id, "snapshot", snap.run_json);

@@ -52,9 +52,10 @@ static const struct stmt S_BATCH = {
     "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
     "schedule_slot timestamptz)), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot) SELECT tenant, "
-    "id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, identity_hash, "
-    "request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot FROM i "
+    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, reacts) SELECT "
+    "tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, "
+    "identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot, "
+    "" REACTS_OF("i.type") " FROM i "
     "ORDER BY tenant, identity_hash, ord "
     "ON CONFLICT DO NOTHING RETURNING r.*), " EVENT_FROM_UPD(
         "'status'",

@@ -19,8 +19,9 @@
 static const struct stmt S_RESUBMIT = {
     "runs_resubmit",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, retry_of, initiator) SELECT o.tenant, $3::text, o.type, "
-    "o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6 "
+    "input, identity_hash, request_hash, retry_of, initiator, reacts) SELECT o.tenant, $3::text, "
+    "o.type, o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6, "
+    "" REACTS_OF("o.type") " "
     "FROM runs o WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING " RUN_RET
     ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
 /* The active run that holds the identity of `of`. */
