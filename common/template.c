@@ -103,7 +103,7 @@ enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, 
         }
         if (json_is_string(v))
             ok = ok && dynbuf_add(&b, json_string_value(v), json_string_length(v)) == ST_OK;
-        else if (v && (text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY)) != NULL)
+        else if (v && (text = json_dumps(v, JSON_ENCODE_ANY)) != NULL)
             ok = ok && dynbuf_add(&b, text, strlen(text)) == ST_OK;
         free(text);
     }

@@ -125,7 +125,7 @@ START_TEST(templates_expanded)
     free(s);
     s = expand("n={{run:/input/n}} tags={{run:/input/tags}} t1={{run:/input/tags/1}}", false,
                ST_OK);
-    ck_assert_str_eq(s, "n=3 tags=[\"a\",\"b\"] t1=b");
+    ck_assert_str_eq(s, "n=3 tags=[\"a\", \"b\"] t1=b");
     free(s);
     ck_assert_ptr_null(expand("x {{run:/result/nope}}", false, ST_NOT_FOUND));
     s = expand("x[{{run:/result/nope}}]", true, ST_OK);
