@@ -5,10 +5,9 @@
  * A string that is one placeholder and nothing else stands for the value
  * at its pointer (an object stays an object); anywhere else a placeholder
  * is spliced in as text: a string as it is, any other value as JSON (", "
- * and ": " between items, as PostgreSQL prints jsonb). A follow-up's data is expanded in SQL, in the transaction that ends
- * the run (opsrun_expand in migrations/017): these are the same rules, for
- * the checks at load and the Slack text, and tests hold the two to each
- * other.
+ * and ": " between items, as PostgreSQL prints jsonb). A follow-up's data is expanded in SQL, in
+ * the transaction that ends the run (opsrun_expand in migrations/017): these are the same rules,
+ * for the checks at load and the Slack text, and tests hold the two to each other.
  *
  * Thread-safe; no state. */
 #ifndef OPSRUN_TEMPLATE_H

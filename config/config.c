@@ -163,9 +163,8 @@ static void suggest_one(struct suggest *s, const char *parent, const char *key)
 static void unknown_key(const char *parent, const char *key, const char *path,
                         struct cfg_errors *errs)
 {
-    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types",
-                                       "routes",      "schedules",         "rate_limits",
-                                       "notifiers"};
+    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types", "routes",
+                                       "schedules",   "rate_limits",       "notifiers"};
     struct suggest s;
 
     suggest_init(&s, key);

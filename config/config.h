@@ -106,8 +106,8 @@ struct notifier {
     enum notifier_kind kind;
     bool has_kind;
     char *url_template, *url;
-    json_t *headers;       /* {"Name": "template"} as the file has it; NULL = none */
-    json_t *header_values; /* the same, expanded */
+    json_t *headers;                /* {"Name": "template"} as the file has it; NULL = none */
+    json_t *header_values;          /* the same, expanded */
     char *secret_template, *secret; /* webhook: "{{env:NAME}}" and its value; NULL = none */
     char *text;                     /* slack: {{run:/pointer}} template; NULL = the default */
     json_t *labels;                 /* alertmanager: more labels; NULL = none */

@@ -34,15 +34,15 @@ static const struct opt nt_opts[] = {
 static const char *const kind_names[] = {"webhook", "slack", "alertmanager"};
 
 /* The transitions "notify" may name; "then" takes only the outcomes and "*". */
-static const char *const notify_events[] = {"started",   "retrying",  "approval_requested",
-                                            "succeeded", "partially_succeeded", "failed",
-                                            "cancelled", "timed_out", "*"};
+static const char *const notify_events[] = {
+    "started", "retrying",  "approval_requested", "succeeded", "partially_succeeded",
+    "failed",  "cancelled", "timed_out",          "*"};
 #define FIRST_OUTCOME 3
 
 /* Headers opsrun writes itself. */
-static const char *const reserved_headers[] = {"Content-Type",  "Content-Length",
-                                               "Host",          "Opsrun-Event",
-                                               "Opsrun-Delivery", "Opsrun-Signature"};
+static const char *const reserved_headers[] = {
+    "Content-Type", "Content-Length",  "Host",
+    "Opsrun-Event", "Opsrun-Delivery", "Opsrun-Signature"};
 /* Labels the alertmanager notifier writes itself. */
 static const char *const reserved_labels[] = {"alertname", "run_type", "run_id", "tenant"};
 
@@ -131,8 +131,7 @@ const struct notifier *cfg_notifier(const struct config *cfg, const char *name)
     return name ? nt_find(cfg, name) : NULL;
 }
 
-static enum status nt_kind(struct notifier *n, const json_t *v, const char *path,
-                           struct error *err)
+static enum status nt_kind(struct notifier *n, const json_t *v, const char *path, struct error *err)
 {
     for (size_t i = 0; json_is_string(v) && i < ARRAY_LEN(kind_names); i++) {
         if (strcmp(json_string_value(v), kind_names[i]) == 0) {
@@ -159,8 +158,7 @@ static bool http_url_ok(const char *url)
 enum status check_http_url(const char *label, const char *value, struct error *err)
 {
     if (!http_url_ok(value))
-        return error_set(err, ST_INVALID, "invalid %s: expected an http:// or https:// URL",
-                         label);
+        return error_set(err, ST_INVALID, "invalid %s: expected an http:// or https:// URL", label);
     return ST_OK;
 }
 
@@ -222,8 +220,10 @@ static enum status nt_headers(struct notifier *n, const json_t *v, const char *p
         enum status st = ST_OK;
         xsnprintf(sub, sizeof(sub), "%s.%s", path, key);
         if (!header_name_ok(key) || in_list(key, reserved_headers, ARRAY_LEN(reserved_headers)))
-            st = error_set(err, ST_INVALID, "invalid \"%s\": not a header name opsrun leaves to "
-                                            "the configuration", sub);
+            st = error_set(err, ST_INVALID,
+                           "invalid \"%s\": not a header name opsrun leaves to "
+                           "the configuration",
+                           sub);
         else if (!json_is_string(x))
             st = error_set(err, ST_INVALID, "invalid \"%s\": expected a string", sub);
         else if ((st = env_expand(json_string_value(x), sub, &val, err)) == ST_OK &&
@@ -271,8 +271,7 @@ static enum status nt_secret(struct notifier *n, const json_t *v, const char *pa
     return ST_OK;
 }
 
-static enum status nt_text(struct notifier *n, const json_t *v, const char *path,
-                           struct error *err)
+static enum status nt_text(struct notifier *n, const json_t *v, const char *path, struct error *err)
 {
     char why[160];
 
@@ -376,15 +375,14 @@ static void nt_check(const struct notifier *n, const char *path, struct cfg_erro
         (void)cfg_errors_addf(errs, "invalid \"%s.text\": only a slack notifier takes a text",
                               path);
     if (n->labels && n->kind != NOTIFIER_ALERTMANAGER)
-        (void)cfg_errors_addf(errs,
-                              "invalid \"%s.labels\": only an alertmanager notifier takes labels",
-                              path);
+        (void)cfg_errors_addf(
+            errs, "invalid \"%s.labels\": only an alertmanager notifier takes labels", path);
 }
 
 /* A notifier the file names again is replaced as a whole; nothing changes
  * unless the new definition is valid. */
-static void load_notifier(struct config *cfg, const char *name, const json_t *def,
-                          const char *path, struct cfg_errors *errs)
+static void load_notifier(struct config *cfg, const char *name, const json_t *def, const char *path,
+                          struct cfg_errors *errs)
 {
     struct notifier n = {0}, *old = nt_find(cfg, name);
     unsigned before = errs->n;
@@ -453,8 +451,8 @@ static enum status rule_on(const json_t *on, size_t first, const char *path, str
                              "invalid \"%s[%zu]\": expected \"started\", \"retrying\", "
                              "\"approval_requested\", an outcome or \"*\"",
                              path, i);
-        return error_set(err, ST_INVALID, "invalid \"%s[%zu]\": expected an outcome or \"*\"",
-                         path, i);
+        return error_set(err, ST_INVALID, "invalid \"%s[%zu]\": expected an outcome or \"*\"", path,
+                         i);
     }
     return ST_OK;
 }
@@ -507,8 +505,8 @@ static enum status then_rule(const json_t *rule, const char *path, struct error 
     if (st == ST_OK)
         st = rule_on(json_object_get(rule, "on"), FIRST_OUTCOME, sub, err);
     if (st == ST_OK && !json_is_string(json_object_get(rule, "run_type")))
-        st = error_set(err, ST_INVALID, "invalid \"%s.run_type\": expected a run type's name",
-                       path);
+        st =
+            error_set(err, ST_INVALID, "invalid \"%s.run_type\": expected a run type's name", path);
     if (st == ST_OK && delay &&
         (!json_is_integer(delay) || json_integer_value(delay) < 0 ||
          json_integer_value(delay) > 2592000))
@@ -521,8 +519,7 @@ static enum status then_rule(const json_t *rule, const char *path, struct error 
     return st;
 }
 
-enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path,
-                     struct error *err)
+enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path, struct error *err)
 {
     char sub[KEY_MAX];
     size_t i;

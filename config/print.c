@@ -289,8 +289,7 @@ json_t *cfg_to_json(const struct config *cfg)
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
     ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root) &&
-         cors_to_json(cfg, root) && schedules_to_json(cfg, root) &&
-         notifiers_to_json(cfg, root);
+         cors_to_json(cfg, root) && schedules_to_json(cfg, root) && notifiers_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

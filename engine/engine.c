@@ -79,8 +79,7 @@ static enum status rules_sync(struct engine *e, struct db *db, struct error *err
     char *rules = notify_rules_json(e->cfg);
     int64_t runs = 0;
     int types = 0;
-    enum status st =
-        store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
+    enum status st = store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
 
     free(rules);
     if (st == ST_OK && types > 0)

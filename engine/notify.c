@@ -212,18 +212,20 @@ static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_
                         j->d.event, j->d.attempts, n->max_attempts,
                         (long long)((retry_ms + 999) / 1000));
         metrics_notification(nt->e->metrics, n->name, METRICS_NOTIFY_RETRIED, -1);
-        LOG(LOG_INFO, "notification failed, will retry notifier=%s run=%s event=%s attempt=%d "
-                      "answer=\"%s\" retry_ms=%lld",
+        LOG(LOG_INFO,
+            "notification failed, will retry notifier=%s run=%s event=%s attempt=%d "
+            "answer=\"%s\" retry_ms=%lld",
             n->name, j->d.run_id, j->d.event, j->d.attempts, what, (long long)retry_ms);
     } else {
         msg = status == 410 ? xasprintf("notified %s: 410 (%s), the receiver is gone: not tried "
                                         "again",
                                         n->name, j->d.event)
-                            : xasprintf("notified %s: %s (%s), gave up after %d attempts",
-                                        n->name, what, j->d.event, j->d.attempts);
+                            : xasprintf("notified %s: %s (%s), gave up after %d attempts", n->name,
+                                        what, j->d.event, j->d.attempts);
         metrics_notification(nt->e->metrics, n->name, METRICS_NOTIFY_GAVE_UP, -1);
-        LOG(LOG_WARN, "notification given up notifier=%s run=%s event=%s attempts=%d "
-                      "answer=\"%s\"",
+        LOG(LOG_WARN,
+            "notification given up notifier=%s run=%s event=%s attempts=%d "
+            "answer=\"%s\"",
             n->name, j->d.run_id, j->d.event, j->d.attempts, what);
     }
     result_add(nt, &j->d, j->claimed_ms, retry_ms, msg);
@@ -275,8 +277,8 @@ static void claim(struct notify *nt, int64_t now_ms)
         }
     }
     if (n > 0 && (db_pool_get(nt->e->pool, &db, &err) != ST_OK ||
-                  store_deliveries_claim(db, nt->e->worker_id, names, rooms, n,
-                                         (int)lease_ms(nt), &d, &got, &err) != ST_OK))
+                  store_deliveries_claim(db, nt->e->worker_id, names, rooms, n, (int)lease_ms(nt),
+                                         &d, &got, &err) != ST_OK))
         LOG(LOG_WARN, "could not claim notifications: %s", err.message);
     db_pool_put(nt->e->pool, db);
     for (size_t i = 0; i < got; i++)

@@ -22,9 +22,9 @@ char *notify_rules_json(const struct config *cfg);
 
 /* One attempt's request. */
 struct notify_request {
-    char *url;       /* heap; may hold secrets (from the environment): never log it */
-    char *body;      /* heap */
-    char **headers;  /* heap "Name: value" lines, NULL-terminated */
+    char *url;      /* heap; may hold secrets (from the environment): never log it */
+    char *body;     /* heap */
+    char **headers; /* heap "Name: value" lines, NULL-terminated */
 };
 void notify_request_cleanup(struct notify_request *rq);
 
@@ -34,8 +34,8 @@ void notify_request_cleanup(struct notify_request *rq);
  * when run is not a run object. */
 enum status notify_request_build(const struct notifier *n, const char *event,
                                  const char *delivery_id, const char *run_json,
-                                 const char *public_url, int64_t now_s,
-                                 struct notify_request *out, struct error *err) WUR;
+                                 const char *public_url, int64_t now_s, struct notify_request *out,
+                                 struct error *err) WUR;
 
 /* "OpsrunRunFailed" for "run.failed" (alertmanager's alertname), into out. */
 void notify_alertname(const char *event, char *out, size_t n);

@@ -31,11 +31,11 @@ char *notify_rules_json(const struct config *cfg)
         {
             const json_t *data = json_object_get(rule, "data");
             json_array_append_new(
-                then, json_pack("{s:I, s:O, s:s, s:I, s:O}", "k", (json_int_t)k + 1, "on",
+                then, json_pack("{s:I, s:O, s:s, s:I, s:o}", "k", (json_int_t)k + 1, "on",
                                 json_object_get(rule, "on"), "run_type",
                                 json_string_value(json_object_get(rule, "run_type")), "delay_s",
                                 json_integer_value(json_object_get(rule, "delay_s")), "data",
-                                data ? data : json_object()));
+                                data ? json_incref((json_t *)data) : json_object()));
         }
         json_array_append_new(all, json_pack("{s:s, s:i, s:I, s:O, s:o}", "type", rt->name,
                                              "max_attempts", rt->max_attempts, "timeout_s",
@@ -172,9 +172,9 @@ static json_t *alertmanager_body(const struct notifier *n, const char *event, js
     json_object_set_new(labels, "run_type", json_string(jstr(run, "type")));
     json_object_set_new(labels, "run_id", json_string(jstr(run, "id")));
     json_object_set_new(labels, "tenant", json_string(jstr(run, "tenant")));
-    alert = json_pack("{s:o, s:{s:s, s:s}, s:s}", "labels", labels, "annotations", "summary", sum,
-                      "description", msg ? msg : sum, "startsAt",
-                      *at ? at : jstr(run, "updated_at"));
+    alert =
+        json_pack("{s:o, s:{s:s, s:s}, s:s}", "labels", labels, "annotations", "summary", sum,
+                  "description", msg ? msg : sum, "startsAt", *at ? at : jstr(run, "updated_at"));
     if (alert && link)
         json_object_set_new(alert, "generatorURL", json_string(link));
     free(sum);
@@ -215,8 +215,8 @@ static char *endpoint(const struct notifier *n)
 
 enum status notify_request_build(const struct notifier *n, const char *event,
                                  const char *delivery_id, const char *run_json,
-                                 const char *public_url, int64_t now_s,
-                                 struct notify_request *out, struct error *err)
+                                 const char *public_url, int64_t now_s, struct notify_request *out,
+                                 struct error *err)
 {
     json_t *run = json_loads(run_json, 0, NULL), *body = NULL, *v;
     char *link = NULL, sig[128];

@@ -116,10 +116,9 @@ static char *int_array(const int *v, size_t n)
     return s;
 }
 
-enum status store_deliveries_claim(struct db *db, const char *owner,
-                                   const char *const *notifiers, const int *rooms, size_t n,
-                                   int lease_ms, struct delivery **out, size_t *n_out,
-                                   struct error *err)
+enum status store_deliveries_claim(struct db *db, const char *owner, const char *const *notifiers,
+                                   const int *rooms, size_t n, int lease_ms, struct delivery **out,
+                                   size_t *n_out, struct error *err)
 {
     char lease[16], *names = db_text_array(notifiers, n), *room = int_array(rooms, n);
     const char *p[4] = {owner, names, room, lease};
@@ -165,11 +164,10 @@ enum status store_deliveries_settle(struct db *db, const char *owner,
     enum status st;
 
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, json_pack("{s:I, s:i, s:I, s:s}", "id",
-                                             (json_int_t)results[i].id, "attempts",
-                                             results[i].attempts, "retry_ms",
-                                             (json_int_t)results[i].retry_ms, "message",
-                                             results[i].message));
+        json_array_append_new(
+            arr, json_pack("{s:I, s:i, s:I, s:s}", "id", (json_int_t)results[i].id, "attempts",
+                           results[i].attempts, "retry_ms", (json_int_t)results[i].retry_ms,
+                           "message", results[i].message));
     text = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
     if (!text)

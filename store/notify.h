@@ -39,10 +39,9 @@ void delivery_cleanup(struct delivery *d, size_t n); /* frees the strings of d[0
  * run's deliveries to a notifier go out in order). Each is leased to owner
  * for lease_ms: no other claim takes it before then. *out (heap, n_out
  * entries; delivery_cleanup then free) holds what was claimed. */
-enum status store_deliveries_claim(struct db *db, const char *owner,
-                                   const char *const *notifiers, const int *rooms, size_t n,
-                                   int lease_ms, struct delivery **out, size_t *n_out,
-                                   struct error *err) WUR;
+enum status store_deliveries_claim(struct db *db, const char *owner, const char *const *notifiers,
+                                   const int *rooms, size_t n, int lease_ms, struct delivery **out,
+                                   size_t *n_out, struct error *err) WUR;
 
 /* The end of one attempt: retry_ms < 0 settles the delivery (delivered or
  * given up: the row goes), else it is due again after retry_ms. message is

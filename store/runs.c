@@ -12,14 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* clang-format off */
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
     "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, "
     "reacts) VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, "
     "$8::jsonb, $9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " REACTS_OF("$3") ") "
-    "ON CONFLICT DO NOTHING RETURNING " RUN_RET
-    ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    "ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at), "
+    EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+/* clang-format on */
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};

@@ -41,7 +41,7 @@
     "\"to\": \"chat\"}], \"follow_ups\": [{\"k\": 1, \"on\": [\"failed\"], \"run_type\": "         \
     "\"page\", \"delay_s\": 0, \"data\": {\"why\": \"{{run:/error/message}}\", \"run\": "          \
     "\"{{run:/id}}\", \"input\": \"{{run:/input}}\"}}, {\"k\": 2, \"on\": [\"succeeded\"], "       \
-    "\"run_type\": \"verify\", \"delay_s\": 60, \"data\": {\"pod\": \"{{run:/input/pod}}\"}}, "     \
+    "\"run_type\": \"verify\", \"delay_s\": 60, \"data\": {\"pod\": \"{{run:/input/pod}}\"}}, "    \
     "{\"k\": 3, \"on\": [\"failed\"], \"run_type\": \"fix\", \"delay_s\": 0, \"data\": {}}]}, "    \
     "{\"type\": \"page\", \"max_attempts\": 1, \"timeout_s\": 30, \"notify\": [], "                \
     "\"follow_ups\": []}, "                                                                        \
@@ -190,16 +190,14 @@ START_TEST(transitions_owe_deliveries)
     finish("r", 2, OUTCOME_FAILED, "pod did not come back");
     ck_assert_int_eq(owed("r", "audit", "run.failed"), 1);
     ck_assert_int_eq(owed("r", "chat", "run.failed"), 1);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"),
-                     4);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"), 4);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
                                       "'run.failed' AND run->>'outcome' = 'failed' AND "
                                       "run->'error'->>'message' = 'pod did not come back'"),
                      2);
     /* The run of a type without rules sets nothing off. */
     finish("p", 1, OUTCOME_FAILED, "no");
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'p'"),
-                     0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'p'"), 0);
     /* Every delivery has its own id. */
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT delivery_id) FROM notifications"), 4);
     close_test_db();
@@ -240,8 +238,7 @@ START_TEST(follow_ups_created)
     claim("w1", 2);
     finish("r", 1, OUTCOME_FAILED, "pod did not come back");
     finish("s", 1, OUTCOME_SUCCEEDED, NULL);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id IS NOT NULL"),
-                     3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id IS NOT NULL"), 3);
     ck_assert_int_eq(th_sql_int(g_pg,
                                 "SELECT count(*) FROM runs WHERE id = 'r.1' AND type = 'page' AND "
                                 "tenant = 'acme' AND initiator = 'ops-token' AND priority = 5 AND "
@@ -282,8 +279,9 @@ START_TEST(follow_ups_created)
     }
     ck_assert_int_eq(events_like("r.1", "status", "submitted as follow-up 1 of r"), 1);
     ck_assert_int_eq(events_like("r", "follow_up", "follow-up 1 (page) created: r.1"), 1);
-    ck_assert_int_eq(events_like("s", "follow_up", "follow-up 2 (verify) created: s.2, due in "
-                                                   "60 s"),
+    ck_assert_int_eq(events_like("s", "follow_up",
+                                 "follow-up 2 (verify) created: s.2, due in "
+                                 "60 s"),
                      1);
     /* The follow-up's own rules: verify notifies audit when it ends. */
     claim("w1", 2); /* r.1 and r.3; s.2 is not due */
@@ -327,9 +325,9 @@ START_TEST(follow_ups_bounded)
     submit("t.1", "plain", "{}");
     claim("w1", 3); /* and m.3 */
     finish("t", 1, OUTCOME_FAILED, "x");
-    ck_assert_int_eq(events_like("t", "follow_up",
-                                 "follow-up 1 (page) not created: a run with id t.1 exists"),
-                     1);
+    ck_assert_int_eq(
+        events_like("t", "follow_up", "follow-up 1 (page) not created: a run with id t.1 exists"),
+        1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 't.1' AND type = "
                                       "'plain'"),
                      1);
@@ -527,8 +525,9 @@ START_TEST(placeholders_agree)
         PGresult *r;
         const char *p[2] = {cases[i], doc_text};
 
-        r = PQexecParams(g_pg, "SELECT v #>> '{}', missing FROM opsrun_expand(to_jsonb($1::text), "
-                               "$2::jsonb)",
+        r = PQexecParams(g_pg,
+                         "SELECT v #>> '{}', missing FROM opsrun_expand(to_jsonb($1::text), "
+                         "$2::jsonb)",
                          2, NULL, p, NULL, NULL, 0);
         ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
         if (!PQgetisnull(r, 0, 0))

@@ -957,16 +957,14 @@ START_TEST(test_notifiers_load)
     /* --print-config shows the templates, never what they expand to. */
     j = cfg_to_json(&cfg);
     nj = json_object_get(json_object_get(j, "notifiers"), "audit");
-    ck_assert_str_eq(json_string_value(json_object_get(nj, "secret")),
-                     "{{env:CFG_TEST_SECRET}}");
+    ck_assert_str_eq(json_string_value(json_object_get(nj, "secret")), "{{env:CFG_TEST_SECRET}}");
     ck_assert_str_eq(json_string_value(json_object_get(nj, "url")),
                      "https://{{env:CFG_TEST_HOST}}/o");
     text = json_dumps(j, 0);
     ck_assert_ptr_null(strstr(text, "very-secret"));
-    ck_assert_uint_eq(
-        json_array_size(json_object_get(json_object_get(json_object_get(j, "run_types"), "fix"),
-                                        "then")),
-        2);
+    ck_assert_uint_eq(json_array_size(json_object_get(
+                          json_object_get(json_object_get(j, "run_types"), "fix"), "then")),
+                      2);
     /* ... and loads back as the same configuration. */
     json_object_del(j, "sources");
     json_object_del(j, "config_path");

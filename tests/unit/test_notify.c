@@ -218,8 +218,8 @@ static void build(const char *notifier, const char *event, const char *public_ur
 {
     struct error err = {0};
 
-    ck_assert_msg(notify_request_build(cfg_notifier(&cfg, notifier), event, "d-1", RUN,
-                                       public_url, 1795000000, rq, &err) == ST_OK,
+    ck_assert_msg(notify_request_build(cfg_notifier(&cfg, notifier), event, "d-1", RUN, public_url,
+                                       1795000000, rq, &err) == ST_OK,
                   "%s", err.message);
 }
 
