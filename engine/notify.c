@@ -180,6 +180,38 @@ static void job_remove(struct notify *nt, struct job *j)
     curl_multi_remove_handle(nt->multi, j->curl);
 }
 
+/* Why a transfer got no answer, in words (never the URL, which may hold
+ * a secret). */
+static void transfer_failure(CURLcode cc, int timeout_ms, char *out, size_t n)
+{
+    switch (cc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        xsnprintf(out, n, "no answer within %d ms", timeout_ms);
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        xsnprintf(out, n, "could not resolve the host");
+        break;
+    case CURLE_COULDNT_CONNECT:
+        xsnprintf(out, n, "could not connect");
+        break;
+    case CURLE_GOT_NOTHING:
+        xsnprintf(out, n, "the connection closed without an answer");
+        break;
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+        xsnprintf(out, n, "the connection failed");
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+        xsnprintf(out, n, "the TLS handshake failed");
+        break;
+    default:
+        xsnprintf(out, n, "the request failed (curl error %d)", (int)cc);
+        break;
+    }
+}
+
 /* What an attempt that ended with cc (and status, when cc is CURLE_OK)
  * calls for: the result, its event's message, the metrics and the log. */
 static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_ms)
@@ -194,10 +226,8 @@ static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_
     if (cc == CURLE_OK) {
         curl_easy_getinfo(j->curl, CURLINFO_RESPONSE_CODE, &status);
         xsnprintf(what, sizeof(what), "%ld", status);
-    } else if (cc == CURLE_OPERATION_TIMEDOUT) {
-        xsnprintf(what, sizeof(what), "no answer within %d ms", n->timeout_ms);
     } else {
-        xsnprintf(what, sizeof(what), "%s", curl_easy_strerror(cc)); /* never the URL */
+        transfer_failure(cc, n->timeout_ms, what, sizeof(what));
     }
     v = notify_verdict(status, j->d.attempts, n->max_attempts);
     if (v == NOTIFY_DELIVERED) {
