@@ -19,17 +19,38 @@
 -- parent_id: the run whose end created this one as a follow-up (no
 -- foreign key: retention deletes runs on their own schedule).
 -- chain_depth: how many follow-ups lead to this run (0: a run submitted
--- any other way). reacts: this run's type had rules when the run was
--- created (or when they last changed, for runs still active then); the
--- trigger fires only for such runs, so a run type without rules costs
--- nothing more per transition.
+-- any other way). reacts: the transitions of this run that set something
+-- off under its type's rules when the run was created (or when they last
+-- changed, for runs still active then), as the bits of opsrun_reaction_mask;
+-- the trigger fires only for those, so a transition no rule names costs
+-- nothing more than before.
 ALTER TABLE runs ADD COLUMN parent_id text,
                  ADD COLUMN chain_depth integer NOT NULL DEFAULT 0,
-                 ADD COLUMN reacts boolean NOT NULL DEFAULT false;
+                 ADD COLUMN reacts integer NOT NULL DEFAULT 0;
 
 -- GET /runs?parent_id=, newest first: a run's follow-ups.
 CREATE INDEX runs_parent ON runs (tenant, parent_id, created_at DESC, id DESC)
     WHERE parent_id IS NOT NULL;
+
+-- The bit of each transition: started 1, retrying 2, approval_requested 4,
+-- and the outcomes succeeded 8, partially_succeeded 16, failed 32,
+-- cancelled 64, timed_out 128 ("*" is all five).
+CREATE FUNCTION opsrun_event_bit(p_event text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE p_event WHEN 'started' THEN 1 WHEN 'retrying' THEN 2
+                        WHEN 'approval_requested' THEN 4 WHEN 'succeeded' THEN 8
+                        WHEN 'partially_succeeded' THEN 16 WHEN 'failed' THEN 32
+                        WHEN 'cancelled' THEN 64 WHEN 'timed_out' THEN 128
+                        WHEN '*' THEN 248 ELSE 0 END
+$$;
+
+-- The transitions a type's rules name, as bits.
+CREATE FUNCTION opsrun_reaction_mask(p_notify jsonb, p_follow_ups jsonb) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(bit_or(opsrun_event_bit(e)), 0)
+      FROM (SELECT jsonb_array_elements_text(x -> 'on') AS e
+              FROM jsonb_array_elements(p_notify || p_follow_ups) AS x) a
+$$;
 
 -- One row per configured run type:
 --   notify      [{"on": ["failed", ...], "to": "<notifier>"}]
@@ -43,7 +64,8 @@ CREATE TABLE run_type_rules (
     notify          jsonb       NOT NULL DEFAULT '[]',
     follow_ups      jsonb       NOT NULL DEFAULT '[]',
     max_chain_depth integer     NOT NULL DEFAULT 10,
-    reacts          boolean     GENERATED ALWAYS AS (notify <> '[]' OR follow_ups <> '[]') STORED,
+    reacts          integer     GENERATED ALWAYS AS (opsrun_reaction_mask(notify, follow_ups))
+                                STORED,
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
 
@@ -202,16 +224,21 @@ $$;
 
 -- The deliveries that event (started, retrying, approval_requested, or an
 -- outcome) of run r owes under rules (a run_type_rules.notify): one per
--- notifier named, "*" standing for every outcome.
+-- notifier named, "*" standing for every outcome. PL/pgSQL rather than SQL
+-- here and below: a trigger calls these for every transition of a run
+-- that reacts, and PL/pgSQL keeps the plans of its statements for the
+-- session, where an SQL function would be planned again at every call.
 CREATE FUNCTION opsrun_notify(r runs, p_event text, p_rules jsonb) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO notifications (tenant, run_id, run_created_at, notifier, event, run)
     SELECT r.tenant, r.id, r.created_at, n.notifier, 'run.' || p_event, opsrun_run_json(r)
       FROM (SELECT DISTINCT x."to" AS notifier
               FROM jsonb_to_recordset(p_rules) AS x("on" jsonb, "to" text)
              WHERE x."on" ? p_event
                 OR (x."on" ? '*' AND p_event IN ('succeeded', 'partially_succeeded', 'failed',
-                                                 'cancelled', 'timed_out'))) n
+                                                 'cancelled', 'timed_out'))) n;
+END
 $$;
 
 -- The same for a transition this file's trigger does not see (the approval
@@ -219,7 +246,7 @@ $$;
 CREATE FUNCTION opsrun_notify_event(r runs, p_event text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF r.reacts THEN
+    IF r.reacts & opsrun_event_bit(p_event) <> 0 THEN
         PERFORM opsrun_notify(r, p_event, t.notify) FROM run_type_rules t WHERE t.type = r.type;
     END IF;
 END
@@ -227,11 +254,13 @@ $$;
 
 -- An event on run r of type follow_up.
 CREATE FUNCTION opsrun_follow_up_event(r runs, p_message text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
                             run_created_at)
     VALUES (r.tenant, r.id, 'follow_up', r.status, r.outcome, r.progress, r.step, p_message,
-            r.created_at)
+            r.created_at);
+END
 $$;
 
 -- The follow-ups of run r, which just ended, under its type's rules t:
@@ -310,7 +339,8 @@ $$;
 -- first time (started_at was never set: a run released at shutdown and
 -- claimed again starts only once), "retrying" when it goes back to the
 -- queue after an attempt that counted, and its outcome when it ends (with
--- its follow-ups).
+-- its follow-ups). The trigger's WHEN tells the same transitions apart, so
+-- that the function runs only for one that the run's reacts names.
 CREATE FUNCTION opsrun_react() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -338,7 +368,11 @@ BEGIN
 END
 $$;
 CREATE TRIGGER runs_react AFTER UPDATE OF status ON runs
-    FOR EACH ROW WHEN (NEW.reacts AND NEW.status IS DISTINCT FROM OLD.status)
+    FOR EACH ROW WHEN (NEW.reacts <> 0 AND NEW.status IS DISTINCT FROM OLD.status AND (
+        (NEW.status = 'completed' AND NEW.reacts & opsrun_event_bit(NEW.outcome) <> 0)
+        OR (NEW.status = 'running' AND OLD.started_at IS NULL AND NEW.reacts & 1 <> 0)
+        OR (NEW.status = 'queued' AND NEW.attempt = OLD.attempt AND NEW.attempt > 0
+            AND NEW.reacts & 2 <> 0)))
     EXECUTE FUNCTION opsrun_react();
 
 -- The run object gains "parent_id" (after "poll"). The other members and

@@ -21,8 +21,7 @@ static const struct stmt S_RULES_SYNC = {
     "max_chain_depth = EXCLUDED.max_chain_depth, updated_at = now() WHERE (t.max_attempts, "
     "t.timeout_s, t.notify, t.follow_ups, t.max_chain_depth) IS DISTINCT FROM "
     "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
-    "EXCLUDED.max_chain_depth) RETURNING t.type, t.notify <> '[]' OR t.follow_ups <> '[]' AS "
-    "reacts), "
+    "EXCLUDED.max_chain_depth) RETURNING t.type, t.reacts), "
     "flip AS (UPDATE runs r SET reacts = up.reacts FROM up WHERE r.type = up.type AND r.status "
     "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
     "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM flip)"};
@@ -41,27 +40,42 @@ static const struct stmt S_CLAIM = {
     "RETURNING o.id, o.delivery_id, o.tenant, o.run_id, o.notifier, o.event, o.run::text, "
     "o.attempts, (extract(epoch FROM now() - o.created_at) * 1000)::bigint"};
 
-/* The event copies the run's status as it is: the run is locked (shared)
- * first, so a transition in flight has committed, and its event comes
- * before this one. A result whose lease another claim took over still
- * records its attempt (it was made) but changes nothing else. */
+/* The event copies the run's status as it is. A run whose notification is
+ * of a transition before its end (started, retrying, approval_requested)
+ * may be changing: it is locked (shared) first, so that a transition in
+ * flight has committed, and its event comes before this one. The run of an
+ * outcome's notification ended in the transaction that owed it, and no
+ * longer changes: it is read without a lock. A result whose lease another
+ * claim took over still records its attempt (it was made) but changes
+ * nothing else. */
+#define SETTLE_RUNS(cond)                                                                          \
+    "SELECT b.id AS nid, b.attempts, b.retry_ms, b.message, r.tenant, r.id, r.status, r.outcome, " \
+    "r.progress, r.step, r.created_at FROM b JOIN notifications o ON o.id = b.id JOIN runs r ON "  \
+    "r.tenant = o.tenant AND r.id = o.run_id WHERE o.event " cond                                  \
+    " ('run.started', 'run.retrying', 'run.approval_requested')"
 static const struct stmt S_SETTLE = {
     "deliveries_settle",
     "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(id bigint, attempts int, "
     "retry_ms bigint, message text)), "
-    "lk AS (SELECT b.id AS nid, b.attempts, b.retry_ms, b.message, r.tenant, r.id, r.status, "
-    "r.outcome, r.progress, r.step, r.created_at FROM b JOIN notifications o ON o.id = b.id "
-    "JOIN runs r ON r.tenant = o.tenant AND r.id = o.run_id ORDER BY r.tenant, r.id "
-    "FOR SHARE OF r), "
-    "del AS (DELETE FROM notifications o USING lk WHERE o.id = lk.nid AND lk.retry_ms < 0 AND "
-    "o.owner = $1 AND o.attempts = lk.attempts RETURNING 1), "
-    "upd AS (UPDATE notifications o SET owner = NULL, next_at = now() + lk.retry_ms * "
-    "interval '1 millisecond' FROM lk WHERE o.id = lk.nid AND lk.retry_ms >= 0 AND o.owner = "
-    "$1 AND o.attempts = lk.attempts RETURNING 1), "
-    "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, "
-    "message, run_created_at) SELECT tenant, id, 'notification', status, outcome, progress, "
-    "step, message, created_at FROM lk) "
-    "SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)"};
+    "act AS (" SETTLE_RUNS(
+        "IN") " ORDER BY r.tenant, r.id FOR SHARE OF r), "
+              "fin AS (" SETTLE_RUNS(
+                  "NOT IN") "), "
+                            "lk AS (SELECT * FROM act UNION ALL SELECT * FROM fin), "
+                            "del AS (DELETE FROM notifications o USING lk WHERE o.id = lk.nid AND "
+                            "lk.retry_ms < 0 AND "
+                            "o.owner = $1 AND o.attempts = lk.attempts RETURNING 1), "
+                            "upd AS (UPDATE notifications o SET owner = NULL, next_at = now() + "
+                            "lk.retry_ms * "
+                            "interval '1 millisecond' FROM lk WHERE o.id = lk.nid AND lk.retry_ms "
+                            ">= 0 AND o.owner = "
+                            "$1 AND o.attempts = lk.attempts RETURNING 1), "
+                            "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, "
+                            "progress, step, "
+                            "message, run_created_at) SELECT tenant, id, 'notification', status, "
+                            "outcome, progress, "
+                            "step, message, created_at FROM lk) "
+                            "SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)"};
 
 static const struct stmt S_GIVE_BACK = {
     "deliveries_give_back",

@@ -17,8 +17,8 @@ struct db;
 /* Writes rules, a JSON array of {"type", "max_attempts", "timeout_s",
  * "notify", "follow_ups"} (the run_type_rules columns), one per configured
  * run type, with max_chain_depth, into run_type_rules: rows that change
- * are rewritten, and the active runs of a type whose rules started or
- * stopped setting something off follow it (runs.reacts). *types and *runs
+ * are rewritten, and the active runs of a type whose rules name other
+ * transitions than before follow them (runs.reacts). *types and *runs
  * (either may be NULL): how many types and active runs changed. */
 enum status store_rules_sync(struct db *db, const char *rules, int max_chain_depth, int *types,
                              int64_t *runs, struct error *err) WUR;

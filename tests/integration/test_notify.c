@@ -136,12 +136,12 @@ START_TEST(rules_sync_and_reacts)
     ck_assert_int_eq(runs, 0);
     OK(store_rules_sync(g_db, RULES, 10, &types, &runs, &g_err));
     ck_assert_int_eq(types, 0);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_type_rules WHERE reacts"), 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_type_rules WHERE reacts <> 0"), 2);
     /* A new run takes its type's flag. */
     submit("a", "fix", "{}");
     submit("b", "plain", "{}");
     submit("c", "plain", "{}");
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0"), 1);
     claim("w1", 3);
     finish("c", 1, OUTCOME_SUCCEEDED, NULL);
     /* "plain" gains a rule: its active run follows, its completed one not. */
@@ -152,8 +152,8 @@ START_TEST(rules_sync_and_reacts)
                         10, &types, &runs, &g_err));
     ck_assert_int_eq(types, 1);
     ck_assert_int_eq(runs, 1);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts AND id = 'b'"), 1);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts AND id = 'c'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts = 32 AND id = 'b'"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0 AND id = 'c'"), 0);
     finish("b", 1, OUTCOME_FAILED, "no");
     ck_assert_int_eq(owed("b", "chat", "run.failed"), 1);
     /* The depth limit changes every row. */
@@ -242,14 +242,14 @@ START_TEST(follow_ups_created)
     ck_assert_int_eq(th_sql_int(g_pg,
                                 "SELECT count(*) FROM runs WHERE id = 'r.1' AND type = 'page' AND "
                                 "tenant = 'acme' AND initiator = 'ops-token' AND priority = 5 AND "
-                                "max_attempts = 1 AND timeout_s = 30 AND chain_depth = 1 AND NOT "
-                                "reacts AND status = 'queued' AND input = '{\"why\": \"pod did "
+                                "max_attempts = 1 AND timeout_s = 30 AND chain_depth = 1 AND "
+                                "reacts = 0 AND status = 'queued' AND input = '{\"why\": \"pod did "
                                 "not come back\", \"run\": \"r\", \"input\": {\"pod\": "
                                 "\"web-1\"}}' AND run_at = (SELECT completed_at FROM runs WHERE "
                                 "id = 'r')"),
                      1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'r.3' AND type = "
-                                      "'fix' AND reacts AND input = '{}'"),
+                                      "'fix' AND reacts = 1 + 2 + 248 AND input = '{}'"),
                      1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs c JOIN runs p ON p.id = "
                                       "c.parent_id WHERE c.id = 's.2' AND c.type = 'verify' AND "
