@@ -29,13 +29,13 @@ char *notify_rules_json(const struct config *cfg)
 
         json_array_foreach(rt->then, k, rule)
         {
-            const json_t *data = json_object_get(rule, "data");
+            json_t *data = json_object_get(rule, "data");
             json_array_append_new(
-                then, json_pack("{s:I, s:O, s:s, s:I, s:O}", "k", (json_int_t)k + 1, "on",
+                then, json_pack("{s:I, s:O, s:s, s:I, s:o}", "k", (json_int_t)k + 1, "on",
                                 json_object_get(rule, "on"), "run_type",
                                 json_string_value(json_object_get(rule, "run_type")), "delay_s",
                                 json_integer_value(json_object_get(rule, "delay_s")), "data",
-                                data ? data : json_object()));
+                                data ? json_incref(data) : json_object()));
         }
         json_array_append_new(all, json_pack("{s:s, s:i, s:I, s:O, s:o}", "type", rt->name,
                                              "max_attempts", rt->max_attempts, "timeout_s",
