@@ -29,7 +29,7 @@ char *notify_rules_json(const struct config *cfg)
 
         json_array_foreach(rt->then, k, rule)
         {
-            const json_t *data = json_object_get(rule, "data");
+            json_t *data = json_object_get(rule, "data");
             json_array_append_new(
                 then, json_pack("{s:I, s:O, s:s, s:I, s:o}", "k", (json_int_t)k + 1, "on",
                                 json_object_get(rule, "on"), "run_type",

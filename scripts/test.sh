@@ -80,7 +80,10 @@ done
 #     enforces it), driven by playwright-core from npm (below).
 #   nodejs, npm: for the Redocly lint and the browser tests.
 #   python3-yaml: scripts/check-deploy.sh reads the manifests of deploy/.
-TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml)
+#   prometheus-alertmanager: the real Alertmanager that tests/e2e/test_notify.c
+#     starts (its own port, configuration and storage; the Debian service,
+#     if it runs, is left alone) to receive opsrun's alerts.
+TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml prometheus-alertmanager)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
