@@ -80,7 +80,10 @@ done
 #     enforces it), driven by playwright-core from npm (below).
 #   nodejs, npm: for the Redocly lint and the browser tests.
 #   python3-yaml: scripts/check-deploy.sh reads the manifests of deploy/.
-TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml)
+#   pgbouncer: tests/e2e/test_pooler.c runs opsrun through PgBouncer in
+#     transaction mode (db.prepared_statements false); the test starts its
+#     own, the package's service is not used.
+TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml pgbouncer)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
