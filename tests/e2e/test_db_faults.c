@@ -123,19 +123,33 @@ static long long load_get(struct load *l, const long long *field)
     return v;
 }
 
-/* INFLIGHT runs of dur_ms, running when it returns. */
-static void start_inflight(const struct th_proc *p, char **ids, int dur_ms)
+/* INFLIGHT runs, running when it returns: the even ones of short_ms, the
+ * odd ones of long_ms. */
+static void start_inflight(const struct th_proc *p, char **ids, int short_ms, int long_ms)
 {
     char body[160];
 
     for (int i = 0; i < INFLIGHT; i++) {
         snprintf(body, sizeof(body),
                  "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":%d,\"steps\":8,\"i\":%d}}",
-                 dur_ms, i);
+                 i % 2 ? long_ms : short_ms, i);
         ids[i] = th_submit(p, body, 202);
     }
     for (int i = 0; i < INFLIGHT; i++)
         ck_assert_msg(th_wait_status(p, ids[i], "running", 20000), "%s never ran", ids[i]);
+}
+
+/* Reads still work while writes are refused. */
+static void check_reads(const struct th_proc *p, const char *what)
+{
+    struct th_resp r;
+
+    th_get(p->url, "/readyz", &r);
+    ck_assert_msg(r.status == 200, "%s: /readyz %ld %s", what, r.status, r.body);
+    th_resp_free(&r);
+    th_get(p->url, "/runs?limit=5", &r);
+    ck_assert_msg(r.status == 200, "%s: GET /runs %ld %s", what, r.status, r.body);
+    th_resp_free(&r);
 }
 
 /* Every acknowledged submission and every run in flight ended succeeded,
@@ -217,7 +231,8 @@ static void fault_under_load(const struct fault *f)
     cfg = th_config_file(f->db, cfgjson);
     args[1] = cfg;
     th_start(&p, ci, args, NULL);
-    start_inflight(&p, inflight, f->hold_ms + 3000);
+    /* Half of them end during the fault: their final writes must wait. */
+    start_inflight(&p, inflight, f->hold_ms / 2, f->hold_ms + 3000);
     load_start(&l, &p, f->db);
     th_sleep_ms(500);
 
@@ -226,6 +241,8 @@ static void fault_under_load(const struct fault *f)
     l.fault_from_ms = t_on;
     pthread_mutex_unlock(&l.mu);
     run_sql(admin, ci, f->sql_on, f->db);
+    th_sleep_ms(1000);
+    check_reads(&p, f->name);
     while (th_now_ms() - t_on < f->hold_ms)
         th_sleep_ms(50);
     detected = load_get(&l, &l.first_reason_ms);
@@ -252,6 +269,8 @@ static void fault_under_load(const struct fault *f)
     ck_assert_msg(recovered > t_off, "%s: no submission was taken within 30 s after the fault",
                   f->name);
     check_nothing_lost(ci, &l, inflight, f->name);
+    ck_assert_msg(log_count(p.log, "could not complete runs=") > 0,
+                  "%s: no completion had to wait (log %s)", f->name, p.log);
     ck_assert_int_eq(log_count(p.log, "database error"), 0);
     ck_assert_int_eq(th_stop(&p, SIGTERM, 30), 0);
     for (int i = 0; i < INFLIGHT; i++)
@@ -321,7 +340,7 @@ START_TEST(lock_on_runs)
     const long long hold_ms = 20000, bound_ms = 2 * STATEMENT_TIMEOUT_MS + 3000;
 
     th_start(&p, ci, args, NULL);
-    start_inflight(&p, inflight, 4000);
+    start_inflight(&p, inflight, 4000, 4000);
     load_start(&l, &p, "e2e_dbf_lock");
     th_sleep_ms(500);
     claims_before = log_count(p.log, "could not claim runs");
@@ -363,6 +382,8 @@ START_TEST(lock_on_runs)
                   "lock: %d failed claims in %lld ms", claims, hold_ms);
     ck_assert_msg(recovered > t_off, "lock: nothing taken within 30 s after the lock");
     check_nothing_lost(ci, &l, inflight, "lock");
+    ck_assert_msg(log_count(p.log, "could not complete runs=") > 0,
+                  "lock: no completion had to wait (log %s)", p.log);
     ck_assert_int_eq(log_count(p.log, "database error"), 0);
     ck_assert_int_eq(th_stop(&p, SIGTERM, 30), 0);
     for (int i = 0; i < INFLIGHT; i++)
