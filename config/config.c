@@ -54,6 +54,11 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_INT,  db.pool_wait_ms,              2000,    0,    600000),
     CFG_NUM(OPT_INT,  db.connect_timeout_s,         3,       1,    600),
     CFG_NUM(OPT_INT,  db.statement_timeout_ms,      10000,   1,    3600000),
+    {.key = "db.tcp_user_timeout_ms", .type = OPT_INT, .flags = OPT_ZERO, .def = 0, .min = 100,
+     .max = 7200000, .off = CFG_OFF(db.tcp_user_timeout_ms)},
+    CFG_NUM(OPT_INT,  db.keepalive_idle_s,          30,      1,    7200),
+    CFG_NUM(OPT_INT,  db.keepalive_interval_s,      10,      1,    600),
+    CFG_NUM(OPT_BOOL, db.prepared_statements,       1,       0,    0),
     {.key = "queue.workers", .env = "OPSRUN_WORKERS", .flag = "workers", .type = OPT_INT,
      .def = 8, .min = 1, .max = 1024, .off = CFG_OFF(queue.workers)},
     CFG_NUM(OPT_INT,  queue.max_running,            64,      1,    100000),
@@ -428,6 +433,13 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
                               "invalid \"queue.orphan_after_s\": must be greater than "
                               "queue.heartbeat_interval_s (%d)",
                               cfg->queue.heartbeat_interval_s);
+    if (cfg->db.tcp_user_timeout_ms != 0 &&
+        cfg->db.tcp_user_timeout_ms <= cfg->db.statement_timeout_ms)
+        (void)cfg_errors_addf(&errs,
+                              "invalid \"db.tcp_user_timeout_ms\": must be greater than "
+                              "db.statement_timeout_ms (%d), or a statement that runs its full "
+                              "time is taken for a dead connection",
+                              cfg->db.statement_timeout_ms);
     if ((int64_t)cfg->sse.heartbeat_ms >= (int64_t)cfg->sse.send_timeout_s * 1000)
         (void)cfg_errors_addf(&errs,
                               "invalid \"sse.heartbeat_ms\": must be less than "

@@ -194,6 +194,10 @@ struct config {
         int pool_wait_ms;         /* checkout wait, default 2000 */
         int connect_timeout_s;    /* default 3 */
         int statement_timeout_ms; /* default 10000 */
+        int tcp_user_timeout_ms;  /* silence before a connection is dead; 0 = statement + 5 s */
+        int keepalive_idle_s;     /* TCP keepalives: first probe, default 30 */
+        int keepalive_interval_s; /* and between probes, default 10 */
+        bool prepared_statements; /* named prepared statements, default true */
     } db;
 
     struct {

@@ -83,7 +83,10 @@ done
 #   prometheus-alertmanager: the real Alertmanager that tests/e2e/test_notify.c
 #     starts (its own port, configuration and storage; the Debian service,
 #     if it runs, is left alone) to receive opsrun's alerts.
-TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml prometheus-alertmanager)
+#   pgbouncer: tests/e2e/test_pooler.c runs opsrun through PgBouncer in
+#     transaction mode (db.prepared_statements false); the test starts its
+#     own, the package's service is not used.
+TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml prometheus-alertmanager pgbouncer)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else

@@ -218,6 +218,10 @@ static struct db_options conn_options(const struct config *cfg, const char *app)
         .connect_timeout_s = cfg->db.connect_timeout_s,
         .statement_timeout_ms = cfg->db.statement_timeout_ms,
         .application_name = app,
+        .tcp_user_timeout_ms = cfg->db.tcp_user_timeout_ms,
+        .keepalive_idle_s = cfg->db.keepalive_idle_s,
+        .keepalive_interval_s = cfg->db.keepalive_interval_s,
+        .unnamed_statements = !cfg->db.prepared_statements,
     };
 }
 

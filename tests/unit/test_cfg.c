@@ -83,6 +83,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg.db.pool_wait_ms, 2000);
     ck_assert_int_eq(cfg.db.connect_timeout_s, 3);
     ck_assert_int_eq(cfg.db.statement_timeout_ms, 10000);
+    ck_assert_int_eq(cfg.db.tcp_user_timeout_ms, 0);
+    ck_assert_int_eq(cfg.db.keepalive_idle_s, 30);
+    ck_assert_int_eq(cfg.db.keepalive_interval_s, 10);
+    ck_assert(cfg.db.prepared_statements);
     ck_assert_int_eq(cfg.queue.workers, 8);
     ck_assert_int_eq(cfg.queue.max_running, 64);
     ck_assert_int_eq(cfg.queue.claim_batch, 16);
@@ -564,6 +568,26 @@ START_TEST(test_orphan_after_heartbeat)
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 20}}");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 31}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* A call may wait a whole statement timeout for its answer, so the silence
+ * that ends a connection must be longer. */
+START_TEST(test_tcp_user_timeout_past_statement_timeout)
+{
+    struct error err = {0};
+
+    ck_load_ok("{\"db\": {\"statement_timeout_ms\": 2000, \"tcp_user_timeout_ms\": 2000}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"db.tcp_user_timeout_ms\": must be greater than "
+                                  "db.statement_timeout_ms (2000), or a statement that runs its "
+                                  "full time is taken for a dead connection");
+    ck_load_ok("{\"db\": {\"statement_timeout_ms\": 2000, \"tcp_user_timeout_ms\": 2001, "
+               "\"prepared_statements\": false}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+    ck_assert(!cfg.db.prepared_statements);
+    ck_load_ok("{\"db\": {\"tcp_user_timeout_ms\": 0}}");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
 }
 END_TEST
@@ -1762,6 +1786,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_good_listen);
     tcase_add_loop_test(tc, test_bad_file, 0, (int)(sizeof(bad_files) / sizeof(bad_files[0])));
     tcase_add_test(tc, test_orphan_after_heartbeat);
+    tcase_add_test(tc, test_tcp_user_timeout_past_statement_timeout);
     tcase_add_test(tc, test_heartbeat_under_send_timeout);
     tcase_add_test(tc, test_poll_policy_and_rest_job);
     tcase_add_test(tc, test_exec_params);

@@ -382,6 +382,38 @@ START_TEST(problem_mapping)
 }
 END_TEST
 
+/* A state of the database a client may know (read-only, full, too slow)
+ * is named in a 503's detail and as "reason"; the database's own words
+ * stay in the log. */
+START_TEST(problem_names_a_database_state)
+{
+    struct reply rp;
+    struct error err = {0};
+
+    (void)error_set(&err, ST_UNAVAILABLE,
+                    "runs_submit_batch failed: cannot execute INSERT in a "
+                    "read-only transaction");
+    err.reason = "the database is read-only";
+    reply_init(&rp);
+    reply_error(&rp, ST_UNAVAILABLE, &err);
+    ck_assert_uint_eq(rp.http_status, 503);
+    ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
+                     "temporarily unavailable: the database is read-only; retry later");
+    ck_assert_str_eq(json_string_value(json_object_get(rp.body, "reason")),
+                     "the database is read-only");
+    ck_assert_str_eq(reply_header_get(&rp, "Retry-After"), "1");
+    reply_cleanup(&rp);
+
+    /* A new message forgets the old reason. */
+    (void)error_set(&err, ST_UNAVAILABLE, "no database connection free within 2000 ms");
+    ck_assert_ptr_null(err.reason);
+    reply_init(&rp);
+    reply_error(&rp, ST_UNAVAILABLE, &err);
+    ck_assert_ptr_null(json_object_get(rp.body, "reason"));
+    reply_cleanup(&rp);
+}
+END_TEST
+
 /* Extension members follow the four standard ones in their order, and
  * cannot replace them; a 503 carries Retry-After. */
 START_TEST(problem_extra_members)
@@ -500,6 +532,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, routes_reject);
     tcase_add_test(t, web_files);
     tcase_add_test(t, problem_mapping);
+    tcase_add_test(t, problem_names_a_database_state);
     tcase_add_test(t, problem_extra_members);
     tcase_add_test(t, unknown_alert_type_detail);
     suite_add_tcase(s, t);
