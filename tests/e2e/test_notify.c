@@ -1057,11 +1057,25 @@ static int lines_with(const char *path, const char *needle)
     return n;
 }
 
+/* The whole file at path (heap, NUL-terminated). */
+static char *file_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    size_t len = 0;
+
+    ck_assert_msg(f != NULL, "could not open %s", path);
+    ck_assert_int_eq(getdelim(&text, &len, '\0', f) > 0, 1);
+    fclose(f);
+    return text;
+}
+
 /* docs/examples/webhook_receiver.py, run with python3: opsrun's delivery
  * signed with the shared secret is accepted (204, one line printed); a
  * notifier with another secret is refused (401, given up after its one
  * attempt). By hand: a repeated delivery id is acknowledged but not
- * handled again, and a signature five minutes old is refused. */
+ * handled again, and a signature five minutes old is refused. And
+ * docs/notifications.md shows the file as it is. */
 START_TEST(docs_receiver_example)
 {
     const char *src = getenv("OPSRUN_SOURCE_DIR");
@@ -1074,6 +1088,18 @@ START_TEST(docs_receiver_example)
 
     ck_assert_ptr_nonnull(src);
     snprintf(script, sizeof(script), "%s/docs/examples/webhook_receiver.py", src);
+    /* docs/notifications.md shows the example as it is. */
+    {
+        char doc[512], *example = file_text(script), *text;
+        snprintf(doc, sizeof(doc), "%s/docs/notifications.md", src);
+        text = file_text(doc);
+        while (strlen(example) && example[strlen(example) - 1] == '\n')
+            example[strlen(example) - 1] = '\0';
+        ck_assert_msg(strstr(text, example), "docs/notifications.md does not show %s as it is",
+                      script);
+        free(example);
+        free(text);
+    }
     snprintf(port, sizeof(port), "%d", th_free_port());
     snprintf(url, sizeof(url), "http://127.0.0.1:%s/opsrun", port);
     snprintf(log, sizeof(log), "/tmp/opsrun-tests/webhook-receiver-%d-%s.log", (int)getpid(), port);
