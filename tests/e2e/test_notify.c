@@ -537,6 +537,64 @@ START_TEST(started_once_across_a_release)
 }
 END_TEST
 
+/* The notification and follow_up events of a run's end come after its
+ * terminal event, and its stream still ends there: resumed from before it,
+ * the stream replays up to it and ends; resumed at it or past it (at a
+ * notification event), 204. */
+START_TEST(run_stream_ends_at_its_terminal_event)
+{
+    struct receiver *rv = receiver_start();
+    char url[256], config[2048], path[256], *ci, *id;
+    long long terminal, last, before;
+    struct th_proc p;
+    struct th_resp r;
+
+    receiver_url(rv, TRAIL_PATH, url, sizeof(url));
+    snprintf(config, sizeof(config),
+             "{\"notifiers\": {\"trail\": {\"kind\": \"webhook\", \"url\": \"%s\"}},"
+             " \"run_types\": {\"quick\": {" SIM ","
+             "  \"notify\": [{\"on\": [\"succeeded\"], \"to\": \"trail\"}],"
+             "  \"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"demo\"}]}}}",
+             url);
+    ci = start_on(&p, "e2e_notify_stream_end", config, NULL, NULL);
+    id = th_submit(&p, "{\"alert_type\": \"quick\", \"data\": {}}", 202);
+    th_expect_outcome(&p, id, "succeeded", 30);
+    ck_assert_int_eq(
+        wait_count(ci, 1, 20000, "SELECT count(*) FROM run_events WHERE type = 'notification'"), 1);
+    terminal = q_int(ci,
+                     "SELECT min(id) FROM run_events WHERE run_id = '%s' AND type = 'status' "
+                     "AND status = 'completed'",
+                     id);
+    last = q_int(ci, "SELECT max(id) FROM run_events WHERE run_id = '%s'", id);
+    before =
+        q_int(ci, "SELECT max(id) FROM run_events WHERE run_id = '%s' AND id < %lld", id, terminal);
+    ck_assert_int_eq(q_int(ci,
+                           "SELECT count(*) FROM run_events WHERE run_id = '%s' AND id > %lld "
+                           "AND type IN ('notification', 'follow_up')",
+                           id, terminal),
+                     2);
+    snprintf(path, sizeof(path), "/runs/%s/stream?last_event_id=%lld", id, terminal);
+    th_get(p.url, path, &r);
+    ck_assert_int_eq(r.status, 204);
+    th_resp_free(&r);
+    snprintf(path, sizeof(path), "/runs/%s/stream?last_event_id=%lld", id, last);
+    th_get(p.url, path, &r);
+    ck_assert_int_eq(r.status, 204);
+    th_resp_free(&r);
+    snprintf(path, sizeof(path), "/runs/%s/stream?last_event_id=%lld", id, before);
+    th_get(p.url, path, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "event: status") && !strstr(r.body, "event: notification") &&
+                      !strstr(r.body, "event: follow_up"),
+                  "the stream: %s", r.body);
+    th_resp_free(&r);
+    th_stop_clean(&p);
+    receiver_stop(rv);
+    free(id);
+    free(ci);
+}
+END_TEST
+
 /* ---- SIGKILL between the commit and the delivery ---- */
 
 /* The notifier's only slot is taken by a first run's delivery, which the
@@ -1158,6 +1216,7 @@ int main(void)
     tcase_add_test(t, gone_stops_at_once);
     tcase_add_test(t, deliveries_of_a_run_in_order);
     tcase_add_test(t, started_once_across_a_release);
+    tcase_add_test(t, run_stream_ends_at_its_terminal_event);
     tcase_add_test(t, sigkill_after_commit_loses_nothing);
     tcase_add_test(t, alertmanager_shows_failed_run);
     tcase_add_test(t, slow_receiver_holds_only_its_own_slots);

@@ -152,8 +152,10 @@ START_TEST(rules_sync_and_reacts)
                         10, &types, &runs, &g_err));
     ck_assert_int_eq(types, 1);
     ck_assert_int_eq(runs, 1);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts = 32 AND id = 'b'"), 1);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0 AND id = 'c'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts = 32 AND id = 'b'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0 AND id = 'c'"),
+                     0);
     finish("b", 1, OUTCOME_FAILED, "no");
     ck_assert_int_eq(owed("b", "chat", "run.failed"), 1);
     /* The depth limit changes every row. */
