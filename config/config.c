@@ -472,5 +472,5 @@ int cfg_pool_size(const struct config *cfg)
     if (cfg->db.pool_size > 0)
         return cfg->db.pool_size;
     return cfg->queue.workers + cfg->http.threads + cfg->submit.flushers + 4 +
-           (cfg->poller.concurrency + 3) / 4;
+           (cfg->poller.concurrency + 3) / 4 + (cfg->nnotifiers > 0 ? 1 : 0);
 }

@@ -189,8 +189,8 @@ struct config {
     } submit;
 
     struct {
-        int pool_size; /* 0 = workers + http.threads + submit.flushers + 4 + poller.concurrency / 4
-                        */
+        int pool_size; /* 0 = workers + http.threads + submit.flushers + 4 + poller.concurrency / 4,
+                        * + 1 with notifiers */
         int pool_wait_ms;         /* checkout wait, default 2000 */
         int connect_timeout_s;    /* default 3 */
         int statement_timeout_ms; /* default 10000 */

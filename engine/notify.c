@@ -163,6 +163,7 @@ static void job_start(struct notify *nt, struct delivery *d, int64_t now_ms)
     curl_easy_setopt(j->curl, CURLOPT_HEADERDATA, j);
     curl_easy_setopt(j->curl, CURLOPT_PRIVATE, j);
     curl_multi_add_handle(nt->multi, j->curl);
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     nt->jobs = xrealloc(nt->jobs, (nt->njobs + 1) * sizeof(*nt->jobs));
     nt->jobs[nt->njobs++] = j;
     nt->in_flight[ni]++;

@@ -41,6 +41,7 @@ struct sse_stream {
     size_t off;
     bool too_large; /* out refused a frame: the stream must end */
     bool finished;  /* the client has the run's terminal event already */
+    bool ended;     /* a run's stream sent its terminal event: nothing follows */
 };
 
 bool sse_parse_last_id(const char *text, int64_t *out)
@@ -93,12 +94,15 @@ static void on_replayed(void *arg, const struct event_row *ev)
     struct sse_stream *s = arg;
     bool with_id;
 
+    if (s->ended)
+        return; /* the notifications and follow-ups of the end, in the same page */
     s->cursor = ev->id;
     if (!hub_sub_gate(s->sub, ev->id, ev->tenant, ev->run_id, &with_id))
         return;
     out_frame(s, with_id ? ev->id : 0, ev->kind, ev->run_json);
     if (s->f.run_id && run_status_is_terminal(ev->status)) {
         hub_sub_mark_ended(s->sub);
+        s->ended = true;
         s->cursor = s->upto; /* nothing after the terminal event */
     }
 }

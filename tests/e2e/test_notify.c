@@ -1192,12 +1192,12 @@ START_TEST(docs_receiver_example)
     ck_assert_int_eq(lines_with(log, "run.failed"), 1);
 
     /* The example's own rules. */
-    ck_assert_int_eq(signed_post(url, "d-1", (long long)time(NULL)), 204);
-    ck_assert_int_eq(signed_post(url, "d-1", (long long)time(NULL)), 204);
-    ck_assert_int_eq(signed_post(url, "d-2", (long long)time(NULL) - 301), 401);
+    ck_assert_int_eq(signed_post(url, "by-hand-delivery-1", (long long)time(NULL)), 204);
+    ck_assert_int_eq(signed_post(url, "by-hand-delivery-1", (long long)time(NULL)), 204);
+    ck_assert_int_eq(signed_post(url, "by-hand-delivery-2", (long long)time(NULL) - 301), 401);
     th_sleep_ms(200);
     ck_assert_int_eq(lines_with(log, "by-hand"), 1);
-    ck_assert_int_eq(lines_with(log, "d-2"), 0);
+    ck_assert_int_eq(lines_with(log, "by-hand-delivery-2"), 0);
 
     th_stop_clean(&p);
     child_stop(py);
