@@ -185,10 +185,10 @@ static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, co
         rt->params = json_incref(v);
     } else if (strcmp(key, "poll") == 0) {
         rt_apply_poll(rt, v, path, errs);
-    } else if (strcmp(key, "notify") == 0 || strcmp(key, "then") == 0) {
-        (void)cfg_errors_note(
-            errs, rt_rules(key[0] == 'n' ? &rt->notify : &rt->then, v, key[0] == 't', path, &one),
-            &one);
+    } else if (strcmp(key, "notify") == 0) {
+        (void)cfg_errors_note(errs, rt_rules(&rt->notify, v, false, path, &one), &one);
+    } else if (strcmp(key, "then") == 0) {
+        (void)cfg_errors_note(errs, rt_rules(&rt->then, v, true, path, &one), &one);
     } else if (!(o = opt_find(rt_opts, rt_nopts, key)) || strchr(key, '.')) {
         rt_unknown_key("", key, path, errs);
     } else {
