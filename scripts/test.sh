@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test.sh — installs what is missing, checks formatting and first lines,
+# test.sh — installs what is missing, checks formatting, first lines and links,
 # builds with ASan+UBSan (build-asan/), starts two throwaway PostgreSQL
 # clusters, migrates a template database in each and runs every test through
 # ctest, while it builds the Release tree (build-release/) in the background.
@@ -275,6 +275,11 @@ fi
 # configurations loaded by this build, and the grace periods they must share.
 # Offline, under a second; checks whose tool is missing are skipped.
 OPSRUN_BIN="$BUILD/opsrun" bash scripts/check-deploy.sh || failures+=("deployment files")
+
+# ------------------------------------------------------------ links
+# Every relative link of README.md, docs/, bench/ and deploy/ reaches a file,
+# and a heading when it names an anchor. Offline, under a second.
+python3 scripts/check-links.py . || failures+=("documentation links")
 
 # ------------------------------------------------------------ PostgreSQL
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/opsrun-test.XXXXXX")"
