@@ -1,9 +1,9 @@
 /* engine/engine.c — the engine's lifecycle (engine/engine.h): it creates
  * the shared state, starts every thread in order (doorbell and listener,
- * maintenance, poller, workers, dispatcher, scheduler), and stops them in
- * the reverse order, on a drain and on a start that failed half-way. The
- * threads themselves live in doorbell.c, maint.c, poller.c, dispatch.c and
- * scheduler.c. */
+ * maintenance, poller, workers, dispatcher, scheduler, approvals), and
+ * stops them in the reverse order, on a drain and on a start that failed
+ * half-way. The threads themselves live in doorbell.c, maint.c, poller.c,
+ * dispatch.c, scheduler.c and approvals.c. */
 #include "engine/engine_internal.h"
 
 #include "common/ids.h"
@@ -37,6 +37,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     cond_init_monotonic(&e->bell_cv);
     cond_init_monotonic(&e->complete_cv);
     cond_init_monotonic(&e->sched_cv);
+    cond_init_monotonic(&e->approvals_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
@@ -111,10 +112,14 @@ enum status engine_start(struct engine *e, struct error *err)
         goto poller;
     if ((st = scheduler_start(e, err)) != ST_OK)
         goto dispatch;
+    if ((st = approvals_start(e, err)) != ST_OK)
+        goto scheduler;
     e->started = true;
     LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
         e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
     return ST_OK;
+scheduler:
+    scheduler_stop(e);
 dispatch:
     dispatch_stop_claims(e);
     dispatch_stop_workers(e);
@@ -209,6 +214,7 @@ void engine_stop_claims(struct engine *e)
     if (!e->started)
         return;
     scheduler_stop(e); /* no new runs from here on */
+    approvals_stop(e); /* nor new queued ones */
     dispatch_stop_claims(e);
 }
 
@@ -250,6 +256,7 @@ void engine_free(struct engine *e)
     pthread_cond_destroy(&e->bell_cv);
     pthread_cond_destroy(&e->complete_cv);
     pthread_cond_destroy(&e->sched_cv);
+    pthread_cond_destroy(&e->approvals_cv);
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);

@@ -352,11 +352,11 @@ static struct hub *make_hub(const struct config *cfg)
 
 /* Ends the streams and long-polls, then stops HTTP: libmicrohttpd aborts
  * when it is stopped with a connection still suspended. */
-static void stop_http(struct http *http, struct hub *hub, struct submitq *submitq)
+static void stop_http(struct http *http, struct hub *hub, const struct hctx *hc)
 {
     struct hub_stats hs;
 
-    (void)submitq_close(submitq, 5000); /* answers every queued submission */
+    (void)submitq_close(hc->submitq, 5000); /* answers every queued submission */
     hub_close(hub);
     if (!hub_wait_empty(hub, 5000)) {
         hub_stats(hub, &hs);
@@ -498,7 +498,7 @@ static int serve(const struct config *cfg)
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
-    stop_http(http, hub, hc.submitq);
+    stop_http(http, hub, &hc);
     http = NULL;
     rc = 0;
     LOG(LOG_INFO, "stopped");

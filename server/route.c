@@ -13,6 +13,8 @@ static const struct route_entry routes[] = {
     {"GET", "/runs/{id}/events", handle_runs_events, false, false, NEED_READ},
     {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false, NEED_CANCEL},
     {"POST", "/runs/{id}/retry", handle_runs_retry, false, false, NEED_CANCEL},
+    {"POST", "/runs/{id}/approve", handle_runs_approve, BODY_JSON_OPTIONAL, false, NEED_APPROVE},
+    {"POST", "/runs/{id}/reject", handle_runs_reject, BODY_JSON_OPTIONAL, false, NEED_APPROVE},
     {"GET", "/runs/{id}/stream", NULL, false, true, NEED_READ},
     {"GET", "/schedules", handle_schedules_list, false, false, NEED_READ},
     {"GET", "/schedules/{name}", handle_schedules_get, false, false, NEED_READ},

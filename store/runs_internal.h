@@ -32,6 +32,10 @@
     "message, run_created_at) SELECT tenant, id, " type                                            \
     ", status, outcome, progress, step, " message ", created_at FROM upd)"
 
+/* The "submitted" event of each run a statement inserted (CTE "upd", its
+ * rows with their approval columns): every insert of a run writes it. */
+#define EVENT_SUBMITTED EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE)
+
 /* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
  * new run (run_free); on failure it is NULL and err says why. */
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err) WUR;

@@ -1,6 +1,6 @@
 /* tests/unit/test_handlers.c — the pure parts of the HTTP layer: generic
- * submission validation, list filter parsing, routing, and the status →
- * problem+json mapping. */
+ * submission validation, list filter parsing, the body of approvals,
+ * routing, and the status → problem+json mapping. */
 #include "handlers/handlers.h"
 #include "server/route.h"
 
@@ -261,6 +261,11 @@ START_TEST(routes_match)
     ck_assert_str_eq(m.id, "r1");
     ck_assert_int_eq(route_find("POST", "/runs/r1/cancel", &m), ROUTE_FOUND);
     ck_assert(!m.entry->json_body);
+    ck_assert_int_eq(route_find("POST", "/runs/r1/approve", &m), ROUTE_FOUND);
+    ck_assert_int_eq(m.entry->json_body, BODY_JSON_OPTIONAL);
+    ck_assert_int_eq(m.entry->need, NEED_APPROVE);
+    ck_assert_int_eq(route_find("POST", "/runs/r1/reject", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_runs_reject);
     ck_assert_int_eq(route_find("HEAD", "/healthz", &m), ROUTE_FOUND);
     ck_assert_int_eq(route_find("GET", "/", &m), ROUTE_FOUND);
     ck_assert(m.entry->fn == handle_web_get);
@@ -482,6 +487,69 @@ START_TEST(unknown_alert_type_detail)
 }
 END_TEST
 
+/* ---- approvals ---- */
+
+START_TEST(approval_body)
+{
+    struct error err = {0};
+    const char *comment = "x";
+    char long_comment[2048];
+    json_t *j;
+
+    ck_assert_int_eq(approvals_parse_body(NULL, &comment, &err), ST_OK);
+    ck_assert_ptr_null(comment);
+    j = parse("{\"comment\": \"looks right\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    ck_assert_str_eq(comment, "looks right");
+    json_decref(j);
+    j = parse("{\"comment\": \"\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    ck_assert_ptr_null(comment);
+    json_decref(j);
+    j = parse("{}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    json_decref(j);
+    /* characters, not bytes: 1000 of two bytes each are allowed, 1001 are not */
+    for (int i = 0; i < 1000; i++)
+        memcpy(long_comment + 2 * i, "\xc3\xa9", 2);
+    j = json_pack("{s:s%}", "comment", long_comment, (size_t)2000);
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    json_decref(j);
+    memset(long_comment, 'a', 1001);
+    long_comment[1001] = '\0';
+    j = json_pack("{s:s}", "comment", long_comment);
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"comment\": must be at most 1000 characters");
+    json_decref(j);
+    memset(&err, 0, sizeof(err));
+    j = parse("{\"comment\": 1, \"by\": \"me\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_uint_eq(err.nfields, 2);
+    ck_assert_str_eq(err.fields[0].field, "comment");
+    ck_assert_str_eq(err.fields[1].field, "by");
+    json_decref(j);
+    memset(&err, 0, sizeof(err));
+    j = parse("[1]");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"body\": must be a JSON object");
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(filter_approval)
+{
+    struct qpairs q = {{"approval"}, {"pending"}};
+    struct run_filter f;
+    struct error err = {0};
+
+    ck_assert_int_eq(filter(&q, &f, &err), ST_OK);
+    ck_assert(f.approval_pending);
+    q.v[0] = "approved";
+    ck_assert_int_eq(filter(&q, &f, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"approval\": must be pending");
+}
+END_TEST
+
 static Suite *handlers_suite(void)
 {
     Suite *s = suite_create("handlers");
@@ -502,6 +570,8 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, problem_mapping);
     tcase_add_test(t, problem_extra_members);
     tcase_add_test(t, unknown_alert_type_detail);
+    tcase_add_test(t, approval_body);
+    tcase_add_test(t, filter_approval);
     suite_add_tcase(s, t);
     return s;
 }

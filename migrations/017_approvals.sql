@@ -1,0 +1,84 @@
+-- 017_approvals: runs that wait for a person before their action starts.
+--
+-- A run of a run type with "approval" is inserted in 'waiting' with
+-- approval_state 'pending': it holds no worker, counts against no cap, and
+-- has no external job, so it must never reach the poller. From there one
+-- statement moves it on:
+--   approve        'queued', approval_state 'approved' (due now, or at its
+--                  run_at when that is later)
+--   reject         'completed'/'cancelled', approval_state 'rejected',
+--                  error code "rejected"
+--   expiry         at approval_expires_at, as approval_on_timeout says:
+--                  'reject' as a rejection (error code "approval_expired"),
+--                  'approve' as an approval; approval_state 'expired' and
+--                  approval_decided_by 'system' either way
+--   cancel         as any waiting run ('completed'/'cancelled'); the state
+--                  stays 'pending' in the row and reads 'cancelled' in the
+--                  run object, so a binary from before this migration can
+--                  cancel such a run too.
+-- Every decision is fenced on the run still awaiting approval (pending
+-- and waiting), so of two deciders exactly one wins.
+--
+-- Only additions: a binary from before this migration keeps working beside
+-- one after it (it makes no such runs, and its run objects carry the new
+-- member too, as they are built here).
+ALTER TABLE runs ADD COLUMN approval_state      text,
+                 ADD COLUMN approval_expires_at timestamptz,
+                 ADD COLUMN approval_on_timeout text,
+                 ADD COLUMN approval_decided_by text,
+                 ADD COLUMN approval_decided_at timestamptz,
+                 ADD COLUMN approval_comment    text;
+
+-- The runs awaiting approval by when they expire, for the expiry thread
+-- (the next one due, and the due ones): small, only runs awaiting approval.
+CREATE INDEX runs_approval_due ON runs (approval_expires_at)
+    WHERE approval_state = 'pending' AND status = 'waiting';
+-- The same runs as GET /runs?approval=pending lists them, newest first.
+CREATE INDEX runs_approval_list ON runs (tenant, created_at DESC, id DESC)
+    WHERE approval_state = 'pending' AND status = 'waiting';
+
+-- A run awaiting approval has no external job: it gets no row in run_polls
+-- (migration 012), so no poller ever checks it.
+DROP TRIGGER runs_poll_enter_insert ON runs;
+CREATE TRIGGER runs_poll_enter_insert AFTER INSERT ON runs
+    FOR EACH ROW WHEN (NEW.status = 'waiting' AND NEW.approval_state IS DISTINCT FROM 'pending')
+    EXECUTE FUNCTION opsrun_run_polls_enter();
+
+-- The run object gains "approval" (after "schedule"): {"state",
+-- "requested_at", "expires_at", "on_timeout", "decided_by", "decided_at",
+-- "comment"}, null for a run of a type without approval. The other members
+-- and their order are those of migration 015.
+CREATE OR REPLACE FUNCTION opsrun_run_json(r runs) RETURNS json
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT json_build_object(
+        'id', r.id, 'tenant', r.tenant, 'initiator', r.initiator, 'type', r.type,
+        'status', r.status, 'outcome', r.outcome, 'priority', r.priority,
+        'attempt', r.attempt, 'max_attempts', r.max_attempts, 'progress', r.progress,
+        'step', r.step, 'input', r.input, 'result', r.result, 'error', r.error,
+        'summary_counts', r.summary_counts, 'failure_summary', r.failure_summary,
+        'context', r.context, 'external_id', r.external_id, 'worker_id', r.worker_id,
+        'created_at', opsrun_ts(r.created_at), 'run_at', opsrun_ts(r.run_at),
+        'started_at', opsrun_ts(r.started_at), 'completed_at', opsrun_ts(r.completed_at),
+        'updated_at', opsrun_ts(r.updated_at), 'retry_of', r.retry_of,
+        'poll', CASE WHEN r.poll_started_at IS NOT NULL THEN json_build_object(
+            'checks', r.poll_count, 'max_checks', r.poll_max_checks,
+            'max_duration_s', r.poll_max_duration_s,
+            'next_check_at', CASE WHEN r.status = 'waiting' AND r.poll_owner IS NULL
+                                  THEN opsrun_ts(r.next_poll_at) END,
+            'waiting_since', opsrun_ts(r.poll_started_at),
+            'give_up_at', opsrun_ts(r.poll_started_at
+                                    + make_interval(secs => r.poll_max_duration_s))) END,
+        'schedule', CASE WHEN r.schedule_name IS NOT NULL THEN json_build_object(
+            'name', r.schedule_name, 'slot', opsrun_ts(r.schedule_slot)) END,
+        'approval', CASE WHEN r.approval_state IS NOT NULL THEN json_build_object(
+            'state', CASE WHEN r.approval_state = 'pending' AND r.status <> 'waiting'
+                          THEN 'cancelled' ELSE r.approval_state END,
+            'requested_at', opsrun_ts(r.created_at),
+            'expires_at', opsrun_ts(r.approval_expires_at),
+            'on_timeout', r.approval_on_timeout,
+            'decided_by', r.approval_decided_by,
+            'decided_at', opsrun_ts(CASE WHEN r.approval_state = 'pending'
+                                         AND r.status <> 'waiting' THEN r.completed_at
+                                         ELSE r.approval_decided_at END),
+            'comment', r.approval_comment) END)
+$$;
