@@ -119,7 +119,7 @@ struct route {
 enum auth_scope {
     SCOPE_SUBMIT = 1u << 0,  /* POST /alerts, the Alertmanager webhook included */
     SCOPE_READ = 1u << 1,    /* runs, events, streams, long-polls */
-    SCOPE_CANCEL = 1u << 2,  /* POST /runs/{id}/cancel (and retry) */
+    SCOPE_CANCEL = 1u << 2,  /* POST /runs/{id}/cancel, retry, and the bulk ones */
     SCOPE_HEALTH = 1u << 3,  /* GET /healthz when auth.open_health is false */
     SCOPE_ADMIN = 1u << 4,   /* every scope, in every tenant */
     SCOPE_APPROVE = 1u << 5, /* POST /runs/{id}/approve and /reject */

@@ -24,7 +24,7 @@ enum auth_need {
     NEED_TOKEN,   /* any valid token: a path or method that does not exist */
     NEED_SUBMIT,  /* POST /alerts */
     NEED_READ,    /* runs, events, streams, long-polls */
-    NEED_CANCEL,  /* POST /runs/{id}/cancel */
+    NEED_CANCEL,  /* POST /runs/{id}/cancel, retry, the bulk cancel and retry */
     NEED_HEALTH,  /* /healthz: open when auth.open_health, else health or admin */
     NEED_APPROVE, /* POST /runs/{id}/approve and /reject */
 };

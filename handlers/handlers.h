@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 
+struct bulk;
 struct db_pool;
 struct engine;
 struct hub;
@@ -31,6 +32,9 @@ struct hctx {
     /* Shared commits for submissions (handlers/submitq.h); NULL: each
      * request writes its own on its HTTP thread. */
     struct submitq *submitq;
+    /* The runner of bulk actions (handlers/bulk.h); NULL: each runs on its
+     * HTTP thread. */
+    struct bulk *bulk;
 };
 
 struct request {
@@ -132,6 +136,11 @@ enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, s
 /* handlers/approvals.c */
 enum status handle_runs_approve(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_reject(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/bulk.c: POST /runs/cancel and POST /runs/retry. */
+enum status handle_runs_bulk_cancel(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp);
+enum status handle_runs_bulk_retry(const struct hctx *hc, const struct request *rq,
+                                   struct reply *rp);
 enum status handle_runs_completions(const struct hctx *hc, const struct request *rq,
                                     struct reply *rp);
 /* handlers/schedules.c */

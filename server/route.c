@@ -9,6 +9,8 @@
 static const struct route_entry routes[] = {
     {"POST", "/alerts", handle_alerts_create, true, false, NEED_SUBMIT},
     {"GET", "/runs", handle_runs_list, false, false, NEED_READ},
+    {"POST", "/runs/cancel", handle_runs_bulk_cancel, true, false, NEED_CANCEL},
+    {"POST", "/runs/retry", handle_runs_bulk_retry, true, false, NEED_CANCEL},
     {"GET", "/runs/{id}", handle_runs_get, false, false, NEED_READ},
     {"GET", "/runs/{id}/events", handle_runs_events, false, false, NEED_READ},
     {"POST", "/runs/{id}/cancel", handle_runs_cancel, false, false, NEED_CANCEL},
