@@ -135,7 +135,7 @@ static long long sql(const char *conninfo, const char *query)
 START_TEST(cancel_by_type)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_cancel", false);
+    const char *ci = start_fresh(&p, "e2e_bulkact_cancel", false);
     struct th_resp r;
 
     submit_many(&p, NULL, "held", 2000, NULL, LATER, 0);
@@ -203,7 +203,7 @@ END_TEST
 START_TEST(retry_by_outcome_and_time)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_retry", true);
+    const char *ci = start_fresh(&p, "e2e_bulkact_retry", true);
     char body[512], after[64];
     struct th_resp r;
     PGconn *c;
@@ -257,7 +257,7 @@ END_TEST
 START_TEST(retry_joins_active_retries)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_join", false);
+    const char *ci = start_fresh(&p, "e2e_bulkact_join", false);
     struct th_resp a, b;
 
     for (int i = 0; i < 5; i++) { /* its params' duration: no duration_ms in the data */
@@ -288,7 +288,7 @@ END_TEST
 START_TEST(tenants_and_filters)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_tenants", true);
+    const char *ci = start_fresh(&p, "e2e_bulkact_tenants", true);
     struct th_resp r;
 
     submit_many(&p, T_OPS, "held", 50, NULL, LATER, 0);
@@ -349,7 +349,7 @@ static void *feed(void *arg)
 START_TEST(queue_moves_during_bulk_cancel)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_10000", false);
+    const char *ci = start_fresh(&p, "e2e_bulkact_10000", false);
     struct feeder f = {.p = &p};
     struct th_resp r;
     pthread_t th;
@@ -398,7 +398,7 @@ static void *bulk_cancel_held(void *arg)
 START_TEST(shutdown_interrupts_between_batches)
 {
     struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_bulk_drain", false);
+    const char *ci = start_fresh(&p, "e2e_bulkact_drain", false);
     struct bulk_call c = {.p = &p};
     pthread_t th;
     long long acted;
