@@ -197,37 +197,52 @@ START_TEST(cancel_by_type)
 }
 END_TEST
 
-/* 100 failed runs, then (after an instant T) 300 failed and 50 that
- * succeeded: a retry by outcome and created_after T retries the 300 and
- * nothing else, each new run with retry_of and the caller as initiator. */
+/* Waits until every run of the database has completed. */
+static void wait_all_completed(PGconn *c)
+{
+    for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
+        if (th_sql_int(c, "SELECT count(*) FROM runs WHERE status <> 'completed'") == 0)
+            return;
+    ck_abort_msg("runs still not completed after 20 s");
+}
+
+/* The database's now() as RFC 3339, into out. */
+static void db_now(PGconn *c, char *out, size_t cap)
+{
+    char *t = th_sql_str(c, "SELECT opsrun_ts(now())");
+
+    snprintf(out, cap, "%s", t);
+    free(t);
+}
+
+/* 100 failed runs, then (between instants A and B) 300 failed and 50 that
+ * succeeded, then 80 failed: a retry by outcome, created_after A and
+ * created_before B retries the 300 and nothing else, each new run with
+ * retry_of and the caller as initiator. */
 START_TEST(retry_by_outcome_and_time)
 {
     struct th_proc p;
     const char *ci = start_fresh(&p, "e2e_bulkact_retry", true);
-    char body[512], after[64];
+    char body[512], after[64], before[64];
     struct th_resp r;
     PGconn *c;
-    char *t;
 
     submit_many(&p, T_OPS, "demo", 100, "permanent", NULL, 0);
     c = th_pg(ci);
-    for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
-        if (th_sql_int(c, "SELECT count(*) FROM runs WHERE status <> 'completed'") == 0)
-            break;
-    t = th_sql_str(c, "SELECT opsrun_ts(now())");
-    snprintf(after, sizeof(after), "%s", t);
-    free(t);
+    wait_all_completed(c);
+    db_now(c, after, sizeof(after));
     submit_many(&p, T_OPS, "demo", 300, "permanent", NULL, 100);
     submit_many(&p, T_OPS, "demo", 50, NULL, NULL, 400);
-    for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
-        if (th_sql_int(c, "SELECT count(*) FROM runs WHERE status <> 'completed'") == 0)
-            break;
-    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE outcome = 'failed'"), 400);
+    wait_all_completed(c);
+    db_now(c, before, sizeof(before));
+    submit_many(&p, T_OPS, "demo", 80, "permanent", NULL, 450);
+    wait_all_completed(c);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE outcome = 'failed'"), 480);
 
     snprintf(body, sizeof(body),
              "{\"filter\": {\"outcome\": [\"failed\"], \"type\": \"demo\", \"created_after\": "
-             "\"%s\"}}",
-             after);
+             "\"%s\", \"created_before\": \"%s\"}}",
+             after, before);
     post(&p, "/runs/retry", T_READ, body, 403, &r); /* read only: no cancel scope */
     th_resp_free(&r);
     post(&p, "/runs/retry", T_OPS, body, 200, &r);
@@ -238,9 +253,9 @@ START_TEST(retry_by_outcome_and_time)
     th_resp_free(&r);
     ck_assert_int_eq(th_sql_int(c,
                                 "SELECT count(*) FROM runs n JOIN runs o ON o.id = n.retry_of "
-                                "WHERE o.created_at >= '%s' AND o.outcome = 'failed' "
-                                "AND n.initiator = 'ops'",
-                                after),
+                                "WHERE o.created_at >= '%s' AND o.created_at < '%s' "
+                                "AND o.outcome = 'failed' AND n.initiator = 'ops'",
+                                after, before),
                      300);
     ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE retry_of IS NOT NULL"), 300);
     ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events e JOIN runs n ON n.id = "
@@ -283,8 +298,9 @@ START_TEST(retry_joins_active_retries)
 }
 END_TEST
 
-/* Another tenant's filter acts on none of acme's runs; its own are acted
- * on; a refused filter changes nothing. */
+/* A filter that matches only acme's runs acts on none of them for another
+ * tenant, dry or not; that tenant's own runs of the type are acted on; a
+ * refused filter changes nothing. */
 START_TEST(tenants_and_filters)
 {
     struct th_proc p;
@@ -292,7 +308,18 @@ START_TEST(tenants_and_filters)
     struct th_resp r;
 
     submit_many(&p, T_OPS, "held", 50, NULL, LATER, 0);
+    submit_many(&p, T_OPS, "spare", 20, NULL, LATER, 0);
     submit_many(&p, T_OTHER, "held", 7, NULL, LATER, 0);
+    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"spare\"}, \"dry_run\": true}", 200,
+         &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 0);
+    th_resp_free(&r);
+    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"spare\"}}", 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 0);
+    ck_assert_int_eq(th_ji(r.json, "acted"), 0);
+    ck_assert_int_eq(json_array_size(json_object_get(r.json, "run_ids")), 0);
+    th_resp_free(&r);
+    ck_assert_int_eq(count(ci, "tenant = 'acme' AND type = 'spare' AND status = 'queued'"), 20);
     post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"held\"}, \"dry_run\": true}", 200,
          &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 7);
@@ -300,7 +327,7 @@ START_TEST(tenants_and_filters)
     post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"all\": true}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "acted"), 7);
     th_resp_free(&r);
-    ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 50);
+    ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 70);
     ck_assert_int_eq(count(ci, "tenant = 'other' AND outcome = 'cancelled'"), 7);
     post(&p, "/runs/cancel", T_OPS, "{\"filter\": {}}", 400, &r);
     th_check_problem(&r, 400, "empty filter");
@@ -313,7 +340,7 @@ START_TEST(tenants_and_filters)
     th_resp_free(&r);
     post(&p, "/runs/cancel", T_OPS, "not json", 400, &r);
     th_resp_free(&r);
-    ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 50);
+    ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 70);
     th_stop_clean(&p);
 }
 END_TEST
