@@ -1,9 +1,9 @@
 /* tests/e2e/test_approvals.c — runs that wait for a person (docs/api.md,
  * "Approvals") on real processes: approve (the run then starts and
  * completes), reject, expiry with each on_timeout and on time on another
- * replica than the one that made the run, two deciders at once (exactly one
- * wins), cancel while pending, the scope and the tenants, a pending run
- * across a restart, the list filter, and that such a run never reaches the
+ * replica than the one that made the run, deciders racing on two replicas
+ * (exactly one wins), cancel while pending, the scope and the tenants, a
+ * pending run across a restart, the list filter, and that such a run never reaches the
  * poller. Times are read from the run objects, which the database's clock
  * writes. */
 #include "../support/harness.h"
@@ -348,15 +348,21 @@ static void *race(void *arg)
 #define RACE_RUNS 10
 #define RACERS 4
 
-/* Two approvers and two rejecters at once on each of ten runs: exactly one
- * 200 per run, the others 409, and the run is as the winner decided. */
+/* Two approvers and two rejecters at once on each of ten runs, half of
+ * them on a second replica: exactly one 200 per run, the others 409, and
+ * the run is as the winner decided, with one decision event. */
 START_TEST(concurrent_deciders)
 {
-    struct th_proc p;
-    const char *ci = start_fresh(&p, "e2e_appr_race", 300, false);
+    char *c = config(300, false);
+    char *path = th_config_file("e2e_appr_race", c);
+    char *ci = th_db_create("e2e_appr_race");
+    const char *args[] = {"--config", path, NULL};
+    struct th_proc p[2];
 
+    th_start(&p[0], ci, args, NULL);
+    th_start(&p[1], ci, args, NULL);
     for (int k = 0; k < RACE_RUNS; k++) {
-        char *id = submit(&p, "gated", k);
+        char *id = submit(&p[k % 2], "gated", k);
         struct racer rc[RACERS];
         pthread_t th[RACERS];
         pthread_barrier_t go;
@@ -365,7 +371,7 @@ START_TEST(concurrent_deciders)
 
         pthread_barrier_init(&go, NULL, RACERS);
         for (int i = 0; i < RACERS; i++) {
-            rc[i] = (struct racer){&p, id, i % 2 ? "reject" : "approve", &go, 0};
+            rc[i] = (struct racer){&p[i / 2], id, i % 2 ? "reject" : "approve", &go, 0};
             pthread_create(&th[i], NULL, race, &rc[i]);
         }
         for (int i = 0; i < RACERS; i++)
@@ -381,7 +387,7 @@ START_TEST(concurrent_deciders)
             }
         }
         ck_assert_int_eq(lost, RACERS - 1);
-        run = th_get_run(&p, id);
+        run = th_get_run(&p[0], id);
         ck_assert_str_eq(th_js(approval(run), "state"), won % 2 ? "rejected" : "approved");
         json_decref(run);
         ck_assert_int_eq(sql_count(ci,
@@ -391,7 +397,11 @@ START_TEST(concurrent_deciders)
                          1);
         free(id);
     }
-    th_stop_clean(&p);
+    th_stop_clean(&p[1]);
+    th_stop_clean(&p[0]);
+    free(ci);
+    free(path);
+    free(c);
 }
 END_TEST
 
@@ -446,6 +456,10 @@ START_TEST(scopes_and_tenants)
     call(&p, path, NULL, 401);
     call(&p, path, T_OPS, 403);   /* submit, read, cancel: no approve */
     call(&p, path, T_OTHER, 404); /* another tenant's run does not exist for it */
+    snprintf(path, sizeof(path), "/runs/%s/reject", a);
+    call(&p, path, T_OTHER, 404);
+    call(&p, path, T_OPS, 403);
+    snprintf(path, sizeof(path), "/runs/%s/approve", a);
     snprintf(url, sizeof(url), "%s/runs?approval=pending", p.url);
     ck_assert(th_http_token("GET", url, T_OTHER, NULL, NULL, &r));
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), 1);
