@@ -84,6 +84,7 @@ void error_message(struct error *err, const char *fmt, ...)
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
     utf8_scrub(err->message);
+    err->reason = NULL;
 }
 
 void error_field_message(struct error *err, const char *field, const char *fmt, ...)

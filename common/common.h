@@ -49,14 +49,19 @@ struct error_field {
     char message[160];
 };
 
-/* The optional error text that travels with an enum status. */
+/* The optional error text that travels with an enum status. message is
+ * for the log (it may hold the database's own words); reason, when not
+ * NULL, is a short static cause a client may be told (a 503's "the
+ * database is read-only"). */
 struct error {
     char message[512];
     unsigned nfields;
     struct error_field fields[ERROR_MAX_FIELDS];
+    const char *reason;
 };
 
-/* Sets err->message (NULL err is a no-op); returns st for tail calls:
+/* Sets err->message and clears err->reason (NULL err is a no-op); returns
+ * st for tail calls:
  * return error_set(err, ST_INVALID, "unknown key \"%s\"", key). */
 #define error_set(err, st, ...) (error_message((err), __VA_ARGS__), error_status(st))
 /* Adds a field problem (dropped past ERROR_MAX_FIELDS); returns st. */

@@ -34,6 +34,8 @@ void events_hint(struct engine *e)
 {
     if (e->on_events)
         e->on_events(e->on_events_arg);
+    if (e->wake_notifier)
+        e->wake_notifier(e); /* a transition may have owed a delivery */
 }
 
 void doorbell_ring(struct engine *e, bool queue, bool events)
@@ -116,13 +118,14 @@ static bool listen_loop(struct engine *e, struct db *db)
 static void *listener_main(void *arg)
 {
     struct engine *e = arg;
-    const struct db_options opt = {
-        .conninfo = e->cfg->database_url,
-        .connect_timeout_s = e->cfg->db.connect_timeout_s,
-        .application_name = "opsrun-listen",
-    };
+    struct db_options opt = *db_pool_options(e->pool);
+
     struct backoff pause = {.first_ms = LISTEN_RETRY_FIRST_MS, .max_ms = LISTEN_RETRY_MAX_MS};
 
+    /* The pool's connection settings, without a statement timeout: a LISTEN
+     * connection idles between notifications. */
+    opt.statement_timeout_ms = 0;
+    opt.application_name = "opsrun-listen";
     for (;;) {
         struct db *db = NULL;
         struct error err = {0};

@@ -60,13 +60,12 @@ static unsigned parse_names(const json_t *v, const char *field, bool outcome, st
     return set;
 }
 
-static const char *parse_text(const json_t *v, const char *field, struct error *err)
+static const char *parse_text(const json_t *v, const char *field, size_t max, struct error *err)
 {
     const char *s = json_string_value(v);
 
-    if (!s || !*s || strlen(s) > FILTER_TEXT_MAX)
-        error_field(err, ST_INVALID, field, "must be a string of 1 to %d characters",
-                    FILTER_TEXT_MAX);
+    if (!s || !*s || strlen(s) > max)
+        error_field(err, ST_INVALID, field, "must be a string of 1 to %zu characters", max);
     return s;
 }
 
@@ -92,16 +91,15 @@ static void parse_filter_key(const char *key, const json_t *v, struct bulk_filte
     else if (strcmp(key, "outcome") == 0)
         f->outcomes = parse_names(v, field, true, err);
     else if (strcmp(key, "type") == 0)
-        f->type = parse_text(v, field, err);
+        f->type = parse_text(v, field, FILTER_TEXT_MAX, err);
     else if (strcmp(key, "schedule") == 0)
-        f->schedule = parse_text(v, field, err);
+        f->schedule = parse_text(v, field, FILTER_TEXT_MAX, err);
     else if (strcmp(key, "created_after") == 0)
         f->created_after = parse_instant(v, field, err);
     else if (strcmp(key, "created_before") == 0)
         f->created_before = parse_instant(v, field, err);
     else if (strcmp(key, "parent_id") == 0)
-        error_field(err, ST_INVALID, field,
-                    "parent_id filter is not available: this server makes no follow-up runs");
+        f->parent_id = parse_text(v, field, RUN_ID_MAX, err);
     else if (strcmp(key, "all") == 0 && json_is_boolean(v))
         *all = json_is_true(v);
     else if (strcmp(key, "all") == 0)
@@ -129,8 +127,8 @@ static void parse_filter(const json_t *v, struct bulk_filter *f, struct error *e
     }
     if (err && err->nfields > before)
         return;
-    if (!all && !f->statuses && !f->outcomes && !f->type && !f->schedule && !f->created_after &&
-        !f->created_before)
+    if (!all && !f->statuses && !f->outcomes && !f->type && !f->schedule && !f->parent_id &&
+        !f->created_after && !f->created_before)
         error_field(err, ST_INVALID, "filter",
                     "is empty; to act on every run, say so: {\"filter\": {\"all\": true}}");
 }
@@ -177,6 +175,7 @@ struct bulk_job {
     enum bulk_action action;
     struct bulk_request rq;
     char tenant[65], initiator[96], type[FILTER_TEXT_MAX + 1], schedule[FILTER_TEXT_MAX + 1];
+    char parent_id[RUN_ID_MAX + 1];
     char after[40], before[40];
     void (*done)(void *arg);
     void *done_arg;
@@ -543,6 +542,10 @@ static void job_take_request(struct bulk_job *job, const struct request *rq)
     if (f->schedule) {
         xsnprintf(job->schedule, sizeof(job->schedule), "%s", f->schedule);
         f->schedule = job->schedule;
+    }
+    if (f->parent_id) {
+        xsnprintf(job->parent_id, sizeof(job->parent_id), "%s", f->parent_id);
+        f->parent_id = job->parent_id;
     }
     if (f->created_after && time_parse_rfc3339(f->created_after, &us)) {
         time_format_rfc3339(us, job->after, sizeof(job->after));

@@ -125,17 +125,29 @@ void reply_error(struct reply *rp, enum status st, const struct error *err)
     const char *title = status_title(st), *detail;
     unsigned http = status_http(st);
     bool told = err && err->message[0];
+    const char *reason = http == 503 && st != ST_BUSY && err ? err->reason : NULL;
+    char why[160];
+    json_t *extra = NULL;
 
-    /* Internal details (database errors, socket paths) stay in the log. */
+    /* Internal details (database errors, socket paths) stay in the log; a
+     * state of the database a client may know of (read-only, full) is
+     * named in the detail and as "reason". */
     if (http >= 500)
         LOG(LOG_WARN, "answering %u: %s", http, told ? err->message : title);
-    if (http == 500)
+    if (http == 500) {
         detail = "internal error; see the server log";
-    else if (http == 503 && !(st == ST_BUSY && told))
+    } else if (reason) {
+        xsnprintf(why, sizeof(why), "temporarily unavailable: %s; retry later", reason);
+        detail = why;
+        extra = json_pack("{s:s}", "reason", reason);
+    } else if (http == 503 && !(st == ST_BUSY && told)) {
         detail = "temporarily unavailable (database unreachable or busy); retry later";
-    else
+    } else {
         detail = told ? err->message : title;
-    reply_problem_take(
-        rp, st, detail,
-        err && err->nfields > 0 ? json_pack("{s:o}", "errors", reply_error_fields(err)) : NULL);
+    }
+    if (err && err->nfields > 0) {
+        json_decref(extra);
+        extra = json_pack("{s:o}", "errors", reply_error_fields(err));
+    }
+    reply_problem_take(rp, st, detail, extra);
 }

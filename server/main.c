@@ -219,6 +219,10 @@ static struct db_options conn_options(const struct config *cfg, const char *app)
         .connect_timeout_s = cfg->db.connect_timeout_s,
         .statement_timeout_ms = cfg->db.statement_timeout_ms,
         .application_name = app,
+        .tcp_user_timeout_ms = cfg->db.tcp_user_timeout_ms,
+        .keepalive_idle_s = cfg->db.keepalive_idle_s,
+        .keepalive_interval_s = cfg->db.keepalive_interval_s,
+        .unnamed_statements = !cfg->db.prepared_statements,
     };
 }
 
@@ -385,12 +389,14 @@ static struct limits *make_limits(const struct config *cfg)
 }
 
 /* The registry, with every label value GET /metrics may show: the
- * configured run types, the terminal outcomes and the route templates. */
+ * configured run types, schedules, rate limits and notifiers, the terminal
+ * outcomes and the route templates. */
 static struct metrics *make_metrics(const struct config *cfg)
 {
     const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
     const char **schedules = xcalloc(cfg->nschedules + 1, sizeof(*schedules));
     const char **limits = xcalloc(cfg->nrate_limits + 1, sizeof(*limits));
+    const char **notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*notifiers));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
     size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
     struct metrics *m;
@@ -401,6 +407,8 @@ static struct metrics *make_metrics(const struct config *cfg)
         schedules[i] = cfg->schedules[i].name;
     for (size_t i = 0; i < cfg->nrate_limits; i++)
         limits[i] = cfg->rate_limits[i].name;
+    for (size_t i = 0; i < cfg->nnotifiers; i++)
+        notifiers[i] = cfg->notifiers[i].name;
     for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
         outcomes[n++] = run_outcome_name((enum run_outcome)o);
     m = metrics_new(&(struct metrics_setup){
@@ -414,12 +422,15 @@ static struct metrics *make_metrics(const struct config *cfg)
         .nschedules = cfg->nschedules,
         .limits = limits,
         .nlimits = cfg->nrate_limits,
+        .notifiers = notifiers,
+        .nnotifiers = cfg->nnotifiers,
         .version = OPSRUN_VERSION,
         .commit = opsrun_build_commit,
     });
     free(types);
     free(schedules);
     free(limits);
+    free(notifiers);
     return m;
 }
 

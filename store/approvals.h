@@ -1,4 +1,4 @@
-/* store/approvals.h — runs awaiting a person's approval (migration 017):
+/* store/approvals.h — runs awaiting a person's approval (migration 018):
  * the decision of a person (approve, reject), and the decision at expiry
  * that the run's on_timeout makes. Each is one statement, fenced on the
  * run still awaiting approval, that writes the run and its event together,

@@ -26,6 +26,7 @@ struct bulk_filter {
     unsigned statuses;                          /* 1u << enum run_status; 0 = any */
     unsigned outcomes;                          /* 1u << enum run_outcome; 0 = any */
     const char *type, *schedule;                /* NULL = any */
+    const char *parent_id;                      /* follow-ups of this run; NULL = any */
     const char *created_after, *created_before; /* RFC 3339: created_at >= after, < before */
 };
 

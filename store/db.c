@@ -1,4 +1,5 @@
-/* store/db.c — connections, per-connection prepared statements, the pool. */
+/* store/db.c — connections, per-connection prepared statements (or unnamed
+ * ones), calls bounded by the connection's silence, the pool. */
 #include "store/db_internal.h"
 
 #include "common/log.h"
@@ -6,6 +7,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,11 @@ struct db {
     char *appname;
     const struct stmt *prepared[DB_MAX_PREPARED];
     int nprepared;
+    int silence_ms; /* a call's tolerated silence now (db_ping lowers it) */
+    /* The pool's count of read-only refusals (NULL standalone), and its
+     * value when this connection was opened. */
+    _Atomic int64_t *read_only_seen;
+    int64_t opened_at_seen;
     struct db *next_free; /* pool free list */
 };
 
@@ -32,6 +39,7 @@ struct db_pool {
     struct db *free;
     int in_use;
     int64_t waits_total, timeouts_total, wait_us_total;
+    _Atomic int64_t read_only_seen; /* see db_fail */
 };
 
 /* Server notices ("relation already exists, skipping") go to the debug log,
@@ -43,10 +51,30 @@ static void db_notice(void *arg, const char *message)
     LOG(LOG_DEBUG, "database notice: %.*s", (int)n, message);
 }
 
+int db_silence_ms(const struct db_options *opt)
+{
+    if (opt->tcp_user_timeout_ms > 0)
+        return opt->tcp_user_timeout_ms;
+    return (opt->statement_timeout_ms > 0 ? opt->statement_timeout_ms : 30000) + 5000;
+}
+
+/* Turns the libpq message of a failed connection attempt into one line. */
+static enum status db_open_failed(struct db *db, struct error *err)
+{
+    enum status st = error_set(err, ST_UNAVAILABLE, "could not connect to the database: %s",
+                               PQerrorMessage(db->conn));
+    for (char *p = err ? err->message : NULL; p && *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    PQfinish(db->conn);
+    db->conn = NULL;
+    return st;
+}
+
 static enum status db_open(struct db *db, struct error *err)
 {
-    char timeout[16], options[80], user_timeout[24];
-    const char *keys[10], *vals[10];
+    char timeout[16], options[80], user_timeout[24], idle[16], interval[16];
+    const char *keys[11], *vals[11];
     int n = 0;
 
     xsnprintf(timeout, sizeof(timeout), "%d", db->opt.connect_timeout_s);
@@ -59,33 +87,33 @@ static enum status db_open(struct db *db, struct error *err)
                   db->opt.statement_timeout_ms);
     else
         xsnprintf(options, sizeof(options), "-c jit=off");
-    xsnprintf(user_timeout, sizeof(user_timeout), "%d",
-              (db->opt.statement_timeout_ms > 0 ? db->opt.statement_timeout_ms : 30000) + 5000);
+    xsnprintf(user_timeout, sizeof(user_timeout), "%d", db_silence_ms(&db->opt));
+    xsnprintf(idle, sizeof(idle), "%d",
+              db->opt.keepalive_idle_s > 0 ? db->opt.keepalive_idle_s : 30);
+    xsnprintf(interval, sizeof(interval), "%d",
+              db->opt.keepalive_interval_s > 0 ? db->opt.keepalive_interval_s : 10);
     keys[n] = "dbname", vals[n++] = db->conninfo;
     keys[n] = "connect_timeout", vals[n++] = timeout;
     keys[n] = "keepalives", vals[n++] = "1";
-    keys[n] = "keepalives_idle", vals[n++] = "30";
-    keys[n] = "keepalives_interval", vals[n++] = "10";
+    keys[n] = "keepalives_idle", vals[n++] = idle;
+    keys[n] = "keepalives_interval", vals[n++] = interval;
     keys[n] = "application_name", vals[n++] = db->appname;
     /* Without it a call on a silently dead network waits for TCP to give up
      * (about 15 minutes); the server's statement_timeout cannot help. */
     keys[n] = "tcp_user_timeout", vals[n++] = user_timeout;
     keys[n] = "options", vals[n++] = options;
     keys[n] = NULL, vals[n] = NULL;
+    if (db->read_only_seen)
+        db->opened_at_seen = atomic_load(db->read_only_seen);
     db->conn = PQconnectdbParams(keys, vals, 1);
     db->nprepared = 0;
+    db->silence_ms = db_silence_ms(&db->opt);
     if (!db->conn)
         return error_set(err, ST_UNAVAILABLE, "could not connect to the database: out of memory");
-    if (PQstatus(db->conn) != CONNECTION_OK) {
-        enum status st = error_set(err, ST_UNAVAILABLE, "could not connect to the database: %s",
-                                   PQerrorMessage(db->conn));
-        for (char *p = err ? err->message : NULL; p && *p; p++)
-            if (*p == '\n')
-                *p = ' ';
-        PQfinish(db->conn);
-        db->conn = NULL;
-        return st;
-    }
+    /* Nonblocking: a call sends and waits in db_await, under its own bound,
+     * never inside libpq's unbounded waits. */
+    if (PQstatus(db->conn) != CONNECTION_OK || PQsetnonblocking(db->conn, 1) != 0)
+        return db_open_failed(db, err);
     PQsetNoticeProcessor(db->conn, db_notice, NULL);
     return ST_OK;
 }
@@ -163,33 +191,171 @@ PGconn *db_conn(struct db *db)
     return db->conn;
 }
 
+/* Gives up a connection that stopped answering: the next checkout of a
+ * pooled one reconnects. */
+static void db_drop(struct db *db)
+{
+    PQfinish(db->conn);
+    db->conn = NULL;
+    db->nprepared = 0;
+}
+
+/* What a client may be told about a failure of class state (a SQLSTATE),
+ * or NULL. These are states of the database, not of a request: they pass
+ * by themselves, so the request may be repeated. */
+static const char *db_reason(const char *state)
+{
+    if (strcmp(state, "25006") == 0) /* read_only_sql_transaction */
+        return "the database is read-only";
+    if (strcmp(state, "53100") == 0) /* disk_full */
+        return "the database is out of disk space";
+    if (strcmp(state, "53200") == 0) /* out_of_memory */
+        return "the database is out of memory";
+    if (STR_IN(state, "57014", "55P03")) /* statement or lock timeout */
+        return "the database did not answer in time";
+    return NULL;
+}
+
+/* The status of a failure of class state: connection loss and the states
+ * that pass by themselves are ST_UNAVAILABLE (40P01: a deadlock victim,
+ * rolled back; safe to retry). */
+static enum status db_state_status(const char *state)
+{
+    if (strcmp(state, "23505") == 0)
+        return ST_CONFLICT;
+    if (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0 ||
+        STR_IN(state, "57014", "57P01", "57P02", "57P03", "40P01", "25006", "55P03"))
+        return ST_UNAVAILABLE;
+    return ST_DB;
+}
+
 /* Maps a failed result to a status; connection loss is ST_UNAVAILABLE. */
 static enum status db_fail(struct db *db, PGresult *r, const char *what, struct error *err)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    enum status st = ST_DB;
+    enum status st = ST_UNAVAILABLE;
 
     if (!msg)
-        msg = PQerrorMessage(db->conn);
-    if (PQstatus(db->conn) != CONNECTION_OK || !state)
-        st = ST_UNAVAILABLE;
-    else if (strcmp(state, "23505") == 0)
-        st = ST_CONFLICT;
-    else if (strncmp(state, "08", 2) == 0 ||
-             STR_IN(state, "57014", "57P01", "57P02", "57P03", "53300", "40P01"))
-        st = ST_UNAVAILABLE; /* 40P01: a deadlock victim, rolled back; safe to retry */
+        msg = db->conn ? PQerrorMessage(db->conn) : "no database connection";
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK && state)
+        st = db_state_status(state);
     error_set(err, st, "%s failed: %s", what, msg);
-    if (err)
+    if (err) {
         for (char *p = err->message; *p; p++)
             if (*p == '\n')
                 *p = ' ';
+        if (st == ST_UNAVAILABLE && state)
+            err->reason = db_reason(state);
+    }
     if (st == ST_DB)
         LOG(LOG_ERROR, "database error stmt=%s sqlstate=%s msg=\"%s\"", what, state ? state : "",
             msg);
+    /* A session keeps the default_transaction_read_only it started with
+     * (ALTER DATABASE/ROLE), and one on a server that became a standby
+     * stays there: only a new connection sees the database writable again,
+     * or finds the new primary (target_session_attrs=read-write). So this
+     * one is closed, and every pooled one opened before now is opened anew
+     * at its next checkout (db_pool_get_wait), instead of failing once each
+     * after the database is writable again. */
+    if (state && strcmp(state, "25006") == 0 && db->conn) {
+        db_drop(db);
+        if (db->read_only_seen)
+            atomic_fetch_add(db->read_only_seen, 1);
+    }
     if (r)
         PQclear(r);
     return st;
+}
+
+/* Waits until the socket can take more of the call (out) or has something
+ * to read, for at most until_ms; false when that passed first. */
+static bool db_wait_socket(struct db *db, bool out, int64_t until_ms)
+{
+    for (;;) {
+        int64_t left = until_ms - clock_mono_ms();
+        struct pollfd pf = {PQsocket(db->conn), (short)(POLLIN | (out ? POLLOUT : 0)), 0};
+        int n;
+
+        if (left <= 0)
+            return false;
+        n = poll(&pf, 1, (int)(left < 1000 ? left : 1000));
+        if (n > 0 || (n < 0 && errno != EINTR))
+            return true;
+    }
+}
+
+/* Keeps what PQexec would: the last result, unless one was an error. */
+static void db_keep(PGresult **kept, PGresult *r)
+{
+    ExecStatusType ks = *kept ? PQresultStatus(*kept) : PGRES_COMMAND_OK;
+
+    if (ks == PGRES_FATAL_ERROR) {
+        PQclear(r);
+        return;
+    }
+    PQclear(*kept);
+    *kept = r;
+}
+
+/* The answer to the call just sent: every result until the end, PQexec's
+ * way, while something arrives at least every db->silence_ms (each byte
+ * read restarts the wait). A silent peer (a network that drops everything,
+ * a proxy or pooler that hangs) makes the call fail ST_UNAVAILABLE and the
+ * connection closed, whatever TCP says; *res is NULL then. */
+static enum status db_await(struct db *db, const char *what, PGresult **res, struct error *err)
+{
+    int64_t until = clock_mono_ms() + db->silence_ms;
+    PGresult *kept = NULL, *r;
+
+    for (;;) {
+        int fl = PQflush(db->conn);
+        /* Not busy (or broken): PQgetResult answers at once. */
+        if (fl < 0 || !PQisBusy(db->conn) || PQstatus(db->conn) != CONNECTION_OK) {
+            r = PQgetResult(db->conn);
+            if (!r)
+                break;
+            db_keep(&kept, r);
+            continue;
+        }
+        if (!db_wait_socket(db, fl == 1, until)) {
+            PQclear(kept);
+            db_drop(db);
+            *res = NULL;
+            error_set(err, ST_UNAVAILABLE,
+                      "%s failed: no answer from the database within %d ms; connection closed",
+                      what, db->silence_ms);
+            if (err)
+                err->reason = "the database did not answer in time";
+            return ST_UNAVAILABLE;
+        }
+        if (PQconsumeInput(db->conn))
+            until = clock_mono_ms() + db->silence_ms;
+    }
+    *res = kept;
+    return ST_OK;
+}
+
+/* Sends with send's return (1 = sent), then awaits the answer; a result
+ * that is neither rows nor a command's completion is a failure. */
+static enum status db_finish(struct db *db, int sent, const char *what, PGresult **res,
+                             struct error *err)
+{
+    PGresult *r = NULL;
+    ExecStatusType rs;
+    enum status st;
+
+    *res = NULL;
+    if (!sent)
+        return db_fail(db, NULL, what, err);
+    st = db_await(db, what, &r, err);
+    if (st != ST_OK)
+        return st;
+    rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK)
+        return db_fail(db, r, what, err);
+    *res = r;
+    return ST_OK;
 }
 
 static bool db_is_prepared(const struct db *db, const struct stmt *st)
@@ -203,53 +369,53 @@ static bool db_is_prepared(const struct db *db, const struct stmt *st)
 static enum status db_prepare(struct db *db, const struct stmt *st, int nparams, struct error *err)
 {
     PGresult *r;
+    enum status s;
 
     if (db_is_prepared(db, st))
         return ST_OK;
     if (db->nprepared >= DB_MAX_PREPARED)
         return error_set(err, ST_INTERNAL, "too many prepared statements");
-    r = PQprepare(db->conn, st->name, st->sql, nparams, NULL);
-    if (!r || PQresultStatus(r) != PGRES_COMMAND_OK)
-        return db_fail(db, r, st->name, err);
+    s = db_finish(db, PQsendPrepare(db->conn, st->name, st->sql, nparams, NULL), st->name, &r, err);
+    if (s != ST_OK)
+        return s;
     PQclear(r);
     db->prepared[db->nprepared++] = st;
     return ST_OK;
 }
 
+/* With unnamed statements (db.prepared_statements false) the statement is
+ * parsed on every call, in the same message train as its execution, so a
+ * transaction-pooling proxy may run each call on another server
+ * connection: nothing is left behind on any of them. */
 enum status db_run(struct db *db, const struct stmt *st, int nparams, const char *const *params,
                    PGresult **res, struct error *err)
 {
     enum status s;
-    PGresult *r;
-    ExecStatusType rs;
 
     *res = NULL;
     if (!db->conn || PQstatus(db->conn) != CONNECTION_OK)
         return error_set(err, ST_UNAVAILABLE, "%s failed: no database connection", st->name);
+    if (db->opt.unnamed_statements)
+        return db_finish(db,
+                         PQsendQueryParams(db->conn, st->sql, nparams, NULL, params, NULL, NULL, 0),
+                         st->name, res, err);
     s = db_prepare(db, st, nparams, err);
     if (s != ST_OK)
         return s;
-    r = PQexecPrepared(db->conn, st->name, nparams, params, NULL, NULL, 0);
-    rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK)
-        return db_fail(db, r, st->name, err);
-    *res = r;
-    return ST_OK;
+    return db_finish(db, PQsendQueryPrepared(db->conn, st->name, nparams, params, NULL, NULL, 0),
+                     st->name, res, err);
 }
 
 enum status db_exec_simple(struct db *db, const char *sql, struct error *err)
 {
     PGresult *r;
-    ExecStatusType rs;
+    enum status st;
 
     if (!db->conn || PQstatus(db->conn) != CONNECTION_OK)
         return error_set(err, ST_UNAVAILABLE, "no database connection");
-    r = PQexec(db->conn, sql);
-    rs = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK)
-        return db_fail(db, r, "statement", err);
+    st = db_finish(db, PQsendQuery(db->conn, sql), "statement", &r, err);
     PQclear(r);
-    return ST_OK;
+    return st;
 }
 
 enum status db_exec_count(struct db *db, const struct stmt *st, int nparams,
@@ -288,8 +454,10 @@ enum status db_ping(struct db *db, int timeout_ms, struct error *err)
     enum status st;
 
     /* SET LOCAL ends with the transaction, so a transaction pooler never
-     * hands the short timeout to another client. */
+     * hands the short timeout to another client. A server that does not
+     * answer at all is given up a second past it. */
     xsnprintf(sql, sizeof(sql), "BEGIN; SET LOCAL statement_timeout = %d", timeout_ms);
+    db->silence_ms = timeout_ms + 1000;
     st = db_exec_simple(db, sql, err);
     if (st == ST_OK)
         st = db_run(db, &ping, 0, NULL, &r, err);
@@ -299,6 +467,7 @@ enum status db_ping(struct db *db, int timeout_ms, struct error *err)
     } else if (db->conn && PQstatus(db->conn) == CONNECTION_OK) {
         (void)!db_exec_simple(db, "ROLLBACK", NULL);
     }
+    db->silence_ms = db_silence_ms(&db->opt);
     return st;
 }
 
@@ -400,6 +569,9 @@ enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
     pthread_mutex_unlock(&pool->mu);
     if (!db)
         return error_set(err, ST_UNAVAILABLE, "no database connection free within %d ms", wait_ms);
+    db->read_only_seen = &pool->read_only_seen;
+    if (db->conn && db->opened_at_seen != atomic_load(&pool->read_only_seen))
+        db_drop(db); /* opened before a read-only refusal: it may be read-only itself */
     st = db_ensure(db, err);
     if (st != ST_OK) {
         db_pool_put(pool, db);
@@ -429,6 +601,11 @@ void db_pool_put(struct db_pool *pool, struct db *db)
     pool->in_use--;
     pthread_cond_signal(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
+}
+
+const struct db_options *db_pool_options(const struct db_pool *pool)
+{
+    return &pool->opt;
 }
 
 void db_pool_stats(struct db_pool *pool, struct db_pool_stats *out)

@@ -16,7 +16,22 @@ struct db_options {
     int connect_timeout_s;
     int statement_timeout_ms; /* 0 = server default */
     const char *application_name;
+    /* How long a connection may stay silent: libpq's tcp_user_timeout (sent
+     * data unacknowledged), and the longest a call waits while nothing
+     * arrives from the server before it gives the connection up (a peer
+     * that acknowledges but never answers). 0 = statement_timeout_ms + 5000
+     * (35000 without a statement timeout). */
+    int tcp_user_timeout_ms;
+    int keepalive_idle_s;     /* TCP keepalives: first probe after; 0 = 30 */
+    int keepalive_interval_s; /* and between probes; 0 = 10 */
+    /* No named prepared statement: each statement is parsed anew as the
+     * unnamed one (for transaction-pooling proxies). */
+    bool unnamed_statements;
 };
+
+/* The silence a call on a connection of opt tolerates (tcp_user_timeout_ms
+ * with its default applied). */
+int db_silence_ms(const struct db_options *opt);
 
 /* A standalone connection (listener, migrate, tests); *out owned by caller. */
 enum status db_connect(const struct db_options *opt, struct db **out, struct error *err) WUR;
@@ -34,6 +49,8 @@ enum status db_pool_get(struct db_pool *pool, struct db **out, struct error *err
 enum status db_pool_get_wait(struct db_pool *pool, int wait_ms, struct db **out,
                              struct error *err) WUR;
 void db_pool_put(struct db_pool *pool, struct db *db); /* NULL is a no-op */
+/* The options the pool connects with (borrowed, lives with the pool). */
+const struct db_options *db_pool_options(const struct db_pool *pool);
 
 /* The pool now, and its checkouts since it was made (for /metrics). */
 struct db_pool_stats {

@@ -51,7 +51,7 @@ bool run_status_is_joinable(enum run_status s);
 bool run_status_is_held(enum run_status s);
 
 /* Where a run of a run type with "approval" is with its approval
- * (migration 017). A run of any other type has none (the run object's
+ * (migration 018). A run of any other type has none (the run object's
  * "approval" is null). APPROVAL_CANCELLED is never stored: it is what a
  * pending approval reads as once its run was cancelled. */
 enum approval_state {

@@ -78,10 +78,10 @@
                   "CASE WHEN " EXHAUSTED " THEN 'failed' ELSE 'pending' END",                      \
                   "CASE WHEN " EXHAUSTED " THEN now() END")
 
-/* ---- approvals (migration 017) ---- */
+/* ---- approvals (migration 018) ---- */
 
 /* run_awaits_approval, over a runs row whose columns are prefixed p ("r.";
- * "" is the predicate of migration 017's partial indexes). */
+ * "" is the predicate of migration 018's partial indexes). */
 #define AWAITING_APPROVAL(p) p "approval_state = 'pending' AND " p "status = 'waiting'"
 /* The columns of a new run (submission, retry) that approval decides, and
  * their values: timeout_s (SQL text, an integer) NULL for a run type

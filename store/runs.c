@@ -14,15 +14,18 @@
 
 /* The run's approval, when its type has one: $14 its timeout, $15 on_timeout. */
 #define INSERT_APPROVAL APPROVAL_INSERT_VALUES("$14::int", "$15")
+/* clang-format off */
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
     "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, "
-    "" APPROVAL_INSERT_COLS ") "
+    "reacts, " APPROVAL_INSERT_COLS ") "
     "VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, "
-    "$9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " INSERT_APPROVAL ") "
+    "$9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " REACTS_OF("$3") ", "
+    INSERT_APPROVAL ") "
     "ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at, r.approval_state, "
     "r.approval_expires_at), " EVENT_SUBMITTED " SELECT " RUN_OUT " FROM upd"};
+/* clang-format on */
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
@@ -35,6 +38,7 @@ static const struct stmt S_BY_IDENTITY = {
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "          \
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
     "AND ($10::text IS NULL OR r.schedule_name = $10) "                                            \
+    "AND ($11::text IS NULL OR r.parent_id = $11) "                                                \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
 #define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
@@ -43,7 +47,7 @@ static const struct stmt S_LIST = {"runs_list",
                                    "SELECT " RUN_COLS
                                    " FROM runs r WHERE r.tenant = $1 AND " LIST_FILTERS LIST_ORDER};
 /* One tenant's runs awaiting approval, newest first (runs_approval_list,
- * migration 017), and every tenant's ($1 NULL): few, all in that index. */
+ * migration 018), and every tenant's ($1 NULL): few, all in that index. */
 #define PENDING AWAITING_APPROVAL("r.")
 static const struct stmt S_LIST_PENDING = {
     "runs_list_pending", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND " PENDING
@@ -299,7 +303,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[10] = {tenant,
+    const char *p[11] = {tenant,
                          f->has_status ? run_status_name(f->status) : NULL,
                          f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                          f->type,
@@ -308,7 +312,8 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                          f->has_cursor ? f->cursor_id : NULL,
                          lim,
                          f->initiator,
-                         f->schedule};
+                         f->schedule,
+                         f->parent_id};
     PGresult *r;
     enum status st;
     int n;
@@ -318,9 +323,9 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     *runs = NULL;
     *next_cursor = NULL;
     if (f->approval_pending)
-        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 10, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 11, p, &r, err);
     else
-        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 10, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);

@@ -56,7 +56,7 @@ struct run_new {
     /* The schedule that makes the run, and its slot (RFC 3339; NULL for a
      * run triggered through the API); both NULL for any other run. */
     const char *schedule_name, *schedule_slot;
-    /* The run type's approval (migration 017): a new run waits, pending,
+    /* The run type's approval (migration 018): a new run waits, pending,
      * for up to approval_timeout_s, then is approved when
      * approve_on_timeout, else rejected; 0 = none, the run is queued. */
     int approval_timeout_s;
@@ -100,6 +100,7 @@ struct run_filter {
     const char *initiator;          /* NULL = any */
     const char *schedule;           /* runs this schedule made; NULL = any */
     bool approval_pending;          /* only runs awaiting approval */
+    const char *parent_id;          /* follow-ups of this run; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;

@@ -14,15 +14,16 @@
 #include <string.h>
 
 /* The filter, on a runs row "r": $3 statuses, $4 outcomes (text[]), $5
- * type, $6 created at or after, $7 created before, $8 schedule; NULL for
- * a criterion not given. */
+ * type, $6 created at or after, $7 created before, $8 schedule, $9 parent
+ * (a follow-up's parent_id, migration 017); NULL for a criterion not
+ * given. */
 #define BULK_FILTER                                                                                \
     "($3::text[] IS NULL OR r.status = ANY ($3::text[])) AND "                                     \
     "($4::text[] IS NULL OR r.outcome = ANY ($4::text[])) AND ($5::text IS NULL OR r.type = $5) "  \
     "AND ($6::timestamptz IS NULL OR r.created_at >= $6::timestamptz) AND "                        \
     "($7::timestamptz IS NULL OR r.created_at < $7::timestamptz) AND "                             \
-    "($8::text IS NULL OR r.schedule_name = $8)"
-#define FILTER_PARAMS 6
+    "($8::text IS NULL OR r.schedule_name = $8) AND ($9::text IS NULL OR r.parent_id = $9)"
+#define FILTER_PARAMS 7
 /* A run a cancel acts on (runs_active covers status <> 'completed'). */
 #define CANCELLABLE "r.status <> 'completed' AND r.status IN " JOINABLE_STATUSES
 
@@ -50,24 +51,25 @@ static const struct stmt S_CANCEL_MANY = {
         "r.created_at), "
     EVENT_FROM_UPD("'status'", "'cancel requested'") " "
     "SELECT id, type, status FROM upd ORDER BY array_position($2::text[], id)"};
-/* $2 the runs to retry, $9 the new ids, $10..$13 each one's max_attempts,
- * timeout_s, approval timeout (NULL: none) and on_timeout, $14 who asks.
+/* $2 the runs to retry, $10 the new ids, $11..$14 each one's max_attempts,
+ * timeout_s, approval timeout (NULL: none) and on_timeout, $15 who asks.
  * Each item gets its new run, or the run holding its identity: one
  * inserted by an earlier item of this statement, or one active before it;
  * NULL when neither (one that committed or completed meanwhile: the
  * caller tries such an item again). */
 static const struct stmt S_RETRY_MANY = {
     "bulk_retry",
-    "WITH b AS (SELECT * FROM unnest($2::text[], $9::text[], $10::int[], $11::int[], "
-        "$12::int[], $13::text[]) WITH ORDINALITY "
+    "WITH b AS (SELECT * FROM unnest($2::text[], $10::text[], $11::int[], $12::int[], "
+        "$13::int[], $14::text[]) WITH ORDINALITY "
         "AS b(of, id, max_attempts, timeout_s, atmo, aon, n)), "
     "o AS MATERIALIZED (SELECT b.*, r.type, r.priority, r.input, r.identity_hash, "
         "r.request_hash FROM b JOIN runs r ON r.tenant = $1 AND r.id = b.of "
         "WHERE " RETRYABLE_RUN("r.") " AND " BULK_FILTER "), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
-        "input, identity_hash, request_hash, retry_of, initiator, " APPROVAL_INSERT_COLS ") "
+        "input, identity_hash, request_hash, retry_of, initiator, reacts, "
+        APPROVAL_INSERT_COLS ") "
         "SELECT $1, o.id, o.type, o.priority, o.max_attempts, o.timeout_s, o.input, "
-        "o.identity_hash, o.request_hash, o.of, coalesce($14, 'system'), "
+        "o.identity_hash, o.request_hash, o.of, coalesce($15, 'system'), " REACTS_OF("o.type") ", "
         APPROVAL_INSERT_VALUES("o.atmo", "o.aon") " "
         "FROM o ORDER BY o.identity_hash, o.n ON CONFLICT DO NOTHING RETURNING r.*), "
     EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE) " "
@@ -135,7 +137,7 @@ static const char *outcome_name_at(int i)
     return run_outcome_name((enum run_outcome)i);
 }
 
-/* The filter's parameters ($3..$8) into p[2..7]; the two arrays are heap
+/* The filter's parameters ($3..$9) into p[2..8]; the two arrays are heap
  * strings in *st and *oc (free). */
 static void filter_params(const struct bulk_filter *f, const char **p, char **st, char **oc)
 {
@@ -147,6 +149,7 @@ static void filter_params(const struct bulk_filter *f, const char **p, char **st
     p[5] = f->created_after;
     p[6] = f->created_before;
     p[7] = f->schedule;
+    p[8] = f->parent_id;
 }
 
 /* Whether the statement failed as a deadlock's victim (SQLSTATE 40P01). */
@@ -223,7 +226,7 @@ enum status store_bulk_cancel(struct db *db, const char *tenant, const struct bu
     return ST_OK;
 }
 
-/* The per-item parameters of S_RETRY_MANY ($2, $9..$13) as array literals
+/* The per-item parameters of S_RETRY_MANY ($2, $10..$14) as array literals
  * (heap, free each): numbers as text, which PostgreSQL casts. */
 struct retry_arrays {
     char *of, *id, *maxa, *tmo, *atmo, *aon;
@@ -275,16 +278,16 @@ static enum status retry_round(struct db *db, const char *tenant, const char *in
 {
     struct retry_arrays a;
     char *st_arr, *oc_arr;
-    const char *p[14] = {tenant};
+    const char *p[15] = {tenant};
     size_t left = 0;
     PGresult *r;
     enum status st;
 
     retry_arrays_make(items, which, *n, &a);
     filter_params(f, p, &st_arr, &oc_arr);
-    p[1] = a.of, p[8] = a.id, p[9] = a.maxa, p[10] = a.tmo, p[11] = a.atmo, p[12] = a.aon;
-    p[13] = initiator;
-    st = run_batch(db, &S_RETRY_MANY, 14, p, &r, err);
+    p[1] = a.of, p[9] = a.id, p[10] = a.maxa, p[11] = a.tmo, p[12] = a.atmo, p[13] = a.aon;
+    p[14] = initiator;
+    st = run_batch(db, &S_RETRY_MANY, 15, p, &r, err);
     retry_arrays_free(&a);
     free(st_arr);
     free(oc_arr);

@@ -35,6 +35,10 @@
 /* The "submitted" event of each run a statement inserted (CTE "upd", its
  * rows with their approval columns): every insert of a run writes it. */
 #define EVENT_SUBMITTED EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE)
+/* runs.reacts of a new run of the given type (SQL): the transitions its
+ * type's rules name (migration 017). */
+#define REACTS_OF(type)                                                                            \
+    "coalesce((SELECT t.reacts FROM run_type_rules t WHERE t.type = " type "), 0)"
 
 /* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
  * new run (run_free); on failure it is NULL and err says why. */

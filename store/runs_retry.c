@@ -18,14 +18,16 @@
 /* The new run's approval, when its type has one: $7 its timeout, $8
  * on_timeout. */
 #define RESUBMIT_APPROVAL APPROVAL_INSERT_VALUES("$7::int", "$8")
+/* clang-format off */
 static const struct stmt S_RESUBMIT = {
     "runs_resubmit",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, retry_of, initiator, " APPROVAL_INSERT_COLS ") "
+    "input, identity_hash, request_hash, retry_of, initiator, reacts, " APPROVAL_INSERT_COLS ") "
     "SELECT o.tenant, $3::text, o.type, o.priority, $4::int, $5::int, o.input, o.identity_hash, "
-    "o.request_hash, o.id, $6, " RESUBMIT_APPROVAL " FROM runs o WHERE " RETRYABLE
-    " ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at, r.approval_state, "
-    "r.approval_expires_at), " EVENT_SUBMITTED " SELECT " RUN_OUT " FROM upd"};
+    "o.request_hash, o.id, $6, " REACTS_OF("o.type") ", " RESUBMIT_APPROVAL " FROM runs o "
+    "WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at, "
+    "r.approval_state, r.approval_expires_at), " EVENT_SUBMITTED " SELECT " RUN_OUT " FROM upd"};
+/* clang-format on */
 /* The active run that holds the identity of `of`. */
 static const struct stmt S_HOLDER = {
     "runs_resubmit_holder",

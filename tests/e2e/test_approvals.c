@@ -7,6 +7,7 @@
  * poller. Times are read from the run objects, which the database's clock
  * writes. */
 #include "../support/harness.h"
+#include "../support/receiver.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -530,6 +531,133 @@ START_TEST(pending_survives_restart)
 }
 END_TEST
 
+/* ---- the approval_requested notification ---- */
+
+#define PUBLIC_URL "https://opsrun.example.test/base"
+
+/* The body of the k-th request to path (k from 0), as JSON (json_decref). */
+static json_t *received(struct receiver *rv, const char *path, int k)
+{
+    struct rcv_request a[8];
+    int n = receiver_requests(rv, path, a, 8);
+    json_t *j;
+
+    ck_assert_msg(k < n, "%s has %d requests, not %d", path, n, k + 1);
+    ck_assert_str_eq(a[k].event, "run.approval_requested");
+    j = json_loads(a[k].body, 0, NULL);
+    ck_assert_msg(j != NULL, "not JSON: %s", a[k].body);
+    rcv_requests_free(a, n < 8 ? n : 8);
+    return j;
+}
+
+/* What the k-th request of each notifier says of run id, awaiting approval:
+ * the webhook the event and the run, pending; Slack the words and the
+ * dashboard link. */
+static void assert_requested(struct receiver *rv, int k, const char *id)
+{
+    json_t *hook = received(rv, "/hook", k), *chat = received(rv, "/chat", k);
+    const json_t *run = json_object_get(hook, "run");
+    char want[512];
+
+    ck_assert_str_eq(th_js(hook, "event"), "run.approval_requested");
+    ck_assert_str_eq(th_js(run, "id"), id);
+    ck_assert_str_eq(th_js(run, "status"), "waiting");
+    ck_assert_str_eq(th_js(approval(run), "state"), "pending");
+    snprintf(want, sizeof(want), "Run %s (gated) waits for approval " PUBLIC_URL "/#/runs/%s", id,
+             id);
+    ck_assert_str_eq(th_js(chat, "text"), want);
+    json_decref(hook);
+    json_decref(chat);
+}
+
+/* A run that starts waiting for approval is announced to the notifiers its
+ * type names for approval_requested, whichever way it was made (a
+ * submission, a retry, a bulk retry), with the link to it in the
+ * dashboard; a decision announces nothing more, nor does a type
+ * without approval. */
+START_TEST(approval_requested_notifies)
+{
+    struct receiver *rv = receiver_start();
+    char hook[256], chat[256], config[2048], path[256];
+    const char *args[3] = {"--config"};
+    struct th_proc p;
+    struct th_resp r;
+    json_t *run;
+    char *ci, *file, *a, *b, *c;
+
+    receiver_url(rv, "/hook", hook, sizeof(hook));
+    receiver_url(rv, "/chat", chat, sizeof(chat));
+    snprintf(config, sizeof(config),
+             "{\"http\": {\"public_url\": \"" PUBLIC_URL "/\"},"
+             " \"notifiers\": {\"hook\": {\"kind\": \"webhook\", \"url\": \"%s\"},"
+             "  \"chat\": {\"kind\": \"slack\", \"url\": \"%s\"}},"
+             " \"run_types\": {\"gated\": {\"action\": \"simulate\", \"approval\": {},"
+             "  \"notify\": [{\"on\": [\"approval_requested\"], \"to\": \"hook\"},"
+             "   {\"on\": [\"approval_requested\"], \"to\": \"chat\"}]},"
+             "  \"plain\": {\"action\": \"simulate\","
+             "   \"notify\": [{\"on\": [\"approval_requested\"], \"to\": \"hook\"}]}}}}",
+             hook, chat);
+    ci = th_db_create("e2e_appr_notify");
+    file = th_config_file("e2e_appr_notify", config);
+    args[1] = file;
+    th_start(&p, ci, args, NULL);
+
+    a = submit(&p, "gated", 1);
+    ck_assert_int_eq(receiver_wait(rv, "/hook", 1, 10000), 1);
+    ck_assert_int_eq(receiver_wait(rv, "/chat", 1, 10000), 1);
+    assert_requested(rv, 0, a);
+    free(th_submit(&p, "{\"alert_type\": \"plain\", \"data\": {}}", 202));
+
+    /* rejected, then retried: the retry waits, and is announced */
+    decide(&p, a, "reject", NULL, NULL, 200, &r);
+    th_resp_free(&r);
+    snprintf(path, sizeof(path), "/runs/%s/retry", a);
+    post(&p, path, NULL, NULL, 202, &r);
+    b = strdup(th_js(r.json, "run_id"));
+    th_resp_free(&r);
+    ck_assert_int_eq(receiver_wait(rv, "/hook", 2, 10000), 2);
+    ck_assert_int_eq(receiver_wait(rv, "/chat", 2, 10000), 2);
+    assert_requested(rv, 1, b);
+
+    /* the same by a bulk retry */
+    decide(&p, b, "reject", NULL, NULL, 200, &r);
+    th_resp_free(&r);
+    run = th_get_run(&p, b);
+    snprintf(path, sizeof(path),
+             "{\"filter\": {\"type\": \"gated\", \"outcome\": [\"cancelled\"], "
+             "\"created_after\": \"%s\"}}",
+             th_js(run, "created_at"));
+    json_decref(run);
+    post(&p, "/runs/retry", NULL, path, 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "acted"), 1);
+    c = strdup(json_string_value(json_array_get(json_object_get(r.json, "new_run_ids"), 0)));
+    th_resp_free(&r);
+    ck_assert_int_eq(receiver_wait(rv, "/hook", 3, 10000), 3);
+    assert_requested(rv, 2, c);
+
+    /* approved and run to its end: nothing more is announced */
+    decide(&p, c, "approve", NULL, NULL, 200, &r);
+    th_resp_free(&r);
+    th_expect_outcome(&p, c, "succeeded", 10);
+    th_sleep_ms(1000);
+    ck_assert_int_eq(receiver_count(rv, "/hook", NULL), 3);
+    ck_assert_int_eq(receiver_count(rv, "/chat", NULL), 3);
+    ck_assert_int_eq(sql_count(ci,
+                               "run_events WHERE type = 'notification' AND message = "
+                               "'notified hook: 200 (run.approval_requested)' AND run_id =",
+                               c),
+                     1);
+
+    th_stop_clean(&p);
+    receiver_stop(rv);
+    free(a);
+    free(b);
+    free(c);
+    free(ci);
+    free(file);
+}
+END_TEST
+
 static Suite *approvals_suite(void)
 {
     Suite *s = suite_create("approvals");
@@ -543,6 +671,7 @@ static Suite *approvals_suite(void)
     tcase_add_test(tc, cancel_while_pending);
     tcase_add_test(tc, scopes_and_tenants);
     tcase_add_test(tc, pending_survives_restart);
+    tcase_add_test(tc, approval_requested_notifies);
     suite_add_tcase(s, tc);
     return s;
 }

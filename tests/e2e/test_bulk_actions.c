@@ -3,9 +3,10 @@
  * runs cancelled by type beside runs of another type, each with its event;
  * 300 failed runs retried by outcome and time range, each new run with
  * retry_of, and a second retry joining the first's; a dry run that changes
- * nothing; the limit (409, nothing changed); the filters refused; the
- * tenants and the scope; submissions that keep completing while 10,000
- * runs are cancelled; and a drain in the middle of a bulk cancel. */
+ * nothing; the limit (409, nothing changed); the filters refused; a
+ * run's follow-ups by parent_id; the tenants and the scope; submissions
+ * that keep completing while 10,000 runs are cancelled; and a drain in the
+ * middle of a bulk cancel. */
 #include "../support/harness.h"
 
 #include <pthread.h>
@@ -24,7 +25,8 @@
 
 /* demo, and "held" and "spare": simulate run types whose runs the tests
  * delay with run_at; "slowfail" fails after 2 s; "gated" waits for
- * approval. With tokens when auth is true. */
+ * approval; "parent" succeeds at once and makes a follow-up of each of
+ * "held" and "spare", due in an hour. With tokens when auth is true. */
 static char *config(bool auth)
 {
     static const struct {
@@ -43,7 +45,10 @@ static char *config(bool auth)
         "\"held\": {\"action\": \"simulate\"}, \"spare\": {\"action\": \"simulate\"},"
         "\"slowfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 2000, \"steps\": "
         "1, \"fail\": \"permanent\"}},"
-        "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 600}}}");
+        "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 600}},"
+        "\"parent\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1, \"steps\": 1}, "
+        "\"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"held\", \"delay_s\": 3600}, "
+        "{\"on\": [\"succeeded\"], \"run_type\": \"spare\", \"delay_s\": 3600}]}}");
     if (auth) {
         n += (size_t)snprintf(out + n, 8192 - n, ", \"auth\": {\"tokens\": [");
         for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -333,7 +338,7 @@ START_TEST(tenants_and_filters)
     th_check_problem(&r, 400, "empty filter");
     ck_assert(th_has_error_field(json_object_get(r.json, "errors"), "filter"));
     th_resp_free(&r);
-    post(&p, "/runs/cancel", T_OPS, "{\"filter\": {\"parent_id\": \"x\"}}", 400, &r);
+    post(&p, "/runs/cancel", T_OPS, "{\"filter\": {\"parent_id\": \"\"}}", 400, &r);
     ck_assert(th_has_error_field(json_object_get(r.json, "errors"), "filter.parent_id"));
     th_resp_free(&r);
     post(&p, "/runs/retry", T_OPS, "{\"filter\": {\"status\": [\"finished\"]}}", 400, &r);
@@ -342,6 +347,37 @@ START_TEST(tenants_and_filters)
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 70);
     th_stop_clean(&p);
+}
+END_TEST
+
+/* The follow-ups of one run, by parent_id: both of its, none of another
+ * parent's, nothing else. */
+START_TEST(cancel_follow_ups_by_parent)
+{
+    struct th_proc p;
+    const char *ci = start_fresh(&p, "e2e_bulkact_parent", false);
+    char *a = th_submit(&p, "{\"alert_type\": \"parent\", \"data\": {\"n\": 1}}", 202);
+    char *b = th_submit(&p, "{\"alert_type\": \"parent\", \"data\": {\"n\": 2}}", 202);
+    char body[256];
+    struct th_resp r;
+
+    submit_many(&p, NULL, "held", 10, NULL, LATER, 0);
+    th_expect_outcome(&p, a, "succeeded", 10);
+    th_expect_outcome(&p, b, "succeeded", 10);
+    ck_assert_int_eq(count(ci, "parent_id IS NOT NULL AND status = 'queued'"), 4);
+    snprintf(body, sizeof(body), "{\"filter\": {\"parent_id\": \"%s\"}}", a);
+    post(&p, "/runs/cancel", NULL, body, 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 2);
+    ck_assert_int_eq(th_ji(r.json, "acted"), 2);
+    th_resp_free(&r);
+    snprintf(body, sizeof(body), "parent_id = '%s' AND outcome = 'cancelled'", a);
+    ck_assert_int_eq(count(ci, body), 2);
+    snprintf(body, sizeof(body), "parent_id = '%s' AND status = 'queued'", b);
+    ck_assert_int_eq(count(ci, body), 2);
+    ck_assert_int_eq(count(ci, "parent_id IS NULL AND type = 'held' AND status = 'queued'"), 10);
+    th_stop_clean(&p);
+    free(a);
+    free(b);
 }
 END_TEST
 
@@ -462,6 +498,7 @@ static Suite *bulk_suite(void)
     tcase_add_test(tc, retry_by_outcome_and_time);
     tcase_add_test(tc, retry_joins_active_retries);
     tcase_add_test(tc, tenants_and_filters);
+    tcase_add_test(tc, cancel_follow_ups_by_parent);
     tcase_add_test(tc, queue_moves_during_bulk_cancel);
     tcase_add_test(tc, shutdown_interrupts_between_batches);
     suite_add_tcase(s, tc);

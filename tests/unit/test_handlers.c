@@ -397,6 +397,38 @@ START_TEST(problem_mapping)
 }
 END_TEST
 
+/* A state of the database a client may know (read-only, full, too slow)
+ * is named in a 503's detail and as "reason"; the database's own words
+ * stay in the log. */
+START_TEST(problem_names_a_database_state)
+{
+    struct reply rp;
+    struct error err = {0};
+
+    (void)error_set(&err, ST_UNAVAILABLE,
+                    "runs_submit_batch failed: cannot execute INSERT in a "
+                    "read-only transaction");
+    err.reason = "the database is read-only";
+    reply_init(&rp);
+    reply_error(&rp, ST_UNAVAILABLE, &err);
+    ck_assert_uint_eq(rp.http_status, 503);
+    ck_assert_str_eq(json_string_value(json_object_get(rp.body, "detail")),
+                     "temporarily unavailable: the database is read-only; retry later");
+    ck_assert_str_eq(json_string_value(json_object_get(rp.body, "reason")),
+                     "the database is read-only");
+    ck_assert_str_eq(reply_header_get(&rp, "Retry-After"), "1");
+    reply_cleanup(&rp);
+
+    /* A new message forgets the old reason. */
+    (void)error_set(&err, ST_UNAVAILABLE, "no database connection free within 2000 ms");
+    ck_assert_ptr_null(err.reason);
+    reply_init(&rp);
+    reply_error(&rp, ST_UNAVAILABLE, &err);
+    ck_assert_ptr_null(json_object_get(rp.body, "reason"));
+    reply_cleanup(&rp);
+}
+END_TEST
+
 /* Extension members follow the four standard ones in their order, and
  * cannot replace them; a 503 carries Retry-After. */
 START_TEST(problem_extra_members)
@@ -554,13 +586,15 @@ START_TEST(bulk_body)
         parse("{\"filter\": {\"status\": [\"queued\", \"waiting\"], \"outcome\": "
               "[\"failed\"], \"type\": \"deploy\", \"created_after\": "
               "\"2026-01-01T00:00:00Z\", \"created_before\": \"2026-01-02T00:00:00+02:00\", "
-              "\"schedule\": \"nightly\"}, \"dry_run\": true, \"limit\": 100000}");
+              "\"schedule\": \"nightly\", \"parent_id\": \"r-1\"}, \"dry_run\": true, "
+              "\"limit\": 100000}");
 
     ck_assert_int_eq(bulk_parse(j, &b, &err), ST_OK);
     ck_assert_uint_eq(b.filter.statuses, (1u << RUN_QUEUED) | (1u << RUN_WAITING));
     ck_assert_uint_eq(b.filter.outcomes, 1u << OUTCOME_FAILED);
     ck_assert_str_eq(b.filter.type, "deploy");
     ck_assert_str_eq(b.filter.schedule, "nightly");
+    ck_assert_str_eq(b.filter.parent_id, "r-1");
     ck_assert_str_eq(b.filter.created_after, "2026-01-01T00:00:00Z");
     ck_assert_str_eq(b.filter.created_before, "2026-01-02T00:00:00+02:00");
     ck_assert(b.dry_run);
@@ -600,8 +634,8 @@ START_TEST(bulk_body_invalid)
         {"{\"filter\": {\"type\": \"\"}}", "filter.type", "must be a string of 1 to 64 characters"},
         {"{\"filter\": {\"created_after\": \"yesterday\"}}", "filter.created_after",
          "must be an RFC 3339 timestamp"},
-        {"{\"filter\": {\"parent_id\": \"r-1\"}}", "filter.parent_id",
-         "parent_id filter is not available: this server makes no follow-up runs"},
+        {"{\"filter\": {\"parent_id\": 7}}", "filter.parent_id",
+         "must be a string of 1 to 128 characters"},
         {"{\"filter\": {\"tenant\": \"x\"}}", "filter.tenant",
          "is not a filter; expected status, outcome, type, created_after, created_before, "
          "parent_id, schedule or all"},
@@ -660,6 +694,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, routes_reject);
     tcase_add_test(t, web_files);
     tcase_add_test(t, problem_mapping);
+    tcase_add_test(t, problem_names_a_database_state);
     tcase_add_test(t, problem_extra_members);
     tcase_add_test(t, unknown_alert_type_detail);
     tcase_add_test(t, approval_body);

@@ -257,11 +257,12 @@ START_TEST(sql_sets_are_the_index_predicates)
 END_TEST
 
 /* The partial indexes of the runs awaiting approval have the predicate of
- * the statements, and the trigger that makes a waiting run's poll schedule
- * leaves those runs out (migration 017). */
+ * the statements, the trigger that makes a waiting run's poll schedule
+ * leaves those runs out, and the one that owes their approval_requested
+ * notifications takes them in (migration 018). */
 START_TEST(sql_approval_is_the_index_predicate)
 {
-    const char *m = migration_sql(17);
+    const char *m = migration_sql(18);
 
     ck_assert_str_eq(AWAITING_APPROVAL("r."),
                      "r.approval_state = 'pending' AND r.status = 'waiting'");
@@ -271,6 +272,8 @@ START_TEST(sql_approval_is_the_index_predicate)
                                     "DESC, id DESC)\n    WHERE " AWAITING_APPROVAL("") ";"));
     ck_assert_ptr_nonnull(strstr(m, "WHEN (NEW.status = 'waiting' AND NEW.approval_state IS "
                                     "DISTINCT FROM 'pending')"));
+    ck_assert_ptr_nonnull(
+        strstr(m, "WHEN (" AWAITING_APPROVAL("NEW.") " AND NEW.reacts & 4 <> 0)"));
 }
 END_TEST
 

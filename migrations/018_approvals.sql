@@ -1,4 +1,4 @@
--- 017_approvals: runs that wait for a person before their action starts.
+-- 018_approvals: runs that wait for a person before their action starts.
 --
 -- A run of a run type with "approval" is inserted in 'waiting' with
 -- approval_state 'pending': it holds no worker, counts against no cap, and
@@ -18,6 +18,11 @@
 --                  cancel such a run too.
 -- Every decision is fenced on the run still awaiting approval (pending
 -- and waiting), so of two deciders exactly one wins.
+--
+-- A run that starts waiting for approval owes the approval_requested
+-- notifications its type's rules name (migration 017's seam,
+-- opsrun_notify_event), in the transaction that inserts it, whichever
+-- statement does (a submission, a batch, a retry, a bulk retry).
 --
 -- Only additions: a binary from before this migration keeps working beside
 -- one after it (it makes no such runs, and its run objects carry the new
@@ -44,10 +49,24 @@ CREATE TRIGGER runs_poll_enter_insert AFTER INSERT ON runs
     FOR EACH ROW WHEN (NEW.status = 'waiting' AND NEW.approval_state IS DISTINCT FROM 'pending')
     EXECUTE FUNCTION opsrun_run_polls_enter();
 
+-- A new run awaiting approval: its approval_requested notifications, when
+-- its type's rules name that transition (runs.reacts bit 4). The WHEN
+-- keeps every other insert free of it.
+CREATE FUNCTION opsrun_approval_requested() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM opsrun_notify_event(NEW, 'approval_requested');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER runs_approval_requested AFTER INSERT ON runs
+    FOR EACH ROW WHEN (NEW.approval_state = 'pending' AND NEW.status = 'waiting' AND NEW.reacts & 4 <> 0)
+    EXECUTE FUNCTION opsrun_approval_requested();
+
 -- The run object gains "approval" (after "schedule"): {"state",
 -- "requested_at", "expires_at", "on_timeout", "decided_by", "decided_at",
 -- "comment"}, null for a run of a type without approval. The other members
--- and their order are those of migration 015.
+-- and their order are those of migration 017 (with "parent_id").
 CREATE OR REPLACE FUNCTION opsrun_run_json(r runs) RETURNS json
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT json_build_object(
@@ -68,6 +87,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
             'waiting_since', opsrun_ts(r.poll_started_at),
             'give_up_at', opsrun_ts(r.poll_started_at
                                     + make_interval(secs => r.poll_max_duration_s))) END,
+        'parent_id', r.parent_id,
         'schedule', CASE WHEN r.schedule_name IS NOT NULL THEN json_build_object(
             'name', r.schedule_name, 'slot', opsrun_ts(r.schedule_slot)) END,
         'approval', CASE WHEN r.approval_state IS NOT NULL THEN json_build_object(
