@@ -572,8 +572,8 @@ static void assert_requested(struct receiver *rv, int k, const char *id)
 
 /* A run that starts waiting for approval is announced to the notifiers its
  * type names for approval_requested, whichever way it was made (a
- * submission, a retry, a bulk retry), with the link to it in the
- * dashboard; a decision announces nothing more, nor does a type
+ * submission, a retry, a bulk retry, a follow-up), with the link to it in
+ * the dashboard; a decision announces nothing more, nor does a type
  * without approval. */
 START_TEST(approval_requested_notifies)
 {
@@ -583,7 +583,7 @@ START_TEST(approval_requested_notifies)
     struct th_proc p;
     struct th_resp r;
     json_t *run;
-    char *ci, *file, *a, *b, *c;
+    char *ci, *file, *a, *b, *c, *msgs;
 
     receiver_url(rv, "/hook", hook, sizeof(hook));
     receiver_url(rv, "/chat", chat, sizeof(chat));
@@ -595,7 +595,9 @@ START_TEST(approval_requested_notifies)
              "  \"notify\": [{\"on\": [\"approval_requested\"], \"to\": \"hook\"},"
              "   {\"on\": [\"approval_requested\"], \"to\": \"chat\"}]},"
              "  \"plain\": {\"action\": \"simulate\","
-             "   \"notify\": [{\"on\": [\"approval_requested\"], \"to\": \"hook\"}]}}}}",
+             "   \"notify\": [{\"on\": [\"approval_requested\"], \"to\": \"hook\"}]},"
+             "  \"starter\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1},"
+             "   \"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"gated\"}]}}}",
              hook, chat);
     ci = th_db_create("e2e_appr_notify");
     file = th_config_file("e2e_appr_notify", config);
@@ -648,6 +650,20 @@ START_TEST(approval_requested_notifies)
                                c),
                      1);
 
+    /* a follow-up of the gated type waits for approval too, and is announced */
+    free(a);
+    a = th_submit(&p, "{\"alert_type\": \"starter\", \"data\": {}}", 202);
+    th_expect_outcome(&p, a, "succeeded", 10);
+    snprintf(path, sizeof(path), "%s.1", a);
+    free(b);
+    b = strdup(path);
+    ck_assert_int_eq(receiver_wait(rv, "/hook", 4, 10000), 4);
+    assert_requested(rv, 3, b);
+    msgs = event_messages(&p, b);
+    snprintf(path, sizeof(path), "submitted as follow-up 1 of %s; awaiting approval until ", a);
+    ck_assert_msg(strncmp(msgs, path, strlen(path)) == 0, "%s", msgs);
+    free(msgs);
+    ck_assert_int_eq(sql_count(ci, "run_polls WHERE run_id =", b), 0);
     th_stop_clean(&p);
     receiver_stop(rv);
     free(a);
