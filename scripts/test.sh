@@ -122,7 +122,7 @@ format_check() {
         say "formatting: ${#SOURCES[@]} files OK"
         return 0
     fi
-    printf '%s\n' "$out" | head -n 60 >&2
+    printf '%s\n' "$out" | sed -n '1,60p' >&2
     say "formatting: these files need clang-format (fix: clang-format -i FILE...):"
     printf '%s\n' "$out" | sed -n 's/^\([^: ]*\.[ch]\):[0-9]*:[0-9]*: .*/\1/p' | sort -u | sed 's/^/    /' >&2
     failures+=("formatting")
@@ -392,8 +392,10 @@ slowest_tests() {
     local outs=("$TMP"/ctest-*.out)
     [[ -e "${outs[0]}" ]] || return 0
     say "the ten slowest tests (seconds):"
+    # awk reads all of sort's output: head would leave sort to die of
+    # SIGPIPE, and pipefail would make that the script's exit code (141).
     sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9][0-9]*\.[0-9]*\) sec$/\2 \1/p' \
-        "${outs[@]}" | sort -rn | head -n 10 | awk '{ printf "    %7.2f  %s\n", $1, $2 }' >&2
+        "${outs[@]}" | sort -rn | awk 'NR <= 10 { printf "    %7.2f  %s\n", $1, $2 }' >&2
 }
 
 EXTRA=("$@")
