@@ -13,23 +13,21 @@
 #define DECIDED_BY(what) "'" what " by ' || $3 || coalesce(': ' || $4, '')"
 
 /* clang-format off */
+/* A decision (set: the SET arms of the transition, comma-terminated; what:
+ * "approved" or "rejected") fenced on the run still awaiting approval,
+ * with its status event. */
+#define DECIDE(set, what)                                                                          \
+    "WITH upd AS (UPDATE runs r SET " set "approval_comment = $4 "                                 \
+    "WHERE r.tenant = $1 AND r.id = $2 AND " AWAITING_APPROVAL("r.") " "                           \
+    "RETURNING " RUN_RET ", r.created_at), " EVENT_FROM_UPD("'status'", DECIDED_BY(what))          \
+    " SELECT " RUN_OUT " FROM upd"
 static const struct stmt S_APPROVE = {
-    "approvals_approve",
-    "WITH upd AS (UPDATE runs r SET " SET_APPROVED("'approved'", "$3") "approval_comment = $4 "
-        "WHERE r.tenant = $1 AND r.id = $2 AND " AWAITING_APPROVAL("r.") " "
-        "RETURNING " RUN_RET ", r.created_at), "
-    EVENT_FROM_UPD("'status'", DECIDED_BY("approved")) " "
-    "SELECT " RUN_OUT " FROM upd"};
+    "approvals_approve", DECIDE(SET_APPROVED("'approved'", "$3"), "approved")};
 static const struct stmt S_REJECT = {
     "approvals_reject",
-    "WITH upd AS (UPDATE runs r SET "
-        SET_REJECTED("'rejected'", "$3", "jsonb_build_object('code', 'rejected', "
-                                         "'message', " DECIDED_BY("rejected") ")")
-        "approval_comment = $4 "
-        "WHERE r.tenant = $1 AND r.id = $2 AND " AWAITING_APPROVAL("r.") " "
-        "RETURNING " RUN_RET ", r.created_at), "
-    EVENT_FROM_UPD("'status'", DECIDED_BY("rejected")) " "
-    "SELECT " RUN_OUT " FROM upd"};
+    DECIDE(SET_REJECTED("'rejected'", "$3", "jsonb_build_object('code', 'rejected', "
+                                            "'message', " DECIDED_BY("rejected") ")"),
+           "rejected")};
 /* The due ones in the order they expired, those another transaction holds
  * (a decision under way) skipped; per run type and new status, how many. */
 static const struct stmt S_EXPIRE = {

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
 #include "common/time_rfc3339.h"
 
 /* Tokens: an approver and an operator of acme, an approver of another
@@ -30,9 +29,7 @@
  * when auth is true. */
 static char *config(int timeout_s, bool auth)
 {
-    static const struct {
-        const char *name, *tenant, *scopes, *token;
-    } t[] = {
+    static const struct th_token t[] = {
         {"approver", "acme", "\"approve\", \"read\"", T_APPROVER},
         {"ops", "acme", "\"submit\", \"read\", \"cancel\"", T_OPS},
         {"other-approver", "other", "\"approve\", \"read\", \"submit\"", T_OTHER},
@@ -50,16 +47,9 @@ static char *config(int timeout_s, bool auth)
                           "\"approve\"}}}",
                           timeout_s, timeout_s);
     if (auth) {
-        n += (size_t)snprintf(out + n, 8192 - n, ", \"auth\": {\"tokens\": [");
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-            char hex[65];
-            sha256_hex(t[i].token, strlen(t[i].token), hex);
-            n += (size_t)snprintf(out + n, 8192 - n,
-                                  "%s{\"name\": \"%s\", \"tenant\": \"%s\", \"scopes\": [%s], "
-                                  "\"sha256\": \"%s\"}",
-                                  i ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex);
-        }
-        n += (size_t)snprintf(out + n, 8192 - n, "]}");
+        char *tokens = th_auth_tokens(t, sizeof(t) / sizeof(t[0]));
+        n += (size_t)snprintf(out + n, 8192 - n, ", %s", tokens);
+        free(tokens);
     }
     snprintf(out + n, 8192 - n, "}");
     return out;
@@ -75,25 +65,13 @@ static const char *start_fresh(struct th_proc *p, const char *db, int timeout_s,
     return ci;
 }
 
-/* POST path with token (may be NULL) and body (may be NULL); asserts want. */
-static void post(const struct th_proc *p, const char *path, const char *token, const char *body,
-                 long want, struct th_resp *r)
-{
-    char url[512];
-
-    snprintf(url, sizeof(url), "%s%s", p->url, path);
-    ck_assert(th_http_token("POST", url, token, body ? "application/json" : NULL, body, r));
-    ck_assert_msg(r->status == want, "POST %s: HTTP %ld, want %ld; body %s", path, r->status, want,
-                  r->body);
-}
-
 static void decide(const struct th_proc *p, const char *id, const char *what, const char *token,
                    const char *body, long want, struct th_resp *r)
 {
     char path[256];
 
     snprintf(path, sizeof(path), "/runs/%s/%s", id, what);
-    post(p, path, token, body, want, r);
+    th_post_expect(p, path, token, body, want, r);
 }
 
 static char *submit_as(const struct th_proc *p, const char *token, const char *type, int i)
@@ -103,7 +81,7 @@ static char *submit_as(const struct th_proc *p, const char *token, const char *t
     char *id;
 
     snprintf(body, sizeof(body), "{\"alert_type\": \"%s\", \"data\": {\"i\": %d}}", type, i);
-    post(p, "/alerts", token, body, 202, &r);
+    th_post_expect(p, "/alerts", token, body, 202, &r);
     id = strdup(th_js(r.json, "run_id"));
     ck_assert_str_eq(th_js(r.json, "status"), "waiting");
     th_resp_free(&r);
@@ -416,7 +394,7 @@ START_TEST(cancel_while_pending)
     struct th_resp r;
 
     snprintf(path, sizeof(path), "/runs/%s/cancel", id);
-    post(&p, path, NULL, NULL, 200, &r);
+    th_post_expect(&p, path, NULL, NULL, 200, &r);
     ck_assert_str_eq(th_js(r.json, "status"), "completed");
     ck_assert_str_eq(th_js(r.json, "outcome"), "cancelled");
     ck_assert_str_eq(th_js(approval(r.json), "state"), "cancelled");
@@ -438,7 +416,7 @@ static void call(const struct th_proc *p, const char *path, const char *token, l
 {
     struct th_resp r;
 
-    post(p, path, token, NULL, want, &r);
+    th_post_expect(p, path, token, NULL, want, &r);
     th_resp_free(&r);
 }
 
@@ -469,13 +447,13 @@ START_TEST(scopes_and_tenants)
     ck_assert(th_http_token("GET", url, T_APPROVER, NULL, NULL, &r));
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), 2);
     th_resp_free(&r);
-    post(&p, path, T_APPROVER, NULL, 200, &r);
+    th_post_expect(&p, path, T_APPROVER, NULL, 200, &r);
     ck_assert_str_eq(th_js(approval(r.json), "decided_by"), "approver");
     ck_assert_str_eq(th_js(r.json, "initiator"), "ops");
     th_resp_free(&r);
     /* the admin reaches every tenant's run by its id */
     snprintf(path, sizeof(path), "/runs/%s/reject", c);
-    post(&p, path, T_ROOT, NULL, 200, &r);
+    th_post_expect(&p, path, T_ROOT, NULL, 200, &r);
     ck_assert_str_eq(th_js(approval(r.json), "decided_by"), "root");
     th_resp_free(&r);
     ck_assert(th_http_token("GET", url, T_APPROVER, NULL, NULL, &r));
@@ -614,7 +592,7 @@ START_TEST(approval_requested_notifies)
     decide(&p, a, "reject", NULL, NULL, 200, &r);
     th_resp_free(&r);
     snprintf(path, sizeof(path), "/runs/%s/retry", a);
-    post(&p, path, NULL, NULL, 202, &r);
+    th_post_expect(&p, path, NULL, NULL, 202, &r);
     b = strdup(th_js(r.json, "run_id"));
     th_resp_free(&r);
     ck_assert_int_eq(receiver_wait(rv, "/hook", 2, 10000), 2);
@@ -630,7 +608,7 @@ START_TEST(approval_requested_notifies)
              "\"created_after\": \"%s\"}}",
              th_js(run, "created_at"));
     json_decref(run);
-    post(&p, "/runs/retry", NULL, path, 200, &r);
+    th_post_expect(&p, "/runs/retry", NULL, path, 200, &r);
     ck_assert_int_eq(th_ji(r.json, "acted"), 1);
     c = strdup(json_string_value(json_array_get(json_object_get(r.json, "new_run_ids"), 0)));
     th_resp_free(&r);

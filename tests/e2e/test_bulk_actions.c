@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
-
 #define T_OPS "opsrun_e2e-bulk-ops-acme-000000000000"
 #define T_READ "opsrun_e2e-bulk-read-acme-11111111111"
 #define T_OTHER "opsrun_e2e-bulk-ops-other-2222222222"
@@ -29,9 +27,7 @@
  * "held" and "spare", due in an hour. With tokens when auth is true. */
 static char *config(bool auth)
 {
-    static const struct {
-        const char *name, *tenant, *scopes, *token;
-    } t[] = {
+    static const struct th_token t[] = {
         {"ops", "acme", "\"submit\", \"read\", \"cancel\"", T_OPS},
         {"reader", "acme", "\"read\"", T_READ},
         {"other", "other", "\"submit\", \"read\", \"cancel\"", T_OTHER},
@@ -50,16 +46,9 @@ static char *config(bool auth)
         "\"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"held\", \"delay_s\": 3600}, "
         "{\"on\": [\"succeeded\"], \"run_type\": \"spare\", \"delay_s\": 3600}]}}");
     if (auth) {
-        n += (size_t)snprintf(out + n, 8192 - n, ", \"auth\": {\"tokens\": [");
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-            char hex[65];
-            sha256_hex(t[i].token, strlen(t[i].token), hex);
-            n += (size_t)snprintf(out + n, 8192 - n,
-                                  "%s{\"name\": \"%s\", \"tenant\": \"%s\", \"scopes\": [%s], "
-                                  "\"sha256\": \"%s\"}",
-                                  i ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex);
-        }
-        n += (size_t)snprintf(out + n, 8192 - n, "]}");
+        char *tokens = th_auth_tokens(t, sizeof(t) / sizeof(t[0]));
+        n += (size_t)snprintf(out + n, 8192 - n, ", %s", tokens);
+        free(tokens);
     }
     snprintf(out + n, 8192 - n, "}");
     return out;
@@ -72,17 +61,6 @@ static const char *start_fresh(struct th_proc *p, const char *db, bool auth)
 
     free(c);
     return ci;
-}
-
-static void post(const struct th_proc *p, const char *path, const char *token, const char *body,
-                 long want, struct th_resp *r)
-{
-    char url[512];
-
-    snprintf(url, sizeof(url), "%s%s", p->url, path);
-    ck_assert(th_http_token("POST", url, token, "application/json", body, r));
-    ck_assert_msg(r->status == want, "POST %s %.300s: HTTP %ld, want %ld; body %.500s", path, body,
-                  r->status, want, r->body);
 }
 
 /* n runs of type, as arrays of up to 1,000; data {"i", "fail"?}; run_at
@@ -108,7 +86,7 @@ static void submit_many(const struct th_proc *p, const char *token, const char *
                                     fail ? "\"" : "", run_at ? ", \"run_at\": \"" : "",
                                     run_at ? run_at : "", run_at ? "\"" : "");
         snprintf(body + len, cap - len, "]");
-        post(p, "/alerts", token, body, 200, &r);
+        th_post_expect(p, "/alerts", token, body, 200, &r);
         ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), (size_t)k);
         th_resp_free(&r);
         done += k;
@@ -151,16 +129,17 @@ START_TEST(cancel_by_type)
         free(th_submit(&p, body, 202));
     }
     /* past the limit: 409, nothing changes */
-    post(&p, "/runs/cancel", NULL,
-         "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"limit\": 1999}", 409, &r);
+    th_post_expect(&p, "/runs/cancel", NULL,
+                   "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"limit\": 1999}",
+                   409, &r);
     th_check_problem(&r, 409, "past the limit");
     ck_assert_msg(strstr(th_js(r.json, "detail"), "more than 1999 runs match"), "%s", r.body);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "status = 'queued'"), 2100);
     /* a dry run counts and lists, and changes nothing */
-    post(&p, "/runs/cancel", NULL,
-         "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"dry_run\": true}", 200,
-         &r);
+    th_post_expect(
+        &p, "/runs/cancel", NULL,
+        "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"dry_run\": true}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 2000);
     ck_assert_int_eq(th_ji(r.json, "acted"), 0);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "run_ids")), 1000);
@@ -169,8 +148,9 @@ START_TEST(cancel_by_type)
     ck_assert_int_eq(sql(ci, "SELECT count(*) FROM run_events WHERE message = 'cancel requested'"),
                      0);
 
-    post(&p, "/runs/cancel", NULL,
-         "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"limit\": 2000}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL,
+                   "{\"filter\": {\"type\": \"held\", \"status\": [\"queued\"]}, \"limit\": 2000}",
+                   200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 2000);
     ck_assert_int_eq(th_ji(r.json, "acted"), 2000);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "run_ids")), 1000);
@@ -184,17 +164,17 @@ START_TEST(cancel_by_type)
                              "AND e.status = 'completed'"),
                      2000);
     /* again: nothing left to act on */
-    post(&p, "/runs/cancel", NULL, "{\"filter\": {\"type\": \"held\"}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL, "{\"filter\": {\"type\": \"held\"}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 0);
     ck_assert_int_eq(th_ji(r.json, "acted"), 0);
     th_resp_free(&r);
     /* runs awaiting approval are waiting runs: cancelled at once */
-    post(&p, "/runs/cancel", NULL, "{\"filter\": {\"status\": [\"waiting\"]}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL, "{\"filter\": {\"status\": [\"waiting\"]}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "acted"), 5);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "type = 'gated' AND outcome = 'cancelled' AND hooks_at IS NULL"), 5);
     /* everything, when asked for */
-    post(&p, "/runs/cancel", NULL, "{\"filter\": {\"all\": true}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL, "{\"filter\": {\"all\": true}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "acted"), 100);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "status <> 'completed'"), 0);
@@ -248,9 +228,9 @@ START_TEST(retry_by_outcome_and_time)
              "{\"filter\": {\"outcome\": [\"failed\"], \"type\": \"demo\", \"created_after\": "
              "\"%s\", \"created_before\": \"%s\"}}",
              after, before);
-    post(&p, "/runs/retry", T_READ, body, 403, &r); /* read only: no cancel scope */
+    th_post_expect(&p, "/runs/retry", T_READ, body, 403, &r); /* read only: no cancel scope */
     th_resp_free(&r);
-    post(&p, "/runs/retry", T_OPS, body, 200, &r);
+    th_post_expect(&p, "/runs/retry", T_OPS, body, 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 300);
     ck_assert_int_eq(th_ji(r.json, "acted"), 300);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "run_ids")), 300);
@@ -288,11 +268,11 @@ START_TEST(retry_joins_active_retries)
     for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
         if (count(ci, "outcome = 'failed'") == 5)
             break;
-    post(&p, "/runs/retry", NULL,
-         "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &a);
+    th_post_expect(&p, "/runs/retry", NULL,
+                   "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &a);
     ck_assert_int_eq(th_ji(a.json, "acted"), 5);
-    post(&p, "/runs/retry", NULL,
-         "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &b);
+    th_post_expect(&p, "/runs/retry", NULL,
+                   "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &b);
     ck_assert_int_eq(th_ji(b.json, "acted"), 5);
     ck_assert(
         json_equal(json_object_get(a.json, "new_run_ids"), json_object_get(b.json, "new_run_ids")));
@@ -315,35 +295,35 @@ START_TEST(tenants_and_filters)
     submit_many(&p, T_OPS, "held", 50, NULL, LATER, 0);
     submit_many(&p, T_OPS, "spare", 20, NULL, LATER, 0);
     submit_many(&p, T_OTHER, "held", 7, NULL, LATER, 0);
-    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"spare\"}, \"dry_run\": true}", 200,
-         &r);
+    th_post_expect(&p, "/runs/cancel", T_OTHER,
+                   "{\"filter\": {\"type\": \"spare\"}, \"dry_run\": true}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 0);
     th_resp_free(&r);
-    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"spare\"}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"spare\"}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 0);
     ck_assert_int_eq(th_ji(r.json, "acted"), 0);
     ck_assert_int_eq(json_array_size(json_object_get(r.json, "run_ids")), 0);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "tenant = 'acme' AND type = 'spare' AND status = 'queued'"), 20);
-    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"type\": \"held\"}, \"dry_run\": true}", 200,
-         &r);
+    th_post_expect(&p, "/runs/cancel", T_OTHER,
+                   "{\"filter\": {\"type\": \"held\"}, \"dry_run\": true}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 7);
     th_resp_free(&r);
-    post(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"all\": true}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", T_OTHER, "{\"filter\": {\"all\": true}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "acted"), 7);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 70);
     ck_assert_int_eq(count(ci, "tenant = 'other' AND outcome = 'cancelled'"), 7);
-    post(&p, "/runs/cancel", T_OPS, "{\"filter\": {}}", 400, &r);
+    th_post_expect(&p, "/runs/cancel", T_OPS, "{\"filter\": {}}", 400, &r);
     th_check_problem(&r, 400, "empty filter");
     ck_assert(th_has_error_field(json_object_get(r.json, "errors"), "filter"));
     th_resp_free(&r);
-    post(&p, "/runs/cancel", T_OPS, "{\"filter\": {\"parent_id\": \"\"}}", 400, &r);
+    th_post_expect(&p, "/runs/cancel", T_OPS, "{\"filter\": {\"parent_id\": \"\"}}", 400, &r);
     ck_assert(th_has_error_field(json_object_get(r.json, "errors"), "filter.parent_id"));
     th_resp_free(&r);
-    post(&p, "/runs/retry", T_OPS, "{\"filter\": {\"status\": [\"finished\"]}}", 400, &r);
+    th_post_expect(&p, "/runs/retry", T_OPS, "{\"filter\": {\"status\": [\"finished\"]}}", 400, &r);
     th_resp_free(&r);
-    post(&p, "/runs/cancel", T_OPS, "not json", 400, &r);
+    th_post_expect(&p, "/runs/cancel", T_OPS, "not json", 400, &r);
     th_resp_free(&r);
     ck_assert_int_eq(count(ci, "tenant = 'acme' AND status = 'queued'"), 70);
     th_stop_clean(&p);
@@ -366,7 +346,7 @@ START_TEST(cancel_follow_ups_by_parent)
     th_expect_outcome(&p, b, "succeeded", 10);
     ck_assert_int_eq(count(ci, "parent_id IS NOT NULL AND status = 'queued'"), 4);
     snprintf(body, sizeof(body), "{\"filter\": {\"parent_id\": \"%s\"}}", a);
-    post(&p, "/runs/cancel", NULL, body, 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL, body, 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 2);
     ck_assert_int_eq(th_ji(r.json, "acted"), 2);
     th_resp_free(&r);
@@ -422,7 +402,7 @@ START_TEST(queue_moves_during_bulk_cancel)
     pthread_create(&th, NULL, feed, &f);
     th_sleep_ms(300);
     before = f.made;
-    post(&p, "/runs/cancel", NULL, "{\"filter\": {\"type\": \"held\"}}", 200, &r);
+    th_post_expect(&p, "/runs/cancel", NULL, "{\"filter\": {\"type\": \"held\"}}", 200, &r);
     ck_assert_int_eq(th_ji(r.json, "matched"), 10000);
     ck_assert_int_eq(th_ji(r.json, "acted"), 10000);
     th_resp_free(&r);
