@@ -35,6 +35,7 @@ enum flag_id {
     F_OUTCOME,
     F_SINCE,
     F_SCHEDULE,
+    F_PARENT,
     F_ALL,
     F_DRY_RUN
 };
@@ -57,15 +58,16 @@ static const struct flag {
     [F_OUTCOME] = {"--outcome", true, BULK_CMDS},
     [F_SINCE] = {"--since", true, BULK_CMDS},
     [F_SCHEDULE] = {"--schedule", true, BULK_CMDS},
+    [F_PARENT] = {"--parent", true, BULK_CMDS},
     [F_ALL] = {"--all", false, BULK_CMDS},
     [F_DRY_RUN] = {"--dry-run", false, BULK_CMDS},
 };
 /* The flags that make cancel and retry act on every run they match. */
-static const enum flag_id filter_flags[] = {F_STATUS, F_OUTCOME,  F_TYPE,
-                                            F_SINCE,  F_SCHEDULE, F_ALL};
+static const enum flag_id filter_flags[] = {F_STATUS,   F_OUTCOME, F_TYPE, F_SINCE,
+                                            F_SCHEDULE, F_PARENT,  F_ALL};
 /* And those that go with them only. */
-static const enum flag_id bulk_only_flags[] = {F_STATUS, F_OUTCOME, F_TYPE,  F_SINCE, F_SCHEDULE,
-                                               F_ALL,    F_DRY_RUN, F_LIMIT, F_JSON};
+static const enum flag_id bulk_only_flags[] = {F_STATUS, F_OUTCOME, F_TYPE,    F_SINCE, F_SCHEDULE,
+                                               F_PARENT, F_ALL,     F_DRY_RUN, F_LIMIT, F_JSON};
 #define NFLAGS ARRAY_LEN(flags)
 
 /* What the first pass collects, before the command is known. */
@@ -210,10 +212,11 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
         any_seen(r, filter_flags, ARRAY_LEN(filter_flags)))
         want = 1;
     if (r->nwords < want)
-        return error_set(err, ST_INVALID, "%s needs %s%s", cmd_names[out->cmd], operand[out->cmd],
-                         (CMD_BIT(out->cmd) & BULK_CMDS)
-                             ? " (--status, --outcome, --type, --since, --schedule or --all)"
-                             : "");
+        return error_set(
+            err, ST_INVALID, "%s needs %s%s", cmd_names[out->cmd], operand[out->cmd],
+            (CMD_BIT(out->cmd) & BULK_CMDS)
+                ? " (--status, --outcome, --type, --since, --schedule, --parent or --all)"
+                : "");
     if (r->nwords > want)
         return error_set(err, ST_INVALID, "unexpected argument \"%.64s\"", r->words[want]);
     if (out->cmd == CMD_SUBMIT)
@@ -370,6 +373,10 @@ static enum status take_filter(const struct raw *r, struct args *out, struct err
         return error_set(err, ST_INVALID, "invalid --schedule: must be 1 to %d characters",
                          FILTER_TYPE_MAX);
     out->schedule = sc;
+    if (r->seen[F_PARENT] && (!*r->val[F_PARENT] || strlen(r->val[F_PARENT]) > RUN_ID_MAX))
+        return error_set(err, ST_INVALID,
+                         "invalid --parent: must be a run id of 1 to %d characters", RUN_ID_MAX);
+    out->parent = r->val[F_PARENT];
     out->all = r->seen[F_ALL];
     out->dry_run = r->seen[F_DRY_RUN];
     if (r->seen[F_LIMIT] && out->bulk)

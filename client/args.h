@@ -47,10 +47,11 @@ struct args {
                           * 1..ARGS_BULK_LIMIT_MAX; 0: the server's default */
     const char *comment; /* approve, reject: --comment (NULL: none) */
     /* cancel and retry by filter (bulk true, id NULL): --outcome (a comma
-     * list), --schedule, --since (as seconds before now, 0: none), --all,
-     * --dry-run; and --status, --type, --limit above. */
+     * list), --schedule, --parent (a run whose follow-ups), --since (as
+     * seconds before now, 0: none), --all, --dry-run; and --status, --type,
+     * --limit above. */
     bool bulk;
-    const char *outcome, *schedule;
+    const char *outcome, *schedule, *parent;
     long long since_s;
     bool all, dry_run;
     bool watch; /* submit, retry: --watch */

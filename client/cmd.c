@@ -173,6 +173,8 @@ json_t *cmd_bulk_body(const struct args *args, int64_t now_us)
     }
     if (args->schedule)
         json_object_set_new(f, "schedule", json_string(args->schedule));
+    if (args->parent)
+        json_object_set_new(f, "parent_id", json_string(args->parent));
     if (args->all)
         json_object_set_new(f, "all", json_true());
     body = json_pack("{s:o, s:b}", "filter", f, "dry_run", args->dry_run);

@@ -169,7 +169,7 @@ START_TEST(usage_errors)
     refused(ARGV("submit"), NULL, "submit needs a run type: opsrun submit TYPE");
     refused(ARGV("retry"), NULL,
             "retry needs a run id (opsrun retry ID) or a filter (--status, --outcome, --type, "
-            "--since, --schedule or --all)");
+            "--since, --schedule, --parent or --all)");
     refused(ARGV("watch", "a", "b"), NULL, "unexpected argument \"b\"");
     refused(ARGV("health", "now"), NULL, "unexpected argument \"now\"");
     refused(ARGV("runs", "--bogus"), NULL, "unknown flag \"--bogus\"");
@@ -339,7 +339,7 @@ START_TEST(bulk_and_decisions)
     json_decref(body);
     /* --since is created_after, that long before now */
     ck_assert_int_eq(parse(ARGV("retry", "--outcome", "failed,timed_out", "--since", "1h",
-                                "--schedule", "nightly"),
+                                "--schedule", "nightly", "--parent", "r-9"),
                            NULL, &a, &err),
                      ST_OK);
     ck_assert_int_eq(a.since_s, 3600);
@@ -347,7 +347,15 @@ START_TEST(bulk_and_decisions)
     s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
     ck_assert_str_eq(s, "{\"dry_run\":false,\"filter\":{\"created_after\":"
                         "\"1970-01-01T01:00:00.000000Z\",\"outcome\":[\"failed\",\"timed_out\"],"
-                        "\"schedule\":\"nightly\"}}");
+                        "\"parent_id\":\"r-9\",\"schedule\":\"nightly\"}}");
+    free(s);
+    json_decref(body);
+    /* --parent alone is a filter */
+    ck_assert_int_eq(parse(ARGV("cancel", "--parent", "r-9"), NULL, &a, &err), ST_OK);
+    ck_assert(a.bulk);
+    body = cmd_bulk_body(&a, 0);
+    s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_str_eq(s, "{\"dry_run\":false,\"filter\":{\"parent_id\":\"r-9\"}}");
     free(s);
     json_decref(body);
     ck_assert_int_eq(parse(ARGV("cancel", "--all", "--json"), NULL, &a, &err), ST_OK);
@@ -369,10 +377,10 @@ START_TEST(bulk_and_decisions)
 
     refused(ARGV("cancel"), NULL,
             "cancel needs a run id (opsrun cancel ID) or a filter (--status, --outcome, --type, "
-            "--since, --schedule or --all)");
+            "--since, --schedule, --parent or --all)");
     refused(ARGV("cancel", "--dry-run"), NULL,
             "cancel needs a run id (opsrun cancel ID) or a filter (--status, --outcome, --type, "
-            "--since, --schedule or --all)");
+            "--since, --schedule, --parent or --all)");
     refused(ARGV("cancel", "r-1", "--status", "queued"), NULL,
             "flag --status applies to cancel by a filter, not to cancel ID: opsrun cancel "
             "[--status S] [--type T] ...");
@@ -393,6 +401,11 @@ START_TEST(bulk_and_decisions)
     refused(ARGV("retry", "--since", "0s"), NULL,
             "invalid --since \"0s\": must be a duration such as 30s, 15m, 1h or 7d (at most ten "
             "years)");
+    refused(ARGV("cancel", "--parent", ""), NULL,
+            "invalid --parent: must be a run id of 1 to 128 characters");
+    refused(ARGV("cancel", "r-1", "--parent", "r-2"), NULL,
+            "flag --parent applies to cancel by a filter, not to cancel ID: opsrun cancel "
+            "[--status S] [--type T] ...");
     refused(ARGV("cancel", "--all", "--limit", "100001"), NULL,
             "invalid --limit \"100001\": must be 1 to 100000");
     refused(ARGV("approve"), NULL, "approve needs a run id: opsrun approve ID");
