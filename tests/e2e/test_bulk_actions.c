@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,8 +365,8 @@ END_TEST
 /* Submissions made while a bulk cancel of 10,000 runs is under way. */
 struct feeder {
     const struct th_proc *p;
-    volatile bool stop;
-    int made;
+    atomic_bool stop;
+    atomic_int made; /* ids[0..made) are answered */
     char *ids[4096];
 };
 
@@ -374,13 +375,13 @@ static void *feed(void *arg)
     struct feeder *f = arg;
     char body[160];
 
-    while (!f->stop && f->made < 4096) {
+    for (int n = 0; !atomic_load(&f->stop) && n < 4096; n++) {
         snprintf(body, sizeof(body),
                  "{\"alert_type\": \"spare\", \"data\": {\"n\": %d, \"steps\": 1, "
                  "\"duration_ms\": 1}}",
-                 f->made);
-        f->ids[f->made] = th_submit(f->p, body, 202);
-        f->made++;
+                 n);
+        f->ids[n] = th_submit(f->p, body, 202);
+        atomic_store(&f->made, n + 1);
         th_sleep_ms(5);
     }
     return NULL;
@@ -396,21 +397,25 @@ START_TEST(queue_moves_during_bulk_cancel)
     struct feeder f = {.p = &p};
     struct th_resp r;
     pthread_t th;
-    int before;
+    int before, during, made;
 
+    atomic_init(&f.stop, false);
+    atomic_init(&f.made, 0);
     submit_many(&p, NULL, "held", 10000, NULL, LATER, 0);
     pthread_create(&th, NULL, feed, &f);
     th_sleep_ms(300);
-    before = f.made;
+    before = atomic_load(&f.made);
     th_post_expect(&p, "/runs/cancel", NULL, "{\"filter\": {\"type\": \"held\"}}", 200, &r);
+    during = atomic_load(&f.made) - before;
     ck_assert_int_eq(th_ji(r.json, "matched"), 10000);
     ck_assert_int_eq(th_ji(r.json, "acted"), 10000);
     th_resp_free(&r);
     th_sleep_ms(300);
-    f.stop = true;
+    atomic_store(&f.stop, true);
     pthread_join(th, NULL);
-    ck_assert_msg(f.made > before, "no submission was answered during the cancel");
-    for (int i = 0; i < f.made; i++) {
+    made = atomic_load(&f.made);
+    ck_assert_msg(during > 0, "no submission was answered during the cancel");
+    for (int i = 0; i < made; i++) {
         th_expect_outcome(&p, f.ids[i], "succeeded", 30);
         free(f.ids[i]);
     }
