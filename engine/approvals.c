@@ -10,8 +10,12 @@
  * the shortest approval timeout (1 s), so a run made since (here or on
  * another replica, with or without LISTEN) is seen before it can expire,
  * and every approval is decided within milliseconds of its expiry on
- * whichever replicas are up. Started only when a run type of this
- * replica's configuration has an approval. */
+ * whichever replicas are up. Every replica runs it, whatever its
+ * configuration: a run keeps its own expiry, and one made under a run type
+ * that has since lost its approval (or by a replica configured otherwise)
+ * must still expire, or it would wait for ever and hold its identity. While
+ * nothing awaits approval a pass is one read of a small partial index a
+ * second. */
 #include "engine/engine_internal.h"
 
 #include "common/backoff.h"
@@ -23,6 +27,10 @@
 #define APPROVALS_RESYNC_MS 1000
 /* Runs decided in one statement; a fuller batch is followed by another. */
 #define APPROVALS_BATCH 256
+/* A due run that a pass could not decide is held by another transaction (a
+ * decision, a cancel, another replica's pass): look again after this, not
+ * at once. */
+#define APPROVALS_HELD_MS 50
 #define APPROVALS_RETRY_FIRST_MS 200
 #define APPROVALS_RETRY_MAX_MS 5000
 
@@ -34,9 +42,9 @@ static void expired_rejected(void *arg, const char *type, enum run_outcome outco
         metrics_run_completed(e->metrics, type, run_outcome_name(outcome), -1);
 }
 
-/* Decides every expired approval, a batch at a time; false on a database
- * error. */
-static bool approvals_expire_all(struct engine *e, struct db *db, struct error *err)
+/* Decides every expired approval, a batch at a time, adding to *decided;
+ * false on a database error. */
+static bool approvals_expire_all(struct engine *e, struct db *db, int *decided, struct error *err)
 {
     int approved = 0, rejected = 0;
 
@@ -44,6 +52,7 @@ static bool approvals_expire_all(struct engine *e, struct db *db, struct error *
         if (store_approvals_expire(db, APPROVALS_BATCH, &approved, &rejected, expired_rejected, e,
                                    err) != ST_OK)
             return false;
+        *decided += approved + rejected;
         if (approved + rejected > 0)
             LOG(LOG_INFO, "approvals expired approved=%d rejected=%d", approved, rejected);
         if (approved > 0)
@@ -60,9 +69,10 @@ static int64_t approvals_pass(struct engine *e)
     struct db *db = NULL;
     struct error err = {0};
     int64_t next_ms = -1;
+    int decided = 0;
     enum status st = db_pool_get(e->pool, &db, &err);
 
-    if (st == ST_OK && !approvals_expire_all(e, db, &err))
+    if (st == ST_OK && !approvals_expire_all(e, db, &decided, &err))
         st = ST_UNAVAILABLE;
     if (st == ST_OK)
         st = store_approvals_next(db, &next_ms, &err);
@@ -71,6 +81,8 @@ static int64_t approvals_pass(struct engine *e)
         LOG(LOG_WARN, "could not decide the expired approvals: %s", err.message);
         return -1;
     }
+    if (next_ms == 0 && decided == 0)
+        return APPROVALS_HELD_MS;
     return next_ms < 0 || next_ms > APPROVALS_RESYNC_MS ? APPROVALS_RESYNC_MS : next_ms;
 }
 
@@ -107,21 +119,10 @@ static void *approvals_main(void *arg)
     return NULL;
 }
 
-/* Whether a run type of the configuration asks for approval. */
-static bool approvals_configured(const struct config *cfg)
-{
-    for (size_t i = 0; i < cfg->nrun_types; i++)
-        if (cfg->run_types[i].approval.timeout_s > 0)
-            return true;
-    return false;
-}
-
 enum status approvals_start(struct engine *e, struct error *err)
 {
     enum status st;
 
-    if (!approvals_configured(e->cfg))
-        return ST_OK;
     st = thread_start(e, &e->approvals, approvals_main, e, "approvals", err);
     e->approvals_started = st == ST_OK;
     return st;

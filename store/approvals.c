@@ -14,11 +14,13 @@
 
 /* clang-format off */
 /* A decision (set: the SET arms of the transition, comma-terminated; what:
- * "approved" or "rejected") fenced on the run still awaiting approval,
- * with its status event. */
+ * "approved" or "rejected") fenced on the run still awaiting approval and
+ * not yet expired (past expires_at, on_timeout decides, even before the
+ * approvals thread's pass comes), with its status event. */
 #define DECIDE(set, what)                                                                          \
     "WITH upd AS (UPDATE runs r SET " set "approval_comment = $4 "                                 \
     "WHERE r.tenant = $1 AND r.id = $2 AND " AWAITING_APPROVAL("r.") " "                           \
+    "AND (r.approval_expires_at IS NULL OR r.approval_expires_at > now()) "                        \
     "RETURNING " RUN_RET ", r.created_at), " EVENT_FROM_UPD("'status'", DECIDED_BY(what))          \
     " SELECT " RUN_OUT " FROM upd"
 static const struct stmt S_APPROVE = {
@@ -53,24 +55,33 @@ static const struct stmt S_NEXT = {
         "WHERE " AWAITING_APPROVAL("r.") ") x"};
 /* clang-format on */
 
-/* Nothing was decided: the run is gone, or it does not await approval. */
+/* Nothing was decided: the run is gone, it does not await approval, or its
+ * approval expired and on_timeout decides it. */
 static enum status decide_refused(struct db *db, const struct approval_decision *d,
                                   struct error *err)
 {
     struct run *run = NULL;
     enum status st = store_runs_get(db, d->tenant, d->id, &run, err);
     const json_t *a;
+    const char *state, *expires, *on_timeout;
 
     if (st != ST_OK)
         return st;
     a = json_object_get(run->json, "approval");
+    state = json_string_value(json_object_get(a, "state"));
+    expires = json_string_value(json_object_get(a, "expires_at"));
+    on_timeout = json_string_value(json_object_get(a, "on_timeout"));
     if (!json_is_object(a))
         st = error_set(err, ST_CONFLICT,
                        "run \"%s\" is not awaiting approval: its run type asks for none", d->id);
+    else if (run->status == RUN_WAITING && state && strcmp(state, "pending") == 0)
+        st = error_set(err, ST_CONFLICT,
+                       "run \"%s\" is not awaiting approval: its approval expired at %s, and "
+                       "on_timeout (%s) decides it",
+                       d->id, expires ? expires : "?", on_timeout ? on_timeout : "reject");
     else
-        st =
-            error_set(err, ST_CONFLICT, "run \"%s\" is not awaiting approval: it is %s (%s)", d->id,
-                      run_status_name(run->status), json_string_value(json_object_get(a, "state")));
+        st = error_set(err, ST_CONFLICT, "run \"%s\" is not awaiting approval: it is %s (%s)",
+                       d->id, run_status_name(run->status), state ? state : "?");
     run_free(run);
     return st;
 }

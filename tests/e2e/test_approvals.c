@@ -473,13 +473,19 @@ START_TEST(scopes_and_tenants)
 END_TEST
 
 /* Pending runs outlive their process: one approved after the restart
- * starts; the other expires on time with the new process. */
+ * starts; the other expires on time with the new process, although the
+ * new configuration gives its run type no approval any more (a run keeps
+ * the expiry it was made with; were no replica to decide it, it would
+ * wait for ever and hold its identity). */
 START_TEST(pending_survives_restart)
 {
     char *c = config(4, false);
     char *path = th_config_file("e2e_appr_restart", c);
+    char *path2 = th_config_file("e2e_appr_restart_none",
+                                 "{\"run_types\": {\"gated\": {\"action\": \"simulate\", "
+                                 "\"params\": {\"duration_ms\": 50, \"steps\": 1}}}}");
     char *ci = th_db_create("e2e_appr_restart");
-    const char *args[] = {"--config", path, NULL};
+    const char *args[] = {"--config", path, NULL}, *args2[] = {"--config", path2, NULL};
     struct th_proc p;
     char *kept, *left;
     struct th_resp r;
@@ -490,7 +496,7 @@ START_TEST(pending_survives_restart)
     left = submit(&p, "gated", 2);
     th_stop_clean(&p);
     th_sleep_ms(1000);
-    th_restart(&p, ci, args, NULL);
+    th_restart(&p, ci, args2, NULL);
     run = th_get_run(&p, kept);
     ck_assert_str_eq(th_js(run, "status"), "waiting");
     ck_assert_str_eq(th_js(approval(run), "state"), "pending");
@@ -505,6 +511,7 @@ START_TEST(pending_survives_restart)
     free(left);
     free(ci);
     free(path);
+    free(path2);
     free(c);
 }
 END_TEST

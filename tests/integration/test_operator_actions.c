@@ -166,6 +166,17 @@ START_TEST(decisions_are_fenced)
     run_free(run);
     assert_col("d-2", "error->>'code'", "rejected");
     assert_col("d-2", "error->>'message'", "rejected by bob: no");
+    /* Past its expires_at, before any expiry pass: on_timeout decides. */
+    run_free(submit("default", "d-3", 600, false));
+    PQclear(th_sql(g_pg, "UPDATE runs SET approval_expires_at = now() - interval '1 second' "
+                         "WHERE id = 'd-3'"));
+    d = (struct approval_decision){.tenant = "default", .id = "d-3", .approve = true, .by = "eve"};
+    EXPECT(ST_CONFLICT, store_approvals_decide(g_db, &d, &run, &g_err));
+    ck_assert_msg(strstr(g_err.message, "its approval expired at ") &&
+                      strstr(g_err.message, "and on_timeout (reject) decides it"),
+                  "%s", g_err.message);
+    ck_assert_ptr_null(run);
+    assert_col("d-3", "approval_state", "pending");
     d.id = "plain";
     EXPECT(ST_CONFLICT, store_approvals_decide(g_db, &d, &run, &g_err));
     ck_assert_str_eq(g_err.message,
