@@ -58,7 +58,7 @@ sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 sql "CREATE EXTENSION pg_stat_statements"
 
 CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60, "event_partition_s": 60}}'
-if ! "$BIN" serve --print-config 2>/dev/null | grep -q event_partition_s; then
+if ! "$BIN" serve --print-config 2>/dev/null | grep event_partition_s >/dev/null; then
     CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}'
 fi
 echo "$CONFIG" >"$DATA/soak.json"
@@ -83,7 +83,7 @@ sample() {
     # Rows in run_events as the statistics count them (a count(*) would
     # hold every partition for its length, in the way of partition DDL).
     while :; do
-        if sql "SELECT to_regprocedure('opsrun_event_partitions()') IS NOT NULL" | grep -q t; then
+        if sql "SELECT to_regprocedure('opsrun_event_partitions()') IS NOT NULL" | grep t >/dev/null; then
             parts=$(sql "SELECT count(*) FROM opsrun_event_partitions()")
         else
             parts=-
