@@ -57,8 +57,8 @@ static const struct flag {
     [F_COMMENT] = {"--comment", true, CMD_BIT(CMD_APPROVE) | CMD_BIT(CMD_REJECT)},
     [F_OUTCOME] = {"--outcome", true, BULK_CMDS},
     [F_SINCE] = {"--since", true, BULK_CMDS},
-    [F_SCHEDULE] = {"--schedule", true, BULK_CMDS},
-    [F_PARENT] = {"--parent", true, BULK_CMDS},
+    [F_SCHEDULE] = {"--schedule", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
+    [F_PARENT] = {"--parent", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
     [F_ALL] = {"--all", false, BULK_CMDS},
     [F_DRY_RUN] = {"--dry-run", false, BULK_CMDS},
 };

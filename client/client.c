@@ -18,7 +18,7 @@ const char client_usage[] =
     "             submit a run of TYPE and print its id; --watch then follows it\n"
     "  watch ID   follow a run to its end: exit 0 when it succeeded, 1 when it\n"
     "             ended otherwise, 2 when the server could not be reached\n"
-    "  runs [--status S] [--type T] [--limit N] [--json]\n"
+    "  runs [--status S] [--type T] [--schedule NAME] [--parent ID] [--limit N] [--json]\n"
     "             list runs, newest first: a table, or the server's JSON\n"
     "  cancel ID  cancel a run\n"
     "  cancel [--status S,...] [--type T] [--since 1h] [--schedule NAME] [--parent ID]\n"

@@ -243,7 +243,8 @@ static int cmd_decide(struct api *a, const struct args *args, const struct watch
 
 char *cmd_runs_path(const struct args *args)
 {
-    const char *keys[] = {"status", "type"}, *vals[] = {args->status, args->type};
+    const char *keys[] = {"status", "type", "schedule", "parent_id"},
+               *vals[] = {args->status, args->type, args->schedule, args->parent};
     struct dynbuf b;
     char sep = '?';
 

@@ -313,6 +313,12 @@ START_TEST(requests)
     s = cmd_runs_path(&a);
     ck_assert_str_eq(s, "/runs?limit=9");
     free(s);
+    ck_assert_int_eq(
+        parse(ARGV("runs", "--parent", "r-1", "--schedule", "night ly"), NULL, &a, &err), ST_OK);
+    s = cmd_runs_path(&a);
+    ck_assert_str_eq(s, "/runs?schedule=night%20ly&parent_id=r-1");
+    free(s);
+    ck_assert_int_eq(parse(ARGV("runs", "--parent", ""), NULL, &a, &err), ST_INVALID);
 }
 END_TEST
 
