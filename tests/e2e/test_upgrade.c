@@ -8,16 +8,18 @@
  * and run runs; then the old one is taken out of the load and stopped, as
  * a rolling upgrade replaces each replica in turn.
  *
- * What holds: no request fails (every submission, to either binary, is
- * acknowledged), every run succeeds, none is lost and none runs twice
- * (one start per run, attempt 1), the old binary starts runs after the
- * migration as well as the new one, and neither logs a database error
- * (an old prepared statement broken by the new schema would).
+ * What holds: the new binary applied exactly the migrations the previous
+ * release lacks; no request fails (every submission, to either binary, is
+ * acknowledged); every run succeeds, none is lost and none runs twice (one
+ * start per run, attempt 1); the old binary starts runs after the
+ * migration as well as the new one, stays ready, and each binary reads
+ * the runs the other created; neither logs a database error (an old
+ * prepared statement broken by the new schema would).
  *
  * Generic: whatever migrations this checkout has beyond the previous
  * release are applied under load, and the test prints which. So every new
  * migration must work with the binary before it: expand now, contract a
- * release later (migrations/README.md).
+ * release later (docs/operations.md, "Upgrades").
  *
  * Skipped (exit 77, which ctest reports as skipped) when the source is not
  * a git checkout with its history (a source archive, a shallow clone), as
@@ -53,6 +55,33 @@ static int previous_release(const char *what, const char *arg, char **out, char 
 
     snprintf(script, sizeof(script), "%s/scripts/previous-release.sh", src ? src : ".");
     return th_run(argv, NULL, 600, out, err);
+}
+
+/* The migrations this checkout adds to the previous release, as
+ * schema_migrations names them (the file name without ".sql"), in order,
+ * separated by spaces (heap). */
+static char *new_migrations(void)
+{
+    char *out = NULL, *err = NULL, *names, *line, *save = NULL;
+    int rc = previous_release("commit", NULL, &out, &err);
+    size_t len = 0, cap;
+
+    ck_assert_msg(rc == 0, "previous-release.sh commit: exit %d: %s", rc, err);
+    cap = strlen(out) + 1;
+    names = calloc(1, cap);
+    ck_assert_ptr_nonnull(names);
+    line = strtok_r(out, "\n", &save); /* the previous release's commit */
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        size_t n = strlen(line);
+        if (n > 4 && strcmp(line + n - 4, ".sql") == 0)
+            n -= 4;
+        len += (size_t)snprintf(names + len, cap - len, "%s%.*s", len ? " " : "", (int)n, line);
+    }
+    free(out);
+    free(err);
+    ck_assert_msg(len > 0,
+                  "previous-release.sh names no migration newer than the previous release");
+    return names;
 }
 
 /* The previous release's binary, built unless the build tree has it. */
@@ -97,9 +126,32 @@ static void wait_all_completed(PGconn *pg, int timeout_ms)
                  timeout_ms / 1000);
 }
 
+/* Each binary reads a run the other created, after the migration, and
+ * the old one is still ready. Two runs more in the database. */
+static void cross_read(const struct th_proc *old, const struct th_proc *cur)
+{
+    char *by_old = th_submit(
+        old, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10,\"by\":\"old\"}}", 202);
+    char *by_new = th_submit(
+        cur, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":10,\"by\":\"new\"}}", 202);
+    json_t *a = th_get_run(cur, by_old), *b = th_get_run(old, by_new);
+    struct th_resp r;
+
+    ck_assert_str_eq(th_js(a, "id"), by_old);
+    ck_assert_str_eq(th_js(b, "id"), by_new);
+    th_get(old->url, "/readyz", &r);
+    ck_assert_msg(r.status == 200, "the old binary is not ready after the migration: %ld %s",
+                  r.status, r.body);
+    th_resp_free(&r);
+    json_decref(a);
+    json_decref(b);
+    free(by_old);
+    free(by_new);
+}
+
 /* Every acknowledged run is there, succeeded on attempt 1 and started
- * once; there is no other. */
-static void check_runs(PGconn *pg, struct th_load *l, const struct th_load_tally *t)
+ * once; the others (extra of them) succeeded too. */
+static void check_runs(PGconn *pg, struct th_load *l, const struct th_load_tally *t, int extra)
 {
     for (int i = 0; i < t->acked; i++)
         ck_assert_msg(th_sql_int(pg,
@@ -108,7 +160,8 @@ static void check_runs(PGconn *pg, struct th_load *l, const struct th_load_tally
                                  th_load_acked_id(l, i)) == 1,
                       "acknowledged run %s was lost, failed or took another attempt",
                       th_load_acked_id(l, i));
-    ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM runs"), t->acked);
+    ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM runs"), t->acked + extra);
+    ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM runs WHERE outcome <> 'succeeded'"), 0);
     ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM (SELECT run_id FROM run_events WHERE "
                                     "message LIKE 'attempt %% started by %%' GROUP BY run_id "
                                     "HAVING count(*) > 1) twice"),
@@ -118,6 +171,7 @@ static void check_runs(PGconn *pg, struct th_load *l, const struct th_load_tally
 START_TEST(previous_and_new_side_by_side)
 {
     char *old_bin = previous_binary(), *ci = th_db_create_empty(DB), *before, *applied, *since;
+    char *want = new_migrations();
     char *cfg = th_config_file("upgrade", "{\"limits\": {\"submit_rate_per_s\": 0},"
                                           " \"queue\": {\"heartbeat_interval_s\": 1,"
                                           "  \"orphan_after_s\": 10}}");
@@ -149,8 +203,10 @@ START_TEST(previous_and_new_side_by_side)
                          "SELECT coalesce(string_agg(name, ' ' ORDER BY version), 'none') FROM "
                          "schema_migrations WHERE version > %lld",
                          max_before);
+    ck_assert_str_eq(applied, want);
     w_new = worker_of(pg, &cur);
     th_load_targets(load, (const char *const[]){old.url, cur.url}, 2);
+    cross_read(&old, &cur);
     th_sleep_ms(3000);
 
     /* Out of the load balancer first, then stopped: it drains. */
@@ -175,7 +231,7 @@ START_TEST(previous_and_new_side_by_side)
     ck_assert_msg(old_during > 0, "the old binary acknowledged nothing while the new one started");
     ck_assert_msg(started_old > 0, "the old binary started no run after the migration");
     ck_assert_msg(started_new > 0, "the new binary started no run");
-    check_runs(pg, load, &t);
+    check_runs(pg, load, &t, 2);
     ck_assert_msg(!th_log_find(old.log, "database error", line, sizeof(line)), "old: %s", line);
     ck_assert_msg(!th_log_find(cur.log, "database error", line, sizeof(line)), "new: %s", line);
     ck_assert_int_eq(th_stop(&cur, SIGTERM, 30), 0);
@@ -186,6 +242,7 @@ START_TEST(previous_and_new_side_by_side)
     free(w_new);
     free(since);
     free(applied);
+    free(want);
     free(before);
     free(cfg);
     free(ci);
