@@ -204,16 +204,6 @@ static bool heartbeats_after(PGconn *pg, char **ids, const char *since, int time
     return false;
 }
 
-static void wait_all_completed(PGconn *pg, int timeout_ms)
-{
-    for (long long t0 = th_now_ms(); th_now_ms() - t0 < timeout_ms; th_sleep_ms(200))
-        if (th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'") == 0)
-            return;
-    ck_abort_msg("%lld runs not completed %d s after the failover",
-                 th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'"),
-                 timeout_ms / 1000);
-}
-
 /* Every acknowledged submission is there and succeeded, on attempt 1 or,
  * when its claim's answer was lost with the primary, 2; how many took a
  * second attempt. */
@@ -322,7 +312,7 @@ START_TEST(sync_standby_promoted_under_load)
     th_load_stop(load);
     th_load_tally(load, &t);
     stored_refused = repeat_refused(pg, &b, load, &t);
-    wait_all_completed(pg, 40000);
+    th_wait_all_completed(pg, 40000);
     second = check_acked(pg, load, &t);
 
     fprintf(stderr,

@@ -116,16 +116,6 @@ static long long started_by_since(PGconn *pg, const char *worker, const char *si
                       worker, since);
 }
 
-static void wait_all_completed(PGconn *pg, int timeout_ms)
-{
-    for (long long t0 = th_now_ms(); th_now_ms() - t0 < timeout_ms; th_sleep_ms(200))
-        if (th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'") == 0)
-            return;
-    ck_abort_msg("%lld runs not completed within %d s",
-                 th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'"),
-                 timeout_ms / 1000);
-}
-
 /* Each binary reads a run the other created, after the migration, and
  * the old one is still ready. Two runs more in the database. */
 static void cross_read(const struct th_proc *old, const struct th_proc *cur)
@@ -217,7 +207,7 @@ START_TEST(previous_and_new_side_by_side)
     th_sleep_ms(1500);
     th_load_stop(load);
     th_load_tally(load, &t);
-    wait_all_completed(pg, 60000);
+    th_wait_all_completed(pg, 60000);
 
     fprintf(stderr,
             "upgrade: the previous release (%s) had migrations %s; the new binary applied %s "

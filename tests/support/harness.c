@@ -129,6 +129,18 @@ long long th_sql_int(PGconn *c, const char *fmt, ...)
     return v;
 }
 
+void th_wait_all_completed(PGconn *c, int timeout_ms)
+{
+    const char *active = "SELECT count(*) FROM runs WHERE status <> 'completed'";
+    long long left = 0;
+
+    for (long long t0 = th_now_ms(); th_now_ms() - t0 < timeout_ms; th_sleep_ms(50))
+        if ((left = th_sql_int(c, "%s", active)) == 0)
+            return;
+    left = th_sql_int(c, "%s", active);
+    ck_assert_msg(left == 0, "%lld runs not completed within %d ms", left, timeout_ms);
+}
+
 char *th_sql_str(PGconn *c, const char *fmt, ...)
 {
     va_list ap;

@@ -41,6 +41,9 @@ long long th_sql_int(PGconn *c, const char *fmt, ...) __attribute__((format(prin
 /* The first column of the first row as a new string (free); NULL when
  * there is no row or the value is NULL. */
 char *th_sql_str(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Waits until every run in c's database is completed; after timeout_ms
+ * the test fails, saying how many are not. */
+void th_wait_all_completed(PGconn *c, int timeout_ms);
 
 struct th_proc {
     pid_t pid;
