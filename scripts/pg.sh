@@ -215,8 +215,8 @@ wait_ready() {
     return 1
 }
 
-do_initdb() {
-    say "initialising a new cluster in $DATA"
+# DATA, made for the cluster's owner (postgres when we are root).
+make_data_dir() {
     mkdir -p -- "$DATA"
     if [[ "$AS_ROOT" == 1 ]]; then
         # The relocated dir's parent is ours; make it traversable.
@@ -224,6 +224,11 @@ do_initdb() {
         chown postgres: -- "$DATA"
     fi
     chmod 0700 -- "$DATA"
+}
+
+do_initdb() {
+    say "initialising a new cluster in $DATA"
+    make_data_dir
     local out
     if ! out="$(as_owner "$BINDIR/initdb" -D "$DATA" -U "$SUPERUSER" -A trust \
         -E UTF8 --locale=C --no-sync 2>&1)"; then
@@ -349,12 +354,7 @@ cmd_standby() {
     if [[ -d "$DATA" ]] && [[ -n "$(ls -A -- "$DATA" 2>/dev/null)" ]]; then
         die "$DATA exists and is not empty"
     fi
-    mkdir -p -- "$DATA"
-    if [[ "$AS_ROOT" == 1 ]]; then
-        [[ "$RELOCATED" == 1 ]] && chmod 0755 -- "$(dirname -- "$DATA")"
-        chown postgres: -- "$DATA"
-    fi
-    chmod 0700 -- "$DATA"
+    make_data_dir
     say "base backup of $primary into $DATA"
     if ! out="$(as_owner "$BINDIR/pg_basebackup" -D "$DATA" -h "$psock" -p "$PORT" \
         -U "$SUPERUSER" -R -X stream -c fast --no-sync 2>&1)"; then
