@@ -24,6 +24,8 @@ enum label_set {
     L_SCHEDULE,
     L_SLOT,
     L_LIMIT,
+    L_NOTIFIER,
+    L_DELIVERY,
     L_COUNT
 };
 
@@ -32,6 +34,8 @@ static const char *const check_results[] = {METRICS_CHECK_RUNNING, METRICS_CHECK
 static const char *const hook_results[] = {"ok", "failed"};
 static const char *const slot_results[] = {METRICS_SLOT_CREATED, METRICS_SLOT_SKIPPED_OVERLAP,
                                            METRICS_SLOT_SKIPPED_PAUSED, METRICS_SLOT_MISSED};
+static const char *const delivery_results[] = {METRICS_NOTIFY_DELIVERED, METRICS_NOTIFY_RETRIED,
+                                               METRICS_NOTIFY_GAVE_UP};
 /* The status codes opsrun answers with; any other is counted as "other". */
 static const unsigned http_codes[] = {200, 201, 202, 204, 304, 400, 401, 403, 404, 405,
                                       408, 409, 413, 415, 422, 429, 500, 502, 503, 504};
@@ -66,6 +70,8 @@ enum family_id {
     F_HTTP_DURATION,
     F_SCHEDULE,
     F_RATE_WAITS,
+    F_NOTIFY,
+    F_NOTIFY_LATENCY,
     F_COUNT
 };
 
@@ -131,6 +137,15 @@ static const struct family catalogue[F_COUNT] = {
         .help = "Times this process held back a start or a check because its rate limit had no "
                 "unit left.",
         .nlabels = 1, .labels = {L_LIMIT}},
+    [F_NOTIFY] = {.name = "opsrun_notifications_total",
+        .help = "Attempts of this process to deliver notifications, by notifier and result "
+                "(delivered, retried, gave_up).",
+        .nlabels = 2, .labels = {L_NOTIFIER, L_DELIVERY}},
+    [F_NOTIFY_LATENCY] = {.name = "opsrun_notification_latency_seconds",
+        .help = "Time from the transition that owed a notification to its delivery (the "
+                "receiver's 2xx), for deliveries this process made.",
+        .histogram = true, .nlabels = 1, .labels = {L_NOTIFIER},
+        .bounds = wait_buckets, .nbounds = ARRAY_LEN(wait_buckets)},
 };
 /* clang-format on */
 
@@ -192,6 +207,8 @@ static void sets_init(struct metrics *m, const struct metrics_setup *su)
     set_fill(&m->sets[L_SCHEDULE], "schedule", su->schedules, su->nschedules);
     set_fill(&m->sets[L_SLOT], "result", slot_results, ARRAY_LEN(slot_results));
     set_fill(&m->sets[L_LIMIT], "limit", su->limits, su->nlimits);
+    set_fill(&m->sets[L_NOTIFIER], "notifier", su->notifiers, su->nnotifiers);
+    set_fill(&m->sets[L_DELIVERY], "result", delivery_results, ARRAY_LEN(delivery_results));
 }
 
 static void family_init(struct metrics *m, struct family *f)
@@ -379,6 +396,19 @@ void metrics_rate_limit_wait(struct metrics *m, const char *limit, int64_t n)
 {
     if (m && n > 0)
         count_n(m, F_RATE_WAITS, IDX(value_index(m, L_LIMIT, limit)), (uint64_t)n);
+}
+
+void metrics_notification(struct metrics *m, const char *notifier, const char *result,
+                          double latency_s)
+{
+    size_t n;
+
+    if (!m)
+        return;
+    n = value_index(m, L_NOTIFIER, notifier);
+    count(m, F_NOTIFY, IDX(n, value_index(m, L_DELIVERY, result)));
+    if (latency_s >= 0)
+        observe(m, F_NOTIFY_LATENCY, IDX(n), latency_s);
 }
 
 void metrics_http_request(struct metrics *m, const char *route, unsigned code, double seconds)

@@ -43,6 +43,8 @@ struct metrics_setup {
     size_t nschedules;
     const char *const *limits; /* configured rate limits */
     size_t nlimits;
+    const char *const *notifiers; /* configured notifiers */
+    size_t nnotifiers;
     const char *version, *commit; /* opsrun_build_info */
 };
 
@@ -83,6 +85,15 @@ void metrics_poll_hooks(struct metrics *m, const char *type, bool failed);
 void metrics_schedule_slot(struct metrics *m, const char *schedule, const char *result, int64_t n);
 /* n starts or checks waited for their rate limit (opsrun_rate_limit_waits_total). */
 void metrics_rate_limit_wait(struct metrics *m, const char *limit, int64_t n);
+
+/* One attempt of a delivery to notifier ended with result
+ * (opsrun_notifications_total); a delivered one took latency_s from its
+ * creation (the transition's commit) to its 2xx. */
+#define METRICS_NOTIFY_DELIVERED "delivered"
+#define METRICS_NOTIFY_RETRIED "retried"
+#define METRICS_NOTIFY_GAVE_UP "gave_up"
+void metrics_notification(struct metrics *m, const char *notifier, const char *result,
+                          double latency_s);
 
 /* An answered HTTP request: route is its template, NULL when no route
  * matched the path; code is the status sent. */

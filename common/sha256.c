@@ -1,5 +1,5 @@
-/* common/sha256.c — SHA-256 (FIPS 180-4) and the constant-time compare
- * (common/sha256.h). */
+/* common/sha256.c — SHA-256 (FIPS 180-4), HMAC-SHA256 and the
+ * constant-time compare (common/sha256.h). */
 #include "sha256.h"
 
 #include <string.h>
@@ -133,6 +133,44 @@ void sha256_hex(const void *data, size_t n, char out[65])
     sha256_update(&s, data, n);
     sha256_final(&s, md);
     hex_encode(md, sizeof(md), out);
+}
+
+/* A key longer than a block is hashed first; the padded key XOR ipad
+ * starts the inner hash, XOR opad the outer one. */
+void hmac_sha256_init(struct hmac_sha256 *h, const void *key, size_t klen)
+{
+    unsigned char k[64] = {0}, pad[64];
+
+    if (klen > sizeof(k)) {
+        struct sha256 s;
+        sha256_init(&s);
+        sha256_update(&s, key, klen);
+        sha256_final(&s, k);
+    } else if (klen) {
+        memcpy(k, key, klen);
+    }
+    for (size_t i = 0; i < sizeof(pad); i++)
+        pad[i] = (unsigned char)(k[i] ^ 0x36);
+    sha256_init(&h->inner);
+    sha256_update(&h->inner, pad, sizeof(pad));
+    for (size_t i = 0; i < sizeof(pad); i++)
+        pad[i] = (unsigned char)(k[i] ^ 0x5c);
+    sha256_init(&h->outer);
+    sha256_update(&h->outer, pad, sizeof(pad));
+}
+
+void hmac_sha256_update(struct hmac_sha256 *h, const void *data, size_t n)
+{
+    sha256_update(&h->inner, data, n);
+}
+
+void hmac_sha256_final(struct hmac_sha256 *h, unsigned char out[32])
+{
+    unsigned char md[32];
+
+    sha256_final(&h->inner, md);
+    sha256_update(&h->outer, md, sizeof(md));
+    sha256_final(&h->outer, out);
 }
 
 /* The OR of every byte's difference, so the loop never ends early; the

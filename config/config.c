@@ -39,6 +39,8 @@ const struct opt cfg_opts[] = {
     {.key = "http.max_connections_per_ip", .type = OPT_INT, .flags = OPT_ZERO, .def = 256,
      .min = 1, .max = 1000000, .off = CFG_OFF(http.max_connections_per_ip)},
     CFG_NUM(OPT_INT,  http.request_deadline_s,      30,      1,    3600),
+    {.key = "http.public_url", .type = OPT_STR, .flags = OPT_NULL, .off = CFG_OFF(http.public_url),
+     .check = check_http_url},
     {.key = "limits.streams_per_tenant", .type = OPT_INT, .flags = OPT_ZERO, .def = 1000,
      .min = 1, .max = 1000000, .off = CFG_OFF(limits.streams_per_tenant)},
     {.key = "limits.submit_rate_per_s", .type = OPT_INT, .flags = OPT_ZERO, .def = 20,
@@ -73,6 +75,7 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_INT,  queue.retention_batch,        500,     1,    100000),
     CFG_NUM(OPT_I64,  queue.event_partition_s,      86400,   60,   2592000),
     CFG_NUM(OPT_INT,  queue.schedule_grace_s,       10,      1,    3600),
+    CFG_NUM(OPT_INT,  queue.max_chain_depth,        10,      0,    1000),
     CFG_NUM(OPT_INT,  poller.concurrency,           16,      1,    256),
     CFG_NUM(OPT_INT,  poller.interval_ms,           1000,    50,   600000),
     CFG_NUM(OPT_INT,  sse.max_subscribers,          5000,    0,    1000000),
@@ -135,6 +138,7 @@ void cfg_cleanup(struct config *cfg)
     cors_origins_free(cfg->http.cors_origins, cfg->http.ncors_origins);
     schedules_free(cfg);
     rate_limits_free(cfg);
+    notifiers_free(cfg);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -164,8 +168,8 @@ static void suggest_one(struct suggest *s, const char *parent, const char *key)
 static void unknown_key(const char *parent, const char *key, const char *path,
                         struct cfg_errors *errs)
 {
-    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types",
-                                       "routes",      "schedules",         "rate_limits"};
+    static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types", "routes",
+                                       "schedules",   "rate_limits",       "notifiers"};
     struct suggest s;
 
     suggest_init(&s, key);
@@ -269,6 +273,8 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
             load_schedules(cfg, v, errs);
         else if (strcmp(key, "rate_limits") == 0)
             load_rate_limits(cfg, v, errs);
+        else if (strcmp(key, "notifiers") == 0)
+            load_notifiers(cfg, v, errs);
         else
             load_value(cfg, NULL, key, v, errs);
     }
@@ -278,6 +284,7 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
     if (errs->n == 0) {
         check_refs(cfg, errs);
         check_schedule_refs(cfg, errs);
+        check_notify_refs(cfg, errs);
     }
 }
 
@@ -440,6 +447,7 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
                               cfg->sse.send_timeout_s);
     check_refs(cfg, &errs);
     check_schedule_refs(cfg, &errs);
+    check_notify_refs(cfg, &errs);
     return cfg_errors_end(&errs);
 }
 
@@ -464,5 +472,5 @@ int cfg_pool_size(const struct config *cfg)
     if (cfg->db.pool_size > 0)
         return cfg->db.pool_size;
     return cfg->queue.workers + cfg->http.threads + cfg->submit.flushers + 4 +
-           (cfg->poller.concurrency + 3) / 4;
+           (cfg->poller.concurrency + 3) / 4 + (cfg->nnotifiers > 0 ? 1 : 0);
 }

@@ -59,6 +59,9 @@ struct run_type {
     int max_running;              /* 0 = no per-type cap (JSON null) */
     struct poll_policy poll;
     char *rate_limit; /* the name of a rate_limits entry; NULL = none */
+    /* [{"on": [...], "to": "<notifier>"}] and [{"on": [...], "run_type",
+     * "delay_s"?, "data"?}] as the file has them (checked); [] when none. */
+    json_t *notify, *then;
 };
 
 /* One entry of rate_limits: at most limit units (action starts and poll
@@ -89,6 +92,28 @@ struct schedule {
     int catch_up_window_s;           /* default 3600 */
     int jitter_s;                    /* default 0 */
     bool paused;                     /* until the API says otherwise */
+};
+
+enum notifier_kind { NOTIFIER_WEBHOOK, NOTIFIER_SLACK, NOTIFIER_ALERTMANAGER };
+
+/* One entry of notifiers: where a run type's notify rules send the
+ * transitions they name. url, header_values and secret are the templates
+ * with every {{env:NAME}} expanded at load, and may hold secrets: never
+ * log nor print them (the *_template fields and headers are what the file
+ * says). */
+struct notifier {
+    char *name;
+    enum notifier_kind kind;
+    bool has_kind;
+    char *url_template, *url;
+    json_t *headers;                /* {"Name": "template"} as the file has it; NULL = none */
+    json_t *header_values;          /* the same, expanded */
+    char *secret_template, *secret; /* webhook: "{{env:NAME}}" and its value; NULL = none */
+    char *text;                     /* slack: {{run:/pointer}} template; NULL = the default */
+    json_t *labels;                 /* alertmanager: more labels; NULL = none */
+    int max_attempts;               /* 1..20, default 8 */
+    int max_in_flight;              /* deliveries at once per process, 1..64, default 4 */
+    int timeout_ms;                 /* one attempt's limit, default 10000 */
 };
 
 struct route_match {
@@ -147,6 +172,7 @@ struct config {
         int max_connections_per_ip; /* default 256, 0 = no limit */
         int request_deadline_s;     /* headers and body arrive within this, default 30 */
         char **cors_origins;        /* exact origins, or "*"; none: same-origin only */
+        char *public_url;           /* where people reach the dashboard; NULL = unknown */
         size_t ncors_origins;
     } http;
 
@@ -163,8 +189,8 @@ struct config {
     } submit;
 
     struct {
-        int pool_size; /* 0 = workers + http.threads + submit.flushers + 4 + poller.concurrency / 4
-                        */
+        int pool_size; /* 0 = workers + http.threads + submit.flushers + 4 + poller.concurrency / 4,
+                        * + 1 with notifiers */
         int pool_wait_ms;         /* checkout wait, default 2000 */
         int connect_timeout_s;    /* default 3 */
         int statement_timeout_ms; /* default 10000 */
@@ -190,6 +216,7 @@ struct config {
         int retention_batch;        /* default 500 */
         int64_t event_partition_s;  /* run_events partition span, default 1 day */
         int schedule_grace_s;       /* a slot not taken this late is missed, default 10 */
+        int max_chain_depth;        /* follow-ups of follow-ups, at most, default 10 */
     } queue;
 
     struct {
@@ -221,6 +248,8 @@ struct config {
     size_t nrate_limits;
     struct schedule *schedules;
     size_t nschedules;
+    struct notifier *notifiers;
+    size_t nnotifiers;
     struct route *routes;
     size_t nroutes;
     char *default_route; /* run type when no route matches; NULL = none */
@@ -286,6 +315,12 @@ const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 void cfg_run_type_suggest(const struct config *cfg, struct suggest *s);
 const struct schedule *cfg_schedule(const struct config *cfg, const char *name);
 const struct rate_limit_cfg *cfg_rate_limit(const struct config *cfg, const char *name);
+const struct notifier *cfg_notifier(const struct config *cfg, const char *name);
+/* "webhook", "slack", "alertmanager". */
+const char *cfg_notifier_kind_name(enum notifier_kind k);
+/* Whether the type has notify or then rules: its transitions set
+ * something off. */
+bool cfg_run_type_reacts(const struct run_type *rt);
 /* "skip", "allow", "cancel_previous"; "skip", "one", "all". */
 const char *cfg_overlap_name(enum schedule_overlap o);
 const char *cfg_catch_up_name(enum schedule_catch_up c);

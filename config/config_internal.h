@@ -160,6 +160,24 @@ void check_schedule_refs(const struct config *cfg, struct cfg_errors *errs);
 /* root["schedules"] and root["rate_limits"] as the file has them. */
 bool schedules_to_json(const struct config *cfg, json_t *root);
 
+/* ---- notify.c ---- */
+
+/* The "notifiers" object of a file: merged by name (a definition replaces
+ * the one of that name as a whole, only when valid; null removes one). */
+void load_notifiers(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+void notifiers_free(struct config *cfg);
+/* A run type's "notify" (then false) or "then" list, checked, into *slot
+ * (which it replaces); errors name path. */
+enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path,
+                     struct error *err) WUR;
+/* Every notify rule names an existing notifier, every then rule an
+ * existing run type. */
+void check_notify_refs(const struct config *cfg, struct cfg_errors *errs);
+/* root["notifiers"] as the file has it (templates, never their values). */
+bool notifiers_to_json(const struct config *cfg, json_t *root);
+/* An http:// or https:// URL (http.public_url). */
+enum status check_http_url(const char *label, const char *value, struct error *err) WUR;
+
 /* ---- print.c ---- */
 
 /* An option's value as the file would have it (new reference). */

@@ -208,6 +208,10 @@ static json_t *rt_to_json(const struct run_type *rt)
 
     for (size_t i = 0; ok && i < rt_nopts; i++)
         ok = jset_path(j, rt_opts[i].key, opt_to_json(rt, &rt_opts[i]));
+    if (ok && json_array_size(rt->notify))
+        ok = json_object_set(j, "notify", rt->notify) == 0;
+    if (ok && json_array_size(rt->then))
+        ok = json_object_set(j, "then", rt->then) == 0;
     if (!ok) {
         json_decref(j);
         return NULL;
@@ -285,7 +289,7 @@ json_t *cfg_to_json(const struct config *cfg)
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
     ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root) &&
-         cors_to_json(cfg, root) && schedules_to_json(cfg, root);
+         cors_to_json(cfg, root) && schedules_to_json(cfg, root) && notifiers_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

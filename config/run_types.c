@@ -1,6 +1,7 @@
 /* config/run_types.c — run types: the scalar fields through their option
  * table (rt_opts), "action" checked against the action registry given to
- * cfg_init, "params" checked by that action, and "poll". */
+ * cfg_init, "params" checked by that action, "poll", and "notify" and
+ * "then" (checked in notify.c). */
 #include "config/config_internal.h"
 
 #include "common/suggest.h"
@@ -47,6 +48,8 @@ static void rt_free(struct run_type *rt)
     free(rt->action);
     free(rt->rate_limit);
     json_decref(rt->params);
+    json_decref(rt->notify);
+    json_decref(rt->then);
     memset(rt, 0, sizeof(*rt));
 }
 
@@ -56,6 +59,10 @@ static void rt_init(struct run_type *rt, const char *name)
     memset(rt, 0, sizeof(*rt));
     rt->name = xstrdup(name);
     rt->params = xjson_object();
+    rt->notify = json_array();
+    rt->then = json_array();
+    if (!rt->notify || !rt->then)
+        abort();
     for (size_t i = 0; i < rt_nopts; i++)
         opt_set_default(rt, &rt_opts[i]);
 }
@@ -67,6 +74,8 @@ static void rt_copy(struct run_type *dst, const struct run_type *src)
     dst->action = src->action ? xstrdup(src->action) : NULL;
     dst->rate_limit = src->rate_limit ? xstrdup(src->rate_limit) : NULL;
     dst->params = json_incref(src->params);
+    dst->notify = json_incref(src->notify);
+    dst->then = json_incref(src->then);
 }
 
 struct run_type *rt_find(const struct config *cfg, const char *name)
@@ -116,7 +125,7 @@ static enum status rt_set_action(const struct cfg_actions *acts, struct run_type
 static void rt_unknown_key(const char *prefix, const char *key, const char *path,
                            struct cfg_errors *errs)
 {
-    static const char *const own[] = {"action", "params", "poll"};
+    static const char *const own[] = {"action", "params", "poll", "notify", "then"};
     size_t plen = strlen(prefix);
     struct suggest s;
 
@@ -176,6 +185,10 @@ static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, co
         rt->params = json_incref(v);
     } else if (strcmp(key, "poll") == 0) {
         rt_apply_poll(rt, v, path, errs);
+    } else if (strcmp(key, "notify") == 0) {
+        (void)cfg_errors_note(errs, rt_rules(&rt->notify, v, false, path, &one), &one);
+    } else if (strcmp(key, "then") == 0) {
+        (void)cfg_errors_note(errs, rt_rules(&rt->then, v, true, path, &one), &one);
     } else if (!(o = opt_find(rt_opts, rt_nopts, key)) || strchr(key, '.')) {
         rt_unknown_key("", key, path, errs);
     } else {

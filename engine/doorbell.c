@@ -34,6 +34,8 @@ void events_hint(struct engine *e)
 {
     if (e->on_events)
         e->on_events(e->on_events_arg);
+    if (e->wake_notifier)
+        e->wake_notifier(e); /* a transition may have owed a delivery */
 }
 
 void doorbell_ring(struct engine *e, bool queue, bool events)

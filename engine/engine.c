@@ -1,15 +1,18 @@
 /* engine/engine.c — the engine's lifecycle (engine/engine.h): it creates
- * the shared state, starts every thread in order (doorbell and listener,
- * maintenance, poller, workers, dispatcher, scheduler), and stops them in
- * the reverse order, on a drain and on a start that failed half-way. The
- * threads themselves live in doorbell.c, maint.c, poller.c, dispatch.c and
- * scheduler.c. */
+ * the shared state, writes the run types' rules to the database, starts
+ * every thread in order (doorbell and listener, maintenance, poller,
+ * workers, dispatcher, scheduler, notifier), and stops them in the reverse
+ * order, on a drain and on a start that failed half-way. The threads
+ * themselves live in doorbell.c, maint.c, poller.c, dispatch.c,
+ * scheduler.c and notify.c. */
 #include "engine/engine_internal.h"
 
 #include "common/ids.h"
 #include "common/log.h"
+#include "engine/notify.h"
 #include "engine/poller.h"
 #include "store/db.h"
+#include "store/notify.h"
 #include "store/workers.h"
 
 #include <stdlib.h>
@@ -54,6 +57,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     xsnprintf(e->st.worker_id, sizeof(e->st.worker_id), "%s", e->worker_id);
     e->st.workers = e->nslots;
     e->st.poll_only = !cfg->queue.listen;
+    notify_init(e);
     return e;
 }
 
@@ -68,12 +72,31 @@ void engine_set_metrics(struct engine *e, struct metrics *m)
     e->metrics = m;
 }
 
-/* The worker row, and the orphans a dead process left, before any thread. */
+/* The run types' rules as this configuration has them, for the trigger
+ * that creates deliveries and follow-ups (store/notify.h). */
+static enum status rules_sync(struct engine *e, struct db *db, struct error *err)
+{
+    char *rules = notify_rules_json(e->cfg);
+    int64_t runs = 0;
+    int types = 0;
+    enum status st = store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
+
+    free(rules);
+    if (st == ST_OK && types > 0)
+        LOG(LOG_INFO, "run type rules written types=%d active_runs_changed=%lld", types,
+            (long long)runs);
+    return st;
+}
+
+/* The rules, the worker row, and the orphans a dead process left, before
+ * any thread. */
 static enum status engine_register(struct engine *e, struct error *err)
 {
     struct db *db = NULL;
     enum status st = db_pool_get(e->pool, &db, err);
 
+    if (st == ST_OK)
+        st = rules_sync(e, db, err);
     if (st == ST_OK)
         st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
                                     e->nslots, err);
@@ -111,10 +134,14 @@ enum status engine_start(struct engine *e, struct error *err)
         goto poller;
     if ((st = scheduler_start(e, err)) != ST_OK)
         goto dispatch;
+    if ((st = notify_start(e, err)) != ST_OK)
+        goto scheduler;
     e->started = true;
     LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
         e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
     return ST_OK;
+scheduler:
+    scheduler_stop(e);
 dispatch:
     dispatch_stop_claims(e);
     dispatch_stop_workers(e);
@@ -222,6 +249,7 @@ void engine_drain(struct engine *e, int grace_s)
     LOG(LOG_INFO, "draining worker=%s grace_s=%d", e->worker_id, grace_s);
     drain_wait(e, grace_s);
     dispatch_stop_workers(e);
+    notify_stop(e); /* after the workers: deliveries of their last runs may go out */
     maint_stop(e);
     doorbell_stop(e); /* after the workers: their last writes ring it */
     engine_unregister(e);
@@ -241,6 +269,7 @@ void engine_free(struct engine *e)
     if (!e)
         return;
     poller_free(e->poller);
+    notify_free(e);
     for (int i = 0; i < e->nslots; i++)
         pthread_mutex_destroy(&e->slots[i].write_mu);
     pthread_cond_destroy(&e->dispatch_cv);

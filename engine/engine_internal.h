@@ -5,10 +5,11 @@
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
  *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c
- *     -> doorbell.c -> thread.c, queue.c, shared.c
+ *     -> notify.c -> doorbell.c -> thread.c, queue.c, shared.c
  * The listener (doorbell.c), the completer and the scheduler wake the
- * dispatcher through e->wake_dispatcher, set by engine.c, so none of them
- * needs anything to its left. */
+ * dispatcher through e->wake_dispatcher, set by engine.c, and the events
+ * hint (doorbell.c) wakes the notifier through e->wake_notifier, so none of
+ * them needs anything to its left. */
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
@@ -128,6 +129,11 @@ struct engine {
     pthread_t scheduler;
     bool sched_started, sched_stop;
     pthread_cond_t sched_cv;
+    /* the notifier (notify.c), when notifiers are configured; wake_notifier
+     * (notify_wake, set before any thread starts) is how the events hint
+     * makes it look for due deliveries. */
+    struct notify *notify;
+    void (*wake_notifier)(struct engine *e);
     /* dispatch_wake, set by engine.c: how a NOTIFY on opsrun_queue (the
      * listener) and a batch that freed capped slots (the completer) make
      * the dispatcher claim now. */
@@ -152,6 +158,13 @@ struct engine {
  * The caller stops what it started before. */
 enum status thread_start(struct engine *e, pthread_t *t, void *(*fn)(void *), void *arg,
                          const char *what, struct error *err) WUR;
+
+/* notify.c: the notifier thread (when notifiers are configured). init in
+ * engine_new, free in engine_free; start and stop are safe without it. */
+void notify_init(struct engine *e);
+enum status notify_start(struct engine *e, struct error *err) WUR;
+void notify_stop(struct engine *e); /* gives back the deliveries in flight */
+void notify_free(struct engine *e);
 
 /* scheduler.c: the scheduler thread (when schedules are configured). */
 enum status scheduler_start(struct engine *e, struct error *err) WUR;

@@ -12,6 +12,7 @@
 #include "live/hub.h"
 #include "store/db.h"
 #include "store/migrations.h"
+#include "store/notify.h"
 #include "store/polls.h"
 
 #include <stdatomic.h>
@@ -31,6 +32,8 @@ struct database_figures {
     bool migrated; /* every migration this binary has is applied */
     int64_t runs[ARRAY_LEN(active)];
     int64_t queue_age_ms, overdue, lag_ms;
+    int64_t notify_pending;     /* deliveries owed */
+    double notify_oldest_due_s; /* how long the one due longest has waited */
 };
 
 /* One figure a module keeps: written as a family of one sample. */
@@ -74,6 +77,8 @@ static void database_refresh(const struct hctx *hc, struct database_figures *f)
         st = store_runs_queue_age(db, &f->queue_age_ms, &err);
     if (st == ST_OK)
         st = store_polls_lag(db, &f->overdue, &f->lag_ms, &err);
+    if (st == ST_OK)
+        st = store_deliveries_pending(db, &f->notify_pending, &f->notify_oldest_due_s, &err);
     if (st == ST_OK) {
         f->up = true;
         f->migrated = store_migrations_current(db, &err) == ST_OK;
@@ -116,6 +121,12 @@ static enum status put_db(const struct database_figures *f, struct dynbuf *out)
          (double)f->overdue},
         {"opsrun_poll_lag_seconds", "gauge", "How late the most overdue check of a waiting run is.",
          (double)f->lag_ms / 1000.0},
+        {"opsrun_notifications_pending", "gauge",
+         "Notifications owed and not yet delivered or given up, over the whole database.",
+         (double)f->notify_pending},
+        {"opsrun_notifications_oldest_due_seconds", "gauge",
+         "How long the notification due longest has waited for an attempt (0: none is due).",
+         f->notify_oldest_due_s},
     };
     enum status st = metrics_put_header(out, "opsrun_runs", "gauge",
                                         "Active runs in the whole database, by status (every "

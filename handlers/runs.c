@@ -7,6 +7,7 @@
 #include "handlers/metrics.h"
 
 #include "common/cursor.h"
+#include "common/ids.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"
@@ -100,6 +101,7 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
     parse_text(rq->query(rq, "external_id"), "external_id", 512, &f->external_id, err);
     parse_text(rq->query(rq, "initiator"), "initiator", 64, &f->initiator, err);
     parse_text(rq->query(rq, "schedule"), "schedule", 64, &f->schedule, err);
+    parse_text(rq->query(rq, "parent_id"), "parent_id", RUN_ID_MAX, &f->parent_id, err);
     parse_limit(rq->query(rq, "limit"), f, err);
     if (cursor) {
         f->has_cursor = cursor_decode(cursor, &f->cursor_us, f->cursor_id);

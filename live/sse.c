@@ -41,6 +41,7 @@ struct sse_stream {
     size_t off;
     bool too_large; /* out refused a frame: the stream must end */
     bool finished;  /* the client has the run's terminal event already */
+    bool ended;     /* a run's stream sent its terminal event: nothing follows */
 };
 
 bool sse_parse_last_id(const char *text, int64_t *out)
@@ -93,12 +94,15 @@ static void on_replayed(void *arg, const struct event_row *ev)
     struct sse_stream *s = arg;
     bool with_id;
 
+    if (s->ended)
+        return; /* the notifications and follow-ups of the end, in the same page */
     s->cursor = ev->id;
     if (!hub_sub_gate(s->sub, ev->id, ev->tenant, ev->run_id, &with_id))
         return;
     out_frame(s, with_id ? ev->id : 0, ev->kind, ev->run_json);
     if (s->f.run_id && run_status_is_terminal(ev->status)) {
         hub_sub_mark_ended(s->sub);
+        s->ended = true;
         s->cursor = s->upto; /* nothing after the terminal event */
     }
 }
@@ -160,13 +164,15 @@ static enum status open_run(struct sse_stream *s, struct db *db, const struct ss
     if (st != ST_OK)
         return st;
     /* At or past the terminal event: the client has everything (and an id
-     * past it is not one of the run's, so it would get the snapshot). */
-    s->finished = snap.terminal && rq->has_last_id && rq->last_id >= snap.last_id;
+     * past it is not one of the run's, so it would get the snapshot). The
+     * notifications and follow-ups the end set off come after it, and are
+     * not part of the run's stream. */
+    s->finished = snap.terminal && rq->has_last_id && rq->last_id >= snap.terminal_id;
     if (snap.probe_found) {
         hub_sub_skip_upto(s->sub, rq->last_id);
         s->cursor = rq->last_id;
         s->phase = PH_REPLAY;
-        if (snap.terminal && rq->last_id >= snap.last_id)
+        if (snap.terminal && rq->last_id >= snap.terminal_id)
             hub_sub_mark_ended(s->sub), s->phase = PH_LIVE; /* it has everything */
     } else {
         out_frame(s, snap.last_id, "snapshot", snap.run_json);

@@ -2,7 +2,9 @@
 # deps.sh — installs the Debian 12 packages opsrun needs to build, test and
 # serve, and any package named as an argument (test.sh: the test-only
 # prometheus, for promtool, chromium, nodejs and npm, for the browser tests
-# and the OpenAPI lint; test.sh --lint: clang-tidy).
+# and the OpenAPI lint, prometheus-alertmanager, the receiver of the
+# notification tests, pgbouncer, the pooler of the pooler test; test.sh
+# --lint: clang-tidy).
 # tzdata: the time zones of schedules (opsrun reads /usr/share/zoneinfo).
 # Does nothing (quickly) when they are all present. Uses sudo when not
 # root. Called by scripts/serve.sh and scripts/test.sh; safe to run by hand.

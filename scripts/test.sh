@@ -12,7 +12,7 @@
 #   --tsan   also builds with ThreadSanitizer (build-tsan/) and runs the
 #            concurrency suites (integration_*, e2e_cluster, e2e_lease,
 #            e2e_streams, e2e_poller, e2e_shell_query, e2e_limits,
-#            e2e_schedules, e2e_rate_limits) under
+#            e2e_schedules, e2e_rate_limits, e2e_notify) under
 #            it, two tests at a time; any report fails them.
 #            Adds about 3 minutes.
 #   --lint   also runs clang-tidy (.clang-tidy) over the product code; any
@@ -80,10 +80,13 @@ done
 #     enforces it), driven by playwright-core from npm (below).
 #   nodejs, npm: for the Redocly lint and the browser tests.
 #   python3-yaml: scripts/check-deploy.sh reads the manifests of deploy/.
+#   prometheus-alertmanager: the real Alertmanager that tests/e2e/test_notify.c
+#     starts (its own port, configuration and storage; the Debian service,
+#     if it runs, is left alone) to receive opsrun's alerts.
 #   pgbouncer: tests/e2e/test_pooler.c runs opsrun through PgBouncer in
 #     transaction mode (db.prepared_statements false); the test starts its
 #     own, the package's service is not used.
-TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml pgbouncer)
+TEST_PACKAGES=(prometheus chromium nodejs npm python3-yaml prometheus-alertmanager pgbouncer)
 if ((LINT)); then
     bash scripts/deps.sh "${TEST_PACKAGES[@]}" clang-tidy
 else
@@ -119,7 +122,7 @@ format_check() {
         say "formatting: ${#SOURCES[@]} files OK"
         return 0
     fi
-    printf '%s\n' "$out" | head -n 60 >&2
+    printf '%s\n' "$out" | sed -n '1,60p' >&2
     say "formatting: these files need clang-format (fix: clang-format -i FILE...):"
     printf '%s\n' "$out" | sed -n 's/^\([^: ]*\.[ch]\):[0-9]*:[0-9]*: .*/\1/p' | sort -u | sed 's/^/    /' >&2
     failures+=("formatting")
@@ -389,8 +392,10 @@ slowest_tests() {
     local outs=("$TMP"/ctest-*.out)
     [[ -e "${outs[0]}" ]] || return 0
     say "the ten slowest tests (seconds):"
+    # awk reads all of sort's output: head would leave sort to die of
+    # SIGPIPE, and pipefail would make that the script's exit code (141).
     sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9][0-9]*\.[0-9]*\) sec$/\2 \1/p' \
-        "${outs[@]}" | sort -rn | head -n 10 | awk '{ printf "    %7.2f  %s\n", $1, $2 }' >&2
+        "${outs[@]}" | sort -rn | awk 'NR <= 10 { printf "    %7.2f  %s\n", $1, $2 }' >&2
 }
 
 EXTRA=("$@")
@@ -413,7 +418,7 @@ if ((TSAN)); then
     BUILD_ASAN="$BUILD"
     BUILD="$ROOT/build-tsan"
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits)[.]'
+        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits|e2e_notify)[.]'
     BUILD="$BUILD_ASAN"
 fi
 

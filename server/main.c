@@ -382,12 +382,14 @@ static struct limits *make_limits(const struct config *cfg)
 }
 
 /* The registry, with every label value GET /metrics may show: the
- * configured run types, the terminal outcomes and the route templates. */
+ * configured run types, schedules, rate limits and notifiers, the terminal
+ * outcomes and the route templates. */
 static struct metrics *make_metrics(const struct config *cfg)
 {
     const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
     const char **schedules = xcalloc(cfg->nschedules + 1, sizeof(*schedules));
     const char **limits = xcalloc(cfg->nrate_limits + 1, sizeof(*limits));
+    const char **notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*notifiers));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
     size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
     struct metrics *m;
@@ -398,6 +400,8 @@ static struct metrics *make_metrics(const struct config *cfg)
         schedules[i] = cfg->schedules[i].name;
     for (size_t i = 0; i < cfg->nrate_limits; i++)
         limits[i] = cfg->rate_limits[i].name;
+    for (size_t i = 0; i < cfg->nnotifiers; i++)
+        notifiers[i] = cfg->notifiers[i].name;
     for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
         outcomes[n++] = run_outcome_name((enum run_outcome)o);
     m = metrics_new(&(struct metrics_setup){
@@ -411,12 +415,15 @@ static struct metrics *make_metrics(const struct config *cfg)
         .nschedules = cfg->nschedules,
         .limits = limits,
         .nlimits = cfg->nrate_limits,
+        .notifiers = notifiers,
+        .nnotifiers = cfg->nnotifiers,
         .version = OPSRUN_VERSION,
         .commit = opsrun_build_commit,
     });
     free(types);
     free(schedules);
     free(limits);
+    free(notifiers);
     return m;
 }
 

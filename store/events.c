@@ -67,10 +67,12 @@ static const struct stmt S_REPLAY_ALL = {
 /* One statement, so the run and its newest event id agree: every writer
  * locks the run row before it inserts the event (design-event-order.md). */
 static const struct stmt S_RUN_SNAPSHOT = {
-    "events_run_snapshot", "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
-                           "(SELECT max(e.id) FROM run_events e WHERE " EVENT_OF_RUN "), "
-                           "EXISTS (SELECT 1 FROM run_events e WHERE " EVENT_OF_RUN " "
-                           "AND e.id = $3::bigint) FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+    "events_run_snapshot",
+    "SELECT opsrun_run_json(r)::text, r.status = 'completed', "
+    "(SELECT max(e.id) FROM run_events e WHERE " EVENT_OF_RUN "), "
+    "EXISTS (SELECT 1 FROM run_events e WHERE " EVENT_OF_RUN " AND e.id = $3::bigint), "
+    "(SELECT min(e.id) FROM run_events e WHERE " EVENT_OF_RUN " AND e.type = 'status' AND "
+    "e.status = 'completed') FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 /* The active runs of one tenant in id order (the runs_active index), or of
  * every tenant in (id, tenant) order, after the cursor ($1, $2). */
 #define ACTIVE_SQL(cond, order)                                                                    \
@@ -430,6 +432,7 @@ enum status store_events_run_snapshot(struct db *db, const char *tenant, const c
     out->terminal = strcmp(db_val(r, 0, 1), "t") == 0;
     out->last_id = db_i64(r, 0, 2);
     out->probe_found = probe_id > 0 && strcmp(db_val(r, 0, 3), "t") == 0;
+    out->terminal_id = out->terminal ? db_i64(r, 0, 4) : 0;
     PQclear(r);
     return ST_OK;
 }

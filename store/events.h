@@ -121,6 +121,9 @@ struct run_snapshot {
     char *run_json;
     int64_t last_id;
     bool terminal;
+    /* The event that completed the run (0 when it is not completed): the
+     * notifications and follow-ups it set off come after it. */
+    int64_t terminal_id;
     bool probe_found;
 };
 enum status store_events_run_snapshot(struct db *db, const char *tenant, const char *run_id,

@@ -12,14 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* clang-format off */
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
-    "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot) "
-    "VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, "
-    "$9, $10, coalesce($11, 'system'), $12, $13::timestamptz) "
-    "ON CONFLICT DO NOTHING RETURNING " RUN_RET
-    ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, "
+    "reacts) VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, "
+    "$8::jsonb, $9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " REACTS_OF("$3") ") "
+    "ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at), "
+    EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+/* clang-format on */
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
@@ -32,6 +34,7 @@ static const struct stmt S_BY_IDENTITY = {
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR r.external_id = $5) "          \
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
     "AND ($10::text IS NULL OR r.schedule_name = $10) "                                            \
+    "AND ($11::text IS NULL OR r.parent_id = $11) "                                                \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
 #define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
@@ -286,7 +289,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[10] = {tenant,
+    const char *p[11] = {tenant,
                          f->has_status ? run_status_name(f->status) : NULL,
                          f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                          f->type,
@@ -295,7 +298,8 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                          f->has_cursor ? f->cursor_id : NULL,
                          lim,
                          f->initiator,
-                         f->schedule};
+                         f->schedule,
+                         f->parent_id};
     PGresult *r;
     enum status st;
     int n;
@@ -304,7 +308,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     xsnprintf(lim, sizeof(lim), "%d", f->limit + 1);
     *runs = NULL;
     *next_cursor = NULL;
-    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 10, p, &r, err);
+    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);

@@ -94,6 +94,7 @@ struct run_filter {
     const char *type, *external_id; /* NULL = any */
     const char *initiator;          /* NULL = any */
     const char *schedule;           /* runs this schedule made; NULL = any */
+    const char *parent_id;          /* follow-ups of this run; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;

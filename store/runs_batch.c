@@ -45,6 +45,7 @@
 /* The run (RUN_NCOLS columns), then the item's position, then kind: 'n'
  * inserted now, 'i' the run with this id, 'd' the active run with this
  * identity; then the found run's request_hash. */
+/* clang-format off */
 static const struct stmt S_BATCH = {
     "runs_submit_batch",
     "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset($1::json) AS i(ord int, tenant text, "
@@ -52,35 +53,23 @@ static const struct stmt S_BATCH = {
     "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
     "schedule_slot timestamptz)), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot) SELECT tenant, "
-    "id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, identity_hash, "
-    "request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot FROM i "
-    "ORDER BY tenant, identity_hash, ord "
-    "ON CONFLICT DO NOTHING RETURNING r.*), " EVENT_FROM_UPD(
-        "'status'",
-        "'submitted'") " SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "
-                                               "ON u.tenant = i.tenant AND u.id = i.id "
-                                               "UNION ALL SELECT " SCALARS(
-                                                   "r") ", i.ord, 'i', r.request_hash FROM i JOIN "
-                                                        "runs r "
-                                                        "ON r.tenant = i.tenant AND r.id = i.id "
-                                                        "WHERE NOT EXISTS (SELECT 1 FROM upd u "
-                                                        "WHERE u.tenant = i.tenant AND u.id = "
-                                                        "i.id) "
-                                                        "UNION ALL SELECT " SCALARS(
-                                                            "r") ", i.ord, 'd', NULL FROM i JOIN "
-                                                                 "runs r "
-                                                                 "ON r.tenant = i.tenant AND "
-                                                                 "r.identity_hash = "
-                                                                 "i.identity_hash "
-                                                                 "AND r.status "
-                                                                 "IN " JOINABLE_STATUSES " "
-                                                                 "WHERE NOT EXISTS (SELECT 1 FROM "
-                                                                 "upd u WHERE u.tenant = i.tenant "
-                                                                 "AND u.id = i.id) "
-                                                                 "AND NOT EXISTS (SELECT 1 FROM "
-                                                                 "runs x WHERE x.tenant = i.tenant "
-                                                                 "AND x.id = i.id)"};
+    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, reacts) SELECT "
+    "tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, "
+    "identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot, "
+    REACTS_OF("i.type") " FROM i ORDER BY tenant, identity_hash, ord "
+    "ON CONFLICT DO NOTHING RETURNING r.*), "
+    EVENT_FROM_UPD("'status'", "'submitted'") " "
+    "SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "
+    "ON u.tenant = i.tenant AND u.id = i.id "
+    "UNION ALL SELECT " SCALARS("r") ", i.ord, 'i', r.request_hash FROM i JOIN runs r "
+    "ON r.tenant = i.tenant AND r.id = i.id "
+    "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
+    "UNION ALL SELECT " SCALARS("r") ", i.ord, 'd', NULL FROM i JOIN runs r "
+    "ON r.tenant = i.tenant AND r.identity_hash = i.identity_hash "
+    "AND r.status IN " JOINABLE_STATUSES " "
+    "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
+    "AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant = i.tenant AND x.id = i.id)"};
+/* clang-format on */
 #define COL_ORD RUN_NCOLS
 #define COL_KIND (RUN_NCOLS + 1)
 #define COL_HASH (RUN_NCOLS + 2)

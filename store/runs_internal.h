@@ -32,6 +32,11 @@
     "message, run_created_at) SELECT tenant, id, " type                                            \
     ", status, outcome, progress, step, " message ", created_at FROM upd)"
 
+/* runs.reacts of a new run of the given type (SQL): the transitions its
+ * type's rules name (migration 017). */
+#define REACTS_OF(type)                                                                            \
+    "coalesce((SELECT t.reacts FROM run_type_rules t WHERE t.type = " type "), 0)"
+
 /* Builds a run from the first RUN_NCOLS columns of row. On ST_OK *out is a
  * new run (run_free); on failure it is NULL and err says why. */
 enum status run_from_row(const PGresult *r, int row, struct run **out, struct error *err) WUR;

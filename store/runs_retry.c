@@ -16,13 +16,16 @@
 
 /* Inserts nothing when an active run holds the identity (the unique index
  * runs_active_identity), or when `of` is gone or may not be retried. */
+/* clang-format off */
 static const struct stmt S_RESUBMIT = {
     "runs_resubmit",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, retry_of, initiator) SELECT o.tenant, $3::text, o.type, "
-    "o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6 "
-    "FROM runs o WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING " RUN_RET
-    ", r.created_at), " EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    "input, identity_hash, request_hash, retry_of, initiator, reacts) SELECT o.tenant, $3::text, "
+    "o.type, o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6, "
+    REACTS_OF("o.type") " FROM runs o WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING "
+    RUN_RET ", r.created_at), "
+    EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+/* clang-format on */
 /* The active run that holds the identity of `of`. */
 static const struct stmt S_HOLDER = {
     "runs_resubmit_holder",

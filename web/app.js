@@ -1,7 +1,9 @@
 // web/app.js — the dashboard: runs from GET /runs (newest first, older
 // pages on demand), kept live by the one GET /stream; a run's detail;
 // the overview strip, its completions chart and rate limits; the
-// schedules. Stream events are queued and applied in batches
+// schedules. A run's detail has an address, #/runs/<id> (the link a
+// notification carries): loading it, or going to it, opens the run.
+// Stream events are queued and applied in batches
 // (web/live.js: in an animation frame, at most every 100 ms), so the DOM
 // changes at most once per batch whatever the event rate.
 import { api, ensureToken, forgetToken } from './api.js';
@@ -40,14 +42,35 @@ const detail = new Detail({
   },
   onOpenRun: (id) => openDetail(id),
   onClosed: () => {
-    if (opener && opener.isConnected) opener.focus();
+    if (hashRun() !== null) history.replaceState(null, '', location.pathname + location.search);
+    if (opener && opener.isConnected && opener !== document.body) opener.focus();
     else table.focusSelected();
   },
 });
 
+// The run id in the page's address (#/runs/<id>), or null.
+function hashRun() {
+  const m = /^#\/runs\/(.+)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[1]);
+  } catch {
+    return null; // a stray %
+  }
+}
+
+// Opening a run writes its address, without a history entry per run.
 function openDetail(id) {
   if (!detail.dlg.open) opener = document.activeElement;
+  if (hashRun() !== id) history.replaceState(null, '', '#/runs/' + encodeURIComponent(id));
   detail.open(id);
+}
+
+// An address typed or pasted while the page is open, or Back to one.
+function followHash() {
+  const id = hashRun();
+  if (id !== null && id !== detail.id) openDetail(id);
+  else if (id === null && detail.dlg.open) detail.dlg.close();
 }
 
 function updateCount() {
@@ -205,6 +228,8 @@ async function main() {
   // A 401 asks for the token here; any other failure (the database away:
   // 503) is left to the stream, which retries by itself.
   await ensureToken().catch(() => {});
+  window.addEventListener('hashchange', followHash);
+  followHash();
   // The chart starts from what the server counted, not from nothing.
   api('/stats/completions').then(({ body }) => chart.seed(body)).catch(() => {});
   live.start();

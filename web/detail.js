@@ -1,7 +1,14 @@
 // web/detail.js — one run: its fields, input, result, error, counts and
-// failures, and its event timeline: GET /runs/{id}/events once, then the
-// events of the page's one stream (no second connection), kept by event
-// id so that none shows twice. Cancel and retry ask first.
+// failures, the run it follows up and its follow-ups, and its event
+// timeline: GET /runs/{id}/events once, then the events of the page's one
+// stream (no second connection), kept by event id so that none shows
+// twice. Cancel and retry ask first.
+//
+// A stream event says what the run was at that moment, not the event's
+// message; the message is what a notification or follow_up event is about,
+// so such an event has the run's events read again (once per burst). The
+// follow-ups (GET /runs?parent_id=) are read when the detail opens and
+// when a follow_up event comes; their status follows the stream.
 //
 // A waiting run's poll schedule (the run's "poll"): the next check and the
 // end of the wait count down every second on the page's own clock, with
@@ -11,6 +18,7 @@
 import { api } from './api.js';
 
 const REFRESH_MAX_MS = 30000;
+const EVENTS_READ_MS = 250; // a burst of events with messages: one read after it
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -65,6 +73,9 @@ export class Detail {
     this.refreshAt = 0; // when to read a waiting run again (0: no need)
     this.refreshMs = 1000; // the wait before the next read while none is scheduled
     this.reading = false;
+    this.followUps = []; // the runs this one's end created, newest first
+    this.eventsTimer = 0;
+    this.shown = null; // the run as last drawn
     document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
     this.dlg.addEventListener('close', () => {
       this.id = null;
@@ -84,10 +95,12 @@ export class Detail {
     this.list.dataset.loaded = 'false';
     this.refreshAt = 0;
     this.refreshMs = 1000;
+    this.followUps = [];
     const known = this.runs.get(id);
     this.renderRun(known || { id });
     if (!this.dlg.open) this.dlg.showModal();
     if (!this.timer) this.timer = setInterval(() => this.tick(), 1000);
+    this.readFollowUps(id);
     try {
       const [{ body: run }, { body: ev }] = await Promise.all([
         api(`/runs/${encodeURIComponent(id)}`),
@@ -108,15 +121,25 @@ export class Detail {
   take(batch) {
     if (!this.id) return;
     let changed = false;
+    let kids = false; // a follow-up the list does not have yet
+    let messages = false; // an event whose message the stream does not carry
     for (const { kind, id, run } of batch) {
+      if (run.parent_id === this.id) {
+        changed = true;
+        kids = kids || !this.followUps.some((f) => f.id === run.id);
+      }
       if (run.id !== this.id) continue;
       changed = true;
+      kids = kids || kind === 'follow_up';
       if (!id || kind === 'snapshot' || this.events.has(id)) continue;
       this.events.set(id, {
         id, run_id: run.id, type: kind, status: run.status, outcome: run.outcome,
         progress: run.progress, step: run.step, message: null, created_at: null,
       });
+      messages = messages || kind === 'notification' || kind === 'follow_up';
     }
+    if (kids) this.readFollowUps(this.id);
+    if (messages) this.readEventsSoon();
     if (changed) {
       this.renderRun(this.runs.get(this.id));
       if (this.list.dataset.loaded === 'true') this.renderEvents();
@@ -127,8 +150,23 @@ export class Detail {
     dl.append(el('dt', null, name), el('dd', null, value === null || value === undefined || value === '' ? '–' : String(value)));
   }
 
+  // A button that opens run id in this detail.
+  runLink(id) {
+    const a = el('button', 'link', id);
+    a.type = 'button';
+    a.dataset.run = id;
+    a.addEventListener('click', () => this.onOpenRun(id));
+    return a;
+  }
+
+  linkField(dl, name, id) {
+    dl.append(el('dt', null, name), el('dd'));
+    dl.lastChild.append(this.runLink(id));
+  }
+
   renderRun(r) {
     if (!r) return;
+    this.shown = r;
     document.getElementById('d-title').textContent = r.id;
     const b = this.body;
     b.replaceChildren();
@@ -160,14 +198,13 @@ export class Detail {
     }
     if ((r.status === 'queued' || r.status === 'waiting') && this.limits) this.renderLimit(dl, r);
     if (r.poll) this.renderPoll(dl, r);
-    if (r.retry_of) {
-      const a = el('button', 'link', r.retry_of);
-      a.type = 'button';
-      a.addEventListener('click', () => this.onOpenRun(r.retry_of));
-      dl.append(el('dt', null, 'Retry of'), el('dd'));
-      dl.lastChild.append(a);
+    if (r.retry_of) this.linkField(dl, 'Retry of', r.retry_of);
+    if (r.parent_id) {
+      this.linkField(dl, 'Follow-up of', r.parent_id);
+      dl.lastChild.id = 'd-parent';
     }
     b.append(dl);
+    this.renderFollowUps();
     const block = (title, v) => {
       if (v === null || v === undefined) return;
       b.append(el('h3', null, title), el('pre', null, json(v)));
@@ -191,6 +228,52 @@ export class Detail {
     const active = r.status && r.status !== 'completed';
     this.cancelBtn.disabled = !active || r.status === 'cancelling';
     this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+  }
+
+  // Each follow-up: its id (a link), its type, and its status (its outcome
+  // once it ended) as the stream last said.
+  renderFollowUps() {
+    if (!this.followUps.length) return;
+    const ul = el('ul', 'follow-ups');
+    ul.id = 'd-follow-ups';
+    for (const f of this.followUps) {
+      const r = this.runs.get(f.id) || f;
+      const li = el('li');
+      li.dataset.id = r.id;
+      const state = r.status === 'completed' ? el('span', 'o-' + r.outcome, r.outcome) : el('span', null, r.status);
+      li.append(this.runLink(r.id), ` ${r.type} `, state);
+      ul.append(li);
+    }
+    this.body.append(el('h3', null, 'Follow-ups'), ul);
+  }
+
+  async readFollowUps(id) {
+    try {
+      const { body } = await api(`/runs?parent_id=${encodeURIComponent(id)}`);
+      if (this.id !== id) return;
+      this.followUps = body.runs;
+      this.renderRun(this.runs.get(id) || this.shown);
+    } catch {
+      /* no follow-ups shown: the rest of the detail stands */
+    }
+  }
+
+  readEventsSoon() {
+    clearTimeout(this.eventsTimer);
+    const id = this.id;
+    this.eventsTimer = setTimeout(() => this.readEvents(id), EVENTS_READ_MS);
+  }
+
+  // The run's events again, for the messages the stream does not carry.
+  async readEvents(id) {
+    try {
+      const { body } = await api(`/runs/${encodeURIComponent(id)}/events`);
+      if (this.id !== id) return;
+      for (const e of body.events) this.events.set(e.id, e);
+      if (this.list.dataset.loaded === 'true') this.renderEvents();
+    } catch {
+      /* the events from the stream stay, without their messages */
+    }
   }
 
   // A field whose text follows the clock: written now and at every tick.
@@ -288,9 +371,11 @@ export class Detail {
       const li = el('li');
       li.dataset.eventId = String(id);
       li.dataset.progress = String(e.progress ?? '');
-      const what = e.type === 'progress'
-        ? `${e.progress}%${e.step ? ' ' + e.step : ''}`
-        : `${e.status}${e.outcome && e.outcome !== 'pending' ? ' ' + e.outcome : ''}${e.message ? ' — ' + e.message : ''}`;
+      li.dataset.type = e.type;
+      let what;
+      if (e.type === 'progress') what = `${e.progress}%${e.step ? ' ' + e.step : ''}`;
+      else if (e.type === 'status') what = `${e.status}${e.outcome && e.outcome !== 'pending' ? ' ' + e.outcome : ''}${e.message ? ' — ' + e.message : ''}`;
+      else what = e.message || '…'; // notification, follow_up: the message says it all
       li.append(el('span', 'ev-id', '#' + id), el('span', 'ev-type', e.type), el('span', null, what));
       if (e.created_at) li.title = time(e.created_at);
       frag.append(li);

@@ -31,13 +31,14 @@
 struct load {
     char url[160]; /* the server's /alerts */
     const char *prefix;
+    const char *want; /* the reason the fault should be named by */
     pthread_t thread;
     atomic_bool stop;
     pthread_mutex_t mu;
     char (*acked)[48];
-    int nacked, n503, nreason, bad;
+    int nacked, n503, nreason, nwant, bad;
     char reason[128], bad_body[512];
-    long long last_ok_ms, first_reason_ms, slowest_ms, slowest_fault_ms;
+    long long last_ok_ms, first_want_ms, slowest_ms, slowest_fault_ms;
     long long fault_from_ms, fault_to_ms; /* set by the test */
 };
 
@@ -65,8 +66,14 @@ static void load_note(struct load *l, const struct th_resp *r, bool ok, const ch
         if (why) {
             l->nreason++;
             snprintf(l->reason, sizeof(l->reason), "%s", why);
-            if (!l->first_reason_ms)
-                l->first_reason_ms = t1;
+            /* Not only the last: the moments a fault begins and ends
+             * (a trigger made or dropped waits for a lock) may also show
+             * as a timeout. */
+            if (th_streq(why, l->want)) {
+                l->nwant++;
+                if (!l->first_want_ms)
+                    l->first_want_ms = t1;
+            }
         }
     } else {
         l->bad++;
@@ -97,11 +104,13 @@ static void *load_main(void *arg)
     return NULL;
 }
 
-static void load_start(struct load *l, const struct th_proc *p, const char *prefix)
+static void load_start(struct load *l, const struct th_proc *p, const char *prefix,
+                       const char *want)
 {
     memset(l, 0, sizeof(*l));
     snprintf(l->url, sizeof(l->url), "%s/alerts", p->url);
     l->prefix = prefix;
+    l->want = want;
     l->acked = calloc(ACKED_MAX, sizeof(*l->acked));
     pthread_mutex_init(&l->mu, NULL);
     ck_assert_int_eq(pthread_create(&l->thread, NULL, load_main, l), 0);
@@ -229,7 +238,7 @@ static void fault_under_load(const struct fault *f)
     th_start(&p, ci, args, NULL);
     /* Half of them end during the fault: their final writes must wait. */
     start_inflight(&p, inflight, f->hold_ms / 2, f->hold_ms + 3000);
-    load_start(&l, &p, f->db);
+    load_start(&l, &p, f->db, f->want_reason);
     th_sleep_ms(500);
 
     t_on = th_now_ms();
@@ -241,7 +250,7 @@ static void fault_under_load(const struct fault *f)
     check_reads(&p, f->name);
     while (th_now_ms() - t_on < f->hold_ms)
         th_sleep_ms(50);
-    detected = load_get(&l, &l.first_reason_ms);
+    detected = load_get(&l, &l.first_want_ms);
     t_off = th_now_ms();
     run_sql(admin, ci, f->sql_off, f->db);
     pthread_mutex_lock(&l.mu);
@@ -254,14 +263,14 @@ static void fault_under_load(const struct fault *f)
     load_stop(&l);
 
     fprintf(stderr,
-            "db fault %s: first 503 naming it %lld ms after the fault; %d answered 503 (%d with "
-            "reason \"%s\"); slowest answer %lld ms; first 202 %lld ms after the end of the "
-            "fault; %d acknowledged\n",
-            f->name, detected ? detected - t_on : -1, l.n503, l.nreason, l.reason,
+            "db fault %s: first 503 naming it %lld ms after the fault; %d answered 503 (%d "
+            "naming it, %d with a reason, the last \"%s\"); slowest answer %lld ms; first 202 "
+            "%lld ms after the end of the fault; %d acknowledged\n",
+            f->name, detected ? detected - t_on : -1, l.n503, l.nwant, l.nreason, l.reason,
             l.slowest_fault_ms, recovered - t_off, l.nacked);
     ck_assert_msg(l.bad == 0, "%s: %d unexpected answers, e.g. %s", f->name, l.bad, l.bad_body);
-    ck_assert_msg(detected > 0 && th_streq(l.reason, f->want_reason),
-                  "%s: no 503 named the reason (last: \"%s\")", f->name, l.reason);
+    ck_assert_msg(detected > 0 && l.nwant > 0, "%s: no 503 named the reason (last: \"%s\")",
+                  f->name, l.reason);
     ck_assert_msg(recovered > t_off, "%s: no submission was taken within 30 s after the fault",
                   f->name);
     check_nothing_lost(ci, &l, inflight, f->name);
@@ -337,7 +346,7 @@ START_TEST(lock_on_runs)
 
     th_start(&p, ci, args, NULL);
     start_inflight(&p, inflight, 4000, 4000);
-    load_start(&l, &p, "e2e_dbf_lock");
+    load_start(&l, &p, "e2e_dbf_lock", "the database did not answer in time");
     th_sleep_ms(500);
     claims_before = log_count(p.log, "could not claim runs");
 
@@ -368,8 +377,7 @@ START_TEST(lock_on_runs)
             l.n503, l.reason, l.slowest_fault_ms, STATEMENT_TIMEOUT_MS, claims, hold_ms / 1000,
             recovered - t_off, l.nacked);
     ck_assert_msg(l.bad == 0, "lock: %d unexpected answers, e.g. %s", l.bad, l.bad_body);
-    ck_assert_msg(l.n503 > 0 && th_streq(l.reason, "the database did not answer in time"),
-                  "lock: no 503 named the timeout (last: \"%s\")", l.reason);
+    ck_assert_msg(l.nwant > 0, "lock: no 503 named the timeout (last: \"%s\")", l.reason);
     ck_assert_msg(l.slowest_fault_ms <= bound_ms, "lock: an answer took %lld ms (bound %lld)",
                   l.slowest_fault_ms, bound_ms);
     /* Backing off: at most one claim per statement timeout plus the

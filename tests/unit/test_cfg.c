@@ -923,6 +923,166 @@ START_TEST(test_schedule_errors_named)
 }
 END_TEST
 
+/* ---- notifiers, notify and then ---- */
+
+START_TEST(test_notifiers_load)
+{
+    const struct notifier *n;
+    const struct run_type *rt;
+    json_t *j, *nj;
+    char *text;
+    struct config again;
+    struct error err = {0};
+
+    setenv("CFG_TEST_SECRET", "very-secret", 1);
+    setenv("CFG_TEST_HOST", "hooks.example", 1);
+    ck_load_ok("{\"notifiers\": {"
+               " \"audit\": {\"kind\": \"webhook\", \"url\": \"https://{{env:CFG_TEST_HOST}}/o\","
+               "  \"headers\": {\"X-Team\": \"sre-{{env:CFG_TEST_HOST}}\"},"
+               "  \"secret\": \"{{env:CFG_TEST_SECRET}}\", \"max_attempts\": 3},"
+               " \"chat\": {\"kind\": \"slack\", \"url\": \"http://127.0.0.1:9/s\","
+               "  \"text\": \"{{run:/id}} {{run:/outcome}}\", \"timeout_ms\": 2000},"
+               " \"am\": {\"kind\": \"alertmanager\", \"url\": \"http://am:9093\","
+               "  \"labels\": {\"severity\": \"page\"}, \"max_in_flight\": 2}},"
+               " \"http\": {\"public_url\": \"https://opsrun.example.com\"},"
+               " \"queue\": {\"max_chain_depth\": 4},"
+               " \"run_types\": {\"fix\": {\"action\": \"simulate\","
+               "  \"notify\": [{\"on\": [\"failed\", \"timed_out\"], \"to\": \"chat\"},"
+               "   {\"on\": [\"*\", \"started\"], \"to\": \"audit\"}],"
+               "  \"then\": [{\"on\": [\"failed\"], \"run_type\": \"demo\","
+               "   \"data\": {\"why\": \"{{run:/error/message}}\"}},"
+               "   {\"on\": [\"*\"], \"run_type\": \"fix\", \"delay_s\": 60}]}}}");
+    ck_assert_int_eq(cfg_validate(&cfg, NULL), ST_OK);
+    ck_assert_uint_eq(cfg.nnotifiers, 3);
+    n = cfg_notifier(&cfg, "audit");
+    ck_assert_int_eq(n->kind, NOTIFIER_WEBHOOK);
+    ck_assert_str_eq(n->url, "https://hooks.example/o");
+    ck_assert_str_eq(n->secret, "very-secret");
+    ck_assert_str_eq(json_string_value(json_object_get(n->header_values, "X-Team")),
+                     "sre-hooks.example");
+    ck_assert_int_eq(n->max_attempts, 3);
+    ck_assert_int_eq(n->max_in_flight, 4);
+    ck_assert_int_eq(n->timeout_ms, 10000);
+    n = cfg_notifier(&cfg, "chat");
+    ck_assert_int_eq(n->kind, NOTIFIER_SLACK);
+    ck_assert_str_eq(n->text, "{{run:/id}} {{run:/outcome}}");
+    ck_assert_int_eq(n->timeout_ms, 2000);
+    n = cfg_notifier(&cfg, "am");
+    ck_assert_int_eq(n->kind, NOTIFIER_ALERTMANAGER);
+    ck_assert_int_eq(n->max_in_flight, 2);
+    ck_assert_ptr_null(cfg_notifier(&cfg, "nope"));
+    ck_assert_str_eq(cfg.http.public_url, "https://opsrun.example.com");
+    ck_assert_int_eq(cfg.queue.max_chain_depth, 4);
+    rt = cfg_run_type(&cfg, "fix");
+    ck_assert(cfg_run_type_reacts(rt));
+    ck_assert(!cfg_run_type_reacts(cfg_run_type(&cfg, "demo")));
+    ck_assert_uint_eq(json_array_size(rt->notify), 2);
+    ck_assert_uint_eq(json_array_size(rt->then), 2);
+    /* --print-config shows the templates, never what they expand to. */
+    j = cfg_to_json(&cfg);
+    nj = json_object_get(json_object_get(j, "notifiers"), "audit");
+    ck_assert_str_eq(json_string_value(json_object_get(nj, "secret")), "{{env:CFG_TEST_SECRET}}");
+    ck_assert_str_eq(json_string_value(json_object_get(nj, "url")),
+                     "https://{{env:CFG_TEST_HOST}}/o");
+    text = json_dumps(j, 0);
+    ck_assert_ptr_null(strstr(text, "very-secret"));
+    ck_assert_uint_eq(json_array_size(json_object_get(
+                          json_object_get(json_object_get(j, "run_types"), "fix"), "then")),
+                      2);
+    /* ... and loads back as the same configuration. */
+    json_object_del(j, "sources");
+    json_object_del(j, "config_path");
+    free(text);
+    text = json_dumps(j, 0);
+    cfg_init(&again, &action_registry);
+    ck_assert_msg(cfg_load_json(&again, text, &err) == ST_OK, "%s", err.message);
+    nj = cfg_to_json(&again);
+    json_object_del(nj, "sources");
+    json_object_del(nj, "config_path");
+    ck_assert(json_equal(j, nj));
+    json_decref(nj);
+    cfg_cleanup(&again);
+    free(text);
+    json_decref(j);
+    /* null removes a notifier. */
+    ck_load_ok("{\"notifiers\": {\"am\": null}}");
+    ck_assert_uint_eq(cfg.nnotifiers, 2);
+}
+END_TEST
+
+START_TEST(test_notifier_errors_named)
+{
+    unsetenv("CFG_TEST_UNSET");
+    ck_load_fails("{\"notifiers\": {\"a\": {\"kind\": \"webhok\", \"url\": \"ftp://x\"},"
+                  " \"b\": {\"kind\": \"slack\", \"url\": \"http://x/{{run:/id}}\", \"txt\": 1},"
+                  " \"c\": {\"kind\": \"webhook\", \"url\": \"http://x\","
+                  "  \"secret\": \"{{env:CFG_TEST_UNSET}}\"}}}",
+                  "invalid \"notifiers.a.kind\": expected one of \"webhook\", \"slack\", "
+                  "\"alertmanager\"\n"
+                  "invalid \"notifiers.a.url\": expected an http:// or https:// URL\n"
+                  "invalid \"notifiers.b.url\": only {{env:NAME}} placeholders are allowed here\n"
+                  "unknown key \"notifiers.b.txt\"; did you mean \"text\"?\n"
+                  "invalid \"notifiers.c.secret\": environment variable CFG_TEST_UNSET is not set");
+    ck_load_fails("{\"notifiers\": {\"d\": {\"kind\": \"webhook\", \"url\": \"http://x\","
+                  "  \"secret\": \"abc\", \"headers\": {\"Opsrun-Event\": \"x\"}},"
+                  " \"e\": {\"url\": \"http://x\"}, \"f\": {\"kind\": \"slack\"},"
+                  " \"g\": {\"kind\": \"slack\", \"url\": \"http://x\", \"secret\": "
+                  "\"{{env:HOME}}\", \"labels\": {}}}}",
+                  "invalid \"notifiers.d.secret\": expected \"{{env:NAME}}\" (a secret is read "
+                  "from the environment, never written in the file)\n"
+                  "invalid \"notifiers.d.headers.Opsrun-Event\": not a header name opsrun leaves "
+                  "to the configuration\n"
+                  "missing \"notifiers.e.kind\"\n"
+                  "missing \"notifiers.f.url\"\n"
+                  "invalid \"notifiers.g.secret\": only a webhook signs its body\n"
+                  "invalid \"notifiers.g.labels\": only an alertmanager notifier takes labels");
+    ck_load_fails("{\"notifiers\": {\"h\": {\"kind\": \"slack\", \"url\": \"http://x\", "
+                  "\"text\": \"{{input:/x}}\"}, \"i\": {\"kind\": \"alertmanager\", "
+                  "\"url\": \"http://x\", \"labels\": {\"alertname\": \"x\"}}},"
+                  " \"http\": {\"public_url\": \"opsrun.example.com\"}}",
+                  "invalid \"notifiers.h.text\": \"{{input:/x}}\" is not a placeholder "
+                  "{{run:/json/pointer}}\n"
+                  "invalid \"notifiers.i.labels.alertname\": not a label name opsrun leaves to "
+                  "the configuration\n"
+                  "invalid \"http.public_url\": expected an http:// or https:// URL");
+    ck_assert_uint_eq(cfg.nnotifiers, 0);
+}
+END_TEST
+
+START_TEST(test_rules_errors_named)
+{
+    ck_load_fails("{\"run_types\": {\"a\": {\"action\": \"simulate\", "
+                  "\"notify\": [{\"on\": [\"failled\"], \"to\": \"x\"}]},"
+                  " \"b\": {\"action\": \"simulate\", \"notify\": [{\"on\": [], \"to\": \"x\"}]},"
+                  " \"c\": {\"action\": \"simulate\", \"then\": [{\"on\": [\"started\"], "
+                  "\"run_type\": \"demo\"}]}}}",
+                  "invalid \"run_types.a.notify[0].on[0]\": expected \"started\", \"retrying\", "
+                  "\"approval_requested\", an outcome or \"*\"\n"
+                  "invalid \"run_types.b.notify[0].on\": expected a non-empty array\n"
+                  "invalid \"run_types.c.then[0].on[0]\": expected an outcome or \"*\"");
+    ck_load_fails("{\"run_types\": {\"d\": {\"action\": \"simulate\", \"then\": [{\"on\": "
+                  "[\"failed\"], \"run_type\": \"demo\", \"delay_s\": -1}]},"
+                  " \"e\": {\"action\": \"simulate\", \"then\": [{\"on\": [\"failed\"], "
+                  "\"run_type\": \"demo\", \"data\": {\"x\": [\"{{run:oops}}\"]}}]},"
+                  " \"f\": {\"action\": \"simulate\", \"then\": [{\"on\": [\"failed\"]}], "
+                  "\"notify\": [{\"on\": [\"failed\"], \"to\": \"x\", \"when\": 1}]}}}",
+                  "invalid \"run_types.d.then[0].delay_s\": must be between 0 and 2592000\n"
+                  "invalid \"run_types.e.then[0].data\": \"{{run:oops}}\" is not a placeholder "
+                  "{{run:/json/pointer}}\n"
+                  "missing \"run_types.f.then[0].run_type\"\n"
+                  "unknown key \"run_types.f.notify[0].when\"");
+    /* References, once the rest is valid. */
+    ck_load_fails("{\"notifiers\": {\"chat\": {\"kind\": \"slack\", \"url\": \"http://x\"}},"
+                  " \"run_types\": {\"a\": {\"action\": \"simulate\", "
+                  "\"notify\": [{\"on\": [\"failed\"], \"to\": \"chta\"}],"
+                  " \"then\": [{\"on\": [\"failed\"], \"run_type\": \"dmeo\"}]}}}",
+                  "invalid \"run_types.a.notify[0].to\": unknown notifier \"chta\"; did you mean "
+                  "\"chat\"?\n"
+                  "invalid \"run_types.a.then[0].run_type\": unknown run type \"dmeo\"; did you "
+                  "mean \"demo\"?");
+}
+END_TEST
+
 /* ---- every error at once ---- */
 
 /* A file with several mistakes names each, one line each, in the file's
@@ -1613,6 +1773,9 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_cleanup_twice);
     tcase_add_test(tc, test_schedules_load);
     tcase_add_test(tc, test_schedule_errors_named);
+    tcase_add_test(tc, test_notifiers_load);
+    tcase_add_test(tc, test_notifier_errors_named);
+    tcase_add_test(tc, test_rules_errors_named);
     tcase_add_test(tc, test_full_file);
     tcase_add_test(tc, test_empty_file_keeps_defaults);
     tcase_add_test(tc, test_null_clears_nullable);

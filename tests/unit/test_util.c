@@ -1,9 +1,8 @@
 /* tests/unit/test_util.c — the Check suite for the small pure modules of
  * common/, one test case each: SHA-256 against the FIPS 180-4 vectors and
- * the constant-time compare (sha256.c), hex and base64url (encoding.c),
- * canonical JSON (canon_json.c), identity hashes and run ids (ids.c),
- * RFC 3339 time (time_rfc3339.c), list cursors (cursor.c) and backoff
- * (backoff.c).
+ * HMAC-SHA256 against RFC 4231 and the constant-time compare (sha256.c), hex and base64url
+ * (encoding.c), canonical JSON (canon_json.c), identity hashes and run ids (ids.c), RFC 3339 time
+ * (time_rfc3339.c), list cursors (cursor.c) and backoff (backoff.c).
  *
  * System headers come before the common/ headers, ahead of common.h's
  * poison pragma. */
@@ -188,6 +187,61 @@ START_TEST(sha256_split_matches_one_shot)
             sha256_final(&s, b);
             ck_assert_mem_eq(a, b, 32);
         }
+    }
+}
+END_TEST
+
+/* ---- HMAC-SHA256: the test cases of RFC 4231 section 4 ---------------- */
+
+/* key (klen bytes) over data, hex; want_len: hex digits compared (case 5
+ * truncates the MAC to 128 bits). The data is fed in two parts when split
+ * is non-zero, as a signature's "<t>." and body are. */
+static void assert_hmac(const void *key, size_t klen, const void *data, size_t dlen, size_t split,
+                        const char *want)
+{
+    struct hmac_sha256 h;
+    unsigned char mac[32];
+    char hex[65];
+
+    hmac_sha256_init(&h, key, klen);
+    hmac_sha256_update(&h, data, split);
+    hmac_sha256_update(&h, (const char *)data + split, dlen - split);
+    hmac_sha256_final(&h, mac);
+    hex_encode(mac, sizeof(mac), hex);
+    ck_assert_msg(strncmp(hex, want, strlen(want)) == 0, "HMAC %s, want %s", hex, want);
+}
+
+START_TEST(hmac_rfc4231)
+{
+    unsigned char k1[20], k3[20], d3[50], k4[25], d4[50], k5[20], k6[131];
+    static const char d6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    static const char d7[] = "This is a test using a larger than block-size key and a larger than "
+                             "block-size data. The key needs to be hashed before being used by the "
+                             "HMAC algorithm.";
+
+    memset(k1, 0x0b, sizeof(k1));
+    memset(k3, 0xaa, sizeof(k3));
+    memset(d3, 0xdd, sizeof(d3));
+    for (size_t i = 0; i < sizeof(k4); i++)
+        k4[i] = (unsigned char)(i + 1);
+    memset(d4, 0xcd, sizeof(d4));
+    memset(k5, 0x0c, sizeof(k5));
+    memset(k6, 0xaa, sizeof(k6));
+    for (size_t split = 0; split < 3; split++) {
+        assert_hmac(k1, sizeof(k1), "Hi There", 8, split,
+                    "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+        assert_hmac("Jefe", 4, "what do ya want for nothing?", 28, split,
+                    "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_hmac(k3, sizeof(k3), d3, sizeof(d3), split,
+                    "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+        assert_hmac(k4, sizeof(k4), d4, sizeof(d4), split,
+                    "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+        assert_hmac(k5, sizeof(k5), "Test With Truncation", 20, split,
+                    "a3b6167473100ee06e0c796c2955552b");
+        assert_hmac(k6, sizeof(k6), d6, sizeof(d6) - 1, split,
+                    "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+        assert_hmac(k6, sizeof(k6), d7, sizeof(d7) - 1, split,
+                    "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
     }
 }
 END_TEST
@@ -1058,6 +1112,7 @@ static TCase *tc_sha256(void)
     tcase_add_test(tc, sha256_896_bits);
     tcase_add_test(tc, sha256_million_a_streaming);
     tcase_add_test(tc, sha256_split_matches_one_shot);
+    tcase_add_test(tc, hmac_rfc4231);
     tcase_add_test(tc, ct_equal_cases);
     tcase_add_test(tc, hex_decode_cases);
     tcase_add_test(tc, base64url_vectors);

@@ -1,0 +1,119 @@
+/* common/template.c — {{run:/json/pointer}} placeholders (common/template.h). */
+#include "template.h"
+
+#include "dynbuf.h"
+#include "jsonptr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PREFIX "{{run:"
+#define PREFIX_LEN 6
+/* The longest pointer a placeholder holds. */
+#define POINTER_MAX 512
+/* The longest expansion: a Slack message is far shorter. */
+#define EXPANSION_MAX (1024 * 1024)
+
+/* The placeholder starting at s ("{{"): its pointer into ptr; false when s
+ * does not open a well-formed one. *end is past its "}}". */
+static bool placeholder_at(const char *s, char ptr[POINTER_MAX], const char **end)
+{
+    const char *close;
+    size_t n;
+
+    if (strncmp(s, PREFIX, PREFIX_LEN) != 0)
+        return false;
+    close = strstr(s + PREFIX_LEN, "}}");
+    if (!close)
+        return false;
+    n = (size_t)(close - s - PREFIX_LEN);
+    if (n >= POINTER_MAX || memchr(s + PREFIX_LEN, '}', n))
+        return false;
+    memcpy(ptr, s + PREFIX_LEN, n);
+    ptr[n] = '\0';
+    *end = close + 2;
+    return jptr_valid(ptr);
+}
+
+bool tmpl_check(const char *s, char *why, size_t n)
+{
+    char ptr[POINTER_MAX];
+    const char *p = s, *end;
+
+    while ((p = strstr(p, "{{")) != NULL) {
+        if (!placeholder_at(p, ptr, &end)) {
+            xsnprintf(why, n, "\"%.40s\" is not a placeholder {{run:/json/pointer}}", p);
+            return false;
+        }
+        p = end;
+    }
+    return true;
+}
+
+bool tmpl_check_json(const json_t *t, char *why, size_t n)
+{
+    const char *key;
+    json_t *v;
+    size_t i;
+
+    if (json_is_string(t))
+        return tmpl_check(json_string_value(t), why, n);
+    if (json_is_array(t)) {
+        json_array_foreach(t, i, v)
+        {
+            if (!tmpl_check_json(v, why, n))
+                return false;
+        }
+    }
+    if (json_is_object(t)) {
+        json_object_foreach((json_t *)t, key, v)
+        {
+            if (!tmpl_check_json(v, why, n))
+                return false;
+        }
+    }
+    return true;
+}
+
+enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, char **out,
+                             struct error *err)
+{
+    struct dynbuf b;
+    char ptr[POINTER_MAX];
+    const char *p = s, *open, *end;
+    bool ok = true;
+
+    *out = NULL;
+    dynbuf_init(&b, EXPANSION_MAX);
+    while (ok && (open = strstr(p, "{{")) != NULL) {
+        const json_t *v;
+        char *text = NULL;
+
+        ok = dynbuf_add(&b, p, (size_t)(open - p)) == ST_OK;
+        if (!placeholder_at(open, ptr, &end)) {
+            ok = ok && dynbuf_add(&b, "{{", 2) == ST_OK;
+            p = open + 2;
+            continue;
+        }
+        p = end;
+        v = jptr_get(doc, ptr);
+        if (!v && !missing_ok) {
+            dynbuf_free(&b);
+            return error_set(err, ST_NOT_FOUND, "{{run:%s}} names nothing in the run", ptr);
+        }
+        if (json_is_string(v))
+            ok = ok && dynbuf_add(&b, json_string_value(v), json_string_length(v)) == ST_OK;
+        else if (v && (text = json_dumps(v, JSON_ENCODE_ANY)) != NULL)
+            ok = ok && dynbuf_add(&b, text, strlen(text)) == ST_OK;
+        free(text);
+    }
+    if (ok)
+        ok = dynbuf_adds(&b, p) == ST_OK;
+    if (!ok) {
+        dynbuf_free(&b);
+        return error_set(err, ST_INVALID, "the expansion is longer than %d KiB",
+                         EXPANSION_MAX / 1024);
+    }
+    *out = dynbuf_take(&b);
+    return ST_OK;
+}

@@ -1,0 +1,32 @@
+/* common/template.h — {{run:/json/pointer}} placeholders over a finished
+ * run's JSON: the data of a follow-up run and the text of a Slack
+ * notification (docs/notifications.md).
+ *
+ * A string that is one placeholder and nothing else stands for the value
+ * at its pointer (an object stays an object); anywhere else a placeholder
+ * is spliced in as text: a string as it is, any other value as JSON (", "
+ * and ": " between items, as PostgreSQL prints jsonb). A follow-up's data is expanded in SQL, in
+ * the transaction that ends the run (opsrun_expand in migrations/017): these are the same rules,
+ * for the checks at load and the Slack text, and tests hold the two to each other.
+ *
+ * Thread-safe; no state. */
+#ifndef OPSRUN_TEMPLATE_H
+#define OPSRUN_TEMPLATE_H
+
+#include "common.h"
+
+#include <jansson.h>
+
+/* Whether every "{{" in s opens a {{run:POINTER}} with a valid JSON
+ * pointer; when not, why (naming the placeholder) into why[0..n). */
+bool tmpl_check(const char *s, char *why, size_t n);
+/* tmpl_check of every string in a JSON value, keys excluded. */
+bool tmpl_check_json(const json_t *t, char *why, size_t n);
+
+/* s with its placeholders spliced in over doc. A pointer that finds
+ * nothing becomes "" when missing_ok, and is ST_NOT_FOUND otherwise (err
+ * names it). On ST_OK *out is a heap string. */
+enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, char **out,
+                             struct error *err) WUR;
+
+#endif

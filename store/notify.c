@@ -1,0 +1,229 @@
+/* store/notify.c — the rules and the outbox of deliveries (store/notify.h). */
+#include "store/notify.h"
+
+#include "store/db_internal.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A rules row is rewritten only when it changes, so that replicas that
+ * start with the same configuration write nothing. The runs that follow a
+ * change are found by a scan of runs, once per change of a type's rules. */
+static const struct stmt S_RULES_SYNC = {
+    "rules_sync",
+    "WITH i AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(type text, max_attempts int, "
+    "timeout_s int, notify jsonb, follow_ups jsonb)), "
+    "up AS (INSERT INTO run_type_rules AS t (type, max_attempts, timeout_s, notify, follow_ups, "
+    "max_chain_depth) SELECT type, max_attempts, timeout_s, notify, follow_ups, $2::int FROM i "
+    "ON CONFLICT (type) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, timeout_s = "
+    "EXCLUDED.timeout_s, notify = EXCLUDED.notify, follow_ups = EXCLUDED.follow_ups, "
+    "max_chain_depth = EXCLUDED.max_chain_depth, updated_at = now() WHERE (t.max_attempts, "
+    "t.timeout_s, t.notify, t.follow_ups, t.max_chain_depth) IS DISTINCT FROM "
+    "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
+    "EXCLUDED.max_chain_depth) RETURNING t.type, t.reacts), "
+    "flip AS (UPDATE runs r SET reacts = up.reacts FROM up WHERE r.type = up.type AND r.status "
+    "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
+    "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM flip)"};
+
+/* The due deliveries of each notifier with room. A candidate whose run has
+ * an earlier delivery to the same notifier still owed waits for it. */
+static const struct stmt S_CLAIM = {
+    "deliveries_claim",
+    "WITH c AS (SELECT o.id FROM unnest($2::text[], $3::int[]) AS n(notifier, room) CROSS JOIN "
+    "LATERAL (SELECT o.id FROM notifications o WHERE o.notifier = n.notifier AND o.next_at <= "
+    "now() AND NOT EXISTS (SELECT 1 FROM notifications p WHERE p.tenant = o.tenant AND "
+    "p.run_id = o.run_id AND p.notifier = o.notifier AND p.id < o.id) "
+    "ORDER BY o.next_at, o.id LIMIT n.room FOR UPDATE SKIP LOCKED) o) "
+    "UPDATE notifications o SET attempts = o.attempts + 1, owner = $1, next_at = now() + "
+    "$4::int * interval '1 millisecond' FROM c WHERE o.id = c.id "
+    "RETURNING o.id, o.delivery_id, o.tenant, o.run_id, o.notifier, o.event, o.run::text, "
+    "o.attempts, (extract(epoch FROM now() - o.created_at) * 1000)::bigint"};
+
+/* The event copies the run's status as it is. A run whose notification is
+ * of a transition before its end (started, retrying, approval_requested)
+ * may be changing: it is locked (shared) first, so that a transition in
+ * flight has committed, and its event comes before this one. The run of an
+ * outcome's notification ended in the transaction that owed it, and no
+ * longer changes: it is read without a lock. A result whose lease another
+ * claim took over still records its attempt (it was made) but changes
+ * nothing else. */
+#define SETTLE_RUNS(cond)                                                                          \
+    "SELECT b.id AS nid, b.attempts, b.retry_ms, b.message, r.tenant, r.id, r.status, r.outcome, " \
+    "r.progress, r.step, r.created_at FROM b JOIN notifications o ON o.id = b.id JOIN runs r ON "  \
+    "r.tenant = o.tenant AND r.id = o.run_id WHERE o.event " cond                                  \
+    " ('run.started', 'run.retrying', 'run.approval_requested')"
+static const struct stmt S_SETTLE = {
+    "deliveries_settle",
+    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(id bigint, attempts int, "
+    "retry_ms bigint, message text)), "
+    "act AS (" SETTLE_RUNS(
+        "IN") " ORDER BY r.tenant, r.id FOR SHARE OF r), "
+              "fin AS (" SETTLE_RUNS(
+                  "NOT IN") "), "
+                            "lk AS (SELECT * FROM act UNION ALL SELECT * FROM fin), "
+                            "del AS (DELETE FROM notifications o USING lk WHERE o.id = lk.nid AND "
+                            "lk.retry_ms < 0 AND "
+                            "o.owner = $1 AND o.attempts = lk.attempts RETURNING 1), "
+                            "upd AS (UPDATE notifications o SET owner = NULL, next_at = now() + "
+                            "lk.retry_ms * "
+                            "interval '1 millisecond' FROM lk WHERE o.id = lk.nid AND lk.retry_ms "
+                            ">= 0 AND o.owner = "
+                            "$1 AND o.attempts = lk.attempts RETURNING 1), "
+                            "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, "
+                            "progress, step, "
+                            "message, run_created_at) SELECT tenant, id, 'notification', status, "
+                            "outcome, progress, "
+                            "step, message, created_at FROM lk) "
+                            "SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)"};
+
+static const struct stmt S_GIVE_BACK = {
+    "deliveries_give_back",
+    "UPDATE notifications SET owner = NULL, next_at = now(), attempts = attempts - 1 "
+    "WHERE id = ANY ($2::bigint[]) AND owner = $1"};
+
+static const struct stmt S_PENDING = {
+    "deliveries_pending",
+    "SELECT count(*), coalesce(extract(epoch FROM now() - min(next_at) FILTER (WHERE owner IS "
+    "NULL AND next_at <= now())), 0)::float8 FROM notifications"};
+
+enum status store_rules_sync(struct db *db, const char *rules, int max_chain_depth, int *types,
+                             int64_t *runs, struct error *err)
+{
+    char depth[16];
+    const char *p[2] = {rules, depth};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(depth, sizeof(depth), "%d", max_chain_depth);
+    if ((st = db_run(db, &S_RULES_SYNC, 2, p, &r, err)) != ST_OK)
+        return st;
+    if (types)
+        *types = (int)db_i64(r, 0, 0);
+    if (runs)
+        *runs = db_i64(r, 0, 1);
+    PQclear(r);
+    return ST_OK;
+}
+
+void delivery_cleanup(struct delivery *d, size_t n)
+{
+    for (size_t i = 0; d && i < n; i++) {
+        free(d[i].tenant);
+        free(d[i].run_id);
+        free(d[i].notifier);
+        free(d[i].event);
+        free(d[i].run_json);
+    }
+}
+
+/* An int[] literal of v[0..n). */
+static char *int_array(const int *v, size_t n)
+{
+    size_t cap = 3 + n * 12, len = 0;
+    char *s = xmalloc(cap);
+
+    len += xsnprintf(s, cap, "{");
+    for (size_t i = 0; i < n; i++)
+        len += xsnprintf(s + len, cap - len, "%s%d", i ? "," : "", v[i]);
+    xsnprintf(s + len, cap - len, "}");
+    return s;
+}
+
+enum status store_deliveries_claim(struct db *db, const char *owner, const char *const *notifiers,
+                                   const int *rooms, size_t n, int lease_ms, struct delivery **out,
+                                   size_t *n_out, struct error *err)
+{
+    char lease[16], *names = db_text_array(notifiers, n), *room = int_array(rooms, n);
+    const char *p[4] = {owner, names, room, lease};
+    PGresult *r;
+    enum status st;
+    int rows;
+
+    *out = NULL;
+    *n_out = 0;
+    xsnprintf(lease, sizeof(lease), "%d", lease_ms);
+    st = db_run(db, &S_CLAIM, 4, p, &r, err);
+    free(names);
+    free(room);
+    if (st != ST_OK)
+        return st;
+    rows = PQntuples(r);
+    *out = xcalloc(rows ? (size_t)rows : 1, sizeof(**out));
+    for (int i = 0; i < rows; i++) {
+        struct delivery *d = &(*out)[i];
+        d->id = db_i64(r, i, 0);
+        xsnprintf(d->delivery_id, sizeof(d->delivery_id), "%s", db_val(r, i, 1));
+        d->tenant = xstrdup(db_val(r, i, 2));
+        d->run_id = xstrdup(db_val(r, i, 3));
+        d->notifier = xstrdup(db_val(r, i, 4));
+        d->event = xstrdup(db_val(r, i, 5));
+        d->run_json = xstrdup(db_val(r, i, 6));
+        d->attempts = (int)db_i64(r, i, 7);
+        d->age_ms = db_i64(r, i, 8);
+    }
+    *n_out = (size_t)rows;
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_deliveries_settle(struct db *db, const char *owner,
+                                    const struct delivery_result *results, size_t n, int *written,
+                                    struct error *err)
+{
+    json_t *arr = json_array();
+    const char *p[2] = {owner, NULL};
+    char *text;
+    PGresult *r;
+    enum status st;
+
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(
+            arr, json_pack("{s:I, s:i, s:I, s:s}", "id", (json_int_t)results[i].id, "attempts",
+                           results[i].attempts, "retry_ms", (json_int_t)results[i].retry_ms,
+                           "message", results[i].message));
+    text = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    if (!text)
+        return error_set(err, ST_INTERNAL, "could not encode the results of %zu deliveries", n);
+    p[1] = text;
+    st = db_run(db, &S_SETTLE, 2, p, &r, err);
+    free(text);
+    if (st != ST_OK)
+        return st;
+    if (written)
+        *written = (int)db_i64(r, 0, 0);
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_deliveries_give_back(struct db *db, const char *owner, const int64_t *ids,
+                                       size_t n, struct error *err)
+{
+    size_t cap = 3 + n * 22, len = 0;
+    char *arr = xmalloc(cap);
+    const char *p[2] = {owner, arr};
+    enum status st;
+
+    len += xsnprintf(arr, cap, "{");
+    for (size_t i = 0; i < n; i++)
+        len += xsnprintf(arr + len, cap - len, "%s%lld", i ? "," : "", (long long)ids[i]);
+    xsnprintf(arr + len, cap - len, "}");
+    st = db_exec_count(db, &S_GIVE_BACK, 2, p, NULL, err);
+    free(arr);
+    return st;
+}
+
+enum status store_deliveries_pending(struct db *db, int64_t *pending, double *oldest_due_s,
+                                     struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_PENDING, 0, NULL, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    *pending = db_i64(r, 0, 0);
+    *oldest_due_s = strtod(db_val(r, 0, 1), NULL);
+    PQclear(r);
+    return ST_OK;
+}

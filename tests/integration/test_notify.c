@@ -1,0 +1,576 @@
+/* tests/integration/test_notify.c — what runs set off (migration 017,
+ * store/notify.h) against a real PostgreSQL, driven through the store's
+ * own statements: the rules written once per change and the active runs
+ * following them; a delivery owed by each transition a rule names, in the
+ * transaction of the transition (none for one that rolled back, "started"
+ * once even when the first attempt is handed back); follow-up runs
+ * (id, parent, tenant, initiator, due time, input from placeholders, the
+ * depth limit, a missing pointer, a taken id) created once however many
+ * connections race to end the run; the outbox's claim (per notifier, in a
+ * run's order, leased), settle (fenced, each attempt an event) and give
+ * back; and the SQL placeholders held to common/template.c's and the
+ * identity to common/ids.c's.
+ *
+ * Each test gets a fresh database cloned from the migrated template.
+ *
+ * System headers come before the opsrun headers, ahead of common.h's poison
+ * pragma. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "common/ids.h"
+#include "common/template.h"
+#include "store/db.h"
+#include "store/notify.h"
+#include "store/runs.h"
+#include "tests/support/fixture.h"
+#include "tests/support/harness.h"
+
+/* "fix" notifies audit of every outcome and its first start, chat of a
+ * failure; a failure is followed by "page" (with placeholders) and by
+ * "fix" again (a loop), a success by "verify" a minute later. */
+#define RULES                                                                                      \
+    "[{\"type\": \"fix\", \"max_attempts\": 2, \"timeout_s\": 60, \"notify\": "                    \
+    "[{\"on\": [\"*\", \"started\", \"retrying\"], \"to\": \"audit\"}, {\"on\": [\"failed\"], "    \
+    "\"to\": \"chat\"}], \"follow_ups\": [{\"k\": 1, \"on\": [\"failed\"], \"run_type\": "         \
+    "\"page\", \"delay_s\": 0, \"data\": {\"why\": \"{{run:/error/message}}\", \"run\": "          \
+    "\"{{run:/id}}\", \"input\": \"{{run:/input}}\"}}, {\"k\": 2, \"on\": [\"succeeded\"], "       \
+    "\"run_type\": \"verify\", \"delay_s\": 60, \"data\": {\"pod\": \"{{run:/input/pod}}\"}}, "    \
+    "{\"k\": 3, \"on\": [\"failed\"], \"run_type\": \"fix\", \"delay_s\": 0, \"data\": {}}]}, "    \
+    "{\"type\": \"page\", \"max_attempts\": 1, \"timeout_s\": 30, \"notify\": [], "                \
+    "\"follow_ups\": []}, "                                                                        \
+    "{\"type\": \"verify\", \"max_attempts\": 5, \"timeout_s\": 40, \"notify\": [{\"on\": "        \
+    "[\"*\"], \"to\": \"audit\"}], \"follow_ups\": []}, "                                          \
+    "{\"type\": \"plain\", \"max_attempts\": 3, \"timeout_s\": 60, \"notify\": [], "               \
+    "\"follow_ups\": []}]"
+
+static const char *const TYPES[] = {"fix", "page", "verify", "plain"};
+static const int CAPS[] = {0, 0, 0, 0};
+
+static void open_with_rules(const char *name, int depth)
+{
+    open_test_db(name);
+    OK(store_rules_sync(g_db, RULES, depth, NULL, NULL, &g_err));
+}
+
+static void submit(const char *id, const char *type, const char *input)
+{
+    json_t *in = json_loads(input, 0, NULL);
+    char identity[65];
+    struct run *run = NULL;
+    bool dedup = false;
+
+    identity_hash("acme", type, "run_id", id, identity);
+    OK(store_runs_submit(g_db,
+                         &(struct run_new){.tenant = "acme",
+                                           .id = id,
+                                           .type = type,
+                                           .initiator = "ops-token",
+                                           .priority = 5,
+                                           .max_attempts = 2,
+                                           .timeout_s = 60,
+                                           .input = in,
+                                           .identity_hash = identity,
+                                           .request_hash = identity},
+                         &run, &dedup, &g_err));
+    ck_assert(!dedup);
+    run_free(run);
+    json_decref(in);
+}
+
+/* Claims every due run for worker w; asserts how many. */
+static void claim(const char *w, size_t want)
+{
+    struct run **runs = NULL;
+    size_t n = 0;
+
+    OK(store_runs_claim(g_db, w, 100, 100, TYPES, CAPS, NULL, 4, &runs, &n, &g_err));
+    ck_assert_uint_eq(n, want);
+    for (size_t i = 0; i < n; i++)
+        run_free(runs[i]);
+    free(runs);
+}
+
+static void finish(const char *id, int attempt, enum run_outcome o, const char *error)
+{
+    json_t *e = error ? json_pack("{s:s, s:s}", "code", "boom", "message", error) : NULL;
+    const struct fence f = {"acme", id, "w1", attempt};
+
+    OK(store_runs_finish(g_db, &f, &(struct run_result){.outcome = o, .error = e, .message = "x"},
+                         &g_err));
+    json_decref(e);
+}
+
+static long long owed(const char *id, const char *notifier, const char *event)
+{
+    return th_sql_int(g_pg,
+                      "SELECT count(*) FROM notifications WHERE run_id = '%s' AND notifier = '%s' "
+                      "AND event = '%s'",
+                      id, notifier, event);
+}
+
+static long long events_like(const char *id, const char *type, const char *like)
+{
+    return th_sql_int(g_pg,
+                      "SELECT count(*) FROM run_events WHERE run_id = '%s' AND type = '%s' AND "
+                      "message LIKE '%s'",
+                      id, type, like);
+}
+
+/* Written when they change; the active runs of a type whose rules start
+ * (or stop) setting something off follow it, the completed ones do not. */
+START_TEST(rules_sync_and_reacts)
+{
+    int types = -1;
+    int64_t runs = -1;
+
+    open_test_db("it_notify_rules");
+    OK(store_rules_sync(g_db, RULES, 10, &types, &runs, &g_err));
+    ck_assert_int_eq(types, 4);
+    ck_assert_int_eq(runs, 0);
+    OK(store_rules_sync(g_db, RULES, 10, &types, &runs, &g_err));
+    ck_assert_int_eq(types, 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_type_rules WHERE reacts <> 0"), 2);
+    /* A new run takes its type's flag. */
+    submit("a", "fix", "{}");
+    submit("b", "plain", "{}");
+    submit("c", "plain", "{}");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0"), 1);
+    claim("w1", 3);
+    finish("c", 1, OUTCOME_SUCCEEDED, NULL);
+    /* "plain" gains a rule: its active run follows, its completed one not. */
+    OK(store_rules_sync(g_db,
+                        "[{\"type\": \"plain\", \"max_attempts\": 3, \"timeout_s\": 60, "
+                        "\"notify\": [{\"on\": [\"failed\"], \"to\": \"chat\"}], "
+                        "\"follow_ups\": []}]",
+                        10, &types, &runs, &g_err));
+    ck_assert_int_eq(types, 1);
+    ck_assert_int_eq(runs, 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts = 32 AND id = 'b'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE reacts <> 0 AND id = 'c'"),
+                     0);
+    finish("b", 1, OUTCOME_FAILED, "no");
+    ck_assert_int_eq(owed("b", "chat", "run.failed"), 1);
+    /* The depth limit changes every row. */
+    OK(store_rules_sync(g_db, RULES, 3, &types, &runs, &g_err));
+    ck_assert_int_eq(types, 4);
+    close_test_db();
+}
+END_TEST
+
+/* started (once), retrying, the outcome ("*" and named), each with the run
+ * as that transition left it; nothing for a run whose type has no rule. */
+START_TEST(transitions_owe_deliveries)
+{
+    const struct fence f1 = {"acme", "r", "w1", 1};
+    bool cancelled = false;
+
+    open_with_rules("it_notify_transitions", 10);
+    submit("r", "fix", "{\"pod\": \"web-1\"}");
+    submit("p", "plain", "{}");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 0);
+    claim("w1", 2);
+    ck_assert_int_eq(owed("r", "audit", "run.started"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run->>'status' = "
+                                      "'running' AND (run->>'attempt')::int = 1"),
+                     1);
+    /* Handed back at shutdown and claimed again: started only once. */
+    OK(store_runs_release(g_db, &f1, &cancelled, &g_err));
+    claim("w1", 1);
+    ck_assert_int_eq(owed("r", "audit", "run.started"), 1);
+    /* A failed attempt that goes back to the queue. */
+    OK(store_runs_retry(g_db, &f1, 0, NULL, &cancelled, &g_err));
+    ck_assert_int_eq(owed("r", "audit", "run.retrying"), 1);
+    claim("w1", 1);
+    finish("r", 2, OUTCOME_FAILED, "pod did not come back");
+    ck_assert_int_eq(owed("r", "audit", "run.failed"), 1);
+    ck_assert_int_eq(owed("r", "chat", "run.failed"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"), 4);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.failed' AND run->>'outcome' = 'failed' AND "
+                                      "run->'error'->>'message' = 'pod did not come back'"),
+                     2);
+    /* The run of a type without rules sets nothing off. */
+    finish("p", 1, OUTCOME_FAILED, "no");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'p'"), 0);
+    /* Every delivery has its own id. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT delivery_id) FROM notifications"), 4);
+    close_test_db();
+}
+END_TEST
+
+/* The transition and what it owes commit or roll back together. */
+START_TEST(rollback_owes_nothing)
+{
+    open_with_rules("it_notify_rollback", 10);
+    submit("r", "fix", "{}");
+    claim("w1", 1);
+    PQclear(th_sql(g_pg, "BEGIN"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "error = '{\"message\": \"x\"}', completed_at = now() WHERE id = 'r'"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.failed'"),
+                     2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'r'"), 2);
+    PQclear(th_sql(g_pg, "ROLLBACK"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.failed'"),
+                     0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'r'"), 0);
+    close_test_db();
+}
+END_TEST
+
+/* A failure creates "page" and "fix" again, a success "verify" a minute
+ * after the end; each with the parent's tenant, initiator and priority,
+ * its type's attempts and timeout, its submitted event, and an event on
+ * the parent. */
+START_TEST(follow_ups_created)
+{
+    open_with_rules("it_notify_follow_ups", 10);
+    submit("r", "fix", "{\"pod\": \"web-1\"}");
+    submit("s", "fix", "{\"pod\": \"web-2\"}");
+    claim("w1", 2);
+    finish("r", 1, OUTCOME_FAILED, "pod did not come back");
+    finish("s", 1, OUTCOME_SUCCEEDED, NULL);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id IS NOT NULL"), 3);
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM runs WHERE id = 'r.1' AND type = 'page' AND "
+                                "tenant = 'acme' AND initiator = 'ops-token' AND priority = 5 AND "
+                                "max_attempts = 1 AND timeout_s = 30 AND chain_depth = 1 AND "
+                                "reacts = 0 AND status = 'queued' AND input = '{\"why\": \"pod did "
+                                "not come back\", \"run\": \"r\", \"input\": {\"pod\": "
+                                "\"web-1\"}}' AND run_at = (SELECT completed_at FROM runs WHERE "
+                                "id = 'r')"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'r.3' AND type = "
+                                      "'fix' AND reacts = 1 + 2 + 248 AND input = '{}'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs c JOIN runs p ON p.id = "
+                                      "c.parent_id WHERE c.id = 's.2' AND c.type = 'verify' AND "
+                                      "c.max_attempts = 5 AND c.input = '{\"pod\": \"web-2\"}' "
+                                      "AND c.run_at = p.completed_at + interval '60 seconds'"),
+                     1);
+    /* As the API shows them, and as the list finds them. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs r WHERE "
+                                      "opsrun_run_json(r)->>'parent_id' = 'r'"),
+                     2);
+    {
+        struct run_filter f = {.parent_id = "r", .limit = 10};
+        json_t *list = NULL;
+        char *next = NULL;
+        OK(store_runs_list(g_db, "acme", &f, &list, &next, &g_err));
+        ck_assert_uint_eq(json_array_size(list), 2);
+        json_decref(list);
+        free(next);
+    }
+    /* The identity a submission of that id would have. */
+    {
+        char identity[65];
+        char *got = th_sql_str(g_pg, "SELECT identity_hash FROM runs WHERE id = 'r.1'");
+        identity_hash("acme", "page", "run_id", "r.1", identity);
+        ck_assert_str_eq(got, identity);
+        free(got);
+    }
+    ck_assert_int_eq(events_like("r.1", "status", "submitted as follow-up 1 of r"), 1);
+    ck_assert_int_eq(events_like("r", "follow_up", "follow-up 1 (page) created: r.1"), 1);
+    ck_assert_int_eq(events_like("s", "follow_up",
+                                 "follow-up 2 (verify) created: s.2, due in "
+                                 "60 s"),
+                     1);
+    /* The follow-up's own rules: verify notifies audit when it ends. */
+    claim("w1", 2); /* r.1 and r.3; s.2 is not due */
+    close_test_db();
+}
+END_TEST
+
+/* A type that follows itself stops at queue.max_chain_depth, with an event
+ * naming it; a missing pointer and a taken id are events, never a crash. */
+START_TEST(follow_ups_bounded)
+{
+    open_with_rules("it_notify_bounded", 2);
+    submit("r", "fix", "{}");
+    claim("w1", 1);
+    finish("r", 1, OUTCOME_FAILED, "one");
+    claim("w1", 2); /* r.1 (page), r.3 (fix) */
+    finish("r.3", 1, OUTCOME_FAILED, "two");
+    claim("w1", 2); /* r.3.1, r.3.3 */
+    finish("r.3.3", 1, OUTCOME_FAILED, "three");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT max(chain_depth) FROM runs"), 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'r.3.3'"), 0);
+    ck_assert_int_eq(events_like("r.3.3", "follow_up",
+                                 "follow-up 3 (fix) not created: this run is 2 follow-ups down "
+                                 "its chain, the most queue.max_chain_depth (2) allows"),
+                     1);
+    ck_assert_int_eq(events_like("r.3.3", "follow_up", "follow-up 1 (page) not created: %"), 1);
+    close_test_db();
+
+    /* {{run:/error/message}} of a run that failed without one. */
+    open_with_rules("it_notify_missing", 10);
+    submit("m", "fix", "{}");
+    claim("w1", 1);
+    finish("m", 1, OUTCOME_FAILED, NULL);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'm'"), 1);
+    ck_assert_int_eq(events_like("m", "follow_up",
+                                 "follow-up 1 (page) not created: its data names "
+                                 "{{run:/error/message}}, which this run does not have"),
+                     1);
+    /* An id someone already submitted. */
+    submit("t", "fix", "{}");
+    submit("t.1", "plain", "{}");
+    claim("w1", 3); /* and m.3 */
+    finish("t", 1, OUTCOME_FAILED, "x");
+    ck_assert_int_eq(
+        events_like("t", "follow_up", "follow-up 1 (page) not created: a run with id t.1 exists"),
+        1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 't.1' AND type = "
+                                      "'plain'"),
+                     1);
+    close_test_db();
+}
+END_TEST
+
+/* Eight connections end the same attempt at once: one wins the fence, and
+ * the follow-ups and deliveries exist once. */
+struct racer {
+    pthread_barrier_t *start;
+    bool written;
+};
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    struct db *db = connect_db(g_ci);
+    struct run_finish fin = {.tenant = "acme",
+                             .id = "r",
+                             .attempt = 1,
+                             .res = {.outcome = OUTCOME_FAILED, .message = "failed"}};
+    struct error err = {0};
+
+    pthread_barrier_wait(r->start);
+    ck_assert_int_eq(store_runs_finish_batch(db, "w1", &fin, 1, &err), ST_OK);
+    r->written = fin.written;
+    db_close(db);
+    return NULL;
+}
+
+START_TEST(racing_completions)
+{
+    pthread_barrier_t start;
+    pthread_t th[8];
+    struct racer r[8];
+    int written = 0;
+
+    open_with_rules("it_notify_race", 10);
+    PQclear(th_sql(g_pg, "UPDATE run_type_rules SET follow_ups = '[{\"k\": 1, \"on\": "
+                         "[\"failed\"], \"run_type\": \"page\", \"delay_s\": 0, \"data\": {}}]' "
+                         "WHERE type = 'fix'"));
+    submit("r", "fix", "{}");
+    claim("w1", 1);
+    pthread_barrier_init(&start, NULL, 8);
+    for (int i = 0; i < 8; i++) {
+        r[i] = (struct racer){.start = &start};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, race, &r[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        written += r[i].written;
+    }
+    pthread_barrier_destroy(&start);
+    ck_assert_int_eq(written, 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'r'"), 1);
+    ck_assert_int_eq(owed("r", "chat", "run.failed"), 1);
+    ck_assert_int_eq(owed("r", "audit", "run.failed"), 1);
+    close_test_db();
+}
+END_TEST
+
+static struct delivery *claim_deliveries(const char *owner, const char *const *names,
+                                         const int *rooms, size_t n, int lease_ms, size_t *got)
+{
+    struct delivery *d = NULL;
+
+    OK(store_deliveries_claim(g_db, owner, names, rooms, n, lease_ms, &d, got, &g_err));
+    return d;
+}
+
+/* Claimed per notifier up to its room, a run's deliveries to one notifier
+ * in order, leased; a result is written only by the holder of that
+ * attempt, each attempt an event; a give-back makes it due again. */
+START_TEST(outbox_claim_and_settle)
+{
+    const char *const both[] = {"audit", "chat"};
+    const int one_each[] = {1, 1}, many[] = {10, 10};
+    struct delivery *d;
+    size_t n;
+    int written = 0;
+
+    open_with_rules("it_notify_outbox", 10);
+    submit("r", "fix", "{}");
+    claim("w1", 1);
+    finish("r", 1, OUTCOME_FAILED, "boom");
+    /* audit owes started then failed: only started is claimable. */
+    d = claim_deliveries("o1", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(d[i].notifier, "audit") == 0)
+            ck_assert_str_eq(d[i].event, "run.started");
+        else
+            ck_assert_str_eq(d[i].event, "run.failed");
+        ck_assert_int_eq(d[i].attempts, 1);
+        ck_assert_str_eq(d[i].tenant, "acme");
+        ck_assert_str_eq(d[i].run_id, "r");
+        ck_assert_uint_eq(strlen(d[i].delivery_id), 36);
+        ck_assert_ptr_nonnull(strstr(d[i].run_json, "\"id\" : \"r\""));
+    }
+    /* Leased: nothing more is due. */
+    delivery_cleanup(d, n);
+    free(d);
+    d = claim_deliveries("o2", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 0);
+    free(d);
+    /* Give back (a shutdown): due at once, the attempt not counted. */
+    PQclear(th_sql(g_pg, "SELECT 1"));
+    {
+        long long id = th_sql_int(g_pg, "SELECT id FROM notifications WHERE notifier = 'audit' "
+                                        "AND event = 'run.started'");
+        const int64_t ids[] = {id};
+        OK(store_deliveries_give_back(g_db, "o1", ids, 1, &g_err));
+    }
+    d = claim_deliveries("o2", both, one_each, 2, 30000, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(d[0].event, "run.started");
+    ck_assert_int_eq(d[0].attempts, 1);
+    /* The old holder's result is refused, but its attempt is an event;
+     * the holder's retry makes it due later. */
+    {
+        const struct delivery_result stale = {d[0].id, 1, -1, "notified audit: 200 (stale)"};
+        OK(store_deliveries_settle(g_db, "o1", &stale, 1, &written, &g_err));
+        ck_assert_int_eq(written, 0);
+        const struct delivery_result retry = {d[0].id, 1, 60000, "notified audit: 503 (x)"};
+        OK(store_deliveries_settle(g_db, "o2", &retry, 1, &written, &g_err));
+        ck_assert_int_eq(written, 1);
+    }
+    ck_assert_int_eq(events_like("r", "notification", "notified audit: %"), 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE notifier = "
+                                      "'audit' AND event = 'run.started' AND owner IS NULL AND "
+                                      "next_at > now() + interval '50 seconds'"),
+                     1);
+    /* The event carries the run's status as it is. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE type = "
+                                      "'notification' AND status = 'completed' AND outcome = "
+                                      "'failed'"),
+                     2);
+    delivery_cleanup(d, n);
+    free(d);
+    /* Delivered: the row goes. */
+    PQclear(th_sql(g_pg, "UPDATE notifications SET next_at = now() WHERE notifier = 'audit'"));
+    d = claim_deliveries("o3", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 1); /* started again; failed waits behind it */
+    ck_assert_int_eq(d[0].attempts, 2);
+    {
+        const struct delivery_result ok = {d[0].id, 2, -1, "notified audit: 200 (run.started)"};
+        OK(store_deliveries_settle(g_db, "o3", &ok, 1, &written, &g_err));
+    }
+    delivery_cleanup(d, n);
+    free(d);
+    d = claim_deliveries("o3", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(d[0].event, "run.failed");
+    delivery_cleanup(d, n);
+    free(d);
+    {
+        int64_t pending = 0;
+        double oldest = -1;
+        OK(store_deliveries_pending(g_db, &pending, &oldest, &g_err));
+        ck_assert_int_eq(pending, 2);
+    }
+    close_test_db();
+}
+END_TEST
+
+/* The same template over the same run gives the same text in SQL as in C;
+ * a pointer that finds nothing, nothing in either. */
+START_TEST(placeholders_agree)
+{
+    static const char *const cases[] = {
+        "{{run:/id}}",
+        "plain text",
+        "{{run:/input/pod}} on {{run:/type}}",
+        "n={{run:/input/n}} f={{run:/input/f}} b={{run:/input/b}} z={{run:/input/z}}",
+        "{{run:/input/tags}} {{run:/input/tags/1}} {{run:/input/obj}}", /* one key: one order */
+        "{{run:/input/a~1b}} {{run:/input/c~0d}} {{run:/input/}}",
+        "é ü {{run:/input/u}} ✓",
+        "{{run:/input/tags/01}}",
+        "{{run:/input/tags/-}}",
+        "{{run:/input/tags/2}}",
+        "{{run:/nope}}",
+    };
+    const char *doc_text =
+        "{\"id\": \"r1\", \"type\": \"fix\", \"input\": {\"pod\": \"web-1\", \"n\": 3, \"f\": 2.5, "
+        "\"b\": true, \"z\": null, \"tags\": [\"a\", \"b\"], \"obj\": {\"k\": \"v\"}, \"a/b\": 1, "
+        "\"c~d\": 2, \"\": \"empty\", \"u\": \"naïve\"}}";
+    json_t *doc = json_loads(doc_text, 0, NULL);
+
+    open_test_db("it_notify_placeholders");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct error err = {0};
+        char *c = NULL, *sql = NULL, *q;
+        enum status st = tmpl_expand_text(cases[i], doc, false, &c, &err);
+        PGresult *r;
+        const char *p[2] = {cases[i], doc_text};
+
+        r = PQexecParams(g_pg,
+                         "SELECT v #>> '{}', missing FROM opsrun_expand(to_jsonb($1::text), "
+                         "$2::jsonb)",
+                         2, NULL, p, NULL, NULL, 0);
+        ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+        if (!PQgetisnull(r, 0, 0))
+            sql = strdup(PQgetvalue(r, 0, 0));
+        q = PQgetisnull(r, 0, 1) ? NULL : PQgetvalue(r, 0, 1);
+        if (st == ST_OK) {
+            ck_assert_msg(sql && strcmp(c, sql) == 0, "%s: C \"%s\", SQL \"%s\"", cases[i], c,
+                          sql ? sql : "(missing)");
+        } else {
+            ck_assert_int_eq(st, ST_NOT_FOUND);
+            ck_assert_msg(!sql && q, "%s: SQL found \"%s\"", cases[i], sql);
+        }
+        PQclear(r);
+        free(c);
+        free(sql);
+    }
+    /* A string that is one placeholder keeps the value's type. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_expand('{\"a\": "
+                                      "\"{{run:/x}}\", \"b\": [\"{{run:/y}}\"]}', '{\"x\": {\"k\": "
+                                      "1}, \"y\": 2}') WHERE v = '{\"a\": {\"k\": 1}, \"b\": "
+                                      "[2]}'"),
+                     1);
+    json_decref(doc);
+    close_test_db();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("notify");
+    TCase *tc = tcase_create("notify");
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rules_sync_and_reacts);
+    tcase_add_test(tc, transitions_owe_deliveries);
+    tcase_add_test(tc, rollback_owes_nothing);
+    tcase_add_test(tc, follow_ups_created);
+    tcase_add_test(tc, follow_ups_bounded);
+    tcase_add_test(tc, racing_completions);
+    tcase_add_test(tc, outbox_claim_and_settle);
+    tcase_add_test(tc, placeholders_agree);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
