@@ -67,7 +67,10 @@ sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 sql "CREATE EXTENSION pg_stat_statements"
 
 CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60, "event_partition_s": 60}}'
-if ! "$BIN" serve --print-config 2>/dev/null | grep -q event_partition_s; then
+# Read whole before it is searched: grep -q leaving a pipe early can kill
+# the writer with SIGPIPE, which pipefail takes for "no such key".
+PRINTED=$("$BIN" serve --print-config 2>/dev/null || true)
+if [[ "$PRINTED" != *event_partition_s* ]]; then
     CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}'
 fi
 echo "$CONFIG" >"$DATA/soak.json"
