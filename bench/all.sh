@@ -70,7 +70,7 @@ free_port() {
     local p
     while :; do
         p=$((20000 + RANDOM % 10000))
-        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+        ss -Htln "sport = :$p" 2>/dev/null | grep . >/dev/null || { echo "$p"; return; }
     done
 }
 PORT=$(free_port)

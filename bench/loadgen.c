@@ -52,7 +52,9 @@
  *       retention can delete them), and prints one line per minute:
  *       completed/s, pickup p50/p99, due runs not started, the rows of runs,
  *       the size of the runs and run_events tables and the server's RSS;
- *       then the last minute over the first.
+ *       then the last minute over the first and, from 12 minutes on, the
+ *       last six minutes over minutes 2-6 (samples pooled; the first minute
+ *       is the start-up).
  *
  * Output is one "key=value" line per figure, for bench/run.sh and
  * bench/all.sh. */
@@ -844,6 +846,57 @@ static double ratio(double a, double b)
     return b > 0 ? a / b : -1;
 }
 
+/* Minutes [from, to) (0-based) pooled: completed/s, pickup p50 and p99, and
+ * the largest rows, table size and RSS of their ends. */
+struct window {
+    double per_s, p50, p99;
+    long long rows, table_kib;
+    long rss;
+};
+
+static struct window soak_window(const struct minute *m, int from, int to)
+{
+    struct window w = {0};
+    struct samples all = {0};
+    long long done = 0;
+
+    for (int i = from; i < to; i++) {
+        done += m[i].completed;
+        for (int j = 0; j < m[i].pickup.n; j++)
+            samples_add(&all, m[i].pickup.v[j]);
+        w.rows = m[i].rows > w.rows ? m[i].rows : w.rows;
+        w.table_kib = m[i].table_kib > w.table_kib ? m[i].table_kib : w.table_kib;
+        w.rss = m[i].rss > w.rss ? m[i].rss : w.rss;
+    }
+    w.per_s = (double)done / (60.0 * (to - from));
+    w.p50 = all.n ? pct(all.v, all.n, 0.5) : -1;
+    w.p99 = all.n ? pct(all.v, all.n, 0.99) : -1;
+    free(all.v);
+    return w;
+}
+
+static void soak_windows(const struct minute *m, int minutes)
+{
+    struct window e, l;
+
+    if (minutes < 12)
+        return;
+    e = soak_window(m, 1, 6);
+    l = soak_window(m, minutes - 6, minutes);
+    printf("soak_window_early=minutes 2-%d\nsoak_window_late=minutes %d-%d\n", 6, minutes - 5,
+           minutes);
+    printf("soak_early_completed_per_s=%.1f\nsoak_late_completed_per_s=%.1f\n", e.per_s, l.per_s);
+    printf("soak_early_pickup_p50_ms=%.2f\nsoak_late_pickup_p50_ms=%.2f\n", e.p50, l.p50);
+    printf("soak_early_pickup_p99_ms=%.2f\nsoak_late_pickup_p99_ms=%.2f\n", e.p99, l.p99);
+    printf("soak_early_max_runs_rows=%lld\nsoak_late_max_runs_rows=%lld\n", e.rows, l.rows);
+    printf("soak_early_max_tables_kib=%lld\nsoak_late_max_tables_kib=%lld\n", e.table_kib,
+           l.table_kib);
+    printf("soak_early_max_rss_kib=%ld\nsoak_late_max_rss_kib=%ld\n", e.rss, l.rss);
+    printf("soak_late_over_early_throughput=%.2f\nsoak_late_over_early_pickup_p50=%.2f\n"
+           "soak_late_over_early_pickup_p99=%.2f\n",
+           ratio(l.per_s, e.per_s), ratio(l.p50, e.p50), ratio(l.p99, e.p99));
+}
+
 static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
 {
     static struct soak_arg args[MAX_THREADS];
@@ -925,6 +978,7 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
                l->table_kib);
         printf("soak_first_rss_kib=%ld\nsoak_last_rss_kib=%ld\n", f->rss, l->rss);
     }
+    soak_windows(m, minutes);
     for (int i = 0; i < minutes; i++)
         free(m[i].pickup.v);
     free(m);

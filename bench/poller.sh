@@ -303,7 +303,7 @@ FAILED=()
 echo "== (a0) baseline without a poller (no run type that can wait): $LOOPS x $RUNS demo runs" \
     "from $CLIENTS clients, then $SAMPLES pickups"
 serve "$DATA/config0.json" "$OUT/poller-serve0.log"
-curl -sf "$URL/healthz" | grep -q '"poller": *{[^}]*"running": *false' || die "a poller runs in (a0)"
+curl -sf "$URL/healthz" | grep '"poller": *{[^}]*"running": *false' >/dev/null || die "a poller runs in (a0)"
 idle idle0
 demo a0
 stop "$PID"
@@ -311,7 +311,7 @@ PID=""
 
 echo "== (a) baseline, the server with the rest_job types, no waiting run"
 serve "$DATA/config.json" "$OUT/poller-serve.log"
-poller_running() { curl -sf "$URL/healthz" | grep -q '"poller": *{[^}]*"running": *true'; }
+poller_running() { curl -sf "$URL/healthz" | grep '"poller": *{[^}]*"running": *true' >/dev/null; }
 poller_running || die "the poller is not running"
 idle idle
 demo a

@@ -11,7 +11,14 @@
 #     run_events and the bytes of both tables with their indexes
 #     (soak-tables.tsv);
 #   - at the end, what each retention statement cost (calls, total and
-#     per call, and per deleted run), and the server's partition counter.
+#     per call, and per deleted run), and the server's partition counter;
+#   - every 10 s, into tables of the soak's own database (soak_*), the
+#     cumulative figures of every statement (pg_stat_statements), the
+#     statistics of every table (live and dead rows, vacuums, sizes) and
+#     the vacuums in progress; at the end, per minute, the mean execution
+#     time of the busiest statements, the dead rows and vacuums of runs,
+#     and what was vacuumed when ($TAG-minutes.txt): where a growing p99
+#     comes from.
 # OPSRUN_BIN runs another binary (for instance one built from an older
 # commit, for a before/after in the same session); a binary without
 # queue.event_partition_s gets the same configuration without it.
@@ -47,7 +54,7 @@ SERVER=
 SAMPLER=
 TRACER=
 cleanup() {
-    [ -z "$SAMPLER" ] || kill "$SAMPLER" 2>/dev/null || true
+    [ -z "$SAMPLER" ] || kill $SAMPLER 2>/dev/null || true
     [ -z "$TRACER" ] || kill "$TRACER" 2>/dev/null || true
     if [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; then wait "$SERVER" 2>/dev/null || true; fi
     bench_cluster_destroy "$DATA"
@@ -67,10 +74,7 @@ sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 sql "CREATE EXTENSION pg_stat_statements"
 
 CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60, "event_partition_s": 60}}'
-# Read whole before it is searched: grep -q leaving a pipe early can kill
-# the writer with SIGPIPE, which pipefail takes for "no such key".
-PRINTED=$("$BIN" serve --print-config 2>/dev/null || true)
-if [[ "$PRINTED" != *event_partition_s* ]]; then
+if ! "$BIN" serve --print-config 2>/dev/null | grep event_partition_s >/dev/null; then
     CONFIG='{"limits": {"submit_rate_per_s": 0}, "queue": {"retention_s": 60}}'
 fi
 echo "$CONFIG" >"$DATA/soak.json"
@@ -95,7 +99,7 @@ sample() {
     # Rows in run_events as the statistics count them (a count(*) would
     # hold every partition for its length, in the way of partition DDL).
     while :; do
-        if sql "SELECT to_regprocedure('opsrun_event_partitions()') IS NOT NULL" | grep -q t; then
+        if sql "SELECT to_regprocedure('opsrun_event_partitions()') IS NOT NULL" | grep t >/dev/null; then
             parts=$(sql "SELECT count(*) FROM opsrun_event_partitions()")
         else
             parts=-
@@ -142,8 +146,29 @@ trace() {
             >>"$OUT/$TAG-indexes.tsv"
     done
 }
+# The database's side, kept in tables of its own (a few hundred rows every
+# 10 s) and read at the end.
+sql "CREATE TABLE soak_stmts (at timestamptz, queryid bigint, calls bigint, exec_ms float8, query text);
+     CREATE TABLE soak_rels (at timestamptz, rel text, live bigint, dead bigint, vacuums bigint,
+                             analyzes bigint, heap_kib bigint, index_kib bigint);
+     CREATE TABLE soak_vacuums (at timestamptz, rel text, phase text)"
+sample_db() {
+    while :; do
+        sql "INSERT INTO soak_stmts SELECT now(), queryid, calls, total_exec_time,
+                    left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+               FROM pg_stat_statements WHERE query !~ 'soak_|pg_stat';
+             INSERT INTO soak_rels SELECT now(), relname, n_live_tup, n_dead_tup, autovacuum_count,
+                    autoanalyze_count, pg_relation_size(relid) / 1024, pg_indexes_size(relid) / 1024
+               FROM pg_stat_user_tables WHERE relname !~ '^soak_';
+             INSERT INTO soak_vacuums SELECT now(), relid::regclass::text, phase
+               FROM pg_stat_progress_vacuum WHERE datname = current_database()" || true
+        sleep 10
+    done
+}
 sample >"$OUT/$TAG-tables.tsv" &
 SAMPLER=$!
+sample_db &
+SAMPLER="$SAMPLER $!"
 if [ "${TRACE:-0}" = 1 ]; then
     trace &
     TRACER=$!
@@ -152,7 +177,7 @@ fi
 echo "== soak: $MINUTES min at $RATE runs/s, retention 60 s ($BIN)"
 build/opsrun_loadgen soak "http://127.0.0.1:$PORT" "$DB" "$MINUTES" "$RATE" 8 "$SERVER" \
     | tee "$OUT/$TAG.txt" | grep -E '^minute=|ratio|last_over_first' || true
-kill "$SAMPLER" 2>/dev/null || true
+kill $SAMPLER 2>/dev/null || true
 SAMPLER=
 if [ -n "$TRACER" ]; then
     kill "$TRACER" 2>/dev/null || true
@@ -169,7 +194,38 @@ psql -X "$DB" -c "SELECT calls, round(total_exec_time::numeric) AS total_ms,
   FROM pg_stat_statements
  WHERE query ~ '(DELETE FROM runs r USING d|opsrun_event_partitions_(drop|ensure))'
  ORDER BY total_exec_time DESC" | tee "$OUT/$TAG-retention.txt"
-echo "== tables every 10 s: $OUT/$TAG-tables.tsv"
+# Per minute of the soak: each busy statement's mean execution time (the
+# ten with the most time overall), then runs' rows, dead rows and vacuums,
+# and the vacuums seen running.
+psql -X "$DB" >"$OUT/$TAG-minutes.txt" <<'SQL'
+\pset footer off
+WITH d AS (
+    SELECT queryid, query, date_trunc('minute', at) AS m,
+           calls - lag(calls) OVER w AS calls, exec_ms - lag(exec_ms) OVER w AS ms
+      FROM soak_stmts WINDOW w AS (PARTITION BY queryid ORDER BY at)),
+top AS (
+    SELECT queryid FROM d GROUP BY queryid ORDER BY sum(ms) DESC NULLS LAST LIMIT 10),
+start AS (SELECT min(at) AS t0 FROM soak_stmts)
+SELECT (extract(epoch FROM d.m - date_trunc('minute', t0)) / 60)::int + 1 AS minute,
+       left(min(query), 60) AS statement, sum(calls) AS calls,
+       round((sum(ms) / nullif(sum(calls), 0))::numeric, 3) AS ms_per_call,
+       round(sum(ms)::numeric) AS total_ms
+  FROM d JOIN top USING (queryid), start
+ WHERE calls > 0
+ GROUP BY 1, d.queryid
+ ORDER BY d.queryid, 1;
+SELECT (extract(epoch FROM date_trunc('minute', at) - date_trunc('minute', t0)) / 60)::int + 1
+           AS minute, rel, max(live) AS live, max(dead) AS max_dead, max(vacuums) AS vacuums,
+       max(analyzes) AS analyzes, max(heap_kib) AS heap_kib, max(index_kib) AS index_kib
+  FROM soak_rels, (SELECT min(at) AS t0 FROM soak_rels) s
+ WHERE rel IN ('runs', 'workers', 'run_polls', 'rate_limit_slices', 'run_events_pruned')
+ GROUP BY 1, rel ORDER BY rel, 1;
+SELECT (extract(epoch FROM date_trunc('minute', at) - date_trunc('minute', t0)) / 60)::int + 1
+           AS minute, rel, string_agg(DISTINCT phase, ', ') AS phases, count(*) AS samples
+  FROM soak_vacuums, (SELECT min(at) AS t0 FROM soak_rels) s
+ GROUP BY 1, rel ORDER BY 1, rel;
+SQL
+echo "== tables every 10 s: $OUT/$TAG-tables.tsv; the database per minute: $OUT/$TAG-minutes.txt"
 if [ "${TRACE:-0}" = 1 ]; then
     cp "$(scripts/pg.sh log "$DATA/pg")" "$OUT/$TAG-pg.log"
     python3 bench/soaktrace.py "$OUT/$TAG" "${FROM_MINUTE:-1}" | tee "$OUT/$TAG-trace.txt"

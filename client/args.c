@@ -10,16 +10,35 @@
 #include <string.h>
 
 #define CMD_BIT(c) (1u << (c))
-#define ALL_CMDS 0xffu
+#define ALL_CMDS 0x3ffu
+#define BULK_CMDS (CMD_BIT(CMD_CANCEL) | CMD_BIT(CMD_RETRY))
 #define TYPE_MAX 128
 #define FILTER_TYPE_MAX 64
 #define MAX_WORDS 4
+#define SINCE_MAX_S (3660LL * 86400) /* ten years */
 
-static const char *const cmd_names[] = {"submit", "watch",  "runs",      "cancel",
-                                        "retry",  "health", "schedules", "schedule"};
+static const char *const cmd_names[] = {"submit", "watch",     "runs",     "cancel",  "retry",
+                                        "health", "schedules", "schedule", "approve", "reject"};
 
 /* Every flag, the commands that take it, and where its value goes. */
-enum flag_id { F_SERVER, F_TOKEN, F_DATA, F_RUN_ID, F_WATCH, F_STATUS, F_TYPE, F_LIMIT, F_JSON };
+enum flag_id {
+    F_SERVER,
+    F_TOKEN,
+    F_DATA,
+    F_RUN_ID,
+    F_WATCH,
+    F_STATUS,
+    F_TYPE,
+    F_LIMIT,
+    F_JSON,
+    F_COMMENT,
+    F_OUTCOME,
+    F_SINCE,
+    F_SCHEDULE,
+    F_PARENT,
+    F_ALL,
+    F_DRY_RUN
+};
 static const struct flag {
     const char *name;
     bool has_value;
@@ -31,11 +50,24 @@ static const struct flag {
     [F_RUN_ID] = {"--run-id", true, CMD_BIT(CMD_SUBMIT)},
     [F_WATCH] = {"--watch", false,
                  CMD_BIT(CMD_SUBMIT) | CMD_BIT(CMD_RETRY) | CMD_BIT(CMD_SCHEDULE)},
-    [F_STATUS] = {"--status", true, CMD_BIT(CMD_RUNS)},
-    [F_TYPE] = {"--type", true, CMD_BIT(CMD_RUNS)},
-    [F_LIMIT] = {"--limit", true, CMD_BIT(CMD_RUNS)},
-    [F_JSON] = {"--json", false, CMD_BIT(CMD_RUNS) | CMD_BIT(CMD_SCHEDULES)},
+    [F_STATUS] = {"--status", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
+    [F_TYPE] = {"--type", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
+    [F_LIMIT] = {"--limit", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
+    [F_JSON] = {"--json", false, CMD_BIT(CMD_RUNS) | CMD_BIT(CMD_SCHEDULES) | BULK_CMDS},
+    [F_COMMENT] = {"--comment", true, CMD_BIT(CMD_APPROVE) | CMD_BIT(CMD_REJECT)},
+    [F_OUTCOME] = {"--outcome", true, BULK_CMDS},
+    [F_SINCE] = {"--since", true, BULK_CMDS},
+    [F_SCHEDULE] = {"--schedule", true, BULK_CMDS},
+    [F_PARENT] = {"--parent", true, BULK_CMDS},
+    [F_ALL] = {"--all", false, BULK_CMDS},
+    [F_DRY_RUN] = {"--dry-run", false, BULK_CMDS},
 };
+/* The flags that make cancel and retry act on every run they match. */
+static const enum flag_id filter_flags[] = {F_STATUS,   F_OUTCOME, F_TYPE, F_SINCE,
+                                            F_SCHEDULE, F_PARENT,  F_ALL};
+/* And those that go with them only. */
+static const enum flag_id bulk_only_flags[] = {F_STATUS, F_OUTCOME, F_TYPE,    F_SINCE, F_SCHEDULE,
+                                               F_PARENT, F_ALL,     F_DRY_RUN, F_LIMIT, F_JSON};
 #define NFLAGS ARRAY_LEN(flags)
 
 /* What the first pass collects, before the command is known. */
@@ -121,6 +153,34 @@ static enum status collect(int argc, char *const *argv, struct raw *r, struct er
     return ST_OK;
 }
 
+static bool any_seen(const struct raw *r, const enum flag_id *which, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (r->seen[which[i]])
+            return true;
+    return false;
+}
+
+/* cancel and retry act on one run (ID) or on every run a filter matches;
+ * each form takes its own flags. */
+static enum status take_bulk_form(const struct raw *r, struct args *out, struct error *err)
+{
+    const char *name = cmd_names[out->cmd];
+
+    if (!(CMD_BIT(out->cmd) & BULK_CMDS))
+        return ST_OK;
+    out->bulk = r->nwords == 1;
+    for (size_t i = 0; !out->bulk && i < ARRAY_LEN(bulk_only_flags); i++)
+        if (r->seen[bulk_only_flags[i]])
+            return error_set(err, ST_INVALID,
+                             "flag %s applies to %s by a filter, not to %s ID: opsrun %s "
+                             "[--status S] [--type T] ...",
+                             flags[bulk_only_flags[i]].name, name, name, name);
+    if (out->bulk && r->seen[F_WATCH])
+        return error_set(err, ST_INVALID, "flag --watch applies to %s ID only", name);
+    return ST_OK;
+}
+
 /* The command and its one operand (TYPE or ID), or none. */
 static enum status take_words(const struct raw *r, struct args *out, struct error *err)
 {
@@ -128,11 +188,13 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
         "a run type: opsrun submit TYPE",
         "a run id: opsrun watch ID",
         NULL,
-        "a run id: opsrun cancel ID",
-        "a run id: opsrun retry ID",
+        "a run id (opsrun cancel ID) or a filter",
+        "a run id (opsrun retry ID) or a filter",
         NULL,
         NULL,
-        "an action and a name: opsrun schedule pause|resume|trigger NAME"};
+        "an action and a name: opsrun schedule pause|resume|trigger NAME",
+        "a run id: opsrun approve ID",
+        "a run id: opsrun reject ID"};
     struct suggest s;
     char hint[96];
     int want;
@@ -146,8 +208,15 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
                          suggest_hint(&s, hint, sizeof(hint)));
     }
     want = out->cmd == CMD_SCHEDULE ? 3 : operand[out->cmd] ? 2 : 1;
+    if ((CMD_BIT(out->cmd) & BULK_CMDS) && r->nwords == 1 &&
+        any_seen(r, filter_flags, ARRAY_LEN(filter_flags)))
+        want = 1;
     if (r->nwords < want)
-        return error_set(err, ST_INVALID, "%s needs %s", cmd_names[out->cmd], operand[out->cmd]);
+        return error_set(
+            err, ST_INVALID, "%s needs %s%s", cmd_names[out->cmd], operand[out->cmd],
+            (CMD_BIT(out->cmd) & BULK_CMDS)
+                ? " (--status, --outcome, --type, --since, --schedule, --parent or --all)"
+                : "");
     if (r->nwords > want)
         return error_set(err, ST_INVALID, "unexpected argument \"%.64s\"", r->words[want]);
     if (out->cmd == CMD_SUBMIT)
@@ -164,7 +233,7 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
         return error_set(err, ST_INVALID, "invalid schedule name \"%.140s\"", out->name);
     if (out->action && r->seen[F_WATCH] && strcmp(out->action, "trigger") != 0)
         return error_set(err, ST_INVALID, "flag --watch applies to schedule trigger only");
-    return ST_OK;
+    return take_bulk_form(r, out, err);
 }
 
 static const char *env_value(args_env_fn env, const char *name)
@@ -212,18 +281,108 @@ static enum status check_data(const char *text, struct error *err)
     return ST_OK;
 }
 
-static enum status check_limit(const char *v, int *out, struct error *err)
+static enum status check_limit(const char *v, int max, int *out, struct error *err)
 {
     char *end;
     long n;
 
     errno = 0;
     n = strtol(v, &end, 10);
-    if (errno || end == v || *end || strspn(v, "0123456789") != strlen(v) || n < 1 ||
-        n > ARGS_LIMIT_MAX)
-        return error_set(err, ST_INVALID, "invalid --limit \"%.32s\": must be 1 to %d", v,
-                         ARGS_LIMIT_MAX);
+    if (errno || end == v || *end || strspn(v, "0123456789") != strlen(v) || n < 1 || n > max)
+        return error_set(err, ST_INVALID, "invalid --limit \"%.32s\": must be 1 to %d", v, max);
     *out = (int)n;
+    return ST_OK;
+}
+
+/* --since: a whole number and s, m, h or d ("90m", "1h", "7d"). */
+static enum status check_since(const char *v, long long *out, struct error *err)
+{
+    static const struct {
+        char unit;
+        long long s;
+    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+    size_t digits = strspn(v, "0123456789");
+    long long n = 0;
+
+    for (size_t i = 0; digits > 0 && digits <= 10 && i < ARRAY_LEN(units); i++) {
+        if (v[digits] != units[i].unit || v[digits + 1] != '\0')
+            continue;
+        n = strtoll(v, NULL, 10) * units[i].s;
+        if (n >= 1 && n <= SINCE_MAX_S) {
+            *out = n;
+            return ST_OK;
+        }
+    }
+    return error_set(err, ST_INVALID,
+                     "invalid --since \"%.32s\": must be a duration such as 30s, 15m, 1h or 7d "
+                     "(at most ten years)",
+                     v);
+}
+
+/* A comma list of names, each one that ok accepts; one name without many. */
+static enum status check_names(const char *v, const char *flag, bool many,
+                               bool (*ok)(const char *name, size_t len), const char *names,
+                               struct error *err)
+{
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        if (!ok(p, len) || (!many && p[len] == ','))
+            return error_set(err, ST_INVALID, "invalid %s \"%.64s\": must be %s%s", flag, v,
+                             many ? "a comma-separated list of " : "one of ", names);
+        p += len;
+        if (!*p)
+            return ST_OK;
+    }
+}
+
+static bool name_in(const char *name, size_t len, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(names[i]) == len && strncmp(name, names[i], len) == 0)
+            return true;
+    return false;
+}
+
+static bool status_ok(const char *name, size_t len)
+{
+    static const char *const v[] = {"queued", "running", "waiting", "cancelling", "completed"};
+    return name_in(name, len, v, ARRAY_LEN(v));
+}
+
+static bool outcome_ok(const char *name, size_t len)
+{
+    static const char *const v[] = {"pending", "succeeded", "partially_succeeded",
+                                    "failed",  "cancelled", "timed_out"};
+    return name_in(name, len, v, ARRAY_LEN(v));
+}
+
+/* The filter of cancel and retry by a filter, and --limit. */
+static enum status take_filter(const struct raw *r, struct args *out, struct error *err)
+{
+    const char *sc = r->val[F_SCHEDULE];
+
+    if (r->seen[F_OUTCOME] &&
+        check_names(r->val[F_OUTCOME], "--outcome", true, outcome_ok,
+                    "pending, succeeded, partially_succeeded, failed, cancelled, timed_out",
+                    err) != ST_OK)
+        return ST_INVALID;
+    out->outcome = r->val[F_OUTCOME];
+    if (r->seen[F_SINCE] && check_since(r->val[F_SINCE], &out->since_s, err) != ST_OK)
+        return ST_INVALID;
+    if (sc && (*sc == '\0' || strlen(sc) > FILTER_TYPE_MAX))
+        return error_set(err, ST_INVALID, "invalid --schedule: must be 1 to %d characters",
+                         FILTER_TYPE_MAX);
+    out->schedule = sc;
+    if (r->seen[F_PARENT] && (!*r->val[F_PARENT] || strlen(r->val[F_PARENT]) > RUN_ID_MAX))
+        return error_set(err, ST_INVALID,
+                         "invalid --parent: must be a run id of 1 to %d characters", RUN_ID_MAX);
+    out->parent = r->val[F_PARENT];
+    out->all = r->seen[F_ALL];
+    out->dry_run = r->seen[F_DRY_RUN];
+    if (r->seen[F_LIMIT] && out->bulk)
+        return check_limit(r->val[F_LIMIT], ARGS_BULK_LIMIT_MAX, &out->limit, err);
+    if (r->seen[F_LIMIT])
+        return check_limit(r->val[F_LIMIT], ARGS_LIMIT_MAX, &out->limit, err);
     return ST_OK;
 }
 
@@ -243,22 +402,19 @@ static enum status take_values(const struct raw *r, struct args *out, struct err
     if (r->seen[F_DATA] && check_data(r->val[F_DATA], err) != ST_OK)
         return ST_INVALID;
     out->data = r->val[F_DATA];
-    if (st && !STR_IN(st, "queued", "running", "waiting", "cancelling", "completed"))
-        return error_set(err, ST_INVALID,
-                         "invalid --status \"%.32s\": must be one of queued, running, waiting, "
-                         "cancelling, completed",
-                         st);
+    if (st && check_names(st, "--status", out->bulk, status_ok,
+                          "queued, running, waiting, cancelling, completed", err) != ST_OK)
+        return ST_INVALID;
     out->status = st;
     if (r->seen[F_TYPE] && (*r->val[F_TYPE] == '\0' || strlen(r->val[F_TYPE]) > FILTER_TYPE_MAX))
         return error_set(err, ST_INVALID, "invalid --type: must be 1 to %d characters",
                          FILTER_TYPE_MAX);
     if (r->seen[F_TYPE])
         out->type = r->val[F_TYPE];
-    if (r->seen[F_LIMIT] && check_limit(r->val[F_LIMIT], &out->limit, err) != ST_OK)
-        return ST_INVALID;
+    out->comment = r->val[F_COMMENT];
     out->watch = r->seen[F_WATCH];
     out->json = r->seen[F_JSON];
-    return ST_OK;
+    return take_filter(r, out, err);
 }
 
 enum status args_parse(int argc, char *const *argv, args_env_fn env, struct args *out,

@@ -1,5 +1,6 @@
 /* client/args.h — the command line of the client commands (submit, watch,
- * runs, cancel, retry, health, schedules, schedule), parsed and checked into struct args before
+ * runs, cancel, retry, health, schedules, schedule, approve, reject),
+ * parsed and checked into struct args before
  * anything talks to a server, so every usage error exits 2 without a
  * request. Flags may come before or after the command; a flag that only
  * some commands take is refused elsewhere.
@@ -16,6 +17,7 @@ struct suggest;
 
 #define ARGS_DEFAULT_SERVER "http://127.0.0.1:8080"
 #define ARGS_LIMIT_MAX 500
+#define ARGS_BULK_LIMIT_MAX 100000 /* cancel and retry by filter: --limit */
 
 enum client_cmd {
     CMD_SUBMIT,
@@ -25,23 +27,36 @@ enum client_cmd {
     CMD_RETRY,
     CMD_HEALTH,
     CMD_SCHEDULES,
-    CMD_SCHEDULE
+    CMD_SCHEDULE,
+    CMD_APPROVE,
+    CMD_REJECT
 };
 
 struct args {
     enum client_cmd cmd;
-    const char *server; /* --server, OPSRUN_SERVER or the default; http(s)://... */
-    const char *token;  /* --token or OPSRUN_TOKEN; NULL: none */
-    const char *type;   /* submit: TYPE; runs: --type (NULL: any) */
-    const char *id;     /* watch, cancel, retry: ID; submit: --run-id (NULL: generated) */
-    const char *data;   /* submit: --data, a JSON object's text (NULL: {}) */
-    const char *status; /* runs: --status (NULL: any) */
-    const char *action; /* schedule: pause, resume or trigger */
-    const char *name;   /* schedule: NAME */
-    int limit;          /* runs: --limit, 1..ARGS_LIMIT_MAX; 0: the server's default */
-    bool watch;         /* submit, retry: --watch */
-    bool json;          /* runs, schedules: --json */
-    bool help;          /* -h or --help: print the usage, nothing else is checked */
+    const char *server;  /* --server, OPSRUN_SERVER or the default; http(s)://... */
+    const char *token;   /* --token or OPSRUN_TOKEN; NULL: none */
+    const char *type;    /* submit: TYPE; runs: --type (NULL: any) */
+    const char *id;      /* watch, cancel, retry, approve, reject: ID; submit: --run-id
+                          * (NULL: generated); cancel, retry: NULL with a filter */
+    const char *data;    /* submit: --data, a JSON object's text (NULL: {}) */
+    const char *status;  /* runs: --status (NULL: any); cancel, retry: a comma list */
+    const char *action;  /* schedule: pause, resume or trigger */
+    const char *name;    /* schedule: NAME */
+    int limit;           /* runs: --limit, 1..ARGS_LIMIT_MAX; cancel, retry by filter:
+                          * 1..ARGS_BULK_LIMIT_MAX; 0: the server's default */
+    const char *comment; /* approve, reject: --comment (NULL: none) */
+    /* cancel and retry by filter (bulk true, id NULL): --outcome (a comma
+     * list), --schedule, --parent (a run whose follow-ups), --since (as
+     * seconds before now, 0: none), --all, --dry-run; and --status, --type,
+     * --limit above. */
+    bool bulk;
+    const char *outcome, *schedule, *parent;
+    long long since_s;
+    bool all, dry_run;
+    bool watch; /* submit, retry: --watch */
+    bool json;  /* runs, schedules, cancel and retry by filter: --json */
+    bool help;  /* -h or --help: print the usage, nothing else is checked */
 };
 
 /* An environment lookup (getenv in the program); NULL when unset. */

@@ -3,6 +3,9 @@
 
 #include "client/report.h"
 #include "common/ids.h"
+#include "common/time_rfc3339.h"
+
+#include <string.h>
 
 #define ID_COL_MAX 64
 #define TYPE_COL_MAX 32
@@ -13,13 +16,14 @@ static const char *jstr(const json_t *o, const char *k)
     return v ? v : "?";
 }
 
-/* One call whose answer is wanted as ok or ok2: -1 when it came, else the
- * exit status, with what went wrong printed. */
-static int expect(struct api *a, const struct watch_view *v, const char *what, const char *method,
-                  const char *path, const char *body, struct api_resp *r, long ok, long ok2)
+/* One call whose answer is wanted as ok or ok2 within timeout_ms: -1 when
+ * it came, else the exit status, with what went wrong printed. */
+static int expect_within(struct api *a, const struct watch_view *v, const char *what,
+                         const char *method, const char *path, const char *body, struct api_resp *r,
+                         long ok, long ok2, long timeout_ms)
 {
     struct error err = {0};
-    enum status st = api_call(a, method, path, body, CMD_TIMEOUT_MS, r, &err);
+    enum status st = api_call(a, method, path, body, timeout_ms, r, &err);
 
     if (st != ST_OK) {
         report_error(v->err, &err);
@@ -30,6 +34,12 @@ static int expect(struct api *a, const struct watch_view *v, const char *what, c
         return CMD_REFUSED;
     }
     return -1;
+}
+
+static int expect(struct api *a, const struct watch_view *v, const char *what, const char *method,
+                  const char *path, const char *body, struct api_resp *r, long ok, long ok2)
+{
+    return expect_within(a, v, what, method, path, body, r, ok, ok2, CMD_TIMEOUT_MS);
 }
 
 /* The run id of a submission result, checked before it goes into a path. */
@@ -128,6 +138,105 @@ static int cmd_cancel(struct api *a, const struct args *args, const struct watch
         rc = CMD_OK;
     }
     api_resp_cleanup(&r);
+    free(path);
+    return rc;
+}
+
+/* A comma list as a JSON array of its items. */
+static json_t *comma_list(const char *v)
+{
+    json_t *a = json_array();
+
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        json_array_append_new(a, json_stringn(p, len));
+        p += len;
+        if (!*p)
+            return a;
+    }
+}
+
+json_t *cmd_bulk_body(const struct args *args, int64_t now_us)
+{
+    json_t *f = json_object(), *body;
+    char after[40];
+
+    if (args->status)
+        json_object_set_new(f, "status", comma_list(args->status));
+    if (args->outcome)
+        json_object_set_new(f, "outcome", comma_list(args->outcome));
+    if (args->type)
+        json_object_set_new(f, "type", json_string(args->type));
+    if (args->since_s > 0) {
+        time_format_rfc3339(now_us - args->since_s * 1000000, after, sizeof(after));
+        json_object_set_new(f, "created_after", json_string(after));
+    }
+    if (args->schedule)
+        json_object_set_new(f, "schedule", json_string(args->schedule));
+    if (args->parent)
+        json_object_set_new(f, "parent_id", json_string(args->parent));
+    if (args->all)
+        json_object_set_new(f, "all", json_true());
+    body = json_pack("{s:o, s:b}", "filter", f, "dry_run", args->dry_run);
+    if (body && args->limit > 0)
+        json_object_set_new(body, "limit", json_integer(args->limit));
+    return body;
+}
+
+json_t *cmd_decision_body(const struct args *args)
+{
+    return args->comment ? json_pack("{s:s}", "comment", args->comment) : NULL;
+}
+
+/* cancel or retry by a filter: one request, then what it did. */
+static int cmd_bulk(struct api *a, const struct args *args, const struct watch_view *v)
+{
+    bool cancel = args->cmd == CMD_CANCEL;
+    json_t *body = cmd_bulk_body(args, clock_wall_ms() * 1000);
+    char *text = json_dumps(body, JSON_COMPACT);
+    struct api_resp r;
+    long long matched, acted;
+    int rc;
+
+    json_decref(body);
+    api_resp_init(&r);
+    rc = expect_within(a, v, cancel ? "cancel" : "retry", "POST",
+                       cancel ? "/runs/cancel" : "/runs/retry", text, &r, 200, 200,
+                       CMD_BULK_TIMEOUT_MS);
+    matched = json_integer_value(json_object_get(r.json, "matched"));
+    acted = json_integer_value(json_object_get(r.json, "acted"));
+    if (rc < 0 && args->json)
+        fprintf(v->out, "%s\n", dynbuf_ptr(&r.body));
+    else if (rc < 0 && args->dry_run)
+        fprintf(v->out, "%lld runs match (dry run: nothing was %s)\n", matched,
+                cancel ? "cancelled" : "retried");
+    else if (rc < 0)
+        fprintf(v->out, "%s %lld of %lld matching runs\n", cancel ? "cancelled" : "retried", acted,
+                matched);
+    api_resp_cleanup(&r);
+    free(text);
+    return rc < 0 ? CMD_OK : rc;
+}
+
+/* approve or reject ID, with --comment. */
+static int cmd_decide(struct api *a, const struct args *args, const struct watch_view *v)
+{
+    bool approve = args->cmd == CMD_APPROVE;
+    char *path = xasprintf("/runs/%s/%s", args->id, approve ? "approve" : "reject");
+    json_t *body = cmd_decision_body(args);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    struct api_resp r;
+    int rc;
+
+    json_decref(body);
+    api_resp_init(&r);
+    rc = expect(a, v, approve ? "approve" : "reject", "POST", path, text, &r, 200, 200);
+    if (rc < 0) {
+        fprintf(v->out, "run %s %s\n", args->id, approve ? "approved" : "rejected");
+        rc = CMD_OK;
+    }
+    api_resp_cleanup(&r);
+    free(text);
     free(path);
     return rc;
 }
@@ -360,15 +469,18 @@ int cmd_run(struct api *a, const struct args *args, const struct watch_view *v)
     case CMD_RUNS:
         return cmd_runs(a, args, v);
     case CMD_CANCEL:
-        return cmd_cancel(a, args, v);
+        return args->bulk ? cmd_bulk(a, args, v) : cmd_cancel(a, args, v);
     case CMD_RETRY:
-        return cmd_retry(a, args, v);
+        return args->bulk ? cmd_bulk(a, args, v) : cmd_retry(a, args, v);
     case CMD_HEALTH:
         return cmd_health(a, v);
     case CMD_SCHEDULES:
         return cmd_schedules(a, args, v);
     case CMD_SCHEDULE:
         return cmd_schedule(a, args, v);
+    case CMD_APPROVE:
+    case CMD_REJECT:
+        return cmd_decide(a, args, v);
     }
     return CMD_USAGE;
 }

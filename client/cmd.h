@@ -1,8 +1,9 @@
 /* client/cmd.h — the client commands, each one or two HTTP calls and what
  * they print: a run id on stdout for submit, retry and schedule trigger
  * (then the watch with --watch), a table or the server's JSON for runs and
- * schedules, the new state for cancel and schedule pause|resume, nothing
- * but its exit status and a word for health.
+ * schedules, the new state for cancel, approve, reject and schedule
+ * pause|resume, how many runs were matched and acted on for cancel and
+ * retry by a filter, nothing but its exit status and a word for health.
  *
  * Exit statuses: CMD_OK when the server did what was asked; CMD_REFUSED
  * when it answered with an error (printed from its problem+json); CMD_USAGE
@@ -22,6 +23,7 @@
 enum cmd_exit { CMD_OK = 0, CMD_REFUSED = 1, CMD_USAGE = 2 };
 
 #define CMD_TIMEOUT_MS 30000L
+#define CMD_BULK_TIMEOUT_MS 600000L /* cancel and retry by a filter: up to 100,000 runs */
 #define CMD_HEALTH_TIMEOUT_MS 3000L
 
 /* Runs the parsed command against a. */
@@ -32,6 +34,14 @@ int cmd_run(struct api *a, const struct args *args, const struct watch_view *v);
 /* The body of POST /alerts for submit: {"alert_type", "data", "run_id"?};
  * new reference, NULL when data is not a JSON object. */
 json_t *cmd_submit_body(const struct args *args);
+/* The body of POST /runs/cancel or /runs/retry for cancel or retry by a
+ * filter: {"filter": {...}, "dry_run", "limit"?}, --since as
+ * created_after, that long before now_us (microseconds since the epoch).
+ * New reference. */
+json_t *cmd_bulk_body(const struct args *args, int64_t now_us);
+/* The body of POST /runs/{id}/approve or /reject: {"comment"} or NULL
+ * (new reference). */
+json_t *cmd_decision_body(const struct args *args);
 /* The path of GET /runs with the filters of args; heap string. */
 char *cmd_runs_path(const struct args *args);
 /* The table of runs (an array of run objects) written to f, one line per

@@ -16,7 +16,8 @@
 #define TOKEN_BYTES 32 /* 256 bits of getrandom() per token */
 #define TOKEN_PREFIX "opsrun_"
 
-static const char *const scope_names[] = {"submit", "read", "cancel", "health", "admin"};
+/* Indexed by the bit of enum auth_scope. */
+static const char *const scope_names[] = {"submit", "read", "cancel", "health", "admin", "approve"};
 
 /* Runs carry "anonymous" without authentication and "system" when opsrun
  * starts them itself: no token may pass for either. */
@@ -103,7 +104,7 @@ static enum status token_scopes(struct auth_token *t, const json_t *v, const cha
     if (!json_is_array(v) || json_array_size(v) == 0)
         return error_set(err, ST_INVALID,
                          "invalid %s: expected a non-empty array of \"submit\", \"read\", "
-                         "\"cancel\", \"health\" or \"admin\"",
+                         "\"cancel\", \"health\", \"admin\" or \"approve\"",
                          label);
     json_array_foreach(v, i, e)
     {
@@ -111,7 +112,7 @@ static enum status token_scopes(struct auth_token *t, const json_t *v, const cha
         if (!json_is_string(e) || !cfg_scope_parse(json_string_value(e), &bit))
             return error_set(err, ST_INVALID,
                              "invalid %s: expected \"submit\", \"read\", \"cancel\", "
-                             "\"health\" or \"admin\"",
+                             "\"health\", \"admin\" or \"approve\"",
                              elem);
         if (t->scopes & bit)
             return error_set(err, ST_INVALID, "invalid %s: \"%s\" is repeated", elem,

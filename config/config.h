@@ -48,6 +48,15 @@ struct poll_policy {
     int check_timeout_s;      /* one check's time limit, default 60 */
 };
 
+/* A run type's "approval": every new run waits (status waiting) for a
+ * person to approve or reject it before its action starts, for at most
+ * timeout_s, after which it is approved when approve_on_timeout, else
+ * rejected. */
+struct approval_policy {
+    int timeout_s; /* 1..2592000, default 3600; 0 = no approval (JSON null, the default) */
+    bool approve_on_timeout; /* "on_timeout": "approve"; false: "reject" (default) */
+};
+
 struct run_type {
     char *name;
     char *action;                 /* simulate, http, rest_job, soap_job or exec */
@@ -59,6 +68,7 @@ struct run_type {
     int max_running;              /* 0 = no per-type cap (JSON null) */
     struct poll_policy poll;
     char *rate_limit; /* the name of a rate_limits entry; NULL = none */
+    struct approval_policy approval;
     /* [{"on": [...], "to": "<notifier>"}] and [{"on": [...], "run_type",
      * "delay_s"?, "data"?}] as the file has them (checked); [] when none. */
     json_t *notify, *then;
@@ -132,13 +142,15 @@ struct route {
 
 /* What a token may do: the bits of auth_token.scopes. */
 enum auth_scope {
-    SCOPE_SUBMIT = 1u << 0, /* POST /alerts, the Alertmanager webhook included */
-    SCOPE_READ = 1u << 1,   /* runs, events, streams, long-polls */
-    SCOPE_CANCEL = 1u << 2, /* POST /runs/{id}/cancel (and retry) */
-    SCOPE_HEALTH = 1u << 3, /* GET /healthz when auth.open_health is false */
-    SCOPE_ADMIN = 1u << 4,  /* every scope, in every tenant */
+    SCOPE_SUBMIT = 1u << 0,  /* POST /alerts, the Alertmanager webhook included */
+    SCOPE_READ = 1u << 1,    /* runs, events, streams, long-polls */
+    SCOPE_CANCEL = 1u << 2,  /* POST /runs/{id}/cancel, retry, and the bulk ones */
+    SCOPE_HEALTH = 1u << 3,  /* GET /healthz when auth.open_health is false */
+    SCOPE_ADMIN = 1u << 4,   /* every scope, in every tenant */
+    SCOPE_APPROVE = 1u << 5, /* POST /runs/{id}/approve and /reject */
 };
-/* "submit", "read", "cancel", "health", "admin"; false for anything else. */
+/* "submit", "read", "cancel", "health", "admin", "approve"; false for
+ * anything else. */
 bool cfg_scope_parse(const char *name, unsigned *bit);
 /* The name of one scope bit, "" for anything else. */
 const char *cfg_scope_name(unsigned bit);

@@ -201,6 +201,15 @@ static bool jset_path(json_t *root, const char *key, json_t *v)
     return json_object_set_new(obj, dot + 1, v) == 0;
 }
 
+/* A run type's "approval" as the file has it: null when none. */
+static json_t *approval_to_json(const struct approval_policy *a)
+{
+    if (a->timeout_s == 0)
+        return json_null();
+    return json_pack("{s:i, s:s}", "timeout_s", a->timeout_s, "on_timeout",
+                     a->approve_on_timeout ? "approve" : "reject");
+}
+
 static json_t *rt_to_json(const struct run_type *rt)
 {
     json_t *j = json_pack("{s:s, s:O}", "action", rt->action, "params", rt->params);
@@ -208,6 +217,8 @@ static json_t *rt_to_json(const struct run_type *rt)
 
     for (size_t i = 0; ok && i < rt_nopts; i++)
         ok = jset_path(j, rt_opts[i].key, opt_to_json(rt, &rt_opts[i]));
+    if (ok)
+        ok = json_object_set_new(j, "approval", approval_to_json(&rt->approval)) == 0;
     if (ok && json_array_size(rt->notify))
         ok = json_object_set(j, "notify", rt->notify) == 0;
     if (ok && json_array_size(rt->then))

@@ -1,7 +1,7 @@
 /* config/run_types.c — run types: the scalar fields through their option
  * table (rt_opts), "action" checked against the action registry given to
- * cfg_init, "params" checked by that action, "poll", and "notify" and
- * "then" (checked in notify.c). */
+ * cfg_init, "params" checked by that action, "poll", "approval", and
+ * "notify" and "then" (checked in notify.c). */
 #include "config/config_internal.h"
 
 #include "common/suggest.h"
@@ -125,7 +125,7 @@ static enum status rt_set_action(const struct cfg_actions *acts, struct run_type
 static void rt_unknown_key(const char *prefix, const char *key, const char *path,
                            struct cfg_errors *errs)
 {
-    static const char *const own[] = {"action", "params", "poll", "notify", "then"};
+    static const char *const own[] = {"action", "params", "poll", "approval", "notify", "then"};
     size_t plen = strlen(prefix);
     struct suggest s;
 
@@ -167,6 +167,68 @@ static void rt_apply_poll(struct run_type *rt, const json_t *poll, const char *p
     }
 }
 
+#define APPROVAL_TIMEOUT_DEFAULT_S 3600
+#define APPROVAL_TIMEOUT_MAX_S 2592000 /* 30 days */
+
+/* One key of "approval" into *a; label names it in errors. */
+static enum status rt_approval_key(struct approval_policy *a, const char *key, const json_t *v,
+                                   const char *label, struct error *err)
+{
+    if (strcmp(key, "timeout_s") == 0) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > APPROVAL_TIMEOUT_MAX_S)
+            return error_set(err, ST_INVALID, "invalid \"%s\": must be an integer from 1 to %d",
+                             label, APPROVAL_TIMEOUT_MAX_S);
+        a->timeout_s = (int)json_integer_value(v);
+        return ST_OK;
+    }
+    if (!json_is_string(v) || !STR_IN(json_string_value(v), "reject", "approve"))
+        return error_set(err, ST_INVALID, "invalid \"%s\": expected \"reject\" or \"approve\"",
+                         label);
+    a->approve_on_timeout = strcmp(json_string_value(v), "approve") == 0;
+    return ST_OK;
+}
+
+/* "approval": null (none), or {"timeout_s", "on_timeout"} over the
+ * defaults (3600 s, reject), each key checked; applied only when all are
+ * valid. */
+static void rt_apply_approval(struct run_type *rt, const json_t *v, const char *path,
+                              struct cfg_errors *errs)
+{
+    static const char *const keys[] = {"timeout_s", "on_timeout"};
+    struct approval_policy a = {.timeout_s = APPROVAL_TIMEOUT_DEFAULT_S};
+    unsigned before = errs->n;
+    const char *key;
+    json_t *e;
+
+    if (json_is_null(v)) {
+        rt->approval = (struct approval_policy){0};
+        return;
+    }
+    if (!json_is_object(v)) {
+        (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object or null", path);
+        return;
+    }
+    json_object_foreach((json_t *)v, key, e)
+    {
+        char label[KEY_MAX];
+        struct error one = {0};
+        struct suggest s;
+
+        xsnprintf(label, sizeof(label), "%s.%s", path, key);
+        if (!STR_IN(key, keys[0], keys[1])) {
+            suggest_init(&s, key);
+            for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+                suggest_add(&s, keys[i]);
+            (void)cfg_unknown_key(errs, label, &s);
+            continue;
+        }
+        (void)cfg_errors_note(errs, rt_approval_key(&a, key, e, label, &one), &one);
+    }
+    if (errs->n == before)
+        rt->approval = a;
+}
+
 static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, const char *key,
                          json_t *v, const char *path, struct cfg_errors *errs)
 {
@@ -185,6 +247,8 @@ static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, co
         rt->params = json_incref(v);
     } else if (strcmp(key, "poll") == 0) {
         rt_apply_poll(rt, v, path, errs);
+    } else if (strcmp(key, "approval") == 0) {
+        rt_apply_approval(rt, v, path, errs);
     } else if (strcmp(key, "notify") == 0) {
         (void)cfg_errors_note(errs, rt_rules(&rt->notify, v, false, path, &one), &one);
     } else if (strcmp(key, "then") == 0) {

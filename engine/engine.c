@@ -1,10 +1,10 @@
 /* engine/engine.c — the engine's lifecycle (engine/engine.h): it creates
  * the shared state, writes the run types' rules to the database, starts
  * every thread in order (doorbell and listener, maintenance, poller,
- * workers, dispatcher, scheduler, notifier), and stops them in the reverse
- * order, on a drain and on a start that failed half-way. The threads
- * themselves live in doorbell.c, maint.c, poller.c, dispatch.c,
- * scheduler.c and notify.c. */
+ * workers, dispatcher, scheduler, approvals, notifier), and stops them in
+ * the reverse order, on a drain and on a start that failed half-way. The
+ * threads themselves live in doorbell.c, maint.c, poller.c, dispatch.c,
+ * scheduler.c, approvals.c and notify.c. */
 #include "engine/engine_internal.h"
 
 #include "common/ids.h"
@@ -40,6 +40,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     cond_init_monotonic(&e->bell_cv);
     cond_init_monotonic(&e->complete_cv);
     cond_init_monotonic(&e->sched_cv);
+    cond_init_monotonic(&e->approvals_cv);
     e->nslots = cfg->queue.workers;
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
@@ -134,12 +135,16 @@ enum status engine_start(struct engine *e, struct error *err)
         goto poller;
     if ((st = scheduler_start(e, err)) != ST_OK)
         goto dispatch;
-    if ((st = notify_start(e, err)) != ST_OK)
+    if ((st = approvals_start(e, err)) != ST_OK)
         goto scheduler;
+    if ((st = notify_start(e, err)) != ST_OK)
+        goto approvals;
     e->started = true;
     LOG(LOG_INFO, "engine started worker=%s workers=%d max_running=%d listen=%s", e->worker_id,
         e->nslots, e->cfg->queue.max_running, e->cfg->queue.listen ? "on" : "off");
     return ST_OK;
+approvals:
+    approvals_stop(e);
 scheduler:
     scheduler_stop(e);
 dispatch:
@@ -236,6 +241,7 @@ void engine_stop_claims(struct engine *e)
     if (!e->started)
         return;
     scheduler_stop(e); /* no new runs from here on */
+    approvals_stop(e); /* nor new queued ones */
     dispatch_stop_claims(e);
 }
 
@@ -279,6 +285,7 @@ void engine_free(struct engine *e)
     pthread_cond_destroy(&e->bell_cv);
     pthread_cond_destroy(&e->complete_cv);
     pthread_cond_destroy(&e->sched_cv);
+    pthread_cond_destroy(&e->approvals_cv);
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);

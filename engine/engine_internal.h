@@ -4,12 +4,12 @@
  * The files call each other in one direction only, each only files to its
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
- *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c
- *     -> notify.c -> doorbell.c -> thread.c, queue.c, shared.c
- * The listener (doorbell.c), the completer and the scheduler wake the
- * dispatcher through e->wake_dispatcher, set by engine.c, and the events
- * hint (doorbell.c) wakes the notifier through e->wake_notifier, so none of
- * them needs anything to its left. */
+ *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c,
+ *     approvals.c -> notify.c -> doorbell.c -> thread.c, queue.c, shared.c
+ * The listener (doorbell.c), the completer, the scheduler and the
+ * approvals thread wake the dispatcher through e->wake_dispatcher, set by
+ * engine.c, and the events hint (doorbell.c) wakes the notifier through
+ * e->wake_notifier, so none of them needs anything to its left. */
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
@@ -128,7 +128,10 @@ struct engine {
     /* the scheduler (scheduler.c), when schedules are configured */
     pthread_t scheduler;
     bool sched_started, sched_stop;
-    pthread_cond_t sched_cv;
+    /* the approvals thread (approvals.c), when a run type has approval */
+    bool approvals_started, approvals_stop;
+    pthread_t approvals;
+    pthread_cond_t sched_cv, approvals_cv;
     /* the notifier (notify.c), when notifiers are configured; wake_notifier
      * (notify_wake, set before any thread starts) is how the events hint
      * makes it look for due deliveries. */
@@ -169,6 +172,11 @@ void notify_free(struct engine *e);
 /* scheduler.c: the scheduler thread (when schedules are configured). */
 enum status scheduler_start(struct engine *e, struct error *err) WUR;
 void scheduler_stop(struct engine *e); /* safe when not started */
+
+/* approvals.c: the thread that decides expired approvals (when a run type
+ * has approval). */
+enum status approvals_start(struct engine *e, struct error *err) WUR;
+void approvals_stop(struct engine *e); /* safe when not started */
 
 /* doorbell.c: the doorbell and the LISTEN thread (when queue.listen). */
 enum status doorbell_start(struct engine *e, struct error *err) WUR;

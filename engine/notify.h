@@ -16,8 +16,9 @@
 #include <jansson.h>
 
 /* The run_type_rules rows of cfg (store_rules_sync): one per run type, its
- * then rules numbered from 1 ("k") with delay_s and data filled in. A new
- * string (free). */
+ * then rules numbered from 1 ("k") with delay_s and data filled in, and its
+ * approval (approval_timeout_s null for none), which its follow-ups wait
+ * for as every new run of it does. A new string (free). */
 char *notify_rules_json(const struct config *cfg);
 
 /* One attempt's request. */

@@ -37,10 +37,16 @@ char *notify_rules_json(const struct config *cfg)
                                 json_integer_value(json_object_get(rule, "delay_s")), "data",
                                 data ? json_incref((json_t *)data) : json_object()));
         }
-        json_array_append_new(all, json_pack("{s:s, s:i, s:I, s:O, s:o}", "type", rt->name,
-                                             "max_attempts", rt->max_attempts, "timeout_s",
-                                             (json_int_t)rt->timeout_s, "notify", rt->notify,
-                                             "follow_ups", then));
+        json_array_append_new(
+            all,
+            json_pack("{s:s, s:i, s:I, s:O, s:o, s:o, s:s?}", "type", rt->name, "max_attempts",
+                      rt->max_attempts, "timeout_s", (json_int_t)rt->timeout_s, "notify",
+                      rt->notify, "follow_ups", then, "approval_timeout_s",
+                      rt->approval.timeout_s ? json_integer(rt->approval.timeout_s) : json_null(),
+                      "approval_on_timeout",
+                      !rt->approval.timeout_s           ? NULL
+                      : rt->approval.approve_on_timeout ? "approve"
+                                                        : "reject"));
     }
     text = json_dumps(all, JSON_COMPACT);
     json_decref(all);

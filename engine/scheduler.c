@@ -158,7 +158,9 @@ void schedule_run_init(const struct config *cfg, const struct schedule *s, int64
                                .identity_hash = out->identity,
                                .request_hash = out->identity,
                                .schedule_name = s->name,
-                               .schedule_slot = slot_s >= 0 ? out->slot : NULL};
+                               .schedule_slot = slot_s >= 0 ? out->slot : NULL,
+                               .approval_timeout_s = rt->approval.timeout_s,
+                               .approve_on_timeout = rt->approval.approve_on_timeout};
 }
 
 static const char *const taken_names[] = {

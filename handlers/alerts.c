@@ -253,6 +253,8 @@ static enum status alerts_prepare(const struct hctx *hc, const struct request *r
         .identity_hash = p->identity,
         .request_hash = p->request,
         .initiator = rq->initiator,
+        .approval_timeout_s = rt->approval.timeout_s,
+        .approve_on_timeout = rt->approval.approve_on_timeout,
     };
     return ST_OK;
 }

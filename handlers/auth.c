@@ -118,6 +118,8 @@ static unsigned need_scope(enum auth_need need)
         return SCOPE_CANCEL;
     case NEED_HEALTH:
         return SCOPE_HEALTH;
+    case NEED_APPROVE:
+        return SCOPE_APPROVE;
     case NEED_OPEN:
     case NEED_TOKEN:
         break;

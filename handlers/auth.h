@@ -20,12 +20,13 @@
 
 /* What a route needs. */
 enum auth_need {
-    NEED_OPEN,   /* /livez, /readyz: never a token */
-    NEED_TOKEN,  /* any valid token: a path or method that does not exist */
-    NEED_SUBMIT, /* POST /alerts */
-    NEED_READ,   /* runs, events, streams, long-polls */
-    NEED_CANCEL, /* POST /runs/{id}/cancel */
-    NEED_HEALTH, /* /healthz: open when auth.open_health, else health or admin */
+    NEED_OPEN,    /* /livez, /readyz: never a token */
+    NEED_TOKEN,   /* any valid token: a path or method that does not exist */
+    NEED_SUBMIT,  /* POST /alerts */
+    NEED_READ,    /* runs, events, streams, long-polls */
+    NEED_CANCEL,  /* POST /runs/{id}/cancel, retry, the bulk cancel and retry */
+    NEED_HEALTH,  /* /healthz: open when auth.open_health, else health or admin */
+    NEED_APPROVE, /* POST /runs/{id}/approve and /reject */
 };
 
 /* What the request carries; NULL for what is absent. */

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 
+struct bulk;
 struct db_pool;
 struct engine;
 struct hub;
@@ -31,6 +32,9 @@ struct hctx {
     /* Shared commits for submissions (handlers/submitq.h); NULL: each
      * request writes its own on its HTTP thread. */
     struct submitq *submitq;
+    /* The runner of bulk actions (handlers/bulk.h); NULL: each runs on its
+     * HTTP thread. */
+    struct bulk *bulk;
 };
 
 struct request {
@@ -129,6 +133,14 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
 enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/approvals.c */
+enum status handle_runs_approve(const struct hctx *hc, const struct request *rq, struct reply *rp);
+enum status handle_runs_reject(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/bulk.c: POST /runs/cancel and POST /runs/retry. */
+enum status handle_runs_bulk_cancel(const struct hctx *hc, const struct request *rq,
+                                    struct reply *rp);
+enum status handle_runs_bulk_retry(const struct hctx *hc, const struct request *rq,
+                                   struct reply *rp);
 enum status handle_runs_completions(const struct hctx *hc, const struct request *rq,
                                     struct reply *rp);
 /* handlers/schedules.c */
@@ -183,6 +195,10 @@ enum status stream_parse_filter(const struct request *rq, const char **type, boo
 /* Validates GET /runs query parameters into f. */
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
                               struct error *err) WUR;
+/* The optional body of POST /runs/{id}/approve and /reject: none (NULL),
+ * or {"comment": string of at most 1000 characters}; *comment borrows
+ * from body, NULL for none (an empty comment too). */
+enum status approvals_parse_body(const json_t *body, const char **comment, struct error *err) WUR;
 
 /* ---- the Alertmanager webhook body (pure parts) ---- */
 

@@ -24,6 +24,8 @@ enum status intake_submit(struct db *db, const char *tenant, const struct intake
         .identity_hash = in->identity_hash,
         .request_hash = in->request_hash,
         .initiator = in->initiator,
+        .approval_timeout_s = in->type->approval.timeout_s,
+        .approve_on_timeout = in->type->approval.approve_on_timeout,
     };
     return store_runs_submit(db, &rn, out, dedup, err);
 }

@@ -81,6 +81,14 @@ static void parse_outcome(const char *v, bool *has, enum run_outcome *out, struc
                     "cancelled, timed_out");
 }
 
+/* approval=pending: the runs awaiting a decision (the one value there is). */
+static void parse_approval(const char *v, struct run_filter *f, struct error *err)
+{
+    f->approval_pending = v && strcmp(v, "pending") == 0;
+    if (v && !f->approval_pending)
+        error_field(err, ST_INVALID, "approval", "must be pending");
+}
+
 enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
                                 enum run_status *status, struct error *err)
 {
@@ -101,6 +109,7 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
     parse_text(rq->query(rq, "external_id"), "external_id", 512, &f->external_id, err);
     parse_text(rq->query(rq, "initiator"), "initiator", 64, &f->initiator, err);
     parse_text(rq->query(rq, "schedule"), "schedule", 64, &f->schedule, err);
+    parse_approval(rq->query(rq, "approval"), f, err);
     parse_text(rq->query(rq, "parent_id"), "parent_id", RUN_ID_MAX, &f->parent_id, err);
     parse_limit(rq->query(rq, "limit"), f, err);
     if (cursor) {

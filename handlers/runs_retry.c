@@ -55,14 +55,17 @@ static enum status retry_start(const struct hctx *hc, struct db *db, const struc
                        of->id, of->type);
     if (st == ST_OK) {
         run_id_new(id);
-        st = store_runs_resubmit(db,
-                                 &(struct run_resubmit){.tenant = of->tenant,
-                                                        .of = of->id,
-                                                        .id = id,
-                                                        .initiator = rq->initiator,
-                                                        .max_attempts = rt->max_attempts,
-                                                        .timeout_s = (int)rt->timeout_s},
-                                 out, dedup, err);
+        st = store_runs_resubmit(
+            db,
+            &(struct run_resubmit){.tenant = of->tenant,
+                                   .of = of->id,
+                                   .id = id,
+                                   .initiator = rq->initiator,
+                                   .max_attempts = rt->max_attempts,
+                                   .timeout_s = (int)rt->timeout_s,
+                                   .approval_timeout_s = rt->approval.timeout_s,
+                                   .approve_on_timeout = rt->approval.approve_on_timeout},
+            out, dedup, err);
     }
     run_free(of);
     return st;

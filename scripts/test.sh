@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test.sh — installs what is missing, checks formatting and first lines,
+# test.sh — installs what is missing, checks formatting, first lines and links,
 # builds with ASan+UBSan (build-asan/), starts two throwaway PostgreSQL
 # clusters, migrates a template database in each and runs every test through
 # ctest, while it builds the Release tree (build-release/) in the background.
@@ -12,7 +12,8 @@
 #   --tsan   also builds with ThreadSanitizer (build-tsan/) and runs the
 #            concurrency suites (integration_*, e2e_cluster, e2e_lease,
 #            e2e_streams, e2e_poller, e2e_shell_query, e2e_limits,
-#            e2e_schedules, e2e_rate_limits, e2e_notify) under
+#            e2e_schedules, e2e_rate_limits, e2e_notify, e2e_approvals,
+#            e2e_bulk_actions) under
 #            it, two tests at a time; any report fails them.
 #            Adds about 3 minutes.
 #   --lint   also runs clang-tidy (.clang-tidy) over the product code; any
@@ -276,6 +277,11 @@ fi
 # Offline, under a second; checks whose tool is missing are skipped.
 OPSRUN_BIN="$BUILD/opsrun" bash scripts/check-deploy.sh || failures+=("deployment files")
 
+# ------------------------------------------------------------ links
+# Every relative link of README.md, docs/, bench/ and deploy/ reaches a file,
+# and a heading when it names an anchor. Offline, under a second.
+python3 scripts/check-links.py . || failures+=("documentation links")
+
 # ------------------------------------------------------------ PostgreSQL
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/opsrun-test.XXXXXX")"
 # As root, PostgreSQL runs as "postgres", which must be able to enter TMP.
@@ -418,7 +424,7 @@ if ((TSAN)); then
     BUILD_ASAN="$BUILD"
     BUILD="$ROOT/build-tsan"
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits|e2e_notify)[.]'
+        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits|e2e_notify|e2e_approvals|e2e_bulk_actions)[.]'
     BUILD="$BUILD_ASAN"
 fi
 

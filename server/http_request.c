@@ -206,6 +206,9 @@ static bool request_check(struct req_ctx *rc)
     if (!rc->m.entry->json_body)
         return true;
     len = http_header(rc, "Content-Length");
+    if (rc->m.entry->json_body == BODY_JSON_OPTIONAL &&
+        (len ? strcmp(len, "0") == 0 : !http_header(rc, "Transfer-Encoding")))
+        return true; /* no body */
     if (len && strtoull(len, NULL, 10) > (unsigned long long)cfg->http.max_body_bytes) {
         /* Answered before the body arrives, the 413 is followed by a close
          * with the body unread, and the client's reset can beat the answer
@@ -294,7 +297,8 @@ static bool request_dispatch(struct req_ctx *rc)
                              (long long)hc->cfg->http.max_body_bytes);
     if (request_submit_limit(rc, &retry_after_s, &err) != ST_OK)
         return http_request_limited(rc, &err, retry_after_s, false);
-    if (rc->m.entry->json_body) {
+    if (rc->m.entry->json_body &&
+        !(rc->m.entry->json_body == BODY_JSON_OPTIONAL && dynbuf_len(&rc->body) == 0)) {
         if (dynbuf_len(&rc->body) == 0)
             return request_error(rc, ST_INVALID,
                                  "request body is empty; a JSON object is expected");

@@ -11,6 +11,7 @@
 #include "common/suggest.h"
 #include "engine/actions/action.h"
 #include "engine/engine.h"
+#include "handlers/bulk.h"
 #include "handlers/submitq.h"
 #include "config/config.h"
 #include "server/build_info.h"
@@ -332,6 +333,11 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
     pthread_join(th, NULL);
 }
 
+/* Bulk actions (POST /runs/cancel, /runs/retry) acted on at once, and
+ * waiting for their turn. */
+#define BULK_THREADS 2
+#define BULK_QUEUE_MAX 16
+
 /* With LISTEN on, the hub still reads this often in case a NOTIFY was lost. */
 #define HUB_SAFETY_POLL_MS 2000
 
@@ -356,11 +362,12 @@ static struct hub *make_hub(const struct config *cfg)
 
 /* Ends the streams and long-polls, then stops HTTP: libmicrohttpd aborts
  * when it is stopped with a connection still suspended. */
-static void stop_http(struct http *http, struct hub *hub, struct submitq *submitq)
+static void stop_http(struct http *http, struct hub *hub, const struct hctx *hc)
 {
     struct hub_stats hs;
 
-    (void)submitq_close(submitq, 5000); /* answers every queued submission */
+    (void)submitq_close(hc->submitq, 5000); /* answers every queued submission */
+    (void)bulk_close(hc->bulk, 10000);      /* each bulk action after its current batch */
     hub_close(hub);
     if (!hub_wait_empty(hub, 5000)) {
         hub_stats(hub, &hs);
@@ -448,6 +455,29 @@ static void take_signals(sigset_t *sigs)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* The handlers' own threads: the submission flushers and the bulk
+ * actions' runner, in hc; logged when they cannot start. */
+static enum status start_handler_threads(const struct config *cfg, struct hctx *hc)
+{
+    struct error err = {0};
+
+    hc->submitq = submitq_new(hc, &(struct submitq_options){
+                                      .flushers = cfg->submit.flushers,
+                                      .batch_max = cfg->submit.batch_max,
+                                      .queue_max = cfg->submit.queue_max,
+                                  });
+    if (submitq_start(hc->submitq, &err) != ST_OK) {
+        LOG(LOG_ERROR, "could not start the submission queue: %s", err.message);
+        return ST_INTERNAL;
+    }
+    hc->bulk = bulk_new(hc, BULK_THREADS, BULK_QUEUE_MAX);
+    if (bulk_start(hc->bulk, &err) != ST_OK) {
+        LOG(LOG_ERROR, "could not start the bulk actions: %s", err.message);
+        return ST_INTERNAL;
+    }
+    return ST_OK;
+}
+
 static int serve(const struct config *cfg)
 {
     const struct db_options opt = conn_options(cfg, "opsrun");
@@ -491,13 +521,7 @@ static int serve(const struct config *cfg)
                        .limits = limits,
                        .draining = &draining};
     hc.metrics = metrics;
-    hc.submitq = submitq_new(&hc, &(struct submitq_options){
-                                      .flushers = cfg->submit.flushers,
-                                      .batch_max = cfg->submit.batch_max,
-                                      .queue_max = cfg->submit.queue_max,
-                                  });
-    if (submitq_start(hc.submitq, &err) != ST_OK) {
-        LOG(LOG_ERROR, "could not start the submission queue: %s", err.message);
+    if (start_handler_threads(cfg, &hc) != ST_OK) {
         engine_drain(engine, 0);
         goto out;
     }
@@ -509,7 +533,7 @@ static int serve(const struct config *cfg)
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
     serve_until_signal(cfg, engine, &draining, &sigs);
-    stop_http(http, hub, hc.submitq);
+    stop_http(http, hub, &hc);
     http = NULL;
     rc = 0;
     LOG(LOG_INFO, "stopped");
@@ -518,6 +542,9 @@ out:
     if (hc.submitq)
         (void)submitq_close(hc.submitq, 0);
     submitq_free(hc.submitq);
+    if (hc.bulk)
+        (void)bulk_close(hc.bulk, 0);
+    bulk_free(hc.bulk);
     engine_free(engine);
     hub_free(hub);
     limits_free(limits);

@@ -10,12 +10,16 @@
 
 enum route_result { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_METHOD };
 
+/* The body a route reads: none (false), a JSON object (true), or a JSON
+ * object or nothing at all. */
+enum route_body { BODY_NONE = 0, BODY_JSON = 1, BODY_JSON_OPTIONAL = 2 };
+
 struct route_entry {
     const char *method;
     const char *pattern;
-    handler_fn fn;  /* NULL for a stream */
-    bool json_body; /* expects a JSON request body */
-    bool stream;    /* a server-sent event stream (live/sse.h) */
+    handler_fn fn;             /* NULL for a stream */
+    enum route_body json_body; /* written false or true in the table, or BODY_JSON_OPTIONAL */
+    bool stream;               /* a server-sent event stream (live/sse.h) */
     enum auth_need need;
 };
 

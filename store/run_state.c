@@ -18,8 +18,14 @@ static const char *const outcome_names[] = {
     [OUTCOME_CANCELLED] = "cancelled",
     [OUTCOME_TIMED_OUT] = "timed_out",
 };
+static const char *const approval_names[] = {
+    [APPROVAL_PENDING] = "pending",     [APPROVAL_APPROVED] = "approved",
+    [APPROVAL_REJECTED] = "rejected",   [APPROVAL_EXPIRED] = "expired",
+    [APPROVAL_CANCELLED] = "cancelled",
+};
 _Static_assert(ARRAY_LEN(status_names) == RUN_STATUS_COUNT, "a status without a name");
 _Static_assert(ARRAY_LEN(outcome_names) == RUN_OUTCOME_COUNT, "an outcome without a name");
+_Static_assert(ARRAY_LEN(approval_names) == APPROVAL_STATE_COUNT, "an approval without a name");
 
 const char *run_status_name(enum run_status s)
 {
@@ -75,4 +81,25 @@ bool run_status_is_joinable(enum run_status s)
 bool run_status_is_held(enum run_status s)
 {
     return s == RUN_RUNNING || s == RUN_CANCELLING;
+}
+
+const char *approval_state_name(enum approval_state a)
+{
+    assert((unsigned)a < APPROVAL_STATE_COUNT);
+    return approval_names[a];
+}
+
+bool approval_state_parse(const char *name, enum approval_state *out)
+{
+    int i = name_index(name, approval_names, APPROVAL_STATE_COUNT);
+
+    if (i < 0)
+        return false;
+    *out = (enum approval_state)i;
+    return true;
+}
+
+bool run_awaits_approval(enum run_status s, enum approval_state a)
+{
+    return s == RUN_WAITING && a == APPROVAL_PENDING;
 }

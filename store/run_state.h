@@ -50,4 +50,23 @@ bool run_status_is_joinable(enum run_status s);
  * max_running, is heartbeated, and its writes are fenced). */
 bool run_status_is_held(enum run_status s);
 
+/* Where a run of a run type with "approval" is with its approval
+ * (migration 018). A run of any other type has none (the run object's
+ * "approval" is null). APPROVAL_CANCELLED is never stored: it is what a
+ * pending approval reads as once its run was cancelled. */
+enum approval_state {
+    APPROVAL_PENDING,   /* nobody decided yet */
+    APPROVAL_APPROVED,  /* a person approved: the run was queued */
+    APPROVAL_REJECTED,  /* a person rejected: the run completed cancelled */
+    APPROVAL_EXPIRED,   /* nobody decided in time: on_timeout decided */
+    APPROVAL_CANCELLED, /* the run was cancelled while pending */
+};
+#define APPROVAL_STATE_COUNT (APPROVAL_CANCELLED + 1)
+const char *approval_state_name(enum approval_state a);
+bool approval_state_parse(const char *name, enum approval_state *out);
+/* The run awaits a decision: its approval is pending and it is waiting.
+ * Only such a run may be approved, rejected or expired, and it has no
+ * external job (the poller never checks it). */
+bool run_awaits_approval(enum run_status s, enum approval_state a);
+
 #endif

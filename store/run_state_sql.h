@@ -32,6 +32,10 @@
     "outcome = CASE WHEN " cond " THEN 'cancelled' ELSE " outcome " END, "                         \
     "completed_at = CASE WHEN " cond " THEN now() ELSE " completed_at " END, "
 
+/* A run a retry may repeat (POST /runs/{id}/retry), over a runs row whose
+ * columns are prefixed p ("o.", "r."): completed, and not successfully. */
+#define RETRYABLE_RUN(p) p "status = 'completed' AND " p "outcome <> 'succeeded'"
+
 /* A held run whose cancel was asked for. */
 #define CANCEL_ASKED "r.status = 'cancelling'"
 /* The holder lets go of a held run: a run that was asked to cancel ends
@@ -49,6 +53,16 @@
  * and waiting end cancelled at once; running becomes cancelling. */
 #define SET_CANCEL                                                                                 \
     SET_CANCELLED_IF("cur.status IN " CANCEL_AT_ONCE_STATUSES, "'cancelling'", "r.outcome", "NULL")
+/* A cancel that ends a run at once owes its action's remote cancel and
+ * cleanup (the terminal hooks, for the poller): a waiting run's, unless it
+ * awaited approval (nothing was started), and a queued run's that recorded
+ * remote preparation. Over the locking CTE "cur", as SET_CANCEL. */
+#define CANCEL_OWES_HOOKS                                                                          \
+    "(cur.status = 'waiting' AND r.approval_state IS DISTINCT FROM 'pending') OR "                 \
+    "(cur.status = 'queued' AND r.cleanup_due)"
+#define SET_CANCEL_HOOKS                                                                           \
+    "hooks_at = CASE WHEN " CANCEL_OWES_HOOKS " THEN now() ELSE r.hooks_at END, "                  \
+    "hooks_attempts = CASE WHEN " CANCEL_OWES_HOOKS " THEN 0 ELSE r.hooks_attempts END, "
 /* Retry and release at shutdown (runs_retry, runs_release): back to queued
  * and pending. */
 #define SET_REQUEUE SET_HAND_BACK("'queued'", "'pending'", "NULL")
@@ -63,6 +77,49 @@
     SET_HAND_BACK("CASE WHEN " EXHAUSTED " THEN 'completed' ELSE 'queued' END",                    \
                   "CASE WHEN " EXHAUSTED " THEN 'failed' ELSE 'pending' END",                      \
                   "CASE WHEN " EXHAUSTED " THEN now() END")
+
+/* ---- approvals (migration 018) ---- */
+
+/* run_awaits_approval, over a runs row whose columns are prefixed p ("r.";
+ * "" is the predicate of migration 018's partial indexes). */
+#define AWAITING_APPROVAL(p) p "approval_state = 'pending' AND " p "status = 'waiting'"
+/* The columns of a new run (submission, retry) that approval decides, and
+ * their values: timeout_s (SQL text, an integer) NULL for a run type
+ * without approval, whose runs are queued; otherwise the run waits,
+ * pending, until timeout_s from now, and then on_timeout decides. */
+#define APPROVAL_INSERT_COLS "status, approval_state, approval_expires_at, approval_on_timeout"
+#define APPROVAL_INSERT_VALUES(timeout_s, on_timeout)                                              \
+    "CASE WHEN " timeout_s " IS NULL THEN 'queued' ELSE 'waiting' END, "                           \
+    "CASE WHEN " timeout_s " IS NOT NULL THEN 'pending' END, "                                     \
+    "now() + make_interval(secs => " timeout_s "), CASE WHEN " timeout_s " IS NOT NULL THEN "      \
+    "" on_timeout " END"
+/* The "submitted" event of a new run, over the CTE of the inserted rows:
+ * one awaiting approval says so, and until when. (The notifications of an
+ * approval request belong in the statement that writes this event.) */
+#define SUBMITTED_MESSAGE                                                                          \
+    "CASE WHEN approval_state = 'pending' THEN 'submitted; awaiting approval until ' || "          \
+    "opsrun_ts(approval_expires_at) ELSE 'submitted' END"
+/* The decision reached a run awaiting approval: by (SQL text) decided,
+ * approved ends in queued, due now (or at its run_at when later): it then
+ * starts as any queued run. */
+#define SET_APPROVED(state, by)                                                                    \
+    "status = 'queued', approval_state = " state ", approval_decided_by = " by ", "                \
+    "approval_decided_at = now(), run_at = greatest(r.run_at, now()), updated_at = now(), "
+/* Rejected ends the run completed/cancelled, with error (SQL text). */
+#define SET_REJECTED(state, by, error)                                                             \
+    "status = 'completed', outcome = 'cancelled', completed_at = now(), error = " error ", "       \
+    "approval_state = " state ", approval_decided_by = " by ", approval_decided_at = now(), "      \
+    "updated_at = now(), "
+/* The approval expired: the run's own approval_on_timeout decides. */
+#define ON_TIMEOUT_APPROVE "r.approval_on_timeout = 'approve'"
+#define SET_EXPIRED(error)                                                                         \
+    "status = CASE WHEN " ON_TIMEOUT_APPROVE " THEN 'queued' ELSE 'completed' END, "               \
+    "outcome = CASE WHEN " ON_TIMEOUT_APPROVE " THEN r.outcome ELSE 'cancelled' END, "             \
+    "completed_at = CASE WHEN " ON_TIMEOUT_APPROVE " THEN NULL ELSE now() END, "                   \
+    "run_at = CASE WHEN " ON_TIMEOUT_APPROVE " THEN greatest(r.run_at, now()) ELSE r.run_at END, " \
+    "error = CASE WHEN " ON_TIMEOUT_APPROVE " THEN r.error ELSE " error " END, "                   \
+    "approval_state = 'expired', approval_decided_by = 'system', approval_decided_at = now(), "    \
+    "updated_at = now(), "
 
 /* The terminal hooks of a run that recorded remote preparation
  * (cleanup_due, migration 006) become due now where ends holds: the one way

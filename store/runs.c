@@ -12,15 +12,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The run's approval, when its type has one: $14 its timeout, $15 on_timeout. */
+#define INSERT_APPROVAL APPROVAL_INSERT_VALUES("$14::int", "$15")
 /* clang-format off */
 static const struct stmt S_INSERT = {
     "runs_insert",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, "
     "timeout_s, input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, "
-    "reacts) VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, "
-    "$8::jsonb, $9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " REACTS_OF("$3") ") "
-    "ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at), "
-    EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    "reacts, " APPROVAL_INSERT_COLS ") "
+    "VALUES ($1, $2, $3, $4::int, coalesce($5::timestamptz, now()), $6::int, $7::int, $8::jsonb, "
+    "$9, $10, coalesce($11, 'system'), $12, $13::timestamptz, " REACTS_OF("$3") ", "
+    INSERT_APPROVAL ") "
+    "ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at, r.approval_state, "
+    "r.approval_expires_at), " EVENT_SUBMITTED " SELECT " RUN_OUT " FROM upd"};
 /* clang-format on */
 static const struct stmt S_BY_ID = {
     "runs_by_id",
@@ -42,6 +46,15 @@ static const struct stmt S_BY_IDENTITY = {
 static const struct stmt S_LIST = {"runs_list",
                                    "SELECT " RUN_COLS
                                    " FROM runs r WHERE r.tenant = $1 AND " LIST_FILTERS LIST_ORDER};
+/* One tenant's runs awaiting approval, newest first (runs_approval_list,
+ * migration 018), and every tenant's ($1 NULL): few, all in that index. */
+#define PENDING AWAITING_APPROVAL("r.")
+static const struct stmt S_LIST_PENDING = {
+    "runs_list_pending", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND " PENDING
+                         " AND " LIST_FILTERS LIST_ORDER};
+static const struct stmt S_LIST_ALL_PENDING = {
+    "runs_list_all_pending", "SELECT " RUN_COLS " FROM runs r WHERE $1::text IS NULL AND " PENDING
+                             " AND " LIST_FILTERS LIST_ORDER};
 /* Every tenant's, for an admin ($1 is NULL): the tenants found by a skip
  * scan of runs_list's first column (one step each), each tenant's first
  * $8 from runs_list as in runs_list, and the newest $8 of those, read in
@@ -63,16 +76,14 @@ static const struct stmt S_LOCATE = {
 /* cur locks the run and carries its newest version: a cancel that waited
  * behind a finish must answer with the finished run (409), not the version
  * its statement started with. A waiting run ends at once and owes its
- * action's remote cancel and cleanup: hooks_at makes the poller run them. */
+ * action's remote cancel and cleanup (unless it awaited approval):
+ * hooks_at makes the poller run them. */
 static const struct stmt S_CANCEL = {
     "runs_cancel",
     "WITH cur AS (SELECT r AS cr, r.tenant, r.id, r.status FROM runs r "
     "WHERE r.tenant = $1 AND r.id = $2 FOR UPDATE), "
-    "upd AS (UPDATE runs r SET " SET_CANCEL "next_poll_at = NULL, updated_at = now(), "
-    "hooks_at = CASE WHEN cur.status = 'waiting' OR (cur.status = 'queued' AND r.cleanup_due) "
-    "THEN now() ELSE r.hooks_at END, "
-    "hooks_attempts = CASE WHEN cur.status = 'waiting' OR (cur.status = 'queued' AND "
-    "r.cleanup_due) THEN 0 ELSE r.hooks_attempts END FROM cur "
+    "upd AS (UPDATE runs r SET " SET_CANCEL SET_CANCEL_HOOKS "next_poll_at = NULL, "
+    "updated_at = now() FROM cur "
     "WHERE r.tenant = cur.tenant AND r.id = cur.id AND cur.status IN " JOINABLE_STATUSES
     " RETURNING " RUN_RET ", r.created_at), " EVENT_FROM_UPD(
         "'status'",
@@ -226,9 +237,9 @@ static enum status submit_existing(struct db *db, const struct run_new *rn, stru
 enum status store_runs_submit(struct db *db, const struct run_new *rn, struct run **out,
                               bool *dedup, struct error *err)
 {
-    char prio[16], maxa[16], tmo[16];
+    char prio[16], maxa[16], tmo[16], atmo[16];
     char *input = json_text(rn->input);
-    const char *p[13] = {rn->tenant,
+    const char *p[15] = {rn->tenant,
                          rn->id,
                          rn->type,
                          prio,
@@ -240,9 +251,12 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
                          rn->request_hash,
                          rn->initiator,
                          rn->schedule_name,
-                         rn->schedule_slot};
+                         rn->schedule_slot,
+                         rn->approval_timeout_s > 0 ? atmo : NULL,
+                         rn->approve_on_timeout ? "approve" : "reject"};
     enum status st = ST_OK;
 
+    xsnprintf(atmo, sizeof(atmo), "%d", rn->approval_timeout_s);
     xsnprintf(prio, sizeof(prio), "%d", rn->priority);
     xsnprintf(maxa, sizeof(maxa), "%d", rn->max_attempts);
     xsnprintf(tmo, sizeof(tmo), "%d", rn->timeout_s);
@@ -250,7 +264,7 @@ enum status store_runs_submit(struct db *db, const struct run_new *rn, struct ru
     /* A collision with a run that completes between our insert and our
      * lookup finds nothing; the retry then inserts. Three rounds bound it. */
     for (int round = 0; round < 3 && st == ST_OK && !*out; round++) {
-        st = run_query_one(db, &S_INSERT, 13, p, out, NULL, err);
+        st = run_query_one(db, &S_INSERT, 15, p, out, NULL, err);
         *dedup = false;
         if (st == ST_OK && !*out) {
             st = submit_existing(db, rn, out, err);
@@ -308,7 +322,10 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     xsnprintf(lim, sizeof(lim), "%d", f->limit + 1);
     *runs = NULL;
     *next_cursor = NULL;
-    st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
+    if (f->approval_pending)
+        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 11, p, &r, err);
+    else
+        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);

@@ -56,6 +56,11 @@ struct run_new {
     /* The schedule that makes the run, and its slot (RFC 3339; NULL for a
      * run triggered through the API); both NULL for any other run. */
     const char *schedule_name, *schedule_slot;
+    /* The run type's approval (migration 018): a new run waits, pending,
+     * for up to approval_timeout_s, then is approved when
+     * approve_on_timeout, else rejected; 0 = none, the run is queued. */
+    int approval_timeout_s;
+    bool approve_on_timeout;
 };
 
 /* Inserts the run, or finds the run it joins: *dedup true and the existing
@@ -94,6 +99,7 @@ struct run_filter {
     const char *type, *external_id; /* NULL = any */
     const char *initiator;          /* NULL = any */
     const char *schedule;           /* runs this schedule made; NULL = any */
+    bool approval_pending;          /* only runs awaiting approval */
     const char *parent_id;          /* follow-ups of this run; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
@@ -120,6 +126,8 @@ struct run_resubmit {
     const char *id;        /* the new run's */
     const char *initiator; /* who asks (a token's name, "anonymous"); NULL: "system" */
     int max_attempts, timeout_s;
+    int approval_timeout_s; /* as in struct run_new */
+    bool approve_on_timeout;
 };
 /* A new run repeating the completed run `of` that did not succeed: its
  * type, input, priority and identity, queued now, with retry_of = `of`.

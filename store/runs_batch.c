@@ -45,30 +45,34 @@
 /* The run (RUN_NCOLS columns), then the item's position, then kind: 'n'
  * inserted now, 'i' the run with this id, 'd' the active run with this
  * identity; then the found run's request_hash. */
+/* Each item's approval, when its type has one. */
+#define BATCH_APPROVAL APPROVAL_INSERT_VALUES("i.approval_timeout_s", "i.approval_on_timeout")
 /* clang-format off */
 static const struct stmt S_BATCH = {
     "runs_submit_batch",
     "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset($1::json) AS i(ord int, tenant text, "
-    "id text, type text, priority int, run_at timestamptz, max_attempts int, timeout_s int, "
-    "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
-    "schedule_slot timestamptz)), "
+        "id text, type text, priority int, run_at timestamptz, max_attempts int, timeout_s int, "
+        "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
+        "schedule_slot timestamptz, approval_timeout_s int, approval_on_timeout text)), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, run_at, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, reacts) SELECT "
-    "tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, input, "
-    "identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, schedule_slot, "
-    REACTS_OF("i.type") " FROM i ORDER BY tenant, identity_hash, ord "
-    "ON CONFLICT DO NOTHING RETURNING r.*), "
-    EVENT_FROM_UPD("'status'", "'submitted'") " "
+        "input, identity_hash, request_hash, initiator, schedule_name, schedule_slot, reacts, "
+        APPROVAL_INSERT_COLS ") "
+        "SELECT tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, "
+        "input, identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, "
+        "schedule_slot, " REACTS_OF("i.type") ", " BATCH_APPROVAL " "
+        "FROM i ORDER BY tenant, identity_hash, ord "
+        "ON CONFLICT DO NOTHING RETURNING r.*), "
+    EVENT_SUBMITTED " "
     "SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "
-    "ON u.tenant = i.tenant AND u.id = i.id "
+        "ON u.tenant = i.tenant AND u.id = i.id "
     "UNION ALL SELECT " SCALARS("r") ", i.ord, 'i', r.request_hash FROM i JOIN runs r "
-    "ON r.tenant = i.tenant AND r.id = i.id "
-    "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
+        "ON r.tenant = i.tenant AND r.id = i.id "
+        "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
     "UNION ALL SELECT " SCALARS("r") ", i.ord, 'd', NULL FROM i JOIN runs r "
-    "ON r.tenant = i.tenant AND r.identity_hash = i.identity_hash "
-    "AND r.status IN " JOINABLE_STATUSES " "
-    "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
-    "AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant = i.tenant AND x.id = i.id)"};
+        "ON r.tenant = i.tenant AND r.identity_hash = i.identity_hash "
+        "AND r.status IN " JOINABLE_STATUSES " "
+        "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
+        "AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant = i.tenant AND x.id = i.id)"};
 /* clang-format on */
 #define COL_ORD RUN_NCOLS
 #define COL_KIND (RUN_NCOLS + 1)
@@ -207,6 +211,13 @@ static char *round_param(const struct run_new *items, const bool *sel, size_t n)
                       "identity_hash", rn->identity_hash, "request_hash", rn->request_hash,
                       "initiator", rn->initiator, "schedule_name", rn->schedule_name,
                       "schedule_slot", rn->schedule_slot);
+        if (o && rn->approval_timeout_s > 0 &&
+            (json_object_set_new(o, "approval_timeout_s", json_integer(rn->approval_timeout_s)) ||
+             json_object_set_new(o, "approval_on_timeout",
+                                 json_string(rn->approve_on_timeout ? "approve" : "reject")))) {
+            json_decref(o);
+            o = NULL;
+        }
         if (!o || json_array_append_new(a, o) != 0) {
             json_decref(a);
             return NULL;

@@ -32,6 +32,9 @@
     "message, run_created_at) SELECT tenant, id, " type                                            \
     ", status, outcome, progress, step, " message ", created_at FROM upd)"
 
+/* The "submitted" event of each run a statement inserted (CTE "upd", its
+ * rows with their approval columns): every insert of a run writes it. */
+#define EVENT_SUBMITTED EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE)
 /* runs.reacts of a new run of the given type (SQL): the transitions its
  * type's rules name (migration 017). */
 #define REACTS_OF(type)                                                                            \

@@ -11,20 +11,22 @@
 #include <string.h>
 
 /* The run `of` ("o") may be retried. */
-#define RETRYABLE                                                                                  \
-    "o.tenant = $1 AND o.id = $2 AND o.status = 'completed' AND o.outcome <> 'succeeded'"
+#define RETRYABLE "o.tenant = $1 AND o.id = $2 AND " RETRYABLE_RUN("o.")
 
 /* Inserts nothing when an active run holds the identity (the unique index
  * runs_active_identity), or when `of` is gone or may not be retried. */
+/* The new run's approval, when its type has one: $7 its timeout, $8
+ * on_timeout. */
+#define RESUBMIT_APPROVAL APPROVAL_INSERT_VALUES("$7::int", "$8")
 /* clang-format off */
 static const struct stmt S_RESUBMIT = {
     "runs_resubmit",
     "WITH upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
-    "input, identity_hash, request_hash, retry_of, initiator, reacts) SELECT o.tenant, $3::text, "
-    "o.type, o.priority, $4::int, $5::int, o.input, o.identity_hash, o.request_hash, o.id, $6, "
-    REACTS_OF("o.type") " FROM runs o WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING "
-    RUN_RET ", r.created_at), "
-    EVENT_FROM_UPD("'status'", "'submitted'") " SELECT " RUN_OUT " FROM upd"};
+    "input, identity_hash, request_hash, retry_of, initiator, reacts, " APPROVAL_INSERT_COLS ") "
+    "SELECT o.tenant, $3::text, o.type, o.priority, $4::int, $5::int, o.input, o.identity_hash, "
+    "o.request_hash, o.id, $6, " REACTS_OF("o.type") ", " RESUBMIT_APPROVAL " FROM runs o "
+    "WHERE " RETRYABLE " ON CONFLICT DO NOTHING RETURNING " RUN_RET ", r.created_at, "
+    "r.approval_state, r.approval_expires_at), " EVENT_SUBMITTED " SELECT " RUN_OUT " FROM upd"};
 /* clang-format on */
 /* The active run that holds the identity of `of`. */
 static const struct stmt S_HOLDER = {
@@ -52,11 +54,18 @@ static enum status resubmit_refused(struct db *db, const struct run_resubmit *rs
 enum status store_runs_resubmit(struct db *db, const struct run_resubmit *rs, struct run **out,
                                 bool *dedup, struct error *err)
 {
-    char maxa[16], tmo[16];
-    const char *p[6] = {rs->tenant, rs->of, rs->id,
-                        maxa,       tmo,    rs->initiator ? rs->initiator : "system"};
+    char maxa[16], tmo[16], atmo[16];
+    const char *p[8] = {rs->tenant,
+                        rs->of,
+                        rs->id,
+                        maxa,
+                        tmo,
+                        rs->initiator ? rs->initiator : "system",
+                        rs->approval_timeout_s > 0 ? atmo : NULL,
+                        rs->approve_on_timeout ? "approve" : "reject"};
     enum status st = ST_OK;
 
+    xsnprintf(atmo, sizeof(atmo), "%d", rs->approval_timeout_s);
     xsnprintf(maxa, sizeof(maxa), "%d", rs->max_attempts);
     xsnprintf(tmo, sizeof(tmo), "%d", rs->timeout_s);
     *out = NULL;
@@ -64,7 +73,7 @@ enum status store_runs_resubmit(struct db *db, const struct run_resubmit *rs, st
     /* The holder can complete between our insert and our lookup; the next
      * round then inserts. Three rounds bound it, as in store_runs_submit. */
     for (int round = 0; round < 3 && st == ST_OK && !*out; round++) {
-        st = run_query_one(db, &S_RESUBMIT, 6, p, out, NULL, err);
+        st = run_query_one(db, &S_RESUBMIT, 8, p, out, NULL, err);
         *dedup = false;
         if (st == ST_OK && !*out) {
             st = run_query_one(db, &S_HOLDER, 2, p, out, NULL, err);

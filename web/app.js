@@ -1,9 +1,10 @@
 // web/app.js — the dashboard: runs from GET /runs (newest first, older
 // pages on demand), kept live by the one GET /stream; a run's detail;
 // the overview strip, its completions chart and rate limits; the
-// schedules. A run's detail has an address, #/runs/<id> (the link a
-// notification carries): loading it, or going to it, opens the run.
-// Stream events are queued and applied in batches
+// schedules; cancel and retry of all the runs the filters match. A run's
+// detail has an address, #/runs/<id> (the link a notification carries):
+// loading it, or going to it, opens the run. Stream events are queued and
+// applied in batches
 // (web/live.js: in an animation frame, at most every 100 ms), so the DOM
 // changes at most once per batch whatever the event rate.
 import { api, ensureToken, forgetToken } from './api.js';
@@ -15,6 +16,7 @@ import { Chart } from './chart.js';
 import { startOverview } from './overview.js';
 import { Schedules } from './schedules.js';
 import { Limits } from './limits.js';
+import { Bulk } from './bulk.js';
 
 // Runs per GET /runs page: its largest, or ?limit=N (1 to 500) in the
 // page's address.
@@ -30,6 +32,10 @@ const table = new Table({
   onOpen: (id) => openDetail(id),
 });
 const chart = new Chart($('chart'));
+const bulk = new Bulk({
+  runs, cancelBtn: $('bulk-cancel'), retryBtn: $('bulk-retry'), box: $('bulk-box'),
+  msg: $('bulk-msg'), progress: $('bulk-progress'),
+});
 const limits = new Limits((list) => {
   $('s-limits-box').hidden = list.length === 0;
   $('s-limits').textContent = list.map((l) => `${l.name} ${l.used}/${l.limit}`).join(', ');
@@ -89,6 +95,7 @@ function listQuery(extra) {
   if (f.status) q.set('status', f.status);
   if (f.outcome) q.set('outcome', f.outcome);
   if (f.type) q.set('type', f.type);
+  if (f.approval) q.set('approval', f.approval);
   for (const [k, v] of Object.entries(extra || {})) q.set(k, v);
   return '/runs?' + q;
 }
@@ -175,14 +182,19 @@ const live = new Live({
     }
     detail.take(batch);
     schedules.take(batch);
+    bulk.take(batch);
   },
 });
 
 function filters() {
   const search = $('f-search').value.trim().toLowerCase();
-  const f = { status: $('f-status').value, outcome: $('f-outcome').value, type: $('f-type').value };
-  const listChanged = f.status !== runs.filter.status || f.outcome !== runs.filter.outcome || f.type !== runs.filter.type;
+  const f = {
+    status: $('f-status').value, outcome: $('f-outcome').value, type: $('f-type').value,
+    approval: $('f-approval').value,
+  };
+  const listChanged = ['status', 'outcome', 'type', 'approval'].some((k) => f[k] !== runs.filter[k]);
   runs.setFilter({ ...f, search });
+  bulk.update();
   table.sel = 0;
   table.wrap.scrollTop = 0;
   table.schedule();
@@ -210,7 +222,7 @@ async function lookup() {
 }
 
 async function main() {
-  for (const id of ['f-status', 'f-outcome', 'f-type']) $(id).addEventListener('change', filters);
+  for (const id of ['f-status', 'f-outcome', 'f-type', 'f-approval']) $(id).addEventListener('change', filters);
   $('f-search').addEventListener('input', filters);
   $('f-search').addEventListener('keydown', (e) => {
     if (e.key === 'Enter') {
@@ -236,6 +248,7 @@ async function main() {
   startOverview();
   schedules.start();
   limits.start();
+  bulk.update();
   updateCount();
 }
 

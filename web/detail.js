@@ -2,7 +2,9 @@
 // failures, the run it follows up and its follow-ups, and its event
 // timeline: GET /runs/{id}/events once, then the events of the page's one
 // stream (no second connection), kept by event id so that none shows
-// twice. Cancel and retry ask first.
+// twice. Cancel and retry ask first. A run that waits for approval shows
+// when it expires and what happens then, with Approve and Reject and a
+// comment box; a decided one, the decision.
 //
 // A stream event says what the run was at that moment, not the event's
 // message; the message is what a notification or follow_up event is about,
@@ -16,6 +18,7 @@
 // is read again, once (and again after 1 s, 2 s, ... up to 30 s while a
 // check is in flight), for the new count and the next check time.
 import { api } from './api.js';
+import { awaitsApproval } from './runs.js';
 
 const REFRESH_MAX_MS = 30000;
 const EVENTS_READ_MS = 250; // a burst of events with messages: one read after it
@@ -65,6 +68,8 @@ export class Detail {
     this.msg = document.getElementById('d-msg');
     this.cancelBtn = document.getElementById('d-cancel');
     this.retryBtn = document.getElementById('d-retry');
+    this.approvalBox = document.getElementById('d-approval');
+    this.comment = document.getElementById('d-comment');
     this.id = null;
     this.events = new Map(); // event id → event
     this.dirty = false;
@@ -85,6 +90,8 @@ export class Detail {
     });
     this.cancelBtn.addEventListener('click', () => this.act('cancel'));
     this.retryBtn.addEventListener('click', () => this.act('retry'));
+    document.getElementById('d-approve').addEventListener('click', () => this.decide('approve'));
+    document.getElementById('d-reject').addEventListener('click', () => this.decide('reject'));
   }
 
   async open(id) {
@@ -92,6 +99,7 @@ export class Detail {
     this.events = new Map();
     this.list.replaceChildren();
     this.msg.textContent = '';
+    this.comment.value = '';
     this.list.dataset.loaded = 'false';
     this.refreshAt = 0;
     this.refreshMs = 1000;
@@ -196,6 +204,7 @@ export class Detail {
       const slot = r.schedule.slot ? ` (slot ${time(r.schedule.slot)})` : ' (triggered)';
       this.field(dl, 'Schedule', r.schedule.name + slot);
     }
+    if (r.approval) this.renderApproval(dl, r);
     if ((r.status === 'queued' || r.status === 'waiting') && this.limits) this.renderLimit(dl, r);
     if (r.poll) this.renderPoll(dl, r);
     if (r.retry_of) this.linkField(dl, 'Retry of', r.retry_of);
@@ -228,6 +237,52 @@ export class Detail {
     const active = r.status && r.status !== 'completed';
     this.cancelBtn.disabled = !active || r.status === 'cancelling';
     this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+    this.approvalBox.hidden = !awaitsApproval(r);
+  }
+
+  // A run of a type with approval: pending (and until when, and what then)
+  // or the decision, who made it, when, and the comment.
+  renderApproval(dl, r) {
+    const a = r.approval;
+    const then = a.on_timeout === 'approve' ? 'approved' : 'rejected';
+    if (awaitsApproval(r)) {
+      this.clock(dl, 'Approval', 'd-approval-state', (now) =>
+        `pending: ${until(a.expires_at, now, 'expiring now')}, then ${then}`);
+      this.tick();
+      return;
+    }
+    const what = {
+      approved: 'approved', rejected: 'rejected', cancelled: 'cancelled while pending',
+      expired: `expired: ${then} on timeout`, pending: 'pending',
+    }[a.state] || a.state;
+    this.field(dl, 'Approval', `${what}${a.decided_by ? ' by ' + a.decided_by : ''}${a.decided_at ? ' at ' + time(a.decided_at) : ''}`);
+    dl.lastChild.id = 'd-approval-state';
+    if (a.comment) {
+      this.field(dl, 'Comment', a.comment);
+      dl.lastChild.id = 'd-approval-comment';
+    }
+  }
+
+  // Approve or reject the run on show, with the comment box's text.
+  async decide(what) {
+    const id = this.id;
+    const q = what === 'approve' ? `Approve run ${id}? It will start.` : `Reject run ${id}? It will not run.`;
+    if (!window.confirm(q)) return;
+    const comment = this.comment.value.trim();
+    this.msg.textContent = what === 'approve' ? 'Approving…' : 'Rejecting…';
+    try {
+      const { body } = await api(`/runs/${encodeURIComponent(id)}/${what}`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(comment ? { comment } : {}),
+      });
+      this.onChanged(body);
+      this.comment.value = '';
+      this.msg.textContent = what === 'approve' ? 'Approved.' : 'Rejected.';
+      if (this.id === id) this.renderRun(this.runs.get(id) || body);
+    } catch (err) {
+      this.msg.textContent = `Could not ${what}: ${err.message}`;
+    }
   }
 
   // Each follow-up: its id (a link), its type, and its status (its outcome

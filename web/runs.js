@@ -6,6 +6,11 @@ export function isActive(run) {
   return ACTIVE.has(run.status);
 }
 
+// The run waits for a person to approve or reject it.
+export function awaitsApproval(run) {
+  return run.status === 'waiting' && !!run.approval && run.approval.state === 'pending';
+}
+
 function newer(a, b) {
   // true when a sorts before b (newest first)
   if (a.created_at !== b.created_at) return a.created_at > b.created_at;
@@ -24,7 +29,7 @@ export class Runs {
     this.byId = new Map();
     this.order = []; // run objects, newest first
     this.view = this.order;
-    this.filter = { status: '', outcome: '', type: '', search: '' };
+    this.filter = { status: '', outcome: '', type: '', approval: '', search: '' };
     this.types = new Set();
     this.viewDirty = false;
   }
@@ -86,6 +91,7 @@ export class Runs {
     if (f.status && r.status !== f.status) return false;
     if (f.outcome && r.outcome !== f.outcome) return false;
     if (f.type && r.type !== f.type) return false;
+    if (f.approval && !awaitsApproval(r)) return false;
     if (f.search) {
       const s = f.search;
       if (!r.id.toLowerCase().includes(s) && !(r.external_id || '').toLowerCase().includes(s)) return false;
@@ -98,7 +104,7 @@ export class Runs {
     if (!this.viewDirty) return false;
     this.viewDirty = false;
     const f = this.filter;
-    if (!f.status && !f.outcome && !f.type && !f.search) {
+    if (!f.status && !f.outcome && !f.type && !f.approval && !f.search) {
       for (const r of this.order) r._shown = true;
       this.view = this.order;
     } else {

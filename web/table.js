@@ -114,8 +114,9 @@ export class Table {
       tr.setAttribute('aria-selected', selected ? 'true' : 'false');
     }
     setText(c.type, r.type);
-    setText(c.statusBadge, r.status);
-    setClass(c.statusBadge, 'badge s-' + r.status);
+    const pending = r.status === 'waiting' && r.approval && r.approval.state === 'pending';
+    setText(c.statusBadge, pending ? 'awaiting approval' : r.status);
+    setClass(c.statusBadge, pending ? 'badge s-approval' : 'badge s-' + r.status);
     setText(c.outcome, r.outcome);
     setClass(c.outcome, 'opt2 o-' + r.outcome);
     const p = Math.max(0, Math.min(100, r.progress || 0));

@@ -718,7 +718,7 @@ START_TEST(token_new_is_configuration)
     ck_assert_int_eq(th_exec(bad, NULL, 20, &out, &err), 2);
     ck_assert_str_eq(out, "");
     ck_assert_str_eq(err, "opsrun: token new: invalid \"scopes[1]\": expected \"submit\", "
-                          "\"read\", \"cancel\", \"health\" or \"admin\"\n");
+                          "\"read\", \"cancel\", \"health\", \"admin\" or \"approve\"\n");
     free(out);
     free(err);
 }

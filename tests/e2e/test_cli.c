@@ -427,6 +427,73 @@ START_TEST(runs_cancel_retry)
 }
 END_TEST
 
+/* approve and reject a run that waits for it; cancel and retry by a
+ * filter, with --dry-run first, --since and --json. */
+START_TEST(approve_reject_and_bulk)
+{
+    const char *config = "{\"run_types\": {\"gated\": {\"action\": \"simulate\", "
+                         "\"params\": {\"duration_ms\": 0}, \"approval\": {}}}}";
+    struct th_proc p;
+    struct cli c;
+    json_t *run, *j;
+
+    th_start_fresh(&p, "e2e_cli_decide", config);
+    free(th_submit(&p, "{\"alert_type\":\"gated\",\"run_id\":\"g-1\"}", 202));
+    free(th_submit(&p, "{\"alert_type\":\"gated\",\"run_id\":\"g-2\"}", 202));
+    for (int i = 0; i < 30; i++) {
+        char body[160];
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"later-%d\","
+                 "\"run_at\":\"2999-01-01T00:00:00Z\"}",
+                 i);
+        free(th_submit(&p, body, 202));
+    }
+
+    CLI(&c, p.url, 0, "approve", "g-1", "--comment", "window is open");
+    ck_assert_str_eq(c.out, "run g-1 approved\n");
+    cli_free(&c);
+    th_expect_outcome(&p, "g-1", "succeeded", 20);
+    run = th_get_run(&p, "g-1");
+    ck_assert_str_eq(th_js(json_object_get(run, "approval"), "comment"), "window is open");
+    json_decref(run);
+    CLI(&c, p.url, 0, "reject", "g-2");
+    ck_assert_str_eq(c.out, "run g-2 rejected\n");
+    cli_free(&c);
+    CLI(&c, p.url, 1, "approve", "g-2");
+    ck_assert_str_eq(c.err, "opsrun: approve: Conflict: run \"g-2\" is not awaiting approval: it "
+                            "is completed (rejected)\n");
+    cli_free(&c);
+
+    CLI(&c, p.url, 0, "cancel", "--status", "queued", "--type", "demo", "--dry-run");
+    ck_assert_str_eq(c.out, "30 runs match (dry run: nothing was cancelled)\n");
+    cli_free(&c);
+    CLI(&c, p.url, 1, "cancel", "--status", "queued", "--type", "demo", "--limit", "29");
+    ck_assert_msg(starts_with(c.err, "opsrun: cancel: Conflict: more than 29 runs match"), "%s",
+                  c.err);
+    cli_free(&c);
+    CLI(&c, p.url, 0, "cancel", "--status", "queued", "--type", "demo");
+    ck_assert_str_eq(c.out, "cancelled 30 of 30 matching runs\n");
+    cli_free(&c);
+    CLI(&c, p.url, 0, "retry", "--outcome", "cancelled", "--type", "demo", "--since", "1h",
+        "--dry-run");
+    ck_assert_str_eq(c.out, "30 runs match (dry run: nothing was retried)\n");
+    cli_free(&c);
+    CLI(&c, p.url, 0, "retry", "--outcome", "cancelled,failed", "--type", "demo", "--since", "1h",
+        "--json");
+    j = json_loads(c.out, 0, NULL);
+    ck_assert_msg(j != NULL, "not JSON: %s", c.out);
+    ck_assert_int_eq(th_ji(j, "acted"), 30);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "new_run_ids")), 30);
+    json_decref(j);
+    cli_free(&c);
+    CLI(&c, p.url, 2, "cancel");
+    ck_assert_msg(strstr(c.err, "cancel needs a run id (opsrun cancel ID) or a filter"), "%s",
+                  c.err);
+    cli_free(&c);
+    th_stop_clean(&p);
+}
+END_TEST
+
 /* A loopback port with nothing listening on it. */
 static int dead_port(void)
 {
@@ -682,6 +749,7 @@ static Suite *cli_suite(void)
         {"submit_and_watch", submit_and_watch, 120},
         {"watch_across_restart", watch_across_restart, 180},
         {"runs_cancel_retry", runs_cancel_retry, 120},
+        {"approve_reject_and_bulk", approve_reject_and_bulk, 120},
         {"health", health, 60},
         {"usage_and_version", usage_and_version, 120},
         {"watch_requests", watch_requests, 60},

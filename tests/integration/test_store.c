@@ -2930,9 +2930,9 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     keys = sql_str("SELECT string_agg(k, ',') FROM runs r, json_object_keys(opsrun_run_json(r)) "
                    "k WHERE r.id = '%s'",
                    a);
-    ck_assert_msg(keys && strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule") &&
-                      strcmp(strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule"),
-                             ",updated_at,retry_of,poll,parent_id,schedule") == 0,
+    ck_assert_msg(keys && strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule,approval") &&
+                      strcmp(strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule,approval"),
+                             ",updated_at,retry_of,poll,parent_id,schedule,approval") == 0,
                   "members: %s", keys);
     free(keys);
 

@@ -22,6 +22,7 @@
 
 /* After the system headers: common.h poisons names some of them declare. */
 #include "common/dynbuf.h"
+#include "common/sha256.h"
 
 #define MAX_PROCS 64
 static pid_t procs[MAX_PROCS];
@@ -612,6 +613,26 @@ char *th_config_file(const char *name, const char *json)
     return path;
 }
 
+char *th_auth_tokens(const struct th_token *t, size_t n)
+{
+    struct dynbuf b;
+    bool ok;
+
+    dynbuf_init(&b, 1 << 20);
+    ok = dynbuf_adds(&b, "\"auth\": {\"tokens\": [") == ST_OK;
+    for (size_t i = 0; ok && i < n; i++) {
+        char hex[65];
+        sha256_hex(t[i].token, strlen(t[i].token), hex);
+        ok = dynbuf_addf(&b,
+                         "%s{\"name\": \"%s\", \"tenant\": \"%s\", \"scopes\": [%s], "
+                         "\"sha256\": \"%s\"}",
+                         i ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex) == ST_OK;
+    }
+    if (!ok || dynbuf_adds(&b, "]}") != ST_OK)
+        die("could not build auth.tokens");
+    return dynbuf_take(&b);
+}
+
 /* The longest answer th_http keeps: far above any a test reads. */
 #define TH_BODY_MAX ((size_t)256 << 20)
 
@@ -911,6 +932,17 @@ char *th_submit(const struct th_proc *p, const char *body, long want)
     id = strdup(th_js(r.json, "run_id"));
     th_resp_free(&r);
     return id;
+}
+
+void th_post_expect(const struct th_proc *p, const char *path, const char *token, const char *body,
+                    long want, struct th_resp *r)
+{
+    char url[512];
+
+    snprintf(url, sizeof(url), "%s%s", p->url, path);
+    ck_assert(th_http_token("POST", url, token, body ? "application/json" : NULL, body, r));
+    ck_assert_msg(r->status == want, "POST %s %.300s: HTTP %ld, want %ld; body %.500s", path,
+                  body ? body : "", r->status, want, r->body);
 }
 
 json_t *th_get_run(const struct th_proc *p, const char *id)

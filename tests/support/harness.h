@@ -91,6 +91,14 @@ void th_restart(struct th_proc *p, const char *conninfo, const char *const *args
 int th_stop(struct th_proc *p, int sig, int timeout_s);
 /* Writes a JSON config file and returns its path. */
 char *th_config_file(const char *name, const char *json);
+/* One entry of auth.tokens: scopes as the members of a JSON array
+ * ("\"read\", \"cancel\""), token in the clear. */
+struct th_token {
+    const char *name, *tenant, *scopes, *token;
+};
+/* The member "auth": {"tokens": [...]} for t[0..n), each token stored as its
+ * SHA-256, as text to put into a configuration's object (heap, free). */
+char *th_auth_tokens(const struct th_token *t, size_t n);
 
 struct th_resp {
     long status;
@@ -161,6 +169,10 @@ void th_stop_clean(struct th_proc *p);
 const char *th_start_fresh(struct th_proc *p, const char *db, const char *config_json);
 /* POSTs body to /alerts, asserts HTTP want and a run_id; returns it (heap). */
 char *th_submit(const struct th_proc *p, const char *body, long want);
+/* POSTs body (JSON; NULL: none) to path with token (NULL: none), asserts
+ * HTTP want; the answer in *r (th_resp_free). */
+void th_post_expect(const struct th_proc *p, const char *path, const char *token, const char *body,
+                    long want, struct th_resp *r);
 /* GET /runs/{id}, asserting 200 and a JSON body; the run (new reference). */
 json_t *th_get_run(const struct th_proc *p, const char *id);
 /* Polls GET /runs/{id} every 20 ms until status == want; false on timeout. */

@@ -57,7 +57,7 @@ static void setup(void)
 }
 
 /* Four tokens: ci (acme: submit, read), admin (ops: admin), other
- * (globex: submit, read, cancel), health (ops: health). */
+ * (globex: submit, read, cancel, approve), health (ops: health). */
 static void setup_tokens(void)
 {
     char text[2048];
@@ -70,7 +70,7 @@ static void setup_tokens(void)
         " \"sha256\": \"%s\"},"
         "{\"name\": \"root\", \"tenant\": \"ops\", \"scopes\": [\"admin\"], \"sha256\": \"%s\"},"
         "{\"name\": \"other\", \"tenant\": \"globex\","
-        " \"scopes\": [\"submit\", \"read\", \"cancel\"], \"sha256\": \"%s\"},"
+        " \"scopes\": [\"submit\", \"read\", \"cancel\", \"approve\"], \"sha256\": \"%s\"},"
         "{\"name\": \"mon\", \"tenant\": \"ops\", \"scopes\": [\"health\"], \"sha256\": \"%s\"}"
         "]}}",
         digest(TOK_CI), digest(TOK_ADMIN), digest(TOK_OTHER), digest(TOK_HEALTH));
@@ -182,23 +182,23 @@ static const struct {
      "or \"-\""},
     {ENTRY("{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": [], \"sha256\": \"" SHA_CI "\"}"),
      "invalid \"auth.tokens[0].scopes\": expected a non-empty array of \"submit\", \"read\", "
-     "\"cancel\", \"health\" or \"admin\""},
+     "\"cancel\", \"health\", \"admin\" or \"approve\""},
     {ENTRY("{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": \"read\", \"sha256\": \"" SHA_CI
            "\"}"),
      "invalid \"auth.tokens[0].scopes\": expected a non-empty array of \"submit\", \"read\", "
-     "\"cancel\", \"health\" or \"admin\""},
+     "\"cancel\", \"health\", \"admin\" or \"approve\""},
     {ENTRY(
          "{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": [\"read\", \"write\"], \"sha256\": "
          "\"" SHA_CI "\"}"),
-     "invalid \"auth.tokens[0].scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\" "
-     "or \"admin\""},
+     "invalid \"auth.tokens[0].scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\", "
+     "\"admin\" or \"approve\""},
     {ENTRY("{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": [\"read\", \"read\"], \"sha256\": "
            "\"" SHA_CI "\"}"),
      "invalid \"auth.tokens[0].scopes[1]\": \"read\" is repeated"},
     {ENTRY("{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": [\"READ\"], \"sha256\": \"" SHA_CI
            "\"}"),
-     "invalid \"auth.tokens[0].scopes[0]\": expected \"submit\", \"read\", \"cancel\", \"health\" "
-     "or \"admin\""},
+     "invalid \"auth.tokens[0].scopes[0]\": expected \"submit\", \"read\", \"cancel\", \"health\", "
+     "\"admin\" or \"approve\""},
     {ENTRY("{\"name\": \"ci\", \"tenant\": \"acme\", \"scopes\": [\"read\"], \"sha256\": \"abc\"}"),
      "invalid \"auth.tokens[0].sha256\": expected 64 hex digits, the SHA-256 of the token (opsrun "
      "token new prints it)"},
@@ -394,12 +394,14 @@ static const struct {
      "invalid \"tenant\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", \".\" or \"-\""},
     {"n", "t", "",
      "invalid \"scopes\": expected a non-empty array of \"submit\", \"read\", \"cancel\", "
-     "\"health\" or \"admin\""},
+     "\"health\", \"admin\" or \"approve\""},
     {"n", "t", "read,,cancel",
-     "invalid \"scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\" or \"admin\""},
+     "invalid \"scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\", \"admin\" or "
+     "\"approve\""},
     {"n", "t", "read,read", "invalid \"scopes[1]\": \"read\" is repeated"},
     {"n", "t", "read, cancel",
-     "invalid \"scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\" or \"admin\""},
+     "invalid \"scopes[1]\": expected \"submit\", \"read\", \"cancel\", \"health\", \"admin\" or "
+     "\"approve\""},
 };
 
 START_TEST(token_new_bad)
@@ -601,6 +603,8 @@ START_TEST(decide_scopes)
         {TOK_ADMIN, NEED_HEALTH, ST_OK},       {TOK_HEALTH, NEED_HEALTH, ST_OK},
         {TOK_HEALTH, NEED_READ, ST_FORBIDDEN}, {TOK_HEALTH, NEED_SUBMIT, ST_FORBIDDEN},
         {TOK_OTHER, NEED_CANCEL, ST_OK},       {TOK_OTHER, NEED_HEALTH, ST_FORBIDDEN},
+        {TOK_CI, NEED_APPROVE, ST_FORBIDDEN},  {TOK_ADMIN, NEED_APPROVE, ST_OK},
+        {TOK_OTHER, NEED_APPROVE, ST_OK},      {TOK_HEALTH, NEED_APPROVE, ST_FORBIDDEN},
     };
     struct principal who;
     struct error err;
@@ -616,6 +620,11 @@ START_TEST(decide_scopes)
     ck_assert_str_eq(err.message, "token \"ci\" lacks the scope \"cancel\"");
     ck_assert_str_eq(who.challenge, "Bearer realm=\"opsrun\", error=\"insufficient_scope\"");
     ck_assert_str_eq(who.name, "ci");
+    ck_assert_int_eq(decide(NEED_APPROVE, "Bearer " TOK_CI, NULL, false, NULL, &who, &err),
+                     ST_FORBIDDEN);
+    ck_assert_str_eq(err.message, "token \"ci\" lacks the scope \"approve\"");
+    ck_assert_uint_eq(cfg.auth.tokens[2].scopes,
+                      SCOPE_SUBMIT | SCOPE_READ | SCOPE_CANCEL | SCOPE_APPROVE);
 }
 END_TEST
 

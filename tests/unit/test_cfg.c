@@ -209,7 +209,8 @@ static const char full_file[] =
     "                 \"params\": {\"duration_ms\": 10, \"steps\": 2, \"fail\": \"first:1\"},"
     "                 \"max_attempts\": 5, \"retry_backoff_ms\": 100,"
     "                 \"retry_backoff_max_ms\": 1000, \"timeout_s\": 60, \"max_running\": 2},"
-    "   \"quiet.v2\": {\"action\": \"simulate\", \"max_running\": null}"
+    "   \"quiet.v2\": {\"action\": \"simulate\", \"max_running\": null,"
+    "                  \"approval\": {\"timeout_s\": 600, \"on_timeout\": \"approve\"}}"
     " },"
     " \"default_route\": \"quiet.v2\""
     "}";
@@ -569,6 +570,54 @@ START_TEST(test_orphan_after_heartbeat)
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
     ck_load_ok("{\"queue\": {\"orphan_after_s\": 31}}");
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* A run type's "approval": none by default or with null; an object over
+ * the defaults (3600 s, reject); each key checked, unknown keys named;
+ * --print-config shows it as the file has it. */
+START_TEST(test_approval)
+{
+    const struct run_type *rt;
+    json_t *j, *a;
+
+    ck_assert_int_eq(cfg_run_type(&cfg, "demo")->approval.timeout_s, 0);
+    ck_load_ok("{\"run_types\": {\"gate\": {\"action\": \"simulate\", \"approval\": {}},"
+               " \"gate2\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 60, "
+               "\"on_timeout\": \"approve\"}}}}");
+    rt = cfg_run_type(&cfg, "gate");
+    ck_assert_int_eq(rt->approval.timeout_s, 3600);
+    ck_assert(!rt->approval.approve_on_timeout);
+    rt = cfg_run_type(&cfg, "gate2");
+    ck_assert_int_eq(rt->approval.timeout_s, 60);
+    ck_assert(rt->approval.approve_on_timeout);
+    j = cfg_to_json(&cfg);
+    a = json_object_get(json_object_get(json_object_get(j, "run_types"), "gate2"), "approval");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "timeout_s")), 60);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "on_timeout")), "approve");
+    ck_assert(json_is_null(
+        json_object_get(json_object_get(json_object_get(j, "run_types"), "demo"), "approval")));
+    json_decref(j);
+    /* merged field by field like the rest of a type; null removes it */
+    ck_load_ok("{\"run_types\": {\"gate2\": {\"max_attempts\": 1}}}");
+    ck_assert_int_eq(cfg_run_type(&cfg, "gate2")->approval.timeout_s, 60);
+    ck_load_ok("{\"run_types\": {\"gate2\": {\"approval\": null}}}");
+    ck_assert_int_eq(cfg_run_type(&cfg, "gate2")->approval.timeout_s, 0);
+
+    ck_load_fails("{\"run_types\": {\"demo\": {\"approval\": {\"timeout_s\": 0}}}}",
+                  "invalid \"run_types.demo.approval.timeout_s\": must be an integer from 1 to "
+                  "2592000");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"approval\": {\"on_timeout\": \"cancel\"}}}}",
+                  "invalid \"run_types.demo.approval.on_timeout\": expected \"reject\" or "
+                  "\"approve\"");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"approval\": {\"timeout\": 5}}}}",
+                  "unknown key \"run_types.demo.approval.timeout\"; did you mean \"timeout_s\"?");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"approval\": true}}}",
+                  "invalid \"run_types.demo.approval\": expected an object or null");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"aproval\": {}}}}",
+                  "unknown key \"run_types.demo.aproval\"; did you mean \"approval\"?");
+    /* a failed definition leaves the type as it was */
+    ck_assert_int_eq(cfg_run_type(&cfg, "demo")->approval.timeout_s, 0);
 }
 END_TEST
 
@@ -1789,6 +1838,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_tcp_user_timeout_past_statement_timeout);
     tcase_add_test(tc, test_heartbeat_under_send_timeout);
     tcase_add_test(tc, test_poll_policy_and_rest_job);
+    tcase_add_test(tc, test_approval);
     tcase_add_test(tc, test_exec_params);
     tcase_add_test(tc, test_soap_params);
     tcase_add_test(tc, test_prepare_params);

@@ -167,7 +167,9 @@ START_TEST(usage_errors)
     refused(ARGV("wach", "x"), NULL, "unknown command \"wach\"; did you mean \"watch\"?");
     refused(ARGV("watch"), NULL, "watch needs a run id: opsrun watch ID");
     refused(ARGV("submit"), NULL, "submit needs a run type: opsrun submit TYPE");
-    refused(ARGV("retry"), NULL, "retry needs a run id: opsrun retry ID");
+    refused(ARGV("retry"), NULL,
+            "retry needs a run id (opsrun retry ID) or a filter (--status, --outcome, --type, "
+            "--since, --schedule, --parent or --all)");
     refused(ARGV("watch", "a", "b"), NULL, "unexpected argument \"b\"");
     refused(ARGV("health", "now"), NULL, "unexpected argument \"now\"");
     refused(ARGV("runs", "--bogus"), NULL, "unknown flag \"--bogus\"");
@@ -176,7 +178,9 @@ START_TEST(usage_errors)
     refused(ARGV("runs", "--json=yes"), NULL, "flag --json takes no value");
     refused(ARGV("runs", "--data", "{}"), NULL, "flag --data does not apply to runs");
     refused(ARGV("watch", "x", "--watch"), NULL, "flag --watch does not apply to watch");
-    refused(ARGV("cancel", "x", "--json"), NULL, "flag --json does not apply to cancel");
+    refused(ARGV("cancel", "x", "--json"), NULL,
+            "flag --json applies to cancel by a filter, not to cancel ID: opsrun cancel "
+            "[--status S] [--type T] ...");
     refused(ARGV("health", "--limit", "2"), NULL, "flag --limit does not apply to health");
     refused(ARGV("submit", "demo", "--status", "queued"), NULL,
             "flag --status does not apply to submit");
@@ -312,6 +316,104 @@ START_TEST(requests)
 }
 END_TEST
 
+/* cancel and retry by a filter, approve and reject: their flags, their
+ * errors, and the bodies they send. */
+START_TEST(bulk_and_decisions)
+{
+    struct args a;
+    struct error err;
+    json_t *body;
+    char *s;
+
+    ck_assert_int_eq(parse(ARGV("cancel", "--status", "queued,waiting", "--type", "deploy",
+                                "--dry-run", "--limit", "100000"),
+                           NULL, &a, &err),
+                     ST_OK);
+    ck_assert(a.bulk);
+    ck_assert_ptr_null(a.id);
+    body = cmd_bulk_body(&a, 0);
+    s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_str_eq(s, "{\"dry_run\":true,\"filter\":{\"status\":[\"queued\",\"waiting\"],"
+                        "\"type\":\"deploy\"},\"limit\":100000}");
+    free(s);
+    json_decref(body);
+    /* --since is created_after, that long before now */
+    ck_assert_int_eq(parse(ARGV("retry", "--outcome", "failed,timed_out", "--since", "1h",
+                                "--schedule", "nightly", "--parent", "r-9"),
+                           NULL, &a, &err),
+                     ST_OK);
+    ck_assert_int_eq(a.since_s, 3600);
+    body = cmd_bulk_body(&a, 7200LL * 1000000);
+    s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_str_eq(s, "{\"dry_run\":false,\"filter\":{\"created_after\":"
+                        "\"1970-01-01T01:00:00.000000Z\",\"outcome\":[\"failed\",\"timed_out\"],"
+                        "\"parent_id\":\"r-9\",\"schedule\":\"nightly\"}}");
+    free(s);
+    json_decref(body);
+    /* --parent alone is a filter */
+    ck_assert_int_eq(parse(ARGV("cancel", "--parent", "r-9"), NULL, &a, &err), ST_OK);
+    ck_assert(a.bulk);
+    body = cmd_bulk_body(&a, 0);
+    s = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_str_eq(s, "{\"dry_run\":false,\"filter\":{\"parent_id\":\"r-9\"}}");
+    free(s);
+    json_decref(body);
+    ck_assert_int_eq(parse(ARGV("cancel", "--all", "--json"), NULL, &a, &err), ST_OK);
+    ck_assert(a.all && a.json && a.bulk);
+    /* one run still works as it did */
+    ck_assert_int_eq(parse(ARGV("retry", "r-1", "--watch"), NULL, &a, &err), ST_OK);
+    ck_assert(!a.bulk);
+    ck_assert_str_eq(a.id, "r-1");
+    ck_assert_int_eq(parse(ARGV("approve", "r-1", "--comment", "ok by me"), NULL, &a, &err), ST_OK);
+    ck_assert_int_eq(a.cmd, CMD_APPROVE);
+    body = cmd_decision_body(&a);
+    s = json_dumps(body, JSON_COMPACT);
+    ck_assert_str_eq(s, "{\"comment\":\"ok by me\"}");
+    free(s);
+    json_decref(body);
+    ck_assert_int_eq(parse(ARGV("reject", "r-1"), NULL, &a, &err), ST_OK);
+    ck_assert_int_eq(a.cmd, CMD_REJECT);
+    ck_assert_ptr_null(cmd_decision_body(&a));
+
+    refused(ARGV("cancel"), NULL,
+            "cancel needs a run id (opsrun cancel ID) or a filter (--status, --outcome, --type, "
+            "--since, --schedule, --parent or --all)");
+    refused(ARGV("cancel", "--dry-run"), NULL,
+            "cancel needs a run id (opsrun cancel ID) or a filter (--status, --outcome, --type, "
+            "--since, --schedule, --parent or --all)");
+    refused(ARGV("cancel", "r-1", "--status", "queued"), NULL,
+            "flag --status applies to cancel by a filter, not to cancel ID: opsrun cancel "
+            "[--status S] [--type T] ...");
+    refused(ARGV("retry", "--outcome", "failed", "--watch"), NULL,
+            "flag --watch applies to retry ID only");
+    refused(ARGV("cancel", "--status", "queued,done"), NULL,
+            "invalid --status \"queued,done\": must be a comma-separated list of queued, running, "
+            "waiting, cancelling, completed");
+    refused(ARGV("runs", "--status", "queued,waiting"), NULL,
+            "invalid --status \"queued,waiting\": must be one of queued, running, waiting, "
+            "cancelling, completed");
+    refused(ARGV("retry", "--outcome", "failed,"), NULL,
+            "invalid --outcome \"failed,\": must be a comma-separated list of pending, succeeded, "
+            "partially_succeeded, failed, cancelled, timed_out");
+    refused(ARGV("retry", "--since", "1w"), NULL,
+            "invalid --since \"1w\": must be a duration such as 30s, 15m, 1h or 7d (at most ten "
+            "years)");
+    refused(ARGV("retry", "--since", "0s"), NULL,
+            "invalid --since \"0s\": must be a duration such as 30s, 15m, 1h or 7d (at most ten "
+            "years)");
+    refused(ARGV("cancel", "--parent", ""), NULL,
+            "invalid --parent: must be a run id of 1 to 128 characters");
+    refused(ARGV("cancel", "r-1", "--parent", "r-2"), NULL,
+            "flag --parent applies to cancel by a filter, not to cancel ID: opsrun cancel "
+            "[--status S] [--type T] ...");
+    refused(ARGV("cancel", "--all", "--limit", "100001"), NULL,
+            "invalid --limit \"100001\": must be 1 to 100000");
+    refused(ARGV("approve"), NULL, "approve needs a run id: opsrun approve ID");
+    refused(ARGV("reject", "r-1", "--dry-run"), NULL, "flag --dry-run does not apply to reject");
+    refused(ARGV("runs", "--comment", "x"), NULL, "flag --comment does not apply to runs");
+}
+END_TEST
+
 static Suite *client_args_suite(void)
 {
     Suite *s = suite_create("client_args");
@@ -325,6 +427,7 @@ static Suite *client_args_suite(void)
     tcase_add_test(tc, help);
     tcase_add_test(tc, client_or_server);
     tcase_add_test(tc, requests);
+    tcase_add_test(tc, bulk_and_decisions);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* tests/unit/test_handlers.c — the pure parts of the HTTP layer: generic
- * submission validation, list filter parsing, routing, and the status →
- * problem+json mapping. */
+ * submission validation, list filter parsing, the bodies of approvals and
+ * bulk actions, routing, and the status → problem+json mapping. */
+#include "handlers/bulk.h"
 #include "handlers/handlers.h"
 #include "server/route.h"
 
@@ -261,6 +262,20 @@ START_TEST(routes_match)
     ck_assert_str_eq(m.id, "r1");
     ck_assert_int_eq(route_find("POST", "/runs/r1/cancel", &m), ROUTE_FOUND);
     ck_assert(!m.entry->json_body);
+    ck_assert_int_eq(route_find("POST", "/runs/r1/approve", &m), ROUTE_FOUND);
+    ck_assert_int_eq(m.entry->json_body, BODY_JSON_OPTIONAL);
+    ck_assert_int_eq(m.entry->need, NEED_APPROVE);
+    ck_assert_int_eq(route_find("POST", "/runs/r1/reject", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_runs_reject);
+    /* the bulk actions before /runs/{id}: "cancel" is not a run there */
+    ck_assert_int_eq(route_find("POST", "/runs/cancel", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_runs_bulk_cancel);
+    ck_assert_int_eq(m.entry->json_body, BODY_JSON);
+    ck_assert_int_eq(m.entry->need, NEED_CANCEL);
+    ck_assert_int_eq(route_find("POST", "/runs/retry", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_runs_bulk_retry);
+    ck_assert_int_eq(route_find("GET", "/runs/retry", &m), ROUTE_FOUND);
+    ck_assert(m.entry->fn == handle_runs_get);
     ck_assert_int_eq(route_find("HEAD", "/healthz", &m), ROUTE_FOUND);
     ck_assert_int_eq(route_find("GET", "/", &m), ROUTE_FOUND);
     ck_assert(m.entry->fn == handle_web_get);
@@ -514,6 +529,153 @@ START_TEST(unknown_alert_type_detail)
 }
 END_TEST
 
+/* ---- approvals and bulk actions ---- */
+
+START_TEST(approval_body)
+{
+    struct error err = {0};
+    const char *comment = "x";
+    char long_comment[2048];
+    json_t *j;
+
+    ck_assert_int_eq(approvals_parse_body(NULL, &comment, &err), ST_OK);
+    ck_assert_ptr_null(comment);
+    j = parse("{\"comment\": \"looks right\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    ck_assert_str_eq(comment, "looks right");
+    json_decref(j);
+    j = parse("{\"comment\": \"\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    ck_assert_ptr_null(comment);
+    json_decref(j);
+    j = parse("{}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    json_decref(j);
+    /* characters, not bytes: 1000 of two bytes each are allowed, 1001 are not */
+    for (int i = 0; i < 1000; i++)
+        memcpy(long_comment + 2 * i, "\xc3\xa9", 2);
+    j = json_pack("{s:s%}", "comment", long_comment, (size_t)2000);
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_OK);
+    json_decref(j);
+    memset(long_comment, 'a', 1001);
+    long_comment[1001] = '\0';
+    j = json_pack("{s:s}", "comment", long_comment);
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"comment\": must be at most 1000 characters");
+    json_decref(j);
+    memset(&err, 0, sizeof(err));
+    j = parse("{\"comment\": 1, \"by\": \"me\"}");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_uint_eq(err.nfields, 2);
+    ck_assert_str_eq(err.fields[0].field, "comment");
+    ck_assert_str_eq(err.fields[1].field, "by");
+    json_decref(j);
+    memset(&err, 0, sizeof(err));
+    j = parse("[1]");
+    ck_assert_int_eq(approvals_parse_body(j, &comment, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"body\": must be a JSON object");
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(bulk_body)
+{
+    struct bulk_request b;
+    struct error err = {0};
+    json_t *j =
+        parse("{\"filter\": {\"status\": [\"queued\", \"waiting\"], \"outcome\": "
+              "[\"failed\"], \"type\": \"deploy\", \"created_after\": "
+              "\"2026-01-01T00:00:00Z\", \"created_before\": \"2026-01-02T00:00:00+02:00\", "
+              "\"schedule\": \"nightly\", \"parent_id\": \"r-1\"}, \"dry_run\": true, "
+              "\"limit\": 100000}");
+
+    ck_assert_int_eq(bulk_parse(j, &b, &err), ST_OK);
+    ck_assert_uint_eq(b.filter.statuses, (1u << RUN_QUEUED) | (1u << RUN_WAITING));
+    ck_assert_uint_eq(b.filter.outcomes, 1u << OUTCOME_FAILED);
+    ck_assert_str_eq(b.filter.type, "deploy");
+    ck_assert_str_eq(b.filter.schedule, "nightly");
+    ck_assert_str_eq(b.filter.parent_id, "r-1");
+    ck_assert_str_eq(b.filter.created_after, "2026-01-01T00:00:00Z");
+    ck_assert_str_eq(b.filter.created_before, "2026-01-02T00:00:00+02:00");
+    ck_assert(b.dry_run);
+    ck_assert_int_eq(b.limit, 100000);
+    json_decref(j);
+    j = parse("{\"filter\": {\"all\": true}}");
+    ck_assert_int_eq(bulk_parse(j, &b, &err), ST_OK);
+    ck_assert(!b.dry_run);
+    ck_assert_int_eq(b.limit, BULK_LIMIT_DEFAULT);
+    ck_assert_uint_eq(b.filter.statuses, 0);
+    json_decref(j);
+}
+END_TEST
+
+/* Each bad body, with the field and the message of its first error. */
+START_TEST(bulk_body_invalid)
+{
+    static const struct {
+        const char *body, *field, *message;
+    } v[] = {
+        {"[]", "body", "must be a JSON object"},
+        {"{}", "filter", "is required: an object of criteria"},
+        {"{\"filter\": {}}", "filter",
+         "is empty; to act on every run, say so: {\"filter\": {\"all\": true}}"},
+        {"{\"filter\": {\"all\": false}}", "filter",
+         "is empty; to act on every run, say so: {\"filter\": {\"all\": true}}"},
+        {"{\"filter\": {\"all\": 1}}", "filter.all", "must be true or false"},
+        {"{\"filter\": {\"status\": []}}", "filter.status",
+         "must be a non-empty array of status names"},
+        {"{\"filter\": {\"status\": \"queued\"}}", "filter.status",
+         "must be a non-empty array of status names"},
+        {"{\"filter\": {\"status\": [\"done\"]}}", "filter.status",
+         "must hold status names: queued, running, waiting, cancelling, completed"},
+        {"{\"filter\": {\"outcome\": [\"queued\"]}}", "filter.outcome",
+         "must hold outcome names: pending, succeeded, partially_succeeded, failed, cancelled, "
+         "timed_out"},
+        {"{\"filter\": {\"type\": \"\"}}", "filter.type", "must be a string of 1 to 64 characters"},
+        {"{\"filter\": {\"created_after\": \"yesterday\"}}", "filter.created_after",
+         "must be an RFC 3339 timestamp"},
+        {"{\"filter\": {\"parent_id\": 7}}", "filter.parent_id",
+         "must be a string of 1 to 128 characters"},
+        {"{\"filter\": {\"tenant\": \"x\"}}", "filter.tenant",
+         "is not a filter; expected status, outcome, type, created_after, created_before, "
+         "parent_id, schedule or all"},
+        {"{\"filter\": {\"all\": true}, \"limit\": 100001}", "limit",
+         "must be an integer from 1 to 100000"},
+        {"{\"filter\": {\"all\": true}, \"limit\": 0}", "limit",
+         "must be an integer from 1 to 100000"},
+        {"{\"filter\": {\"all\": true}, \"dry_run\": \"yes\"}", "dry_run", "must be true or false"},
+        {"{\"filter\": {\"all\": true}, \"force\": true}", "force",
+         "is not a known field; expected filter, dry_run or limit"},
+    };
+
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        struct bulk_request b;
+        struct error err = {0};
+        json_t *j = parse(v[i].body);
+
+        ck_assert_msg(bulk_parse(j, &b, &err) == ST_INVALID, "%s accepted", v[i].body);
+        ck_assert_uint_ge(err.nfields, 1);
+        ck_assert_str_eq(err.fields[0].field, v[i].field);
+        ck_assert_str_eq(err.fields[0].message, v[i].message);
+        json_decref(j);
+    }
+}
+END_TEST
+
+START_TEST(filter_approval)
+{
+    struct qpairs q = {{"approval"}, {"pending"}};
+    struct run_filter f;
+    struct error err = {0};
+
+    ck_assert_int_eq(filter(&q, &f, &err), ST_OK);
+    ck_assert(f.approval_pending);
+    q.v[0] = "approved";
+    ck_assert_int_eq(filter(&q, &f, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid \"approval\": must be pending");
+}
+END_TEST
+
 static Suite *handlers_suite(void)
 {
     Suite *s = suite_create("handlers");
@@ -535,6 +697,10 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, problem_names_a_database_state);
     tcase_add_test(t, problem_extra_members);
     tcase_add_test(t, unknown_alert_type_detail);
+    tcase_add_test(t, approval_body);
+    tcase_add_test(t, bulk_body);
+    tcase_add_test(t, bulk_body_invalid);
+    tcase_add_test(t, filter_approval);
     suite_add_tcase(s, t);
     return s;
 }

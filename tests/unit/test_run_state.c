@@ -1,9 +1,10 @@
 /* tests/unit/test_run_state.c — the Check suite for store/run_state.c: the
- * exact name of every status and outcome, parsing them back, rejecting
- * everything else, and the status predicates value by value; and for
- * store/run_state_sql.h: its status sets are the predicates' (built here
- * from the names table), every quoted word in it is a status or outcome
- * name, and its transition arms expand to the exact SQL.
+ * exact name of every status, outcome and approval state, parsing them
+ * back, rejecting everything else, and the predicates value by value; and
+ * for store/run_state_sql.h: its status sets are the predicates' (built
+ * here from the names table) and the partial indexes' (approvals too),
+ * every quoted word of its status sets is a status or outcome name, and its
+ * transition arms expand to the exact SQL.
  *
  * System headers come before run_state.h, ahead of common.h's poison pragma. */
 #include <check.h>
@@ -160,6 +161,43 @@ START_TEST(held)
 }
 END_TEST
 
+/* ---- approvals -------------------------------------------------------- */
+
+static const char *const want_approval[] = {"pending", "approved", "rejected", "expired",
+                                            "cancelled"};
+
+START_TEST(approval_names)
+{
+    ck_assert_int_eq(APPROVAL_STATE_COUNT, 5);
+    for (int i = 0; i < APPROVAL_STATE_COUNT; i++) {
+        enum approval_state a = APPROVAL_CANCELLED - (enum approval_state)i;
+        ck_assert_str_eq(approval_state_name((enum approval_state)i), want_approval[i]);
+        ck_assert(approval_state_parse(want_approval[i], &a));
+        ck_assert_int_eq(a, i);
+    }
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+        enum approval_state a = APPROVAL_EXPIRED;
+        ck_assert_msg(!approval_state_parse(unknown[i], &a), "\"%s\" accepted", unknown[i]);
+        ck_assert_int_eq(a, APPROVAL_EXPIRED);
+    }
+    ck_assert(!approval_state_parse(NULL, &(enum approval_state){APPROVAL_PENDING}));
+}
+END_TEST
+
+/* Only a waiting run whose approval is pending awaits a decision: it is
+ * joinable (a submission of its identity joins it), cancelled at once, and
+ * held by nobody. */
+START_TEST(awaits_approval)
+{
+    for (int s = 0; s < RUN_STATUS_COUNT; s++)
+        for (int a = 0; a < APPROVAL_STATE_COUNT; a++)
+            ck_assert_int_eq(run_awaits_approval((enum run_status)s, (enum approval_state)a),
+                             s == RUN_WAITING && a == APPROVAL_PENDING);
+    ck_assert(run_status_is_joinable(RUN_WAITING));
+    ck_assert(!run_status_is_held(RUN_WAITING));
+}
+END_TEST
+
 /* ---- store/run_state_sql.h ------------------------------------------- */
 
 /* "('a', 'b')": the statuses pred holds for, in enum order. */
@@ -215,6 +253,27 @@ START_TEST(sql_sets_are_the_index_predicates)
     ck_assert_ptr_nonnull(strstr(migration_sql(2), "CREATE UNIQUE INDEX runs_active_identity ON "
                                                    "runs (tenant, identity_hash)\n    WHERE status "
                                                    "IN " JOINABLE_STATUSES ";"));
+}
+END_TEST
+
+/* The partial indexes of the runs awaiting approval have the predicate of
+ * the statements, the trigger that makes a waiting run's poll schedule
+ * leaves those runs out, and the one that owes their approval_requested
+ * notifications takes them in (migration 018). */
+START_TEST(sql_approval_is_the_index_predicate)
+{
+    const char *m = migration_sql(18);
+
+    ck_assert_str_eq(AWAITING_APPROVAL("r."),
+                     "r.approval_state = 'pending' AND r.status = 'waiting'");
+    ck_assert_ptr_nonnull(strstr(m, "CREATE INDEX runs_approval_due ON runs (approval_expires_at)\n"
+                                    "    WHERE " AWAITING_APPROVAL("") ";"));
+    ck_assert_ptr_nonnull(strstr(m, "CREATE INDEX runs_approval_list ON runs (tenant, created_at "
+                                    "DESC, id DESC)\n    WHERE " AWAITING_APPROVAL("") ";"));
+    ck_assert_ptr_nonnull(strstr(m, "WHEN (NEW.status = 'waiting' AND NEW.approval_state IS "
+                                    "DISTINCT FROM 'pending')"));
+    ck_assert_ptr_nonnull(
+        strstr(m, "WHEN (" AWAITING_APPROVAL("NEW.") " AND NEW.reacts & 4 <> 0)"));
 }
 END_TEST
 
@@ -289,6 +348,39 @@ START_TEST(sql_transitions)
                      "CASE WHEN r.attempt >= r.max_attempts THEN now() END END, ");
     ck_assert_str_eq(HAND_BACK_MESSAGE("'a'", "$7"),
                      "CASE WHEN outcome = 'cancelled' THEN 'a' ELSE $7 END");
+    ck_assert_str_eq(RETRYABLE_RUN("o."), "o.status = 'completed' AND o.outcome <> 'succeeded'");
+    ck_assert_str_eq(CANCEL_OWES_HOOKS,
+                     "(cur.status = 'waiting' AND r.approval_state IS DISTINCT FROM 'pending') OR "
+                     "(cur.status = 'queued' AND r.cleanup_due)");
+}
+END_TEST
+
+/* The approval transitions, exactly: a decision moves a pending run to
+ * queued or to completed/cancelled, and expiry does what the run's own
+ * on_timeout says. */
+START_TEST(sql_approval_transitions)
+{
+    ck_assert_str_eq(SET_APPROVED("'approved'", "$3"),
+                     "status = 'queued', approval_state = 'approved', approval_decided_by = $3, "
+                     "approval_decided_at = now(), run_at = greatest(r.run_at, now()), "
+                     "updated_at = now(), ");
+    ck_assert_str_eq(SET_REJECTED("'rejected'", "$3", "$9"),
+                     "status = 'completed', outcome = 'cancelled', completed_at = now(), "
+                     "error = $9, approval_state = 'rejected', approval_decided_by = $3, "
+                     "approval_decided_at = now(), updated_at = now(), ");
+    ck_assert_str_eq(
+        SET_EXPIRED("$9"),
+        "status = CASE WHEN r.approval_on_timeout = 'approve' THEN 'queued' ELSE 'completed' END, "
+        "outcome = CASE WHEN r.approval_on_timeout = 'approve' THEN r.outcome ELSE 'cancelled' "
+        "END, completed_at = CASE WHEN r.approval_on_timeout = 'approve' THEN NULL ELSE now() "
+        "END, run_at = CASE WHEN r.approval_on_timeout = 'approve' THEN greatest(r.run_at, now()) "
+        "ELSE r.run_at END, error = CASE WHEN r.approval_on_timeout = 'approve' THEN r.error ELSE "
+        "$9 END, approval_state = 'expired', approval_decided_by = 'system', "
+        "approval_decided_at = now(), updated_at = now(), ");
+    ck_assert_str_eq(APPROVAL_INSERT_VALUES("$14", "$15"),
+                     "CASE WHEN $14 IS NULL THEN 'queued' ELSE 'waiting' END, "
+                     "CASE WHEN $14 IS NOT NULL THEN 'pending' END, "
+                     "now() + make_interval(secs => $14), CASE WHEN $14 IS NOT NULL THEN $15 END");
 }
 END_TEST
 
@@ -314,6 +406,8 @@ static TCase *tc_predicates(void)
     tcase_add_test(tc, terminal);
     tcase_add_test(tc, joinable);
     tcase_add_test(tc, held);
+    tcase_add_test(tc, approval_names);
+    tcase_add_test(tc, awaits_approval);
     return tc;
 }
 
@@ -325,6 +419,8 @@ static TCase *tc_sql(void)
     tcase_add_test(tc, sql_sets_are_the_index_predicates);
     tcase_add_test(tc, sql_words_are_names);
     tcase_add_test(tc, sql_transitions);
+    tcase_add_test(tc, sql_approval_is_the_index_predicate);
+    tcase_add_test(tc, sql_approval_transitions);
     return tc;
 }
 

@@ -1,0 +1,218 @@
+// tests/browser/dashboard_approvals.mjs — the dashboard's approvals and
+// bulk actions: the "awaiting approval" filter lists the runs that wait
+// for a person (and asks the server for them); a run's detail says until
+// when it waits and what happens then, and Approve and Reject (with a
+// comment, after a confirmation) decide it on the server, the detail then
+// showing the decision; "Cancel all that match" counts the runs of the
+// current filters, shows the count in its confirmation (dismissed:
+// nothing changes), then cancels exactly those with its progress and the
+// final count; "Retry all that match" retries the failed runs of a type;
+// the bulk buttons are off while the search box is in use. A screenshot
+// goes to the build's test directory (browser-artifacts/).
+//
+// Needs what cors.mjs needs (see there); exits 77 when playwright-core
+// or chromium is missing.
+import { join } from 'node:path';
+import {
+  api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
+  tail, until, watch, cleanup,
+} from './lib/harness.mjs';
+
+const { check, failures } = checker();
+const LATER = '2999-01-01T00:00:00Z';
+
+async function post(base, path, body) {
+  const r = await api(base, path, { method: 'POST', body });
+  if (r.status >= 300) throw new Error(`POST ${path} answered ${r.status}: ${r.text}`);
+  return r.json;
+}
+
+// n runs of type, delayed far ahead when held.
+async function submitMany(base, type, n, held) {
+  for (let done = 0; done < n;) {
+    const k = Math.min(1000, n - done);
+    const items = [];
+    for (let i = 0; i < k; i++) {
+      const it = { alert_type: type, data: { i: done + i, duration_ms: 0, steps: 1 } };
+      if (held) it.run_at = LATER;
+      items.push(it);
+    }
+    await post(base, '/alerts', items);
+    done += k;
+  }
+}
+
+// Answers the next confirmation; resolves with its text.
+function onDialog(page, accept) {
+  return new Promise((resolve) => {
+    page.once('dialog', async (d) => {
+      const text = d.message();
+      if (accept) await d.accept();
+      else await d.dismiss();
+      resolve(text);
+    });
+  });
+}
+
+async function approvals(page, base) {
+  const a = (await post(base, '/alerts', { alert_type: 'gated', data: { n: 1 } })).run_id;
+  const b = (await post(base, '/alerts', { alert_type: 'gated', data: { n: 2 } })).run_id;
+  await post(base, '/alerts', { alert_type: 'demo', data: { n: 3 }, run_at: LATER });
+
+  const listed = page.waitForRequest((r) => r.url().includes('/runs?') && r.url().includes('approval=pending'));
+  await page.selectOption('#f-approval', 'pending');
+  check(!!(await listed), 'the approval filter asks the server for the runs awaiting approval');
+  await until('the two runs awaiting approval', async () =>
+    (await page.$$('tr.run')).length === 2 && (await page.$(`tr.run[data-id="${a}"]`)) !== null);
+  const badge = await page.textContent(`tr.run[data-id="${a}"] .badge`);
+  check(badge === 'awaiting approval', `the table says the run awaits approval (${badge})`);
+  check((await page.getAttribute('#bulk-cancel', 'title')).includes('approval filter'),
+    'the bulk buttons explain why they are off with the approval filter');
+
+  await page.click(`tr.run[data-id="${a}"]`);
+  await page.waitForSelector('#detail[open] #d-approval:not([hidden])');
+  const state = await page.textContent('#d-approval-state');
+  check(/^pending: in (59m \d\ds|1h 00m) \(at .+\), then rejected$/.test(state), `the detail says until when and what then (${state})`);
+  await page.fill('#d-comment', 'change window is open');
+  const asked = onDialog(page, true);
+  await page.click('#d-approve');
+  check(/Approve run/.test(await asked), 'Approve asks first');
+  await page.waitForSelector('#d-approval[hidden]');
+  const run = (await api(base, `/runs/${a}`)).json;
+  check(run.approval.state === 'approved' && run.approval.comment === 'change window is open' &&
+    run.approval.decided_by === 'anonymous', `the server has the decision (${JSON.stringify(run.approval)})`);
+  const decided = await until('the detail to show the decision', async () => {
+    const t = await page.textContent('#d-body');
+    return /approved by anonymous at/.test(t) && /change window is open/.test(t) ? t : null;
+  });
+  check(!!decided, 'the detail shows who approved, when, and the comment');
+  await until('the approved run to succeed', async () => (await api(base, `/runs/${a}`)).json.outcome === 'succeeded');
+  await page.click('#d-close');
+
+  await page.click(`tr.run[data-id="${b}"]`);
+  await page.waitForSelector('#detail[open] #d-approval:not([hidden])');
+  await page.fill('#d-comment', 'not tonight');
+  const asked2 = onDialog(page, true);
+  await page.click('#d-reject');
+  check(/Reject run/.test(await asked2), 'Reject asks first');
+  const rejected = await until('the rejection', async () => {
+    const r = (await api(base, `/runs/${b}`)).json;
+    return r.status === 'completed' ? r : null;
+  });
+  check(rejected.outcome === 'cancelled' && rejected.error.code === 'rejected' &&
+    rejected.approval.comment === 'not tonight', 'Reject rejected it on the server, with the comment');
+  await until('the detail to show the rejection', async () => /rejected by anonymous/.test(await page.textContent('#d-body')));
+  await page.click('#d-close');
+  await until('the filter to empty', async () => (await page.$$('tr.run')).length === 0);
+  check(true, 'decided runs leave the "awaiting approval" view');
+  await page.selectOption('#f-approval', '');
+}
+
+async function bulkCancel(page, base) {
+  await submitMany(base, 'demo', 3000, true);
+  await page.selectOption('#f-status', 'queued');
+  await until('the demo type in the filter', async () =>
+    (await page.$$eval('#f-type option', (os) => os.map((o) => o.value))).includes('demo'));
+  await page.selectOption('#f-type', 'demo');
+  // the count in the confirmation; dismissed, nothing changes
+  let asked = onDialog(page, false);
+  await page.click('#bulk-cancel');
+  const text = await asked;
+  check(/Cancel all 3,001 runs that match \(status queued, type demo\)\?/.test(text), `the confirmation shows the count (${text})`);
+  await until('the dismissal', async () => /Nothing was cancelled/.test(await page.textContent('#bulk-msg')));
+  check((await api(base, '/runs?status=queued&type=demo&limit=1')).json.runs.length === 1, 'dismissed: nothing was cancelled');
+
+  // Every text the message and the progress bar show while it runs, kept
+  // by the page itself (polling from here could miss a short action).
+  await page.evaluate(() => {
+    window.seenBulk = [];
+    const msg = document.getElementById('bulk-msg');
+    const bar = document.getElementById('bulk-progress');
+    new MutationObserver(() => window.seenBulk.push(`${bar.hidden ? '' : 'bar '}${msg.textContent}`))
+      .observe(msg, { childList: true, characterData: true, subtree: true });
+  });
+  asked = onDialog(page, true);
+  await page.click('#bulk-cancel');
+  await asked;
+  const done = await until('the bulk cancel to end', async () => {
+    const t = await page.textContent('#bulk-msg');
+    return /^Cancelled/.test(t) ? t : null;
+  }, 60000);
+  const seen = await page.evaluate(() => window.seenBulk);
+  check(done === 'Cancelled 3,001 of 3,001 matching runs.', `the final count (${done})`);
+  check(seen.some((t) => t === 'bar Cancelling 3,001 runs…'), 'the progress bar showed while it ran');
+  const counted = seen.filter((t) => /^bar Cancelling… [\d,]+ of 3,001 runs$/.test(t));
+  check(counted.length > 0, `the stream's events moved the progress while it ran (${counted.join(', ')})`);
+  const left = (await api(base, '/runs?status=queued&type=demo&limit=1')).json.runs.length;
+  check(left === 0, 'no queued demo run is left on the server');
+  check(Number(await page.getAttribute('#bulk-progress', 'value')) === 3001, 'the progress reached the count');
+}
+
+async function bulkRetry(page, base) {
+  await submitMany(base, 'flaky', 20, false);
+  await until('the flaky runs to fail', async () =>
+    (await api(base, '/runs?type=flaky&outcome=failed&limit=50')).json.runs.length === 20);
+  await page.selectOption('#f-status', '');
+  await until('the flaky type in the filter', async () =>
+    (await page.$$eval('#f-type option', (os) => os.map((o) => o.value))).includes('flaky'));
+  await page.selectOption('#f-type', 'flaky');
+  await page.selectOption('#f-outcome', 'failed');
+  const asked = onDialog(page, true);
+  await page.click('#bulk-retry');
+  check(/Retry all 20 runs that match \(outcome failed, type flaky\)\?/.test(await asked), 'Retry shows its count');
+  const done = await until('the bulk retry to end', async () => {
+    const t = await page.textContent('#bulk-msg');
+    return /^Retried/.test(t) ? t : null;
+  });
+  check(done === 'Retried 20 of 20 matching runs.', `the retry's count (${done})`);
+  await page.fill('#f-search', 'x');
+  check(await page.isDisabled('#bulk-cancel') && await page.isDisabled('#bulk-retry'), 'the bulk buttons are off while searching');
+  await page.fill('#f-search', '');
+  check(!(await page.isDisabled('#bulk-retry')), 'and on again without the search');
+}
+
+async function main() {
+  const pw = loadPlaywright();
+  const { tmp, art } = dirs('dashboard-approvals');
+  const log = join(tmp, 'opsrun.log');
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const proc = await startOpsrun({ port, db: createDb('browser_dashboard_approvals'), log, tmp, config: {
+    queue: { shutdown_grace_s: 1 },
+    limits: { submit_rate_per_s: 0 },
+    run_types: {
+      gated: { action: 'simulate', params: { duration_ms: 0 }, approval: { timeout_s: 3600 } },
+      flaky: { action: 'simulate', params: { fail: 'permanent' } },
+    },
+  } });
+  let browser;
+  const problems = [];
+  try {
+    browser = await launch(pw);
+    const page = await (await browser.newContext({ viewport: { width: 1300, height: 900 } })).newPage();
+    watch(page, problems);
+    await page.goto(base + '/');
+    await page.waitForSelector('#conn[data-state="live"]');
+    await approvals(page, base);
+    await bulkCancel(page, base);
+    await bulkRetry(page, base);
+    await page.screenshot({ path: join(art, 'dashboard-approvals.png') });
+  } catch (e) {
+    check(false, `the test ran to its end: ${e.stack || e}`);
+  } finally {
+    if (browser) await browser.close();
+    await stopOpsrun(proc);
+  }
+  for (const p of problems) console.log('  ' + p);
+  check(problems.length === 0, `no console error, failed request or error answer (${problems.length})`);
+  if (failures.length) {
+    console.error(`dashboard_approvals.mjs: ${failures.length} failed; opsrun's log ${log}:\n${tail(log)}`);
+    process.exit(1);
+  }
+  cleanup(tmp);
+}
+
+main().catch((e) => {
+  console.error('dashboard_approvals.mjs:', e);
+  process.exit(1);
+});
