@@ -76,7 +76,7 @@ async function main() {
     const w = watch(page, problems);
 
     const sub = await api(base, '/alerts', { method: 'POST', body: { alert_type: 'fix',
-      data: { fail: 'permanent', duration_ms: 5000, steps: 5 } } });
+      data: { fail: 'permanent', duration_ms: 12000, steps: 12 } } });
     check(sub.status === 202, `a run of type fix (${sub.status})`);
     const parent = sub.json.run_id;
     const child = `${parent}.1`;

@@ -124,7 +124,7 @@ static bool worker_stopped(const char *worker_id)
 #define THREADS                                                                                    \
     (2 /* doorbell, listener */ + 1 /* maintenance */ + 1 /* poll writer */ + CHECKERS +           \
      1 /* scheduler */                                                                             \
-     + 1 /* completer */ + WORKERS + 1 /* dispatcher */)
+     + 1 /* approvals */ + 1 /* completer */ + WORKERS + 1 /* dispatcher */)
 
 START_TEST(test_full_start_and_drain_join_everything)
 {

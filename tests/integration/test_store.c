@@ -682,7 +682,11 @@ START_TEST(max_running_under_contention)
                   s.max_total, CONT_MAX_RUNNING);
     ck_assert_msg(s.max_a <= CONT_CAP_A, "sampled %d running of type A, its cap is %d", s.max_a,
                   CONT_CAP_A);
-    ck_assert_msg(s.samples >= 300, "only %ld samples", s.samples);
+    /* The sampler looked often enough to see anything (the peaks below say
+     * it saw the contention); how often depends on the machine's load (266
+     * samples on a loaded 2-core machine, about 500 on a quiet one), so the
+     * floor is low. */
+    ck_assert_msg(s.samples >= 100, "only %ld samples", s.samples);
     ck_assert_msg(s.at_max > 0, "never saw %d running: no contention", CONT_MAX_RUNNING);
     ck_assert_msg(s.a_at_cap > 0, "never saw %d running of type A: the cap never bit", CONT_CAP_A);
     close_test_db();
