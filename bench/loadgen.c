@@ -37,6 +37,14 @@
  *       table (no HTTP), the engine woken, and runs/s from the wake-up to
  *       the last completed_at. HOOK, a shell command, runs after the insert
  *       and before the wake-up (bench/pgcost.sh starts its counters there).
+ *   loadgen answers URL DBCONNINFO SECONDS CLIENTS OUT
+ *       CLIENTS keep-alive connections each POST one no-op demo run after
+ *       another for SECONDS, every one with a run_id of its own
+ *       (a-<pid>-<client>-<n>), and write every answer to the file OUT, one
+ *       line each: the run_id, the HTTP status (0: no answer) and the
+ *       wall-clock time it came back (ms since the epoch). What was
+ *       acknowledged, and when, for bench/failover.sh; DBCONNINFO is only
+ *       connected to at the start.
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -663,6 +671,78 @@ static int lateness(PGconn *db, int delayed, int retries)
     return lateness_query(db, sql, "late_retry", retries);
 }
 
+/* ---- answers: every answer recorded, for failover ------------------------- */
+
+#define ANSWERS_MAX (256 << 20) /* bytes of answers one client keeps */
+
+struct answers_arg {
+    long id;
+    double deadline;
+    char *lines; /* "run_id status ms\n" each */
+    size_t len, cap;
+};
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *answers_client(void *arg)
+{
+    struct answers_arg *a = arg;
+    CURL *c = curl_easy_init();
+    char id[64], body[256];
+
+    for (long i = 0; now_s() < a->deadline; i++) {
+        long code;
+        snprintf(id, sizeof(id), "a-%d-%ld-%ld", (int)getpid(), a->id, i);
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"run_id\":\"%s\",\"data\":{\"duration_ms\":0,"
+                 "\"steps\":0}}",
+                 id);
+        code = request(c, "POST", "/alerts", body);
+        if (a->len + 128 > a->cap) {
+            a->cap = a->cap ? 2 * a->cap : 1 << 16;
+            a->lines = a->cap <= ANSWERS_MAX ? realloc(a->lines, a->cap) : NULL;
+            if (!a->lines) {
+                fprintf(stderr, "loadgen: could not keep more than %d bytes of answers\n",
+                        ANSWERS_MAX);
+                exit(1);
+            }
+        }
+        a->len += (size_t)snprintf(a->lines + a->len, a->cap - a->len, "%s %ld %lld\n", id, code,
+                                   wall_ms());
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static int answers(double seconds, int conns, const char *out)
+{
+    static struct answers_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    FILE *f = fopen(out, "w");
+    double t0 = now_s();
+
+    if (!f) {
+        fprintf(stderr, "loadgen: could not write %s\n", out);
+        return 1;
+    }
+    for (int i = 0; i < conns; i++) {
+        args[i] = (struct answers_arg){.id = i, .deadline = t0 + seconds};
+        pthread_create(&th[i], NULL, answers_client, &args[i]);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        if (args[i].len)
+            fwrite(args[i].lines, 1, args[i].len, f);
+        free(args[i].lines);
+    }
+    return fclose(f) == 0 ? 0 : 1;
+}
+
 /* ---- soak: a steady load for minutes, with retention running --------------- */
 
 struct soak_arg {
@@ -969,6 +1049,7 @@ static void usage(void)
                     "       loadgen wrk URL DB SECONDS CONNECTIONS\n"
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
+                    "       loadgen answers URL DB SECONDS CLIENTS OUT\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
                     "       loadgen drain URL DB RUNS [HOOK]\n");
 }
@@ -1015,6 +1096,8 @@ int main(int argc, char **argv)
         rc = drain(db, atoi(argv[4]), argc > 5 ? argv[5] : NULL);
     } else if (strcmp(mode, "lateness") == 0 && argc >= 6) {
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
+    } else if (strcmp(mode, "answers") == 0 && argc >= 7) {
+        rc = answers(atof(argv[4]), clamp_threads(atoi(argv[5])), argv[6]);
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {
         int minutes = atoi(argv[4]);
         double rate = atof(argv[5]);

@@ -22,6 +22,14 @@
 # OPSRUN_BIN runs another binary (for instance one built from an older
 # commit, for a before/after in the same session); a binary without
 # queue.event_partition_s gets the same configuration without it.
+# TRACE=1 also records what could slow the pickups down, to find why they
+# do (bench/soaktrace.py reads it at the end): PostgreSQL logs every
+# autovacuum and autoanalyze, lock waits over 100 ms, statements over
+# 100 ms and checkpoints; every 10 s the sampler keeps every run's pickup
+# (soak-pickups.tsv), the dead rows, vacuums and index bytes of runs, and
+# the calls and time of the engine's statements (soak-trace.tsv), and the
+# bytes of each index of runs (soak-indexes.tsv). FROM_MINUTE=N leaves the
+# minutes before N out of soaktrace.py's attribution (the warm-up).
 # Usage: bench/soak.sh [MINUTES [RATE]]      (default 10 minutes, 500 runs/s)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
@@ -44,8 +52,10 @@ DATA=$(mktemp -d /tmp/opsrun-soak.XXXXXX)
 chmod 755 "$DATA"
 SERVER=
 SAMPLER=
+TRACER=
 cleanup() {
     [ -z "$SAMPLER" ] || kill $SAMPLER 2>/dev/null || true
+    [ -z "$TRACER" ] || kill "$TRACER" 2>/dev/null || true
     if [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; then wait "$SERVER" 2>/dev/null || true; fi
     bench_cluster_destroy "$DATA"
     rm -rf "$DATA"
@@ -53,6 +63,12 @@ cleanup() {
 trap cleanup EXIT
 
 export OPSRUN_PG_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+if [ "${TRACE:-0}" = 1 ]; then
+    # One line: pg_ctl hands the options to a shell, where a newline ends
+    # the command (and its redirection to the log).
+    OPSRUN_PG_OPTS+=" -c log_autovacuum_min_duration=0 -c log_lock_waits=on -c deadlock_timeout=100ms"
+    OPSRUN_PG_OPTS+=" -c log_min_duration_statement=100 -c log_checkpoints=on"
+fi
 bench_cluster "$DATA"
 sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
 sql "CREATE EXTENSION pg_stat_statements"
@@ -92,6 +108,44 @@ sample() {
         sleep 10
     done
 }
+# With TRACE=1, every 10 s: the pickups of the runs created since the last
+# sample and 10 s ago at the latest (all of them started by then, and
+# retention is a minute away), then one line of what runs and the engine's
+# statements did so far (cumulative: soaktrace.py takes the differences).
+trace() {
+    local from to
+    from=$(sql "SELECT extract(epoch FROM now())")
+    echo -e "t\tdead\tlive\tvacuums\tanalyzes\tindex_mib\theap_mib\tstatement\tcalls\tms" \
+        >"$OUT/$TAG-trace.tsv"
+    : >"$OUT/$TAG-pickups.tsv"
+    : >"$OUT/$TAG-indexes.tsv"
+    while :; do
+        sleep 10
+        to=$(sql "SELECT extract(epoch FROM now() - interval '10 s')")
+        sql "COPY (SELECT extract(epoch FROM created_at), extract(epoch FROM started_at - created_at) * 1000
+                     FROM runs WHERE created_at >= to_timestamp($from) AND created_at < to_timestamp($to)
+                      AND started_at IS NOT NULL) TO STDOUT" >>"$OUT/$TAG-pickups.tsv"
+        from=$to
+        sql "COPY (SELECT extract(epoch FROM now()), t.n_dead_tup, t.n_live_tup,
+                          t.autovacuum_count + t.vacuum_count, t.autoanalyze_count + t.analyze_count,
+                          round(pg_indexes_size('runs') / 1048576.0, 1),
+                          round(pg_relation_size('runs') / 1048576.0, 1), s.name, s.calls, s.ms
+                     FROM pg_stat_user_tables t,
+                          LATERAL (SELECT CASE WHEN query ~ 'opsrun_claim\(' THEN 'claim'
+                                               WHEN query ~ 'INSERT INTO runs AS r' THEN 'submit'
+                                               WHEN query ~ 'jsonb_to_recordset.*attempt' THEN 'finish'
+                                               WHEN query ~ 'DELETE FROM runs r USING d' THEN 'prune'
+                                               WHEN query ~ 'opsrun_event_partitions_' THEN 'partitions'
+                                          END AS name, sum(calls) AS calls,
+                                          round(sum(total_exec_time)::numeric, 1) AS ms
+                                     FROM pg_stat_statements WHERE toplevel
+                                    GROUP BY 1) s
+                    WHERE t.relname = 'runs' AND s.name IS NOT NULL) TO STDOUT" >>"$OUT/$TAG-trace.tsv"
+        sql "COPY (SELECT extract(epoch FROM now()), indexrelname, pg_relation_size(indexrelid)
+                     FROM pg_stat_user_indexes WHERE relname = 'runs') TO STDOUT" \
+            >>"$OUT/$TAG-indexes.tsv"
+    done
+}
 # The database's side, kept in tables of its own (a few hundred rows every
 # 10 s) and read at the end.
 sql "CREATE TABLE soak_stmts (at timestamptz, queryid bigint, calls bigint, exec_ms float8, query text);
@@ -115,12 +169,20 @@ sample >"$OUT/$TAG-tables.tsv" &
 SAMPLER=$!
 sample_db &
 SAMPLER="$SAMPLER $!"
+if [ "${TRACE:-0}" = 1 ]; then
+    trace &
+    TRACER=$!
+fi
 
 echo "== soak: $MINUTES min at $RATE runs/s, retention 60 s ($BIN)"
 build/opsrun_loadgen soak "http://127.0.0.1:$PORT" "$DB" "$MINUTES" "$RATE" 8 "$SERVER" \
     | tee "$OUT/$TAG.txt" | grep -E '^minute=|ratio|last_over_first' || true
 kill $SAMPLER 2>/dev/null || true
 SAMPLER=
+if [ -n "$TRACER" ]; then
+    kill "$TRACER" 2>/dev/null || true
+    TRACER=
+fi
 
 echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/$TAG-env.txt"
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^opsrun_(runs_pruned|event_partitions_dropped)_total' \
@@ -164,3 +226,7 @@ SELECT (extract(epoch FROM date_trunc('minute', at) - date_trunc('minute', t0)) 
  GROUP BY 1, rel ORDER BY 1, rel;
 SQL
 echo "== tables every 10 s: $OUT/$TAG-tables.tsv; the database per minute: $OUT/$TAG-minutes.txt"
+if [ "${TRACE:-0}" = 1 ]; then
+    cp "$(scripts/pg.sh log "$DATA/pg")" "$OUT/$TAG-pg.log"
+    python3 bench/soaktrace.py "$OUT/$TAG" "${FROM_MINUTE:-1}" | tee "$OUT/$TAG-trace.txt"
+fi

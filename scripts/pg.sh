@@ -2,13 +2,17 @@
 # pg.sh — a private PostgreSQL cluster for development and tests.
 #
 #   scripts/pg.sh start    DATADIR [--fast|--durable]   initdb on first use, start, wait until ready
-#   scripts/pg.sh stop     DATADIR                      fast shutdown (immediate if that times out)
+#   scripts/pg.sh stop     DATADIR [--immediate]        fast shutdown (immediate if that times out);
+#                                                       --immediate: at once, as a crash would
 #   scripts/pg.sh restart  DATADIR [--fast|--durable]   stop + start, keeping the cluster's mode
 #   scripts/pg.sh status   DATADIR                      exit 0 when running, 3 when not
 #   scripts/pg.sh url      DATADIR [DBNAME]             print a libpq URI (default DBNAME: postgres)
 #   scripts/pg.sh createdb DATADIR NAME                 create database NAME unless it exists
 #   scripts/pg.sh log      DATADIR                      print the log file's path
 #   scripts/pg.sh destroy  DATADIR                      stop, then delete the cluster and its files
+#   scripts/pg.sh standby  DATADIR PRIMARY_DATADIR      a streaming standby of the running cluster
+#                                                       PRIMARY_DATADIR (pg_basebackup -R), started
+#   scripts/pg.sh promote  DATADIR                      promote a standby, wait until it takes writes
 #
 # The cluster listens on a unix socket only (listen_addresses=''), so any
 # number of clusters coexist: the socket lives in the data directory when its
@@ -20,6 +24,15 @@
 # --durable is the default (max_connections=200). The mode is remembered in
 # the data directory, so `restart` and a later `start` without a flag keep it.
 # OPSRUN_PG_OPTS adds further server options ("-c name=value ...").
+#
+# A standby is a copy of the primary's data directory, mode file included,
+# that streams its WAL (initdb's pg_hba.conf already lets the superuser
+# replicate over the socket). It is asynchronous until the primary names it
+# in synchronous_standby_names: set that on the primary (ALTER SYSTEM and
+# pg_reload_conf()) after `standby`, so the standby's copy does not carry it
+# and, promoted, does not wait for a standby of its own. A --fast cluster's
+# synchronous_commit=off lets commits skip that wait too: give both
+# OPSRUN_PG_OPTS="-c synchronous_commit=on".
 #
 # As root, PostgreSQL runs as the "postgres" system user (it refuses root). If
 # that user cannot reach DATADIR (e.g. a checkout under /root), the cluster
@@ -45,7 +58,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -202,8 +215,8 @@ wait_ready() {
     return 1
 }
 
-do_initdb() {
-    say "initialising a new cluster in $DATA"
+# DATA, made for the cluster's owner (postgres when we are root).
+make_data_dir() {
     mkdir -p -- "$DATA"
     if [[ "$AS_ROOT" == 1 ]]; then
         # The relocated dir's parent is ours; make it traversable.
@@ -211,6 +224,11 @@ do_initdb() {
         chown postgres: -- "$DATA"
     fi
     chmod 0700 -- "$DATA"
+}
+
+do_initdb() {
+    say "initialising a new cluster in $DATA"
+    make_data_dir
     local out
     if ! out="$(as_owner "$BINDIR/initdb" -D "$DATA" -U "$SUPERUSER" -A trust \
         -E UTF8 --locale=C --no-sync 2>&1)"; then
@@ -293,6 +311,12 @@ cmd_start() {
 }
 
 cmd_stop() {
+    local how=fast
+    case "${1:-}" in
+    "") ;;
+    --immediate) how=immediate ;;
+    *) die "stop: unknown option '$1'" ;;
+    esac
     if ! is_initialized; then
         say "no cluster in $DATA; nothing to stop"
         return 0
@@ -302,17 +326,54 @@ cmd_stop() {
         say "not running ($DATA)"
         return 0
     fi
-    if as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m fast -w -t "$TIMEOUT" >/dev/null 2>&1; then
-        say "stopped ($DATA)"
+    if as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m "$how" -w -t "$TIMEOUT" >/dev/null 2>&1; then
+        say "stopped ($DATA, $how)"
         return 0
     fi
-    say "fast shutdown did not finish within ${TIMEOUT}s; shutting down immediately"
+    say "$how shutdown did not finish within ${TIMEOUT}s; shutting down immediately"
     if as_owner "$BINDIR/pg_ctl" stop -D "$DATA" -m immediate -w -t "$TIMEOUT" >/dev/null 2>&1; then
         say "stopped ($DATA)"
         return 0
     fi
     show_log_tail
     die "could not stop the server on $DATA"
+}
+
+# standby DATADIR PRIMARY_DATADIR: a base backup of the running primary
+# with its WAL streamed along (-X stream) and the standby's settings written
+# (-R: standby.signal, primary_conninfo over the primary's socket), then
+# started like any cluster.
+cmd_standby() {
+    local primary="${1:-}" psock out
+    [[ -n "$primary" ]] || die "standby: PRIMARY_DATADIR is required"
+    resolve "$primary"
+    server_running || die "no server running on $DATA (the primary)"
+    psock="$SOCK"
+    resolve "$REQUESTED"
+    is_initialized && die "$DATA is a cluster already"
+    if [[ -d "$DATA" ]] && [[ -n "$(ls -A -- "$DATA" 2>/dev/null)" ]]; then
+        die "$DATA exists and is not empty"
+    fi
+    make_data_dir
+    say "base backup of $primary into $DATA"
+    if ! out="$(as_owner "$BINDIR/pg_basebackup" -D "$DATA" -h "$psock" -p "$PORT" \
+        -U "$SUPERUSER" -R -X stream -c fast --no-sync 2>&1)"; then
+        printf '%s\n' "$out" | sed 's/^/    /' >&2
+        die "pg_basebackup of $primary failed"
+    fi
+    # A socket in the primary's data directory left its lock file in the copy.
+    rm -f -- "$DATA"/.s.PGSQL.*
+    cmd_start
+}
+
+# Promotes a standby and waits until it has left recovery (takes writes).
+cmd_promote() {
+    server_running || die "no server running on $DATA"
+    if ! as_owner "$BINDIR/pg_ctl" promote -D "$DATA" -w -t "$TIMEOUT" >/dev/null 2>&1; then
+        show_log_tail
+        die "could not promote $DATA within ${TIMEOUT}s"
+    fi
+    say "promoted ($DATA)"
 }
 
 cmd_status() {
@@ -392,7 +453,7 @@ resolve "$REQUESTED"
 
 case "$CMD" in
 start) cmd_start "$@" ;;
-stop) cmd_stop ;;
+stop) cmd_stop "$@" ;;
 restart)
     cmd_stop
     cmd_start "$@"
@@ -402,5 +463,7 @@ url) cmd_url "$@" ;;
 createdb) cmd_createdb "$@" ;;
 log) echo "$LOG" ;;
 destroy) cmd_destroy ;;
+standby) cmd_standby "$@" ;;
+promote) cmd_promote ;;
 *) usage ;;
 esac

@@ -166,12 +166,8 @@ static void check_reads(const struct th_proc *p, const char *what)
 static void check_nothing_lost(const char *ci, struct load *l, char **inflight, const char *what)
 {
     PGconn *pg = th_pg(ci);
-    long long t0 = th_now_ms();
 
-    while (th_now_ms() - t0 < 90000 &&
-           th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'") > 0)
-        th_sleep_ms(200);
-    ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM runs WHERE status <> 'completed'"), 0);
+    th_wait_all_completed(pg, 90000);
     ck_assert_int_eq(th_sql_int(pg, "SELECT count(*) FROM runs WHERE outcome <> 'succeeded'"), 0);
     for (int i = 0; i < l->nacked; i++)
         ck_assert_msg(th_sql_int(pg, "SELECT count(*) FROM runs WHERE id = '%s'", l->acked[i]) == 1,

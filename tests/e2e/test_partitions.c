@@ -99,7 +99,7 @@ START_TEST(migrate_keeps_ids_and_resume)
     struct th_proc p;
     struct th_sse *one, *all;
     struct th_resp r;
-    long long first, last, next;
+    long long first, last;
 
     /* Two runs, as the previous binary left them: one completed with three
      * events, one delayed with its submission. */
@@ -195,11 +195,7 @@ START_TEST(migrate_keeps_ids_and_resume)
                  &r);
     ck_assert_int_eq(r.status, 200);
     th_resp_free(&r);
-    next = th_now_ms() + 10000;
-    while (th_sql_int(c, "SELECT count(*) FROM runs WHERE status <> 'completed'") > 0 &&
-           th_now_ms() < next)
-        th_sleep_ms(50);
-    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE status <> 'completed'"), 0);
+    th_wait_all_completed(c, 10000);
     ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events e JOIN runs r ON r.tenant = "
                                    "e.tenant AND r.id = e.run_id WHERE e.run_created_at <> "
                                    "r.created_at"),

@@ -130,6 +130,18 @@ long long th_sql_int(PGconn *c, const char *fmt, ...)
     return v;
 }
 
+void th_wait_all_completed(PGconn *c, int timeout_ms)
+{
+    const char *active = "SELECT count(*) FROM runs WHERE status <> 'completed'";
+    long long left = 0;
+
+    for (long long t0 = th_now_ms(); th_now_ms() - t0 < timeout_ms; th_sleep_ms(50))
+        if ((left = th_sql_int(c, "%s", active)) == 0)
+            return;
+    left = th_sql_int(c, "%s", active);
+    ck_assert_msg(left == 0, "%lld runs not completed within %d ms", left, timeout_ms);
+}
+
 char *th_sql_str(PGconn *c, const char *fmt, ...)
 {
     va_list ap;
@@ -199,6 +211,19 @@ char *th_db_create(const char *name)
     PQconninfoFree(opts);
     PQclear(th_sql(c, "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", name));
     PQclear(th_sql(c, "CREATE DATABASE \"%s\" TEMPLATE \"%s\"", name, tmpl));
+    PQfinish(c);
+    free(admin);
+    return th_conninfo(name);
+}
+
+char *th_db_create_empty(const char *name)
+{
+    char *admin = th_conninfo("postgres");
+    PGconn *c = th_pg(admin);
+
+    claim_db_name(name);
+    PQclear(th_sql(c, "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", name));
+    PQclear(th_sql(c, "CREATE DATABASE \"%s\" TEMPLATE template0", name));
     PQfinish(c);
     free(admin);
     return th_conninfo(name);
@@ -316,17 +341,24 @@ static void note_server_log(const char *log)
     close(fd);
 }
 
-/* Forks and execs `opsrun serve` for p (its port and log already set). */
-static void spawn(struct th_proc *p, const char *host, const char *conninfo,
-                  const char *const *args, const char *const *env)
+/* The binary under test. */
+static const char *opsrun_bin(void)
 {
     const char *bin = getenv("OPSRUN_BIN");
+
+    if (!bin)
+        die("OPSRUN_BIN is not set");
+    return bin;
+}
+
+/* Forks and execs `bin serve` for p (its port and log already set). */
+static void spawn(struct th_proc *p, const char *bin, const char *host, const char *conninfo,
+                  const char *const *args, const char *const *env)
+{
     char listen[64];
     const char *argv[64];
     int n = 0;
 
-    if (!bin)
-        die("OPSRUN_BIN is not set");
     snprintf(listen, sizeof(listen), "%s:%d", host, p->port);
     argv[n++] = bin;
     argv[n++] = "serve";
@@ -398,6 +430,18 @@ static bool wait_serving(struct th_proc *p)
 void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
                    const char *const *args, const char *const *env)
 {
+    th_start_bin_host(p, opsrun_bin(), host, conninfo, args, env);
+}
+
+void th_start_bin(struct th_proc *p, const char *bin, const char *conninfo, const char *const *args,
+                  const char *const *env)
+{
+    th_start_bin_host(p, bin, "127.0.0.1", conninfo, args, env);
+}
+
+void th_start_bin_host(struct th_proc *p, const char *bin, const char *host, const char *conninfo,
+                       const char *const *args, const char *const *env)
+{
     static bool registered;
 
     if (!registered) {
@@ -411,7 +455,7 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
         snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", p->port);
         snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d.log", (int)getpid(),
                  p->port);
-        spawn(p, host, conninfo, args, env);
+        spawn(p, bin, host, conninfo, args, env);
         if (wait_serving(p))
             return;
     }
@@ -430,7 +474,7 @@ void th_restart(struct th_proc *p, const char *conninfo, const char *const *args
     snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", p->port);
     snprintf(p->log, sizeof(p->log), "/tmp/opsrun-tests/opsrun-%d-%d-again.log", (int)getpid(),
              p->port);
-    spawn(p, "127.0.0.1", conninfo, args, env);
+    spawn(p, opsrun_bin(), "127.0.0.1", conninfo, args, env);
     if (!wait_serving(p))
         die("opsrun could not listen on port %d again; log: %s", p->port, p->log);
 }
@@ -475,36 +519,46 @@ static bool drain_fd(int fd, char **buf, size_t *len)
 
 int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err)
 {
-    const char *bin = getenv("OPSRUN_BIN");
     const char *argv[32];
-    int po[2], pe[2], st = 0, n = 0;
+    int n = 0;
+
+    argv[n++] = opsrun_bin();
+    for (int i = 0; args && args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return th_run(argv, env, timeout_s, out, err);
+}
+
+int th_run(const char *const *argv, const char *const *env, int timeout_s, char **out, char **err)
+{
+    int po[2], pe[2], st = 0;
     char *bufs[2] = {strdup(""), strdup("")};
     size_t lens[2] = {0, 0};
     struct pollfd pf[2];
     long long until = th_now_ms() + timeout_s * 1000LL;
     pid_t pid;
 
-    if (!bin)
-        die("OPSRUN_BIN is not set");
-    argv[n++] = bin;
-    for (int i = 0; args && args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
     if (pipe(po) != 0 || pipe(pe) != 0)
         die("pipe: %s", strerror(errno));
     pid = fork();
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
+        setpgid(0, 0); /* a script's children go with it on a timeout */
         dup2(po[1], 1);
         dup2(pe[1], 2);
+        /* Only 1 and 2: a daemon it starts (a postmaster) must not keep
+         * the pipes open, or the wait for their end lasts the timeout. */
         close(po[0]);
         close(pe[0]);
+        close(po[1]);
+        close(pe[1]);
         for (int i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
-        execv(bin, (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
+    setpgid(pid, pid);
     close(po[1]);
     close(pe[1]);
     pf[0] = (struct pollfd){po[0], POLLIN, 0};
@@ -524,7 +578,7 @@ int th_exec(const char *const *args, const char *const *env, int timeout_s, char
             close(pf[i].fd);
     while (waitpid(pid, &st, WNOHANG) == 0) {
         if (th_now_ms() >= until) {
-            kill(pid, SIGKILL);
+            kill(-pid, SIGKILL);
             waitpid(pid, &st, 0);
             st = -1;
             break;

@@ -29,6 +29,8 @@
  * test to create a name owns it for the whole run: another test that
  * creates it, and so might drop it under the first, fails. */
 char *th_db_create(const char *name);
+/* As th_db_create, but empty (from template0, no migration applied). */
+char *th_db_create_empty(const char *name);
 /* Same server as the template, another database: a conninfo string. */
 char *th_conninfo(const char *dbname);
 PGconn *th_pg(const char *conninfo);
@@ -39,6 +41,9 @@ long long th_sql_int(PGconn *c, const char *fmt, ...) __attribute__((format(prin
 /* The first column of the first row as a new string (free); NULL when
  * there is no row or the value is NULL. */
 char *th_sql_str(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Waits until every run in c's database is completed; after timeout_ms
+ * the test fails, saying how many are not. */
+void th_wait_all_completed(PGconn *c, int timeout_ms);
 
 struct th_proc {
     pid_t pid;
@@ -60,10 +65,20 @@ void th_start_host(struct th_proc *p, const char *host, const char *conninfo,
  * timeout_s; its standard output and error in *out and *err (heap, may be
  * NULL). Returns the exit status, or -1 when it had to be killed. */
 int th_exec(const char *const *args, const char *const *env, int timeout_s, char **out, char **err);
+/* As th_exec for any program: argv[0] is looked up in PATH. It runs in a
+ * process group of its own, which a timeout kills whole (a script and the
+ * commands it started). */
+int th_run(const char *const *argv, const char *const *env, int timeout_s, char **out, char **err);
 /* A port nothing listens on now, and that no other test process (of any
  * checkout) is handed while this process lives: below the kernel's range of
  * ephemeral ports, reserved by a lock in /tmp/opsrun-tests/ports. */
 int th_free_port(void);
+/* As th_start and th_start_host, with another opsrun binary than
+ * OPSRUN_BIN (the previous release, in a rolling upgrade). */
+void th_start_bin(struct th_proc *p, const char *bin, const char *conninfo, const char *const *args,
+                  const char *const *env);
+void th_start_bin_host(struct th_proc *p, const char *bin, const char *host, const char *conninfo,
+                       const char *const *args, const char *const *env);
 /* Starts `opsrun serve` again on the port p had (p stopped with th_stop),
  * as th_start does: what a client of the old process sees when it comes
  * back, at the same address. opsrun's listening socket has SO_REUSEADDR
