@@ -56,8 +56,10 @@ PROXY=""
 DIR=""
 cleanup() {
     local p
+    # Under set -e a wait that returns the signal's status would end the
+    # trap here and leave the clusters running.
     for p in $PID $PROXY; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+        { kill "$p" && wait "$p"; } 2>/dev/null || true
     done
     if [ -n "$DIR" ]; then
         scripts/pg.sh destroy "$DIR/primary" >/dev/null 2>&1 || true

@@ -67,7 +67,7 @@ if [ "${TRACE:-0}" = 1 ]; then
     # One line: pg_ctl hands the options to a shell, where a newline ends
     # the command (and its redirection to the log).
     OPSRUN_PG_OPTS+=" -c log_autovacuum_min_duration=0 -c log_lock_waits=on -c deadlock_timeout=100ms"
-    OPSRUN_PG_OPTS+=" -c log_min_duration_statement=100 -c log_checkpoints=on"
+    OPSRUN_PG_OPTS+=" -c log_min_duration_statement=100 -c log_checkpoints=on -c log_timezone=UTC"
 fi
 bench_cluster "$DATA"
 sql() { psql -qAtX -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
@@ -199,29 +199,27 @@ psql -X "$DB" -c "SELECT calls, round(total_exec_time::numeric) AS total_ms,
 # and the vacuums seen running.
 psql -X "$DB" >"$OUT/$TAG-minutes.txt" <<'SQL'
 \pset footer off
-WITH d AS (
-    SELECT queryid, query, date_trunc('minute', at) AS m,
+WITH start AS (SELECT min(at) AS t0 FROM soak_stmts),
+d AS (
+    SELECT queryid, query, floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute,
            calls - lag(calls) OVER w AS calls, exec_ms - lag(exec_ms) OVER w AS ms
-      FROM soak_stmts WINDOW w AS (PARTITION BY queryid ORDER BY at)),
+      FROM soak_stmts, start WINDOW w AS (PARTITION BY queryid ORDER BY at)),
 top AS (
-    SELECT queryid FROM d GROUP BY queryid ORDER BY sum(ms) DESC NULLS LAST LIMIT 10),
-start AS (SELECT min(at) AS t0 FROM soak_stmts)
-SELECT (extract(epoch FROM d.m - date_trunc('minute', t0)) / 60)::int + 1 AS minute,
+    SELECT queryid FROM d GROUP BY queryid ORDER BY sum(ms) DESC NULLS LAST LIMIT 10)
+SELECT d.minute,
        left(min(query), 60) AS statement, sum(calls) AS calls,
        round((sum(ms) / nullif(sum(calls), 0))::numeric, 3) AS ms_per_call,
        round(sum(ms)::numeric) AS total_ms
-  FROM d JOIN top USING (queryid), start
+  FROM d JOIN top USING (queryid)
  WHERE calls > 0
  GROUP BY 1, d.queryid
  ORDER BY d.queryid, 1;
-SELECT (extract(epoch FROM date_trunc('minute', at) - date_trunc('minute', t0)) / 60)::int + 1
-           AS minute, rel, max(live) AS live, max(dead) AS max_dead, max(vacuums) AS vacuums,
+SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute, rel, max(live) AS live, max(dead) AS max_dead, max(vacuums) AS vacuums,
        max(analyzes) AS analyzes, max(heap_kib) AS heap_kib, max(index_kib) AS index_kib
   FROM soak_rels, (SELECT min(at) AS t0 FROM soak_rels) s
  WHERE rel IN ('runs', 'workers', 'run_polls', 'rate_limit_slices', 'run_events_pruned')
  GROUP BY 1, rel ORDER BY rel, 1;
-SELECT (extract(epoch FROM date_trunc('minute', at) - date_trunc('minute', t0)) / 60)::int + 1
-           AS minute, rel, string_agg(DISTINCT phase, ', ') AS phases, count(*) AS samples
+SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute, rel, string_agg(DISTINCT phase, ', ') AS phases, count(*) AS samples
   FROM soak_vacuums, (SELECT min(at) AS t0 FROM soak_rels) s
  GROUP BY 1, rel ORDER BY 1, rel;
 SQL

@@ -62,7 +62,9 @@ find_previous() {
     if ! git_here cat-file -e "HEAD:migrations/$newest" 2>/dev/null; then
         PREV="$(git_here rev-parse HEAD)"
     else
-        added="$(git_here log --first-parent --diff-filter=A --format=%H -1 HEAD -- "migrations/$newest")"
+        # -m: a migration merged in is added by the merge commit (diffed
+        # against its first parent); Git before 2.31 needs it said.
+        added="$(git_here log --first-parent -m --diff-filter=A --format=%H -1 HEAD -- "migrations/$newest")"
         [[ -n "$added" ]] || skip "no commit of HEAD's history added migrations/$newest"
         PREV="$(git_here rev-parse -q --verify "$added^1")" ||
             skip "migrations/$newest came with the first commit: there is no release before it"
@@ -81,6 +83,7 @@ cmd_build() {
     flock 9
     if [[ ! -x "$dir/opsrun" ]]; then
         tmp="$(mktemp -d "$cache/build.XXXXXX")"
+        trap 'rm -rf -- "$tmp"' EXIT # a build killed half-way leaves nothing
         log="$cache/$PREV.build.log"
         say "building opsrun of $PREV (the previous release) into $dir"
         if ! {

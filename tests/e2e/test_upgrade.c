@@ -54,7 +54,9 @@ static int previous_release(const char *what, const char *arg, char **out, char 
     const char *argv[] = {"bash", script, what, arg, NULL};
 
     snprintf(script, sizeof(script), "%s/scripts/previous-release.sh", src ? src : ".");
-    return th_run(argv, NULL, 600, out, err);
+    /* Well below the test's own timeout (600 s), so that a hung build is ended
+     * by th_run, with its process group, and not left holding the lock. */
+    return th_run(argv, NULL, 240, out, err);
 }
 
 /* The migrations this checkout adds to the previous release, as
