@@ -83,7 +83,11 @@ cmd_build() {
     flock 9
     if [[ ! -x "$dir/opsrun" ]]; then
         tmp="$(mktemp -d "$cache/build.XXXXXX")"
-        trap 'rm -rf -- "$tmp"' EXIT # a build killed half-way leaves nothing
+        # A build stopped half-way (TERM, INT) leaves nothing behind; the
+        # path is expanded now, as $tmp is local and gone at exit.
+        trap "rm -rf -- '$tmp'" EXIT
+        trap 'exit 143' TERM
+        trap 'exit 130' INT
         log="$cache/$PREV.build.log"
         say "building opsrun of $PREV (the previous release) into $dir"
         if ! {

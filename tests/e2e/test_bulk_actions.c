@@ -453,7 +453,18 @@ START_TEST(shutdown_interrupts_between_batches)
 
     submit_many(&p, NULL, "held", 20000, NULL, LATER, 0);
     pthread_create(&th, NULL, bulk_cancel_held, &c);
-    th_sleep_ms(400);
+    /* The drain begins once the cancel is under way (a first batch
+     * committed), not after a guess: before the request arrives, a drain
+     * refuses the connection itself. */
+    {
+        PGconn *pg = th_pg(ci);
+        long long t0 = th_now_ms();
+
+        while (th_sql_int(pg, "SELECT count(*) FROM runs WHERE outcome = 'cancelled'") == 0 &&
+               th_now_ms() - t0 < 30000)
+            th_sleep_ms(5);
+        PQfinish(pg);
+    }
     th_check_exit0(&p, th_stop(&p, SIGTERM, 60));
     pthread_join(th, NULL);
     if (c.r.status == 200) { /* it finished before the drain reached it */
