@@ -540,7 +540,13 @@ static json_t *received(struct receiver *rv, const char *path, int k)
  * dashboard link. */
 static void assert_requested(struct receiver *rv, int k, const char *id)
 {
-    json_t *hook = received(rv, "/hook", k), *chat = received(rv, "/chat", k);
+    json_t *hook, *chat;
+
+    /* Each notifier delivers on its own: wait for both. */
+    ck_assert_int_ge(receiver_wait(rv, "/hook", k + 1, 10000), k + 1);
+    ck_assert_int_ge(receiver_wait(rv, "/chat", k + 1, 10000), k + 1);
+    hook = received(rv, "/hook", k);
+    chat = received(rv, "/chat", k);
     const json_t *run = json_object_get(hook, "run");
     char want[512];
 
