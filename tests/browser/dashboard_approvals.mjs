@@ -12,6 +12,7 @@
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
+import { execFileSync, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import {
   api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
@@ -108,7 +109,12 @@ async function approvals(page, base) {
   await page.selectOption('#f-approval', '');
 }
 
-async function bulkCancel(page, base) {
+// One psql query on db, its first value.
+function psql(db, query) {
+  return execFileSync('psql', [db, '-qAtX', '-v', 'ON_ERROR_STOP=1', '-c', query]).toString().trim();
+}
+
+async function bulkCancel(page, base, db) {
   await submitMany(base, 'demo', 3000, true);
   await page.selectOption('#f-status', 'queued');
   await until('the demo type in the filter', async () =>
@@ -131,6 +137,17 @@ async function bulkCancel(page, base) {
     new MutationObserver(() => window.seenBulk.push(`${bar.hidden ? '' : 'bar '}${msg.textContent}`))
       .observe(msg, { childList: true, characterData: true, subtree: true });
   });
+  // A run of the cancel's fourth batch (500 a batch, in created_at order)
+  // locked for 2 s: the first three batches commit and reach the page's
+  // stream while the fourth waits, however loaded the machine, so the
+  // progress has something to show before the answer comes.
+  const locker = spawn('psql', [db, '-qX', '-v', 'ON_ERROR_STOP=1', '-c',
+    "BEGIN; SELECT 1 FROM runs WHERE id = (SELECT id FROM runs WHERE type = 'demo' AND " +
+    "status = 'queued' ORDER BY created_at, id OFFSET 1600 LIMIT 1) FOR UPDATE; " +
+    'SELECT pg_sleep(2); COMMIT;'], { stdio: 'ignore' });
+  await until('the lock on a run of the fourth batch', async () =>
+    psql(db, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' " +
+      'AND datname = current_database()') === '1');
   asked = onDialog(page, true);
   await page.click('#bulk-cancel');
   await asked;
@@ -139,6 +156,7 @@ async function bulkCancel(page, base) {
     return /^Cancelled/.test(t) ? t : null;
   }, 60000);
   const seen = await page.evaluate(() => window.seenBulk);
+  await new Promise((r) => (locker.exitCode !== null ? r() : locker.on('exit', r)));
   check(done === 'Cancelled 3,001 of 3,001 matching runs.', `the final count (${done})`);
   check(seen.some((t) => t === 'bar Cancelling 3,001 runs…'), 'the progress bar showed while it ran');
   const counted = seen.filter((t) => /^bar Cancelling… [\d,]+ of 3,001 runs$/.test(t));
@@ -177,7 +195,8 @@ async function main() {
   const log = join(tmp, 'opsrun.log');
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
-  const proc = await startOpsrun({ port, db: createDb('browser_dashboard_approvals'), log, tmp, config: {
+  const db = createDb('browser_dashboard_approvals');
+  const proc = await startOpsrun({ port, db, log, tmp, config: {
     queue: { shutdown_grace_s: 1 },
     limits: { submit_rate_per_s: 0 },
     run_types: {
@@ -194,7 +213,7 @@ async function main() {
     await page.goto(base + '/');
     await page.waitForSelector('#conn[data-state="live"]');
     await approvals(page, base);
-    await bulkCancel(page, base);
+    await bulkCancel(page, base, db);
     await bulkRetry(page, base);
     await page.screenshot({ path: join(art, 'dashboard-approvals.png') });
   } catch (e) {
