@@ -18,6 +18,7 @@ import { existsSync, mkdtempSync, writeFileSync, openSync, readFileSync } from '
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './lib/harness.mjs';
 
 const SKIP = 77;
 const DB = 'browser_cors';
@@ -85,12 +86,6 @@ function listen(server) {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server.address().port)));
 }
 
-async function freePort() {
-  const s = createServer();
-  const port = await listen(s);
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 // postgresql://user@/dbname?host=... (WHATWG URL refuses an empty host
 // after a user, so the database name is cut out by hand).

@@ -40,12 +40,63 @@ export async function launch(pw) {
   return pw.chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
 }
 
-export async function freePort() {
+// A port for a server of this test: from 32000-32767, above the ports the
+// C tests hand out (tests/support/harness.c: 20000-31999) and below the
+// kernel's ephemeral range, where a port taken from listen(0) and closed
+// could go to another test's server or connection before opsrun binds it.
+// A lock file (created exclusively, holding this process's pid, removed at
+// exit; one of a dead process is taken over) keeps two browser tests off
+// one port; a bind proves nothing else holds it.
+const PORTS_FIRST = 32000;
+const PORTS_COUNT = 768;
+const PORT_LOCKS = '/tmp/opsrun-tests/browser-ports';
+const portLocks = [];
+process.on('exit', () => portLocks.forEach((f) => rmSync(f, { force: true })));
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return e.code === 'EPERM';
+  }
+}
+
+function lockPort(port) {
+  const f = join(PORT_LOCKS, String(port));
+  for (let tries = 0; tries < 2; tries++) {
+    try {
+      writeFileSync(f, String(process.pid), { flag: 'wx' });
+      portLocks.push(f);
+      return true;
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+      const pid = Number(readFileSync(f, 'utf8'));
+      if (pid && alive(pid)) return false;
+      rmSync(f, { force: true }); // a dead test's
+    }
+  }
+  return false;
+}
+
+async function bindable(port) {
   const s = createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
+  const ok = await new Promise((r) => {
+    s.once('error', () => r(false));
+    s.listen(port, '127.0.0.1', () => r(true));
+  });
+  if (ok) await new Promise((r) => s.close(r));
+  return ok;
+}
+
+export async function freePort() {
+  mkdirSync(PORT_LOCKS, { recursive: true });
+  const start = Math.floor(Math.random() * PORTS_COUNT);
+  for (let i = 0; i < PORTS_COUNT; i++) {
+    const port = PORTS_FIRST + ((start + i) % PORTS_COUNT);
+    if (lockPort(port) && await bindable(port)) return port;
+  }
+  throw new Error(`no free port in ${PORTS_FIRST}-${PORTS_FIRST + PORTS_COUNT - 1}`);
 }
 
 // postgresql://user@/dbname?host=... (WHATWG URL refuses an empty host
