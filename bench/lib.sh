@@ -53,8 +53,14 @@ bench_base_build() {
 # shellcheck disable=SC2034 # DB is for the caller
 bench_cluster() {
     scripts/pg.sh start "$1/pg" --durable >/dev/null
-    scripts/pg.sh createdb "$1/pg" bench >/dev/null
-    DB=$(scripts/pg.sh url "$1/pg" bench)
+    DB=$(bench_db "$1" bench)
+}
+
+# bench_db DIR NAME: a new database NAME in the cluster of bench_cluster
+# DIR; prints its URL.
+bench_db() {
+    scripts/pg.sh createdb "$1/pg" "$2" >/dev/null
+    scripts/pg.sh url "$1/pg" "$2"
 }
 
 bench_cluster_destroy() {

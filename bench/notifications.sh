@@ -70,12 +70,6 @@ serve() {
     bench_wait_ready "$URL" 200
 }
 
-# fresh NAME: a new database of the cluster; prints its URL.
-fresh() {
-    scripts/pg.sh createdb "$DATA/pg" "$1" >/dev/null
-    scripts/pg.sh url "$DATA/pg" "$1"
-}
-
 # median over the "round=R NAME runs_per_s=V" lines of FILE, for NAMES A and B.
 medians() {
     awk -v a="$2" -v b="$3" '{split($3, x, "="); v[$2] = v[$2] " " x[2]}
@@ -92,7 +86,7 @@ cat >"$DATA/hooked.json" <<EOF
  "notifiers": {"hook": {"kind": "webhook", "url": "$HOOK/hook", "max_in_flight": 8}},
  "run_types": {"demo": {"notify": [{"on": ["succeeded"], "to": "hook"}]}}}
 EOF
-DB=$(fresh lateness)
+DB=$(bench_db "$DATA" lateness)
 serve "$DB" "$DATA/hooked.json"
 : >"$DATA/received.txt" # the sink appends: truncating keeps its descriptor valid
 python3 bench/notify_client.py pace "$URL" "$RATE" "$SECS" | tee "$OUT/notifications-pace.txt"
@@ -108,7 +102,7 @@ echo "expected_deliveries=$want" | tee -a "$OUT/notifications-lateness.txt"
 echo "-- baselines: a direct POST to the receiver; pickup of a plain submission, idle"
 python3 bench/notify_client.py post "$RPORT" 500 | tee "$OUT/notifications-post.txt"
 echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/plain.json"
-DB=$(fresh pickup)
+DB=$(bench_db "$DATA" pickup)
 serve "$DB" "$DATA/plain.json"
 build/opsrun_loadgen pickup "$URL" "$DB" 200 | tee "$OUT/notifications-pickup.txt"
 stop
@@ -122,7 +116,7 @@ EOF
 : >"$OUT/notifications-slow.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
     for conf in plain slow; do
-        DB=$(fresh "slow_${conf}_$r")
+        DB=$(bench_db "$DATA" "slow_${conf}_$r")
         serve "$DB" "$DATA/$conf.json"
         if [ "$conf" = slow ]; then
             body=$(python3 -c 'import json; print(json.dumps([{"alert_type": "noisy", "data":
@@ -145,7 +139,7 @@ echo "== what notifying costs: $RUNS demo runs notifying a fast receiver vs none
 : >"$OUT/notifications-cost.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
     for conf in plain hooked; do
-        DB=$(fresh "cost_${conf}_$r")
+        DB=$(bench_db "$DATA" "cost_${conf}_$r")
         serve "$DB" "$DATA/$conf.json"
         v=$(build/opsrun_loadgen throughput "$URL" "$DB" "$RUNS" 16 | sed -n 's/^runs_per_s=//p')
         echo "round=$r $conf runs_per_s=$v" | tee -a "$OUT/notifications-cost.txt"

@@ -53,12 +53,6 @@ serve() {
     bench_wait_ready "$URL" 200
 }
 
-# fresh NAME: a new database of the cluster; prints its URL.
-fresh() {
-    scripts/pg.sh createdb "$DATA/pg" "$1" >/dev/null
-    scripts/pg.sh url "$DATA/pg" "$1"
-}
-
 # schedules N CRON: the configuration of N schedules of no-op demo runs.
 schedules() {
     local i sep=""
@@ -77,7 +71,7 @@ cpu_ticks() {
 
 echo "== firing lateness: 1,000 schedules @every 1s for $SECS s (after 5 s of warm-up)"
 schedules 1000 '@every 1s' >"$DATA/every.json"
-DB=$(fresh lateness)
+DB=$(bench_db "$DATA" lateness)
 serve "$DB" "$DATA/every.json"
 sleep 5
 T0=$(psql -qAt "$DB" -c "SELECT extract(epoch FROM now())::bigint")
@@ -101,7 +95,7 @@ SQL
 cat "$OUT/schedules-lateness.txt" "$OUT/schedules-missed.txt"
 echo "-- baseline: pickup of a plain submission on the same server, idle"
 echo '{"limits": {"submit_rate_per_s": 0}}' >"$DATA/plain.json"
-DB=$(fresh pickup)
+DB=$(bench_db "$DATA" pickup)
 serve "$DB" "$DATA/plain.json"
 build/opsrun_loadgen pickup "$URL" "$DB" 200 | tee "$OUT/schedules-pickup.txt"
 stop
@@ -109,7 +103,7 @@ stop
 echo "== the scheduler's idle cost: CPU over 60 s, 1,000 schedules @yearly vs none"
 schedules 1000 '@yearly' >"$DATA/yearly.json"
 for conf in plain yearly; do
-    DB=$(fresh "idle_$conf")
+    DB=$(bench_db "$DATA" "idle_$conf")
     serve "$DB" "$DATA/$conf.json"
     sleep 5
     a=$(cpu_ticks "$PID")
@@ -125,7 +119,7 @@ echo '{"limits": {"submit_rate_per_s": 0}, "rate_limits": {"big": {"limit": 1000
 : >"$OUT/schedules-limiter.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
     for conf in plain limited; do
-        DB=$(fresh "limiter_${conf}_$r")
+        DB=$(bench_db "$DATA" "limiter_${conf}_$r")
         serve "$DB" "$DATA/$conf.json"
         v=$(build/opsrun_loadgen throughput "$URL" "$DB" "$RUNS" 16 | sed -n 's/^runs_per_s=//p')
         echo "round=$r $conf runs_per_s=$v" | tee -a "$OUT/schedules-limiter.txt"
