@@ -1,11 +1,11 @@
-/* store/partitions.h — the time partitions of run_events (migration 013):
- * one per span of run creation times, created ahead and dropped once no run
- * created in the span is left. Both calls run one statement on the caller's
- * handle, serialise with other replicas through an advisory lock (a call
- * that finds it taken does nothing), and give up without an error when a
- * table lock is not granted within PARTITION_LOCK_TIMEOUT_MS (*gave_way
- * then says so): the next call tries again. They return ST_OK or a failure
- * with *err filled. */
+/* store/partitions.h — the time partitions of run_events (migrations 013
+ * and 019): one per span of run creation times, created ahead and dropped
+ * once no run created in the span is left. Both calls run one statement on
+ * the caller's handle, serialise with other replicas through an advisory
+ * lock (a call that finds it taken does nothing), and give up without an
+ * error when a table lock is not granted within PARTITION_LOCK_TIMEOUT_MS
+ * (*gave_way then says so): the next call tries again. They return ST_OK or
+ * a failure with *err filled. */
 #ifndef OPSRUN_STORE_PARTITIONS_H
 #define OPSRUN_STORE_PARTITIONS_H
 
@@ -20,7 +20,7 @@ struct db;
  * long writers of events queue behind its request. */
 #define PARTITION_LOCK_TIMEOUT_MS 500
 /* A span is dropped no sooner than this after its end (see
- * opsrun_event_partitions_drop in migration 013). */
+ * opsrun_event_partitions_drop in migrations 013 and 019). */
 #define PARTITION_DROP_MARGIN_S 60
 
 /* Called with the name of each partition created or dropped (borrowed, for
