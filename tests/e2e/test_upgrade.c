@@ -16,7 +16,10 @@
  * the runs the other created; neither logs a database error (an old
  * prepared statement broken by the new schema would), but for the old
  * binary's claims that waited for the migration's lock on runs and fail
- * once when it commits (old_database_errors).
+ * once when it commits (old_database_errors). Every success is notified
+ * to a webhook, from one outbox that both binaries deliver: each run's
+ * run.succeeded arrives, under one delivery_id, and nothing is left
+ * undelivered (check_notifications).
  *
  * Generic: whatever migrations this checkout has beyond the previous
  * release are applied under load, and the test prints which. So every new
@@ -30,6 +33,7 @@
  * first time. */
 #include "../support/harness.h"
 #include "../support/load.h"
+#include "../support/receiver.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +42,7 @@
 
 #define DB "e2e_upgrade"
 #define SKIPPED 77
+#define NOTIFY_PATH "/trail"
 
 static const char *env_or_die(const char *name)
 {
@@ -162,6 +167,49 @@ static void check_runs(PGconn *pg, struct th_load *l, const struct th_load_tally
                      0);
 }
 
+/* Every run's run.succeeded reached the receiver, each under one
+ * delivery_id, and the outbox holds nothing undelivered. A delivery that
+ * arrives twice (an attempt handed back at the old binary's drain, sent
+ * again by the new one: at least once) is counted, not failed. */
+static void check_notifications(PGconn *pg, struct receiver *rv, int runs)
+{
+    struct rcv_request *req;
+    int n, twice = 0, pending;
+    json_t *seen = json_object();
+
+    ck_assert_msg(receiver_wait(rv, NOTIFY_PATH, runs, 30000) >= runs,
+                  "fewer than %d notifications arrived", runs);
+    th_sleep_ms(500);
+    n = receiver_count(rv, NOTIFY_PATH, NULL);
+    req = calloc((size_t)n, sizeof(*req));
+    ck_assert_ptr_nonnull(req);
+    n = receiver_requests(rv, NOTIFY_PATH, req, n);
+    for (int i = 0; i < n; i++) {
+        json_t *body = json_loads(req[i].body, 0, NULL);
+        const char *id = json_string_value(json_object_get(json_object_get(body, "run"), "id"));
+        json_t *first;
+
+        ck_assert_msg(id && strcmp(req[i].event, "run.succeeded") == 0, "unexpected: %s %s",
+                      req[i].event, req[i].body);
+        first = json_object_get(seen, id);
+        if (first) {
+            ck_assert_str_eq(json_string_value(first), req[i].delivery);
+            twice++;
+        } else {
+            json_object_set_new(seen, id, json_string(req[i].delivery));
+        }
+        json_decref(body);
+    }
+    pending = (int)th_sql_int(pg, "SELECT count(*) FROM notifications");
+    fprintf(stderr, "upgrade: %d notifications for %d runs, %d of them a second time, %d left\n", n,
+            (int)json_object_size(seen), twice, pending);
+    ck_assert_int_eq((int)json_object_size(seen), runs);
+    ck_assert_int_eq(pending, 0);
+    json_decref(seen);
+    rcv_requests_free(req, n);
+    free(req);
+}
+
 /* The old binary's database errors but one kind; -1 with the first other
  * in line. The kind: a claim under way when the migration that adds
  * columns to runs commits. The old binary's statement expects runs as it
@@ -193,11 +241,9 @@ static int old_database_errors(const char *log, char *line, size_t cap)
 START_TEST(previous_and_new_side_by_side)
 {
     char *old_bin = previous_binary(), *ci = th_db_create_empty(DB), *before, *applied, *since;
-    char *want = new_migrations();
-    char *cfg = th_config_file("upgrade", "{\"limits\": {\"submit_rate_per_s\": 0},"
-                                          " \"queue\": {\"heartbeat_interval_s\": 1,"
-                                          "  \"orphan_after_s\": 10}}");
-    const char *args[] = {"--config", cfg, "--workers", "8", NULL};
+    char *want = new_migrations(), config[1024], url[256], *cfg;
+    struct receiver *rv = receiver_start();
+    const char *args[] = {"--config", NULL, "--workers", "8", NULL};
     char *w_old, *w_new, line[1024];
     struct th_proc old, cur;
     struct th_load *load;
@@ -206,6 +252,16 @@ START_TEST(previous_and_new_side_by_side)
     int straddled;
     PGconn *pg;
 
+    receiver_url(rv, NOTIFY_PATH, url, sizeof(url));
+    snprintf(config, sizeof(config),
+             "{\"limits\": {\"submit_rate_per_s\": 0},"
+             " \"queue\": {\"heartbeat_interval_s\": 1, \"orphan_after_s\": 10},"
+             " \"notifiers\": {\"trail\": {\"kind\": \"webhook\", \"url\": \"%s\"}},"
+             " \"run_types\": {\"demo\": {\"action\": \"simulate\","
+             "  \"notify\": [{\"on\": [\"succeeded\"], \"to\": \"trail\"}]}}}",
+             url);
+    cfg = th_config_file("upgrade", config);
+    args[1] = cfg;
     th_start_bin(&old, old_bin, ci, args, NULL);
     pg = th_pg(ci);
     before = th_sql_str(pg, "SELECT string_agg(name, ' ' ORDER BY version) FROM schema_migrations");
@@ -255,6 +311,7 @@ START_TEST(previous_and_new_side_by_side)
     ck_assert_msg(started_old > 0, "the old binary started no run after the migration");
     ck_assert_msg(started_new > 0, "the new binary started no run");
     check_runs(pg, load, &t, 2);
+    check_notifications(pg, rv, t.acked + 2);
     straddled = old_database_errors(old.log, line, sizeof(line));
     ck_assert_msg(straddled >= 0, "old: %s", line);
     fprintf(stderr, "upgrade: %d claims of the old binary straddled the migration (42804)\n",
@@ -262,6 +319,7 @@ START_TEST(previous_and_new_side_by_side)
     ck_assert_msg(!th_log_find(cur.log, "database error", line, sizeof(line)), "new: %s", line);
     ck_assert_int_eq(th_stop(&cur, SIGTERM, 30), 0);
 
+    receiver_stop(rv);
     th_load_free(load);
     PQfinish(pg);
     free(w_old);
