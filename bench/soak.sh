@@ -17,8 +17,9 @@
 #     statistics of every table (live and dead rows, vacuums, sizes) and
 #     the vacuums in progress; at the end, per minute, the mean execution
 #     time of the busiest statements, the dead rows and vacuums of runs,
-#     and what was vacuumed when ($TAG-minutes.txt): where a growing p99
-#     comes from.
+#     what was vacuumed when, and a CPU probe with the machine's busy and
+#     steal time ($TAG-minutes.txt): where a growing p99 comes from, and
+#     whether the data or the machine changed.
 # OPSRUN_BIN runs another binary (for instance one built from an older
 # commit, for a before/after in the same session); a binary without
 # queue.event_partition_s gets the same configuration without it.
@@ -38,7 +39,7 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 MINUTES=${1:-10}
 RATE=${2:-500}
 [[ "$MINUTES" =~ ^[0-9]+$ && "$RATE" =~ ^[0-9]+$ ]] || {
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 OUT=bench/out
@@ -148,13 +149,30 @@ trace() {
 }
 # The database's side, kept in tables of its own (a few hundred rows every
 # 10 s) and read at the end.
+# The probe is the baseline of the same run: a fixed piece of CPU work in
+# a PostgreSQL backend (a sum over 300,000 numbers, about 20 ms), timed
+# every 10 s, which touches no table. When the engine's statements take
+# longer a call and the probe does too, the machine gave the soak less CPU
+# (another tenant of the host, a slower clock); when the probe stays level,
+# the cause is in the data. Beside it, the whole machine's CPU from
+# /proc/stat: busy (not idle, not iowait) and steal, in clock ticks.
 sql "CREATE TABLE soak_stmts (at timestamptz, queryid bigint, calls bigint, exec_ms float8, query text);
      CREATE TABLE soak_rels (at timestamptz, rel text, live bigint, dead bigint, vacuums bigint,
                              analyzes bigint, heap_kib bigint, index_kib bigint);
-     CREATE TABLE soak_vacuums (at timestamptz, rel text, phase text)"
+     CREATE TABLE soak_vacuums (at timestamptz, rel text, phase text);
+     CREATE TABLE soak_probe (at timestamptz, ms float8);
+     CREATE TABLE soak_cpu (at timestamptz, busy bigint, idle bigint, steal bigint)"
 sample_db() {
+    local cpu
     while :; do
-        sql "INSERT INTO soak_stmts SELECT now(), queryid, calls, total_exec_time,
+        # cpu user nice system idle iowait irq softirq steal
+        cpu=$(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 ", " $5 + $6 ", " $9}' /proc/stat)
+        sql "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
+                 PERFORM sum(g) FROM generate_series(1, 300000) g;
+                 INSERT INTO soak_probe VALUES (now(), extract(epoch FROM clock_timestamp() - t0) * 1000);
+             END \$\$;
+             INSERT INTO soak_cpu VALUES (now(), $cpu);
+             INSERT INTO soak_stmts SELECT now(), queryid, calls, total_exec_time,
                     left(regexp_replace(query, '\s+', ' ', 'g'), 90)
                FROM pg_stat_statements WHERE query !~ 'soak_|pg_stat';
              INSERT INTO soak_rels SELECT now(), relname, n_live_tup, n_dead_tup, autovacuum_count,
@@ -222,6 +240,20 @@ SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute, rel, max(live
 SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute, rel, string_agg(DISTINCT phase, ', ') AS phases, count(*) AS samples
   FROM soak_vacuums, (SELECT min(at) AS t0 FROM soak_rels) s
  GROUP BY 1, rel ORDER BY 1, rel;
+WITH s AS (SELECT min(at) AS t0 FROM soak_rels),
+p AS (SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute,
+             round(min(ms)::numeric, 1) AS probe_min_ms,
+             round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms))::numeric, 1) AS probe_median_ms
+        FROM soak_probe, s GROUP BY 1),
+c AS (SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute,
+             busy - lag(busy) OVER w AS busy, idle - lag(idle) OVER w AS idle,
+             steal - lag(steal) OVER w AS steal
+        FROM soak_cpu, s WINDOW w AS (ORDER BY at))
+SELECT p.minute, p.probe_min_ms, p.probe_median_ms,
+       round(100.0 * sum(c.busy) / nullif(sum(c.busy + c.idle), 0), 1) AS machine_busy_pct,
+       round(100.0 * sum(c.steal) / nullif(sum(c.busy + c.idle), 0), 1) AS steal_pct
+  FROM p LEFT JOIN c USING (minute)
+ GROUP BY 1, 2, 3 ORDER BY 1;
 SQL
 echo "== tables every 10 s: $OUT/$TAG-tables.tsv; the database per minute: $OUT/$TAG-minutes.txt"
 if [ "${TRACE:-0}" = 1 ]; then
