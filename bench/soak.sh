@@ -155,18 +155,38 @@ trace() {
 # longer a call and the probe does too, the machine gave the soak less CPU
 # (another tenant of the host, a slower clock); when the probe stays level,
 # the cause is in the data. Beside it, the whole machine's CPU from
-# /proc/stat: busy (not idle, not iowait) and steal, in clock ticks.
+# /proc/stat: busy (not idle, not iowait) and steal, in clock ticks, and
+# how many of the busy ticks were the server's, PostgreSQL's (the
+# postmaster, its live children, and the children it reaped) and the load
+# generator's: the rest is everything else on the machine.
 sql "CREATE TABLE soak_stmts (at timestamptz, queryid bigint, calls bigint, exec_ms float8, query text);
      CREATE TABLE soak_rels (at timestamptz, rel text, live bigint, dead bigint, vacuums bigint,
                              analyzes bigint, heap_kib bigint, index_kib bigint);
      CREATE TABLE soak_vacuums (at timestamptz, rel text, phase text);
      CREATE TABLE soak_probe (at timestamptz, ms float8);
-     CREATE TABLE soak_cpu (at timestamptz, busy bigint, idle bigint, steal bigint)"
+     CREATE TABLE soak_cpu (at timestamptz, busy bigint, idle bigint, steal bigint,
+                            server bigint, postgres bigint, loadgen bigint)"
+# The CPU ticks of the processes named (utime + stime, and with -c the
+# reaped children's too), from /proc/PID/stat; fields counted after the
+# command's closing parenthesis, which may hold spaces.
+ticks() {
+    local children=0 pid total=0
+    [ "$1" = -c ] && children=1 && shift
+    for pid in "$@"; do
+        total=$((total + $(awk -v c=$children '{ sub(/.*\) /, ""); print $12 + $13 + c * ($14 + $15) }' \
+            "/proc/$pid/stat" 2>/dev/null || echo 0)))
+    done
+    echo $total
+}
 sample_db() {
-    local cpu
+    local cpu pm loadgen
+    pm=$(head -1 "$DATA/pg/postmaster.pid")
     while :; do
+        loadgen=$(pgrep -f "opsrun_loadgen soak http://127.0.0.1:$PORT" || true)
         # cpu user nice system idle iowait irq softirq steal
         cpu=$(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 ", " $5 + $6 ", " $9}' /proc/stat)
+        # shellcheck disable=SC2046 # one PID a word
+        cpu+=", $(ticks "$SERVER"), $(($(ticks -c "$pm") + $(ticks $(cat "/proc/$pm/task/$pm/children")))), $(ticks $loadgen)"
         sql "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
                  PERFORM sum(g) FROM generate_series(1, 300000) g;
                  INSERT INTO soak_probe VALUES (now(), extract(epoch FROM clock_timestamp() - t0) * 1000);
@@ -247,11 +267,17 @@ p AS (SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute,
         FROM soak_probe, s GROUP BY 1),
 c AS (SELECT floor(extract(epoch FROM at - t0) / 60)::int + 1 AS minute,
              busy - lag(busy) OVER w AS busy, idle - lag(idle) OVER w AS idle,
-             steal - lag(steal) OVER w AS steal
+             steal - lag(steal) OVER w AS steal, server - lag(server) OVER w AS server,
+             postgres - lag(postgres) OVER w AS postgres, loadgen - lag(loadgen) OVER w AS loadgen
         FROM soak_cpu, s WINDOW w AS (ORDER BY at))
 SELECT p.minute, p.probe_min_ms, p.probe_median_ms,
        round(100.0 * sum(c.busy) / nullif(sum(c.busy + c.idle), 0), 1) AS machine_busy_pct,
-       round(100.0 * sum(c.steal) / nullif(sum(c.busy + c.idle), 0), 1) AS steal_pct
+       round(100.0 * sum(c.steal) / nullif(sum(c.busy + c.idle), 0), 1) AS steal_pct,
+       round(100.0 * sum(c.server) / nullif(sum(c.busy + c.idle), 0), 1) AS server_pct,
+       round(100.0 * sum(c.postgres) / nullif(sum(c.busy + c.idle), 0), 1) AS postgres_pct,
+       round(100.0 * sum(c.loadgen) / nullif(sum(c.busy + c.idle), 0), 1) AS loadgen_pct,
+       round(100.0 * sum(c.busy - c.server - c.postgres - c.loadgen)
+             / nullif(sum(c.busy + c.idle), 0), 1) AS other_pct
   FROM p LEFT JOIN c USING (minute)
  GROUP BY 1, 2, 3 ORDER BY 1;
 SQL
