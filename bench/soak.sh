@@ -149,8 +149,9 @@ trace() {
 }
 # The database's side, kept in tables of its own (a few hundred rows every
 # 10 s) and read at the end.
+#
 # The probe is the baseline of the same run: a fixed piece of CPU work in
-# a PostgreSQL backend (a sum over 300,000 numbers, about 20 ms), timed
+# a PostgreSQL backend (a sum over 300,000 numbers, 20 to 40 ms), timed
 # every 10 s, which touches no table. When the engine's statements take
 # longer a call and the probe does too, the machine gave the soak less CPU
 # (another tenant of the host, a slower clock); when the probe stays level,
