@@ -75,8 +75,38 @@ bool tmpl_check_json(const json_t *t, char *why, size_t n)
     return true;
 }
 
-enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, char **out,
-                             struct error *err)
+/* n bytes of s added to b as esc says; false when b is full. */
+static bool splice(struct dynbuf *b, const char *s, size_t n, enum tmpl_escape esc)
+{
+    size_t from = 0;
+
+    for (size_t i = 0; esc == TMPL_SLACK && i < n; i++) {
+        const char *ent = s[i] == '&'   ? "&amp;"
+                          : s[i] == '<' ? "&lt;"
+                          : s[i] == '>' ? "&gt;"
+                                        : NULL;
+        if (!ent)
+            continue;
+        if (dynbuf_add(b, s + from, i - from) != ST_OK || dynbuf_adds(b, ent) != ST_OK)
+            return false;
+        from = i + 1;
+    }
+    return dynbuf_add(b, s + from, n - from) == ST_OK;
+}
+
+char *tmpl_escape_slack(const char *s)
+{
+    size_t n = strlen(s);
+    struct dynbuf b;
+
+    dynbuf_init(&b, n * 5); /* "&amp;" is the longest an escape makes a byte */
+    if (!splice(&b, s, n, TMPL_SLACK))
+        abort(); /* it always fits */
+    return dynbuf_take(&b);
+}
+
+enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok,
+                             enum tmpl_escape esc, char **out, struct error *err)
 {
     struct dynbuf b;
     char ptr[POINTER_MAX];
@@ -102,9 +132,9 @@ enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, 
             return error_set(err, ST_NOT_FOUND, "{{run:%s}} names nothing in the run", ptr);
         }
         if (json_is_string(v))
-            ok = ok && dynbuf_add(&b, json_string_value(v), json_string_length(v)) == ST_OK;
+            ok = ok && splice(&b, json_string_value(v), json_string_length(v), esc);
         else if (v && (text = json_dumps(v, JSON_ENCODE_ANY)) != NULL)
-            ok = ok && dynbuf_add(&b, text, strlen(text)) == ST_OK;
+            ok = ok && splice(&b, text, strlen(text), esc);
         free(text);
     }
     if (ok)

@@ -23,10 +23,22 @@ bool tmpl_check(const char *s, char *why, size_t n);
 /* tmpl_check of every string in a JSON value, keys excluded. */
 bool tmpl_check_json(const json_t *t, char *why, size_t n);
 
-/* s with its placeholders spliced in over doc. A pointer that finds
- * nothing becomes "" when missing_ok, and is ST_NOT_FOUND otherwise (err
- * names it). On ST_OK *out is a heap string. */
-enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok, char **out,
-                             struct error *err) WUR;
+/* How a value spliced into a text is written: as it is, or escaped for
+ * Slack (docs/notifications.md): "&", "<" and ">" become "&amp;", "&lt;"
+ * and "&gt;", so that a run's text cannot become a mention (<!channel>), a
+ * link or a command. The template's own text is never escaped: its markup
+ * is the operator's. */
+enum tmpl_escape {
+    TMPL_AS_IS,
+    TMPL_SLACK,
+};
+
+/* s with its placeholders spliced in over doc, each value written as esc
+ * says. A pointer that finds nothing becomes "" when missing_ok, and is
+ * ST_NOT_FOUND otherwise (err names it). On ST_OK *out is a heap string. */
+enum status tmpl_expand_text(const char *s, const json_t *doc, bool missing_ok,
+                             enum tmpl_escape esc, char **out, struct error *err) WUR;
+/* s escaped for Slack as TMPL_SLACK says: a new string (free). */
+char *tmpl_escape_slack(const char *s);
 
 #endif

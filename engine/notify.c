@@ -24,7 +24,6 @@
 #include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #define CLAIM_GAP_MS 20
@@ -41,7 +40,6 @@ struct job {
     struct delivery d;
     size_t ni; /* its notifier's index in cfg->notifiers */
     int64_t claimed_ms;
-    int retry_after_s;
 };
 
 /* An attempt's end, until the database has it. */
@@ -72,18 +70,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     (void)p, (void)arg;
     return size * n; /* the answer's body is not read */
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-    struct job *j = arg;
-    size_t len = size * n;
-
-    if (len > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
-        int s = atoi(p + 12);
-        j->retry_after_s = s > 0 ? s : 0;
-    }
-    return len;
 }
 
 static void job_free(struct job *j)
@@ -159,8 +145,6 @@ static void job_start(struct notify *nt, struct delivery *d, int64_t now_ms)
     curl_easy_setopt(j->curl, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(j->curl, CURLOPT_USERAGENT, "opsrun/" OPSRUN_VERSION);
     curl_easy_setopt(j->curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(j->curl, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(j->curl, CURLOPT_HEADERDATA, j);
     curl_easy_setopt(j->curl, CURLOPT_PRIVATE, j);
     curl_multi_add_handle(nt->multi, j->curl);
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
@@ -238,7 +222,10 @@ static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_
         LOG(LOG_DEBUG, "notification delivered notifier=%s run=%s event=%s attempt=%d", n->name,
             j->d.run_id, j->d.event, j->d.attempts);
     } else if (v == NOTIFY_RETRY) {
-        retry_ms = notify_retry_ms(j->d.attempts, j->retry_after_s);
+        curl_off_t ra = 0; /* Retry-After: seconds or an HTTP date, as libcurl reads it */
+        if (cc != CURLE_OK || curl_easy_getinfo(j->curl, CURLINFO_RETRY_AFTER, &ra) != CURLE_OK)
+            ra = 0;
+        retry_ms = notify_retry_ms(j->d.attempts, (int64_t)ra);
         msg = xasprintf("notified %s: %s (%s), attempt %d of %d, next in %lld s", n->name, what,
                         j->d.event, j->d.attempts, n->max_attempts,
                         (long long)((retry_ms + 999) / 1000));

@@ -57,7 +57,8 @@ enum notify_verdict {
 enum notify_verdict notify_verdict(long status, int attempt, int max_attempts);
 /* The pause before the attempt after `attempt` (which failed): 1 s
  * doubling, at most 5 minutes, at least retry_after_s when the receiver
- * asked for it (Retry-After, at most an hour). */
-int64_t notify_retry_ms(int attempt, int retry_after_s);
+ * asked for it (Retry-After, as libcurl reads it: seconds or an HTTP date;
+ * at most an hour). */
+int64_t notify_retry_ms(int attempt, int64_t retry_after_s);
 
 #endif

@@ -146,6 +146,9 @@ static json_t *webhook_body(const char *event, const char *delivery_id, json_t *
     return json_pack("{s:s, s:s, s:O}", "event", event, "delivery_id", delivery_id, "run", run);
 }
 
+/* The message's text: the notifier's template, or the summary and the link.
+ * Whatever came from the run (its input, a remote API's error message) is
+ * escaped for Slack; the template's own markup is the operator's. */
 static enum status slack_body(const struct notifier *n, const char *event, json_t *run,
                               const char *link, json_t **out, struct error *err)
 {
@@ -153,11 +156,13 @@ static enum status slack_body(const struct notifier *n, const char *event, json_
     enum status st = ST_OK;
 
     if (n->text) {
-        st = tmpl_expand_text(n->text, run, true, &text, err);
+        st = tmpl_expand_text(n->text, run, true, TMPL_SLACK, &text, err);
     } else {
-        line = summary(run, event, true);
-        text = link ? xasprintf("%s %s", line, link) : xstrdup(line);
+        char *sum = summary(run, event, true);
+        line = link ? xasprintf("%s %s", sum, link) : xstrdup(sum);
+        text = tmpl_escape_slack(line);
         free(line);
+        free(sum);
     }
     if (st == ST_OK)
         *out = json_pack("{s:s}", "text", text);
@@ -275,13 +280,13 @@ enum notify_verdict notify_verdict(long status, int attempt, int max_attempts)
     return NOTIFY_RETRY;
 }
 
-int64_t notify_retry_ms(int attempt, int retry_after_s)
+int64_t notify_retry_ms(int attempt, int64_t retry_after_s)
 {
     int64_t ms = backoff_delay_ms(RETRY_FIRST_MS, 2, RETRY_MAX_MS, attempt);
 
     if (retry_after_s > RETRY_AFTER_MAX_S)
         retry_after_s = RETRY_AFTER_MAX_S;
-    if ((int64_t)retry_after_s * 1000 > ms)
-        ms = (int64_t)retry_after_s * 1000;
+    if (retry_after_s * 1000 > ms)
+        ms = retry_after_s * 1000;
     return ms;
 }

@@ -36,20 +36,6 @@ static const struct param_rule action_http_rules[] = {
 
 /* ---- the action -------------------------------------------------------- */
 
-/* An absolute URL for a Location header value, relative to the request's. */
-static char *absolute(const char *base, const char *loc)
-{
-    const char *scheme_end = strstr(base, "://");
-    const char *host_end = scheme_end ? strchr(scheme_end + 3, '/') : NULL;
-
-    if (strncmp(loc, "http://", 7) == 0 || strncmp(loc, "https://", 8) == 0)
-        return xstrdup(loc);
-    if (loc[0] == '/' && scheme_end)
-        return xasprintf("%.*s%s", (int)(host_end ? host_end - base : (long)strlen(base)), base,
-                         loc);
-    return NULL;
-}
-
 /* The answer's JSON as the result (non-JSON: its text). */
 static json_t *answer_result(const struct run_ctx *rc, const struct remote_response *r)
 {
@@ -88,9 +74,11 @@ static enum step finished(struct run_ctx *rc, const struct remote_response *r)
     return step;
 }
 
-/* 202: where to look next, from the status URL pointer or Location. */
+/* 202: where to look next, from the status URL pointer or Location,
+ * resolved against the URL called; NULL with *bad set when the answer names
+ * one that is not an http or https URL. */
 static char *status_url(const struct run_ctx *rc, const struct remote_response *r,
-                        const char *request_url)
+                        const char *request_url, bool *bad)
 {
     const char *ptr = remote_param(rc, "status_url_pointer", NULL);
     char *found = NULL, *abs;
@@ -102,7 +90,8 @@ static char *status_url(const struct run_ctx *rc, const struct remote_response *
     } else if (r->location[0]) {
         found = xstrdup(r->location);
     }
-    abs = found ? absolute(request_url, found) : NULL;
+    abs = found ? remote_url_resolve(request_url, found) : NULL;
+    *bad = found && !abs;
     free(found);
     return abs;
 }
@@ -119,6 +108,7 @@ static enum step action_http_start(struct run_ctx *rc)
     const json_t *req = json_object_get(rc->type->params, "request");
     struct remote_response r;
     enum step step = prepare_run(rc, &prep_json);
+    bool bad = false;
     char *url;
 
     if (step != STEP_DONE)
@@ -136,7 +126,12 @@ static enum step action_http_start(struct run_ctx *rc)
         remote_error(rc, "rejected", "the call was refused", &r);
         break;
     case REMOTE_OK:
-        url = r.status == 202 ? status_url(rc, &r, r.effective_url) : NULL;
+        url = r.status == 202 ? status_url(rc, &r, r.effective_url, &bad) : NULL;
+        if (bad) {
+            rc_error(rc, "unsafe_status_url",
+                     "the 202 answer names a status URL that is not an http or https URL");
+            break;
+        }
         /* the status, cancel and cleanup requests carry the configured
          * headers (credentials too): only to the host that was called,
          * unless the run type says otherwise */

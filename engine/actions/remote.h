@@ -57,6 +57,8 @@
 #define REMOTE_TIMEOUT_DEFAULT_MS 10000
 #define REMOTE_TIMEOUT_MAX_MS 600000
 #define REMOTE_RESPONSE_MAX (4 * 1024 * 1024)
+/* The longest pause a Retry-After answer may ask for. */
+#define REMOTE_RETRY_AFTER_MAX_S 86400
 
 /* ---- templates (remote_template.c, remote_url.c) ---- */
 
@@ -102,6 +104,11 @@ enum status remote_expand_json(const json_t *tmpl, const struct remote_vars *v, 
  * libcurl reads them. A url libcurl cannot read is never sent, so it passes
  * here. */
 bool remote_same_authority(const char *origin, const char *url);
+/* ref (a Location header or a status URL from an answer: absolute, or
+ * relative in any of the forms RFC 3986 allows) resolved against base, the
+ * URL that was called, by libcurl's URL API: a new string (free), or NULL
+ * when the result is not an http or https URL libcurl can read. */
+char *remote_url_resolve(const char *base, const char *ref);
 
 /* ---- request descriptions (remote_request.c) ---- */
 
@@ -125,7 +132,8 @@ struct remote_response {
     size_t len;
     char location[2048];
     char content_type[128];
-    int retry_after_s;        /* the Retry-After header in seconds, 0 when none */
+    int retry_after_s;        /* Retry-After (seconds or an HTTP date, as libcurl reads it), at
+                               * most REMOTE_RETRY_AFTER_MAX_S; 0 when none */
     char effective_url[2048]; /* the URL called (may hold secrets: never log it) */
     bool transport_error;     /* no HTTP answer: connect failure, reset, timeout */
     bool timed_out;

@@ -45,14 +45,21 @@ static void header_copy(const char *line, size_t n, const char *name, char *out,
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
     struct remote_response *r = arg;
-    char ra[32] = "";
 
     header_copy(p, size * n, "Location", r->location, sizeof(r->location));
     header_copy(p, size * n, "Content-Type", r->content_type, sizeof(r->content_type));
-    header_copy(p, size * n, "Retry-After", ra, sizeof(ra));
-    if (ra[0] && strspn(ra, "0123456789") == strlen(ra) && strlen(ra) < 6)
-        r->retry_after_s = atoi(ra); /* seconds; an HTTP date is ignored */
     return size * n;
+}
+
+/* The answer's Retry-After in seconds, 0 when none: libcurl reads both
+ * forms (delay-seconds and an HTTP date, which it counts from now). */
+static int retry_after(CURL *c)
+{
+    curl_off_t s = 0;
+
+    if (curl_easy_getinfo(c, CURLINFO_RETRY_AFTER, &s) != CURLE_OK || s <= 0)
+        return 0;
+    return s > REMOTE_RETRY_AFTER_MAX_S ? REMOTE_RETRY_AFTER_MAX_S : (int)s;
 }
 
 static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
@@ -236,8 +243,10 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)rc);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     cc = curl_easy_perform(c);
-    if (cc == CURLE_OK)
+    if (cc == CURLE_OK) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+        out->retry_after_s = retry_after(c);
+    }
     transfer_done(rc, c);
     curl_slist_free_all(hdrs);
     free(url);

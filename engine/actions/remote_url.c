@@ -1,7 +1,8 @@
 /* engine/actions/remote_url.c — the URL of a request (engine/actions/remote.h):
  * its template checked at load, expanded with a run's values that cannot
- * change where it goes, and two URLs compared by their authority as
- * libcurl reads them. */
+ * change where it goes, two URLs compared by their authority as libcurl
+ * reads them, and a reference in an answer resolved against the URL
+ * called, by libcurl's URL API. */
 #include "engine/actions/remote_internal.h"
 
 #include <curl/curl.h>
@@ -84,6 +85,25 @@ out:
     curl_url_cleanup(a);
     curl_url_cleanup(b);
     return same;
+}
+
+char *remote_url_resolve(const char *base, const char *ref)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *got = NULL, *out = NULL;
+
+    if (!u)
+        abort();
+    if (curl_url_set(u, CURLUPART_URL, base, 0) == CURLUE_OK &&
+        curl_url_set(u, CURLUPART_URL, ref, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0) &&
+        curl_url_get(u, CURLUPART_URL, &got, 0) == CURLUE_OK)
+        out = xstrdup(got);
+    curl_free(scheme);
+    curl_free(got);
+    curl_url_cleanup(u);
+    return out;
 }
 
 enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,

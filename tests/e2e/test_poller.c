@@ -1201,13 +1201,15 @@ static char *submit_to(const struct th_proc *p, const char *type, const char *ru
 /* A 2xx answer ends the run: its JSON (or its text) is the result. A 202
  * with a status URL (a relative Location, or a field of the answer) makes
  * the run wait; the poller GETs the URL until it answers other than 202
- * (honouring Retry-After); a state map may read a failure out of a 200. */
+ * (honouring Retry-After, in seconds or as an HTTP date); a state map may
+ * read a failure out of a 200. A Location relative to the path called
+ * ("./status/job-9" after POST /call) is resolved as RFC 3986 says. */
 START_TEST(http_sync_and_async)
 {
     struct th_proc p;
     struct fake_job j;
     json_t *run;
-    char *ids[7], want_url[96];
+    char *ids[9], want_url[96];
     static const char *const cases[][3] = {
         {"call", "h-sync", "sync"},
         {"call", "h-text", "sync_text"},
@@ -1217,10 +1219,12 @@ START_TEST(http_sync_and_async)
         {"call_state", "h-state", "async_state:2"},
         /* a status URL on another host would get the configured headers */
         {"call_body", "h-other", "async_other_host:2"},
+        {"call", "h-rel", "async_rel:2"},
+        {"call", "h-date", "async_retry_date:2"},
     };
 
     start_http(&p, "e2e_http_ok");
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 9; i++)
         ids[i] = submit_to(&p, cases[i][0], cases[i][1], cases[i][2]);
     run = th_wait_done(&p, ids[0], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
@@ -1260,7 +1264,23 @@ START_TEST(http_sync_and_async)
     ck_assert(fake_jobs_get("h-other", &j));
     ck_assert_int_eq(j.checks, 0); /* never asked */
     json_decref(run);
-    for (int i = 0; i < 7; i++)
+    run = th_wait_done(&p, ids[7], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert(fake_jobs_get("h-rel", &j));
+    snprintf(want_url, sizeof(want_url), "http://127.0.0.1:%d/status/%s", g_port, j.id);
+    ck_assert_str_eq(th_js(run, "external_id"), want_url);
+    ck_assert_int_eq(j.checks, 2);
+    json_decref(run);
+    run = th_wait_done(&p, ids[8], 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert(fake_jobs_get("h-date", &j));
+    ck_assert_int_eq(j.checks, 2);
+    for (int k = 0; k < 2; k++) { /* a date 3 s ahead: a wait of 2-3 s */
+        long long gap = j.check_ms[k] - (k ? j.check_ms[k - 1] : j.submit_ms);
+        ck_assert_msg(gap >= 1500, "check %d came %lld ms after the previous answer", k + 1, gap);
+    }
+    json_decref(run);
+    for (int i = 0; i < 9; i++)
         free(ids[i]);
     stop(&p);
 }

@@ -523,7 +523,7 @@ START_TEST(placeholders_agree)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct error err = {0};
         char *c = NULL, *sql = NULL, *q;
-        enum status st = tmpl_expand_text(cases[i], doc, false, &c, &err);
+        enum status st = tmpl_expand_text(cases[i], doc, false, TMPL_AS_IS, &c, &err);
         PGresult *r;
         const char *p[2] = {cases[i], doc_text};
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* After the system headers: common.h poisons names some of them declare. */
@@ -223,6 +224,23 @@ static enum MHD_Result on_hook(struct MHD_Connection *c, const char *id, bool ca
     return answer(c, fail ? 500 : 200, "{}");
 }
 
+/* The Retry-After header a scenario asks for, into buf: "1" second, or an
+ * HTTP date 3 s ahead (a wait of 2-3 s, the date's resolution being a
+ * second); NULL for none. */
+static const char *retry_after_header(const char *sc, char *buf, size_t cap)
+{
+    time_t t = time(NULL) + 3;
+    struct tm tm;
+
+    if (step_arg(sc, "async_retry_after") >= 0)
+        return "Retry-After: 1";
+    if (step_arg(sc, "async_retry_date") < 0)
+        return NULL;
+    gmtime_r(&t, &tm);
+    strftime(buf, cap, "Retry-After: %a, %d %b %Y %H:%M:%S GMT", &tm);
+    return buf;
+}
+
 /* A new job record for an accepted call (mu held). */
 static struct fake_job *new_job(const char *scenario, const char *run)
 {
@@ -241,7 +259,7 @@ static enum MHD_Result on_call(struct MHD_Connection *c, const char *body, int p
     json_t *j = json_loads(body ? body : "", 0, NULL);
     const char *sc = json_string_value(json_object_get(j, "scenario"));
     const char *run = json_string_value(json_object_get(j, "run"));
-    char out[256], loc[128], id[32] = "";
+    char out[256], loc[128], ra[64], id[32] = "";
     struct fake_job *fj = NULL;
     enum MHD_Result ret;
 
@@ -274,9 +292,11 @@ static enum MHD_Result on_call(struct MHD_Connection *c, const char *body, int p
         snprintf(out, sizeof(out), "{\"statusUrl\":\"http://localhost:%d/status/%s\"}", port, id);
         ret = answer(c, 202, out);
     } else if (fj) {
-        snprintf(loc, sizeof(loc), "Location: /status/%s", id);
+        /* async_rel: a Location relative to the path called (/call) */
+        snprintf(loc, sizeof(loc), "Location: %s/status/%s",
+                 step_arg(sc, "async_rel") >= 0 ? "." : "", id);
         ret = answer_h(c, 202, "{\"accepted\":true}", "application/json", loc,
-                       step_arg(sc, "async_retry_after") >= 0 ? "Retry-After: 1" : NULL);
+                       retry_after_header(sc, ra, sizeof(ra)));
     } else {
         ret = answer(c, 400, "{\"error\":\"unknown scenario\"}");
     }
@@ -288,8 +308,10 @@ static enum MHD_Result on_call(struct MHD_Connection *c, const char *body, int p
 static enum MHD_Result on_call_status(struct MHD_Connection *c, const char *id)
 {
     struct fake_job *fj;
-    char out[256], sc[128];
-    int k, n;
+    char out[256], sc[128], ra[64];
+    static const char *const kinds[] = {"async", "async_body", "async_retry_after",
+                                        "async_retry_date", "async_rel"};
+    int k, n = -1;
 
     pthread_mutex_lock(&mu);
     fj = find(id);
@@ -307,14 +329,11 @@ static enum MHD_Result on_call_status(struct MHD_Connection *c, const char *id)
         return answer(c, 200,
                       k < n ? "{\"status\":\"working\"}"
                             : "{\"status\":\"broken\",\"why\":\"nope\"}");
-    n = step_arg(sc, "async");
-    if (n < 0)
-        n = step_arg(sc, "async_body");
-    if (n < 0)
-        n = step_arg(sc, "async_retry_after");
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]) && n < 0; i++)
+        n = step_arg(sc, kinds[i]);
     if (k < n)
         return answer_h(c, 202, "{\"pending\":true}", "application/json",
-                        step_arg(sc, "async_retry_after") >= 0 ? "Retry-After: 1" : NULL, NULL);
+                        retry_after_header(sc, ra, sizeof(ra)), NULL);
     snprintf(out, sizeof(out), "{\"done\":true,\"rows\":%d}", k);
     return answer(c, 200, out);
 }

@@ -110,7 +110,7 @@ static char *expand(const char *s, bool missing_ok, enum status want)
     struct error err = {0};
     char *out = NULL;
 
-    ck_assert_int_eq(tmpl_expand_text(s, doc, missing_ok, &out, &err), want);
+    ck_assert_int_eq(tmpl_expand_text(s, doc, missing_ok, TMPL_AS_IS, &out, &err), want);
     json_decref(doc);
     return out;
 }
@@ -187,6 +187,9 @@ static void cfg_setup(void)
                       " \"chat\": {\"kind\": \"slack\", \"url\": \"{{env:TEST_SLACK_URL}}\"},"
                       " \"custom\": {\"kind\": \"slack\", \"url\": \"http://127.0.0.1:9/s\","
                       "  \"text\": \"{{run:/id}} is {{run:/outcome}} ({{run:/input/pod}})\"},"
+                      " \"linked\": {\"kind\": \"slack\", \"url\": \"http://127.0.0.1:9/s\","
+                      "  \"text\": \"<https://runbook.example/a?b=1&c=2|runbook> "
+                      "{{run:/input/pod}} {{run:/input}}\"},"
                       " \"am\": {\"kind\": \"alertmanager\", \"url\": \"http://am:9093/\","
                       "  \"labels\": {\"severity\": \"page\"}}},"
                       " \"run_types\": {\"restart-pod\": {\"action\": \"simulate\","
@@ -271,6 +274,44 @@ START_TEST(slack_request)
     build("custom", "run.failed", NULL, &rq);
     ck_assert_str_eq(rq.body, "{\"text\":\"r1 is failed (web-1)\"}");
     notify_request_cleanup(&rq);
+}
+END_TEST
+
+/* Text from the run (its input, a remote API's error message) cannot post
+ * markup: "&", "<", ">" are escaped as Slack documents, in the summary and
+ * in every spliced value, JSON included; the template's own markup stays. */
+START_TEST(slack_escapes_run_text)
+{
+    const char *run = "{\"id\": \"r1\", \"type\": \"fix\", \"outcome\": \"failed\", "
+                      "\"input\": {\"pod\": \"<!channel> & <https://evil.example|ok>\"}, "
+                      "\"error\": {\"code\": \"x\", \"message\": \"<@U123> a>b\"}}";
+    struct notify_request rq;
+    struct error err = {0};
+    json_t *body;
+
+    ck_assert_int_eq(notify_request_build(cfg_notifier(&cfg, "chat"), "run.failed", "d-1", run,
+                                          "https://o.example", 1795000000, &rq, &err),
+                     ST_OK);
+    body = json_loads(rq.body, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(body, "text")),
+                     "Run r1 (fix) failed: &lt;@U123&gt; a&gt;b https://o.example/#/runs/r1");
+    json_decref(body);
+    notify_request_cleanup(&rq);
+    ck_assert_int_eq(notify_request_build(cfg_notifier(&cfg, "linked"), "run.failed", "d-1", run,
+                                          NULL, 1795000000, &rq, &err),
+                     ST_OK);
+    body = json_loads(rq.body, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(body, "text")),
+                     "<https://runbook.example/a?b=1&c=2|runbook> &lt;!channel&gt; &amp; "
+                     "&lt;https://evil.example|ok&gt; {\"pod\": \"&lt;!channel&gt; &amp; "
+                     "&lt;https://evil.example|ok&gt;\"}");
+    json_decref(body);
+    notify_request_cleanup(&rq);
+    {
+        char *e = tmpl_escape_slack("a&b<c>d");
+        ck_assert_str_eq(e, "a&amp;b&lt;c&gt;d");
+        free(e);
+    }
 }
 END_TEST
 
@@ -385,6 +426,7 @@ int main(void)
     tcase_add_checked_fixture(b, cfg_setup, cfg_teardown);
     tcase_add_test(b, webhook_request);
     tcase_add_test(b, slack_request);
+    tcase_add_test(b, slack_escapes_run_text);
     tcase_add_test(b, alertmanager_request);
     tcase_add_test(b, bad_run_refused);
     tcase_add_test(b, rules_for_the_database);

@@ -327,6 +327,37 @@ START_TEST(url_checks)
 }
 END_TEST
 
+/* A reference in an answer (Location, a status URL field) resolved against
+ * the URL called, in every form RFC 3986 allows; only http and https come
+ * out. */
+START_TEST(url_resolve)
+{
+    static const char *const cases[][2] = {
+        {"https://api.example/ops/17", "https://api.example/ops/17"},
+        {"/ops/17", "http://h:8080/ops/17"},
+        {"ops/17", "http://h:8080/v1/ops/17"},
+        {"./ops/17?x=1", "http://h:8080/v1/ops/17?x=1"},
+        {"../ops/17", "http://h:8080/ops/17"},
+        {"?page=2", "http://h:8080/v1/call?page=2"},
+        {"//other.example/s", "http://other.example/s"},
+        {"ftp://files.example/x", NULL},
+        {"file:///etc/passwd", NULL},
+        {"http://[::1", NULL},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *got = remote_url_resolve("http://h:8080/v1/call?q=1", cases[i][0]);
+        if (cases[i][1])
+            ck_assert_msg(got && strcmp(got, cases[i][1]) == 0, "%s: %s", cases[i][0],
+                          got ? got : "(null)");
+        else
+            ck_assert_msg(!got, "%s: %s", cases[i][0], got);
+        free(got);
+    }
+    ck_assert_ptr_null(remote_url_resolve("not a url", "/x"));
+}
+END_TEST
+
 /* A request with a refused value is never sent: remote_call fails before
  * it connects (port 9 would refuse the connection: ST_UNAVAILABLE). */
 START_TEST(call_refused)
@@ -604,6 +635,7 @@ int main(void)
     tcase_add_test(t, nul_values);
     tcase_add_test(t, json_values);
     tcase_add_test(t, body_text_checks);
+    tcase_add_test(t, url_resolve);
     tcase_add_test(t, build_errors);
     tcase_add_test(t, exec_checks);
     tcase_add_test(t, classes);
