@@ -17,11 +17,16 @@ static const struct stmt S_SYNC = {
     "SELECT n, t, now() FROM unnest($1::text[], $2::text[]) AS u(n, t) "
     "ON CONFLICT (name) DO UPDATE SET tenant = EXCLUDED.tenant, updated_at = now() "
     "WHERE s.tenant <> EXCLUDED.tenant"};
+/* Each name's row (all NULL for a name without one): its last slot, the
+ * pause, its last run's status and outcome, the database's clock, and
+ * whether a slot came due since the row was made (the row starts at the
+ * moment it was made, which is no slot). */
 static const struct stmt S_READ = {
     "schedules_read",
     "SELECT u.n, " TS_TO_US("s.last_slot") ", s.paused, s.last_run_id, r.status, "
                                            "r.outcome, " TS_TO_US(
-                                               "now()") " FROM unnest($1::text[]) WITH ORDINALITY "
+                                               "now()") ", s.last_slot > s.created_at "
+                                                        "FROM unnest($1::text[]) WITH ORDINALITY "
                                                         "AS u(n, i) "
                                                         "LEFT JOIN schedules s ON s.name = u.n "
                                                         "LEFT JOIN runs r ON r.tenant = s.tenant "
@@ -108,9 +113,9 @@ enum status store_schedules_read(struct db *db, const char *const *names, size_t
     if (st != ST_OK)
         return st;
     if ((size_t)PQntuples(r) != n) {
+        int got = PQntuples(r);
         PQclear(r);
-        return error_set(err, ST_INTERNAL, "schedules_read returned %d rows for %zu names",
-                         PQntuples(r), n);
+        return error_set(err, ST_INTERNAL, "schedules_read returned %d rows for %zu names", got, n);
     }
     for (size_t i = 0; i < n; i++) {
         const char *paused = db_val(r, (int)i, 2);
@@ -239,10 +244,9 @@ static enum status cancel_active(struct db *db, struct sched_row *row, int *canc
         *cancelled += changed;
         run_free(run);
     }
-    if (st == ST_OK) {
-        PQclear(r);
+    PQclear(r); /* NULL when the query failed */
+    if (st == ST_OK)
         row->active = 0;
-    }
     return st;
 }
 

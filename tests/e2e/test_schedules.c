@@ -232,6 +232,19 @@ START_TEST(pause_resume_trigger)
     start_with(&b, ci, path);
     th_sleep_ms(2500);
     ck_assert_msg(slot_runs(ci, "tick", NULL) >= 2, "no runs before the pause");
+    /* Slots fired: the schedule names its last one, a slot with its run. */
+    th_get(a.url, "/schedules/tick", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(json_is_string(json_object_get(r.json, "last_slot")), "last_slot: %s", r.body);
+    {
+        char sql[256];
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM runs WHERE schedule_name = 'tick' AND "
+                 "opsrun_ts(schedule_slot) = '%s'",
+                 th_js(r.json, "last_slot"));
+        ck_assert_int_eq(sql_int(ci, sql), 1);
+    }
+    th_resp_free(&r);
     post_expect(&a, "/schedules/tick/pause", 200, &r);
     ck_assert(json_is_true(json_object_get(r.json, "paused")));
     ck_assert(json_is_null(json_object_get(r.json, "next_at")));
