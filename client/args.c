@@ -37,7 +37,8 @@ enum flag_id {
     F_SCHEDULE,
     F_PARENT,
     F_ALL,
-    F_DRY_RUN
+    F_DRY_RUN,
+    F_APPROVAL
 };
 static const struct flag {
     const char *name;
@@ -61,6 +62,7 @@ static const struct flag {
     [F_PARENT] = {"--parent", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
     [F_ALL] = {"--all", false, BULK_CMDS},
     [F_DRY_RUN] = {"--dry-run", false, BULK_CMDS},
+    [F_APPROVAL] = {"--approval", true, CMD_BIT(CMD_RUNS)},
 };
 /* The flags that make cancel and retry act on every run they match. */
 static const enum flag_id filter_flags[] = {F_STATUS,   F_OUTCOME, F_TYPE, F_SINCE,
@@ -411,6 +413,12 @@ static enum status take_values(const struct raw *r, struct args *out, struct err
                          FILTER_TYPE_MAX);
     if (r->seen[F_TYPE])
         out->type = r->val[F_TYPE];
+    if (r->seen[F_APPROVAL] && strcmp(r->val[F_APPROVAL], "pending") != 0)
+        return error_set(err, ST_INVALID,
+                         "invalid --approval \"%.64s\": the only value is pending (the runs "
+                         "awaiting approval)",
+                         r->val[F_APPROVAL]);
+    out->approval = r->val[F_APPROVAL];
     out->comment = r->val[F_COMMENT];
     out->watch = r->seen[F_WATCH];
     out->json = r->seen[F_JSON];

@@ -34,18 +34,19 @@ enum client_cmd {
 
 struct args {
     enum client_cmd cmd;
-    const char *server;  /* --server, OPSRUN_SERVER or the default; http(s)://... */
-    const char *token;   /* --token or OPSRUN_TOKEN; NULL: none */
-    const char *type;    /* submit: TYPE; runs: --type (NULL: any) */
-    const char *id;      /* watch, cancel, retry, approve, reject: ID; submit: --run-id
-                          * (NULL: generated); cancel, retry: NULL with a filter */
-    const char *data;    /* submit: --data, a JSON object's text (NULL: {}) */
-    const char *status;  /* runs: --status (NULL: any); cancel, retry: a comma list */
-    const char *action;  /* schedule: pause, resume or trigger */
-    const char *name;    /* schedule: NAME */
-    int limit;           /* runs: --limit, 1..ARGS_LIMIT_MAX; cancel, retry by filter:
-                          * 1..ARGS_BULK_LIMIT_MAX; 0: the server's default */
-    const char *comment; /* approve, reject: --comment (NULL: none) */
+    const char *server;   /* --server, OPSRUN_SERVER or the default; http(s)://... */
+    const char *token;    /* --token or OPSRUN_TOKEN; NULL: none */
+    const char *type;     /* submit: TYPE; runs: --type (NULL: any) */
+    const char *id;       /* watch, cancel, retry, approve, reject: ID; submit: --run-id
+                           * (NULL: generated); cancel, retry: NULL with a filter */
+    const char *data;     /* submit: --data, a JSON object's text (NULL: {}) */
+    const char *status;   /* runs: --status (NULL: any); cancel, retry: a comma list */
+    const char *action;   /* schedule: pause, resume or trigger */
+    const char *name;     /* schedule: NAME */
+    int limit;            /* runs: --limit, 1..ARGS_LIMIT_MAX; cancel, retry by filter:
+                           * 1..ARGS_BULK_LIMIT_MAX; 0: the server's default */
+    const char *comment;  /* approve, reject: --comment (NULL: none) */
+    const char *approval; /* runs: --approval pending (NULL: any run) */
     /* cancel and retry by filter (bulk true, id NULL): --outcome (a comma
      * list), --schedule, --parent (a run whose follow-ups), --since (as
      * seconds before now, 0: none), --all, --dry-run; and --status, --type,

@@ -195,7 +195,7 @@ static int cmd_bulk(struct api *a, const struct args *args, const struct watch_v
     json_t *body = cmd_bulk_body(args, clock_wall_ms() * 1000);
     char *text = json_dumps(body, JSON_COMPACT);
     struct api_resp r;
-    long long matched, acted;
+    long long matched, acted, joined;
     int rc;
 
     json_decref(body);
@@ -205,11 +205,17 @@ static int cmd_bulk(struct api *a, const struct args *args, const struct watch_v
                        CMD_BULK_TIMEOUT_MS);
     matched = json_integer_value(json_object_get(r.json, "matched"));
     acted = json_integer_value(json_object_get(r.json, "acted"));
+    joined = json_integer_value(json_object_get(r.json, "joined"));
     if (rc < 0 && args->json)
         fprintf(v->out, "%s\n", dynbuf_ptr(&r.body));
     else if (rc < 0 && args->dry_run)
         fprintf(v->out, "%lld runs match (dry run: nothing was %s)\n", matched,
                 cancel ? "cancelled" : "retried");
+    else if (rc < 0 && joined > 0)
+        fprintf(v->out,
+                "retried %lld of %lld matching runs: %lld new, %lld joined a run already "
+                "active\n",
+                acted, matched, acted - joined, joined);
     else if (rc < 0)
         fprintf(v->out, "%s %lld of %lld matching runs\n", cancel ? "cancelled" : "retried", acted,
                 matched);
@@ -243,8 +249,8 @@ static int cmd_decide(struct api *a, const struct args *args, const struct watch
 
 char *cmd_runs_path(const struct args *args)
 {
-    const char *keys[] = {"status", "type", "schedule", "parent_id"},
-               *vals[] = {args->status, args->type, args->schedule, args->parent};
+    const char *keys[] = {"status", "type", "schedule", "parent_id", "approval"},
+               *vals[] = {args->status, args->type, args->schedule, args->parent, args->approval};
     struct dynbuf b;
     char sep = '?';
 

@@ -3,7 +3,8 @@
  * the batches.
  *
  * The answer: 200 {"matched", "acted", "run_ids"} (and, for a retry,
- * "new_run_ids", the run each retry started or joined, in the same order),
+ * "new_run_ids", the run each retry started or joined, in the same order,
+ * and "joined", how many of them joined a run already active),
  * where matched is how many runs the filter selected that the action
  * applies to when the request began, acted how many of them it acted on
  * (a run that moved on meanwhile is left alone), and run_ids the first
@@ -182,7 +183,7 @@ struct bulk_job {
     /* the answer */
     enum status st;
     struct error err;
-    size_t matched, acted;
+    size_t matched, acted, joined;
     bool interrupted;
     json_t *run_ids, *new_ids;
 };
@@ -222,6 +223,7 @@ static void batch_done(const struct hctx *hc, struct bulk_job *job, const struct
             metrics_run_submitted(hc->metrics, a->type);
             submitted = true;
         }
+        job->joined += a->new_id && a->joined;
         if (json_array_size(job->run_ids) < BULK_IDS_MAX) {
             json_array_append_new(job->run_ids, json_string(a->id));
             if (job->new_ids)
@@ -367,8 +369,10 @@ static void job_answer(struct bulk_job *job, struct reply *rp)
     reply_json_take(rp, 200,
                     json_pack("{s:I, s:I, s:O}", "matched", (json_int_t)job->matched, "acted",
                               (json_int_t)job->acted, "run_ids", job->run_ids));
-    if (job->new_ids)
+    if (job->new_ids) {
         json_object_set(rp->body, "new_run_ids", job->new_ids);
+        json_object_set_new(rp->body, "joined", json_integer((json_int_t)job->joined));
+    }
 }
 
 /* ---- the deferred reply and the runner ---------------------------------------- */

@@ -86,13 +86,15 @@
 /* The columns of a new run (submission, retry) that approval decides, and
  * their values: timeout_s (SQL text, an integer) NULL for a run type
  * without approval, whose runs are queued; otherwise the run waits,
- * pending, until timeout_s from now, and then on_timeout decides. */
+ * pending, until timeout_s after it is due (due: SQL text, the run's
+ * run_at, NULL for now), and then on_timeout decides. Migration 020's
+ * opsrun_follow_ups writes the same for a follow-up. */
 #define APPROVAL_INSERT_COLS "status, approval_state, approval_expires_at, approval_on_timeout"
-#define APPROVAL_INSERT_VALUES(timeout_s, on_timeout)                                              \
+#define APPROVAL_INSERT_VALUES(timeout_s, on_timeout, due)                                         \
     "CASE WHEN " timeout_s " IS NULL THEN 'queued' ELSE 'waiting' END, "                           \
     "CASE WHEN " timeout_s " IS NOT NULL THEN 'pending' END, "                                     \
-    "now() + make_interval(secs => " timeout_s "), CASE WHEN " timeout_s " IS NOT NULL THEN "      \
-    "" on_timeout " END"
+    "greatest(now(), " due ") + make_interval(secs => " timeout_s "), "                            \
+    "CASE WHEN " timeout_s " IS NOT NULL THEN " on_timeout " END"
 /* The "submitted" event of a new run, over the CTE of the inserted rows:
  * one awaiting approval says so, and until when. (The notifications of an
  * approval request belong in the statement that writes this event.) */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* The run's approval, when its type has one: $14 its timeout, $15 on_timeout. */
-#define INSERT_APPROVAL APPROVAL_INSERT_VALUES("$14::int", "$15")
+#define INSERT_APPROVAL APPROVAL_INSERT_VALUES("$14::int", "$15", "$5::timestamptz")
 /* clang-format off */
 static const struct stmt S_INSERT = {
     "runs_insert",

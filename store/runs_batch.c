@@ -46,7 +46,8 @@
  * inserted now, 'i' the run with this id, 'd' the active run with this
  * identity; then the found run's request_hash. */
 /* Each item's approval, when its type has one. */
-#define BATCH_APPROVAL APPROVAL_INSERT_VALUES("i.approval_timeout_s", "i.approval_on_timeout")
+#define BATCH_APPROVAL                                                                             \
+    APPROVAL_INSERT_VALUES("i.approval_timeout_s", "i.approval_on_timeout", "i.run_at")
 /* clang-format off */
 static const struct stmt S_BATCH = {
     "runs_submit_batch",

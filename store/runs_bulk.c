@@ -24,6 +24,10 @@
     "($7::timestamptz IS NULL OR r.created_at < $7::timestamptz) AND "                             \
     "($8::text IS NULL OR r.schedule_name = $8) AND ($9::text IS NULL OR r.parent_id = $9)"
 #define FILTER_PARAMS 7
+/* A run no retry was made of (runs_retried, migration 020): a bulk retry
+ * sent again acts on the rest, not on the runs it retried the first time. */
+#define NOT_RETRIED                                                                                \
+    "NOT EXISTS (SELECT FROM runs x WHERE x.tenant = r.tenant AND x.retry_of = r.id)"
 /* A run a cancel acts on (runs_active covers status <> 'completed'). */
 #define CANCELLABLE "r.status <> 'completed' AND r.status IN " JOINABLE_STATUSES
 
@@ -36,7 +40,7 @@ static const struct stmt S_MATCH_CANCEL = {
 static const struct stmt S_MATCH_RETRY = {
     "bulk_match_retry",
     "SELECT r.id, r.type FROM runs r "
-    "WHERE r.tenant = $1 AND " RETRYABLE_RUN("r.") " AND " BULK_FILTER " "
+    "WHERE r.tenant = $1 AND " RETRYABLE_RUN("r.") " AND " NOT_RETRIED " AND " BULK_FILTER " "
     "ORDER BY r.created_at, r.id LIMIT $2::int"};
 /* $2 the ids. The rows are locked in id order, so that two batches over
  * the same runs wait for each other rather than deadlock. */
@@ -64,13 +68,13 @@ static const struct stmt S_RETRY_MANY = {
         "AS b(of, id, max_attempts, timeout_s, atmo, aon, n)), "
     "o AS MATERIALIZED (SELECT b.*, r.type, r.priority, r.input, r.identity_hash, "
         "r.request_hash FROM b JOIN runs r ON r.tenant = $1 AND r.id = b.of "
-        "WHERE " RETRYABLE_RUN("r.") " AND " BULK_FILTER "), "
+        "WHERE " RETRYABLE_RUN("r.") " AND " NOT_RETRIED " AND " BULK_FILTER "), "
     "upd AS (INSERT INTO runs AS r (tenant, id, type, priority, max_attempts, timeout_s, "
         "input, identity_hash, request_hash, retry_of, initiator, reacts, "
         APPROVAL_INSERT_COLS ") "
         "SELECT $1, o.id, o.type, o.priority, o.max_attempts, o.timeout_s, o.input, "
         "o.identity_hash, o.request_hash, o.of, coalesce($15, 'system'), " REACTS_OF("o.type") ", "
-        APPROVAL_INSERT_VALUES("o.atmo", "o.aon") " "
+        APPROVAL_INSERT_VALUES("o.atmo", "o.aon", "NULL") " "
         "FROM o ORDER BY o.identity_hash, o.n ON CONFLICT DO NOTHING RETURNING r.*), "
     EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE) " "
     "SELECT o.n, o.of, o.type, coalesce(u.id, "

@@ -17,7 +17,7 @@
  * runs_active_identity), or when `of` is gone or may not be retried. */
 /* The new run's approval, when its type has one: $7 its timeout, $8
  * on_timeout. */
-#define RESUBMIT_APPROVAL APPROVAL_INSERT_VALUES("$7::int", "$8")
+#define RESUBMIT_APPROVAL APPROVAL_INSERT_VALUES("$7::int", "$8", "NULL")
 /* clang-format off */
 static const struct stmt S_RESUBMIT = {
     "runs_resubmit",

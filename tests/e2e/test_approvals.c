@@ -665,6 +665,46 @@ START_TEST(approval_requested_notifies)
 }
 END_TEST
 
+/* A run due later than it is made (a follow-up with delay_s, a submission
+ * with run_at) waits for approval for its type's whole timeout from when
+ * it is due, not from when it was made. */
+START_TEST(expiry_counts_from_due)
+{
+    const char *config =
+        "{\"run_types\": {\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 60}},"
+        " \"starter\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1},"
+        "  \"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"gated\", \"delay_s\": 3600}]}}}";
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_appr_due", config);
+    char *a, *b, follow[160];
+    PGconn *c = th_pg(ci);
+
+    a = th_submit(&p, "{\"alert_type\": \"starter\", \"data\": {}}", 202);
+    th_expect_outcome(&p, a, "succeeded", 10);
+    snprintf(follow, sizeof(follow), "%s.1", a);
+    b = th_submit(
+        &p, "{\"alert_type\": \"gated\", \"data\": {}, \"run_at\": \"2999-01-01T00:00:00Z\"}", 202);
+    for (int i = 0; i < 2; i++) {
+        const char *id = i ? b : follow;
+        ck_assert_int_eq(th_sql_int(c,
+                                    "SELECT count(*) FROM runs WHERE id = '%s' AND "
+                                    "approval_state = 'pending' AND run_at > now() + "
+                                    "interval '50 min'",
+                                    id),
+                         1);
+        ck_assert_int_eq(th_sql_int(c,
+                                    "SELECT extract(epoch FROM approval_expires_at - run_at) "
+                                    "FROM runs WHERE id = '%s'",
+                                    id),
+                         60);
+    }
+    PQfinish(c);
+    th_stop_clean(&p);
+    free(a);
+    free(b);
+}
+END_TEST
+
 static Suite *approvals_suite(void)
 {
     Suite *s = suite_create("approvals");
@@ -678,6 +718,7 @@ static Suite *approvals_suite(void)
     tcase_add_test(tc, cancel_while_pending);
     tcase_add_test(tc, scopes_and_tenants);
     tcase_add_test(tc, pending_survives_restart);
+    tcase_add_test(tc, expiry_counts_from_due);
     tcase_add_test(tc, approval_requested_notifies);
     suite_add_tcase(s, tc);
     return s;

@@ -2,7 +2,7 @@
  * (docs/api.md, "Acting on many runs") on a real process: 2,000 queued
  * runs cancelled by type beside runs of another type, each with its event;
  * 300 failed runs retried by outcome and time range, each new run with
- * retry_of, and a second retry joining the first's; a dry run that changes
+ * retry_of, and a retry sent twice acting once on each run; a dry run that changes
  * nothing; the limit (409, nothing changed); the filters refused; a
  * run's follow-ups by parent_id; the tenants and the scope; submissions
  * that keep completing while 10,000 runs are cancelled; and a drain in the
@@ -23,7 +23,7 @@
 #define LATER "2999-01-01T00:00:00Z"
 
 /* demo, and "held" and "spare": simulate run types whose runs the tests
- * delay with run_at; "slowfail" fails after 2 s; "gated" waits for
+ * delay with run_at; "slowfail" fails after 2 s, "twinfail" after 1 s; "gated" waits for
  * approval; "parent" succeeds at once and makes a follow-up of each of
  * "held" and "spare", due in an hour. With tokens when auth is true. */
 static char *config(bool auth)
@@ -41,6 +41,8 @@ static char *config(bool auth)
         "{\"queue\": {\"workers\": 8}, \"limits\": {\"submit_rate_per_s\": 0}, \"run_types\": {"
         "\"held\": {\"action\": \"simulate\"}, \"spare\": {\"action\": \"simulate\"},"
         "\"slowfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 2000, \"steps\": "
+        "1, \"fail\": \"permanent\"}},"
+        "\"twinfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1000, \"steps\": "
         "1, \"fail\": \"permanent\"}},"
         "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 600}},"
         "\"parent\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1, \"steps\": 1}, "
@@ -253,33 +255,105 @@ START_TEST(retry_by_outcome_and_time)
 }
 END_TEST
 
-/* A retry of runs whose earlier retries are still active joins them, as
- * POST /runs/{id}/retry does: no second run. */
-START_TEST(retry_joins_active_retries)
+/* Waits until `where` counts n runs. */
+static void wait_count(const char *conninfo, const char *where, long long n)
+{
+    for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
+        if (count(conninfo, where) == n)
+            return;
+    ck_abort_msg("%s: not %lld runs within 20 s", where, n);
+}
+
+/* A run of type (slowfail, twinfail); dedupe_key when not NULL. */
+static void submit_failing(const struct th_proc *p, const char *type, int i, const char *dedupe_key)
+{
+    char body[192];
+
+    snprintf(body, sizeof(body), "{\"alert_type\": \"%s\", \"data\": {\"i\": %d}%s%s%s}", type, i,
+             dedupe_key ? ", \"dedupe_key\": \"" : "", dedupe_key ? dedupe_key : "",
+             dedupe_key ? "\"" : "");
+    free(th_submit(p, body, 202));
+}
+
+/* opsrun retry of the failed runs of type, through the command line; its
+ * output. */
+static char *cli_retry(const struct th_proc *p, const char *type)
+{
+    const char *const args[] = {"retry",  "--type",   type,   "--outcome",
+                                "failed", "--server", p->url, NULL};
+    char *out = NULL, *err = NULL;
+
+    ck_assert_int_eq(th_exec(args, NULL, 30, &out, &err), 0);
+    free(err);
+    return out;
+}
+
+/* A retry by a filter sent twice acts once on each run: the second finds
+ * nothing to do, while the first's retries run and after they ended (the
+ * runs it retried are left out). */
+START_TEST(retry_sent_twice_acts_once)
+{
+    struct th_proc p;
+    const char *ci = start_fresh(&p, "e2e_bulkact_twice", false);
+    char body[256], before[64], *out;
+    struct th_resp r;
+    PGconn *c;
+
+    for (int i = 0; i < 5; i++) /* its params' duration: no duration_ms in the data */
+        submit_failing(&p, "slowfail", i, NULL);
+    wait_count(ci, "outcome = 'failed'", 5);
+    c = th_pg(ci);
+    db_now(c, before, sizeof(before));
+    out = cli_retry(&p, "slowfail");
+    ck_assert_str_eq(out, "retried 5 of 5 matching runs\n");
+    free(out);
+    out = cli_retry(&p, "slowfail"); /* the retries are still active */
+    ck_assert_str_eq(out, "retried 0 of 0 matching runs\n");
+    free(out);
+    ck_assert_int_eq(count(ci, "retry_of IS NOT NULL"), 5);
+
+    /* The retries ended too: the same request for the first runs still
+     * finds nothing to retry. */
+    wait_count(ci, "outcome = 'failed'", 10);
+    snprintf(body, sizeof(body),
+             "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"], "
+             "\"created_before\": \"%s\"}}",
+             before);
+    th_post_expect(&p, "/runs/retry", NULL, body, 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 0);
+    ck_assert_int_eq(th_ji(r.json, "acted"), 0);
+    ck_assert_int_eq(th_ji(r.json, "joined"), 0);
+    th_resp_free(&r);
+    ck_assert_int_eq(count(ci, "retry_of IS NOT NULL"), 5);
+    /* Without the time range, the failed retries are what is left. */
+    th_post_expect(&p, "/runs/retry", NULL,
+                   "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 5);
+    ck_assert_int_eq(th_ji(r.json, "acted"), 5);
+    th_resp_free(&r);
+    ck_assert_int_eq(count(ci, "retry_of IS NOT NULL"), 10);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* Two failed runs of one identity (the same request failed twice) are
+ * retried as one run, the second joining the first's retry, as POST
+ * /runs/{id}/retry does; the answer and the command line say so. */
+START_TEST(retry_joins_a_run_of_its_identity)
 {
     struct th_proc p;
     const char *ci = start_fresh(&p, "e2e_bulkact_join", false);
-    struct th_resp a, b;
+    char *out;
 
-    for (int i = 0; i < 5; i++) { /* its params' duration: no duration_ms in the data */
-        char body[128];
-        snprintf(body, sizeof(body), "{\"alert_type\": \"slowfail\", \"data\": {\"i\": %d}}", i);
-        free(th_submit(&p, body, 202));
-    }
-    for (long long until = th_now_ms() + 20000; th_now_ms() < until; th_sleep_ms(50))
-        if (count(ci, "outcome = 'failed'") == 5)
-            break;
-    th_post_expect(&p, "/runs/retry", NULL,
-                   "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &a);
-    ck_assert_int_eq(th_ji(a.json, "acted"), 5);
-    th_post_expect(&p, "/runs/retry", NULL,
-                   "{\"filter\": {\"type\": \"slowfail\", \"outcome\": [\"failed\"]}}", 200, &b);
-    ck_assert_int_eq(th_ji(b.json, "acted"), 5);
-    ck_assert(
-        json_equal(json_object_get(a.json, "new_run_ids"), json_object_get(b.json, "new_run_ids")));
-    th_resp_free(&a);
-    th_resp_free(&b);
-    ck_assert_int_eq(count(ci, "retry_of IS NOT NULL"), 5);
+    submit_failing(&p, "twinfail", 1, "twin");
+    wait_count(ci, "outcome = 'failed'", 1);
+    submit_failing(&p, "twinfail", 2, "twin"); /* the first ended: a new run of its identity */
+    wait_count(ci, "outcome = 'failed'", 2);
+    out = cli_retry(&p, "twinfail");
+    ck_assert_str_eq(out, "retried 2 of 2 matching runs: 1 new, 1 joined a run already active\n");
+    free(out);
+    ck_assert_int_eq(count(ci, "retry_of IS NOT NULL"), 1);
     th_stop_clean(&p);
 }
 END_TEST
@@ -492,7 +566,8 @@ static Suite *bulk_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, cancel_by_type);
     tcase_add_test(tc, retry_by_outcome_and_time);
-    tcase_add_test(tc, retry_joins_active_retries);
+    tcase_add_test(tc, retry_sent_twice_acts_once);
+    tcase_add_test(tc, retry_joins_a_run_of_its_identity);
     tcase_add_test(tc, tenants_and_filters);
     tcase_add_test(tc, cancel_follow_ups_by_parent);
     tcase_add_test(tc, queue_moves_during_bulk_cancel);

@@ -319,6 +319,15 @@ START_TEST(requests)
     ck_assert_str_eq(s, "/runs?schedule=night%20ly&parent_id=r-1");
     free(s);
     ck_assert_int_eq(parse(ARGV("runs", "--parent", ""), NULL, &a, &err), ST_INVALID);
+    ck_assert_int_eq(
+        parse(ARGV("runs", "--approval", "pending", "--type", "gated"), NULL, &a, &err), ST_OK);
+    s = cmd_runs_path(&a);
+    ck_assert_str_eq(s, "/runs?type=gated&approval=pending");
+    free(s);
+    ck_assert_int_eq(parse(ARGV("runs", "--approval", "approved"), NULL, &a, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid --approval \"approved\": the only value is pending (the "
+                                  "runs awaiting approval)");
+    ck_assert_int_eq(parse(ARGV("cancel", "--approval", "pending"), NULL, &a, &err), ST_INVALID);
 }
 END_TEST
 

@@ -377,10 +377,11 @@ START_TEST(sql_approval_transitions)
         "ELSE r.run_at END, error = CASE WHEN r.approval_on_timeout = 'approve' THEN r.error ELSE "
         "$9 END, approval_state = 'expired', approval_decided_by = 'system', "
         "approval_decided_at = now(), updated_at = now(), ");
-    ck_assert_str_eq(APPROVAL_INSERT_VALUES("$14", "$15"),
+    ck_assert_str_eq(APPROVAL_INSERT_VALUES("$14", "$15", "$5"),
                      "CASE WHEN $14 IS NULL THEN 'queued' ELSE 'waiting' END, "
                      "CASE WHEN $14 IS NOT NULL THEN 'pending' END, "
-                     "now() + make_interval(secs => $14), CASE WHEN $14 IS NOT NULL THEN $15 END");
+                     "greatest(now(), $5) + make_interval(secs => $14), "
+                     "CASE WHEN $14 IS NOT NULL THEN $15 END");
 }
 END_TEST
 
