@@ -293,6 +293,49 @@ enum status cfg_check_exposure(const struct config *cfg, struct error *err)
                      cfg->listen);
 }
 
+/* ---- tenants nobody sees ------------------------------------------------ */
+
+bool cfg_tenant_visible(const struct config *cfg, const char *tenant)
+{
+    if (cfg->auth.ntokens == 0)
+        return strcmp(tenant, cfg->tenant_default) == 0;
+    for (size_t i = 0; i < cfg->auth.ntokens; i++) {
+        const struct auth_token *t = &cfg->auth.tokens[i];
+        if ((t->scopes & SCOPE_ADMIN) || strcmp(t->tenant, tenant) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A schedule in a tenant nobody can see fires, and nobody is told: its
+ * runs, its state and its pause and trigger are all out of every caller's
+ * reach (handlers/auth.c: without tokens, every caller is tenant_default;
+ * with tokens, only an admin token names another tenant). */
+void cfg_warnings(const struct config *cfg, void (*warn)(void *arg, const char *line), void *arg)
+{
+    char line[512];
+
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        const struct schedule *s = &cfg->schedules[i];
+        const char *tenant = cfg_schedule_tenant(cfg, s);
+        if (cfg_tenant_visible(cfg, tenant))
+            continue;
+        if (cfg->auth.ntokens == 0)
+            xsnprintf(line, sizeof(line),
+                      "schedule in a tenant no caller can see schedule=%s tenant=%s: without "
+                      "auth.tokens every caller is of tenant \"%s\" (tenant_default), so the "
+                      "API, the CLI and the dashboard show neither the schedule nor its runs",
+                      s->name, tenant, cfg->tenant_default);
+        else
+            xsnprintf(line, sizeof(line),
+                      "schedule in a tenant no caller can see schedule=%s tenant=%s: no token "
+                      "of auth.tokens is of that tenant or has the scope admin, so the API, the "
+                      "CLI and the dashboard show neither the schedule nor its runs",
+                      s->name, tenant);
+        warn(arg, line);
+    }
+}
+
 /* ---- new tokens --------------------------------------------------------- */
 
 static json_t *scopes_array(const char *csv)

@@ -310,6 +310,19 @@ enum status cfg_check_exposure(const struct config *cfg, struct error *err) WUR;
 /* Whether host (of a "listen" value: an IPv4 literal, "localhost" or an
  * IPv6 literal without brackets) is a loopback address. */
 bool cfg_host_is_loopback(const char *host);
+/* Whether some caller can see tenant's runs and schedules: without
+ * auth.tokens only the anonymous caller's tenant (tenant_default), with
+ * tokens a token of that tenant or one with the scope admin. */
+bool cfg_tenant_visible(const struct config *cfg, const char *tenant);
+/* The warnings of a valid configuration: what loads but cannot work as
+ * meant. One kind so far: a schedule whose runs go to a tenant that no
+ * caller can see (cfg_tenant_visible). warn gets each as one log line (a
+ * sentence with key=value fields), in the order of the configuration. */
+void cfg_warnings(const struct config *cfg, void (*warn)(void *arg, const char *line), void *arg);
+/* Where every error line of a load also goes, whole, however many there
+ * are (a message holds only the first few): serve and `config check` print
+ * each. NULL stops it. Set from one thread, before loading. */
+void cfg_errors_sink(void (*fn)(void *arg, const char *line), void *arg);
 
 /* A new token for `opsrun token new`: 256 random bits, base64url, in
  * *token (heap), and its auth.tokens entry in *entry (new reference),

@@ -1,6 +1,7 @@
 /* config/errors.c — every error of one load (config_internal.h): one line
  * each in the caller's message, as many as it holds, then how many more
- * there were; and the "did you mean" of an unknown key. */
+ * there were, and every one to the sink when main set one; and the "did
+ * you mean" of an unknown key. */
 #include "config/config_internal.h"
 
 #include "common/suggest.h"
@@ -11,6 +12,16 @@
 
 /* Room kept at the end of the message for its last line. */
 #define TAIL_ROOM 40
+
+/* Where every error line also goes (cfg_errors_sink); NULL: nowhere. */
+static void (*sink_fn)(void *arg, const char *line);
+static void *sink_arg;
+
+void cfg_errors_sink(void (*fn)(void *arg, const char *line), void *arg)
+{
+    sink_fn = fn;
+    sink_arg = arg;
+}
 
 void cfg_errors_init(struct cfg_errors *e, struct error *out)
 {
@@ -26,12 +37,16 @@ enum status cfg_errors_addf(struct cfg_errors *e, const char *fmt, ...)
     va_list ap;
 
     e->n++;
-    if (!e->out)
+    if (!e->out && !sink_fn)
         return ST_INVALID;
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     utf8_scrub(line);
+    if (sink_fn)
+        sink_fn(sink_arg, line);
+    if (!e->out)
+        return ST_INVALID;
     len = strlen(e->out->message);
     add = strlen(line);
     if (e->n == 1)

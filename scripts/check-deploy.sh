@@ -11,8 +11,8 @@
 #                     or `docker compose` where the plugin is installed)
 #   systemd-analyze   `systemd-analyze verify` on a copy of the unit whose
 #                     ExecStart is /bin/true, as the binary is not installed
-#   OPSRUN_BIN        an opsrun binary (default build/opsrun) to load the
-#                     example configurations with --print-config
+#   OPSRUN_BIN        an opsrun binary (default build/opsrun) to check the
+#                     example configurations with `opsrun config check`
 # Not checked: the manifests against the Kubernetes API schemas (needs a
 # cluster or kubeconform), and anything that runs the containers.
 set -euo pipefail
@@ -83,8 +83,10 @@ fi
 BIN="${OPSRUN_BIN:-$ROOT/build/opsrun}"
 if [[ -x "$BIN" ]]; then
     for f in deploy/compose/opsrun.example.json deploy/kubernetes/opsrun.json; do
-        if OPSRUN_CONFIG="$f" "$BIN" --print-config >/dev/null; then
-            say "config: $f loads"
+        if env -u OPSRUN_CONFIG -u OPSRUN_LISTEN -u OPSRUN_WORKERS -u OPSRUN_LOG_LEVEL \
+            -u OPSRUN_LOG_FORMAT -u OPSRUN_INSECURE_NO_AUTH \
+            "$BIN" config check "$f" >/dev/null; then
+            say "config: $f passes opsrun config check"
         else
             fail "config $f"
         fi

@@ -1,5 +1,5 @@
-/* server/main.c — the opsrun command line: serve, migrate, token new,
- * version, help.
+/* server/main.c — the opsrun command line: serve, migrate, config check,
+ * token new, version, help.
  * main() builds the runtime (configuration, the HTTP server's socket,
  * pool, engine, then HTTP serving), then waits for SIGINT/SIGTERM in
  * sigwait(); no handler runs in signal context. A second signal during the
@@ -43,6 +43,9 @@ static const char usage[] =
     "commands:\n"
     "  serve      apply pending migrations, then serve HTTP and run workers\n"
     "  migrate    apply pending migrations and exit\n"
+    "  config check FILE [flags]\n"
+    "             validate a configuration file as serve would, offline: print\n"
+    "             every error (exit 1) or \"FILE: ok\" (exit 0)\n"
     "  token new --name N --tenant T --scopes S1,S2\n"
     "             print a new token, then its entry for auth.tokens (JSON)\n"
     "  version    print the version\n"
@@ -59,11 +62,12 @@ static const char usage[] =
     "  --print-config                              print the effective configuration and exit\n"
     "  -h, --help                                  this text\n"
     "\n"
-    "scopes: submit, read, cancel, health, admin\n";
+    "scopes: submit, read, cancel, approve, health, admin\n";
 
 struct cli {
     const char *command;
     const char *config;
+    bool check; /* config check: config is its FILE */
     bool print_config;
     struct {
         const char *key, *value;
@@ -93,7 +97,7 @@ static void print_usage(FILE *f)
  * one, then the usage. */
 static int unknown_command(const char *word)
 {
-    static const char *const mine[] = {"serve", "migrate", "token", "version", "help"};
+    static const char *const mine[] = {"serve", "migrate", "config", "token", "version", "help"};
     struct suggest s;
     char hint[96];
 
@@ -105,6 +109,24 @@ static int unknown_command(const char *word)
             suggest_hint(&s, hint, sizeof(hint)));
     print_usage(stderr);
     return 2;
+}
+
+#define CHECK_USAGE "usage: opsrun config check FILE [serve flags]"
+
+/* "config check FILE" at argv[*i] (moving *i past it): 0, or 2 after a
+ * usage error. The file is given this way only, not by --config. */
+static int cli_check(int argc, char **argv, int *i, struct cli *cli)
+{
+    if (*i + 2 >= argc || strcmp(argv[*i + 1], "check") != 0 || argv[*i + 2][0] == '-' ||
+        !argv[*i + 2][0]) {
+        fprintf(stderr, "opsrun: " CHECK_USAGE "\n");
+        return 2;
+    }
+    cli->command = "config";
+    cli->check = true;
+    cli->config = argv[*i + 2];
+    *i += 2;
+    return 0;
 }
 
 static int cli_parse(int argc, char **argv, struct cli *cli)
@@ -121,8 +143,17 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
             cli->command = "version";
             return 0;
         }
-        if (strcmp(a, "--print-config") == 0) {
+        if (strcmp(a, "--print-config") == 0 && !cli->check) {
             cli->print_config = true;
+            continue;
+        }
+        if (strcmp(a, "config") == 0 && !cli->command) {
+            if (cli->config || cli->print_config) {
+                fprintf(stderr, "opsrun: " CHECK_USAGE "\n");
+                return 2;
+            }
+            if (cli_check(argc, argv, &i, cli) != 0)
+                return 2;
             continue;
         }
         if (strcmp(a, "--insecure-no-auth") == 0) {
@@ -140,6 +171,10 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
             val = a[n] == '=' ? a + n + 1 : (i + 1 < argc ? argv[++i] : NULL);
             if (!val) {
                 fprintf(stderr, "opsrun: flag %s needs a value\n", flag);
+                return 2;
+            }
+            if (!flag_keys[k].key && cli->check) {
+                fprintf(stderr, "opsrun: " CHECK_USAGE "\n");
                 return 2;
             }
             if (!flag_keys[k].key)
@@ -182,12 +217,28 @@ static void print_lines(const char *prefix, const char *msg)
     } while (*p);
 }
 
-/* True, after printing its errors, when st is not ST_OK. */
-static bool config_failed(enum status st, const struct error *err)
+/* The error lines of the configuration printed as they came
+ * (cfg_errors_sink), all of them: a message holds only the first few. */
+static unsigned config_lines;
+
+static void print_config_error(void *arg, const char *line)
 {
+    (void)arg;
+    fprintf(stderr, "opsrun: invalid configuration: %s\n", line);
+    config_lines++;
+}
+
+/* True when st is not ST_OK, after printing its errors: those of the
+ * message when none came line by line since *seen. */
+static bool config_failed(enum status st, const struct error *err, unsigned *seen)
+{
+    bool printed = config_lines != *seen;
+
+    *seen = config_lines;
     if (st == ST_OK)
         return false;
-    print_lines("invalid configuration: ", err->message);
+    if (!printed)
+        print_lines("invalid configuration: ", err->message);
     return true;
 }
 
@@ -199,16 +250,19 @@ static int build_config(const struct cli *cli, struct config *cfg)
     struct error err = {0};
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
     bool failed = false;
+    unsigned seen = config_lines;
 
+    cfg_errors_sink(print_config_error, NULL);
     cfg_init(cfg, &action_registry);
     if (path && *path)
-        failed |= config_failed(cfg_load_file(cfg, path, &err), &err);
-    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err);
+        failed |= config_failed(cfg_load_file(cfg, path, &err), &err, &seen);
+    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err, &seen);
     for (int i = 0; i < cli->nsets; i++)
         failed |= config_failed(
-            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err);
+            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err, &seen);
     if (!failed)
-        failed = config_failed(cfg_validate(cfg, &err), &err);
+        failed = config_failed(cfg_validate(cfg, &err), &err, &seen);
+    cfg_errors_sink(NULL, NULL);
     return failed ? 2 : 0;
 }
 
@@ -553,8 +607,15 @@ out:
     return rc;
 }
 
+static void log_warning(void *arg, const char *line)
+{
+    (void)arg;
+    LOG(LOG_WARN, "%s", line);
+}
+
 /* Without tokens opsrun serves loopback only, unless --insecure-no-auth,
- * which is warned about at every start. Logs how requests are checked. */
+ * which is warned about at every start. Logs how requests are checked,
+ * and what the configuration has that no caller can see (cfg_warnings). */
 static int check_auth(const struct config *cfg)
 {
     struct error err = {0};
@@ -577,7 +638,39 @@ static int check_auth(const struct config *cfg)
             cfg->auth.open_health ? "true" : "false");
     if (n > 0 && cfg->auth.insecure_no_auth)
         LOG(LOG_WARN, "--insecure-no-auth has no effect: auth.tokens is configured");
+    cfg_warnings(cfg, log_warning, NULL);
     return 0;
+}
+
+static void print_warning(void *arg, const char *line)
+{
+    unsigned *n = arg;
+
+    fprintf(stderr, "opsrun: warning: %s\n", line);
+    (*n)++;
+}
+
+/* opsrun config check FILE: what serve would do with the configuration
+ * built by build_config (built = its exit status) before it reaches for the
+ * database: the same errors, the exposure check of serve, the same
+ * warnings. Nothing is connected to. 0 valid, 1 not. */
+static int config_check(const struct cli *cli, const struct config *cfg, int built)
+{
+    struct error err = {0};
+    unsigned warnings = 0;
+
+    if (built != 0)
+        return 1;
+    if (cfg_check_exposure(cfg, &err) != ST_OK) {
+        fprintf(stderr, "opsrun: %s\n", err.message);
+        return 1;
+    }
+    cfg_warnings(cfg, print_warning, &warnings);
+    if (warnings > 0)
+        printf("%s: ok, %u warning%s\n", cli->config, warnings, warnings == 1 ? "" : "s");
+    else
+        printf("%s: ok\n", cli->config);
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 /* The value of "--flag V" or "--flag=V" at argv[*i] into *out (moving *i
@@ -676,7 +769,9 @@ int main(int argc, char **argv)
     }
     xmlInitParser(); /* once, before any thread parses */
     rc = build_config(&cli, &cfg);
-    if (rc == 0) {
+    if (cli.check) {
+        rc = config_check(&cli, &cfg, rc);
+    } else if (rc == 0) {
         log_init(cfg.log_level, cfg_log_json(&cfg));
         if (cli.print_config)
             rc = print_config(&cfg);

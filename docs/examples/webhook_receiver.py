@@ -4,7 +4,9 @@
 It checks Opsrun-Signature with the secret in OPSRUN_HOOK_SECRET, refuses a
 timestamp more than five minutes off (401), acknowledges a delivery it has
 already handled without handling it again (opsrun delivers at least once),
-and prints one line per event. Python 3 standard library only.
+and prints one line per event. Python 3 standard library only. It listens
+on 127.0.0.1:PORT (8099 by default): put a TLS proxy in front of it to take
+notifications from another machine.
 
     OPSRUN_HOOK_SECRET=... python3 webhook_receiver.py [PORT]
 """
@@ -43,4 +45,4 @@ class Hook(BaseHTTPRequestHandler):
         pass
 
 
-HTTPServer(("", int(sys.argv[1]) if len(sys.argv) > 1 else 8080), Hook).serve_forever()
+HTTPServer(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 8099), Hook).serve_forever()

@@ -3,7 +3,8 @@
  * killed and another started, each overlap and catch_up policy with a case
  * that fails when the policy is ignored, a pause through one replica that
  * holds on all, resume and trigger, the API's tenancy, scopes and errors,
- * the run member and list filter, and the metrics. Every case gets a fresh
+ * the run member and list filter, the metrics, and the missed-slot log line
+ * as docs/schedules.md shows it. Every case gets a fresh
  * database. Slot times are read from the database, whose clock the
  * scheduler follows. */
 #include "../support/harness.h"
@@ -202,6 +203,8 @@ START_TEST(catch_up_policies)
         ck_assert_msg(strstr(r.body, want), "no %s in /metrics", want);
     }
     th_resp_free(&r);
+    th_check_documented_line(p.log, "schedule slots missed schedule=cu-one", "docs/schedules.md",
+                             "schedule slots missed");
     th_stop_clean(&p);
     free(path);
 }

@@ -893,6 +893,57 @@ bool th_log_find(const char *log, const char *needle, char *out, size_t cap)
     return found;
 }
 
+/* A log line's form: its timestamp's digits as 9, each key=value's value
+ * as "*" (a ':', ',' or ';' that ends it stays: it belongs to the
+ * sentence, as common/log.c reads it), the rest as it is. */
+static void line_form(const char *line, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    for (const char *w = line; *w && n + 1 < cap;) {
+        size_t len = strcspn(w, " "), key = strspn(w, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (w == line) {
+            for (size_t i = 0; i < len && n + 1 < cap; i++)
+                out[n++] = (w[i] >= '0' && w[i] <= '9') ? '9' : w[i];
+        } else if (key > 0 && key < len && w[key] == '=') {
+            size_t end = len;
+            while (end > key + 1 && strchr(":,;", w[end - 1]))
+                end--;
+            n += (size_t)snprintf(out + n, cap - n, "%.*s*%.*s", (int)(key + 1), w,
+                                  (int)(len - end), w + end);
+        } else {
+            n += (size_t)snprintf(out + n, cap - n, "%.*s", (int)len, w);
+        }
+        if (n >= cap)
+            n = cap - 1;
+        w += len;
+        if (*w == ' ' && n + 1 < cap) {
+            out[n++] = ' ';
+            w++;
+        }
+    }
+    out[n] = '\0';
+}
+
+void th_check_documented_line(const char *log, const char *needle, const char *doc,
+                              const char *doc_needle)
+{
+    const char *src = getenv("OPSRUN_SOURCE_DIR");
+    char path[1024], line[1024], want[1024], got[1024];
+
+    if (!src)
+        die("OPSRUN_SOURCE_DIR is not set");
+    snprintf(path, sizeof(path), "%s/%s", src, doc);
+    if (!th_log_find(log, needle, line, sizeof(line)))
+        die("no line with \"%s\" in %s", needle, log);
+    line_form(line, got, sizeof(got));
+    if (!th_log_find(path, doc_needle, line, sizeof(line)))
+        die("%s shows no line with \"%s\"", doc, doc_needle);
+    line_form(line, want, sizeof(want));
+    ck_assert_msg(strcmp(want, got) == 0, "%s shows the line as\n  %s\nthe server prints\n  %s",
+                  doc, want, got);
+}
+
 void th_check_exit0(const struct th_proc *p, int rc)
 {
     char report[1024];

@@ -158,6 +158,12 @@ void th_sanitizer_report(const char *log, char *out, size_t cap);
  * without its newline); false when there is none. A log that cannot be read
  * aborts the test. */
 bool th_log_find(const char *log, const char *needle, char *line, size_t cap);
+/* Asserts that doc (a path under OPSRUN_SOURCE_DIR, "docs/schedules.md")
+ * shows the line the server printed: its first line holding doc_needle has
+ * the form of the first line of log holding needle, that is the same once
+ * the timestamp's digits and every key=value's value are set aside. */
+void th_check_documented_line(const char *log, const char *needle, const char *doc,
+                              const char *doc_needle);
 /* Asserts a stopped process's status rc (from th_stop) is 0, quoting any
  * sanitizer report and the log path. */
 void th_check_exit0(const struct th_proc *p, int rc);
