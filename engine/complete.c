@@ -30,6 +30,7 @@
 
 static void completion_cleanup(struct completion *c)
 {
+    runlog_chunk_cleanup(&c->log);
     run_free(c->run);
     json_decref(c->result);
     json_decref(c->error);
@@ -96,6 +97,9 @@ static size_t complete_write(struct engine *e, struct completion *c, size_t n,
                         .summary_counts = c[i].summary_counts,
                         .failure_summary = c[i].failure_summary,
                         .message = c[i].message},
+                .log_lines_json = c[i].log.lines_json,
+                .log_nlines = c[i].log.nlines,
+                .log_dropped = c[i].log.dropped,
             };
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK)
@@ -119,6 +123,7 @@ static void complete_report(struct engine *e, struct completion *c, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (fin[i].written) {
             ok++;
+            metrics_log_lines(e->metrics, c[i].log.nlines, c[i].log.dropped);
             engine_log_finished(c[i].run, c[i].outcome, c[i].code, c[i].extra);
             metrics_run_completed(e->metrics, c[i].run->type, run_outcome_name(c[i].outcome),
                                   c[i].seconds);

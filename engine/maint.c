@@ -45,22 +45,28 @@ static void on_cancelling(void *arg, const char *tenant, const char *id, int att
     if (i >= 0 && atomic_load(&e->slots[i].stop) == STOP_NONE) {
         atomic_store(&e->slots[i].stop, STOP_CANCEL);
         LOG(LOG_INFO, "cancel requested run=%s attempt=%d worker=%s", id, attempt, e->worker_id);
+        runlog_say(e->slots[i].log, "cancel requested: stopping attempt %d", attempt);
     }
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Progress and log lines that waited long enough. */
 static void maint_progress(struct engine *e, struct db *db)
 {
     int64_t now = clock_mono_ms();
 
     for (int i = 0; i < e->nslots; i++) {
         struct slot *s = &e->slots[i];
+        int64_t since;
         bool due;
         pthread_mutex_lock(&e->mu);
         due = s->pending && now - s->last_write_ms >= e->cfg->queue.progress_interval_ms;
+        since = s->log && s->run && !s->done ? runlog_pending_since(s->log) : 0;
         pthread_mutex_unlock(&e->mu);
         if (due)
             slot_flush_progress(s, db);
+        if (since && now - since >= e->cfg->logs.flush_ms)
+            (void)slot_flush_log(s, db, false);
     }
 }
 
@@ -284,7 +290,7 @@ static bool maint_retention(struct engine *e, struct db *db)
 }
 
 struct maint_clock {
-    int64_t heartbeat, rescue, retention;
+    int64_t cancel, heartbeat, rescue, retention;
 };
 
 static void maint_tick(struct engine *e, struct maint_clock *due)
@@ -303,8 +309,11 @@ static void maint_tick(struct engine *e, struct maint_clock *due)
     busy = e->busy;
     pthread_mutex_unlock(&e->mu);
     maint_progress(e, db);
-    if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
-        LOG(LOG_WARN, "cancel check failed: %s", err.message);
+    if (busy > 0 && now >= due->cancel) {
+        if (store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
+            LOG(LOG_WARN, "cancel check failed: %s", err.message);
+        due->cancel = now + cfg->queue.cancel_check_ms;
+    }
     if (now >= due->heartbeat) {
         maint_heartbeat(e, db);
         due->heartbeat = now + (int64_t)cfg->queue.heartbeat_interval_s * 1000;
@@ -324,8 +333,10 @@ static void *maint_main(void *arg)
 {
     struct engine *e = arg;
     int64_t now = clock_mono_ms();
-    struct maint_clock due = {now, now, now + 1000};
-    int tick = e->cfg->queue.cancel_check_ms;
+    struct maint_clock due = {now, now, now, now + 1000};
+    /* progress, log lines and cancel checks each on their own clock */
+    int tick = e->cfg->queue.cancel_check_ms < e->cfg->logs.flush_ms ? e->cfg->queue.cancel_check_ms
+                                                                     : e->cfg->logs.flush_ms;
 
     pthread_mutex_lock(&e->mu);
     while (!e->maint_stop) {

@@ -8,8 +8,10 @@
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "engine/actions/remote.h"
 #include "engine/poller.h"
 #include "store/db.h"
+#include "store/logs.h"
 #include "store/polls.h"
 
 #include <stdlib.h>
@@ -56,6 +58,78 @@ void slot_flush_progress(struct slot *s, struct db *db)
     pthread_mutex_unlock(&s->write_mu);
     if (st == ST_OK)
         doorbell_ring(s->e, false, true);
+}
+
+/* The log of an attempt of run on this process (secrets: the {{env:...}}
+ * values of its type's params). */
+struct runlog *engine_log_new(const struct engine *e, const struct run *run,
+                              const struct run_type *rt)
+{
+    const struct runlog_limits lim = {(size_t)e->cfg->logs.max_line_bytes,
+                                      (size_t)e->cfg->logs.max_bytes_per_attempt};
+    char **secrets = NULL;
+    size_t n = rt ? remote_env_values(rt->params, &secrets) : 0;
+    struct runlog *l = runlog_new(&lim, run->attempt, (const char *const *)secrets, n);
+
+    for (size_t i = 0; i < n; i++)
+        free(secrets[i]);
+    free(secrets);
+    return l;
+}
+
+enum status engine_log_chunk_write(struct engine *e, struct db *db, const char *tenant,
+                                   const char *run_id, int attempt, const struct runlog_chunk *c)
+{
+    const struct log_chunk chunk = {tenant, run_id, attempt, c->nlines, c->dropped, c->lines_json};
+    struct error err = {0};
+    enum status st = store_logs_append(db, &chunk, NULL, &err);
+
+    if (st == ST_NOT_FOUND)
+        return ST_OK; /* the run is gone: so are its lines */
+    if (st != ST_OK) {
+        LOG(LOG_WARN, "could not write log lines run=%s lines=%d: %s", run_id, c->nlines,
+            err.message);
+        return st;
+    }
+    metrics_log_lines(e->metrics, c->nlines, c->dropped);
+    doorbell_ring_logs(e, run_id);
+    return ST_OK;
+}
+
+enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, const char *tenant,
+                             const char *run_id, bool final)
+{
+    struct runlog_chunk c;
+    enum status st = ST_OK;
+
+    while (st == ST_OK && runlog_take(l, LOG_CHUNK_MAX, final, &c)) {
+        st = engine_log_chunk_write(e, db, tenant, run_id, runlog_attempt(l), &c);
+        if (st != ST_OK)
+            runlog_restore(l, &c);
+        runlog_chunk_cleanup(&c);
+        final = false;
+    }
+    return st;
+}
+
+enum status slot_flush_log(struct slot *s, struct db *db, bool final)
+{
+    char tenant[65], id[130];
+    struct runlog *l;
+    enum status st = ST_OK;
+
+    pthread_mutex_lock(&s->write_mu);
+    pthread_mutex_lock(&s->e->mu);
+    l = s->run ? s->log : NULL;
+    if (l) {
+        xsnprintf(tenant, sizeof(tenant), "%s", s->run->tenant);
+        xsnprintf(id, sizeof(id), "%s", s->run->id);
+    }
+    pthread_mutex_unlock(&s->e->mu);
+    if (l)
+        st = engine_log_write(s->e, db, l, tenant, id, final);
+    pthread_mutex_unlock(&s->write_mu);
+    return st;
 }
 
 /* After the action's state was written or read (what says which): a fence
@@ -220,6 +294,47 @@ static void slot_decide(const struct slot *s, const struct run_ctx *rc, enum ste
     }
 }
 
+/* The line that says how the attempt ended, in the run's log. */
+static void slot_log_decision(const struct slot *s, struct run_ctx *rc, const struct settle *d)
+{
+    const struct run *run = s->run;
+    double secs = (double)(clock_mono_ms() - s->started_ms) / 1000.0;
+    const json_t *error = d->kind == SETTLE_FINISH ? d->res.error : rc->error;
+    const char *msg = json_string_value(json_object_get(error, "message"));
+    const char *sep = msg ? ": " : "";
+
+    msg = msg ? msg : "";
+    switch (d->kind) {
+    case SETTLE_WAIT:
+        rc_log(rc, "attempt %d started external job %s in %.1f s; the poller checks it from here",
+               run->attempt, rc->external_id, secs);
+        return;
+    case SETTLE_RELEASE:
+        rc_log(rc,
+               "attempt %d handed back at shutdown after %.1f s: it does not count, and the "
+               "run is queued again",
+               run->attempt, secs);
+        return;
+    case SETTLE_RETRY:
+        rc_log(rc, "attempt %d failed after %.1f s%s%s; attempt %d in %.1f s", run->attempt, secs,
+               sep, msg, run->attempt + 1, (double)d->delay_ms / 1000.0);
+        return;
+    case SETTLE_FINISH:
+        break;
+    }
+    if (d->res.outcome == OUTCOME_SUCCEEDED || d->res.outcome == OUTCOME_PARTIALLY_SUCCEEDED)
+        rc_log(rc, "attempt %d %s in %.1f s", run->attempt,
+               d->res.outcome == OUTCOME_SUCCEEDED ? "succeeded" : "partially succeeded", secs);
+    else if (d->res.outcome == OUTCOME_CANCELLED)
+        rc_log(rc, "attempt %d cancelled while running, after %.1f s", run->attempt, secs);
+    else if (d->res.outcome == OUTCOME_TIMED_OUT)
+        rc_log(rc, "attempt %d timed out after %.1f s%s%s", run->attempt, secs, sep, msg);
+    else
+        rc_log(rc, "attempt %d failed after %.1f s%s%s%s", run->attempt, secs, sep, msg,
+               run->attempt >= run->max_attempts && run->max_attempts > 1 ? " (no attempts left)"
+                                                                          : "");
+}
+
 /* Makes the terminal write d, and says in *end what it was. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct settle *d,
                                const struct fence *f, struct db *db, struct slot_end *end,
@@ -266,6 +381,41 @@ static double slot_run_seconds(const struct slot *s)
     return (before > 0 ? before : 0) + (double)(clock_mono_ms() - s->started_ms) / 1000.0;
 }
 
+/* The attempt's last lines go with its end in the completer's statement;
+ * what does not fit in one chunk (a log that maintenance did not keep up
+ * with) is written here first. Under write_mu, so a flush of maintenance
+ * in flight commits before. */
+static void slot_take_last_lines(struct slot *s, struct completion *c)
+{
+    struct runlog *l = s->log;
+    bool more = true;
+
+    memset(&c->log, 0, sizeof(c->log));
+    if (!l)
+        return;
+    pthread_mutex_lock(&s->write_mu);
+    while (more && runlog_take(l, LOG_CHUNK_MAX, true, &c->log)) {
+        struct db *db = NULL;
+        struct error err = {0};
+        enum status st;
+        more = runlog_pending_since(l) != 0;
+        if (!more)
+            break; /* the last chunk: it rides with the end */
+        st = db_pool_get(s->e->pool, &db, &err);
+        if (st == ST_OK)
+            st = engine_log_chunk_write(s->e, db, s->run->tenant, s->run->id, s->run->attempt,
+                                        &c->log);
+        db_pool_put(s->e->pool, db);
+        if (st != ST_OK) { /* the rest rides with the end in one chunk */
+            runlog_restore(l, &c->log);
+            (void)runlog_take(l, SIZE_MAX, true, &c->log);
+            break;
+        }
+        runlog_chunk_cleanup(&c->log);
+    }
+    pthread_mutex_unlock(&s->write_mu);
+}
+
 /* A run that ends goes to the completer (complete.c) rather than being
  * written here: the worker is free for its next run at once. Progress the
  * action left pending is written first, so the terminal event carries it. */
@@ -288,7 +438,9 @@ static void slot_hand_over(struct slot *s, struct settle *d, struct completion *
             LOG(LOG_WARN, "could not write progress run=%s: %s", run->id, err.message);
         db_pool_put(e->pool, db);
     }
+    slot_take_last_lines(s, c);
     *c = (struct completion){
+        .log = c->log,
         .outcome = d->res.outcome,
         .message = d->res.message,
         .result = json_incref((json_t *)d->res.result),
@@ -342,8 +494,12 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
-            st = slot_settle(s, rc, d, &f, db, end, &err);
+            st = slot_flush_log(s, db, true);
+            if (st != ST_OK)
+                error_set(&err, st, "could not write the attempt's log lines");
         }
+        if (st == ST_OK)
+            st = slot_settle(s, rc, d, &f, db, end, &err);
         db_pool_put(e->pool, db);
         if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
             if (st != ST_OK)
@@ -403,6 +559,7 @@ static bool slot_finish(struct slot *s, struct run_ctx *rc, enum step step, stru
     bool handed = false;
 
     slot_decide(s, rc, step, &d);
+    slot_log_decision(s, rc, &d);
     pthread_mutex_lock(&s->e->mu);
     s->settling = true;
     pthread_mutex_unlock(&s->e->mu);
@@ -432,11 +589,16 @@ bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
         .save_state_fn = slot_save_state,
         .load_state_fn = slot_load_state,
         .progress_arg = s,
+        .log = engine_log_new(s->e, run, rt),
     };
     enum step step;
     bool handed;
 
     *retry_ms = -1;
+    pthread_mutex_lock(&s->e->mu);
+    s->log = rc.log;
+    pthread_mutex_unlock(&s->e->mu);
+    rc_log(&rc, "attempt %d of %d started on %s", run->attempt, run->max_attempts, s->e->worker_id);
     if (!ops) {
         rc_error(&rc, "unknown_type", "run type \"%s\" is not configured here", run->type);
         step = STEP_FAIL;

@@ -61,21 +61,35 @@ static const struct stmt S_FINISH = {
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
  * and gets its terminal event after its row is locked, as in runs_finish. */
+/* The end of each run of $2, with its last log lines (migration 021): the
+ * UPDATE takes their seqs, and lg writes their chunk after the event (the
+ * order of the tables in the text is the order of their locks, which the
+ * partition drop takes the same way). */
 static const struct stmt S_FINISH_BATCH = {
     "runs_finish_batch",
     "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, attempt "
     "int, outcome text, result jsonb, error jsonb, summary_counts jsonb, failure_summary jsonb, "
-    "message text)), "
+    "message text, log jsonb, log_n int, log_dropped bigint)), "
     "upd AS (UPDATE runs r SET status = 'completed', outcome = b.outcome, result = b.result, "
     "error = b.error, summary_counts = b.summary_counts, failure_summary = b.failure_summary, "
     "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
     "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+    "log_seq = r.log_seq + coalesce(b.log_n, 0), "
     "" SET_CLEANUP_IF(
         "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
                 "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
                 " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, "
-                "b.message), "
-                "" EVENT_FROM_UPD("'status'", "message") " SELECT tenant, id FROM upd"};
+                "b.message, r.log_seq, b.attempt, b.log, b.log_n, b.log_dropped), "
+                "" EVENT_FROM_UPD(
+                    "'status'",
+                    "message") ", "
+                               "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, "
+                               "attempt, first_seq, "
+                               "last_seq, dropped, lines) SELECT tenant, id, created_at, attempt, "
+                               "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log FROM "
+                               "upd "
+                               "WHERE log_n > 0) "
+                               "SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
     "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
@@ -144,7 +158,8 @@ static const struct stmt S_RESCUE = {
  * run_events until retention drops it (migration 013), except those in
  * run_events_unknown (written without the run's creation time) and in
  * run_events_default, which no partition drop would reach: u and x delete
- * them with their run. m raises the pruned-events mark (migration 004) to
+ * them with their run, as y does their log lines in run_logs_default
+ * (migration 021). m raises the pruned-events mark (migration 004) to
  * the highest event id of the batch, one index probe per run in the
  * partition of its creation time; its subquery sees the events as they were
  * before the statement. p deletes the runs' rows in run_polls: a waiting
@@ -168,6 +183,8 @@ static const struct stmt S_PRUNE = {
     "AND e.run_created_at = 'infinity'), "
     "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
     "e.run_id = d.id), "
+    "y AS (DELETE FROM run_logs_default l USING d WHERE l.tenant = d.tenant AND "
+    "l.run_id = d.id), "
     "p AS (DELETE FROM run_polls p USING d WHERE d.waited AND p.tenant = ANY (ARRAY(SELECT "
     "DISTINCT tenant FROM d WHERE waited)) AND p.run_id = ANY (ARRAY(SELECT id FROM d WHERE "
     "waited)) AND p.tenant = d.tenant AND p.run_id = d.id) "
@@ -183,7 +200,8 @@ static const struct stmt S_COUNTS = {
     "GROUP BY status) c ON c.status = s"};
 static const struct stmt S_NOTIFY = {
     "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
-                   "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END"};
+                   "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END, "
+                   "CASE WHEN $3::text IS NOT NULL THEN pg_notify('opsrun_logs', $3) END"};
 
 /* A Postgres array literal of text values; names are [A-Za-z0-9_.-]. */
 static char *pg_cap_array(const int *caps, size_t n)
@@ -458,6 +476,14 @@ static json_t *finish_row(const struct run_finish *f)
     for (size_t i = 0; i < ARRAY_LEN(js); i++)
         if (js[i].v)
             json_object_set(o, js[i].key, (json_t *)js[i].v);
+    if (f->log_nlines > 0) {
+        json_t *lines = json_loads(f->log_lines_json, 0, NULL);
+        if (lines) { /* the engine's own JSON: it always parses */
+            json_object_set_new(o, "log", lines);
+            json_object_set_new(o, "log_n", json_integer(f->log_nlines));
+            json_object_set_new(o, "log_dropped", json_integer(f->log_dropped));
+        }
+    }
     return o;
 }
 
@@ -667,11 +693,12 @@ enum status store_runs_counts(struct db *db, json_t **out, struct error *err)
     return ST_OK;
 }
 
-enum status store_notify(struct db *db, bool queue, bool events, struct error *err)
+enum status store_notify(struct db *db, bool queue, bool events, const char *logs,
+                         struct error *err)
 {
-    const char *p[2] = {queue ? "t" : "f", events ? "t" : "f"};
+    const char *p[3] = {queue ? "t" : "f", events ? "t" : "f", logs};
     PGresult *r;
-    enum status st = db_run(db, &S_NOTIFY, 2, p, &r, err);
+    enum status st = db_run(db, &S_NOTIFY, 3, p, &r, err);
 
     if (st == ST_OK)
         PQclear(r);

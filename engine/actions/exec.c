@@ -25,6 +25,7 @@
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
 #include "engine/actions/remote.h"
+#include "common/runlog.h"
 
 #include "common/dynbuf.h"
 #include "common/log.h"
@@ -232,7 +233,7 @@ static void pipes_close(struct pipes *ps)
             }
 }
 
-static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid, struct error *err)
+static enum status spawn(struct run_ctx *rc, struct pipes *ps, pid_t *pid, struct error *err)
 {
     struct strv argv = {0}, env = {0};
     const char *cwd = json_string_value(json_object_get(rc->type->params, "cwd"));
@@ -274,6 +275,8 @@ static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid,
     posix_spawnattr_destroy(&at);
     if (rv != 0)
         st = error_set(err, ST_INTERNAL, "could not execute %s: %s", argv.v[0], strerror(rv));
+    else
+        rc_log(rc, "started %s, pid %d", argv.v[0], (int)*pid);
     strv_free(&argv);
     strv_free(&env);
     /* The parent keeps the write end of stdin and the read ends. */
@@ -356,6 +359,7 @@ static bool drain(struct run_ctx *rc, struct io *io, int which, int fd)
             io->out_over = true; /* what it held is never read */
     } else if (which == 2) {
         err_append(io, buf, (size_t)n);
+        runlog_write(rc->log, buf, (size_t)n);
     } else {
         prog_append(rc, io, buf, (size_t)n);
     }
@@ -533,12 +537,22 @@ static enum step exec_start(struct run_ctx *rc)
     for (int i = 0; i < 4; i++)
         fcntl(ps.p[i][i == 0 ? 1 : 0], F_SETFL, O_NONBLOCK);
     stopped = pump(rc, &ps, &io) || wait_child(rc, pid, &status);
-    if (stopped)
+    if (stopped) {
+        rc_log(rc, "stopping the command: SIGTERM to its process group");
         status = stop_group(pid, g ? json_integer_value(g) : GRACE_DEFAULT_MS, &killed);
+    }
     kill(-pid, SIGKILL); /* no stray children in its group */
-    if (stopped)
+    runlog_end_output(rc->log);
+    if (stopped) {
         LOG(LOG_INFO, "stopped command run=%s pid=%d%s", rc->run->id, (int)pid,
             killed ? " (killed after the grace period)" : "");
+        rc_log(rc, "the command stopped%s",
+               killed ? ": killed with SIGKILL after the grace period" : "");
+    } else if (WIFSIGNALED(status)) {
+        rc_log(rc, "the command was killed by signal %d", WTERMSIG(status));
+    } else {
+        rc_log(rc, "the command exited with status %d", WEXITSTATUS(status));
+    }
     pipes_close(&ps);
     step = outcome(rc, &io, status, stopped);
     dynbuf_free(&io.out);

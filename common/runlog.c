@@ -1,0 +1,357 @@
+/* common/runlog.c — one attempt's log lines until they are stored
+ * (common/runlog.h).
+ *
+ * Pending lines are kept as their JSON text ("[at_us,\"stream\",\"text\"]"),
+ * one after another with "\n" between them (compact JSON never holds a raw
+ * newline), so a take is a copy with the separators turned into commas. */
+#include "runlog.h"
+
+#include "dynbuf.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MASK "***"
+
+struct runlog {
+    pthread_mutex_t mu;
+    struct runlog_limits lim;
+    int attempt;
+    char **secrets;
+    size_t nsecrets, secret_max;
+    /* a command's line being assembled: at most part_cap bytes are kept,
+     * part_over counts the rest */
+    char *part;
+    size_t part_len, part_cap, part_over;
+    /* lines not taken yet */
+    struct dynbuf pending;
+    int npending;
+    int64_t pending_since; /* monotonic ms; 0: nothing pending */
+    int64_t dropped;       /* bytes dropped since the last take */
+    size_t kept;           /* bytes of the command's lines kept */
+    bool capped;           /* max_bytes was reached: the command's lines go */
+    int64_t cap_dropped;   /* bytes dropped for max_bytes, over the attempt */
+    bool told;             /* the dropped line was added */
+    int64_t lines_total, dropped_total;
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct runlog *runlog_new(const struct runlog_limits *lim, int attempt, const char *const *secrets,
+                          size_t nsecrets)
+{
+    struct runlog *l = xcalloc(1, sizeof(*l));
+
+    pthread_mutex_init(&l->mu, NULL);
+    l->lim = *lim;
+    if (l->lim.max_line_bytes < RUNLOG_LINE_MIN)
+        l->lim.max_line_bytes = RUNLOG_LINE_MIN;
+    l->attempt = attempt;
+    l->secrets = xcalloc(nsecrets ? nsecrets : 1, sizeof(*l->secrets));
+    for (size_t i = 0; i < nsecrets; i++) {
+        size_t n = strlen(secrets[i]);
+        if (n < RUNLOG_SECRET_MIN)
+            continue;
+        l->secrets[l->nsecrets++] = xstrdup(secrets[i]);
+        if (n > l->secret_max)
+            l->secret_max = n;
+    }
+    l->part_cap = l->lim.max_line_bytes + l->secret_max;
+    l->part = xmalloc(l->part_cap + 1);
+    /* the JSON of the lines kept, and of opsrun's, which are few */
+    dynbuf_init(&l->pending, SIZE_MAX - 1);
+    return l;
+}
+
+void runlog_free(struct runlog *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->nsecrets; i++)
+        free(l->secrets[i]);
+    free(l->secrets);
+    free(l->part);
+    dynbuf_free(&l->pending);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int runlog_attempt(const struct runlog *l)
+{
+    return l->attempt;
+}
+
+/* s (NUL-terminated, n bytes) with every secret replaced by MASK: a new
+ * string, or s itself when none occurs. */
+static char *mask(const struct runlog *l, char *s, size_t *n)
+{
+    for (size_t k = 0; k < l->nsecrets; k++) {
+        const char *sec = l->secrets[k], *hit = strstr(s, sec);
+        size_t sn = strlen(sec);
+        struct dynbuf b;
+        const char *from = s;
+
+        if (!hit)
+            continue;
+        dynbuf_init(&b, SIZE_MAX - 1);
+        for (; hit; from = hit + sn, hit = strstr(from, sec))
+            if (dynbuf_add(&b, from, (size_t)(hit - from)) != ST_OK ||
+                dynbuf_adds(&b, MASK) != ST_OK)
+                abort();
+        if (dynbuf_adds(&b, from) != ST_OK)
+            abort();
+        free(s);
+        *n = dynbuf_len(&b);
+        s = dynbuf_take(&b);
+    }
+    return s;
+}
+
+/* Adds one line (l->mu held). text is taken; it is made valid UTF-8
+ * without NULs (jsonb refuses \u0000) before it is stored. */
+static void add_line(struct runlog *l, const char *stream, char *text)
+{
+    json_t *j;
+    char *frag;
+
+    utf8_scrub(text);
+    j = json_pack("[I s s]", (json_int_t)now_us(), stream, text);
+    frag = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (!frag)
+        abort(); /* valid UTF-8 and memory: only allocation fails */
+    if ((l->npending && dynbuf_add(&l->pending, "\n", 1) != ST_OK) ||
+        dynbuf_adds(&l->pending, frag) != ST_OK)
+        abort();
+    if (l->npending++ == 0)
+        l->pending_since = clock_mono_ms();
+    l->lines_total++;
+    free(frag);
+    json_decref(j);
+    free(text);
+}
+
+void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
+{
+    char *text;
+    size_t n;
+    int len;
+    va_list aq;
+
+    if (!l)
+        return;
+    va_copy(aq, ap);
+    len = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    if (len < 0)
+        return;
+    text = xmalloc((size_t)len + 1);
+    vsnprintf(text, (size_t)len + 1, fmt, ap);
+    n = (size_t)len;
+    pthread_mutex_lock(&l->mu);
+    text = mask(l, text, &n);
+    add_line(l, "opsrun", text);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void runlog_say(struct runlog *l, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    runlog_vsay(l, fmt, ap);
+    va_end(ap);
+}
+
+/* The assembled command line ends (l->mu held): masked, cut, counted
+ * against the attempt's cap. */
+static void end_line(struct runlog *l)
+{
+    size_t n = l->part_len, over = l->part_over;
+    char *text;
+
+    while (n && l->part[n - 1] == '\r')
+        n--;
+    for (size_t i = 0; i < n; i++)
+        if (l->part[i] == '\0')
+            l->part[i] = ' ';
+    text = xstrndup(l->part, n);
+    l->part_len = l->part_over = 0;
+    text = mask(l, text, &n);
+    if (n > l->lim.max_line_bytes) {
+        over += n - l->lim.max_line_bytes;
+        n = l->lim.max_line_bytes;
+        text[n] = '\0';
+    }
+    if (l->capped || l->kept + n > l->lim.max_bytes) {
+        l->capped = true; /* and every line after it: no holes in what is kept */
+        l->dropped += (int64_t)(n + over + 1);
+        l->cap_dropped += (int64_t)(n + over + 1);
+        l->dropped_total += (int64_t)(n + over + 1);
+        free(text);
+        return;
+    }
+    l->kept += n;
+    if (over) {
+        char *cut = xasprintf("%s [%zu bytes cut]", text, over);
+        free(text);
+        text = cut;
+        l->dropped += (int64_t)over;
+        l->dropped_total += (int64_t)over;
+    }
+    add_line(l, "stderr", text);
+}
+
+void runlog_write(struct runlog *l, const char *b, size_t n)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < n; i++) {
+        const char *nl = memchr(b + i, '\n', n - i);
+        size_t k = (nl ? (size_t)(nl - b) : n) - i, room = l->part_cap - l->part_len;
+        size_t keep = k < room ? k : room;
+
+        memcpy(l->part + l->part_len, b + i, keep);
+        l->part_len += keep;
+        l->part[l->part_len] = '\0';
+        l->part_over += k - keep;
+        i += k;
+        if (nl)
+            end_line(l);
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+void runlog_end_output(struct runlog *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->part_len || l->part_over)
+        end_line(l);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The length of the first lines of the pending buffer that fit in max
+ * bytes, and how many they are; at least one line. */
+static size_t take_len(const struct runlog *l, size_t max, int *count)
+{
+    const char *p = dynbuf_ptr(&l->pending);
+    size_t len = dynbuf_len(&l->pending), at = 0;
+
+    *count = 0;
+    while (at < len) {
+        const char *nl = memchr(p + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - p) : len;
+        if (*count > 0 && end > max)
+            break;
+        (*count)++;
+        at = nl ? end + 1 : len;
+        if (!nl)
+            return len;
+    }
+    return at ? at - 1 : 0; /* without the last separator */
+}
+
+bool runlog_take(struct runlog *l, size_t max_bytes, bool final, struct runlog_chunk *c)
+{
+    size_t n, len;
+    char *p;
+
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_lock(&l->mu);
+    if (final && l->cap_dropped && !l->told) {
+        char *text = xasprintf("%lld bytes of output dropped: the attempt wrote more than "
+                               "logs.max_bytes_per_attempt (%zu bytes)",
+                               (long long)l->cap_dropped, l->lim.max_bytes);
+        add_line(l, "opsrun", text);
+        l->told = true;
+    }
+    if (l->npending == 0) { /* drops alone go with the next line */
+        pthread_mutex_unlock(&l->mu);
+        return false;
+    }
+    n = take_len(l, max_bytes, &c->nlines);
+    len = dynbuf_len(&l->pending);
+    p = dynbuf_ptr(&l->pending);
+    c->frags = xstrndup(p, n);
+    c->lines_json = xmalloc(n + 3);
+    c->lines_json[0] = '[';
+    memcpy(c->lines_json + 1, p, n);
+    for (size_t i = 1; i <= n; i++)
+        if (c->lines_json[i] == '\n')
+            c->lines_json[i] = ',';
+    c->lines_json[n + 1] = ']';
+    c->lines_json[n + 2] = '\0';
+    c->dropped = l->dropped;
+    l->dropped = 0;
+    if (n < len) {
+        memmove(p, p + n + 1, len - n - 1);
+        dynbuf_truncate(&l->pending, len - n - 1);
+        l->npending -= c->nlines;
+        l->pending_since = clock_mono_ms();
+    } else {
+        dynbuf_reset(&l->pending);
+        l->npending = 0;
+        l->pending_since = 0;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return true;
+}
+
+void runlog_restore(struct runlog *l, struct runlog_chunk *c)
+{
+    char *rest;
+
+    if (!c->frags)
+        return;
+    pthread_mutex_lock(&l->mu);
+    rest = l->npending ? xstrndup(dynbuf_ptr(&l->pending), dynbuf_len(&l->pending)) : NULL;
+    dynbuf_reset(&l->pending);
+    if (dynbuf_adds(&l->pending, c->frags) != ST_OK ||
+        (rest &&
+         (dynbuf_add(&l->pending, "\n", 1) != ST_OK || dynbuf_adds(&l->pending, rest) != ST_OK)))
+        abort();
+    l->npending += c->nlines;
+    l->dropped += c->dropped;
+    if (!l->pending_since)
+        l->pending_since = clock_mono_ms();
+    pthread_mutex_unlock(&l->mu);
+    free(rest);
+    runlog_chunk_cleanup(c);
+}
+
+void runlog_chunk_cleanup(struct runlog_chunk *c)
+{
+    free(c->lines_json);
+    free(c->frags);
+    memset(c, 0, sizeof(*c));
+}
+
+int64_t runlog_pending_since(struct runlog *l)
+{
+    int64_t t;
+
+    pthread_mutex_lock(&l->mu);
+    t = l->pending_since;
+    pthread_mutex_unlock(&l->mu);
+    return t;
+}
+
+void runlog_counts(struct runlog *l, int64_t *lines, int64_t *dropped)
+{
+    pthread_mutex_lock(&l->mu);
+    *lines = l->lines_total;
+    *dropped = l->dropped_total;
+    pthread_mutex_unlock(&l->mu);
+}
