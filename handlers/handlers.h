@@ -7,6 +7,7 @@
 
 #include "common/common.h"
 #include "config/config.h"
+#include "store/logs.h"
 #include "store/runs.h"
 
 #include <jansson.h>
@@ -48,7 +49,8 @@ struct request {
     const char *tenant;
     bool all_tenants;
     const char *initiator;
-    json_t *body; /* parsed JSON body, or NULL (borrowed) */
+    json_t *body;       /* parsed JSON body, or NULL (borrowed) */
+    const char *accept; /* the Accept header, or NULL (borrowed) */
     /* Query parameter lookup (NULL when absent). */
     const char *(*query)(const struct request *rq, const char *key);
     void *query_arg;
@@ -133,6 +135,8 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
 enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/logs.c: GET /runs/{id}/logs (the stream is the server's). */
+enum status handle_runs_logs(const struct hctx *hc, const struct request *rq, struct reply *rp);
 /* handlers/approvals.c */
 enum status handle_runs_approve(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_reject(const struct hctx *hc, const struct request *rq, struct reply *rp);
@@ -192,6 +196,12 @@ enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error 
  * false when absent). */
 enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
                                 enum run_status *status, struct error *err) WUR;
+/* GET /runs/{id}/logs's query: attempt, after, limit into q (tenant and
+ * run_id left alone), and whether the answer is plain text (?format=text,
+ * or an Accept header naming text/plain and not JSON); field problems go
+ * to err->fields. */
+enum status logs_parse_query(const struct request *rq, struct log_query *q, bool *text,
+                             struct error *err) WUR;
 /* Validates GET /runs query parameters into f. */
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
                               struct error *err) WUR;

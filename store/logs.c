@@ -1,6 +1,7 @@
 /* store/logs.c — run_logs (store/logs.h, migration 021). */
 #include "store/logs.h"
 
+#include "common/time_rfc3339.h"
 #include "store/db_internal.h"
 
 #include <stdio.h>
@@ -124,4 +125,17 @@ enum status store_logs_read(struct db *db, const struct log_query *q, log_line_f
     }
     PQclear(r);
     return ST_OK;
+}
+
+json_t *log_line_json(const struct log_line *l)
+{
+    char at[40];
+    json_t *o;
+
+    time_format_rfc3339(l->at_us, at, sizeof(at));
+    o = json_pack("{s:I, s:i, s:s, s:s, s:s}", "seq", (json_int_t)l->seq, "attempt", l->attempt,
+                  "at", at, "stream", l->stream, "text", l->text);
+    if (!o)
+        abort(); /* the database's text is UTF-8: only allocation fails */
+    return o;
 }

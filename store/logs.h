@@ -17,6 +17,8 @@
 #include "common/common.h"
 #include "store/run_state.h"
 
+#include <jansson.h>
+
 struct db;
 
 /* The most lines a page holds. */
@@ -46,6 +48,8 @@ struct log_line {
     const char *text;
 };
 typedef void (*log_line_fn)(void *arg, const struct log_line *line);
+/* The API's form of a line: {"seq", "attempt", "at", "stream", "text"}. */
+json_t *log_line_json(const struct log_line *l);
 
 /* What to read: the lines of a run after seq `after`, of one attempt
  * (0: every attempt), at most limit (1..LOGS_PAGE_MAX). */
