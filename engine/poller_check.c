@@ -41,14 +41,18 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
             LOG(LOG_WARN, "remote cancel failed run=%s external_id=%s", rc->run->id,
                 rc->external_id);
         }
+        rc_log(rc, "remote cancel of external job %s: %s", rc->external_id, ok ? "sent" : "failed");
     }
     if (ops->cleanup) {
+        bool cleaned;
         calls++;
-        if (!ops->cleanup(rc)) {
+        cleaned = ops->cleanup(rc);
+        if (!cleaned) {
             ok = false;
             LOG(LOG_WARN, "cleanup failed run=%s external_id=%s", rc->run->id,
                 rc->external_id ? rc->external_id : "");
         }
+        rc_log(rc, "cleanup: %s", cleaned ? "done" : "failed, tried again later");
     }
     atomic_fetch_add(&p->hooks, calls);
     atomic_fetch_add(&p->hook_failures, !ok);
@@ -90,6 +94,10 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     char extra[200];
     enum status st = db_pool_get(e->pool, &db, &err);
 
+    /* The check's lines before the end: a follower of the log reads its
+     * last lines when it sees the run's end. */
+    if (st == ST_OK && rc->log)
+        (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true);
     if (st == ST_OK)
         st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
     db_pool_put(e->pool, db);
@@ -169,6 +177,7 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
     if (json_is_string(last))
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
+    rc_log(rc, "timed out: %s", msg);
     res.error = json_pack("{s:s, s:s}", "code", "poll_budget", "message", msg);
     finish(p, ops, rc, f, made, &res);
     json_decref((json_t *)res.error);
@@ -206,6 +215,7 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
     const struct poll_budget b = budget_of(rc);
     struct run_result res = {0};
     const char *budget;
+    int64_t delay_ms;
 
     if (step == STEP_DONE || step == STEP_FAIL) {
         res.outcome = step == STEP_DONE                ? rc_done_outcome(rc)
@@ -218,18 +228,27 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         res.message = step == STEP_DONE ? "finished" : "failed";
         if (res.outcome == OUTCOME_CANCELLED)
             res.message = "cancelled by the remote system";
+        rc_log(rc, "check %d: the external job ended: %s", f->poll_count,
+               run_outcome_name(res.outcome));
         finish(p, ops, rc, f, f->poll_count, &res);
         return;
     }
-    if (step == STEP_RETRY)
+    if (step == STEP_RETRY) {
         check_failed(p, rc, f);
+        rc_log(rc, "check %d failed: %s", f->poll_count,
+               json_string_value(json_object_get(rc->poll_state, "last_error")));
+    }
     budget = out_of_budget(&b, rc, f->poll_count);
     if (budget) {
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
     }
-    again(next, rc, f,
-          rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
+    delay_ms =
+        rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count);
+    if (step != STEP_RETRY)
+        rc_log(rc, "check %d: the external job is still running", f->poll_count);
+    rc_log(rc, "next check in %.1f s", (double)delay_ms / 1000.0);
+    again(next, rc, f, delay_ms);
 }
 
 /* The context of a claimed check or hooks run: it takes the claim's
@@ -265,6 +284,21 @@ static const char *check_result(struct poller *p, enum step step)
     return step == STEP_RETRY ? METRICS_CHECK_ERROR : METRICS_CHECK_RUNNING;
 }
 
+/* What a check left in its log (a run that ended wrote it before its end). */
+static void check_log_write(struct poller *p, struct run_ctx *rc, const struct poll_fence *f)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (!runlog_pending_since(rc->log))
+        return;
+    if (db_pool_get(p->e->pool, &db, &err) == ST_OK)
+        (void)engine_log_write(p->e, db, rc->log, f->tenant, f->id, true);
+    else
+        LOG(LOG_WARN, "could not write the log lines of a check run=%s: %s", f->id, err.message);
+    db_pool_put(p->e->pool, db);
+}
+
 /* One check; *next (id NULL when none) is its next check if the run goes on. */
 void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
                       struct again *next)
@@ -278,6 +312,7 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
     const char *budget = out_of_budget(&b, &rc, c->poll_count - 1);
     enum step step;
 
+    rc.log = engine_log_new(e, c->run, rt);
     if (budget) {
         time_out(p, ops, &rc, &f, budget, c->poll_count - 1);
     } else {
@@ -289,6 +324,8 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
         else
             settle_check(p, ops, &rc, &f, step, next);
     }
+    check_log_write(p, &rc, &f);
+    runlog_free(rc.log);
     rc_cleanup(&rc);
 }
 
@@ -301,10 +338,14 @@ void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_co
     const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
     struct run_ctx rc = claim_ctx(p, c, rt, conn);
+    const struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
 
+    rc.log = engine_log_new(p->e, c->run, rt);
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
         run_outcome_name(c->run->outcome), c->hooks_attempts);
     run_hooks(p, ops, &rc, c->owner,
               c->run->outcome == OUTCOME_CANCELLED || c->run->outcome == OUTCOME_TIMED_OUT);
+    check_log_write(p, &rc, &f);
+    runlog_free(rc.log);
     rc_cleanup(&rc);
 }

@@ -130,30 +130,29 @@ static const struct stmt S_CANCELLING = {
                        "status = 'cancelling'"};
 /* The held runs are read through runs_held, all of them (at most
  * queue.max_running), and sorted by heartbeat (migration 014). */
+/* clang-format off */
 static const struct stmt S_RESCUE = {
     "runs_rescue",
-    "WITH o AS (SELECT tenant, id FROM runs WHERE status IN " HELD_STATUSES " AND "
-    "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at LIMIT $2::int "
-    "FOR UPDATE SKIP LOCKED), "
-    "upd AS (UPDATE runs r SET " SET_RESCUE SET_CLEANUP_IF(
-        CANCEL_ASKED
-        " OR " EXHAUSTED) "error = CASE WHEN " CANCEL_ASKED
-                          " THEN r.error ELSE jsonb_build_object('code', "
-                          "'orphaned', 'message', format('worker %s stopped heartbeating during "
-                          "attempt %s', "
-                          "r.worker_id, r.attempt)) END, "
-                          "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED
-                          " THEN r.worker_id END, "
-                          "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = "
-                          "now() "
-                          "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
-                          "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, "
-                          "r.progress, r.step, r.created_at), " EVENT_FROM_UPD(
-                              "'status'",
-                              "'orphan rescued: heartbeat went stale'") " SELECT type, status, "
-                                                                        "outcome, "
-                                                                        "count(*) FROM upd GROUP "
-                                                                        "BY 1, 2, 3"};
+    "WITH o AS (SELECT tenant, id, worker_id FROM runs WHERE status IN " HELD_STATUSES " AND "
+        "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at "
+        "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
+    "upd AS (UPDATE runs r SET " SET_RESCUE SET_CLEANUP_IF(CANCEL_ASKED " OR " EXHAUSTED)
+        "error = CASE WHEN " CANCEL_ASKED " THEN r.error ELSE jsonb_build_object('code', "
+        "'orphaned', 'message', format('worker %s stopped heartbeating during attempt %s', "
+        "r.worker_id, r.attempt)) END, "
+        "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED " THEN r.worker_id END, "
+        "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = now(), "
+        "log_seq = r.log_seq + 1 "
+        "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
+        "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, r.progress, r.step, "
+        "r.created_at, r.attempt, r.log_seq, o.worker_id AS lost_worker), "
+    EVENT_FROM_UPD("'status'", "'orphan rescued: heartbeat went stale'") ", "
+    LOG_LINE_FROM_UPD("format('attempt %s lost: worker %s stopped heartbeating; %s', attempt, "
+        "lost_worker, CASE WHEN status = 'queued' THEN 'the run is queued for another attempt' "
+        "WHEN outcome = 'cancelled' THEN 'it was being cancelled: the run ended cancelled' "
+        "ELSE 'no attempts left: the run ended failed' END)") " "
+    "SELECT type, status, outcome, count(*) FROM upd GROUP BY 1, 2, 3"};
+/* clang-format on */
 /* Deletes a batch of expired runs. Their events stay in their partition of
  * run_events until retention drops it (migration 013), except those in
  * run_events_unknown (written without the run's creation time) and in
