@@ -75,7 +75,7 @@ static const char *extra = ""; /* more members of each submission */
 /* The "steps" of each demo run (LOADGEN_STEPS, default 0): each step is a
  * progress report and a line of the run's log. */
 static int steps;
-static double *submit_ms;      /* one per request, by client: [client * runs_per_client + i] */
+static double *submit_ms; /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {

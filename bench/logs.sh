@@ -9,11 +9,11 @@
 #     (default 3); and the pickup p50/p99 of plain runs while chatty runs
 #     run back to back, against the same pickup with none;
 #   - what lines cost the run path: end-to-end runs/s of no-op demo runs
-#     that each write 10 step lines (12 lines a run with opsrun's own two),
-#     against the same runs without steps (opsrun's own two lines), and
-#     against the build BASE (default: the merge base with main, a binary
-#     without logs) running runs without steps, alternated ROUNDS times on
-#     fresh databases; the ratios of the medians;
+#     with 10 steps (12 lines a run: a line a step, and opsrun's own two)
+#     and without (opsrun's two lines), each against the same runs on the
+#     build BASE (default: the merge base with main, a binary without
+#     logs), alternated ROUNDS times on fresh databases; the ratios of the
+#     medians (the steps' progress costs both builds alike);
 #   - a follower's latency: a run whose command writes a line every 20 ms,
 #     500 of them, followed by 100 streams (GET /runs/{id}/logs/stream):
 #     from when opsrun read a line to its arrival at each follower,
@@ -115,7 +115,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 psql -qAt "$DB" -c "SELECT 'stored_lines=' || count(*) FILTER (WHERE x.v->>1 = 'stderr'),
                            'dropped_bytes=' || (SELECT sum(dropped) FROM run_logs WHERE run_id = 'chatty-1')
-                    FROM run_logs l, jsonb_array_elements(l.lines) x(v) WHERE l.run_id = 'chatty-1'" |
+                    FROM run_logs l, json_array_elements(l.lines) x(v) WHERE l.run_id = 'chatty-1'" |
     tr '|' '\n' | tee "$OUT/logs-chatty-stored.txt"
 q=$(median "$OUT/logs-chatty.txt" quiet)
 c=$(median "$OUT/logs-chatty.txt" chatty)
@@ -132,14 +132,16 @@ kill "$BG" 2>/dev/null || true
 wait "$BG" 2>/dev/null || true
 stop
 
-echo "== runs/s: 12 lines a run vs 2, and vs $BASE without logs; $RUNS runs, 16 clients, $ROUNDS rounds"
+echo "== runs/s against $BASE (no logs): the same runs, with 10 steps and without; $RUNS runs, 16 clients, $ROUNDS rounds"
 : >"$OUT/logs-cost.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
-    for conf in base quiet talky; do
+    for conf in base_quiet new_quiet base_talky new_talky; do
         DB=$(bench_db "$DATA" "cost_${conf}_$r")
-        if [ "$conf" = base ]; then serve "$BASE_BIN" "$DB" "$DATA/plain.json"; else serve build/opsrun "$DB" "$DATA/plain.json"; fi
+        bin=build/opsrun
+        [ "${conf%%_*}" = base ] && bin=$BASE_BIN
+        serve "$bin" "$DB" "$DATA/plain.json"
         steps=0
-        [ "$conf" = talky ] && steps=10
+        [ "${conf#*_}" = talky ] && steps=10
         v=$(LOADGEN_STEPS=$steps build/opsrun_loadgen throughput "$URL" "$DB" "$RUNS" 16 |
             sed -n 's/^runs_per_s=//p')
         echo "round=$r $conf runs_per_s=$v" | tee -a "$OUT/logs-cost.txt"
@@ -147,13 +149,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
 done
 {
-    b=$(median "$OUT/logs-cost.txt" base)
-    q=$(median "$OUT/logs-cost.txt" quiet)
-    t=$(median "$OUT/logs-cost.txt" talky)
-    echo "median_base_runs_per_s=$b"
-    echo "median_quiet_runs_per_s=$q"
-    echo "median_talky_runs_per_s=$t"
-    awk -v b="$b" -v q="$q" -v t="$t" 'BEGIN { printf "quiet_over_base=%.2f\ntalky_over_quiet=%.2f\ntalky_over_base=%.2f\n", q / b, t / q, t / b }'
+    for conf in base_quiet new_quiet base_talky new_talky; do
+        eval "m_$conf=$(median "$OUT/logs-cost.txt" "$conf")"
+        echo "median_${conf}_runs_per_s=$(median "$OUT/logs-cost.txt" "$conf")"
+    done
+    # shellcheck disable=SC2154 # set by the eval above
+    awk -v bq="$m_base_quiet" -v nq="$m_new_quiet" -v bt="$m_base_talky" -v nt="$m_new_talky" \
+        'BEGIN { printf "quiet_new_over_base=%.2f\ntalky_new_over_base=%.2f\n", nq / bq, nt / bt }'
 } | tee "$OUT/logs-cost-summary.txt"
 
 for conf in plain fast; do

@@ -60,7 +60,7 @@
 static const char *host = "127.0.0.1";
 static char host_buf[256];
 static char port[16] = "80";
-static char stream_path[512] = "/stream"; /* what sub_open asks for */
+static char stream_path[256] = "/stream"; /* what sub_open asks for */
 
 static double now_s(void)
 {
@@ -320,8 +320,8 @@ static int sub_open(struct sub *s, size_t cap)
     if (fd < 0)
         return -1;
     snprintf(req, sizeof(req),
-             "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n",
-             stream_path, host, port);
+             "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n", stream_path,
+             host, port);
     if (send_all(fd, req, strlen(req)) != 0 || fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
         close(fd);
         return -1;
@@ -845,7 +845,7 @@ static double *line_times(PGconn *db, const char *run_id, int64_t *nseq)
     const char *p[1] = {run_id};
     PGresult *r = PQexecParams(db,
                                "SELECT l.first_seq + x.i - 1, (x.v->>0)::bigint, x.v->>1 FROM "
-                               "run_logs l, jsonb_array_elements(l.lines) WITH ORDINALITY "
+                               "run_logs l, json_array_elements(l.lines) WITH ORDINALITY "
                                "AS x(v, i) WHERE l.run_id = $1 ORDER BY 1",
                                1, NULL, p, NULL, NULL, 0);
     double *at = NULL;
@@ -875,12 +875,9 @@ static int loglatency(const char *conninfo, const char *run_id, int nsubs)
 
     snprintf(stream_path, sizeof(stream_path), "/runs/%s/logs/stream", run_id);
     base = wait_count(0, &took);
-    printf("subscribers=%d
-", nsubs);
-    if (!db || base < 0 || subs_init(&ss, nsubs) != 0 ||
-        subs_open(&ss, 0, nsubs, 8192) != 0) {
-        fprintf(stderr, "ssebench: could not open the streams
-");
+    printf("subscribers=%d\n", nsubs);
+    if (!db || base < 0 || subs_init(&ss, nsubs) != 0 || subs_open(&ss, 0, nsubs, 8192) != 0) {
+        fprintf(stderr, "ssebench: could not open the streams\n");
         goto out;
     }
     seen = wait_registered(&ss, base + nsubs, &took);
@@ -912,13 +909,9 @@ static int loglatency(const char *conninfo, const char *run_id, int nsubs)
         }
         missing += (size_t)(lines - got);
     }
-    printf("lines=%lld
-streams_ended=%d
-", (long long)lines, ended);
+    printf("lines=%lld\nstreams_ended=%d\n", (long long)lines, ended);
     print_dist("line", lat, pairs);
-    printf("line_missing=%zu
-line_out_of_order=%zu
-", missing, out_of_order);
+    printf("line_missing=%zu\nline_out_of_order=%zu\n", missing, out_of_order);
     rc = ended == nsubs && missing == 0 && out_of_order == 0 && lines > 0 ? 0 : 1;
 out:
     subs_free(&ss);

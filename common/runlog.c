@@ -8,7 +8,6 @@
 
 #include "dynbuf.h"
 
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,27 +116,55 @@ static char *mask(const struct runlog *l, char *s, size_t *n)
     return s;
 }
 
-/* Adds one line (l->mu held). text is taken; it is made valid UTF-8
- * without NULs (jsonb refuses \u0000) before it is stored. */
-static void add_line(struct runlog *l, const char *stream, char *text)
+/* Appends s (n bytes of valid UTF-8 without NUL) as the inside of a JSON
+ * string: quotes, backslashes and controls escaped, the rest as it is. */
+static void json_escape_into(struct dynbuf *b, const char *s, size_t n)
 {
-    json_t *j;
-    char *frag;
+    static const char hex[] = "0123456789abcdef";
+    size_t from = 0;
 
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[7] = {'\\', 0};
+        size_t k = 2;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (c == '"' || c == '\\')
+            esc[1] = (char)c;
+        else if (c == '\n' || c == '\t' || c == '\r')
+            esc[1] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        else
+            esc[1] = 'u', esc[2] = '0', esc[3] = '0', esc[4] = hex[c >> 4], esc[5] = hex[c & 15],
+            k = 6;
+        if (dynbuf_add(b, s + from, i - from) != ST_OK || dynbuf_add(b, esc, k) != ST_OK)
+            abort(); /* pending has no bound of its own: only allocation fails */
+        from = i + 1;
+    }
+    if (dynbuf_add(b, s + from, n - from) != ST_OK)
+        abort();
+}
+
+/* Adds one line (l->mu held): text, n bytes (NUL-terminated), made valid
+ * UTF-8 without NULs (which json and jsonb refuse) first. */
+static void add_line(struct runlog *l, const char *stream, char *text, size_t n)
+{
+    char head[64];
+    size_t k;
+
+    for (size_t i = 0; i < n; i++)
+        if (text[i] == '\0')
+            text[i] = ' ';
     utf8_scrub(text);
-    j = json_pack("[I s s]", (json_int_t)now_us(), stream, text);
-    frag = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    if (!frag)
-        abort(); /* valid UTF-8 and memory: only allocation fails */
-    if ((l->npending && dynbuf_add(&l->pending, "\n", 1) != ST_OK) ||
-        dynbuf_adds(&l->pending, frag) != ST_OK)
+    k = xsnprintf(head, sizeof(head), "%s[%lld,\"%s\",\"", l->npending ? "\n" : "",
+                  (long long)now_us(), stream);
+    if (dynbuf_add(&l->pending, head, k) != ST_OK)
+        abort();
+    json_escape_into(&l->pending, text, n);
+    if (dynbuf_add(&l->pending, "\"]", 2) != ST_OK)
         abort();
     if (l->npending++ == 0)
         l->pending_since = clock_mono_ms();
     l->lines_total++;
-    free(frag);
-    json_decref(j);
-    free(text);
 }
 
 void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
@@ -159,8 +186,9 @@ void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
     n = (size_t)len;
     pthread_mutex_lock(&l->mu);
     text = mask(l, text, &n);
-    add_line(l, "opsrun", text);
+    add_line(l, "opsrun", text, n);
     pthread_mutex_unlock(&l->mu);
+    free(text);
 }
 
 void runlog_say(struct runlog *l, const char *fmt, ...)
@@ -177,16 +205,18 @@ void runlog_say(struct runlog *l, const char *fmt, ...)
 static void end_line(struct runlog *l)
 {
     size_t n = l->part_len, over = l->part_over;
-    char *text;
+    char *text = l->part, *own = NULL;
 
-    while (n && l->part[n - 1] == '\r')
-        n--;
-    for (size_t i = 0; i < n; i++)
-        if (l->part[i] == '\0')
-            l->part[i] = ' ';
-    text = xstrndup(l->part, n);
     l->part_len = l->part_over = 0;
-    text = mask(l, text, &n);
+    while (n && text[n - 1] == '\r')
+        n--;
+    text[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (text[i] == '\0')
+            text[i] = ' ';
+    for (size_t k = 0; k < l->nsecrets && !own; k++)
+        if (strstr(text, l->secrets[k])) /* the uncommon case: a copy, masked */
+            text = own = mask(l, xstrndup(text, n), &n);
     if (n > l->lim.max_line_bytes) {
         over += n - l->lim.max_line_bytes;
         n = l->lim.max_line_bytes;
@@ -197,18 +227,18 @@ static void end_line(struct runlog *l)
         l->dropped += (int64_t)(n + over + 1);
         l->cap_dropped += (int64_t)(n + over + 1);
         l->dropped_total += (int64_t)(n + over + 1);
-        free(text);
-        return;
-    }
-    l->kept += n;
-    if (over) {
+    } else if (over) {
         char *cut = xasprintf("%s [%zu bytes cut]", text, over);
-        free(text);
-        text = cut;
+        l->kept += n;
         l->dropped += (int64_t)over;
         l->dropped_total += (int64_t)over;
+        add_line(l, "stderr", cut, strlen(cut));
+        free(cut);
+    } else {
+        l->kept += n;
+        add_line(l, "stderr", text, n);
     }
-    add_line(l, "stderr", text);
+    free(own);
 }
 
 void runlog_write(struct runlog *l, const char *b, size_t n)
@@ -274,7 +304,8 @@ bool runlog_take(struct runlog *l, size_t max_bytes, bool final, struct runlog_c
         char *text = xasprintf("%lld bytes of output dropped: the attempt wrote more than "
                                "logs.max_bytes_per_attempt (%zu bytes)",
                                (long long)l->cap_dropped, l->lim.max_bytes);
-        add_line(l, "opsrun", text);
+        add_line(l, "opsrun", text, strlen(text));
+        free(text);
         l->told = true;
     }
     if (l->npending == 0) { /* drops alone go with the next line */

