@@ -829,13 +829,25 @@ out:
 /* ---- loglatency ---------------------------------------------------------- */
 
 /* The wall clock minus the monotonic one, in seconds: arrivals are stamped
- * on the monotonic clock, lines' write times on the wall clock. */
+ * on the monotonic clock, lines' write times on the wall clock. Read many
+ * times, keeping the reading whose wall clock was taken in the shortest
+ * window between two monotonic ones: a preemption between two reads would
+ * shift every latency by its length. */
 static double wall_minus_mono(void)
 {
-    struct timespec w;
+    double best = 1e9, offset = 0;
 
-    clock_gettime(CLOCK_REALTIME, &w);
-    return (double)w.tv_sec + (double)w.tv_nsec / 1e9 - now_s();
+    for (int i = 0; i < 200; i++) {
+        struct timespec w;
+        double m1 = now_s(), m2;
+        clock_gettime(CLOCK_REALTIME, &w);
+        m2 = now_s();
+        if (m2 - m1 < best) {
+            best = m2 - m1;
+            offset = (double)w.tv_sec + (double)w.tv_nsec / 1e9 - (m1 + m2) / 2;
+        }
+    }
+    return offset;
 }
 
 /* seq -> when opsrun read the line (wall clock, s), for the command's
