@@ -220,7 +220,7 @@ void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins
 bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms);
 /* The most bytes of lines one statement writes for one run. */
 #define LOG_CHUNK_MAX (1024 * 1024)
-/* A new log for an attempt of run (slot.c): the configured bounds, and the
+/* logs.c. A new log for an attempt of run: the configured bounds, and the
  * {{env:...}} values of rt's params as its secrets. */
 struct runlog *engine_log_new(const struct engine *e, const struct run *run,
                               const struct run_type *rt);

@@ -8,10 +8,8 @@
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "engine/actions/remote.h"
 #include "engine/poller.h"
 #include "store/db.h"
-#include "store/logs.h"
 #include "store/polls.h"
 
 #include <stdlib.h>
@@ -58,58 +56,6 @@ void slot_flush_progress(struct slot *s, struct db *db)
     pthread_mutex_unlock(&s->write_mu);
     if (st == ST_OK)
         doorbell_ring(s->e, false, true);
-}
-
-/* The log of an attempt of run on this process (secrets: the {{env:...}}
- * values of its type's params). */
-struct runlog *engine_log_new(const struct engine *e, const struct run *run,
-                              const struct run_type *rt)
-{
-    const struct runlog_limits lim = {(size_t)e->cfg->logs.max_line_bytes,
-                                      (size_t)e->cfg->logs.max_bytes_per_attempt};
-    char **secrets = NULL;
-    size_t n = rt ? remote_env_values(rt->params, &secrets) : 0;
-    struct runlog *l = runlog_new(&lim, run->attempt, (const char *const *)secrets, n);
-
-    for (size_t i = 0; i < n; i++)
-        free(secrets[i]);
-    free(secrets);
-    return l;
-}
-
-enum status engine_log_chunk_write(struct engine *e, struct db *db, const char *tenant,
-                                   const char *run_id, int attempt, const struct runlog_chunk *c)
-{
-    const struct log_chunk chunk = {tenant, run_id, attempt, c->nlines, c->dropped, c->lines_json};
-    struct error err = {0};
-    enum status st = store_logs_append(db, &chunk, NULL, &err);
-
-    if (st == ST_NOT_FOUND)
-        return ST_OK; /* the run is gone: so are its lines */
-    if (st != ST_OK) {
-        LOG(LOG_WARN, "could not write log lines run=%s lines=%d: %s", run_id, c->nlines,
-            err.message);
-        return st;
-    }
-    metrics_log_lines(e->metrics, c->nlines, c->dropped);
-    doorbell_ring_logs(e, run_id);
-    return ST_OK;
-}
-
-enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, const char *tenant,
-                             const char *run_id, bool final)
-{
-    struct runlog_chunk c;
-    enum status st = ST_OK;
-
-    while (st == ST_OK && runlog_take(l, LOG_CHUNK_MAX, final, &c)) {
-        st = engine_log_chunk_write(e, db, tenant, run_id, runlog_attempt(l), &c);
-        if (st != ST_OK)
-            runlog_restore(l, &c);
-        runlog_chunk_cleanup(&c);
-        final = false;
-    }
-    return st;
 }
 
 enum status slot_flush_log(struct slot *s, struct db *db, bool final)
