@@ -83,7 +83,7 @@ json_t *logs_event_line(const struct evparse_event *ev)
 
     if (strcmp(ev->type, "log") != 0)
         return NULL;
-    line = json_loadb(ev->data, ev->data_len, 0, NULL);
+    line = json_loadb(ev->data, ev->data_len, JSON_ALLOW_NUL, NULL);
     if (json_is_object(line) && logs_seq(line) > 0)
         return line;
     json_decref(line);

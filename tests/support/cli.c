@@ -122,20 +122,38 @@ void cli_spawn_pty(struct cli *c, const char *server, const char *const *args,
     }
 }
 
-/* What the terminal got so far, added to *buf. */
-static void pty_drain(struct cli *c, char **buf, size_t *len, int timeout_ms)
+/* What the terminal got within timeout_ms, added to c->tty. */
+static void pty_drain(struct cli *c, int timeout_ms)
 {
     struct pollfd pf = {c->pty, POLLIN, 0};
     char chunk[4096];
     ssize_t n;
 
     while (poll(&pf, 1, timeout_ms) == 1 && (n = read(c->pty, chunk, sizeof(chunk))) > 0) {
-        *buf = realloc(*buf, *len + (size_t)n + 1);
-        memcpy(*buf + *len, chunk, (size_t)n);
-        *len += (size_t)n;
-        (*buf)[*len] = '\0';
+        c->tty = realloc(c->tty, c->tty_len + (size_t)n + 1);
+        memcpy(c->tty + c->tty_len, chunk, (size_t)n);
+        c->tty_len += (size_t)n;
+        c->tty[c->tty_len] = '\0';
         timeout_ms = 0;
     }
+}
+
+bool cli_pty_until(struct cli *c, const char *needle, int timeout_ms)
+{
+    for (long long until = th_now_ms() + timeout_ms; th_now_ms() < until;) {
+        pty_drain(c, 20);
+        if (c->tty && memmem(c->tty, c->tty_len, needle, strlen(needle)))
+            return true;
+    }
+    return false;
+}
+
+bool cli_running(struct cli *c)
+{
+    siginfo_t si = {0};
+
+    /* WNOWAIT: an ended client stays for cli_wait to collect */
+    return waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0;
 }
 
 char *cli_slurp(const char *path)
@@ -159,8 +177,6 @@ int cli_wait(struct cli *c, int timeout_s)
 {
     int st = 0;
     long long until = th_now_ms() + timeout_s * 1000LL;
-    char *tty = calloc(1, 1);
-    size_t tty_len = 0;
 
     while (waitpid(c->pid, &st, WNOHANG) != c->pid) {
         if (th_now_ms() > until) {
@@ -170,19 +186,19 @@ int cli_wait(struct cli *c, int timeout_s)
             break;
         }
         if (c->pty >= 0)
-            pty_drain(c, &tty, &tty_len, 20);
+            pty_drain(c, 20);
         else
             th_sleep_ms(20);
     }
     c->rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (c->pty >= 0) {
-        pty_drain(c, &tty, &tty_len, 100);
+        pty_drain(c, 100);
         close(c->pty);
         c->pty = -1;
-        c->out = tty;
-        c->out_len = tty_len;
+        c->out = c->tty ? c->tty : calloc(1, 1);
+        c->out_len = c->tty_len;
+        c->tty = NULL;
     } else {
-        free(tty);
         c->out = cli_slurp(c->out_path);
         c->out_len = strlen(c->out);
     }

@@ -24,6 +24,8 @@ struct cli {
     char *out; /* its standard output, once it ended (heap) */
     char *err; /* its standard error */
     size_t out_len;
+    char *tty; /* what the terminal got so far (heap) */
+    size_t tty_len;
 };
 
 /* Starts `opsrun args...` with OPSRUN_SERVER=server (NULL: unset), no
@@ -36,7 +38,13 @@ void cli_spawn(struct cli *c, const char *server, const char *const *args);
  * TERM=xterm. */
 void cli_spawn_pty(struct cli *c, const char *server, const char *const *args,
                    const char *const *env, int cols);
-/* Waits up to timeout_s for the client to end and reads its output. */
+/* Reads what the terminal gets until it holds needle (true) or timeout_ms
+ * passed (false); c->tty has it all so far. */
+bool cli_pty_until(struct cli *c, const char *needle, int timeout_ms);
+/* Whether the client still runs. */
+bool cli_running(struct cli *c);
+/* Waits up to timeout_s for the client to end and reads its output (on a
+ * terminal: all it got, escape sequences and CRs included). */
 int cli_wait(struct cli *c, int timeout_s);
 void cli_free(struct cli *c);
 
