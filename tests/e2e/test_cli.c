@@ -424,6 +424,8 @@ START_TEST(usage_and_version)
         {"health", "--json", NULL},
         {"frobnicate", NULL},
         {"cancel", "a/b", NULL},
+        {"logs", NULL},
+        {"logs", "x", "--attempt", "0"},
     };
     struct cli c;
     char url[64];
@@ -448,7 +450,9 @@ START_TEST(usage_and_version)
     ck_assert_msg(strstr(c.out, "client commands") && strstr(c.out, "OPSRUN_TOKEN"), "%s", c.out);
     cli_free(&c);
     CLI(&c, NULL, 0, "--help");
-    ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID"), "%s", c.out);
+    ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID") &&
+                      strstr(c.out, "  logs ID [--attempt N] [--follow|-f] [--json]"),
+                  "%s", c.out);
     cli_free(&c);
 
     /* A mistyped command is what is blamed, not its operand; the usage
