@@ -257,9 +257,7 @@ void api_multi_free(struct api_multi *m)
 {
     if (!m)
         return;
-    while (m->running)
-        api_stream_free(m->running);
-    curl_multi_cleanup(m->multi);
+    curl_multi_cleanup(m->multi); /* its streams were freed (api.h) */
     free(m);
 }
 
