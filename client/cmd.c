@@ -1,6 +1,7 @@
 /* client/cmd.c — see cmd.h. */
 #include "client/cmd.h"
 
+#include "client/logs.h"
 #include "client/report.h"
 #include "common/ids.h"
 #include "common/time_rfc3339.h"
@@ -40,6 +41,12 @@ static int expect(struct api *a, const struct watch_view *v, const char *what, c
                   const char *path, const char *body, struct api_resp *r, long ok, long ok2)
 {
     return expect_within(a, v, what, method, path, body, r, ok, ok2, CMD_TIMEOUT_MS);
+}
+
+int cmd_expect(struct api *a, const struct watch_view *v, const char *what, const char *method,
+               const char *path, struct api_resp *r, long ok)
+{
+    return expect_within(a, v, what, method, path, NULL, r, ok, ok, CMD_TIMEOUT_MS);
 }
 
 /* The run id of a submission result, checked before it goes into a path. */
@@ -488,6 +495,8 @@ int cmd_run(struct api *a, const struct args *args, const struct watch_view *v)
     case CMD_APPROVE:
     case CMD_REJECT:
         return cmd_decide(a, args, v);
+    case CMD_LOGS:
+        return logs_run(a, args, v);
     }
     return CMD_USAGE;
 }

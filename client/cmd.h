@@ -26,6 +26,12 @@ enum cmd_exit { CMD_OK = 0, CMD_REFUSED = 1, CMD_USAGE = 2 };
 #define CMD_BULK_TIMEOUT_MS 600000L /* cancel and retry by a filter: up to 100,000 runs */
 #define CMD_HEALTH_TIMEOUT_MS 3000L
 
+/* One request, without a body, whose answer is wanted as ok within
+ * CMD_TIMEOUT_MS: -1 when it came, else the exit status, with what went
+ * wrong printed on v->err (CMD_USAGE: no answer; CMD_REFUSED: another). */
+int cmd_expect(struct api *a, const struct watch_view *v, const char *what, const char *method,
+               const char *path, struct api_resp *r, long ok);
+
 /* Runs the parsed command against a. */
 int cmd_run(struct api *a, const struct args *args, const struct watch_view *v);
 
