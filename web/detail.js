@@ -2,9 +2,11 @@
 // failures, the run it follows up and its follow-ups, and its event
 // timeline: GET /runs/{id}/events once, then the events of the page's one
 // stream (no second connection), kept by event id so that none shows
-// twice. Cancel and retry ask first. A run that waits for approval shows
-// when it expires and what happens then, with Approve and Reject and a
-// comment box; a decided one, the decision.
+// twice. Only the actions that apply to the run are shown: Cancel for a
+// queued, running or waiting run, Retry for one that completed without
+// success, Approve and Reject (with a comment box) for one that waits for
+// approval; each asks first. A run that waits for approval shows when it
+// expires and what happens then; a decided one, the decision.
 //
 // A stream event says what the run was at that moment, not the event's
 // message; the message is what a notification or follow_up event is about,
@@ -158,6 +160,12 @@ export class Detail {
     dl.append(el('dt', null, name), el('dd', null, value === null || value === undefined || value === '' ? '–' : String(value)));
   }
 
+  // A field the run may not have yet, or ever (no worker took a queued
+  // run, a run without a remote job has no external id): left out then.
+  maybeField(dl, name, value) {
+    if (value !== null && value !== undefined && value !== '') this.field(dl, name, value);
+  }
+
   // A button that opens run id in this detail.
   runLink(id) {
     const a = el('button', 'link', id);
@@ -192,12 +200,12 @@ export class Detail {
     this.field(dl, 'Initiator', r.initiator);
     this.field(dl, 'Tenant', r.tenant);
     this.field(dl, 'Priority', r.priority);
-    this.field(dl, 'External id', r.external_id);
-    this.field(dl, 'Worker', r.worker_id);
+    this.maybeField(dl, 'External id', r.external_id);
+    this.maybeField(dl, 'Worker', r.worker_id);
     this.field(dl, 'Created', time(r.created_at));
     this.field(dl, 'Due', time(r.run_at));
-    this.field(dl, 'Started', time(r.started_at));
-    this.field(dl, 'Completed', time(r.completed_at));
+    this.maybeField(dl, 'Started', r.started_at && time(r.started_at));
+    this.maybeField(dl, 'Completed', r.completed_at && time(r.completed_at));
     this.field(dl, 'Updated', time(r.updated_at));
     this.clocks = [];
     if (r.schedule) {
@@ -234,9 +242,10 @@ export class Detail {
       b.append(ul);
     }
     block('Context', r.context);
-    const active = r.status && r.status !== 'completed';
-    this.cancelBtn.disabled = !active || r.status === 'cancelling';
-    this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+    // What does not apply is not shown (a run not read yet has no status:
+    // nothing applies until it is).
+    this.cancelBtn.hidden = !['queued', 'running', 'waiting'].includes(r.status);
+    this.retryBtn.hidden = !(r.status === 'completed' && r.outcome !== 'succeeded');
     this.approvalBox.hidden = !awaitsApproval(r);
   }
 
