@@ -39,6 +39,7 @@ const bulk = new Bulk({
 const limits = new Limits((list) => {
   $('s-limits-box').hidden = list.length === 0;
   $('s-limits').textContent = list.map((l) => `${l.name} ${l.used}/${l.limit}`).join(', ');
+  detail.limitsChanged();
 });
 const detail = new Detail({
   runs,

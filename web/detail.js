@@ -83,6 +83,7 @@ export class Detail {
     this.followUps = []; // the runs this one's end created, newest first
     this.eventsTimer = 0;
     this.shown = null; // the run as last drawn
+    this.limitShown = false; // the run as last drawn has its rate limit row
     document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
     this.dlg.addEventListener('close', () => {
       this.id = null;
@@ -208,6 +209,7 @@ export class Detail {
     this.maybeField(dl, 'Completed', r.completed_at && time(r.completed_at));
     this.field(dl, 'Updated', time(r.updated_at));
     this.clocks = [];
+    this.limitShown = false;
     if (r.schedule) {
       const slot = r.schedule.slot ? ` (slot ${time(r.schedule.slot)})` : ' (triggered)';
       this.field(dl, 'Schedule', r.schedule.name + slot);
@@ -247,6 +249,16 @@ export class Detail {
     this.cancelBtn.hidden = !['queued', 'running', 'waiting'].includes(r.status);
     this.retryBtn.hidden = !(r.status === 'completed' && r.outcome !== 'succeeded');
     this.approvalBox.hidden = !awaitsApproval(r);
+  }
+
+  // The rate limits were read (web/limits.js, every few seconds): a queued
+  // or waiting run on show without its rate limit row gets it once its
+  // type's limit is spent, also when the limits came after the run (the
+  // row, once drawn, follows the limit on the clock).
+  limitsChanged() {
+    const r = this.shown;
+    if (!this.id || !r || this.limitShown || !(r.status === 'queued' || r.status === 'waiting')) return;
+    if (this.limits.spentFor(r.type)) this.renderRun(this.runs.get(this.id) || r);
   }
 
   // A run of a type with approval: pending (and until when, and what then)
@@ -352,7 +364,8 @@ export class Detail {
   // for rate limit api, next unit in 3s", counted down on the page's clock.
   renderLimit(dl, r) {
     const l = this.limits.spentFor(r.type);
-    if (!l) return;
+    if (!l) return; // limitsChanged() draws it if the limit is spent later
+    this.limitShown = true;
     this.clock(dl, 'Rate limit', 'd-rate-limit', (now) => {
       const spent = this.limits.spentFor(r.type);
       if (!spent) return `${l.name}: a unit is free`;
