@@ -33,7 +33,7 @@ const table = new Table({
 });
 const chart = new Chart($('chart'));
 const bulk = new Bulk({
-  runs, cancelBtn: $('bulk-cancel'), retryBtn: $('bulk-retry'), box: $('bulk-box'),
+  runs, cancelBtn: $('bulk-cancel'), retryBtn: $('bulk-retry'), why: $('bulk-why'), box: $('bulk-box'),
   msg: $('bulk-msg'), progress: $('bulk-progress'),
 });
 const limits = new Limits((list) => {
