@@ -3,8 +3,8 @@
 #include "engine/notify.h"
 
 #include "common/backoff.h"
+#include "common/digest.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 #include "common/template.h"
 
 #include <ctype.h>

@@ -6,7 +6,7 @@
 #include "tests/fuzz/fuzz.h"
 
 #include "common/canon_json.h"
-#include "common/sha256.h"
+#include "common/digest.h"
 
 static void one_alert(const struct config *cfg, const struct am_envelope *env, size_t index,
                       const json_t *alert)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
 #include "handlers/auth.h"

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 #include "common/template.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
