@@ -1,6 +1,6 @@
 /* engine/notify_body.c — what one attempt of a delivery sends, for each
- * kind of notifier, and what its answer calls for (engine/notify.h). */
-#include "engine/notify.h"
+ * kind of notifier, and what its answer calls for (engine/notify_body.h). */
+#include "engine/notify_body.h"
 
 #include "common/backoff.h"
 #include "common/digest.h"

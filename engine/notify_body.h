@@ -1,4 +1,4 @@
-/* engine/notify.h — notifications (docs/notifications.md): what one attempt
+/* engine/notify_body.h — notifications (docs/notifications.md): what one attempt
  * of a delivery sends (notify_body.c: pure functions, unit-tested) and the
  * notifier thread that claims due deliveries from the outbox, sends them
  * with libcurl and writes what came of them (notify.c, started by the
@@ -7,8 +7,8 @@
  * The run types' rules are written to the database at the engine's start
  * (notify_rules_json); the deliveries and follow-up runs they call for are
  * created by the database, in the transaction of each transition. */
-#ifndef OPSRUN_ENGINE_NOTIFY_H
-#define OPSRUN_ENGINE_NOTIFY_H
+#ifndef OPSRUN_ENGINE_NOTIFY_BODY_H
+#define OPSRUN_ENGINE_NOTIFY_BODY_H
 
 #include "common/common.h"
 #include "config/config.h"
