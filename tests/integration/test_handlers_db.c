@@ -29,6 +29,7 @@
 #include "common/metrics.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
 #include "store/db.h"

@@ -14,6 +14,7 @@
 #include "common/digest.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "handlers/auth.h"
 
 /* Tokens of the fixture and, pinned with `printf %s TOKEN | sha256sum`,

@@ -17,6 +17,7 @@
 #include "common/template.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "engine/notify_body.h"
 
 #define RUN                                                                                        \
