@@ -8,7 +8,7 @@
 #include "engine/actions/action.h"
 #include "engine/actions/registry.h"
 #include "engine/actions/remote.h"
-#include "engine/poller.h"
+#include "engine/poller_internal.h"
 
 #include <check.h>
 #include <stdlib.h>
