@@ -4,7 +4,14 @@
  * the JSON file, the environment, the flags and --print-config. Two tables
  * use it: cfg_opts (config.c, the top level and its sections) and rt_opts
  * (run_types.c, the scalar fields of a run type). option.c holds the
- * machinery both share; routes.c and print.c the rest. */
+ * machinery every table and loader shares, errors.c every error of a
+ * load; each section of the file has a source of its own: run_types.c,
+ * routes.c, auth.c (tokens), cors.c, schedules.c (schedules and rate
+ * limits) and notify.c (notifiers); print.c puts them together for
+ * --print-config. Calls go one way, each only to files below it:
+ *   config.c, print.c
+ *     -> notify.c, schedules.c, routes.c, auth.c, cors.c
+ *     -> run_types.c -> option.c -> errors.c */
 #ifndef OPSRUN_CONFIG_INTERNAL_H
 #define OPSRUN_CONFIG_INTERNAL_H
 

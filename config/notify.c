@@ -1,7 +1,7 @@
 /* config/notify.c — "notifiers" (where notifications go: webhook, slack,
- * alertmanager), a run type's "notify" and "then" lists (which transitions
- * go where, which follow-up runs its end creates), their checks against
- * each other, --print-config's view of them, and their lookups
+ * alertmanager), the check of every run type's "notify" and "then" rules
+ * (run_types.c reads them) against the notifiers and run types there are,
+ * --print-config's view of the notifiers, and their lookups
  * (docs/notifications.md).
  *
  * A notifier's url, headers and secret hold no value of a run: only

@@ -1,6 +1,9 @@
 /* config/option.c — the machinery of an option table (config_internal.h):
- * looking options up, storing defaults, and parsing values from JSON or from
- * text with their bounds, plus the checks of names and listen addresses. */
+ * looking options up, storing defaults, parsing values from JSON or from
+ * text with their bounds, and printing one as the file would have it (a
+ * connection string with its secrets masked); the checks of names and
+ * listen addresses; and the loading of an object of named definitions,
+ * which every section of named things shares. It calls only errors.c. */
 #include "config/config_internal.h"
 
 #include "common/dynbuf.h"

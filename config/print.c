@@ -1,6 +1,7 @@
 /* config/print.c — the effective configuration as JSON, for
- * --print-config: every option with its source, run types and routes, and
- * the secrets of the database URL masked. */
+ * --print-config: every option with its source (each printed by option.c,
+ * the secrets of the database URL masked), run types and routes, and the
+ * other sections as their own files print them. */
 #include "config/config_internal.h"
 
 #include <stdlib.h>

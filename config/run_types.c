@@ -1,7 +1,8 @@
 /* config/run_types.c — run types: the scalar fields through their option
  * table (rt_opts), "action" checked against the action registry given to
- * cfg_init, "params" checked by that action, "poll", "approval", and
- * "notify" and "then" (checked in notify.c). */
+ * cfg_init, "params" checked by that action, "poll", "approval", and the
+ * "notify" and "then" rules (whose names notify.c checks once every
+ * notifier and run type is loaded); and the lookups of a run type. */
 #include "config/config_internal.h"
 
 #include "common/suggest.h"
