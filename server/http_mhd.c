@@ -1,4 +1,4 @@
-/* server/http.c — the libmicrohttpd glue, and the only file that includes
+/* server/http_mhd.c — the libmicrohttpd glue, and the only file that includes
  * microhttpd.h (http_internal.h): the daemon and its options, its
  * callbacks, which hand each request to http_request.c, and the calls on a
  * connection the other files of the front end make. Per connection, a
