@@ -1,7 +1,9 @@
 /* server/http_mhd.c — the libmicrohttpd glue, and the only file that includes
  * microhttpd.h (http_internal.h): the daemon and its options, its
- * callbacks, which hand each request to http_request.c, and the calls on a
- * connection the other files of the front end make. Per connection, a
+ * callbacks, which hand each request and event stream to what http.c gave
+ * it (struct http_calls: http_request.c's steps, http_stream.c's reads),
+ * and the calls on a connection the other files of the front end make. It
+ * calls nothing above it in the front end. Per connection, a
  * record of server/http_conn.h holds the client's address and the request
  * deadline; connections over their address's hard limit are refused at
  * accept.
@@ -11,13 +13,11 @@
  * nothing to send, a long-poll until its run completes, a deferred reply
  * until its work is done. libmicrohttpd aborts when it is stopped with a
  * connection still suspended, so the caller ends them first. */
-#include "server/http.h"
+#include "server/http_internal.h"
 
 #include "common/limits.h"
 #include "server/http_conn.h"
 #include "server/http_cors.h"
-#include "server/http_internal.h"
-#include "server/http_listen.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -168,6 +168,54 @@ bool http_send(struct req_ctx *rc, struct reply *rp)
     return ret == MHD_YES;
 }
 
+/* ---- the request as handlers see it, and the answers any step may give ---- */
+
+struct request http_request_of(const struct req_ctx *rc)
+{
+    return (struct request){
+        .method = rc->method,
+        .path = rc->url,
+        .path_id = rc->m.id[0] ? rc->m.id : NULL,
+        .tenant = rc->who.tenant,
+        .all_tenants = rc->who.all_tenants,
+        .initiator = rc->who.name,
+        .query = http_query,
+        .query_arg = rc->conn,
+    };
+}
+
+bool http_request_problem(struct req_ctx *rc, enum status st, const struct error *err)
+{
+    struct reply rp;
+    bool ret;
+
+    reply_init(&rp);
+    reply_error(&rp, st, err);
+    if (st == ST_METHOD)
+        reply_header(&rp, "Allow", rc->m.allow);
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
+bool http_request_limited(struct req_ctx *rc, const struct error *err, int retry_after_s,
+                          bool close)
+{
+    struct reply rp;
+    char secs[16];
+    bool ret;
+
+    xsnprintf(secs, sizeof(secs), "%d", retry_after_s > 0 ? retry_after_s : 1);
+    reply_init(&rp);
+    reply_error(&rp, ST_LIMITED, err);
+    reply_header(&rp, "Retry-After", secs);
+    if (close)
+        reply_header(&rp, "Connection", "close");
+    ret = http_send(rc, &rp);
+    reply_cleanup(&rp);
+    return ret;
+}
+
 /* ---- event streams ---------------------------------------------------------- */
 
 /* Runs with the hub lock held, on the connection's thread. A peer that
@@ -200,10 +248,11 @@ void http_resume_stream(void *arg)
 
 static ssize_t http_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
+    struct http_stream *hs = cls;
     size_t n = 0;
 
     (void)pos;
-    switch (http_stream_read(cls, buf, max, &n)) {
+    switch (hs->calls->stream_read(hs, buf, max, &n)) {
     case SSE_DATA:
         return (ssize_t)n;
     case SSE_SUSPENDED:
@@ -236,12 +285,15 @@ static void http_stream_socket(struct MHD_Connection *c, const struct config *cf
  * only for an HTTP/1.0 client, so it is kept small. */
 bool http_respond_stream(struct req_ctx *rc, struct http_stream *hs)
 {
-    struct MHD_Response *r = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 1024, http_stream_reader, hs, http_stream_free);
+    const struct http_calls *calls = rc->h->calls;
+    struct MHD_Response *r;
     enum MHD_Result ret;
 
+    hs->calls = calls;
+    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, http_stream_reader, hs,
+                                          calls->stream_free);
     if (!r) {
-        http_stream_free(hs);
+        calls->stream_free(hs);
         return false;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -272,18 +324,19 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_size, void **con_cls)
 {
+    struct http *h = cls;
     struct req_ctx *rc = *con_cls;
     bool go_on;
 
     (void)version;
     if (!rc) {
-        rc = http_request_new(cls, c, http_conn_of(c), method, url);
+        rc = h->calls->request_new(h, c, http_conn_of(c), method, url);
         *con_cls = rc;
         log_request_id_set(rc->request_id);
-        go_on = http_request_begin(rc);
+        go_on = h->calls->request_begin(rc);
     } else {
         log_request_id_set(rc->request_id);
-        go_on = http_request_step(rc, upload_data, upload_size);
+        go_on = h->calls->request_step(rc, upload_data, upload_size);
     }
     log_request_id_set(NULL);
     return mhd_result(go_on);
@@ -301,7 +354,7 @@ static void http_done(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!rc)
         return;
     log_request_id_set(rc->request_id);
-    http_request_done(rc, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    h->calls->request_done(rc, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = NULL;
     log_request_id_set(NULL);
 }
@@ -357,7 +410,7 @@ static void http_notify(void *cls, struct MHD_Connection *c, void **socket_conte
  * 14 KiB and still takes request headers of about 13 KB (more gets 431);
  * bodies and large answers do not live in it. */
 #define HTTP_CONN_POOL (14 * 1024)
-static struct MHD_Daemon *http_daemon(struct http *h)
+struct MHD_Daemon *http_mhd_start(struct http *h)
 {
     const struct config *cfg = h->hc->cfg;
     const unsigned flags =
@@ -373,56 +426,7 @@ static struct MHD_Daemon *http_daemon(struct http *h)
         MHD_OPTION_NOTIFY_CONNECTION, &http_notify, h, MHD_OPTION_END);
 }
 
-enum status http_bind(const char *listen, struct http **out, struct error *err)
+void http_mhd_stop(struct http *h)
 {
-    struct http *h = xcalloc(1, sizeof(*h));
-    enum status st = http_listen_open(listen, &h->fd, &h->port, err);
-
-    *out = NULL;
-    if (st != ST_OK) {
-        free(h);
-        return st;
-    }
-    xsnprintf(h->listen, sizeof(h->listen), "%s", listen);
-    *out = h;
-    return ST_OK;
-}
-
-enum status http_start(struct http *h, const struct hctx *hc, struct error *err)
-{
-    enum status st;
-
-    h->hc = hc;
-    h->conns = http_conns_new(hc->limits, hc->cfg->http.request_deadline_s);
-    st = http_conns_start(h->conns, err);
-    if (st != ST_OK)
-        return st;
-    h->d = http_daemon(h);
-    if (!h->d) {
-        /* The daemon may have closed the socket as it failed; it is not
-         * closed again, since another thread may have its number by now. */
-        h->fd = -1;
-        return error_set(err, ST_UNAVAILABLE,
-                         "could not serve on %s: libmicrohttpd did not start (its warning "
-                         "above says why)",
-                         h->listen);
-    }
-    return ST_OK;
-}
-
-unsigned http_port(const struct http *h)
-{
-    return h->port;
-}
-
-void http_stop(struct http *h)
-{
-    if (!h)
-        return;
-    if (h->d)
-        MHD_stop_daemon(h->d); /* closes every connection, and so their records, and the socket */
-    else if (h->fd >= 0)
-        close(h->fd);
-    http_conns_free(h->conns);
-    free(h);
+    MHD_stop_daemon(h->d);
 }
