@@ -4,6 +4,7 @@
  * short of the store. Per-alert errors become JSON results there, so their
  * texts are checked like a reply's. */
 #include "tests/fuzz/fuzz.h"
+#include "handlers/alertmanager.h"
 
 #include "common/canon_json.h"
 #include "common/digest.h"
