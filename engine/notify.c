@@ -1,4 +1,4 @@
-/* engine/notify.c — the notifier thread (engine/notify_body.h): it claims due
+/* engine/notify.c — the notifier thread (engine_internal.h): it claims due
  * deliveries from the outbox, sends each with libcurl, and writes what came
  * of them, every attempt an event on its run.
  *

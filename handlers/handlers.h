@@ -1,7 +1,16 @@
 /* handlers/handlers.h — the HTTP resources: parse, validate, act, render.
  * No libmicrohttpd and no libpq here, so handlers are unit-testable; the
  * server hands them a parsed request and turns the reply into a response.
- * Handlers run on HTTP threads and are reentrant. */
+ * Handlers run on HTTP threads and are reentrant.
+ *
+ * One header for the resources the route table names (server/route.c).
+ * reply.c builds every reply (reply_*, status_http); each resource's
+ * handlers, and the pure parts their unit tests call, are in the file of
+ * its name: alerts.c, runs.c (runs, events, completions, the query
+ * parsers), runs_retry.c, approvals.c, bulk.c, schedules.c (schedules and
+ * rate limits), health.c, openapi.c and web.c. A file's other callers have
+ * a header of its own (alertmanager.h, auth.h, bulk.h, intake.h,
+ * labels.h, metrics.h, schedules.h, submitq.h). */
 #ifndef OPSRUN_HANDLERS_H
 #define OPSRUN_HANDLERS_H
 
