@@ -11,7 +11,7 @@
  * Every request has an id (its X-Request-Id when valid, else its
  * traceparent's trace id, else a new one), answered in X-Request-Id and set
  * as the thread's log request id (common/log.h) around each callback that
- * works for it (http.c), so every line it causes carries request_id=. */
+ * works for it (http_mhd.c), so every line it causes carries request_id=. */
 #include "server/http_internal.h"
 
 #include "common/limits.h"
@@ -51,35 +51,7 @@ struct req_ctx *http_request_new(struct http *h, struct MHD_Connection *c, struc
     return rc;
 }
 
-struct request http_request_of(const struct req_ctx *rc)
-{
-    return (struct request){
-        .method = rc->method,
-        .path = rc->url,
-        .path_id = rc->m.id[0] ? rc->m.id : NULL,
-        .tenant = rc->who.tenant,
-        .all_tenants = rc->who.all_tenants,
-        .initiator = rc->who.name,
-        .query = http_query,
-        .query_arg = rc->conn,
-    };
-}
-
 /* ---- error answers --------------------------------------------------------- */
-
-bool http_request_problem(struct req_ctx *rc, enum status st, const struct error *err)
-{
-    struct reply rp;
-    bool ret;
-
-    reply_init(&rp);
-    reply_error(&rp, st, err);
-    if (st == ST_METHOD)
-        reply_header(&rp, "Allow", rc->m.allow);
-    ret = http_send(rc, &rp);
-    reply_cleanup(&rp);
-    return ret;
-}
 
 static bool request_error(struct req_ctx *rc, enum status st, const char *fmt, ...)
     PRINTF_LIKE(3, 4);
@@ -94,24 +66,6 @@ static bool request_error(struct req_ctx *rc, enum status st, const char *fmt, .
     va_end(ap);
     utf8_scrub(err.message); /* jansson's parse errors can cut a character */
     return http_request_problem(rc, st, &err);
-}
-
-bool http_request_limited(struct req_ctx *rc, const struct error *err, int retry_after_s,
-                          bool close)
-{
-    struct reply rp;
-    char secs[16];
-    bool ret;
-
-    xsnprintf(secs, sizeof(secs), "%d", retry_after_s > 0 ? retry_after_s : 1);
-    reply_init(&rp);
-    reply_error(&rp, ST_LIMITED, err);
-    reply_header(&rp, "Retry-After", secs);
-    if (close)
-        reply_header(&rp, "Connection", "close");
-    ret = http_send(rc, &rp);
-    reply_cleanup(&rp);
-    return ret;
 }
 
 /* A connection opened over its address's limit answers its first request

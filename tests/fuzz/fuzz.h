@@ -10,6 +10,7 @@
 #include "handlers/handlers.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 
 #include <jansson.h>
 

@@ -4,6 +4,7 @@
 #include "common/tz.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 
 #include <check.h>
 #include <stdio.h>
