@@ -17,7 +17,8 @@
  * across sections; run_types.c the run types; routes.c the routes; auth.c
  * the tokens, scopes and the loopback rule; cors.c the CORS origins;
  * schedules.c the schedules and rate limits; notify.c the notifiers;
- * print.c the effective configuration as JSON. */
+ * print.c the effective configuration as JSON; errors.c where the errors of
+ * a load go (cfg_errors_sink). */
 #ifndef OPSRUN_CONFIG_H
 #define OPSRUN_CONFIG_H
 
