@@ -10,6 +10,7 @@
  * retry at the start, a failed check afterwards); 404 and 410 while polling
  * are "gone"; other 4xx fail. */
 #include "engine/actions/action.h"
+#include "engine/actions/http.h"
 #include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
 #include "engine/actions/remote_job.h"
@@ -114,34 +115,27 @@ static void retry_after(struct run_ctx *rc, const struct remote_response *r)
         rc->next_delay_ms = (int64_t)r->retry_after_s * 1000;
 }
 
-static enum step action_http_start(struct run_ctx *rc)
+enum step action_http_started(struct run_ctx *rc, const struct remote_response *r)
 {
-    const json_t *req = json_object_get(rc->type->params, "request");
-    struct remote_response r;
-    enum step step = prepare_run(rc, &prep_json);
+    enum step step = STEP_FAIL;
     char *url;
 
-    if (step != STEP_DONE)
-        return step;
-    step = STEP_FAIL;
-    if (!remote_call_run(rc, req, NULL, "the request", &r))
-        return STEP_FAIL;
-    switch (remote_classify(&r)) {
+    switch (remote_classify(r)) {
     case REMOTE_TRANSIENT:
-        remote_error(rc, "unavailable", "the call failed", &r);
-        step = r.stopped ? STEP_FAIL : STEP_RETRY;
+        remote_error(rc, "unavailable", "the call failed", r);
+        step = r->stopped ? STEP_FAIL : STEP_RETRY;
         break;
     case REMOTE_GONE:
     case REMOTE_REJECTED:
-        remote_error(rc, "rejected", "the call was refused", &r);
+        remote_error(rc, "rejected", "the call was refused", r);
         break;
     case REMOTE_OK:
-        url = r.status == 202 ? status_url(rc, &r, r.effective_url) : NULL;
+        url = r->status == 202 ? status_url(rc, r, r->effective_url) : NULL;
         /* the status, cancel and cleanup requests carry the configured
          * headers (credentials too): only to the host that was called,
          * unless the run type says otherwise */
         if (url && !json_is_true(json_object_get(rc->type->params, "status_any_host")) &&
-            !remote_same_authority(r.effective_url, url)) {
+            !remote_same_authority(r->effective_url, url)) {
             rc_error(rc, "unsafe_status_url",
                      "the 202 answer names a status URL on another host; set "
                      "\"status_any_host\": true in the run type to follow it");
@@ -155,15 +149,56 @@ static enum step action_http_start(struct run_ctx *rc)
             if (!rc->poll_state)
                 rc->poll_state = json_object();
             json_object_set_new(rc->poll_state, "status_url", json_string(url));
-            retry_after(rc, &r);
+            retry_after(rc, r);
             step = STEP_WAIT;
         } else {
-            step = finished(rc, &r);
+            step = finished(rc, r);
         }
         free(url);
         break;
     }
+    return step;
+}
+
+static enum step action_http_start(struct run_ctx *rc)
+{
+    const json_t *req = json_object_get(rc->type->params, "request");
+    struct remote_response r;
+    enum step step = prepare_run(rc, &prep_json);
+
+    if (step != STEP_DONE)
+        return step;
+    if (!remote_call_run(rc, req, NULL, "the request", &r))
+        return STEP_FAIL;
+    step = action_http_started(rc, &r);
     remote_response_cleanup(&r);
+    return step;
+}
+
+enum step action_http_checked(struct run_ctx *rc, const struct remote_response *r)
+{
+    enum step step = STEP_RETRY;
+
+    switch (remote_classify(r)) {
+    case REMOTE_TRANSIENT:
+        remote_error(rc, "status_unavailable", "could not check the status", r);
+        break;
+    case REMOTE_GONE:
+        step = remote_job_gone(rc, r);
+        break;
+    case REMOTE_REJECTED:
+        remote_error(rc, "status_rejected", "the status check was refused", r);
+        step = STEP_FAIL;
+        break;
+    case REMOTE_OK:
+        if (r->status == 202) {
+            retry_after(rc, r);
+            step = STEP_WAIT;
+        } else {
+            step = finished(rc, r);
+        }
+        break;
+    }
     return step;
 }
 
@@ -172,32 +207,13 @@ static enum step action_http_poll(struct run_ctx *rc)
     const json_t *req = json_object_get(rc->type->params, "status");
     json_t *get = req ? NULL : json_object(); /* no "status": a plain GET */
     struct remote_response r;
-    enum step step = STEP_RETRY;
+    enum step step;
     bool sent = remote_call_run(rc, req ? req : get, rc->external_id, "the status request", &r);
 
     json_decref(get);
     if (!sent)
         return STEP_FAIL;
-    switch (remote_classify(&r)) {
-    case REMOTE_TRANSIENT:
-        remote_error(rc, "status_unavailable", "could not check the status", &r);
-        break;
-    case REMOTE_GONE:
-        step = remote_job_gone(rc, &r);
-        break;
-    case REMOTE_REJECTED:
-        remote_error(rc, "status_rejected", "the status check was refused", &r);
-        step = STEP_FAIL;
-        break;
-    case REMOTE_OK:
-        if (r.status == 202) {
-            retry_after(rc, &r);
-            step = STEP_WAIT;
-        } else {
-            step = finished(rc, &r);
-        }
-        break;
-    }
+    step = action_http_checked(rc, &r);
     remote_response_cleanup(&r);
     return step;
 }
