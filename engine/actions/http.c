@@ -51,13 +51,30 @@ static char *absolute(const char *base, const char *loc)
     return NULL;
 }
 
+/* The text of an answer that is not JSON, as a JSON string that the
+ * run's result (jsonb) can hold: a NUL byte, which jsonb refuses, and a
+ * byte that is not UTF-8, which JSON cannot hold, become '?'. */
+static json_t *answer_text(const struct remote_response *r)
+{
+    char *s = xmalloc(r->len + 1);
+    json_t *text;
+
+    for (size_t i = 0; i < r->len; i++)
+        s[i] = r->body[i] ? r->body[i] : '?';
+    s[r->len] = '\0';
+    utf8_scrub(s);
+    text = json_string(s);
+    free(s);
+    return text;
+}
+
 /* The answer's JSON as the result (non-JSON: its text). */
 static json_t *answer_result(const struct run_ctx *rc, const struct remote_response *r)
 {
     json_t *body = remote_json(r), *res;
 
     if (!body)
-        return r->len ? json_pack("{s:i, s:s%}", "status", (int)r->status, "body", r->body, r->len)
+        return r->len ? json_pack("{s:i, s:o}", "status", (int)r->status, "body", answer_text(r))
                       : json_null();
     if (remote_param(rc, "result_pointer", NULL)) {
         const json_t *x = jptr_get(body, remote_param(rc, "result_pointer", ""));
