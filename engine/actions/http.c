@@ -106,6 +106,23 @@ static enum step finished(struct run_ctx *rc, const struct remote_response *r)
     return step;
 }
 
+/* url with every byte a URL may not hold as it is (a control character, a
+ * space, DEL, a byte outside ASCII) percent-encoded: a status URL becomes
+ * the run's external id, which PostgreSQL stores as UTF-8 text. Heap. */
+static char *url_encoded(const char *url)
+{
+    char *out = xmalloc(strlen(url) * 3 + 1);
+    size_t n = 0;
+
+    for (const unsigned char *p = (const unsigned char *)url; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f)
+            n += xsnprintf(out + n, 4, "%%%02X", *p);
+        else
+            out[n++] = (char)*p;
+    out[n] = '\0';
+    return out;
+}
+
 /* 202: where to look next, from the status URL pointer or Location. */
 static char *status_url(const struct run_ctx *rc, const struct remote_response *r,
                         const char *request_url)
@@ -122,7 +139,9 @@ static char *status_url(const struct run_ctx *rc, const struct remote_response *
     }
     abs = found ? absolute(request_url, found) : NULL;
     free(found);
-    return abs;
+    found = abs ? url_encoded(abs) : NULL;
+    free(abs);
+    return found;
 }
 
 /* Retry-After in seconds, as the next check's delay. */
