@@ -187,8 +187,12 @@ enum step action_http_started(struct run_ctx *rc, const struct remote_response *
             json_object_set_new(rc->poll_state, "status_url", json_string(url));
             retry_after(rc, r);
             step = STEP_WAIT;
-        } else {
-            step = finished(rc, r);
+        } else if ((step = finished(rc, r)) == STEP_WAIT) {
+            /* a state mapped to running, and nothing to check it at */
+            rc_error(rc, "no_status_url",
+                     "the answer's state says the job is still running, but the answer is no "
+                     "202 with a status URL to check it at");
+            step = STEP_FAIL;
         }
         free(url);
         break;
