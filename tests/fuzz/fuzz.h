@@ -24,6 +24,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
+/* The bytes the process holds on its heap, when the build counts them
+ * (AddressSanitizer's allocator, gcc or clang); 0 otherwise. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FUZZ_HEAP_COUNTED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUZZ_HEAP_COUNTED 1
+#endif
+#endif
+#ifdef FUZZ_HEAP_COUNTED
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
+static inline size_t fuzz_heap_bytes(void)
+{
+#ifdef FUZZ_HEAP_COUNTED
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    return 0;
+#endif
+}
+
 /* The input as a C string (heap, free); bytes after a NUL are cut, as a C
  * API would see them. */
 static inline char *fuzz_cstr(const uint8_t *data, size_t size)
