@@ -2,15 +2,11 @@
  * routing an alert to a run type (cfg_route). */
 #include "config/config_internal.h"
 
-#include "common/regex_cost.h"
+#include "common/regex_limits.h"
 #include "common/suggest.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* The parts a route's regular expression may compile to: "[a-z]{1,255}"
- * is 255 of them, "(a{10}){100}" a thousand. */
-#define ROUTE_REGEX_COST_MAX 10000
 
 static void route_free(struct route *r)
 {
@@ -49,20 +45,18 @@ static void check_route_type(const struct config *cfg, const char *label, const 
 }
 
 /* "~src" is a POSIX extended regex that must match the whole value. One
- * that repeats a repetition is refused before glibc spells it out in
- * memory (common/regex_cost.h). */
+ * that glibc would take too long or too much memory to compile is refused
+ * before (common/regex_limits.h). */
 static enum status match_compile(struct route_match *m, const char *path, struct error *err)
 {
     char *src = xasprintf("^(%s)$", m->value);
-    int rc;
     char msg[256];
+    int rc;
 
-    if (regex_cost(src) > ROUTE_REGEX_COST_MAX) {
+    if (!regex_within_limits(src, msg, sizeof(msg))) {
         free(src);
         return error_set(err, ST_INVALID,
-                         "invalid \"%s\": the regular expression repeats too much (a "
-                         "repetition of a repetition): it would compile to more than %d parts",
-                         path, ROUTE_REGEX_COST_MAX);
+                         "invalid \"%s\": the regular expression is too costly: %s", path, msg);
     }
     rc = regcomp(&m->re, src, REG_EXTENDED | REG_NOSUB);
     free(src);
