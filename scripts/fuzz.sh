@@ -21,7 +21,7 @@
 #
 # Each driver fuzzes into a scratch corpus, build-fuzz/corpus/<name>/, kept
 # between runs so that a later run starts from what an earlier one
-# reached, and reads the checked-in seeds of tests/fuzz/corpus/<name>/
+# reached, and reads the checked-in inputs of tests/fuzz/corpus/<name>/
 # (never written to). Its findings (crash-*, leak-*, timeout-*, oom-*) and
 # its log go to OUT/<name>/; the executions are libFuzzer's final stats
 # (-print_final_stats=1). What to do with a finding: tests/fuzz/README.md.
