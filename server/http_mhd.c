@@ -18,6 +18,7 @@
 #include "common/limits.h"
 #include "server/http_conn.h"
 #include "server/http_cors.h"
+#include "server/http_headers.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -119,7 +120,7 @@ static void http_not_modified(const struct req_ctx *rc, struct reply *rp)
     if (rp->http_status != 200 || !etag)
         return;
     inm = http_header(rc, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    if (!inm || (strcmp(inm, "*") != 0 && !strstr(inm, etag)))
+    if (!http_etag_matches(inm, etag))
         return;
     rp->http_status = MHD_HTTP_NOT_MODIFIED;
     free(rp->text);

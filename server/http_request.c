@@ -18,11 +18,11 @@
 #include "common/metrics.h"
 #include "server/http_conn.h"
 #include "server/http_cors.h"
+#include "server/http_headers.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* A body past the cap (chunked, or announced by Content-Length) is read
  * and dropped up to this many times the cap so the client gets its 413;
@@ -83,21 +83,6 @@ static bool request_over_limit(struct req_ctx *rc)
 }
 
 /* ---- the first call ---------------------------------------------------------- */
-
-static bool content_type_json(const char *ct)
-{
-    size_t n;
-
-    if (!ct)
-        return false;
-    n = strcspn(ct, ";");
-    while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
-        n--;
-    if (n == 16 && strncasecmp(ct, "application/json", 16) == 0)
-        return true;
-    return n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0 &&
-           strncasecmp(ct, "application/", 12) == 0;
-}
 
 /* Who the request is, decided before anything else about it (even
  * whether its path exists) is told; a failure is answered here. */
@@ -176,7 +161,7 @@ static bool request_check(struct req_ctx *rc)
         return true;
     }
     ct = http_header(rc, "Content-Type");
-    if (!content_type_json(ct))
+    if (!http_content_type_json(ct))
         return request_error(rc, ST_UNSUPPORTED,
                              "content type must be application/json, not \"%.100s\"",
                              ct ? ct : "(none)");
