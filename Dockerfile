@@ -28,7 +28,7 @@ FROM ${BASE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
-      libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev \
+      libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -48,7 +48,7 @@ FROM ${BASE}
 # a few times a year: rebuild the image to take a new release.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 ca-certificates tini tzdata \
+      libmicrohttpd12 libpq5 libjansson4 libcurl4 libxml2 libssl3 ca-certificates tini tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin opsrun

@@ -491,7 +491,7 @@ echo "demo runs not completed/succeeded:      $DEMO_BAD of $DEMO_ALL"
 echo "server log lines at warn and above:     $(wc -l <"$OUT/poller-serve.log") ($OUT/poller-serve.log;" \
     "$(wc -l <"$OUT/poller-serve-after-b.log") by the end of (b)); $(wc -l <"$OUT/poller-serve0.log") in (a0)"
 sed -E 's/^[0-9T:.Z-]+ +//; s/run=[^ ]+/run=.../; s/check=[0-9]+/check=N/' "$OUT"/poller-serve0.log "$OUT/poller-serve.log" |
-    sort | uniq -c | sort -rn | head -n 5
+    sort | uniq -c | sort -rn | awk 'NR <= 5'
 [ -s "$OUT/poller-logged-runs.txt" ] && sed 's/^/   now: /' "$OUT/poller-logged-runs.txt"
 [ "$WAITING_LEFT" = "$WAITING" ] || FAILED+=("job runs left waiting")
 [ "$REAL_LEFT" = "$WAITING" ] || FAILED+=("job_real runs left waiting")

@@ -98,5 +98,5 @@ psql -X "$DB" -c "SELECT calls, rows, round(rows::numeric / greatest(calls, 1), 
        round((total_exec_time / $N * 1000)::numeric, 1) AS us_per_check,
        left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement
      FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC LIMIT 8"
-[ -s "$DATA/serve.log" ] && sed 's/^/serve.log: /' "$DATA/serve.log" | head -n 5
+[ -s "$DATA/serve.log" ] && sed 's/^/serve.log: /' "$DATA/serve.log" | awk 'NR <= 5'
 exit 0

@@ -9,7 +9,7 @@
 # needs root or kernel.perf_event_paranoid <= 0) and prints the shares by
 # command (opsrun, the PostgreSQL backends, loadgen, the rest) and the
 # hottest symbols of PostgreSQL: the database's side of the same load.
-# Usage: bench/profile.sh [RUNS]   (default 20000; needs perf)
+# Usage: bench/profile.sh [RUNS]   (default 20000; installs linux-perf for perf)
 #        WHOLE=1 bench/profile.sh [RUNS]
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
@@ -17,9 +17,9 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 RUNS=${1:-20000}
 OUT=bench/out
 mkdir -p "$OUT"
-command -v perf >/dev/null || { echo "profile.sh: perf is not installed (Debian: linux-perf)" >&2; exit 2; }
-
-bench_build -- opsrun opsrun_loadgen
+# perf comes with linux-perf; awk, not head, takes the first lines of its
+# reports, so that perf never writes into a closed pipe (pipefail).
+bench_build linux-perf -- opsrun opsrun_loadgen
 DATA=$(mktemp -d /tmp/opsrun-profile.XXXXXX)
 chmod 755 "$DATA"
 PID=""
@@ -48,13 +48,13 @@ wait "$PERF" || true
 if [ -n "${WHOLE:-}" ]; then
     echo "== by command (every process on the machine)"
     perf report -i "$OUT/perf.data" --no-children --sort comm --stdio -g none 2>/dev/null |
-        grep '%' | head -8
+        awk -v n=8 '/%/ && n-- > 0'
     echo "== PostgreSQL, by symbol"
     perf report -i "$OUT/perf.data" --no-children --comm postgres --percentage relative \
-        --sort dso,symbol --stdio -g none 2>/dev/null | grep '%' | head -25
+        --sort dso,symbol --stdio -g none 2>/dev/null | awk -v n=25 '/%/ && n-- > 0'
     exit 0
 fi
 echo "== by library"
-perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -8
+perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | awk -v n=8 '/%/ && n-- > 0'
 echo "== by symbol"
-perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | grep '%' | head -20
+perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | awk -v n=20 '/%/ && n-- > 0'

@@ -14,13 +14,15 @@
 #     limit far above the load (1,000,000 per second), against the demo type
 #     without a limit, alternated ROUNDS times (default 3) on fresh
 #     databases of one cluster; the ratio of the medians.
-# Usage: bench/schedules.sh [SECONDS] [ROUNDS]   (RUNS=N runs per round, default 6400)
+# Usage: bench/schedules.sh [SECONDS] [ROUNDS]   (RUNS=N runs per round, default 6400;
+#        IDLE_S=N the idle cost's window, default 60)
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
 SECS=${1:-30}
 ROUNDS=${2:-3}
 RUNS=${RUNS:-6400}
+IDLE_S=${IDLE_S:-60}
 OUT=bench/out
 PORT=18191
 URL=http://127.0.0.1:$PORT
@@ -100,14 +102,14 @@ serve "$DB" "$DATA/plain.json"
 build/opsrun_loadgen pickup "$URL" "$DB" 200 | tee "$OUT/schedules-pickup.txt"
 stop
 
-echo "== the scheduler's idle cost: CPU over 60 s, 1,000 schedules @yearly vs none"
+echo "== the scheduler's idle cost: CPU over $IDLE_S s, 1,000 schedules @yearly vs none"
 schedules 1000 '@yearly' >"$DATA/yearly.json"
 for conf in plain yearly; do
     DB=$(bench_db "$DATA" "idle_$conf")
     serve "$DB" "$DATA/$conf.json"
     sleep 5
     a=$(cpu_ticks "$PID")
-    sleep 60
+    sleep "$IDLE_S"
     b=$(cpu_ticks "$PID")
     echo "idle_cpu_ms_${conf}=$(((b - a) * 1000 / $(getconf CLK_TCK)))" | tee -a "$OUT/schedules-idle.txt"
     stop

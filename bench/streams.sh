@@ -89,7 +89,7 @@ echo "server RSS, 0 -> $IDLE idle streams (KiB): $(get $R rss_before_kib) -> $(g
     "$(get $R rss_marginal_per_subscriber_kib) KiB per stream from $((IDLE / 2)) to $IDLE)"
 echo "server threads, 0 -> $IDLE idle streams:   $(get $R threads_before) -> $(get $R threads_after)"
 echo "server log lines at warn and above:        $(wc -l <"$OUT/streams-serve.log") ($OUT/streams-serve.log)"
-sed -E 's/^[0-9T:.Z-]+ +//' "$OUT/streams-serve.log" | sort | uniq -c | sort -rn | head -n 5
+sed -E 's/^[0-9T:.Z-]+ +//' "$OUT/streams-serve.log" | sort | uniq -c | sort -rn | awk 'NR <= 5'
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "FAILED: ${FAILED[*]} (see $OUT/)" >&2
     exit 1

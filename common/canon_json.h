@@ -1,6 +1,12 @@
 /* common/canon_json.h — canonical JSON, the one text of a JSON value that
  * identity hashes are taken over. Pure, thread-safe; the result is the
- * caller's. */
+ * caller's.
+ *
+ * Ours, not jansson's json_dumps (JSON_SORT_KEYS | JSON_COMPACT): the
+ * identity hashes in the database are taken over this text, so its bytes
+ * are a stored contract that no jansson release may change (how a real is
+ * printed is jansson's choice), and it bounds depth and length where
+ * json_dumps would not. Strings are escaped by jansson all the same. */
 #ifndef OPSRUN_CANON_JSON_H
 #define OPSRUN_CANON_JSON_H
 

@@ -1,6 +1,11 @@
 /* common/civil.h — the proleptic Gregorian calendar on days since
  * 1970-01-01, for any year an int64 holds: no time zone involved. Pure and
- * thread-safe. */
+ * thread-safe.
+ *
+ * Ours, not libc's: timegm and gmtime_r do this arithmetic only through a
+ * struct tm (an int year, a normalising pass per call), and give a month's
+ * length or a weekday only as a side effect of one; cron and the tz rules
+ * walk the calendar day by day, and these are exact for every year. */
 #ifndef OPSRUN_CIVIL_H
 #define OPSRUN_CIVIL_H
 

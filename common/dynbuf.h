@@ -9,7 +9,10 @@
  * result would pass max, and then the buffer is left exactly as it was.
  *
  * The fields may be read; change them only through these functions. A
- * zeroed struct is an empty buffer with max 0: call dynbuf_init first. */
+ * zeroed struct is an empty buffer with max 0: call dynbuf_init first.
+ *
+ * Ours: libcurl's dynbuf is private to libcurl, and libxml2's xmlBuffer
+ * (walled in the actions) has no hard maximum. */
 #ifndef OPSRUN_DYNBUF_H
 #define OPSRUN_DYNBUF_H
 

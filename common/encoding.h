@@ -1,6 +1,13 @@
 /* common/encoding.h — the text forms of bytes: lower-case hex and base64url
  * without padding (RFC 4648 section 5). Pure functions, thread-safe; they
- * write into the caller's buffers and allocate nothing. */
+ * write into the caller's buffers and allocate nothing.
+ *
+ * Ours, not a library's: libcrypto's base64 (EVP_EncodeBlock,
+ * EVP_DecodeBlock) has the standard alphabet with padding and does not
+ * refuse stray low bits, which a cursor needs (one token per position),
+ * and its hex (OPENSSL_buf2hexstr) is upper case with separators; turning
+ * either into these costs more than these few lines, and libcrypto stays
+ * walled in digest.c. libcurl, jansson and libxml2 offer neither. */
 #ifndef OPSRUN_ENCODING_H
 #define OPSRUN_ENCODING_H
 

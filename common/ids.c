@@ -3,8 +3,8 @@
 
 #include <string.h>
 
+#include "digest.h"
 #include "encoding.h"
-#include "sha256.h"
 
 /* Writes the low 5 * nchars bits of v as Crockford base32, most significant
  * first. */

@@ -1,5 +1,6 @@
 /* common/jsonptr.h — JSON pointers (RFC 6901) into jansson documents: how
  * run type params name a value inside a remote answer or a run's input.
+ * jansson has no JSON pointer of its own (libxml2's XPath is for XML).
  *
  * Thread-safe; no state. A value found is borrowed from the document and
  * lives as long as it does. Nothing fails but a lookup, which returns NULL. */

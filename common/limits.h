@@ -11,7 +11,10 @@
  *
  * Thread-safety: everything but limits_new and limits_free is thread-safe
  * (one mutex, held for a hash lookup). bucket_take is pure. Time comes from
- * the options' clock, so tests can drive it. */
+ * the options' clock, so tests can drive it.
+ *
+ * The tables are ours: libc's hsearch_r has a fixed size and no removal,
+ * and an entry here goes when its last connection or stream does. */
 #ifndef OPSRUN_LIMITS_H
 #define OPSRUN_LIMITS_H
 

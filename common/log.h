@@ -6,7 +6,12 @@
  * key=value fields (a value with spaces in double quotes, with \" and \\).
  * In JSON every field becomes a key of its own, a string, after "ts",
  * "level" and "msg" (log_json_line). A request id set for the thread
- * (log_request_id_set) is added to every line as request_id=. */
+ * (log_request_id_set) is added to every line as request_id=.
+ *
+ * The JSON of a line is written here, not by jansson: a line is built in
+ * bounded buffers on the stack, with no allocation, so logging works where
+ * allocating fails, and a message need not be valid UTF-8 (jansson refuses
+ * such a string) to reach the log. */
 #ifndef OPSRUN_LOG_H
 #define OPSRUN_LOG_H
 

@@ -1,6 +1,13 @@
 /* common/time_rfc3339.h — instants as RFC 3339 text and as microseconds
  * since the epoch (UTC), without the C library's time zones. Pure,
- * thread-safe; no allocation. */
+ * thread-safe; no allocation.
+ *
+ * Ours, not a library's: libc's strptime goes through the locale and a
+ * struct tm, takes what RFC 3339 refuses (spaces, one-digit fields) and no
+ * fraction, and strftime has no microseconds; libcurl's curl_getdate reads
+ * HTTP dates (RFC 1123, RFC 850, asctime) to the second, not RFC 3339;
+ * jansson and libxml2 have no dates. One exact format is shorter written
+ * out than assembled from those. */
 #ifndef OPSRUN_TIME_RFC3339_H
 #define OPSRUN_TIME_RFC3339_H
 

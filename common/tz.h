@@ -8,7 +8,11 @@
  * Offsets after a zone's last listed transition follow the POSIX rule at
  * the end of its file, expanded at load up to the year 2200; later instants
  * keep the offset of the last transition. Zones with leap seconds (the
- * "right/" tree) are refused. "UTC" needs no file. */
+ * "right/" tree) are refused. "UTC" needs no file.
+ *
+ * Ours, not libc's: localtime_r and mktime read the same files, but only
+ * for the one zone of the process-wide TZ variable, which no thread may
+ * change while others convert; schedules need many zones at once. */
 #ifndef OPSRUN_TZ_H
 #define OPSRUN_TZ_H
 

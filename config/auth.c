@@ -5,8 +5,8 @@
  * except in cfg_token_new, which only hashes the one it makes. */
 #include "config/config_internal.h"
 
+#include "common/digest.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 #include "common/suggest.h"
 
 #include <arpa/inet.h>

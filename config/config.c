@@ -229,37 +229,6 @@ static void load_value(struct config *cfg, const char *parent, const char *key, 
         unknown_key(parent, key, path, errs);
 }
 
-void load_named(struct config *cfg, const char *what, const json_t *v,
-                void (*load)(struct config *, const char *, const json_t *, const char *,
-                             struct cfg_errors *),
-                void (*remove)(struct config *, const char *), struct cfg_errors *errs)
-{
-    char path[KEY_MAX + NAME_MAX_LEN];
-    const char *name;
-    json_t *def;
-
-    if (!json_is_object(v)) {
-        (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", what);
-        return;
-    }
-    json_object_foreach((json_t *)v, name, def)
-    {
-        xsnprintf(path, sizeof(path), "%s.%s", what, name);
-        if (!name_valid(name)) {
-            char label[sizeof(path) + 2];
-            struct error one = {0};
-            xsnprintf(label, sizeof(label), "\"%s\"", path);
-            (void)cfg_errors_note(errs, name_error(label, &one), &one);
-        } else if (json_is_null(def)) {
-            remove(cfg, name);
-        } else if (!json_is_object(def)) {
-            (void)cfg_errors_addf(errs, "invalid \"%s\": expected an object", path);
-        } else {
-            load(cfg, name, def, path, errs);
-        }
-    }
-}
-
 /* Routes go last, so they may name types defined further down the file. */
 static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *errs)
 {
@@ -455,11 +424,6 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
 }
 
 /* ---- lookups ---- */
-
-const struct run_type *cfg_run_type(const struct config *cfg, const char *name)
-{
-    return name ? rt_find(cfg, name) : NULL;
-}
 
 bool cfg_log_json(const struct config *cfg)
 {

@@ -10,7 +10,15 @@
  * Configuration sits below everything that reads it (engine, actions,
  * handlers, the process). It knows actions only through struct cfg_actions,
  * which the action registry provides and main passes to cfg_init: a run
- * type's "action" must exist there, and its "params" are checked by it. */
+ * type's "action" must exist there, and its "params" are checked by it.
+ *
+ * One header for the folder's sources (config_internal.h says how they
+ * share the work): config.c the life cycle, the sources and the checks
+ * across sections; run_types.c the run types; routes.c the routes; auth.c
+ * the tokens, scopes and the loopback rule; cors.c the CORS origins;
+ * schedules.c the schedules and rate limits; notify.c the notifiers;
+ * print.c the effective configuration as JSON; errors.c where the errors of
+ * a load go (cfg_errors_sink). */
 #ifndef OPSRUN_CONFIG_H
 #define OPSRUN_CONFIG_H
 

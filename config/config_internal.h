@@ -4,7 +4,14 @@
  * the JSON file, the environment, the flags and --print-config. Two tables
  * use it: cfg_opts (config.c, the top level and its sections) and rt_opts
  * (run_types.c, the scalar fields of a run type). option.c holds the
- * machinery both share; routes.c and print.c the rest. */
+ * machinery every table and loader shares, errors.c every error of a
+ * load; each section of the file has a source of its own: run_types.c,
+ * routes.c, auth.c (tokens), cors.c, schedules.c (schedules and rate
+ * limits) and notify.c (notifiers); print.c puts them together for
+ * --print-config. Calls go one way, each only to files below it:
+ *   config.c, print.c
+ *     -> notify.c, schedules.c, routes.c, auth.c, cors.c
+ *     -> run_types.c -> option.c -> errors.c */
 #ifndef OPSRUN_CONFIG_INTERNAL_H
 #define OPSRUN_CONFIG_INTERNAL_H
 
@@ -82,17 +89,6 @@ enum status cfg_errors_end(struct cfg_errors *e) WUR;
  * around it) has one near it. */
 enum status cfg_unknown_key(struct cfg_errors *e, const char *path, const struct suggest *s);
 
-/* ---- config.c ---- */
-
-/* An object of named definitions ("run_types", "schedules", "rate_limits"
- * at path what): each name checked, a null definition removed (remove),
- * an object handed to load with its path ("what.name"), anything else an
- * error. */
-void load_named(struct config *cfg, const char *what, const json_t *v,
-                void (*load)(struct config *cfg, const char *name, const json_t *def,
-                             const char *path, struct cfg_errors *errs),
-                void (*remove)(struct config *cfg, const char *name), struct cfg_errors *errs);
-
 /* ---- option.c: the machinery of an option table ---- */
 
 /* By JSON path, or by flag name ("workers"), for cfg_set. */
@@ -116,6 +112,16 @@ enum status check_name(const char *label, const char *value, struct error *err) 
 enum status check_log_format(const char *label, const char *value, struct error *err) WUR;
 /* HOST:PORT, where HOST is an IPv4 literal, "localhost" or "[IPv6]". */
 enum status check_listen(const char *label, const char *value, struct error *err) WUR;
+/* An option's value as the file would have it (new reference). */
+json_t *opt_to_json(const void *base, const struct opt *o);
+/* An object of named definitions ("run_types", "schedules", "rate_limits"
+ * at path what): each name checked, a null definition removed (remove),
+ * an object handed to load with its path ("what.name"), anything else an
+ * error. */
+void load_named(struct config *cfg, const char *what, const json_t *v,
+                void (*load)(struct config *cfg, const char *name, const json_t *def,
+                             const char *path, struct cfg_errors *errs),
+                void (*remove)(struct config *cfg, const char *name), struct cfg_errors *errs);
 
 /* ---- run_types.c ---- */
 
@@ -126,6 +132,10 @@ void rt_add_demo(struct config *cfg);
 void rt_free_all(struct config *cfg);
 /* The "run_types" object of a file: merged into the types already there. */
 void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+/* A run type's "notify" (then false) or "then" list, checked, into *slot
+ * (which it replaces); errors name path. */
+enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path,
+                     struct error *err) WUR;
 
 /* ---- auth.c ---- */
 
@@ -166,10 +176,6 @@ bool schedules_to_json(const struct config *cfg, json_t *root);
  * the one of that name as a whole, only when valid; null removes one). */
 void load_notifiers(struct config *cfg, const json_t *v, struct cfg_errors *errs);
 void notifiers_free(struct config *cfg);
-/* A run type's "notify" (then false) or "then" list, checked, into *slot
- * (which it replaces); errors name path. */
-enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path,
-                     struct error *err) WUR;
 /* Every notify rule names an existing notifier, every then rule an
  * existing run type. */
 void check_notify_refs(const struct config *cfg, struct cfg_errors *errs);
@@ -177,11 +183,6 @@ void check_notify_refs(const struct config *cfg, struct cfg_errors *errs);
 bool notifiers_to_json(const struct config *cfg, json_t *root);
 /* An http:// or https:// URL (http.public_url). */
 enum status check_http_url(const char *label, const char *value, struct error *err) WUR;
-
-/* ---- print.c ---- */
-
-/* An option's value as the file would have it (new reference). */
-json_t *opt_to_json(const void *base, const struct opt *o);
 
 /* ---- routes.c ---- */
 

@@ -1,7 +1,7 @@
 /* config/notify.c — "notifiers" (where notifications go: webhook, slack,
- * alertmanager), a run type's "notify" and "then" lists (which transitions
- * go where, which follow-up runs its end creates), their checks against
- * each other, --print-config's view of them, and their lookups
+ * alertmanager), the check of every run type's "notify" and "then" rules
+ * (run_types.c reads them) against the notifiers and run types there are,
+ * --print-config's view of the notifiers, and their lookups
  * (docs/notifications.md).
  *
  * A notifier's url, headers and secret hold no value of a run: only
@@ -19,7 +19,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define RULES_MAX 32
 #define ENV_NAME_MAX 128
 
 /* clang-format off */
@@ -32,12 +31,6 @@ static const struct opt nt_opts[] = {
 /* clang-format on */
 
 static const char *const kind_names[] = {"webhook", "slack", "alertmanager"};
-
-/* The transitions "notify" may name; "then" takes only the outcomes and "*". */
-static const char *const notify_events[] = {
-    "started", "retrying",  "approval_requested", "succeeded", "partially_succeeded",
-    "failed",  "cancelled", "timed_out",          "*"};
-#define FIRST_OUTCOME 3
 
 /* Headers opsrun writes itself. */
 static const char *const reserved_headers[] = {
@@ -427,124 +420,6 @@ static void nt_remove(struct config *cfg, const char *name)
 void load_notifiers(struct config *cfg, const json_t *v, struct cfg_errors *errs)
 {
     load_named(cfg, "notifiers", v, load_notifier, nt_remove, errs);
-}
-
-/* ---- a run type's "notify" and "then" ---- */
-
-/* "on": a non-empty array of the names events[first..). */
-static enum status rule_on(const json_t *on, size_t first, const char *path, struct error *err)
-{
-    size_t i;
-    json_t *x;
-
-    if (!json_is_array(on) || json_array_size(on) == 0)
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected a non-empty array", path);
-    json_array_foreach(on, i, x)
-    {
-        bool known = false;
-        for (size_t k = first; json_is_string(x) && k < ARRAY_LEN(notify_events); k++)
-            known = known || strcmp(json_string_value(x), notify_events[k]) == 0;
-        if (known)
-            continue;
-        if (first == 0)
-            return error_set(err, ST_INVALID,
-                             "invalid \"%s[%zu]\": expected \"started\", \"retrying\", "
-                             "\"approval_requested\", an outcome or \"*\"",
-                             path, i);
-        return error_set(err, ST_INVALID, "invalid \"%s[%zu]\": expected an outcome or \"*\"", path,
-                         i);
-    }
-    return ST_OK;
-}
-
-/* Every key of rule is one of keys[0..n), each of required is there. */
-static enum status rule_keys(const json_t *rule, const char *const *keys, size_t n,
-                             const char *path, struct error *err)
-{
-    const char *key;
-    json_t *x;
-
-    if (!json_is_object(rule))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", path);
-    json_object_foreach((json_t *)rule, key, x)
-    {
-        bool known = false;
-        for (size_t i = 0; i < n; i++)
-            known = known || strcmp(key, keys[i]) == 0;
-        if (!known)
-            return error_set(err, ST_INVALID, "unknown key \"%s.%s\"", path, key);
-    }
-    for (size_t i = 0; i < 2; i++) /* the first two are required */
-        if (!json_object_get(rule, keys[i]))
-            return error_set(err, ST_INVALID, "missing \"%s.%s\"", path, keys[i]);
-    return ST_OK;
-}
-
-static enum status notify_rule(const json_t *rule, const char *path, struct error *err)
-{
-    static const char *const keys[] = {"on", "to"};
-    char sub[KEY_MAX];
-    enum status st = rule_keys(rule, keys, ARRAY_LEN(keys), path, err);
-
-    xsnprintf(sub, sizeof(sub), "%s.on", path);
-    if (st == ST_OK)
-        st = rule_on(json_object_get(rule, "on"), 0, sub, err);
-    if (st == ST_OK && !json_is_string(json_object_get(rule, "to")))
-        st = error_set(err, ST_INVALID, "invalid \"%s.to\": expected a notifier's name", path);
-    return st;
-}
-
-static enum status then_rule(const json_t *rule, const char *path, struct error *err)
-{
-    static const char *const keys[] = {"on", "run_type", "delay_s", "data"};
-    const json_t *delay = json_object_get(rule, "delay_s"), *data = json_object_get(rule, "data");
-    char sub[KEY_MAX], why[160];
-    enum status st = rule_keys(rule, keys, ARRAY_LEN(keys), path, err);
-
-    xsnprintf(sub, sizeof(sub), "%s.on", path);
-    if (st == ST_OK)
-        st = rule_on(json_object_get(rule, "on"), FIRST_OUTCOME, sub, err);
-    if (st == ST_OK && !json_is_string(json_object_get(rule, "run_type")))
-        st =
-            error_set(err, ST_INVALID, "invalid \"%s.run_type\": expected a run type's name", path);
-    if (st == ST_OK && delay &&
-        (!json_is_integer(delay) || json_integer_value(delay) < 0 ||
-         json_integer_value(delay) > 2592000))
-        st = error_set(err, ST_INVALID, "invalid \"%s.delay_s\": must be between 0 and 2592000",
-                       path);
-    if (st == ST_OK && data && !json_is_object(data))
-        st = error_set(err, ST_INVALID, "invalid \"%s.data\": expected an object", path);
-    if (st == ST_OK && data && !tmpl_check_json(data, why, sizeof(why)))
-        st = error_set(err, ST_INVALID, "invalid \"%s.data\": %s", path, why);
-    return st;
-}
-
-enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path, struct error *err)
-{
-    char sub[KEY_MAX];
-    size_t i;
-    json_t *rule;
-
-    if (!json_is_array(v))
-        return error_set(err, ST_INVALID, "invalid \"%s\": expected an array", path);
-    if (json_array_size(v) > RULES_MAX)
-        return error_set(err, ST_INVALID, "invalid \"%s\": at most %d entries", path, RULES_MAX);
-    json_array_foreach(v, i, rule)
-    {
-        enum status st;
-        xsnprintf(sub, sizeof(sub), "%s[%zu]", path, i);
-        st = then ? then_rule(rule, sub, err) : notify_rule(rule, sub, err);
-        if (st != ST_OK)
-            return st;
-    }
-    json_decref(*slot);
-    *slot = json_incref((json_t *)v);
-    return ST_OK;
-}
-
-bool cfg_run_type_reacts(const struct run_type *rt)
-{
-    return json_array_size(rt->notify) > 0 || json_array_size(rt->then) > 0;
 }
 
 /* ---- references, printing ---- */

@@ -1,183 +1,19 @@
 /* config/print.c — the effective configuration as JSON, for
- * --print-config: every option with its source, run types and routes, and
- * the secrets of the database URL masked. */
+ * --print-config: every option with its source (each printed by option.c,
+ * the secrets of the database URL masked), run types and routes, and the
+ * other sections as their own files print them. */
 #include "config/config_internal.h"
-
-#include "common/dynbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define MASK "****"
-#define WS " \t\n\r\f\v"
-
-/* The longest masked connection string. Each MASK replaces the value after
- * a "password=" or "sslpassword=" (at least 9 bytes of the source), or the
- * one password of the user info, so a result is less than twice its source
- * plus MASK; a source is at most a config file long (a variable or a flag
- * is shorter). No loadable configuration reaches the cap; past it the value
- * would show as null, never unmasked. */
-#define MASKED_MAX (2 * CFG_FILE_MAX + sizeof(MASK))
-
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
 static const char *const source_names[] = {"default", "file", "env", "flag"};
-
-struct sbuf {
-    struct dynbuf d;
-    bool too_large; /* an add was refused: the result is NULL */
-};
-
-static void sb_putn(struct sbuf *b, const char *s, size_t n)
-{
-    if (!b->too_large && dynbuf_add(&b->d, s, n) != ST_OK)
-        b->too_large = true;
-}
-
-static void sb_puts(struct sbuf *b, const char *s)
-{
-    sb_putn(b, s, strlen(s));
-}
-
-static bool secret_key(const char *k, size_t n)
-{
-    return (n == 8 && memcmp(k, "password", 8) == 0) ||
-           (n == 11 && memcmp(k, "sslpassword", 11) == 0);
-}
-
-/* URI query parameters: "a=b&password=c". */
-static void mask_query(struct sbuf *b, const char *q)
-{
-    while (*q) {
-        size_t n = strcspn(q, "&");
-        const char *eq = memchr(q, '=', n);
-        if (eq && secret_key(q, (size_t)(eq - q))) {
-            sb_putn(b, q, (size_t)(eq + 1 - q));
-            sb_puts(b, MASK);
-        } else {
-            sb_putn(b, q, n);
-        }
-        q += n;
-        if (*q == '&')
-            sb_putn(b, q++, 1);
-    }
-}
-
-/* postgresql://user:secret@host/db?password=secret. The user info ends at the
- * first '@' before any '/', as libpq reads it. */
-static void mask_uri(struct sbuf *b, const char *url)
-{
-    const char *auth = strstr(url, "://") + 3;
-    const char *at = auth + strcspn(auth, "@/");
-    const char *colon = *at == '@' ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-    const char *rest = url, *q;
-
-    if (colon) {
-        sb_putn(b, url, (size_t)(colon + 1 - url));
-        sb_puts(b, MASK);
-        rest = at;
-    }
-    q = strchr(rest, '?');
-    if (!q) {
-        sb_puts(b, rest);
-        return;
-    }
-    sb_putn(b, rest, (size_t)(q + 1 - rest));
-    mask_query(b, q + 1);
-}
-
-/* Length of a key=value value: up to white space, or a quoted '...' with
- * backslash escapes. */
-static size_t kv_value_len(const char *s)
-{
-    size_t i = 1;
-
-    if (*s != '\'')
-        return strcspn(s, WS);
-    while (s[i] && s[i] != '\'')
-        i += (s[i] == '\\' && s[i + 1]) ? 2 : 1;
-    return s[i] == '\'' ? i + 1 : i;
-}
-
-/* "host=h password='x y' dbname=d". */
-static void mask_kv(struct sbuf *b, const char *s)
-{
-    while (*s) {
-        size_t n = strspn(s, WS), klen;
-        const char *key;
-        sb_putn(b, s, n);
-        s += n;
-        key = s;
-        klen = strcspn(s, "=" WS);
-        sb_putn(b, s, klen);
-        s += klen;
-        n = strspn(s, WS);
-        sb_putn(b, s, n);
-        s += n;
-        if (*s != '=')
-            continue;
-        n = 1 + strspn(s + 1, WS);
-        sb_putn(b, s, n);
-        s += n;
-        n = kv_value_len(s);
-        if (secret_key(key, klen))
-            sb_puts(b, MASK);
-        else
-            sb_putn(b, s, n);
-        s += n;
-    }
-}
-
-/* url with its secrets masked (heap), or NULL past MASKED_MAX. */
-static char *mask_dburl(const char *url)
-{
-    struct sbuf b = {.too_large = false};
-
-    dynbuf_init(&b.d, MASKED_MAX);
-    if (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0)
-        mask_uri(&b, url);
-    else
-        mask_kv(&b, url);
-    if (b.too_large) {
-        dynbuf_free(&b.d);
-        return NULL;
-    }
-    return dynbuf_take(&b.d);
-}
 
 /* Strings from the environment need not be UTF-8; they show as null. */
 static json_t *jstr(const char *s)
 {
     json_t *j = s ? json_string(s) : NULL;
     return j ? j : json_null();
-}
-
-json_t *opt_to_json(const void *base, const struct opt *o)
-{
-    const void *f = (const char *)base + o->off;
-    const char *s;
-
-    switch (o->type) {
-    case OPT_STR:
-        s = *(char *const *)f;
-        if (s && (o->flags & OPT_SECRET)) {
-            char *masked = mask_dburl(s);
-            json_t *j = jstr(masked);
-            free(masked);
-            return j;
-        }
-        return jstr(s);
-    case OPT_INT:
-        if ((o->flags & OPT_NULL) && *(const int *)f == 0)
-            return json_null();
-        return json_integer(*(const int *)f);
-    case OPT_I64:
-        return json_integer(*(const int64_t *)f);
-    case OPT_BOOL:
-        return json_boolean(*(const bool *)f);
-    case OPT_LEVEL:
-        return json_string(level_names[*(const enum log_level *)f]);
-    }
-    return NULL;
 }
 
 /* Sets "a.b" as root["a"]["b"]; steals v. */

@@ -2,6 +2,7 @@
  * routing an alert to a run type (cfg_route). */
 #include "config/config_internal.h"
 
+#include "common/regex_limits.h"
 #include "common/suggest.h"
 
 #include <stdlib.h>
@@ -43,13 +44,21 @@ static void check_route_type(const struct config *cfg, const char *label, const 
                           suggest_hint(&s, hint, sizeof(hint)));
 }
 
-/* "~src" is a POSIX extended regex that must match the whole value. */
+/* "~src" is a POSIX extended regex that must match the whole value. One
+ * that glibc would take too long or too much memory to compile is refused
+ * before (common/regex_limits.h). */
 static enum status match_compile(struct route_match *m, const char *path, struct error *err)
 {
     char *src = xasprintf("^(%s)$", m->value);
-    int rc = regcomp(&m->re, src, REG_EXTENDED | REG_NOSUB);
     char msg[256];
+    int rc;
 
+    if (!regex_within_limits(src, msg, sizeof(msg))) {
+        free(src);
+        return error_set(err, ST_INVALID,
+                         "invalid \"%s\": the regular expression is too costly: %s", path, msg);
+    }
+    rc = regcomp(&m->re, src, REG_EXTENDED | REG_NOSUB);
     free(src);
     if (rc != 0) {
         regerror(rc, &m->re, msg, sizeof(msg));

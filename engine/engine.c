@@ -9,7 +9,7 @@
 
 #include "common/ids.h"
 #include "common/log.h"
-#include "engine/notify.h"
+#include "engine/notify_body.h"
 #include "engine/poller.h"
 #include "store/db.h"
 #include "store/notify.h"

@@ -1,4 +1,4 @@
-/* engine/notify.c — the notifier thread (engine/notify.h): it claims due
+/* engine/notify.c — the notifier thread (engine_internal.h): it claims due
  * deliveries from the outbox, sends each with libcurl, and writes what came
  * of them, every attempt an event on its run.
  *
@@ -14,7 +14,7 @@
  * once, with the same delivery id). At a stop, transfers in flight are
  * abandoned and their deliveries handed back, due at once. */
 #include "engine/engine_internal.h"
-#include "engine/notify.h"
+#include "engine/notify_body.h"
 
 #include "common/log.h"
 #include "common/metrics.h"

@@ -1,10 +1,10 @@
 /* engine/notify_body.c — what one attempt of a delivery sends, for each
- * kind of notifier, and what its answer calls for (engine/notify.h). */
-#include "engine/notify.h"
+ * kind of notifier, and what its answer calls for (engine/notify_body.h). */
+#include "engine/notify_body.h"
 
 #include "common/backoff.h"
+#include "common/digest.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 #include "common/template.h"
 
 #include <ctype.h>

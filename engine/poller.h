@@ -35,9 +35,4 @@ void poller_stop(struct poller *p);
 void poller_free(struct poller *p); /* after poller_stop; NULL is a no-op */
 void poller_stats(struct poller *p, struct poller_stats *out);
 
-/* The delay before the check after check n (n >= 1): min(initial *
- * multiplier^(n-1), max), then ± jitter_pct. Pure but for the jitter's
- * random draw; exposed for tests. */
-int64_t poller_backoff_ms(const struct poll_policy *pp, int n);
-
 #endif

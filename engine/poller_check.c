@@ -7,6 +7,7 @@
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "engine/actions/registry.h"
 #include "store/db.h"
 
 #include <stdlib.h>

@@ -77,6 +77,10 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
 /* The terminal hooks of a claimed run (cancelled, timed out, or hooks that
  * failed or whose owner died before). */
 void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_conn *conn);
+/* The delay before the check after check n (n >= 1): min(initial *
+ * multiplier^(n-1), max), then ± jitter_pct. Pure but for the jitter's
+ * random draw; exposed for tests. */
+int64_t poller_backoff_ms(const struct poll_policy *pp, int n);
 
 /* poller_writer.c */
 enum status poller_writer_start(struct poller *p, struct error *err) WUR;

@@ -8,6 +8,7 @@
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "engine/actions/registry.h"
 #include "engine/poller.h"
 #include "store/db.h"
 #include "store/polls.h"

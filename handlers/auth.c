@@ -1,7 +1,7 @@
 /* handlers/auth.c — see auth.h. */
 #include "handlers/auth.h"
 
-#include "common/sha256.h"
+#include "common/digest.h"
 
 #include <string.h>
 #include <strings.h>

@@ -6,7 +6,7 @@
  * the connections it serves, waits while thousands of runs are acted on.
  * The runner's threads take one request at a time each: the match (one
  * statement), then the action BULK_BATCH runs at a time, each batch one
- * statement and one transaction (store/bulk.h), with the engine and the
+ * statement and one transaction (store/runs_bulk.h), with the engine and the
  * metrics told after each. Without a runner (hctx.bulk NULL) the work is
  * done on the handler's thread.
  *
@@ -16,7 +16,7 @@
 #define OPSRUN_HANDLERS_BULK_H
 
 #include "common/common.h"
-#include "store/bulk.h"
+#include "store/runs_bulk.h"
 
 #include <jansson.h>
 

@@ -1,7 +1,16 @@
 /* handlers/handlers.h — the HTTP resources: parse, validate, act, render.
  * No libmicrohttpd and no libpq here, so handlers are unit-testable; the
  * server hands them a parsed request and turns the reply into a response.
- * Handlers run on HTTP threads and are reentrant. */
+ * Handlers run on HTTP threads and are reentrant.
+ *
+ * One header for the resources the route table names (server/route.c).
+ * reply.c builds every reply (reply_*, status_http); each resource's
+ * handlers, and the pure parts their unit tests call, are in the file of
+ * its name: alerts.c, runs.c (runs, events, completions, the query
+ * parsers), runs_retry.c, approvals.c, bulk.c, schedules.c (schedules and
+ * rate limits), health.c, openapi.c and web.c. A file's other callers have
+ * a header of its own (alertmanager.h, auth.h, bulk.h, intake.h,
+ * labels.h, metrics.h, schedules.h, submitq.h). */
 #ifndef OPSRUN_HANDLERS_H
 #define OPSRUN_HANDLERS_H
 
@@ -209,33 +218,5 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
  * or {"comment": string of at most 1000 characters}; *comment borrows
  * from body, NULL for none (an empty comment too). */
 enum status approvals_parse_body(const json_t *body, const char **comment, struct error *err) WUR;
-
-/* ---- the Alertmanager webhook body (pure parts) ---- */
-
-struct am_envelope {
-    const char *version, *receiver, *status, *external_url, *group_key;
-    const json_t *alerts; /* array */
-    long long truncated;  /* truncatedAlerts, 0 when absent */
-};
-/* Validates the envelope; a malformed one is ST_INVALID with the fields. */
-enum status am_parse_envelope(const json_t *body, struct am_envelope *out, struct error *err) WUR;
-
-struct am_alert {
-    bool resolved;
-    const json_t *labels;    /* object of strings */
-    const char *alertname;   /* labels.alertname, or "" */
-    const char *fingerprint; /* NULL when the sender gave none */
-};
-/* Validates alerts[index]; field names in err are "alerts[N].labels" etc. */
-enum status am_parse_alert(const json_t *alert, size_t index, struct am_alert *out,
-                           struct error *err) WUR;
-/* The alert's identity: its fingerprint when present, otherwise a hash of
- * its labels (canonical JSON), within tenant and run type. ST_INTERNAL when
- * the labels' canonical JSON cannot be built (jansson could not allocate). */
-enum status am_alert_identity(const char *tenant, const char *type, const struct am_alert *a,
-                              char out[65], struct error *err) WUR;
-/* The run's input: the whole alert, plus the group's receiver, externalURL
- * and groupKey. New reference. */
-json_t *am_alert_input(const struct am_envelope *env, const json_t *alert);
 
 #endif

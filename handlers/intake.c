@@ -2,8 +2,8 @@
 #include "handlers/intake.h"
 
 #include "common/canon_json.h"
+#include "common/digest.h"
 #include "common/ids.h"
-#include "common/sha256.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,7 @@
  * as they are now, then the database's figures, which one scrape at a time
  * refreshes while the others use the previous ones. */
 #include "handlers/metrics.h"
+#include "handlers/schedules.h"
 
 #include "common/limits.h"
 #include "common/log.h"

@@ -13,11 +13,6 @@
 
 enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, struct reply *rp);
 
-/* The schedules' next fire and the rate limits' use (handlers/schedules.c),
- * read from the database at each scrape when any are configured. */
-struct dynbuf;
-enum status schedules_put_metrics(const struct hctx *hc, struct dynbuf *out) WUR;
-
 /* After store_runs_cancel: a run it ended at once (queued or waiting, now
  * completed and cancelled) is a completion of this process. */
 void handle_metrics_cancelled(const struct hctx *hc, const struct run *run, bool changed);

@@ -7,7 +7,7 @@
  * that does not exist. */
 #include "handlers/handlers.h"
 #include "handlers/intake.h"
-#include "handlers/metrics.h"
+#include "handlers/schedules.h"
 
 #include "common/cron.h"
 #include "common/dynbuf.h"

@@ -29,7 +29,12 @@
  * Thread-safety: every function is thread-safe except where noted. The wake
  * callbacks and a waiter's fire callback run with the hub lock held, so they
  * must not call back into the hub. A hub_sub is read by one thread at a
- * time (its connection's). */
+ * time (its connection's).
+ *
+ * One header for the hub's four files (hub_internal.h says how they share
+ * the work): hub.c the hub's life, the ring and the waiters; hub_reader.c
+ * the reader thread (hub_start); hub_sub.c the subscribers (hub_sub_*);
+ * hub_frame.c the frames (hub_frame_*, hub_json_compact). */
 #ifndef OPSRUN_LIVE_HUB_H
 #define OPSRUN_LIVE_HUB_H
 

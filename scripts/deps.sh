@@ -19,7 +19,7 @@ die() {
 
 readonly PACKAGES=(
     build-essential cmake pkg-config
-    libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev
+    libmicrohttpd-dev libpq-dev libjansson-dev libcurl4-openssl-dev libxml2-dev libssl-dev
     check valgrind clang-format
     postgresql curl ca-certificates tzdata
 )

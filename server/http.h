@@ -2,9 +2,9 @@
  * (no thread per idle connection), routing, capped JSON bodies, problem+json
  * for every error, one access-log line per request. Handlers run on the
  * pool's threads; their database waits are bounded by the pool checkout
- * wait and the statement timeout. Only server/http.c includes
- * microhttpd.h; server/http_internal.h says how the front end's files
- * divide the work. */
+ * wait and the statement timeout. These are its life cycle (server/http.c);
+ * only server/http_mhd.c includes microhttpd.h; server/http_internal.h
+ * says how the front end's files divide the work. */
 #ifndef OPSRUN_SERVER_HTTP_H
 #define OPSRUN_SERVER_HTTP_H
 

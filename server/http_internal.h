@@ -1,14 +1,20 @@
 /* server/http_internal.h — what the files of the HTTP front end share, for
  * them only.
  *
- * http.c is the libmicrohttpd glue, the only file that includes
- * microhttpd.h: the daemon, its callbacks, and the few calls on a
- * connection the other files need (a header, a query argument, an answer,
- * suspend and resume, an event stream's response). The others hold what is
- * not the library's: http_request.c takes a request from its first call to
- * its answer (authentication, routing, the body, the handler);
- * http_park.c parks answers that wait (long-polls, deferred work);
- * http_stream.c opens event streams; http_listen.c binds the address.
+ * http_mhd.c is the libmicrohttpd glue, the only file that includes
+ * microhttpd.h: the daemon, its callbacks, and the calls on a connection
+ * the other files need (a header, a query argument, the request as
+ * handlers see it, an answer, a problem, suspend and resume, an event
+ * stream's response). It calls nothing above it: what its callbacks hand
+ * a request or a stream to comes as a table (struct http_calls) that
+ * http.c, the front end's life cycle (http.h), gives it at start. The
+ * others hold what is not the library's: http_request.c takes a request
+ * from its first call to its answer (authentication, routing, the body,
+ * the handler); http_park.c parks answers that wait (long-polls, deferred
+ * work); http_stream.c opens event streams; http_listen.c binds the
+ * address. Calls go one way:
+ *   http.c -> http_request.c -> http_park.c, http_stream.c -> http_mhd.c
+ *     -> http_conn.c -> http_cors.c
  *
  * A bool these functions return is libmicrohttpd's answer to a callback:
  * true goes on (MHD_YES), false closes the connection (MHD_NO). All run on
@@ -36,13 +42,16 @@ struct limits;
 
 #define REQUEST_ID_HEADER "X-Request-Id"
 
+struct http_calls;
+
 struct http {
-    struct MHD_Daemon *d;     /* NULL until http_start */
-    const struct hctx *hc;    /* from http_start */
-    struct http_conns *conns; /* from http_start */
-    int fd;                   /* the bound socket; the daemon's once it started */
-    unsigned port;            /* the bound port */
-    char listen[256];         /* the address, for messages */
+    struct MHD_Daemon *d;           /* NULL until http_start */
+    const struct http_calls *calls; /* from http_start */
+    const struct hctx *hc;          /* from http_start */
+    struct http_conns *conns;       /* from http_start */
+    int fd;                         /* the bound socket; the daemon's once it started */
+    unsigned port;                  /* the bound port */
+    char listen[256];               /* the address, for messages */
 };
 
 /* One request, from its first call to its completion (http_request_done). */
@@ -71,6 +80,7 @@ struct req_ctx {
  * callback, http_stream_free, which may run after the request's
  * completion). */
 struct http_stream {
+    const struct http_calls *calls; /* set by http_respond_stream */
     struct MHD_Connection *conn;
     struct sse_stream *st;  /* a run's or every run's events, or ... */
     struct log_stream *log; /* ... a run's log */
@@ -79,7 +89,27 @@ struct http_stream {
     char request_id[LOG_REQUEST_ID_MAX + 1];
 };
 
-/* ---- http.c: the glue ---------------------------------------------------- */
+/* ---- http.c: the life cycle ------------------------------------------------ */
+
+/* What the daemon's callbacks call: a request's steps (http_request.c) and
+ * an event stream's reads (http_stream.c), given to the glue by http_start. */
+struct http_calls {
+    struct req_ctx *(*request_new)(struct http *h, struct MHD_Connection *c, struct http_conn *cn,
+                                   const char *method, const char *url);
+    bool (*request_begin)(struct req_ctx *rc);
+    bool (*request_step)(struct req_ctx *rc, const char *data, size_t *size);
+    void (*request_done)(struct req_ctx *rc, bool completed);
+    enum sse_read (*stream_read)(struct http_stream *hs, char *buf, size_t max, size_t *n);
+    void (*stream_free)(void *hs);
+};
+
+/* ---- http_mhd.c: the glue ------------------------------------------------ */
+
+/* The daemon over h's bound socket, its callbacks calling h->calls; NULL
+ * when libmicrohttpd would not start (its warning says why). Stopping it
+ * closes every connection and the socket. */
+struct MHD_Daemon *http_mhd_start(struct http *h);
+void http_mhd_stop(struct http *h);
 
 /* A request header or query argument, or NULL; borrowed from the
  * connection until the request completes. */
@@ -90,6 +120,14 @@ const char *http_query(const struct request *rq, const char *key);
 /* Answers with rp (its body is taken; rp stays the caller's to clean up).
  * A 200 whose ETag the request's If-None-Match names becomes a 304. */
 bool http_send(struct req_ctx *rc, struct reply *rp);
+/* The request as handlers see it. */
+struct request http_request_of(const struct req_ctx *rc);
+/* A problem answer for st and err. */
+bool http_request_problem(struct req_ctx *rc, enum status st, const struct error *err);
+/* A refusal by a per-client limit: 429 with err's message and Retry-After;
+ * with close, the connection is closed after it. */
+bool http_request_limited(struct req_ctx *rc, const struct error *err, int retry_after_s,
+                          bool close);
 /* Parks and wakes the connection: resume is safe from any thread. */
 void http_suspend(struct req_ctx *rc);
 void http_resume(struct req_ctx *rc);
@@ -113,14 +151,6 @@ bool http_request_step(struct req_ctx *rc, const char *data, size_t *size);
 /* The request is over (completed: its answer was sent whole): the access
  * log line, the metrics, and rc is freed. */
 void http_request_done(struct req_ctx *rc, bool completed);
-/* The request as handlers see it. */
-struct request http_request_of(const struct req_ctx *rc);
-/* A problem answer for st and err. */
-bool http_request_problem(struct req_ctx *rc, enum status st, const struct error *err);
-/* A refusal by a per-client limit: 429 with err's message and Retry-After;
- * with close, the connection is closed after it. */
-bool http_request_limited(struct req_ctx *rc, const struct error *err, int retry_after_s,
-                          bool close);
 
 /* ---- http_park.c: answers that wait --------------------------------------- */
 

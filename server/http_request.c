@@ -11,18 +11,18 @@
  * Every request has an id (its X-Request-Id when valid, else its
  * traceparent's trace id, else a new one), answered in X-Request-Id and set
  * as the thread's log request id (common/log.h) around each callback that
- * works for it (http.c), so every line it causes carries request_id=. */
+ * works for it (http_mhd.c), so every line it causes carries request_id=. */
 #include "server/http_internal.h"
 
 #include "common/limits.h"
 #include "common/metrics.h"
 #include "server/http_conn.h"
 #include "server/http_cors.h"
+#include "server/http_headers.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* A body past the cap (chunked, or announced by Content-Length) is read
  * and dropped up to this many times the cap so the client gets its 413;
@@ -51,36 +51,7 @@ struct req_ctx *http_request_new(struct http *h, struct MHD_Connection *c, struc
     return rc;
 }
 
-struct request http_request_of(const struct req_ctx *rc)
-{
-    return (struct request){
-        .method = rc->method,
-        .path = rc->url,
-        .path_id = rc->m.id[0] ? rc->m.id : NULL,
-        .tenant = rc->who.tenant,
-        .all_tenants = rc->who.all_tenants,
-        .initiator = rc->who.name,
-        .accept = http_header(rc, "Accept"),
-        .query = http_query,
-        .query_arg = rc->conn,
-    };
-}
-
 /* ---- error answers --------------------------------------------------------- */
-
-bool http_request_problem(struct req_ctx *rc, enum status st, const struct error *err)
-{
-    struct reply rp;
-    bool ret;
-
-    reply_init(&rp);
-    reply_error(&rp, st, err);
-    if (st == ST_METHOD)
-        reply_header(&rp, "Allow", rc->m.allow);
-    ret = http_send(rc, &rp);
-    reply_cleanup(&rp);
-    return ret;
-}
 
 static bool request_error(struct req_ctx *rc, enum status st, const char *fmt, ...)
     PRINTF_LIKE(3, 4);
@@ -95,24 +66,6 @@ static bool request_error(struct req_ctx *rc, enum status st, const char *fmt, .
     va_end(ap);
     utf8_scrub(err.message); /* jansson's parse errors can cut a character */
     return http_request_problem(rc, st, &err);
-}
-
-bool http_request_limited(struct req_ctx *rc, const struct error *err, int retry_after_s,
-                          bool close)
-{
-    struct reply rp;
-    char secs[16];
-    bool ret;
-
-    xsnprintf(secs, sizeof(secs), "%d", retry_after_s > 0 ? retry_after_s : 1);
-    reply_init(&rp);
-    reply_error(&rp, ST_LIMITED, err);
-    reply_header(&rp, "Retry-After", secs);
-    if (close)
-        reply_header(&rp, "Connection", "close");
-    ret = http_send(rc, &rp);
-    reply_cleanup(&rp);
-    return ret;
 }
 
 /* A connection opened over its address's limit answers its first request
@@ -130,21 +83,6 @@ static bool request_over_limit(struct req_ctx *rc)
 }
 
 /* ---- the first call ---------------------------------------------------------- */
-
-static bool content_type_json(const char *ct)
-{
-    size_t n;
-
-    if (!ct)
-        return false;
-    n = strcspn(ct, ";");
-    while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
-        n--;
-    if (n == 16 && strncasecmp(ct, "application/json", 16) == 0)
-        return true;
-    return n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0 &&
-           strncasecmp(ct, "application/", 12) == 0;
-}
 
 /* Who the request is, decided before anything else about it (even
  * whether its path exists) is told; a failure is answered here. */
@@ -223,7 +161,7 @@ static bool request_check(struct req_ctx *rc)
         return true;
     }
     ct = http_header(rc, "Content-Type");
-    if (!content_type_json(ct))
+    if (!http_content_type_json(ct))
         return request_error(rc, ST_UNSUPPORTED,
                              "content type must be application/json, not \"%.100s\"",
                              ct ? ct : "(none)");

@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "common/suggest.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "engine/engine.h"
 #include "handlers/bulk.h"
 #include "handlers/submitq.h"

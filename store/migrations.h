@@ -1,5 +1,6 @@
 /* store/migrations.h — the SQL migrations embedded at build time
- * (scripts/embed_migrations.cmake) and their runner. */
+ * (scripts/embed_migrations.cmake writes them into migrations_gen.c of the
+ * build tree) and their runner (migrations.c). */
 #ifndef OPSRUN_STORE_MIGRATIONS_H
 #define OPSRUN_STORE_MIGRATIONS_H
 

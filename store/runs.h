@@ -5,7 +5,15 @@
  * and the two an admin's reads use (store_runs_list with a NULL tenant,
  * store_runs_locate), which say so.
  * Every change of status, outcome or progress inserts its run_events row in
- * the same statement. Functions return ST_OK or a failure with *err filled. */
+ * the same statement. Functions return ST_OK or a failure with *err filled.
+ *
+ * One header for the runs' sources: runs.c what a client asks of one run or
+ * a list (submit, get, list, locate, cancel, completions, events);
+ * runs_batch.c many submissions in one statement (store_runs_submit_batch);
+ * runs_retry.c a run submitted again (store_runs_resubmit); runs_engine.c
+ * the engine's statements (claim, progress, finish, state, retry, release,
+ * heartbeat, rescue, prune, counts, store_notify). runs_bulk.h is
+ * runs_bulk.c's, runs_internal.h what they share. */
 #ifndef OPSRUN_STORE_RUNS_H
 #define OPSRUN_STORE_RUNS_H
 

@@ -1,11 +1,11 @@
 /* store/runs_bulk.c — a filter's runs and the batches of a bulk cancel or
- * retry (store/bulk.h). A batch names its runs by id and applies the
+ * retry (store/runs_bulk.h). A batch names its runs by id and applies the
  * filter and the action's own condition again, under the rows' locks, so
  * that a run that moved on since the match (completed, retried, no longer
  * of a status asked for) is left alone. The transitions are those of the
  * single actions: SET_CANCEL and SET_CANCEL_HOOKS of runs_cancel, and the
  * insert of runs_resubmit with its identity rule. */
-#include "store/bulk.h"
+#include "store/runs_bulk.h"
 
 #include "common/log.h"
 #include "store/runs_internal.h"

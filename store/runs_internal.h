@@ -1,5 +1,5 @@
 /* store/runs_internal.h — SQL fragments and row parsing shared by
- * store/runs.c and store/runs_engine.c. */
+ * store/runs.c and store/runs_engine.c (run_refs_arrays). */
 #ifndef OPSRUN_STORE_RUNS_INTERNAL_H
 #define OPSRUN_STORE_RUNS_INTERNAL_H
 

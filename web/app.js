@@ -33,12 +33,13 @@ const table = new Table({
 });
 const chart = new Chart($('chart'));
 const bulk = new Bulk({
-  runs, cancelBtn: $('bulk-cancel'), retryBtn: $('bulk-retry'), box: $('bulk-box'),
+  runs, cancelBtn: $('bulk-cancel'), retryBtn: $('bulk-retry'), why: $('bulk-why'), box: $('bulk-box'),
   msg: $('bulk-msg'), progress: $('bulk-progress'),
 });
 const limits = new Limits((list) => {
   $('s-limits-box').hidden = list.length === 0;
   $('s-limits').textContent = list.map((l) => `${l.name} ${l.used}/${l.limit}`).join(', ');
+  detail.limitsChanged();
 });
 const detail = new Detail({
   runs,
@@ -79,13 +80,16 @@ function followHash() {
   else if (id === null && detail.dlg.open) detail.dlg.close();
 }
 
+// "1 run", "12 runs".
+const nRuns = (n) => `${n} run${n === 1 ? '' : 's'}`;
+
 function updateCount() {
   runs.refreshView();
   const shown = runs.view.length;
   const total = runs.order.length;
-  $('count').textContent = shown === total ? `${total} runs` : `${shown} of ${total} runs`;
-  $('older').disabled = !cursor;
-  $('older').textContent = cursor ? 'Load older runs' : 'No older runs';
+  $('count').textContent = shown === total ? nRuns(total) : `${shown} of ${nRuns(total)}`;
+  $('older').hidden = !cursor; // nothing older to load: no button
+  $('older').disabled = false;
 }
 
 // The list's server-side filters: those GET /runs takes.

@@ -16,10 +16,11 @@ function plural(n, one) {
 }
 
 export class Bulk {
-  constructor({ runs, cancelBtn, retryBtn, box, msg, progress }) {
+  constructor({ runs, cancelBtn, retryBtn, why, box, msg, progress }) {
     this.runs = runs; // web/runs.js: its filter is the list's
     this.cancelBtn = cancelBtn;
     this.retryBtn = retryBtn;
+    this.why = why; // next to the buttons: why they are off
     this.box = box;
     this.msg = msg;
     this.progress = progress;
@@ -29,15 +30,15 @@ export class Bulk {
   }
 
   // The buttons follow the filters: the search box and the approval view
-  // are the page's own, and no request can say them.
+  // are the page's own, and no request can say them. Why they are off is
+  // written next to them (a tooltip would show only on a hover).
   update() {
     const f = this.runs.filter;
     const why = f.search ? 'Clear the search to act on all that match.'
       : f.approval ? 'Not with the approval filter: use status waiting, or each run\'s buttons.' : '';
-    for (const b of [this.cancelBtn, this.retryBtn]) {
-      b.disabled = !!why || !!this.job;
-      b.title = why;
-    }
+    for (const b of [this.cancelBtn, this.retryBtn]) b.disabled = !!why || !!this.job;
+    this.why.textContent = why;
+    this.why.hidden = !why;
   }
 
   // The list's filters as the request's; every run when there are none.

@@ -1,7 +1,8 @@
 // web/chart.js — completions per second by outcome, the last 60 seconds,
-// as stacked bars on a canvas. Written by hand rather than vendored: one
-// chart of one kind needs about 80 lines, where a charting library would
-// be several times the size of the rest of the page.
+// as stacked bars on a canvas, and each outcome's total in the 60 seconds
+// in the legend below it (#n-<outcome>). Written by hand rather than
+// vendored: one chart of one kind needs about 90 lines, where a charting
+// library would be several times the size of the rest of the page.
 export const OUTCOMES = ['succeeded', 'partially_succeeded', 'failed', 'cancelled', 'timed_out'];
 const SECONDS = 60;
 
@@ -13,6 +14,8 @@ export class Chart {
     const css = getComputedStyle(document.documentElement);
     for (const o of OUTCOMES) this.colors[o] = css.getPropertyValue('--' + o).trim() || '#888';
     this.muted = css.getPropertyValue('--line').trim() || '#ccc';
+    this.totals = {};
+    for (const o of OUTCOMES) this.totals[o] = document.getElementById('n-' + o);
     setInterval(() => this.draw(), 1000);
     window.addEventListener('resize', () => this.draw());
   }
@@ -78,6 +81,10 @@ export class Chart {
         ctx.fillRect(pad + i * bw + 1, y - bh, Math.max(1, bw - 2), bh);
         y -= bh;
       }
+    }
+    for (const o of OUTCOMES) {
+      const n = String(totals[o] || 0);
+      if (this.totals[o] && this.totals[o].textContent !== n) this.totals[o].textContent = n;
     }
     const text = OUTCOMES.filter((o) => totals[o]).map((o) => `${totals[o]} ${o}`).join(', ');
     c.setAttribute('aria-label', 'Completions in the last 60 s: ' + (text || 'none'));

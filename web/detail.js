@@ -2,9 +2,11 @@
 // failures, the run it follows up and its follow-ups, and its event
 // timeline: GET /runs/{id}/events once, then the events of the page's one
 // stream (no second connection), kept by event id so that none shows
-// twice. Cancel and retry ask first. A run that waits for approval shows
-// when it expires and what happens then, with Approve and Reject and a
-// comment box; a decided one, the decision.
+// twice. Only the actions that apply to the run are shown: Cancel for a
+// queued, running or waiting run, Retry for one that completed without
+// success, Approve and Reject (with a comment box) for one that waits for
+// approval; each asks first. A run that waits for approval shows when it
+// expires and what happens then; a decided one, the decision.
 //
 // A stream event says what the run was at that moment, not the event's
 // message; the message is what a notification or follow_up event is about,
@@ -81,6 +83,7 @@ export class Detail {
     this.followUps = []; // the runs this one's end created, newest first
     this.eventsTimer = 0;
     this.shown = null; // the run as last drawn
+    this.limitShown = false; // the run as last drawn has its rate limit row
     document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
     this.dlg.addEventListener('close', () => {
       this.id = null;
@@ -158,6 +161,12 @@ export class Detail {
     dl.append(el('dt', null, name), el('dd', null, value === null || value === undefined || value === '' ? '–' : String(value)));
   }
 
+  // A field the run may not have yet, or ever (no worker took a queued
+  // run, a run without a remote job has no external id): left out then.
+  maybeField(dl, name, value) {
+    if (value !== null && value !== undefined && value !== '') this.field(dl, name, value);
+  }
+
   // A button that opens run id in this detail.
   runLink(id) {
     const a = el('button', 'link', id);
@@ -192,14 +201,15 @@ export class Detail {
     this.field(dl, 'Initiator', r.initiator);
     this.field(dl, 'Tenant', r.tenant);
     this.field(dl, 'Priority', r.priority);
-    this.field(dl, 'External id', r.external_id);
-    this.field(dl, 'Worker', r.worker_id);
+    this.maybeField(dl, 'External id', r.external_id);
+    this.maybeField(dl, 'Worker', r.worker_id);
     this.field(dl, 'Created', time(r.created_at));
     this.field(dl, 'Due', time(r.run_at));
-    this.field(dl, 'Started', time(r.started_at));
-    this.field(dl, 'Completed', time(r.completed_at));
+    this.maybeField(dl, 'Started', r.started_at && time(r.started_at));
+    this.maybeField(dl, 'Completed', r.completed_at && time(r.completed_at));
     this.field(dl, 'Updated', time(r.updated_at));
     this.clocks = [];
+    this.limitShown = false;
     if (r.schedule) {
       const slot = r.schedule.slot ? ` (slot ${time(r.schedule.slot)})` : ' (triggered)';
       this.field(dl, 'Schedule', r.schedule.name + slot);
@@ -234,10 +244,21 @@ export class Detail {
       b.append(ul);
     }
     block('Context', r.context);
-    const active = r.status && r.status !== 'completed';
-    this.cancelBtn.disabled = !active || r.status === 'cancelling';
-    this.retryBtn.disabled = !(r.status === 'completed' && r.outcome !== 'succeeded');
+    // What does not apply is not shown (a run not read yet has no status:
+    // nothing applies until it is).
+    this.cancelBtn.hidden = !['queued', 'running', 'waiting'].includes(r.status);
+    this.retryBtn.hidden = !(r.status === 'completed' && r.outcome !== 'succeeded');
     this.approvalBox.hidden = !awaitsApproval(r);
+  }
+
+  // The rate limits were read (web/limits.js, every few seconds): a queued
+  // or waiting run on show without its rate limit row gets it once its
+  // type's limit is spent, also when the limits came after the run (the
+  // row, once drawn, follows the limit on the clock).
+  limitsChanged() {
+    const r = this.shown;
+    if (!this.id || !r || this.limitShown || !(r.status === 'queued' || r.status === 'waiting')) return;
+    if (this.limits.spentFor(r.type)) this.renderRun(this.runs.get(this.id) || r);
   }
 
   // A run of a type with approval: pending (and until when, and what then)
@@ -343,7 +364,8 @@ export class Detail {
   // for rate limit api, next unit in 3s", counted down on the page's clock.
   renderLimit(dl, r) {
     const l = this.limits.spentFor(r.type);
-    if (!l) return;
+    if (!l) return; // limitsChanged() draws it if the limit is spent later
+    this.limitShown = true;
     this.clock(dl, 'Rate limit', 'd-rate-limit', (now) => {
       const spent = this.limits.spentFor(r.type);
       if (!spent) return `${l.name}: a unit is free`;

@@ -87,12 +87,6 @@ struct action_ops {
     bool (*cleanup)(struct run_ctx *rc); /* true when it worked */
 };
 
-/* The built-in actions by name (registry.c); NULL when unknown. */
-const struct action_ops *action_find(const char *name);
-/* The same registry as configuration sees it: cfg_init takes it, so that a
- * run type's action must exist and its params pass the action's check. */
-extern const struct cfg_actions action_registry;
-
 /* True once the run should stop: cancel requested, shutdown, deadline, or
  * the end of its lease (another replica may be rescuing it). */
 bool rc_should_stop(const struct run_ctx *rc);

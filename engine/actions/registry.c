@@ -3,6 +3,7 @@
  * `const struct action_ops action_NAME_ops`, plus its line in ACTIONS. */
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
+#include "engine/actions/registry.h"
 
 #include <string.h>
 

@@ -12,6 +12,7 @@
 #include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
 #include "engine/actions/remote_job.h"
+#include "engine/actions/rest_job.h"
 
 #include "common/jsonptr.h"
 
@@ -31,30 +32,23 @@ static const struct param_rule rest_job_rules[] = {
 
 /* ---- the action -------------------------------------------------------- */
 
-static enum step rest_job_start(struct run_ctx *rc)
+enum step rest_job_submitted(struct run_ctx *rc, const struct remote_response *r)
 {
-    struct remote_response r;
     json_t *body = NULL;
     char *id = NULL;
-    enum step step = prepare_run(rc, &prep_json);
+    enum step step = STEP_FAIL;
 
-    if (step != STEP_DONE)
-        return step;
-    step = STEP_FAIL;
-    if (!remote_call_run(rc, json_object_get(rc->type->params, "submit"), NULL,
-                         "the submit request", &r))
-        return STEP_FAIL;
-    switch (remote_classify(&r)) {
+    switch (remote_classify(r)) {
     case REMOTE_TRANSIENT:
-        remote_error(rc, "submit_unavailable", "could not submit the job", &r);
-        step = r.stopped ? STEP_FAIL : STEP_RETRY;
+        remote_error(rc, "submit_unavailable", "could not submit the job", r);
+        step = r->stopped ? STEP_FAIL : STEP_RETRY;
         break;
     case REMOTE_GONE:
     case REMOTE_REJECTED:
-        remote_error(rc, "submit_rejected", "the jobs API refused the job", &r);
+        remote_error(rc, "submit_rejected", "the jobs API refused the job", r);
         break;
     case REMOTE_OK:
-        body = remote_json(&r);
+        body = remote_json(r);
         id = jptr_text(body, remote_param(rc, "id_pointer", ""));
         if (!id || !*id) {
             rc_error(rc, "submit_no_id", "the submit answer has no job id at \"%s\"",
@@ -69,39 +63,61 @@ static enum step rest_job_start(struct run_ctx *rc)
     }
     free(id);
     json_decref(body);
+    return step;
+}
+
+static enum step rest_job_start(struct run_ctx *rc)
+{
+    struct remote_response r;
+    enum step step = prepare_run(rc, &prep_json);
+
+    if (step != STEP_DONE)
+        return step;
+    if (!remote_call_run(rc, json_object_get(rc->type->params, "submit"), NULL,
+                         "the submit request", &r))
+        return STEP_FAIL;
+    step = rest_job_submitted(rc, &r);
     remote_response_cleanup(&r);
+    return step;
+}
+
+enum step rest_job_checked(struct run_ctx *rc, const struct remote_response *r)
+{
+    json_t *body = NULL;
+    enum step step = STEP_RETRY;
+
+    switch (remote_classify(r)) {
+    case REMOTE_TRANSIENT:
+        remote_error(rc, "status_unavailable", "could not check the job", r);
+        break;
+    case REMOTE_GONE:
+        step = remote_job_gone(rc, r);
+        break;
+    case REMOTE_REJECTED:
+        remote_error(rc, "status_rejected", "the jobs API refused the status check", r);
+        step = STEP_FAIL;
+        break;
+    case REMOTE_OK:
+        body = remote_json(r);
+        if (!body)
+            remote_error(rc, "status_malformed", "the status answer is not JSON", r);
+        else
+            step = remote_job_state(rc, body);
+        break;
+    }
+    json_decref(body);
     return step;
 }
 
 static enum step rest_job_poll(struct run_ctx *rc)
 {
     struct remote_response r;
-    json_t *body = NULL;
-    enum step step = STEP_RETRY;
+    enum step step;
 
     if (!remote_call_run(rc, json_object_get(rc->type->params, "status"), NULL,
                          "the status request", &r))
         return STEP_FAIL;
-    switch (remote_classify(&r)) {
-    case REMOTE_TRANSIENT:
-        remote_error(rc, "status_unavailable", "could not check the job", &r);
-        break;
-    case REMOTE_GONE:
-        step = remote_job_gone(rc, &r);
-        break;
-    case REMOTE_REJECTED:
-        remote_error(rc, "status_rejected", "the jobs API refused the status check", &r);
-        step = STEP_FAIL;
-        break;
-    case REMOTE_OK:
-        body = remote_json(&r);
-        if (!body)
-            remote_error(rc, "status_malformed", "the status answer is not JSON", &r);
-        else
-            step = remote_job_state(rc, body);
-        break;
-    }
-    json_decref(body);
+    step = rest_job_checked(rc, &r);
     remote_response_cleanup(&r);
     return step;
 }

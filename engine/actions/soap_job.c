@@ -23,6 +23,7 @@
 #include "engine/actions/params.h"
 #include "engine/actions/prepare.h"
 #include "engine/actions/remote_job.h"
+#include "engine/actions/soap_job.h"
 #include "engine/actions/soap_xml_internal.h"
 
 #include "common/jsonptr.h"
@@ -153,24 +154,14 @@ static json_int_t num(const json_t *obj, const char *key, json_int_t def)
     return json_is_integer(v) ? json_integer_value(v) : def;
 }
 
-/* A SOAP call of params[key]: as soap_xml_read. *fail is written only when it
- * returns NULL: what an answer means (done, failed, still running) is the
- * caller's to decide. */
-static struct soap_xml *soap_call(struct run_ctx *rc, const char *key, const char *what,
-                                  enum step *fail)
+/* Sends the SOAP call of params[key]; false (rc->error set) when it could
+ * not be built. On true, r wants remote_response_cleanup. */
+static bool soap_send(struct run_ctx *rc, const char *key, struct remote_response *r)
 {
-    struct remote_response r;
     char what_built[64];
-    struct soap_xml *doc;
 
     xsnprintf(what_built, sizeof(what_built), "the %s envelope", key);
-    if (!remote_call_run(rc, json_object_get(rc->type->params, key), NULL, what_built, &r)) {
-        *fail = STEP_FAIL;
-        return NULL;
-    }
-    doc = soap_xml_read(rc, &r, what, fail);
-    remote_response_cleanup(&r);
-    return doc;
+    return remote_call_run(rc, json_object_get(rc->type->params, key), NULL, what_built, r);
 }
 
 /* Stores the value of each capture (NAME -> XPath) of doc in state; false
@@ -367,18 +358,16 @@ static bool confirmed_not_running(struct run_ctx *rc, bool completed_date)
     return n >= num(g, "confirmations", 2);
 }
 
-static enum step soap_start(struct run_ctx *rc)
+enum step soap_job_started(struct run_ctx *rc, const struct remote_response *r)
 {
     const json_t *cap = json_object_get(rc->type->params, "capture");
-    enum step fail = prepare_run(rc, &prep_soap);
+    enum step fail;
     struct soap_xml *doc;
     char *id;
     const char *key;
     json_t *x;
 
-    if (fail != STEP_DONE)
-        return fail;
-    if (!(doc = soap_call(rc, "start", "the start call failed", &fail)))
+    if (!(doc = soap_xml_read(rc, r, "the start call failed", &fail)))
         return fail;
     id = soap_xml_text(doc, ns_of(rc),
                        json_string_value(json_object_get(rc->type->params, "task_id_xpath")));
@@ -405,16 +394,29 @@ static enum step soap_start(struct run_ctx *rc)
     return STEP_WAIT;
 }
 
+static enum step soap_start(struct run_ctx *rc)
+{
+    struct remote_response r;
+    enum step step = prepare_run(rc, &prep_soap);
+
+    if (step != STEP_DONE)
+        return step;
+    if (!soap_send(rc, "start", &r))
+        return STEP_FAIL;
+    step = soap_job_started(rc, &r);
+    remote_response_cleanup(&r);
+    return step;
+}
+
 static void lower(char *s)
 {
     for (; s && *s; s++)
         *s = (char)tolower((unsigned char)*s);
 }
 
-/* One check. A status answer that says neither finished nor failed is a
- * normal check (STEP_WAIT), not a failure: only a failed status call is
- * STEP_RETRY. */
-static enum step soap_poll(struct run_ctx *rc)
+/* A status answer that says neither finished nor failed is a normal check
+ * (STEP_WAIT), not a failure: only a failed status call is STEP_RETRY. */
+enum step soap_job_checked(struct run_ctx *rc, const struct remote_response *r)
 {
     static const char *const complete_def[] = {"complete", NULL};
     static const char *const error_def[] = {"error", NULL};
@@ -423,13 +425,9 @@ static enum step soap_poll(struct run_ctx *rc)
     const json_t *ex = json_object_get(params, "error_xpath");
     enum step step, fail;
     char *status, *errmsg, *date = NULL;
-    const char *phase;
     struct soap_xml *doc;
 
-    phase = json_string_value(json_object_get(rc->poll_state, "phase"));
-    if (phase && strcmp(phase, "readiness") == 0)
-        return readiness_check(rc);
-    if (!(doc = soap_call(rc, "status", "the status call failed", &fail)))
+    if (!(doc = soap_xml_read(rc, r, "the status call failed", &fail)))
         return fail;
     status =
         soap_xml_text(doc, ns_of(rc), json_string_value(json_object_get(params, "status_xpath")));
@@ -459,6 +457,23 @@ static enum step soap_poll(struct run_ctx *rc)
     free(status);
     free(errmsg);
     free(date);
+    return step;
+}
+
+/* One check: a readiness check in the readiness phase, else the status
+ * call. */
+static enum step soap_poll(struct run_ctx *rc)
+{
+    const char *phase = json_string_value(json_object_get(rc->poll_state, "phase"));
+    struct remote_response r;
+    enum step step;
+
+    if (phase && strcmp(phase, "readiness") == 0)
+        return readiness_check(rc);
+    if (!soap_send(rc, "status", &r))
+        return STEP_FAIL;
+    step = soap_job_checked(rc, &r);
+    remote_response_cleanup(&r);
     return step;
 }
 

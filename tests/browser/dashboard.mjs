@@ -16,28 +16,22 @@
 // - keyboard: Tab from the search box reaches the rows; Page Down, Page
 //   Up, End and Home move the focused row; 360 px wide does not scroll
 //   sideways.
-// Screenshots of the dashboard and of a run's detail go to the build's
-// test directory (browser-artifacts/).
+// Everything is read as a person sees it: text on the screen, what is
+// visible, where the focus is. Screenshots of the dashboard and of a
+// run's detail go to the build's test directory (browser-artifacts/),
+// each checked for anything shown that the page meant to hide.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
 import { createServer } from 'node:http';
 import { join } from 'node:path';
 import {
-  api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
-  submit, tail, until, watch, cleanup,
+  api, checker, connection, createDb, detailClosed, detailOf, dirs, fieldSeen, freePort, launch,
+  loadPlaywright, rowSeen, runRow, screenshot, seen, startOpsrun, stopOpsrun, submit, tableSeen,
+  tail, timelineSeen, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
-
-const rowState = (page, id) => page.evaluate((rid) => {
-  const tr = document.querySelector(`tr.run[data-id="${rid}"]`);
-  if (!tr) return null;
-  return {
-    status: tr.children[2].textContent, outcome: tr.children[3].textContent,
-    step: tr.querySelector('.bar span').textContent,
-  };
-}, id);
 
 async function files(base) {
   const index = await fetch(base + '/');
@@ -64,8 +58,8 @@ async function liveRun(page, base) {
   const steps = new Set();
   let last;
   await until('the run to succeed on the page', async () => {
-    last = await rowState(page, id);
-    if (last) steps.add(last.step);
+    last = await rowSeen(page, id);
+    if (last) steps.add(last.progress);
     return last && last.status === 'completed';
   });
   check(last.outcome === 'succeeded', `the run reached succeeded on the page (${last.outcome})`);
@@ -75,17 +69,17 @@ async function liveRun(page, base) {
 }
 
 async function filtersAndPaging(page, base, ids) {
-  const statuses = () => page.$$eval('tr.run', (rows) => rows.map((r) => r.children[2].textContent));
+  const statuses = async () => (await tableSeen(page)).map((r) => r.status);
   await page.selectOption('#f-status', 'running');
   const running = await until('the status filter', async () => {
     const s = await statuses();
-    return s.every((x) => x === 'running') ? s : null;
+    return s.length && s.every((x) => x === 'running') ? s : null;
   });
   check(running.every((s) => s === 'running'), `the status filter shows running runs only (${running.length})`);
   await page.selectOption('#f-status', '');
   await page.fill('#f-search', ids[0].slice(-8).toLowerCase());
   const found = await until('the search', async () => {
-    const rows = await page.$$eval('tr.run', (r) => r.map((x) => x.dataset.id));
+    const rows = (await tableSeen(page)).map((r) => r.run);
     return rows.length === 1 ? rows : null;
   });
   check(found[0] === ids[0], 'search by run id finds the run');
@@ -93,37 +87,45 @@ async function filtersAndPaging(page, base, ids) {
 
   const paged = await page.context().newPage();
   await paged.goto(base + '/?limit=3');
-  const count = () => paged.$$eval('tr.run', (r) => r.length);
+  const count = async () => (await tableSeen(paged)).length;
   await until('the first page of 3', async () => (await count()) === 3);
-  check(await paged.isEnabled('#older'), 'with more runs than a page, older ones can be loaded');
-  await paged.click('#older');
+  const older = (p) => p.getByRole('button', { name: 'Load older runs' });
+  const offered = await older(paged).waitFor({ state: 'visible', timeout: 10000 }).then(() => true, () => false);
+  check(offered && await older(paged).isEnabled(), 'with more runs than a page, older ones can be loaded');
+  await older(paged).click();
   await until('the second page', async () => (await count()) === 6);
   check((await count()) === 6, 'Load older runs added the next page (cursor)');
   await paged.close();
+  check(await older(page).isHidden(), 'with every run on the page, no button offers older ones');
 }
+
+// The run id of the table row that has the focus, or null.
+const focusedRow = (page) => seen(page, '#runs tr:focus td:first-child');
 
 async function detailAndKeys(page, base, id, art) {
   await page.focus('#f-search');
   await page.keyboard.press('Tab');
-  const focused = await page.evaluate(() => document.activeElement.matches('tr.run'));
-  check(focused, 'Tab from the search box reaches the rows');
-  await page.focus(`tr.run[data-id="${id}"]`).catch(() => {});
-  await page.evaluate((rid) => {
-    // focus the run's row through the keyboard path: select it, then Enter
-    document.querySelector(`tr.run[data-id="${rid}"]`).focus();
-  }, id);
+  check(await focusedRow(page) !== null, 'Tab from the search box reaches the rows');
+  await runRow(page, id).focus(); // the row in the tab order, then Enter
   await page.keyboard.press('Enter');
-  await page.waitForSelector('#detail[open] #d-events[data-loaded="true"]');
-  const shown = await page.$$eval('#d-events li', (li) => li.map((x) => Number(x.dataset.eventId)));
+  await detailOf(page, id);
+  check(true, 'Enter opened the run\'s detail');
   const real = (await api(base, `/runs/${id}/events`)).json.events.map((e) => e.id);
+  let shown = [];
+  await until('the timeline', async () => {
+    shown = (await timelineSeen(page)).map((e) => e.id);
+    return JSON.stringify(shown) === JSON.stringify(real);
+  }, 10000).catch(() => {});
   check(JSON.stringify(shown) === JSON.stringify(real),
     `the detail's timeline is the run's events (${shown.length} of ${real.length})`);
-  check((await page.textContent('#d-title')) === id, 'Enter opened the run\'s detail');
-  await page.screenshot({ path: join(art, 'dashboard-detail.png') });
+  check(await page.getByRole('button', { name: 'Retry run' }).isHidden() &&
+    await page.getByRole('button', { name: 'Cancel run' }).isHidden(),
+  'a run that succeeded offers neither cancel nor retry');
+  await screenshot(page, join(art, 'dashboard-detail.png'));
   await page.keyboard.press('Escape');
-  await until('the detail to close', async () => !(await page.$('#detail[open]')));
-  const back = await page.evaluate(() => document.activeElement.matches('tr.run'));
-  check(back, 'Escape closed the detail and focus went back to the row');
+  await detailClosed(page);
+  const back = await focusedRow(page);
+  check(back === id, `Escape closed the detail and focus went back to the row (${back})`);
 }
 
 // A remote jobs API whose jobs never end: POST /jobs starts one, GET
@@ -176,31 +178,34 @@ async function waitingRun(page, base, art) {
   const onRequest = (q) => {
     if (new URL(q.url()).pathname.startsWith(`/runs/${id}`)) reads.push(Date.now());
   };
-  await until('the waiting run in the table', async () => (await rowState(page, id))?.status === 'waiting');
-  await page.click(`tr.run[data-id="${id}"]`);
-  await page.waitForSelector('#detail[open] #d-next-check');
-  const text = (sel) => page.textContent(sel);
+  await until('the waiting run in the table', async () => (await rowSeen(page, id))?.status === 'waiting');
+  await runRow(page, id).click();
+  await detailOf(page, id);
+  const text = (name) => fieldSeen(page, name);
   const next0 = await until('the next check on the page', async () => {
-    const t = await text('#d-next-check');
+    const t = await text('Next check');
     return new RegExp(`^in \\d+s ${AT}$`).test(t) ? t : null;
   });
   check(true, `the detail shows the next check (${next0})`);
-  const checks0 = await text('#d-checks');
+  const checks0 = await text('Checks');
   check(checks0 === '2 of 100', `the detail shows the checks made of the budget (${checks0})`);
-  const give0 = await text('#d-give-up');
+  const give0 = await text('Gives up');
   check(new RegExp(`^in (10m 00s|9m \\d\\ds) ${AT}$`).test(give0), `the detail shows when it gives up (${give0})`);
-  await page.screenshot({ path: join(art, 'dashboard-detail-waiting.png') });
+  const actions = await page.locator('#detail button:visible:not(.link)').allInnerTexts();
+  check(JSON.stringify(actions) === JSON.stringify(['Close', 'Cancel run']),
+    `a waiting run offers cancel only (${actions.join(', ')})`);
+  await screenshot(page, join(art, 'dashboard-detail-waiting.png'));
 
   // The countdowns tick on the page's clock: no request.
   page.on('request', onRequest);
   const next1 = await until('the next check countdown to tick', async () => {
-    const t = await text('#d-next-check');
+    const t = await text('Next check');
     return secondsIn(t) < secondsIn(next0) ? t : null;
   });
   // Each countdown ticks on its own second (their instants differ by a
   // fraction of one): the give-up one within the next second.
   const give1 = await until('the give-up countdown to tick', async () => {
-    const t = await text('#d-give-up');
+    const t = await text('Gives up');
     return t !== give0 ? t : null;
   }, 3000);
   const due = Date.parse(first.poll.next_check_at);
@@ -211,10 +216,10 @@ async function waitingRun(page, base, art) {
   // Check 3 writes no event: once it was due, the page reads the run again
   // and shows the new count and the next check, 54 s later.
   const checks3 = await until('check 3 on the page', async () => {
-    const t = await text('#d-checks');
+    const t = await text('Checks');
     return t === '3 of 100' ? t : null;
   }, 40000);
-  const next3 = await text('#d-next-check');
+  const next3 = await text('Next check');
   check(reads.length >= 1 && reads[0] >= due,
     `after the check was due the page read the run again (${reads.length} reads) and shows ${checks3}`);
   check(new RegExp(`^in \\d+s ${AT}$`).test(next3) && secondsIn(next3) > 30, `and the next check (${next3})`);
@@ -223,42 +228,50 @@ async function waitingRun(page, base, art) {
   // A cancel arrives as a stream event: the run shows the checks it took.
   await api(base, `/runs/${id}/cancel`, { method: 'POST' });
   const took = await until('the cancel in the detail', async () => {
-    const t = await page.$eval('#d-checks', (e) => e.textContent).catch(() => '');
-    return /^took/.test(t) ? t : null;
+    const t = await text('Checks');
+    return /^took/.test(t || '') ? t : null;
   });
   check(took === 'took 3 checks of 100', `a finished run shows the checks it took (${took})`);
-  check(!(await page.$('#d-next-check')) && !(await page.$('#d-give-up')),
+  check(await text('Next check') === null && await text('Gives up') === null,
     'a finished run shows no next check and no give-up time');
   await page.keyboard.press('Escape');
-  await until('the detail to close', async () => !(await page.$('#detail[open]')));
+  await detailClosed(page);
 }
 
 // Page Down, Page Up, End and Home in the runs table move the focused row
-// (the roving tabindex): by a page, to the last run, to the first. Each
-// check fails if the key left the focus where it was.
+// (the roving tabindex): by a page, to the last run, to the first, each
+// time with the row in sight below the table's heading. Where a row is
+// comes from the run id it shows and the runs' order (newest first, as
+// GET /runs lists them). Each check fails if the key left the focus where
+// it was.
 async function tableKeys(page, base) {
   await api(base, '/alerts', { method: 'POST',
     body: Array.from({ length: 40 }, (_, i) => ({ alert_type: 'demo', data: { duration_ms: 10, n: 100 + i } })) });
   const total = await until('more runs than a page', async () => {
-    const n = Number(await page.getAttribute('#runs', 'aria-rowcount')) - 1;
-    return n >= 45 ? n : null;
+    const m = /^(\d+) runs$/.exec((await seen(page, '#count')) || '');
+    return m && Number(m[1]) >= 45 ? Number(m[1]) : null;
   });
-  const at = () => page.evaluate(() => {
-    const a = document.activeElement;
-    const wrap = document.getElementById('table-wrap');
-    if (!a || !a.matches('tr.run')) return null;
-    const box = a.getBoundingClientRect();
-    const view = wrap.getBoundingClientRect();
+  const order = (await api(base, '/runs?limit=500')).json.runs.map((r) => r.id);
+  check(order.length === total, `the page counts the runs there are (${total} of ${order.length})`);
+  const at = async () => {
+    const id = await focusedRow(page);
+    const row = id && await page.locator('#runs tr:focus').boundingBox();
+    if (!row) return null;
+    const view = await page.locator('#table-wrap').boundingBox();
+    const head = await page.locator('#runs th').first().boundingBox(); // sticky: always in sight
+    const below = head.y + head.height;
     return {
-      index: Number(a.getAttribute('aria-rowindex')) - 2,
-      selected: a.getAttribute('aria-selected') === 'true',
-      visible: box.top >= view.top && box.bottom <= view.bottom + 1,
-      rows: Math.floor(wrap.clientHeight / a.offsetHeight),
+      id, index: order.indexOf(id), top: Math.round(row.y - below),
+      visible: row.y >= below - 2 && row.y + row.height <= view.y + view.height + 1,
+      rows: Math.floor((view.y + view.height - below) / row.height),
     };
-  });
-  if (!(await at())) await page.focus('tr.run[tabindex="0"]');
+  };
+  if (!(await at())) {
+    await page.focus('#f-search');
+    await page.keyboard.press('Tab');
+  }
   let last = await at();
-  check(last && last.index < total - 1, `a row of the table has the focus (${JSON.stringify(last)})`);
+  check(last && last.index >= 0 && last.index < total - 1, `a row of the table has the focus (${JSON.stringify(last)})`);
   const press = async (key, want, what) => {
     const from = last;
     await page.keyboard.press(key);
@@ -266,7 +279,7 @@ async function tableKeys(page, base) {
       const a = await at();
       return a && want(a, from) ? a : null;
     }, 5000).catch(() => null);
-    check(!!got && got.selected && got.visible,
+    check(!!got && got.visible,
       `${key}: ${what} (from ${from && from.index} to ${JSON.stringify(got || (await at()))})`);
     last = got || (await at());
   };
@@ -275,19 +288,22 @@ async function tableKeys(page, base) {
   await press('PageUp', (a, f) => f.index - a.index > 1 && a.index > 0, 'and another page');
   await press('PageDown', (a, f) => a.index - f.index > 1 && a.index < total - 1, 'down by a page');
   await press('Home', (a) => a.index === 0, 'to the first run');
-  const top = await page.evaluate(() => document.getElementById('table-wrap').scrollTop);
-  check(top === 0, `Home scrolled the table to the top (${top})`);
+  check(last && Math.abs(last.top) <= 2, `Home scrolled the table to the top: the first run right below the heading (${last && last.top} px)`);
   await press('PageDown', (a, f) => a.index - f.index > 1 && a.index < total - 1, 'down by a page from the first');
   await press('PageUp', (a) => a.index === 0, 'and back up to the first');
 }
 
 async function cancelAndRetry(page, base) {
   const id = await submit(base, { duration_ms: 60000, steps: 60 });
-  await until('the long run on the page', async () => (await rowState(page, id))?.status === 'running');
-  await page.click(`tr.run[data-id="${id}"]`);
-  await page.waitForSelector('#detail[open] #d-cancel:not([disabled])');
+  await until('the long run on the page', async () => (await rowSeen(page, id))?.status === 'running');
+  await runRow(page, id).click();
+  await detailOf(page, id);
+  const cancel = page.getByRole('button', { name: 'Cancel run' });
+  const retry = page.getByRole('button', { name: 'Retry run' });
+  await cancel.waitFor({ state: 'visible' });
+  check(await retry.isHidden(), 'a running run offers cancel, not retry');
   page.once('dialog', (d) => d.dismiss());
-  await page.click('#d-cancel');
+  await cancel.click();
   await page.waitForTimeout(300);
   check((await api(base, `/runs/${id}`)).json.status === 'running', 'a dismissed confirm cancels nothing');
   let asked = '';
@@ -295,23 +311,26 @@ async function cancelAndRetry(page, base) {
     asked = d.message();
     d.accept();
   });
-  await page.click('#d-cancel');
-  await until('the cancel on the page', async () => (await rowState(page, id))?.outcome === 'cancelled');
+  await cancel.click();
+  await until('the cancel on the page', async () => (await rowSeen(page, id))?.outcome === 'cancelled');
   check(asked.includes(id), `cancel asked first (${asked})`);
   check((await api(base, `/runs/${id}`)).json.outcome === 'cancelled', 'the run was cancelled');
-  await page.waitForSelector('#d-retry:not([disabled])');
+  await retry.waitFor({ state: 'visible' });
+  await cancel.waitFor({ state: 'hidden' });
+  check(true, 'the cancelled run offers retry, no longer cancel');
   page.once('dialog', (d) => d.accept());
-  await page.click('#d-retry');
+  await retry.click();
   const msg = await until('the retry', async () => {
-    const t = await page.textContent('#d-msg');
-    return /Retried as/.test(t) ? t : null;
+    const t = await seen(page, '#d-msg');
+    return /Retried as/.test(t || '') ? t : null;
   });
   const newId = /Retried as ([^ .]+)/.exec(msg)[1];
   const again = (await api(base, `/runs/${newId}`)).json;
   check(again && again.retry_of === id, `retry made a new run ${newId} with retry_of ${id}`);
-  await until('the retried run in the table', async () => !!(await rowState(page, newId)));
+  await until('the retried run in the table', async () => !!(await rowSeen(page, newId)));
   check(true, 'the retried run appeared in the table');
   await page.keyboard.press('Escape');
+  await detailClosed(page);
   await api(base, `/runs/${newId}/cancel`, { method: 'POST' });
 }
 
@@ -337,7 +356,7 @@ async function narrow(page, art) {
   await page.waitForTimeout(200);
   const w = await page.evaluate(() => document.documentElement.scrollWidth);
   check(w <= 360, `at 360 px wide nothing scrolls sideways (${w})`);
-  await page.screenshot({ path: join(art, 'dashboard-360.png') });
+  await screenshot(page, join(art, 'dashboard-360.png'));
   await page.setViewportSize({ width: 1200, height: 800 });
 }
 
@@ -360,13 +379,13 @@ async function main() {
     const page = await ctx.newPage();
     const w = watch(page, problems);
     await page.goto(base + '/');
-    await page.waitForSelector('#conn[data-state="live"]');
+    await connection(page, /^live$/);
     const ids = [];
     for (const [i, data] of [{ fail: 'permanent' }, { fail: 'first:1' }, {}, { duration_ms: 30000, steps: 30 },
       { duration_ms: 20000, steps: 10 }].entries()) ids.push(await submit(base, { duration_ms: 400, n: i, ...data }));
     const id = await liveRun(page, base);
-    await until('the overview', async () => (await page.textContent('#s-workers')).includes('/'));
-    await page.screenshot({ path: join(art, 'dashboard.png') });
+    await until('the overview', async () => ((await seen(page, '#s-workers')) || '').includes('/'));
+    await screenshot(page, join(art, 'dashboard.png'));
     await filtersAndPaging(page, base, ids);
     await detailAndKeys(page, base, id, art);
     await cancelAndRetry(page, base);

@@ -7,20 +7,25 @@
 // current filters, shows the count in its confirmation (dismissed:
 // nothing changes), then cancels exactly those with its progress and the
 // final count; "Retry all that match" retries the failed runs of a type;
-// the bulk buttons are off while the search box is in use. A screenshot
-// goes to the build's test directory (browser-artifacts/).
+// the bulk buttons are off while the search box is in use, and say why.
+// Everything is read as a person sees it (text on the screen, what is
+// visible). Screenshots go to the build's test directory
+// (browser-artifacts/), each checked for anything shown that the page
+// meant to hide.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
 import { execFileSync, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import {
-  api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
-  tail, until, watch, cleanup,
+  actionsSeen, api, checker, connection, createDb, detailClosed, detailOf, dirs, fieldSeen,
+  freePort, launch, loadPlaywright, rowSeen, runRow, screenshot, seen, startOpsrun, stopOpsrun,
+  tableSeen, tail, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
 const LATER = '2999-01-01T00:00:00Z';
+const WAITS = 'This run waits for approval';
 
 async function post(base, path, body) {
   const r = await api(base, path, { method: 'POST', body });
@@ -55,46 +60,63 @@ function onDialog(page, accept) {
   });
 }
 
-async function approvals(page, base) {
+async function approvals(page, base, art) {
   const a = (await post(base, '/alerts', { alert_type: 'gated', data: { n: 1 } })).run_id;
   const b = (await post(base, '/alerts', { alert_type: 'gated', data: { n: 2 } })).run_id;
   await post(base, '/alerts', { alert_type: 'demo', data: { n: 3 }, run_at: LATER });
+  const shownIds = async () => (await tableSeen(page)).map((r) => r.run).sort();
 
   const listed = page.waitForRequest((r) => r.url().includes('/runs?') && r.url().includes('approval=pending'));
   await page.selectOption('#f-approval', 'pending');
   check(!!(await listed), 'the approval filter asks the server for the runs awaiting approval');
   await until('the two runs awaiting approval', async () =>
-    (await page.$$('tr.run')).length === 2 && (await page.$(`tr.run[data-id="${a}"]`)) !== null);
-  const badge = await page.textContent(`tr.run[data-id="${a}"] .badge`);
+    JSON.stringify(await shownIds()) === JSON.stringify([a, b].sort()));
+  const badge = (await rowSeen(page, a)).status;
   check(badge === 'awaiting approval', `the table says the run awaits approval (${badge})`);
-  check((await page.getAttribute('#bulk-cancel', 'title')).includes('approval filter'),
-    'the bulk buttons explain why they are off with the approval filter');
+  const bulkCancel = page.getByRole('button', { name: 'Cancel all that match…' });
+  const why = await seen(page, '#bulk-why');
+  check(await bulkCancel.isDisabled() && /approval filter/.test(why || ''),
+    `the bulk buttons are off with the approval filter and say why (${why})`);
 
-  await page.click(`tr.run[data-id="${a}"]`);
-  await page.waitForSelector('#detail[open] #d-approval:not([hidden])');
-  const state = await page.textContent('#d-approval-state');
-  check(/^pending: in (59m \d\ds|1h 00m) \(at .+\), then rejected$/.test(state), `the detail says until when and what then (${state})`);
-  await page.fill('#d-comment', 'change window is open');
+  const comment = page.getByLabel(/Comment \(optional\)/);
+  const approve = page.getByRole('button', { name: 'Approve', exact: true });
+  const reject = page.getByRole('button', { name: 'Reject', exact: true });
+  await runRow(page, a).click();
+  await detailOf(page, a);
+  await page.getByText(WAITS).waitFor({ state: 'visible' });
+  const state = await fieldSeen(page, 'Approval');
+  check(/^pending: in (59m \d\ds|1h 00m) \(at .+\), then rejected$/.test(state || ''), `the detail says until when and what then (${state})`);
+  const offered = await actionsSeen(page);
+  check(JSON.stringify(offered) === JSON.stringify(['Cancel run', 'Approve', 'Reject']),
+    `a run awaiting approval offers cancel, approve and reject (${offered.join(', ')})`);
+  await comment.fill('change window is open');
+  await screenshot(page, join(art, 'dashboard-approval-detail.png'));
   const asked = onDialog(page, true);
-  await page.click('#d-approve');
+  await approve.click();
   check(/Approve run/.test(await asked), 'Approve asks first');
-  await page.waitForSelector('#d-approval[hidden]');
+  await page.getByText(WAITS).waitFor({ state: 'hidden' });
+  check(await approve.isHidden() && await reject.isHidden(), 'once approved, Approve and Reject are gone');
   const run = (await api(base, `/runs/${a}`)).json;
   check(run.approval.state === 'approved' && run.approval.comment === 'change window is open' &&
     run.approval.decided_by === 'anonymous', `the server has the decision (${JSON.stringify(run.approval)})`);
   const decided = await until('the detail to show the decision', async () => {
-    const t = await page.textContent('#d-body');
+    const t = (await seen(page, '#d-body')) || '';
     return /approved by anonymous at/.test(t) && /change window is open/.test(t) ? t : null;
   });
   check(!!decided, 'the detail shows who approved, when, and the comment');
   await until('the approved run to succeed', async () => (await api(base, `/runs/${a}`)).json.outcome === 'succeeded');
-  await page.click('#d-close');
+  await until('the detail to show it succeeded', async () => (await fieldSeen(page, 'Outcome')) === 'succeeded');
+  const after = await actionsSeen(page);
+  check(after.length === 0, `the approved run that succeeded offers no action (${after.join(', ')})`);
+  await page.getByRole('button', { name: 'Close' }).click();
+  await detailClosed(page);
 
-  await page.click(`tr.run[data-id="${b}"]`);
-  await page.waitForSelector('#detail[open] #d-approval:not([hidden])');
-  await page.fill('#d-comment', 'not tonight');
+  await runRow(page, b).click();
+  await detailOf(page, b);
+  await page.getByText(WAITS).waitFor({ state: 'visible' });
+  await comment.fill('not tonight');
   const asked2 = onDialog(page, true);
-  await page.click('#d-reject');
+  await reject.click();
   check(/Reject run/.test(await asked2), 'Reject asks first');
   const rejected = await until('the rejection', async () => {
     const r = (await api(base, `/runs/${b}`)).json;
@@ -102,11 +124,20 @@ async function approvals(page, base) {
   });
   check(rejected.outcome === 'cancelled' && rejected.error.code === 'rejected' &&
     rejected.approval.comment === 'not tonight', 'Reject rejected it on the server, with the comment');
-  await until('the detail to show the rejection', async () => /rejected by anonymous/.test(await page.textContent('#d-body')));
-  await page.click('#d-close');
-  await until('the filter to empty', async () => (await page.$$('tr.run')).length === 0);
+  await until('the detail to show the rejection', async () => /rejected by anonymous/.test((await seen(page, '#d-body')) || ''));
+  await page.getByText(WAITS).waitFor({ state: 'hidden' });
+  const left = await until('the rejected run to offer retry only', async () => {
+    const t = await actionsSeen(page);
+    return JSON.stringify(t) === JSON.stringify(['Retry run']) ? t : null;
+  }, 10000).catch(() => null);
+  check(left !== null, `the rejected run offers retry only (${(await actionsSeen(page)).join(', ')})`);
+  await page.getByRole('button', { name: 'Close' }).click();
+  await detailClosed(page);
+  await until('the filter to empty', async () => (await tableSeen(page)).length === 0);
   check(true, 'decided runs leave the "awaiting approval" view');
   await page.selectOption('#f-approval', '');
+  await until('the bulk buttons on again', async () => await bulkCancel.isEnabled() && (await seen(page, '#bulk-why')) === null);
+  check(true, 'without the approval filter the bulk buttons are on and no longer say why not');
 }
 
 // One psql query on db, its first value.
@@ -114,27 +145,32 @@ function psql(db, query) {
   return execFileSync('psql', [db, '-qAtX', '-v', 'ON_ERROR_STOP=1', '-c', query]).toString().trim();
 }
 
+// The run types the Type filter offers, by their text.
+const typesOffered = (page) => page.locator('#f-type option').allInnerTexts();
+
 async function bulkCancel(page, base, db) {
+  const button = page.getByRole('button', { name: 'Cancel all that match…' });
+  const msg = async () => (await seen(page, '#bulk-msg')) || '';
   await submitMany(base, 'demo', 3000, true);
   await page.selectOption('#f-status', 'queued');
-  await until('the demo type in the filter', async () =>
-    (await page.$$eval('#f-type option', (os) => os.map((o) => o.value))).includes('demo'));
+  await until('the demo type in the filter', async () => (await typesOffered(page)).includes('demo'));
   await page.selectOption('#f-type', 'demo');
   // the count in the confirmation; dismissed, nothing changes
   let asked = onDialog(page, false);
-  await page.click('#bulk-cancel');
+  await button.click();
   const text = await asked;
   check(/Cancel all 3,001 runs that match \(status queued, type demo\)\?/.test(text), `the confirmation shows the count (${text})`);
-  await until('the dismissal', async () => /Nothing was cancelled/.test(await page.textContent('#bulk-msg')));
+  await until('the dismissal', async () => /Nothing was cancelled/.test(await msg()));
   check((await api(base, '/runs?status=queued&type=demo&limit=1')).json.runs.length === 1, 'dismissed: nothing was cancelled');
 
-  // Every text the message and the progress bar show while it runs, kept
-  // by the page itself (polling from here could miss a short action).
+  // Every text the message shows while it runs, with "bar " before it
+  // while the progress bar is on the screen, kept by the page itself
+  // (polling from here could miss a short action).
   await page.evaluate(() => {
     window.seenBulk = [];
     const msg = document.getElementById('bulk-msg');
     const bar = document.getElementById('bulk-progress');
-    new MutationObserver(() => window.seenBulk.push(`${bar.hidden ? '' : 'bar '}${msg.textContent}`))
+    new MutationObserver(() => window.seenBulk.push(`${bar.checkVisibility() ? 'bar ' : ''}${msg.innerText}`))
       .observe(msg, { childList: true, characterData: true, subtree: true });
   });
   // A run of the cancel's fourth batch (500 a batch, in created_at order)
@@ -149,44 +185,50 @@ async function bulkCancel(page, base, db) {
     psql(db, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' " +
       'AND datname = current_database()') === '1');
   asked = onDialog(page, true);
-  await page.click('#bulk-cancel');
+  await button.click();
   await asked;
   const done = await until('the bulk cancel to end', async () => {
-    const t = await page.textContent('#bulk-msg');
+    const t = await msg();
     return /^Cancelled/.test(t) ? t : null;
   }, 60000);
-  const seen = await page.evaluate(() => window.seenBulk);
+  const texts = await page.evaluate(() => window.seenBulk);
   await new Promise((r) => (locker.exitCode !== null ? r() : locker.on('exit', r)));
   check(done === 'Cancelled 3,001 of 3,001 matching runs.', `the final count (${done})`);
-  check(seen.some((t) => t === 'bar Cancelling 3,001 runs…'), 'the progress bar showed while it ran');
-  const counted = seen.filter((t) => /^bar Cancelling… [\d,]+ of 3,001 runs$/.test(t));
+  check(texts.some((t) => t === 'bar Cancelling 3,001 runs…'), 'the progress bar showed while it ran');
+  const counted = texts.filter((t) => /^bar Cancelling… [\d,]+ of 3,001 runs$/.test(t));
   check(counted.length > 0, `the stream's events moved the progress while it ran (${counted.join(', ')})`);
   const left = (await api(base, '/runs?status=queued&type=demo&limit=1')).json.runs.length;
   check(left === 0, 'no queued demo run is left on the server');
-  check(Number(await page.getAttribute('#bulk-progress', 'value')) === 3001, 'the progress reached the count');
+  const last = counted.length ? /([\d,]+) of/.exec(counted[counted.length - 1])[1] : null;
+  check(await page.locator('#bulk-progress').isHidden(),
+    `once it ended the progress bar is gone, the message giving the count (the bar's last count: ${last})`);
 }
 
 async function bulkRetry(page, base) {
   await submitMany(base, 'flaky', 20, false);
   await until('the flaky runs to fail', async () =>
     (await api(base, '/runs?type=flaky&outcome=failed&limit=50')).json.runs.length === 20);
+  const cancel = page.getByRole('button', { name: 'Cancel all that match…' });
+  const retry = page.getByRole('button', { name: 'Retry all that match…' });
   await page.selectOption('#f-status', '');
-  await until('the flaky type in the filter', async () =>
-    (await page.$$eval('#f-type option', (os) => os.map((o) => o.value))).includes('flaky'));
+  await until('the flaky type in the filter', async () => (await typesOffered(page)).includes('flaky'));
   await page.selectOption('#f-type', 'flaky');
   await page.selectOption('#f-outcome', 'failed');
   const asked = onDialog(page, true);
-  await page.click('#bulk-retry');
+  await retry.click();
   check(/Retry all 20 runs that match \(outcome failed, type flaky\)\?/.test(await asked), 'Retry shows its count');
   const done = await until('the bulk retry to end', async () => {
-    const t = await page.textContent('#bulk-msg');
+    const t = (await seen(page, '#bulk-msg')) || '';
     return /^Retried/.test(t) ? t : null;
   });
   check(done === 'Retried 20 of 20 matching runs.', `the retry's count (${done})`);
   await page.fill('#f-search', 'x');
-  check(await page.isDisabled('#bulk-cancel') && await page.isDisabled('#bulk-retry'), 'the bulk buttons are off while searching');
+  const why = await until('the reason next to the buttons', () => seen(page, '#bulk-why'), 5000).catch(() => null);
+  check(await cancel.isDisabled() && await retry.isDisabled() && why === 'Clear the search to act on all that match.',
+    `the bulk buttons are off while searching, and say why (${why})`);
   await page.fill('#f-search', '');
-  check(!(await page.isDisabled('#bulk-retry')), 'and on again without the search');
+  await until('the buttons on again', async () => await retry.isEnabled(), 5000).catch(() => {});
+  check(await retry.isEnabled() && (await seen(page, '#bulk-why')) === null, 'and on again without the search, with no reason shown');
 }
 
 async function main() {
@@ -211,11 +253,11 @@ async function main() {
     const page = await (await browser.newContext({ viewport: { width: 1300, height: 900 } })).newPage();
     watch(page, problems);
     await page.goto(base + '/');
-    await page.waitForSelector('#conn[data-state="live"]');
-    await approvals(page, base);
+    await connection(page, /^live$/);
+    await approvals(page, base, art);
     await bulkCancel(page, base, db);
     await bulkRetry(page, base);
-    await page.screenshot({ path: join(art, 'dashboard-approvals.png') });
+    await screenshot(page, join(art, 'dashboard-approvals.png'));
   } catch (e) {
     check(false, `the test ran to its end: ${e.stack || e}`);
   } finally {

@@ -5,7 +5,10 @@
 // sessionStorage (a reload does not ask again), sends it as a bearer
 // token to the API and as ?access_token= on its stream, which then
 // delivers a run to its end. The server's log, at debug level, never
-// holds the token.
+// holds the token. The page is read as a person sees it (the form on the
+// screen, where the caret is, the text shown); a screenshot of the token
+// form goes to the build's test directory (browser-artifacts/), checked
+// for anything shown that the page meant to hide.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
@@ -13,8 +16,8 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  checker, createDb, dirs, freePort, launch, loadPlaywright, need, startOpsrun, stopOpsrun,
-  submit, tail, until, watch, cleanup,
+  checker, connection, createDb, dirs, freePort, launch, loadPlaywright, need, rowSeen, screenshot,
+  seen, startOpsrun, stopOpsrun, submit, tail, until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
@@ -39,15 +42,16 @@ async function escapeKeepsTheForm(page, when) {
     .catch(() => false);
   check(seen, `Escape ${when} reached the token form (its cancel event)`);
   // The browser may close the form despite the refused cancel; the page
-  // then opens it again at once, with the focus in the token field.
-  const kept = await until('the token form to be open', () => page.evaluate(() =>
-    document.getElementById('login').open && document.activeElement.id === 'l-token'), 5000).catch(() => false);
+  // then opens it again at once, with the caret in the token field.
+  const kept = await until('the token form to be open', async () =>
+    await page.locator('#login').isVisible() && await page.locator('#l-token:focus').isVisible(), 5000)
+    .catch(() => false);
   check(kept, `after Escape ${when} the token form is open, the focus in its field`);
 }
 
 async function main() {
   const pw = loadPlaywright();
-  const { tmp } = dirs('dashboard-auth');
+  const { tmp, art } = dirs('dashboard-auth');
   const log = join(tmp, 'opsrun.log');
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -69,35 +73,38 @@ async function main() {
     const page = await (await browser.newContext({ viewport: { width: 1200, height: 800 } })).newPage();
     const w = watch(page, problems);
     await page.goto(base + '/');
-    await page.waitForSelector('#login[open]');
+    const form = page.locator('#login');
+    await form.waitFor({ state: 'visible' });
     check(true, 'the page asked for a token');
+    await screenshot(page, join(art, 'dashboard-token.png'));
     await escapeKeepsTheForm(page, 'at once');
     await page.fill('#l-token', 'opsrun_not_a_token_at_all');
-    await page.click('#l-ok');
-    await until('the refusal', async () => /does not know/.test(await page.textContent('#l-error')));
-    check(await page.isVisible('#login[open]'), 'a wrong token is refused and the form stays');
+    await page.getByRole('button', { name: 'Use token' }).click();
+    await until('the refusal', async () => /does not know/.test((await seen(page, '#l-error')) || ''));
+    check(await form.isVisible(), 'a wrong token is refused and the form stays');
     await escapeKeepsTheForm(page, 'after a refused token');
     await page.fill('#l-token', token);
-    await page.click('#l-ok');
-    await page.waitForSelector('#conn[data-state="live"]');
-    check(!(await page.$('#login[open]')), 'the right token closes the form and the stream is live');
+    await page.getByRole('button', { name: 'Use token' }).click();
+    await connection(page, /^live$/);
+    check(await form.isHidden(), 'the right token closes the form and the stream is live');
+    check(await page.getByRole('button', { name: 'Forget token' }).isVisible(), 'the page offers to forget the token');
     check(await page.evaluate(() => sessionStorage.getItem('opsrun.token')) === token,
       'the token is kept in sessionStorage');
 
     const id = await submit(base, { duration_ms: 1500, steps: 3 }, token);
-    const outcome = await until('the run to succeed on the page', () => page.evaluate((rid) => {
-      const tr = document.querySelector(`tr.run[data-id="${rid}"]`);
-      return tr && tr.children[2].textContent === 'completed' ? tr.children[3].textContent : null;
-    }, id));
+    const outcome = await until('the run to succeed on the page', async () => {
+      const r = await rowSeen(page, id);
+      return r && r.status === 'completed' ? r.outcome : null;
+    });
     check(outcome === 'succeeded', `the stream (access_token) delivered the run to its end (${outcome})`);
-    await until('the overview', async () => (await page.textContent('#s-workers')).includes('/'));
+    await until('the overview', async () => ((await seen(page, '#s-workers')) || '').includes('/'));
     check(true, 'the overview reads /healthz with the token');
 
     w.closing = true; // a reload aborts the stream and what is in flight
     await page.reload();
     w.closing = false;
-    await page.waitForSelector('#conn[data-state="live"]');
-    check(!(await page.$('#login[open]')), 'after a reload the page does not ask again');
+    await connection(page, /^live$/);
+    check(await form.isHidden(), 'after a reload the page does not ask again');
   } catch (e) {
     check(false, `the test ran to its end: ${e.stack || e}`);
   } finally {

@@ -11,26 +11,37 @@
 //   (with a dot) too; the follow-up's link opens it, its "Follow-up of"
 //   link leads back, and each writes the address; a new address in the
 //   same page opens that run, and closing the detail clears it.
-// A screenshot goes to the build's test directory (browser-artifacts/).
+// Everything is read as a person sees it. A screenshot goes to the
+// build's test directory (browser-artifacts/), checked for anything shown
+// that the page meant to hide.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
 import { join } from 'node:path';
 import {
-  api, checker, createDb, dirs, freePort, launch, loadPlaywright, startOpsrun, stopOpsrun,
-  tail, until, watch, cleanup,
+  actionsSeen, api, checker, createDb, detailClosed, detailOf, dirs, fieldSeen, freePort, launch,
+  loadPlaywright, rowSeen, screenshot, seen, startOpsrun, stopOpsrun, tail, timelineSeen, until,
+  watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
 
-// The detail's timeline: [{id, type, text}].
-const timeline = (page) => page.$$eval('#d-events li', (li) => li.map((x) => ({
-  id: Number(x.dataset.eventId), type: x.dataset.type, text: x.lastChild.textContent,
-})));
+const timeline = timelineSeen;
 
-const followUps = (page) => page.$$eval('#d-follow-ups li', (li) => li.map((x) => ({
-  id: x.dataset.id, text: x.textContent,
-})));
+// The follow-ups the detail lists, under its "Follow-ups" heading:
+// [{id, text}], id the run id its link shows.
+const followUps = (page) => page.evaluate(() => {
+  const h = [...document.querySelectorAll('#d-body h3')]
+    .find((e) => e.checkVisibility() && e.innerText.trim() === 'Follow-ups');
+  const ul = h && h.nextElementSibling;
+  if (!ul || !ul.checkVisibility()) return [];
+  return [...ul.querySelectorAll('li')].map((li) => ({
+    id: li.querySelector('button').innerText.trim(), text: li.innerText.trim(),
+  }));
+});
+
+// The link (a button) to run id in the open detail.
+const linkTo = (page, id) => page.locator('#d-body').getByRole('button', { name: id, exact: true });
 
 // A full page load of url (about:blank first, so that a new address on
 // the same page is a load, not a jump).
@@ -43,10 +54,7 @@ async function load(page, w, url) {
 
 const hash = (page) => page.evaluate(() => location.hash);
 
-async function openedOn(page, id) {
-  await page.waitForSelector('#detail[open] #d-events[data-loaded="true"]');
-  await until(`the detail of ${id}`, async () => (await page.textContent('#d-title')) === id, 10000);
-}
+const openedOn = (page, id) => detailOf(page, id);
 
 async function main() {
   const pw = loadPlaywright();
@@ -85,7 +93,7 @@ async function main() {
     await page.goto(`${base}/#/runs/${parent}`);
     await openedOn(page, parent);
     check(true, `#/runs/${parent} opened the run on a full page load`);
-    const status = await page.textContent('#d-body dl dd:nth-of-type(2)');
+    const status = await fieldSeen(page, 'Status');
     check(status !== 'completed', `the run had not ended when its detail opened (${status})`);
     const listed = await until('the follow-up in the detail', async () => {
       const f = await followUps(page);
@@ -115,27 +123,27 @@ async function main() {
     check(made && made.text === `follow-up 1 (page) created: ${child}`,
       `the follow_up event with its message (${made && made.text})`);
 
-    const row = await page.evaluate((rid) => {
-      const tr = document.querySelector(`tr.run[data-id="${rid}"]`);
-      return tr && `${tr.children[2].textContent} ${tr.children[3].textContent}`;
-    }, parent);
+    const seenRow = await rowSeen(page, parent);
+    const row = seenRow && `${seenRow.status} ${seenRow.outcome}`;
     check(row === 'completed failed', `the table keeps the run completed after its notifications (${row})`);
-    await page.screenshot({ path: join(art, 'dashboard-notify.png') });
+    const offered = await actionsSeen(page);
+    check(JSON.stringify(offered) === JSON.stringify(['Retry run']), `the failed run offers retry only (${offered.join(', ')})`);
+    await screenshot(page, join(art, 'dashboard-notify.png'));
 
     // A full page load, after the fact; then the links both ways.
     await load(page, w, `${base}/#/runs/${parent}`);
     await openedOn(page, parent);
-    await page.waitForSelector(`#d-follow-ups li[data-id="${child}"]`);
+    await linkTo(page, child).waitFor({ state: 'visible' });
     const types = new Set((await timeline(page)).map((e) => e.type));
     check(types.has('notification') && types.has('follow_up'),
       `a fresh load shows the notification and follow_up events (${[...types].join(', ')})`);
-    await page.click(`#d-follow-ups button[data-run="${child}"]`);
+    await linkTo(page, child).click();
     await openedOn(page, child);
     check(await hash(page) === `#/runs/${child}`, `the follow-up's link opened it (${await hash(page)})`);
-    check((await page.textContent('#d-parent')) === parent, 'the follow-up names its parent');
-    check(/permanent failure requested/.test(await page.textContent('#d-body')),
+    check((await fieldSeen(page, 'Follow-up of')) === parent, 'the follow-up names its parent');
+    check(/permanent failure requested/.test((await seen(page, '#d-body')) || ''),
       'the follow-up\'s input came from the parent\'s error');
-    await page.click(`#d-parent button[data-run="${parent}"]`);
+    await linkTo(page, parent).click();
     await openedOn(page, parent);
     check(await hash(page) === `#/runs/${parent}`, `its parent link leads back (${await hash(page)})`);
 
@@ -143,7 +151,7 @@ async function main() {
     await openedOn(page, child);
     check(true, 'a new address in the same page opens that run');
     await page.keyboard.press('Escape');
-    await until('the detail to close', async () => !(await page.$('#detail[open]')));
+    await detailClosed(page);
     // The dialog's close event comes a task after its open attribute goes.
     const cleared = await until('the address to clear', async () => (await hash(page)) === '', 5000)
       .catch(() => false);

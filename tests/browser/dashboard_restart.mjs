@@ -1,20 +1,26 @@
 // tests/browser/dashboard_restart.mjs — the dashboard across a server
 // crash: a run is followed in the detail view, opsrun is killed (SIGKILL)
 // mid-run and started again on the same port and database. The page must
-// show that it lost the connection, reconnect by itself (resuming the
+// show that it lost the connection (its badge, and the overview saying
+// its figures are old), reconnect by itself (resuming the
 // stream from the last event id it had), and end with the run completed
 // and a timeline equal to GET /runs/{id}/events: no event missing, none
 // twice. Then opsrun is started again on a new, empty database: the
 // page's last event id is unknown there, the stream answers with a
 // reset, and the page must start over, showing the new database's runs
-// and none of the old one's.
+// and none of the old one's. Read as a person sees it: the connection
+// badge's text, the timeline's event numbers, the table's rows. A
+// screenshot of the page while the server is away goes to the build's
+// test directory (browser-artifacts/), checked for anything shown that
+// the page meant to hide.
 //
 // Needs what cors.mjs needs (see there); exits 77 when playwright-core
 // or chromium is missing.
 import { join } from 'node:path';
 import {
-  api, checker, createDb, dirs, freePort, killed, launch, loadPlaywright, startOpsrun,
-  stopOpsrun, submit, tail, until, watch, cleanup,
+  api, checker, connection, createDb, detailOf, dirs, freePort, killed, launch, loadPlaywright,
+  rowSeen, runRow, screenshot, seen, startOpsrun, stopOpsrun, submit, tableSeen, tail, timelineSeen,
+  until, watch, cleanup,
 } from './lib/harness.mjs';
 
 const { check, failures } = checker();
@@ -26,11 +32,11 @@ const CONFIG = {
     orphan_scan_interval_s: 1, shutdown_grace_s: 1 },
 };
 
-const timeline = (page) => page.$$eval('#d-events li', (li) => li.map((x) => Number(x.dataset.eventId)));
+const timeline = async (page) => (await timelineSeen(page)).map((e) => e.id);
 
 async function main() {
   const pw = loadPlaywright();
-  const { tmp } = dirs('dashboard-restart');
+  const { tmp, art } = dirs('dashboard-restart');
   const log = join(tmp, 'opsrun.log');
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -43,20 +49,26 @@ async function main() {
     const page = await (await browser.newContext({ viewport: { width: 1200, height: 800 } })).newPage();
     const w = watch(page, problems);
     await page.goto(base + '/');
-    await page.waitForSelector('#conn[data-state="live"]');
+    await connection(page, /^live$/);
     const id = await submit(base, { duration_ms: 6000, steps: 12 });
-    await until('the run on the page', () => page.$(`tr.run[data-id="${id}"]`));
-    await page.click(`tr.run[data-id="${id}"]`);
-    await page.waitForSelector('#d-events[data-loaded="true"]');
+    await until('the run on the page', () => rowSeen(page, id));
+    await runRow(page, id).click();
+    await detailOf(page, id);
     await until('a few progress events', async () => (await timeline(page)).length >= 5);
     const before = await timeline(page);
 
     w.closing = true; // the stream and polls fail while the server is away
     await killed(proc);
-    await until('the page to notice', async () => (await page.getAttribute('#conn', 'data-state')) !== 'live');
-    check(true, `the page showed it lost the connection (${await page.textContent('#conn')})`);
+    const lost = await connection(page, /^(reconnecting|offline, retrying)$/);
+    check(true, `the page showed it lost the connection (${lost})`);
+    const note = await until('the overview to say the server does not answer', async () => {
+      const t = await seen(page, '#health-note');
+      return /^The server does not answer: the figures are those of \d\d:\d\d:\d\dZ\.$/.test(t || '') ? t : null;
+    }, 15000).catch(() => null);
+    check(note !== null, `the overview says its figures are old (${note})`);
+    await screenshot(page, join(art, 'dashboard-offline.png'));
     proc = await startOpsrun({ port, db, log, tmp, config: CONFIG });
-    await until('the page to reconnect', async () => (await page.getAttribute('#conn', 'data-state')) === 'live');
+    await connection(page, /^live$/);
     w.closing = false;
     check(true, 'the page reconnected by itself');
 
@@ -79,22 +91,23 @@ async function main() {
       `the timeline equals GET /runs/{id}/events: ${before.length} before the crash, ` +
       `${shown.length} shown, ${real.length} in the database` +
       (JSON.stringify(shown) === JSON.stringify(real) ? '' : ` (shown ${shown}, real ${real})`));
-    const row = await page.$eval(`tr.run[data-id="${id}"]`, (tr) => tr.children[3].textContent);
+    const row = (await rowSeen(page, id))?.outcome;
     check(row === 'succeeded', `the table shows the run succeeded (${row})`);
     await page.keyboard.press('Escape');
 
     w.closing = true;
     await stopOpsrun(proc);
-    await until('the page to notice', async () => (await page.getAttribute('#conn', 'data-state')) !== 'live');
+    await connection(page, /^(reconnecting|offline, retrying)$/);
     proc = await startOpsrun({ port, db: createDb('browser_dashboard_reset'), log, tmp, config: CONFIG });
-    await until('the page to reconnect', async () => (await page.getAttribute('#conn', 'data-state')) === 'live');
+    await connection(page, /^live$/);
     w.closing = false;
     const fresh = await submit(base, { duration_ms: 200, steps: 1 });
+    const shownIds = async () => (await tableSeen(page)).map((r) => r.run);
     const after = await until('the new database\'s run alone', async () => {
-      const ids = await page.$$eval('tr.run', (rows) => rows.map((r) => r.dataset.id));
+      const ids = await shownIds();
       return ids.length === 1 && ids[0] === fresh ? ids : null;
     }).catch(() => null);
-    const shownNow = await page.$$eval('tr.run', (rows) => rows.map((r) => r.dataset.id));
+    const shownNow = await shownIds();
     check(after !== null, `after a reset the page shows the new database's run alone (${shownNow})`);
   } catch (e) {
     check(false, `the test ran to its end: ${e.stack || e}`);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 
 /* The tokens of the matrix; their SHA-256 goes into the configuration. */
 #define T_ACME "opsrun_e2e-acme-all-0000000000000000"

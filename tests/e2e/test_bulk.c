@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 
 #define LATER "\"run_at\":\"2999-01-01T00:00:00Z\""
 

@@ -19,7 +19,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 
 #define ALLOWED "http://app.example:3000"
 #define DENIED "http://evil.example:3000"

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 
 #define SECRET "e2e-notify-secret-4f9a1c"
 #define SECRET_ENV "OPSRUN_E2E_HOOK_SECRET=" SECRET

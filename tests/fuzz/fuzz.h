@@ -10,6 +10,7 @@
 #include "handlers/handlers.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 
 #include <jansson.h>
 
@@ -23,6 +24,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             abort();                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The bytes the process holds on its heap, when the build counts them
+ * (AddressSanitizer's allocator, gcc or clang); 0 otherwise. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FUZZ_HEAP_COUNTED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUZZ_HEAP_COUNTED 1
+#endif
+#endif
+#ifdef FUZZ_HEAP_COUNTED
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
+static inline size_t fuzz_heap_bytes(void)
+{
+#ifdef FUZZ_HEAP_COUNTED
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    return 0;
+#endif
+}
 
 /* The input as a C string (heap, free); bytes after a NUL are cut, as a C
  * API would see them. */
@@ -42,6 +64,49 @@ static inline bool fuzz_utf8(const char *s)
 
     json_decref(j);
     return j != NULL;
+}
+
+/* Whether every string and key of v can go into PostgreSQL's jsonb, where
+ * what we emit is stored: jsonb refuses the character U+0000 (\u0000),
+ * which jansson holds in a string made with a length. */
+static inline bool fuzz_jsonb_ok(const json_t *v)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+
+    if (json_is_string(v))
+        return strlen(json_string_value(v)) == json_string_length(v);
+    json_array_foreach(v, i, x)
+    {
+        if (!fuzz_jsonb_ok(x))
+            return false;
+    }
+    json_object_foreach((json_t *)v, key, x)
+    {
+        if (!fuzz_jsonb_ok(x))
+            return false;
+    }
+    return true;
+}
+
+/* JSON we emit (a run's result, error, summaries, poll state; a request
+ * body): it serialises, parses back equal, and PostgreSQL can store it.
+ * NULL passes (nothing emitted). */
+static inline void fuzz_check_emitted(const json_t *v)
+{
+    char *text;
+    json_t *back;
+
+    if (!v)
+        return;
+    text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    FUZZ_CHECK(text != NULL);
+    back = json_loads(text, JSON_DECODE_ANY, NULL);
+    FUZZ_CHECK(back != NULL && json_equal(v, back));
+    FUZZ_CHECK(fuzz_jsonb_ok(v));
+    json_decref(back);
+    free(text);
 }
 
 /* The request body exactly as server/http.c parses it before the handler;

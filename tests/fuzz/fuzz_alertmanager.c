@@ -4,9 +4,10 @@
  * short of the store. Per-alert errors become JSON results there, so their
  * texts are checked like a reply's. */
 #include "tests/fuzz/fuzz.h"
+#include "handlers/alertmanager.h"
 
 #include "common/canon_json.h"
-#include "common/sha256.h"
+#include "common/digest.h"
 
 static void one_alert(const struct config *cfg, const struct am_envelope *env, size_t index,
                       const json_t *alert)

@@ -4,8 +4,8 @@
 #include "tests/fuzz/fuzz.h"
 
 #include "common/canon_json.h"
+#include "common/digest.h"
 #include "common/ids.h"
-#include "common/sha256.h"
 #include "common/time_rfc3339.h"
 
 static bool is_hex64(const char *s)

@@ -7,7 +7,7 @@
  * the configuration holds. */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/sha256.h"
+#include "common/digest.h"
 #include "handlers/auth.h"
 
 #include <strings.h>

@@ -2,10 +2,14 @@
  * defaults, cfg_validate, then what a valid configuration is used for:
  * --print-config (cfg_to_json, which masks database_url), routing, the
  * simulate parameters and the pool size. Applying the same file twice must
- * give the same configuration (run types merge, routes replace). Operators
- * write these files; they are still input. */
+ * give the same configuration (run types merge, routes replace), and a
+ * file loads in under a second of CPU and holds a bounded amount of memory
+ * once loaded (in the sanitizer builds, which count it). Operators write these files; they are
+ * still input. */
 #include "tests/fuzz/fuzz.h"
 #include "engine/actions/simulate.h"
+
+#include <time.h>
 
 static void use(const struct config *cfg)
 {
@@ -42,12 +46,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct config cfg;
     struct error err = {0};
     json_t *once, *twice;
+    size_t heap = fuzz_heap_bytes();
+    clock_t t0 = clock();
 
     cfg_init(&cfg, &action_registry);
     if (cfg_load_json(&cfg, text, &err) != ST_OK || cfg_validate(&cfg, &err) != ST_OK) {
         FUZZ_CHECK(err.message[0] != '\0');
         goto out;
     }
+    /* a file of a few KiB loads in well under a second and holds a few MiB
+     * at most (a route's regular expression can take minutes and
+     * gigabytes to compile) */
+    FUZZ_CHECK(clock() - t0 < CLOCKS_PER_SEC);
+    FUZZ_CHECK(fuzz_heap_bytes() < heap + size * 64 + 64 * 1024 * 1024);
     use(&cfg);
     once = cfg_to_json(&cfg);
     FUZZ_CHECK(once != NULL);

@@ -1,6 +1,10 @@
 /* tests/fuzz/fuzz_route.c — route_find on a request line: the input is
  * "METHOD PATH" (split at the first space; no space means the method is
- * empty), the path as libmicrohttpd hands it over, already unescaped. */
+ * empty), the path as libmicrohttpd hands it over, already unescaped.
+ * The answer must agree with the table's patterns (route_patterns) read
+ * segment by segment: a path found has the shape of its entry's pattern
+ * and the {id} or {name} it holds; a path refused for its method has the
+ * shape of some pattern; a path not found has none. */
 #include "tests/fuzz/fuzz.h"
 
 #include "common/ids.h"
@@ -16,15 +20,46 @@ __attribute__((noinline)) static void dirty_stack(void)
         junk[i] = 'J';
 }
 
-static bool one_of_patterns(const char *path)
+/* Whether path has pattern's shape, read segment by segment: the same
+ * literal segments, and for "{id}" or "{name}" one segment of the
+ * characters of a run id, copied to seg ("" when the pattern has none). */
+static bool shape(const char *pattern, const char *path, char seg[130])
 {
-    static const char *const fixed[] = {"/alerts", "/runs",   "/healthz",
-                                        "/livez",  "/readyz", "/metrics"};
+    seg[0] = '\0';
+    for (;;) {
+        size_t pn = strcspn(pattern, "/"), n = strcspn(path, "/");
+        if ((pn == 4 && strncmp(pattern, "{id}", 4) == 0) ||
+            (pn == 6 && strncmp(pattern, "{name}", 6) == 0)) {
+            if (n == 0 || n >= 130)
+                return false;
+            memcpy(seg, path, n);
+            seg[n] = '\0';
+            if (!run_id_valid(seg))
+                return false;
+        } else if (pn != n || strncmp(pattern, path, n) != 0) {
+            return false;
+        }
+        pattern += pn;
+        path += n;
+        if (!*pattern || !*path)
+            return !*pattern && !*path;
+        pattern++; /* both at a '/' */
+        path++;
+    }
+}
 
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
-        if (strcmp(path, fixed[i]) == 0)
+/* Whether any pattern of the table has path's shape. */
+static bool known(const char *path)
+{
+    const char *patterns[64];
+    size_t n = route_patterns(patterns, ARRAY_LEN(patterns));
+    char seg[130];
+
+    FUZZ_CHECK(n <= ARRAY_LEN(patterns));
+    for (size_t i = 0; i < n; i++)
+        if (shape(patterns[i], path, seg))
             return true;
-    return strncmp(path, "/runs/", 6) == 0;
+    return false;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -34,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *method = space ? line : "", *path = space ? space + 1 : line;
     struct route_hit hit;
     enum route_result rr;
+    char seg[130];
 
     if (space)
         *space = '\0';
@@ -41,22 +77,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rr = route_find(method, path, &hit);
     switch (rr) {
     case ROUTE_FOUND:
-        FUZZ_CHECK(hit.entry != NULL && one_of_patterns(path));
+        FUZZ_CHECK(hit.entry != NULL && shape(hit.entry->pattern, path, seg));
         FUZZ_CHECK(strcmp(hit.entry->method, method) == 0 ||
                    (strcmp(method, "HEAD") == 0 && strcmp(hit.entry->method, "GET") == 0));
         /* http_dispatch passes hit.id as path_id whenever hit.id[0] != 0. */
-        if (strstr(hit.entry->pattern, "{id}"))
-            FUZZ_CHECK(run_id_valid(hit.id) && strncmp(path + 6, hit.id, strlen(hit.id)) == 0 &&
-                       strchr("/", path[6 + strlen(hit.id)]));
-        else
-            FUZZ_CHECK(hit.id[0] == '\0');
+        FUZZ_CHECK(strcmp(hit.id, seg) == 0);
         break;
     case ROUTE_METHOD:
-        FUZZ_CHECK(hit.entry == NULL && one_of_patterns(path));
+        FUZZ_CHECK(hit.entry == NULL && known(path));
         FUZZ_CHECK(hit.allow[0] != '\0' && memchr(hit.allow, '\0', sizeof(hit.allow)));
         break;
     case ROUTE_NOT_FOUND:
-        FUZZ_CHECK(hit.entry == NULL);
+        FUZZ_CHECK(hit.entry == NULL && !known(path));
         break;
     }
     free(line);

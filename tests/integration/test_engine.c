@@ -21,6 +21,7 @@
 #include <libpq-fe.h>
 
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "tests/support/fixture.h"

@@ -1,5 +1,5 @@
 /* tests/integration/test_handlers_db.c — the handlers of handlers/handlers.h
- * called in-process, the way server/http.c calls them, on a struct hctx over
+ * called in-process, the way server/http_request.c calls them, on a struct hctx over
  * a real configuration and a real pool on a fresh database per test:
  * POST /alerts (generic and Alertmanager bodies), GET /runs/{id}, GET /runs,
  * POST /runs/{id}/cancel, the health probes, up and unavailable, and GET
@@ -29,6 +29,7 @@
 #include "common/metrics.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
 #include "store/db.h"
@@ -92,7 +93,7 @@ static const char *query_get(const struct request *rq, const char *key)
     return NULL;
 }
 
-/* Calls fn as server/http.c does: the default tenant, path_id (NULL: none),
+/* Calls fn as server/http_request.c does: the default tenant, path_id (NULL: none),
  * query q (NULL: none) and body parsed as the server parses it (NULL: no
  * body). rp is initialised here; the caller cleans it up. */
 /* As call, with a body built in C (one the server's parser might not make). */

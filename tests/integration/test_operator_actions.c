@@ -1,5 +1,5 @@
 /* tests/integration/test_operator_actions.c — approvals (store/approvals.h,
- * migration 018) and bulk actions (store/bulk.h) against a real
+ * migration 018) and bulk actions (store/runs_bulk.h) against a real
  * PostgreSQL: every insert path makes a run awaiting approval (no poll
  * schedule, its event saying so); a cancel of one owes no remote hooks and
  * reads "cancelled"; decisions are fenced; expiry decides each run by its
@@ -23,7 +23,7 @@
 
 #include "common/ids.h"
 #include "store/approvals.h"
-#include "store/bulk.h"
+#include "store/runs_bulk.h"
 #include "store/db.h"
 #include "store/runs.h"
 #include "tests/support/fixture.h"

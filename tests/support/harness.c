@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 /* After the system headers: common.h poisons names some of them declare. */
+#include "common/digest.h"
 #include "common/dynbuf.h"
-#include "common/sha256.h"
 
 #define MAX_PROCS 64
 static pid_t procs[MAX_PROCS];

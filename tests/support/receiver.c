@@ -14,9 +14,9 @@
 #include <time.h>
 
 /* After the system headers: common.h poisons names some of them declare. */
+#include "common/digest.h"
 #include "common/dynbuf.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 
 /* The longest request body kept: far above any notification opsrun sends. */
 #define BODY_MAX ((size_t)1 << 20)

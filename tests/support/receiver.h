@@ -65,8 +65,8 @@ int receiver_wait(struct receiver *rv, const char *path, int n, int timeout_ms);
 
 /* The Opsrun-Signature value of body signed with secret at t (unix
  * seconds): "t=<t>,v1=<hex HMAC-SHA256 with secret of "<t>.<body>">",
- * into out (at least 96 bytes). The HMAC is common/sha256.c's, which
- * tests/unit/test_util.c checks against RFC 4231. */
+ * into out (at least 96 bytes). The HMAC is common/digest.c's (libcrypto),
+ * which tests/unit/test_util.c checks against RFC 4231. */
 void receiver_sign(const char *secret, long long t, const char *body, char *out, size_t cap);
 /* Whether header, an Opsrun-Signature value "t=<unix seconds>,v1=<64 hex
  * digits>", is the HMAC-SHA256 with secret of "<t>.<body>"; *t (may be

@@ -4,6 +4,7 @@
  * (fingerprint, or a hash of its labels) and the run's input. Routing
  * (precedence, regex, default route, no match) is covered by
  * tests/unit/test_cfg.c; the HTTP behaviour by tests/e2e/test_alertmanager.c. */
+#include "handlers/alertmanager.h"
 #include "handlers/handlers.h"
 
 #include "common/canon_json.h"

@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "handlers/auth.h"
 
 /* Tokens of the fixture and, pinned with `printf %s TOKEN | sha256sum`,

@@ -4,6 +4,7 @@
 #include "common/tz.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -521,6 +522,22 @@ static const struct {
      "invalid \"routes[2].match.severity\": bad regular expression: Unmatched ( or \\("},
     {"{\"routes\": [{\"match\": {\"n\": \"~a{2,1}\"}, \"run_type\": \"demo\"}]}",
      "invalid \"routes[0].match.n\": bad regular expression: Invalid content of \\{\\}"},
+    /* repetitions of repetitions, which glibc takes minutes or gigabytes to compile */
+    {"{\"routes\": [{\"match\": {\"n\": \"~a++\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": the regular expression is too costly: it has a repetition "
+     "right after another"},
+    {"{\"routes\": [{\"match\": {\"n\": \"~(((a*){0,2})*){0,9}\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": the regular expression is too costly: it repeats something "
+     "that can match the empty string and holds such a repetition itself"},
+    {"{\"routes\": [{\"match\": {\"n\": \"~(((((a+)b)+c)+d)+e)+\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": the regular expression is too costly: its repetitions are "
+     "nested more than 4 deep"},
+    {"{\"routes\": [{\"match\": {\"n\": \"~((x{10}){10}){101}\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": the regular expression is too costly: it would compile to "
+     "more than 10000 parts once its repetitions are spelled out"},
+    {"{\"routes\": [{\"match\": {\"n\": \"~(a?){0,200}\"}, \"run_type\": \"demo\"}]}",
+     "invalid \"routes[0].match.n\": the regular expression is too costly: a repetition in it "
+     "spells out more than 100 parts of something that can match the empty string"},
     {"{\"default_route\": \"nope\"}", "invalid \"default_route\": unknown run type \"nope\""},
     /* listen */
     {"{\"listen\": \"8080\"}", "invalid \"listen\": expected HOST:PORT, got \"8080\""},
@@ -853,6 +870,19 @@ START_TEST(test_validate_default_route_from_flag)
     ck_assert_int_eq(cfg_set(&cfg, "default_route", "nope", CFG_SRC_FLAG, &err), ST_OK);
     ck_assert_int_eq(cfg_validate(&cfg, &err), ST_INVALID);
     ck_assert_str_eq(err.message, "invalid \"default_route\": unknown run type \"nope\"");
+}
+END_TEST
+
+/* Repetitions as routes use them load: intervals of bracket expressions,
+ * a repeated group of repetitions, alternatives that can be empty,
+ * repeated once, up to ten thousand parts. */
+START_TEST(test_route_repetitions_load)
+{
+    ck_load_ok(
+        "{\"routes\": [{\"run_type\": \"demo\", \"match\": {"
+        "\"a\": \"~[[:alpha:]]{1,255}\", \"b\": \"~([0-9]{1,3}[.]){3}[0-9]{1,3}\", "
+        "\"c\": \"~((x{10}){10}){99}\", \"d\": \"~(a+|b*)+c?\", \"e\": \"~([a-z]+-)*[a-z]+\"}}]}");
+    ck_assert_uint_eq(cfg.routes[0].nmatches, 5);
 }
 END_TEST
 
@@ -1843,6 +1873,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_soap_params);
     tcase_add_test(tc, test_prepare_params);
     tcase_add_test(tc, test_validate_default_route_from_flag);
+    tcase_add_test(tc, test_route_repetitions_load);
     tcase_add_test(tc, test_failed_routes_keep_old);
     tcase_add_test(tc, test_every_error_named);
     tcase_add_test(tc, test_every_run_type_error_named);

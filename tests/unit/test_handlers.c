@@ -7,6 +7,7 @@
 
 #include "common/cursor.h"
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 
 #include <check.h>
 #include <stdlib.h>

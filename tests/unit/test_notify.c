@@ -1,5 +1,5 @@
 /* tests/unit/test_notify.c — the Check suite for what a notification sends
- * (engine/notify.h) and the pieces under it: HMAC-SHA256 against RFC 4231,
+ * (engine/notify_body.h) and the pieces under it: HMAC-SHA256 against RFC 4231,
  * the Opsrun-Signature header, the {{run:/pointer}} templates
  * (common/template.h), the body and headers of each kind of notifier, the
  * verdict on an answer and the pause before a retry, and the rules the
@@ -12,12 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/encoding.h"
-#include "common/sha256.h"
 #include "common/template.h"
 #include "config/config.h"
 #include "engine/actions/action.h"
-#include "engine/notify.h"
+#include "engine/actions/registry.h"
+#include "engine/notify_body.h"
 
 #define RUN                                                                                        \
     "{\"id\": \"r1\", \"tenant\": \"acme\", \"type\": \"restart-pod\", \"status\": "               \

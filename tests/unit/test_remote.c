@@ -6,8 +6,9 @@
  * can stand (URL origin, path, query, header, JSON, XML, exec's argv[0]),
  * encoded where that is enough, refused with its exact message where not. */
 #include "engine/actions/action.h"
+#include "engine/actions/registry.h"
 #include "engine/actions/remote.h"
-#include "engine/poller.h"
+#include "engine/poller_internal.h"
 
 #include <check.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* tests/unit/test_util.c — the Check suite for the small pure modules of
  * common/, one test case each: SHA-256 against the FIPS 180-4 vectors and
- * HMAC-SHA256 against RFC 4231 and the constant-time compare (sha256.c), hex and base64url
+ * HMAC-SHA256 against RFC 4231 and the constant-time compare (digest.c), hex and base64url
  * (encoding.c), canonical JSON (canon_json.c), identity hashes and run ids (ids.c), RFC 3339 time
  * (time_rfc3339.c), list cursors (cursor.c) and backoff (backoff.c).
  *
@@ -19,9 +19,9 @@
 #include "common/backoff.h"
 #include "common/canon_json.h"
 #include "common/cursor.h"
+#include "common/digest.h"
 #include "common/encoding.h"
 #include "common/ids.h"
-#include "common/sha256.h"
 #include "common/time_rfc3339.h"
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -243,6 +243,18 @@ START_TEST(hmac_rfc4231)
         assert_hmac(k6, sizeof(k6), d7, sizeof(d7) - 1, split,
                     "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
     }
+}
+END_TEST
+
+/* An empty key is a key too (pinned with Python's hmac module). */
+START_TEST(hmac_empty_key)
+{
+    static const char fox[] = "The quick brown fox jumps over the lazy dog";
+
+    assert_hmac("", 0, "", 0, 0,
+                "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+    assert_hmac(NULL, 0, fox, sizeof(fox) - 1, 4,
+                "fb011e6154a19b9a4c767373c305275a5a69e8b68b0b4c9200c383dced19a416");
 }
 END_TEST
 
@@ -1113,6 +1125,7 @@ static TCase *tc_sha256(void)
     tcase_add_test(tc, sha256_million_a_streaming);
     tcase_add_test(tc, sha256_split_matches_one_shot);
     tcase_add_test(tc, hmac_rfc4231);
+    tcase_add_test(tc, hmac_empty_key);
     tcase_add_test(tc, ct_equal_cases);
     tcase_add_test(tc, hex_decode_cases);
     tcase_add_test(tc, base64url_vectors);

@@ -1,18 +1,22 @@
-/* common/sha256.h — SHA-256 (FIPS 180-4), in one call or streamed over
- * several parts, HMAC-SHA256 on top, and the constant-time comparison of
- * digests. Pure
- * functions, thread-safe; a struct sha256 belongs to one thread at a time. */
-#ifndef OPSRUN_SHA256_H
-#define OPSRUN_SHA256_H
+/* common/digest.h — SHA-256, in one call or streamed over several parts,
+ * HMAC-SHA256, and the constant-time comparison of digests: OpenSSL's
+ * libcrypto, walled into common/digest.c, the only file that includes an
+ * OpenSSL header. libcrypto is in the process anyway (libpq and libcurl
+ * link it); this is the one place opsrun calls it.
+ *
+ * Thread-safe; a struct sha256 or hmac_sha256 belongs to one thread at a
+ * time. A streamed digest holds a libcrypto context from its init to its
+ * final, which frees it: every init is followed by its final. libcrypto
+ * failing (out of memory, or a provider configuration without SHA-256)
+ * aborts the process with its reason on stderr, as xmalloc does. */
+#ifndef OPSRUN_DIGEST_H
+#define OPSRUN_DIGEST_H
 
 #include "common.h"
 
-/* SHA-256 of n bytes; out holds 32 bytes. Streaming form for multi-part input. */
+/* SHA-256 (FIPS 180-4) of n bytes; out holds 32 bytes. */
 struct sha256 {
-    uint32_t h[8];
-    uint64_t len;
-    unsigned char buf[64];
-    size_t fill;
+    void *ctx; /* libcrypto's EVP_MD_CTX */
 };
 void sha256_init(struct sha256 *s);
 void sha256_update(struct sha256 *s, const void *data, size_t n);
@@ -23,7 +27,7 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 /* HMAC-SHA256 (RFC 2104) of a message given in parts: init with the key,
  * update with each part, final writes the 32-byte MAC. */
 struct hmac_sha256 {
-    struct sha256 inner, outer;
+    void *ctx; /* libcrypto's EVP_MAC_CTX */
 };
 void hmac_sha256_init(struct hmac_sha256 *h, const void *key, size_t klen);
 void hmac_sha256_update(struct hmac_sha256 *h, const void *data, size_t n);

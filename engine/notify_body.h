@@ -1,14 +1,15 @@
-/* engine/notify.h — notifications (docs/notifications.md): what one attempt
- * of a delivery sends (notify_body.c: pure functions, unit-tested) and the
- * notifier thread that claims due deliveries from the outbox, sends them
- * with libcurl and writes what came of them (notify.c, started by the
- * engine when notifiers are configured).
+/* engine/notify_body.h — notifications (docs/notifications.md): what one
+ * attempt of a delivery sends and what its answer calls for (notify_body.c:
+ * pure functions, unit-tested), for the notifier thread that claims due
+ * deliveries from the outbox, sends them with libcurl and writes what came
+ * of them (notify.c, declared in engine_internal.h, started by the engine
+ * when notifiers are configured).
  *
  * The run types' rules are written to the database at the engine's start
  * (notify_rules_json); the deliveries and follow-up runs they call for are
  * created by the database, in the transaction of each transition. */
-#ifndef OPSRUN_ENGINE_NOTIFY_H
-#define OPSRUN_ENGINE_NOTIFY_H
+#ifndef OPSRUN_ENGINE_NOTIFY_BODY_H
+#define OPSRUN_ENGINE_NOTIFY_BODY_H
 
 #include "common/common.h"
 #include "config/config.h"

@@ -1,4 +1,4 @@
-/* store/bulk.h — one operator action on many runs of one tenant, chosen by
+/* store/runs_bulk.h — one operator action on many runs of one tenant, chosen by
  * a filter (POST /runs/cancel, POST /runs/retry): the runs it matches,
  * then the action on them a batch at a time, each batch one statement and
  * so one transaction, so that acting on many thousands never holds the
@@ -8,8 +8,8 @@
  * it runs. On the caller's db handle (one thread at a time). Functions
  * return ST_OK or a failure with *err filled; a batch that failed changed
  * nothing. */
-#ifndef OPSRUN_STORE_BULK_H
-#define OPSRUN_STORE_BULK_H
+#ifndef OPSRUN_STORE_RUNS_BULK_H
+#define OPSRUN_STORE_RUNS_BULK_H
 
 #include "common/common.h"
 #include "store/runs.h"
