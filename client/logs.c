@@ -1,94 +1,13 @@
 /* client/logs.c — see logs.h. */
 #include "client/logs.h"
 
-#include "client/cmd.h"
+#include "client/call.h"
 #include "client/follow.h"
 #include "client/report.h"
 
 #include <string.h>
 
 #define WAIT_MAX_MS 1000
-#define DIM "\033[2m"
-#define CYAN "\033[36m"
-#define RESET "\033[0m"
-
-static const char *jstr(const json_t *o, const char *k, const char *dflt)
-{
-    const char *v = json_string_value(json_object_get(o, k));
-    return v ? v : dflt;
-}
-
-/* "2026-12-06T14:46:10.864845Z" as "14:46:10" (UTC, as the server gives
- * it), or "--:--:--". */
-static void time_of_day(const json_t *line, char out[9])
-{
-    const char *at = jstr(line, "at", "");
-
-    if (strlen(at) >= 19 && at[10] == 'T' && strspn(at + 11, "0123456789:") >= 8)
-        memcpy(out, at + 11, 8), out[8] = '\0';
-    else
-        memcpy(out, "--:--:--", 9);
-}
-
-static void print_terminal(FILE *f, const json_t *line, const char *text, size_t n, bool color)
-{
-    bool own = strcmp(jstr(line, "stream", ""), "opsrun") == 0;
-    char hms[9];
-
-    time_of_day(line, hms);
-    fprintf(f, "%s%s%s %s", color ? DIM : "", hms, color ? RESET : "",
-            own ? (color ? CYAN "* " : "* ") : "  ");
-    report_put_clean(f, text, n, true);
-    fputs(own && color ? RESET "\n" : "\n", f);
-}
-
-void logs_print(FILE *f, const json_t *line, enum logs_form form, bool color)
-{
-    const json_t *t = json_object_get(line, "text");
-    const char *text = json_is_string(t) ? json_string_value(t) : "";
-    size_t n = json_is_string(t) ? json_string_length(t) : 0;
-    char stream[32];
-
-    switch (form) {
-    case LOGS_JSON:
-        json_dumpf(line, f, JSON_COMPACT);
-        fputc('\n', f);
-        break;
-    case LOGS_TEXT:
-        fwrite(text, 1, n, f);
-        fputc('\n', f);
-        break;
-    case LOGS_WATCH:
-        report_clean(jstr(line, "stream", "?"), stream, sizeof(stream), 16);
-        fprintf(f, "%-8s  %-6s  ", "log", stream);
-        report_put_clean(f, text, n, true);
-        fputc('\n', f);
-        break;
-    case LOGS_TERMINAL:
-        print_terminal(f, line, text, n, color);
-        break;
-    }
-}
-
-int64_t logs_seq(const json_t *line)
-{
-    const json_t *seq = json_object_get(line, "seq");
-
-    return json_is_integer(seq) ? (int64_t)json_integer_value(seq) : 0;
-}
-
-json_t *logs_event_line(const struct evparse_event *ev)
-{
-    json_t *line;
-
-    if (strcmp(ev->type, "log") != 0)
-        return NULL;
-    line = json_loadb(ev->data, ev->data_len, JSON_ALLOW_NUL, NULL);
-    if (json_is_object(line) && logs_seq(line) > 0)
-        return line;
-    json_decref(line);
-    return NULL;
-}
 
 char *logs_page_path(const char *id, int attempt, int64_t after)
 {
@@ -105,7 +24,7 @@ char *logs_page_path(const char *id, int attempt, int64_t after)
 
 /* One page's lines printed; *after moves to the next page's start, or to
  * -1 after the last page. -1 to go on, else an exit status. */
-static int print_page(const struct watch_view *v, enum logs_form form, const json_t *page,
+static int print_page(const struct watch_view *v, enum logline_form form, const json_t *page,
                       int64_t *after, long *printed)
 {
     const json_t *lines = json_object_get(page, "lines"), *next, *line;
@@ -118,7 +37,7 @@ static int print_page(const struct watch_view *v, enum logs_form form, const jso
     json_array_foreach(lines, i, line)
     {
         if (json_is_object(line))
-            logs_print(v->out, line, form, v->color), ++*printed;
+            logline_print(v->out, line, form, v->color), ++*printed;
     }
     fflush(v->out);
     next = json_object_get(page, "next_after");
@@ -135,7 +54,7 @@ static int print_page(const struct watch_view *v, enum logs_form form, const jso
 }
 
 static int logs_pages(struct api *a, const struct args *args, const struct watch_view *v,
-                      enum logs_form form)
+                      enum logline_form form)
 {
     int64_t after = 0;
     long printed = 0;
@@ -145,7 +64,7 @@ static int logs_pages(struct api *a, const struct args *args, const struct watch
         char *path = logs_page_path(args->id, args->attempt, after);
         struct api_resp r;
         api_resp_init(&r);
-        rc = cmd_expect(a, v, "logs", "GET", path, &r, 200);
+        rc = call_expect(a, v, "logs", "GET", path, NULL, &r, 200, 200);
         if (rc < 0)
             rc = print_page(v, form, r.json, &after, &printed);
         api_resp_cleanup(&r);
@@ -163,7 +82,7 @@ static int logs_pages(struct api *a, const struct args *args, const struct watch
 struct tail {
     const struct args *args;
     const struct watch_view *v;
-    enum logs_form form;
+    enum logline_form form;
     struct follow f;
     int64_t last_seq; /* the newest line seen */
 };
@@ -178,18 +97,18 @@ static enum status on_event(void *arg, const struct evparse_event *ev, struct er
         follow_done(&t->f);
         return ST_OK;
     }
-    line = logs_event_line(ev);
+    line = logline_of_event(ev);
     if (!line) {
         if (strcmp(ev->type, "log") == 0)
             fprintf(t->v->err, "opsrun: skipped a log event of run %s that is not a line\n",
                     t->args->id);
         return ST_OK; /* or a kind of event this version does not know */
     }
-    if (logs_seq(line) > t->last_seq) {
-        t->last_seq = logs_seq(line);
+    if (logline_seq(line) > t->last_seq) {
+        t->last_seq = logline_seq(line);
         if (t->args->attempt == 0 ||
             json_integer_value(json_object_get(line, "attempt")) == t->args->attempt) {
-            logs_print(t->v->out, line, t->form, t->v->color);
+            logline_print(t->v->out, line, t->form, t->v->color);
             fflush(t->v->out);
         }
     }
@@ -219,7 +138,7 @@ static int outcome(struct api *a, struct tail *t, int64_t now)
 }
 
 static int logs_follow(struct api *a, const struct args *args, const struct watch_view *v,
-                       enum logs_form form)
+                       enum logline_form form)
 {
     struct tail t = {.args = args, .v = v, .form = form};
     struct api_multi *m = api_multi_new(a);
@@ -227,7 +146,7 @@ static int logs_follow(struct api *a, const struct args *args, const struct watc
     char *what = xasprintf("log stream of run %s", args->id);
     int rc = -1;
 
-    follow_init(&t.f, path, what, LOGS_EVENT_MAX, on_event, &t, v->err);
+    follow_init(&t.f, path, what, LOGLINE_EVENT_MAX, on_event, &t, v->err);
     follow_start(&t.f);
     while (rc < 0) {
         int64_t now = clock_mono_ms();
@@ -262,7 +181,7 @@ static int logs_follow(struct api *a, const struct args *args, const struct watc
 
 int logs_run(struct api *a, const struct args *args, const struct watch_view *v)
 {
-    enum logs_form form = args->json ? LOGS_JSON : v->tty ? LOGS_TERMINAL : LOGS_TEXT;
+    enum logline_form form = args->json ? LOGLINE_JSON : v->tty ? LOGLINE_TERMINAL : LOGLINE_TEXT;
 
     return args->follow ? logs_follow(a, args, v, form) : logs_pages(a, args, v, form);
 }

@@ -1,7 +1,7 @@
 /* client/watch.c — see watch.h. */
 #include "client/watch.h"
 
-#include "client/logs.h"
+#include "client/logline.h"
 #include "client/report.h"
 
 #include <string.h>
@@ -134,11 +134,11 @@ static void show_log(struct watch *w, const json_t *line)
 {
     if (w->v->tty) {
         bar_clear(w);
-        logs_print(w->v->out, line, LOGS_TERMINAL, w->v->color);
+        logline_print(w->v->out, line, LOGLINE_TERMINAL, w->v->color);
         if (w->last)
             bar_draw(w, w->last);
     } else {
-        logs_print(w->v->out, line, LOGS_WATCH, false);
+        logline_print(w->v->out, line, LOGLINE_WATCH, false);
     }
     fflush(w->v->out);
 }
@@ -213,9 +213,9 @@ static enum status on_log_event(void *arg, const struct evparse_event *ev, struc
         follow_done(&w->log);
         return ST_OK;
     }
-    line = logs_event_line(ev);
-    if (line && logs_seq(line) > w->last_seq) {
-        w->last_seq = logs_seq(line);
+    line = logline_of_event(ev);
+    if (line && logline_seq(line) > w->last_seq) {
+        w->last_seq = logline_seq(line);
         show_log(w, line);
         if (w->done)
             w->done_ms = clock_mono_ms();
@@ -330,7 +330,7 @@ enum watch_exit watch_run(struct api *a, const char *id, const struct watch_view
     int rc = -1;
 
     follow_init(&w.run, run_path, run_what, EVENT_MAX, on_run_event, &w, v->err);
-    follow_init(&w.log, log_path, log_what, LOGS_EVENT_MAX, on_log_event, &w, v->err);
+    follow_init(&w.log, log_path, log_what, LOGLINE_EVENT_MAX, on_log_event, &w, v->err);
     w.run.before_note = bar_clear_cb, w.run.note_arg = &w;
     w.log.quiet = true;
     follow_start(&w.run);

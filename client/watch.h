@@ -5,7 +5,7 @@
  * On a terminal it draws one line in place: a progress bar, the status and
  * the step text; the run's log lines scroll above it, and the bar stays
  * the last line. Otherwise it prints one line per event and one per log
- * line (logs.h, LOGS_WATCH), as they come. Either way it ends with a line
+ * line (logs.h, LOGLINE_WATCH), as they come. Either way it ends with a line
  * saying how the run ended. The first event line is the run as it was
  * when watch connected; the log is followed from then on, from its first
  * line, and a terminal event waits for the log's end (at most

@@ -5,8 +5,8 @@
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
  *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c,
- *     approvals.c -> notify.c -> doorbell.c -> thread.c, queue.c, shared.c,
- *     rate_limits.c
+ *     approvals.c -> notify.c -> logs.c (the runs' log lines) -> doorbell.c
+ *     -> thread.c, queue.c, shared.c, rate_limits.c
  * The listener (doorbell.c), the completer, the scheduler and the
  * approvals thread wake the dispatcher through e->wake_dispatcher, set by
  * engine.c, and the events hint (doorbell.c) wakes the notifier through

@@ -7,7 +7,7 @@
  * reply.c builds every reply (reply_*, status_http); each resource's
  * handlers, and the pure parts their unit tests call, are in the file of
  * its name: alerts.c, runs.c (runs, events, completions, the query
- * parsers), runs_retry.c, approvals.c, bulk.c, schedules.c (schedules and
+ * parsers), runs_retry.c, logs.c (a run's log), approvals.c, bulk.c, schedules.c (schedules and
  * rate limits), health.c, openapi.c and web.c. A file's other callers have
  * a header of its own (alertmanager.h, auth.h, bulk.h, intake.h,
  * labels.h, metrics.h, schedules.h, submitq.h). */

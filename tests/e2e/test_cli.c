@@ -42,7 +42,7 @@ static void assert_run_id_line(const char *out, char *id, size_t cap)
 static void assert_watch_log(const struct th_proc *p, const char *id, const char *out, bool live)
 {
     int n, nout = cli_count_lines(out);
-    char *want = cli_expected_log(p->url, id, LOGS_WATCH, 0, &n);
+    char *want = cli_expected_log(p->url, id, LOGLINE_WATCH, 0, &n);
     char *got = cli_lines_with(out, "log ", true);
     char line[512];
 

@@ -139,14 +139,14 @@ START_TEST(logs_of_a_finished_run)
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(c.out, r.body);
     th_resp_free(&r);
-    assert_log(&p, "c-1", c.out, LOGS_TEXT, 0);
+    assert_log(&p, "c-1", c.out, LOGLINE_TEXT, 0);
     ck_assert_msg(strstr(c.out, "\nfirst try\tfailed \033[31mred\n"), "%s", c.out);
     ck_assert_msg(strstr(c.out, "\nattempt 2 of 2 started on "), "%s", c.out);
     ck_assert_str_eq(c.err, "");
     cli_free(&c);
 
     CLI(&c, p.url, 0, "logs", "c-1", "--json");
-    assert_log(&p, "c-1", c.out, LOGS_JSON, 0);
+    assert_log(&p, "c-1", c.out, LOGLINE_JSON, 0);
     line = json_loads(c.out, JSON_DISABLE_EOF_CHECK, NULL);
     ck_assert_int_eq(th_ji(line, "seq"), 1);
     ck_assert_str_eq(th_js(line, "stream"), "opsrun");
@@ -154,11 +154,11 @@ START_TEST(logs_of_a_finished_run)
     cli_free(&c);
 
     CLI(&c, p.url, 0, "logs", "c-1", "--attempt", "1");
-    assert_log(&p, "c-1", c.out, LOGS_TEXT, 1);
+    assert_log(&p, "c-1", c.out, LOGLINE_TEXT, 1);
     ck_assert_msg(strstr(c.out, "first try") && !strstr(c.out, "second try"), "%s", c.out);
     cli_free(&c);
     CLI(&c, p.url, 0, "logs", "--attempt=2", "c-1");
-    assert_log(&p, "c-1", c.out, LOGS_TEXT, 2);
+    assert_log(&p, "c-1", c.out, LOGLINE_TEXT, 2);
     ck_assert_msg(!strstr(c.out, "first try") && strstr(c.out, "\nsecond try\n"), "%s", c.out);
     cli_free(&c);
     CLI(&c, p.url, 0, "logs", "c-1", "--attempt", "3");
@@ -168,7 +168,7 @@ START_TEST(logs_of_a_finished_run)
 
     /* three pages, each line once, in order */
     CLI(&c, p.url, 0, "logs", "m-1");
-    assert_log(&p, "m-1", c.out, LOGS_TEXT, 0);
+    assert_log(&p, "m-1", c.out, LOGLINE_TEXT, 0);
     ck_assert_int_gt(cli_count_lines(c.out), MANY_LINES);
     cli_free(&c);
 
@@ -182,7 +182,7 @@ START_TEST(logs_of_a_finished_run)
 
     /* --follow of a run that is over: its lines, then its exit status */
     CLI(&c, p.url, 0, "logs", "c-1", "-f");
-    assert_log(&p, "c-1", c.out, LOGS_TEXT, 0);
+    assert_log(&p, "c-1", c.out, LOGLINE_TEXT, 0);
     ck_assert_str_eq(c.err, "");
     cli_free(&c);
     th_stop_clean(&p);
@@ -218,7 +218,7 @@ START_TEST(follow_a_running_run)
         gate_open(id, status);
 
         ck_assert_int_eq(cli_wait(&f, 30), status ? 1 : 0);
-        assert_log(&p, id, f.out, LOGS_TEXT, 0);
+        assert_log(&p, id, f.out, LOGLINE_TEXT, 0);
         ck_assert_msg(strstr(f.out, "\nthrough the gate\n"), "%s", f.out);
         snprintf(want, sizeof(want), "opsrun: run %s failed (exit_failed): ", id);
         if (status)
@@ -229,7 +229,7 @@ START_TEST(follow_a_running_run)
         {
             char *logs = cli_lines_with(w.out, "log ", true), line[512];
             int n = cli_count_lines(w.out);
-            assert_log(&p, id, logs, LOGS_WATCH, 0);
+            assert_log(&p, id, logs, LOGLINE_WATCH, 0);
             ck_assert(cli_line_at(w.out, n - 2, line, sizeof(line)));
             ck_assert_msg(cli_starts_with(line, "status    completed"), "%s", w.out);
             free(logs);
@@ -262,7 +262,7 @@ START_TEST(on_a_terminal)
     ck_assert_msg(strstr(c.out, "\033[2m") && strstr(c.out, "\033[36m* attempt 1 of 2 started"),
                   "%s", c.out);
     screen = cli_screen(c.out, c.out_len);
-    assert_log(&p, "c-1", screen, LOGS_TERMINAL, 0);
+    assert_log(&p, "c-1", screen, LOGLINE_TERMINAL, 0);
     ck_assert_msg(strstr(screen, "   first try\tfailed ?[31mred\n"), "%s", screen);
     free(screen);
     cli_free(&c);
@@ -291,7 +291,7 @@ START_TEST(on_a_terminal)
     run = th_get_run(&p, "g-1");
     watch_format_bar(run, 80, bar, sizeof(bar));
     json_decref(run);
-    want = cli_expected_log(p.url, "g-1", LOGS_TERMINAL, 0, &n);
+    want = cli_expected_log(p.url, "g-1", LOGLINE_TERMINAL, 0, &n);
     want = realloc(want, strlen(want) + 512);
     snprintf(want + strlen(want), 512, "%s\nrun g-1 succeeded\n", bar);
     ck_assert_msg(strcmp(screen, want) == 0, "the screen:\n%s\nwant:\n%s", screen, want);

@@ -289,7 +289,7 @@ char *cli_expected_log(const char *base, const char *id, int form, int attempt, 
         {
             if (attempt > 0 && th_ji(line, "attempt") != attempt)
                 continue;
-            logs_print(m, line, (enum logs_form)form, false);
+            logline_print(m, line, (enum logline_form)form, false);
             ++*nlines;
         }
         next = json_object_get(r.json, "next_after");

@@ -77,7 +77,7 @@ char *cli_screen(const char *raw, size_t n);
 
 /* What the client should print for run id's log (every page of GET
  * /runs/{id}/logs from the server at base), in a form of client/logs.h
- * (enum logs_form), without color; only attempt's lines when it is > 0
+ * (enum logline_form), without color; only attempt's lines when it is > 0
  * (heap). *nlines: how many lines. */
 char *cli_expected_log(const char *base, const char *id, int form, int attempt, int *nlines);
 

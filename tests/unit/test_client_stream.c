@@ -366,15 +366,15 @@ END_TEST
 
 /* ---- log lines ---- */
 
-/* What logs_print writes for line (JSON text) in form. */
-static char *printed(const char *line_json, enum logs_form form, bool color)
+/* What logline_print writes for line (JSON text) in form. */
+static char *printed(const char *line_json, enum logline_form form, bool color)
 {
     json_t *line = json_loads(line_json, JSON_ALLOW_NUL, NULL);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
 
-    logs_print(f, line, form, color);
+    logline_print(f, line, form, color);
     fclose(f);
     json_decref(line);
     return text;
@@ -396,12 +396,12 @@ static const char err_line[] = "{\"seq\":3,\"attempt\":2,\"at\":\"2026-12-06T14:
  * a pipe or a file. */
 START_TEST(log_text_form)
 {
-    char *got = printed(err_line, LOGS_TEXT, false);
+    char *got = printed(err_line, LOGLINE_TEXT, false);
 
     ck_assert_int_eq(memcmp(got, "a\tb \x1b[2Jc\0d\r\n", 13), 0);
     free(got);
-    CHECK_PRINTED(own_line, LOGS_TEXT, false, "attempt 1 of 3 started\n");
-    CHECK_PRINTED("{\"seq\":4,\"stream\":\"stderr\",\"text\":\"\"}", LOGS_TEXT, false, "\n");
+    CHECK_PRINTED(own_line, LOGLINE_TEXT, false, "attempt 1 of 3 started\n");
+    CHECK_PRINTED("{\"seq\":4,\"stream\":\"stderr\",\"text\":\"\"}", LOGLINE_TEXT, false, "\n");
 }
 END_TEST
 
@@ -409,26 +409,26 @@ END_TEST
  * cleaned but for its tabs; with color, a dim time and cyan own lines. */
 START_TEST(log_terminal_form)
 {
-    CHECK_PRINTED(own_line, LOGS_TERMINAL, false, "14:46:10 * attempt 1 of 3 started\n");
-    CHECK_PRINTED(err_line, LOGS_TERMINAL, false, "14:46:11   a\tb ?[2Jc?d?\n");
-    CHECK_PRINTED(own_line, LOGS_TERMINAL, true,
+    CHECK_PRINTED(own_line, LOGLINE_TERMINAL, false, "14:46:10 * attempt 1 of 3 started\n");
+    CHECK_PRINTED(err_line, LOGLINE_TERMINAL, false, "14:46:11   a\tb ?[2Jc?d?\n");
+    CHECK_PRINTED(own_line, LOGLINE_TERMINAL, true,
                   "\x1b[2m14:46:10\x1b[0m \x1b[36m* attempt 1 of 3 started\x1b[0m\n");
-    CHECK_PRINTED(err_line, LOGS_TERMINAL, true, "\x1b[2m14:46:11\x1b[0m   a\tb ?[2Jc?d?\n");
+    CHECK_PRINTED(err_line, LOGLINE_TERMINAL, true, "\x1b[2m14:46:11\x1b[0m   a\tb ?[2Jc?d?\n");
     /* no usable time, no text */
     CHECK_PRINTED("{\"seq\":1,\"at\":\"yesterday\",\"stream\":\"stderr\",\"text\":\"x\"}",
-                  LOGS_TERMINAL, false, "--:--:--   x\n");
+                  LOGLINE_TERMINAL, false, "--:--:--   x\n");
     CHECK_PRINTED("{\"seq\":1,\"at\":\"2026-12-06T1\\u001b:46:10Z\",\"stream\":\"opsrun\"}",
-                  LOGS_TERMINAL, false, "--:--:-- * \n");
+                  LOGLINE_TERMINAL, false, "--:--:-- * \n");
 }
 END_TEST
 
 /* The object on one line (JSON Lines), control characters escaped. */
 START_TEST(log_json_form)
 {
-    CHECK_PRINTED(err_line, LOGS_JSON, false,
+    CHECK_PRINTED(err_line, LOGLINE_JSON, false,
                   "{\"seq\":3,\"attempt\":2,\"at\":\"2026-12-06T14:46:11.5Z\",\"stream\":"
                   "\"stderr\",\"text\":\"a\\tb \\u001B[2Jc\\u0000d\\r\"}\n");
-    CHECK_PRINTED(own_line, LOGS_JSON, true,
+    CHECK_PRINTED(own_line, LOGLINE_JSON, true,
                   "{\"seq\":1,\"attempt\":1,\"at\":\"2026-12-06T14:46:10.864845Z\",\"stream\":"
                   "\"opsrun\",\"text\":\"attempt 1 of 3 started\"}\n");
 }
@@ -437,10 +437,10 @@ END_TEST
 /* Among watch's event lines: "log", then the stream, in their columns. */
 START_TEST(log_watch_form)
 {
-    CHECK_PRINTED(own_line, LOGS_WATCH, false, "log       opsrun  attempt 1 of 3 started\n");
-    CHECK_PRINTED(err_line, LOGS_WATCH, true, "log       stderr  a\tb ?[2Jc?d?\n");
+    CHECK_PRINTED(own_line, LOGLINE_WATCH, false, "log       opsrun  attempt 1 of 3 started\n");
+    CHECK_PRINTED(err_line, LOGLINE_WATCH, true, "log       stderr  a\tb ?[2Jc?d?\n");
     /* a stream this version does not know is shown, cleaned */
-    CHECK_PRINTED("{\"seq\":1,\"stream\":\"x\\ny\",\"text\":\"t\"}", LOGS_WATCH, false,
+    CHECK_PRINTED("{\"seq\":1,\"stream\":\"x\\ny\",\"text\":\"t\"}", LOGLINE_WATCH, false,
                   "log       x?y     t\n");
 }
 END_TEST
@@ -449,7 +449,7 @@ static json_t *event_line(const char *type, const char *data)
 {
     struct evparse_event ev = {.type = type, .data = data, .data_len = strlen(data), .id = ""};
 
-    return logs_event_line(&ev);
+    return logline_of_event(&ev);
 }
 
 /* Only "log" events with a line object that has a positive seq. */
@@ -458,7 +458,7 @@ START_TEST(log_events)
     json_t *line = event_line("log", own_line);
 
     ck_assert_ptr_nonnull(line);
-    ck_assert_int_eq(logs_seq(line), 1);
+    ck_assert_int_eq(logline_seq(line), 1);
     json_decref(line);
     line = event_line("log", err_line); /* a NUL in the text is kept */
     ck_assert_ptr_nonnull(line);
