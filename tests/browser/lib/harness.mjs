@@ -1,14 +1,17 @@
 // tests/browser/lib/harness.mjs — what the dashboard's browser tests
 // share: the environment scripts/test.sh sets, a fresh database from the
-// template, an opsrun process, headless Chromium (playwright-core), and a
+// template, an opsrun process, headless Chromium (playwright-core), a
 // page that records every console error, page error, failed request and
-// error answer. Not a test itself (ctest runs tests/browser/*.mjs only).
+// error answer, screenshots that fail on anything shown that the page
+// meant to hide, and ways to read the page as a person sees it (rendered
+// text of what is on screen, never attributes or DOM state). Not a test
+// itself (ctest runs tests/browser/*.mjs only).
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 
 export const SKIP = 77;
 const chromiumPath = process.env.OPSRUN_CHROMIUM || '/usr/bin/chromium';
@@ -228,4 +231,126 @@ export function tail(log) {
   } catch {
     return '';
   }
+}
+
+// Every screenshot of a test goes through here. It is written, then the
+// page is checked as a person sees it: no element that carries the
+// hidden attribute may be rendered (a class that sets display beats the
+// attribute unless the style sheet says otherwise, and the element shows
+// while the DOM says hidden). Throws, naming each such element, if any is.
+export async function screenshot(page, path, opts = {}) {
+  await page.screenshot({ path, ...opts });
+  const shown = await page.evaluate(() => {
+    const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+      [...e.classList].map((c) => '.' + c).join('');
+    const text = (e) => (e.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60);
+    return [...document.querySelectorAll('[hidden]')]
+      .filter((e) => e.getClientRects().length > 0 || e.checkVisibility())
+      .map((e) => `${name(e)} "${text(e)}"`);
+  });
+  if (shown.length) {
+    throw new Error(`${basename(path)}: hidden, yet on the screen: ${shown.join('; ')}`);
+  }
+}
+
+// The text a person sees in the first element selector (a string or a
+// Playwright locator) matches: its rendered text, or null while it is not
+// on the screen.
+export async function seen(page, selector) {
+  const l = (typeof selector === 'string' ? page.locator(selector) : selector).first();
+  try {
+    if (!(await l.isVisible())) return null;
+    return (await l.innerText({ timeout: 2000 })).trim();
+  } catch {
+    return null; // gone between the two calls
+  }
+}
+
+// The runs table's row of run id, found by the id it shows.
+export function runRow(page, id) {
+  return page.locator('#runs').getByRole('row')
+    .filter({ has: page.getByRole('cell', { name: id, exact: true }) });
+}
+
+// The rows the runs table shows, top to bottom: each row's cells by
+// their column's heading, lower case ({run, type, status, outcome,
+// progress, ...}; a column not shown at this width is left out).
+export function tableSeen(page) {
+  return page.evaluate(() => {
+    const shown = (e) => (e.checkVisibility() ? e.innerText.trim() : null);
+    const heads = [...document.querySelectorAll('#runs thead th')].map(shown);
+    const rows = [];
+    for (const tr of document.querySelectorAll('#runs tbody tr')) {
+      if (tr.cells.length < 2 || !tr.checkVisibility()) continue; // a spacer
+      const cells = [...tr.cells].map(shown);
+      const row = {};
+      heads.forEach((h, i) => {
+        if (h && cells[i] !== null) row[h.toLowerCase()] = cells[i];
+      });
+      rows.push(row);
+    }
+    return rows;
+  });
+}
+
+// Run id's row as tableSeen() gives it, or null while the table does not
+// show it.
+export async function rowSeen(page, id) {
+  return (await tableSeen(page)).find((r) => r.run === id) || null;
+}
+
+// The open run detail's field called name (Status, Outcome, Approval...)
+// as shown, or null.
+export function fieldSeen(page, name) {
+  return page.evaluate((n) => {
+    for (const dt of document.querySelectorAll('#detail dt')) {
+      if (!dt.checkVisibility() || dt.innerText.trim() !== n) continue;
+      const dd = dt.nextElementSibling;
+      return dd && dd.checkVisibility() ? dd.innerText.trim() : null;
+    }
+    return null;
+  }, name);
+}
+
+// The detail's timeline as shown: [{id, type, text}], id the number after
+// its "#".
+export function timelineSeen(page) {
+  return page.evaluate(() => [...document.querySelectorAll('#d-events li')]
+    .filter((li) => li.checkVisibility())
+    .map((li) => {
+      const [id, type, text] = [...li.children].map((c) => c.innerText.trim());
+      return { id: Number(id.replace(/^#/, '')), type, text };
+    }));
+}
+
+// The connection badge's text once it reads want (a RegExp).
+export async function connection(page, want, limitMs = 30000) {
+  return until(`the connection badge to read ${want}`, async () => {
+    const t = await seen(page, '#conn');
+    return t !== null && want.test(t) ? t : null;
+  }, limitMs);
+}
+
+// The run detail on the screen, showing run id with its timeline.
+export async function detailOf(page, id, limitMs = 15000) {
+  await page.locator('#detail').waitFor({ state: 'visible', timeout: limitMs });
+  await until(`the detail of ${id}`, async () => (await seen(page, '#d-title')) === id, limitMs);
+  await page.locator('#d-events li').first().waitFor({ state: 'visible', timeout: limitMs });
+}
+
+// The detail off the screen.
+export async function detailClosed(page) {
+  await page.locator('#detail').waitFor({ state: 'hidden', timeout: 10000 });
+}
+
+// The buttons a person sees in the run detail, other than Close, by
+// their text (not the links to other runs); a disabled one with " (off)".
+export async function actionsSeen(page) {
+  const out = [];
+  for (const b of await page.locator('#detail button:visible:not(.link)').all()) {
+    const name = (await b.innerText()).trim();
+    if (name === 'Close') continue;
+    out.push((await b.isEnabled()) ? name : `${name} (off)`);
+  }
+  return out;
 }
