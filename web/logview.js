@@ -16,7 +16,9 @@
 // Bounded: at most CAP lines of the attempt are on the page (the newest;
 // a note says how many there are, and the plain text has them all); lines
 // are added in batches, in an animation frame, at most every 100 ms.
-// The box follows new lines only while it is scrolled to its bottom.
+// The box follows new lines only while it is scrolled to its bottom; a
+// reader scrolled up keeps the lines they read, and new ones wait (at most
+// CAP of them) until they go back to the bottom.
 // The plain text is a link to ?format=text; with a token, or for more
 // lines than one page holds, a click reads every page with the token and
 // opens the text as a blob URL.
@@ -346,8 +348,10 @@ export class LogView {
 
   // One batch: the queue's lines of the attempt on show join the lines
   // waiting for the page, of which at most PER_BATCH are added now (the
-  // rest in the next batches). Lines waiting beyond CAP push the oldest
-  // out, which the page would drop anyway: what it has then goes too.
+  // rest in the next batches), while the box follows the bottom; a reader
+  // scrolled up keeps what they read, and the lines wait. Lines waiting
+  // beyond CAP push the oldest out, which the page would drop anyway:
+  // what it has then goes too.
   flush() {
     this.scheduled = false;
     this.lastFlush = performance.now();
@@ -371,16 +375,19 @@ export class LogView {
       this.waiting.push(l);
       this.total++;
       this.lastShown = l.seq;
+      if (!this.follow) this.unseen++;
       if (this.waiting.length > 2 * CAP) this.waiting = this.waiting.slice(-CAP);
     }
     if (this.waiting.length > CAP) this.waiting = this.waiting.slice(-CAP);
-    if (this.waiting.length >= CAP && this.kept) {
-      this.list.replaceChildren(); // all of it would go before the waiting lines are in
-      this.kept = 0;
+    if (this.follow) {
+      if (this.waiting.length >= CAP && this.kept) {
+        this.list.replaceChildren(); // all of it would go before the waiting lines are in
+        this.kept = 0;
+      }
+      this.add(this.waiting.splice(0, PER_BATCH));
+      if (this.waiting.length) this.schedule();
     }
-    this.add(this.waiting.splice(0, PER_BATCH));
-    if (this.waiting.length) this.schedule();
-    else if (this.ending) {
+    if (!this.waiting.length && this.ending) {
       this.ending = false;
       this.done = true;
       this.recheckTruncated();
@@ -413,8 +420,7 @@ export class LogView {
   // blocks of BLOCK: a batch lays out the last block and the new ones,
   // and whole blocks go from the top, so the work of a batch does not
   // grow with the lines kept (and a block out of view is not laid out at
-  // all: content-visibility in app.css). A reader scrolled up keeps the
-  // lines they read where they were.
+  // all: content-visibility in app.css).
   add(list) {
     if (!list.length) return;
     let block = this.list.lastElementChild;
@@ -435,26 +441,12 @@ export class LogView {
     }
     if (frag) block.append(frag);
     this.kept += list.length;
-    if (!this.follow) this.unseen += list.length;
     if (this.kept > CAP) this.trim();
   }
 
   // Down to CAP lines: whole blocks first, then lines of the first one.
   trim() {
     const first = () => this.list.firstElementChild;
-    let anchor = null;
-    let top = 0;
-    if (!this.follow) {
-      // The first line that stays, and where it is now.
-      let skip = this.kept - CAP;
-      let b = first();
-      while (skip >= b.childElementCount) {
-        skip -= b.childElementCount;
-        b = b.nextElementSibling;
-      }
-      anchor = b.children[skip];
-      top = anchor.getBoundingClientRect().top;
-    }
     while (this.kept - first().childElementCount >= CAP) {
       this.kept -= first().childElementCount;
       first().remove();
@@ -468,13 +460,15 @@ export class LogView {
       r.deleteContents();
       this.kept = CAP;
     }
-    if (anchor) this.box.scrollTop += anchor.getBoundingClientRect().top - top;
   }
 
   setFollow(on) {
     if (this.follow === on) return;
     this.follow = on;
-    if (on) this.unseen = 0;
+    if (on) {
+      this.unseen = 0;
+      if (this.waiting.length || this.ending) this.schedule(); // the lines that waited
+    }
     this.renderNewest();
   }
 

@@ -1,10 +1,11 @@
 // tests/browser/dashboard_logs.mjs — a run's log in the dashboard's
 // detail, against exec runs whose commands (written here) print to stderr:
-// - a run that prints a line every quarter second: its lines appear on the
-//   screen while its status reads running, in order, and after its end the
-//   log says so; the connections are cut mid-run (the page goes through a
-//   proxy of this test), the log stream comes back with Last-Event-ID, and
-//   the lines on the screen are exactly the run's, none twice, none missing;
+// - a run that prints a line every quarter second, opened once it has a
+//   few: its lines appear on the screen while its status reads running, in
+//   order, and after its end the log says so; the connections are cut
+//   mid-run (the page goes through a proxy of this test), the log stream
+//   comes back with Last-Event-ID, and the lines on the screen are exactly
+//   the run's, none twice, none missing;
 // - the same run, finished, opened again: every line;
 // - opsrun's own lines look unlike the command's;
 // - a run whose first attempt exits 75 (retried): opened while attempt 1
@@ -92,6 +93,8 @@ async function proxy(port, target) {
 // runs, in order; a cut of every connection loses and doubles none.
 async function followLive(page, w, base, px, art) {
   const id = await submitRun(base, 'slow', { n: '30', gap: '0.25', tag: 'live' });
+  // Opened mid-run: the lines so far are read, the rest streamed.
+  await until('the first lines', async () => (await apiLines(base, id, 1)).length >= 4, 15000);
   await openRun(page, base, id);
   let whileRunning = null;
   let cutDone = false;
@@ -205,25 +208,34 @@ async function scrollUp(page, w, base) {
   await page.mouse.wheel(0, -120);
   await sleep(300);
   const before = await logInView(page);
-  const countBefore = numbered(await logSeen(page)).length;
-  await until('more lines', async () => numbered(await logSeen(page)).length >= countBefore + 10, 20000);
+  const written = (await apiLines(base, id, 1)).length;
+  const more = await until('more lines', async () => {
+    const l = await apiLines(base, id, 1);
+    return l.length >= written + 10 ? l : null;
+  }, 20000);
+  await sleep(300); // a batch or two
   const after = await logInView(page);
-  const all = await logSeen(page);
-  check(!after.includes(all[all.length - 1]), `scrolled up, the newest line is not in view (${all[all.length - 1]}; in view ${after[0]} … ${after[after.length - 1]})`);
-  check(before[0] === after[0], `the lines in view stayed where they were (${before[0]} then ${after[0]})`);
+  const newest = more[more.length - 1];
+  check(!after.includes(newest), `scrolled up, the newest line is not in view (${newest}; in view ${after[0]} … ${after[after.length - 1]})`);
+  check(same(before, after), `the lines in view stayed where they were (${before[0]} … ${before[before.length - 1]}, then ${after[0]} … ${after[after.length - 1]})`);
   const jump = await seen(page, '#log-newest');
-  check(jump !== null && /^Jump to the newest line/.test(jump), `a button offers the newest line (${jump})`);
+  check(jump !== null && /^Jump to the newest line \(\d+ lines more\) ↓$/.test(jump), `a button offers the newest lines (${jump})`);
+  const seenUpTo = numbered((await apiLines(base, id, 1)).slice(-1))[0] || 0;
   await page.getByRole('button', { name: /Jump to the newest line/ }).click();
-  await sleep(300);
-  const now = await logSeen(page);
-  const inView = await logInView(page);
-  check(inView.includes(now[now.length - 1]), `after the jump the newest line is in view (${now[now.length - 1]})`);
+  const inView = await until('the newest lines in view', async () => {
+    const v = numbered(await logInView(page));
+    return v.length && v[v.length - 1] >= seenUpTo ? v : null;
+  }, 5000).catch(() => null);
+  check(inView !== null, `after the jump the newest lines are in view (line ${inView && inView[inView.length - 1]}, at least ${seenUpTo})`);
+  check((await seen(page, '#log-newest')) === null, 'and the jump button is gone');
   await completed(base, id);
   const last = await until('the end in view', async () => {
     const v = await logInView(page);
     return v.includes('line 90 of 90') ? v : null;
   }, 10000).catch(() => null);
   check(last !== null, 'following again: the last line came into view by itself');
+  const all = await logSeen(page);
+  check(same(all, await apiLines(base, id, 1)), `no line lost or doubled on the way (${all.length})`);
   await closeDetail(page, w);
 }
 
