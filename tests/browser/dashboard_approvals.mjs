@@ -78,7 +78,7 @@ async function approvals(page, base) {
   const asked = onDialog(page, true);
   await page.click('#d-approve');
   check(/Approve run/.test(await asked), 'Approve asks first');
-  await page.waitForSelector('#d-approval[hidden]');
+  await page.locator('#d-approval').waitFor({ state: 'hidden' });
   const run = (await api(base, `/runs/${a}`)).json;
   check(run.approval.state === 'approved' && run.approval.comment === 'change window is open' &&
     run.approval.decided_by === 'anonymous', `the server has the decision (${JSON.stringify(run.approval)})`);
