@@ -77,6 +77,7 @@ export class LogView {
     this.blobUrl = null;
     this.lastSeq = 0; // the stream's position: the last seq it gave
     this.retryMs = 1000;
+    this.stuckAt = -1; // where stick() put the box
     this.clearView();
     this.box.addEventListener('scroll', () => this.scrolled());
     // A person scrolling up stops the following at once, before the next
@@ -89,7 +90,7 @@ export class LogView {
     });
     this.newest.addEventListener('click', () => {
       this.setFollow(true);
-      this.box.scrollTop = this.box.scrollHeight;
+      this.stick();
     });
     this.chooser.addEventListener('change', () => {
       const a = Number(this.chooser.value);
@@ -170,14 +171,15 @@ export class LogView {
     if ((run.attempt || 0) <= this.maxAttempt) return;
     this.maxAttempt = run.attempt;
     // A new attempt began: the view moves to it while it follows the
-    // latest and the reader is at the bottom; otherwise the chooser offers it.
-    if (this.auto && this.follow && !this.reading) {
+    // latest and the reader is at the bottom (once the attempt on show is
+    // read, if it is being read); otherwise the chooser offers it.
+    if (this.auto && !this.follow) this.auto = false; // the reader stays on what they read
+    if (this.auto && !this.reading) {
       if (this.es) this.switchTo(run.attempt);
       else this.show(run.attempt);
-    } else {
-      this.auto = false;
-      this.render();
+      return;
     }
+    this.render();
   }
 
   // Attempt a from its first line: its pages, then its stream if it may
@@ -419,8 +421,8 @@ export class LogView {
   // Adds lines at the bottom; past CAP, the oldest go. Lines are kept in
   // blocks of BLOCK: a batch lays out the last block and the new ones,
   // and whole blocks go from the top, so the work of a batch does not
-  // grow with the lines kept (and a block out of view is not laid out at
-  // all: content-visibility in app.css).
+  // grow with the lines kept. A block with two more after it is "far":
+  // out of view it is not laid out at all (content-visibility in app.css).
   add(list) {
     if (!list.length) return;
     let block = this.list.lastElementChild;
@@ -429,7 +431,6 @@ export class LogView {
     for (const l of list) {
       if (n >= BLOCK) {
         if (frag) block.append(frag);
-        if (block) block.classList.add('full');
         block = el('div', 'lb');
         this.list.append(block);
         frag = null;
@@ -442,9 +443,28 @@ export class LogView {
     if (frag) block.append(frag);
     this.kept += list.length;
     if (this.kept > CAP) this.trim();
+    this.markFar();
   }
 
-  // Down to CAP lines: whole blocks first, then lines of the first one.
+  // A block that goes far keeps the height it has now as its size while
+  // it is not laid out: it may never have been drawn whole (filled and
+  // passed in one batch), and the browser would otherwise size it as it
+  // last drew it. Heights first, then the changes: one layout.
+  markFar() {
+    const near = [];
+    for (let b = this.list.lastElementChild?.previousElementSibling?.previousElementSibling;
+      b && !b.classList.contains('far'); b = b.previousElementSibling) near.push(b);
+    const heights = near.map((b) => b.offsetHeight);
+    near.forEach((b, i) => this.far(b, heights[i]));
+  }
+
+  far(b, height) {
+    b.style.containIntrinsicSize = `auto ${height}px`;
+    b.classList.add('far');
+  }
+
+  // Down to CAP lines: whole blocks first, then lines of the first one,
+  // which moves into a new block (a far block would keep its old size).
   trim() {
     const first = () => this.list.firstElementChild;
     while (this.kept - first().childElementCount >= CAP) {
@@ -454,11 +474,18 @@ export class LogView {
     const excess = this.kept - CAP;
     if (excess > 0) {
       const b = first();
+      const count = b.childElementCount;
       const r = document.createRange();
       r.setStartBefore(b.firstChild);
       r.setEndBefore(b.children[excess]);
       r.deleteContents();
       this.kept = CAP;
+      if (b.classList.contains('far')) {
+        const nb = el('div', 'lb');
+        nb.append(...b.children);
+        this.far(nb, Math.round(parseFloat(b.style.containIntrinsicSize.split(' ')[1]) * (count - excess) / count));
+        b.replaceWith(nb);
+      }
     }
   }
 
@@ -472,9 +499,25 @@ export class LogView {
     this.renderNewest();
   }
 
+  // A scroll event says where the box is when it is dispatched, which may
+  // be after its content changed size: blocks out of view take their
+  // remembered or guessed size (content-visibility) at the next rendering,
+  // not when the lines were added. A box still where the page put it was
+  // not scrolled by the reader: it goes back to the bottom.
   scrolled() {
     const b = this.box;
-    this.setFollow(b.scrollHeight - b.scrollTop - b.clientHeight <= BOTTOM_PX);
+    const atBottom = b.scrollHeight - b.scrollTop - b.clientHeight <= BOTTOM_PX;
+    if (!atBottom && this.follow && Math.abs(b.scrollTop - this.stuckAt) < 1) {
+      this.stick();
+      return;
+    }
+    this.setFollow(atBottom);
+  }
+
+  // To the bottom, remembering where that was.
+  stick() {
+    this.box.scrollTop = this.box.scrollHeight;
+    this.stuckAt = this.box.scrollTop;
   }
 
   fail(err, retry) {
@@ -531,7 +574,7 @@ export class LogView {
     this.renderNewest();
     // Last, after every change of the box's content: a scroll event is
     // dispatched later, and reads where the box is then.
-    if (this.follow) this.box.scrollTop = this.box.scrollHeight;
+    if (this.follow) this.stick();
   }
 
   // The plain text as it is, when a link can carry it: no token to send,

@@ -1,6 +1,6 @@
 // tests/browser/dashboard_logs.mjs — a run's log in the dashboard's
 // detail, against exec runs whose commands (written here) print to stderr:
-// - a run that prints a line every quarter second, opened once it has a
+// - a run that prints 40 lines, one a quarter second, opened once it has a
 //   few: its lines appear on the screen while its status reads running, in
 //   order, and after its end the log says so; the connections are cut
 //   mid-run (the page goes through a proxy of this test), the log stream
@@ -36,7 +36,7 @@ import {
 } from './lib/harness.mjs';
 import {
   apiLines, closeDetail, completed, configFor, logInView, logSeen, numbered, openRun, plainText,
-  same, submitRun,
+  release, same, submitRun,
 } from './lib/logs.mjs';
 
 const { check, failures } = checker();
@@ -92,31 +92,45 @@ async function proxy(port, target) {
 // A run that prints its lines while the test watches: they show while it
 // runs, in order; a cut of every connection loses and doubles none.
 async function followLive(page, w, base, px, art) {
-  const id = await submitRun(base, 'slow', { n: '30', gap: '0.25', tag: 'live' });
+  const id = await submitRun(base, 'slow', { n: '40', gap: '0.25', tag: 'live' });
   // Opened mid-run: the lines so far are read, the rest streamed.
   await until('the first lines', async () => (await apiLines(base, id, 1)).length >= 4, 15000);
   await openRun(page, base, id);
   let whileRunning = null;
-  let cutDone = false;
+  let cutAt = null;
+  let first = null;
   const orders = [];
-  await until('the run to end on the page', async () => {
+  const looks = async () => {
     const status = await fieldSeen(page, 'Status');
     const lines = (await logSeen(page)) || [];
-    const nums = numbered(lines);
+    return { status, lines, nums: numbered(lines), end: await seen(page, '#log-end') };
+  };
+  const ended = await until('the run to end on the page', async () => {
+    const { status, lines, nums, end } = await looks();
     orders.push(nums);
-    if (status === 'running' && nums.length >= 3 && nums.length < 30 && !whileRunning) {
+    if (status === 'running' && nums.length >= 3 && nums.length < 40 && !whileRunning) {
       whileRunning = nums;
       await screenshot(page, join(art, 'dashboard-log-live.png'));
     }
-    if (!cutDone && nums.length >= 8) {
+    if (first === null && nums.length) first = nums.length; // read before the stream
+    // Cut once the stream has brought lines of its own, while more come.
+    if (cutAt === null && first !== null && status === 'running' && nums.length >= first + 2 && nums.length < 30) {
       w.closing = true; // what is in flight fails: no failure of the page
       px.cut(); // a network blip mid-run
-      cutDone = true;
+      cutAt = nums.length;
     }
-    if (cutDone && nums.length >= 20) w.closing = false; // the stream is back
-    return status === 'completed' && (await seen(page, '#log-end')) ? lines : null;
-  }, 45000);
-  check(whileRunning !== null, `lines appear while the status reads running (${whileRunning && whileRunning.length} of 30 then)`);
+    if (cutAt !== null && nums.length >= cutAt + 5) w.closing = false; // the stream is back
+    return status === 'completed' && end ? lines : null;
+  }, 45000).catch(async () => {
+    const l = await looks();
+    console.log(`  the page shows: status ${l.status}, lines ${l.nums.join(' ')}, end ${l.end}, `
+      + `jump ${await seen(page, '#log-newest')}; requests ${JSON.stringify(px.requests.filter((r) => r.path.includes('/logs')))}`);
+    await screenshot(page, join(art, 'dashboard-log-stuck.png'));
+    return null;
+  });
+  check(ended !== null, 'the run ended on the page, its log too');
+  check(cutAt !== null, `the connections were cut while the run ran (at line ${cutAt})`);
+  check(whileRunning !== null, `lines appear while the status reads running (${whileRunning && whileRunning.length} of 40 then)`);
   check(orders.every((n) => n.every((v, i) => v === i + 1)),
     'every time the log was looked at, its command lines were 1, 2, 3… in order, none missing');
   const end = await seen(page, '#log-end');
@@ -125,7 +139,7 @@ async function followLive(page, w, base, px, art) {
   const want = await apiLines(base, id, 1);
   check(same(shown, want), `after the cut, the lines on the screen are the run's, none twice, none missing (${shown.length} shown, ${want.length} in GET /runs/{id}/logs)`);
   const resumed = px.requests.filter((r) => r.path.startsWith(`/runs/${id}/logs/stream`) && r.lastEventId);
-  check(resumed.length >= 1 && Number(resumed[0].lastEventId) >= 8,
+  check(resumed.length >= 1 && Number(resumed[0].lastEventId) >= cutAt,
     `the log stream came back with Last-Event-ID (${resumed.map((r) => r.lastEventId).join(', ')})`);
   // opsrun's lines (the attempt, the command, the end) look unlike the
   // command's own.
@@ -139,11 +153,11 @@ async function followLive(page, w, base, px, art) {
   check(colours && colours.op !== colours.cmd, `opsrun's own lines are dimmer than the command's (${JSON.stringify(colours)})`);
   // The times, on demand.
   await page.getByLabel('Times').check();
-  const first = await page.locator('#log-box .ln').first().innerText();
-  check(/^\d\d:\d\d:\d\d\.\d{3}/.test(first.trim()), `with Times on, each line shows its time (${first.trim()})`);
+  const timed = await page.locator('#log-box .ln').first().innerText();
+  check(/^\d\d:\d\d:\d\d\.\d{3}/.test(timed.trim()), `with Times on, each line shows its time (${timed.trim()})`);
   await screenshot(page, join(art, 'dashboard-log-1280.png'));
   await page.getByLabel('Times').uncheck();
-  await closeDetail(page, w);
+  await closeDetail(page);
 
   // The same run, finished, from the start: every line.
   await openRun(page, base, id);
@@ -153,19 +167,21 @@ async function followLive(page, w, base, px, art) {
   }, 10000).catch(() => logSeen(page));
   check(same(again, want), `a finished run's log shows every line (${again && again.length} of ${want.length})`);
   check((await seen(page, '#log-attempt')) === null, 'one attempt: no attempt chooser');
-  await closeDetail(page, w);
+  await closeDetail(page);
   return id;
 }
 
 // A run whose first attempt fails with 75 and is retried.
-async function attempts(page, w, base) {
-  const id = await submitRun(base, 'flaky', { tag: 'two' });
+async function attempts(page, base, tmp) {
+  const flag = join(tmp, 'go-flaky');
+  const id = await submitRun(base, 'flaky', { flag });
   await openRun(page, base, id);
   const one = await until('attempt 1\'s lines', async () => {
     const l = await logSeen(page);
     return l && l.includes('attempt one: starting') ? l : null;
   }, 20000);
   check(!one.some((t) => t.startsWith('attempt two')), 'while attempt 1 runs, its lines show');
+  release(flag); // attempt 1 fails now
   const two = await until('the log to move to attempt 2', async () => {
     const l = await logSeen(page);
     return l && l.includes('attempt two: done') ? l : null;
@@ -175,7 +191,7 @@ async function attempts(page, w, base) {
   check(await page.locator('#log-attempt').isVisible() && chosen === '2 of 2 (latest)',
     `the attempt chooser shows, on the latest (${chosen})`);
   await completed(base, id);
-  await closeDetail(page, w);
+  await closeDetail(page);
 
   await openRun(page, base, id);
   const want2 = await apiLines(base, id, 2);
@@ -198,7 +214,7 @@ async function attempts(page, w, base) {
 
 // Scrolled up, the reader stays put while lines come; the jump button
 // brings the newest back.
-async function scrollUp(page, w, base) {
+async function scrollUp(page, base) {
   const id = await submitRun(base, 'slow', { n: '90', gap: '0.08', tag: 'scroll' });
   await openRun(page, base, id);
   await until('the log to fill its box', async () => numbered((await logSeen(page)) || []).length >= 40, 20000);
@@ -234,19 +250,20 @@ async function scrollUp(page, w, base) {
     return v.includes('line 90 of 90') ? v : null;
   }, 10000).catch(() => null);
   check(last !== null, 'following again: the last line came into view by itself');
+  await until('the end of the log', () => seen(page, '#log-end'), 10000).catch(() => null);
   const all = await logSeen(page);
   check(same(all, await apiLines(base, id, 1)), `no line lost or doubled on the way (${all.length})`);
-  await closeDetail(page, w);
+  await closeDetail(page);
 }
 
 // A queued run says it has no lines yet; a cut line says output was left out.
-async function emptyAndCut(page, w, base) {
+async function emptyAndCut(page, base) {
   const later = new Date(Date.now() + 3600e3).toISOString();
   const q = await submitRun(base, 'slow', { n: '1', gap: '0', tag: 'later' }, { run_at: later });
   await openRun(page, base, q);
   const empty = await until('the empty note', () => seen(page, '#log-empty'), 10000).catch(() => null);
   check(empty === 'No lines yet.', `a run not started yet: "${empty}"`);
-  await closeDetail(page, w);
+  await closeDetail(page);
   await api(base, `/runs/${q}/cancel`, { method: 'POST' });
 
   const cut = await submitRun(base, 'long', { tag: 'cut' });
@@ -257,7 +274,7 @@ async function emptyAndCut(page, w, base) {
   const { t, url } = await plainText(page);
   const want = (await apiLines(base, cut, 1)).join('\n') + '\n';
   check(!url.startsWith('blob:') && t.trim() === want.trim(), `without a token the plain text is a plain link (${url.replace(/^http:\/\/[^/]+/, '')})`);
-  await closeDetail(page, w);
+  await closeDetail(page);
 }
 
 async function narrow(browser, base, art, ids) {
@@ -335,11 +352,11 @@ async function main() {
     const w = watch(page, problems);
     const ids = {};
     ids.live = await followLive(page, w, base, px, art);
-    ids.flaky = await attempts(page, w, base);
+    ids.flaky = await attempts(page, base, tmp);
     await screenshot(page, join(art, 'dashboard-log-attempts.png'));
-    await closeDetail(page, w);
-    await scrollUp(page, w, base);
-    await emptyAndCut(page, w, base);
+    await closeDetail(page);
+    await scrollUp(page, base);
+    await emptyAndCut(page, base);
     problems.push(...await narrow(browser, base, art, ids));
     problems.push(...await withToken(browser, tmp, configFor));
     w.closing = true;

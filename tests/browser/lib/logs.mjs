@@ -6,7 +6,7 @@
 // them; opening and closing a run's detail. Not a test itself.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { api, detailClosed, detailOf, sleep, until } from './harness.mjs';
+import { api, detailClosed, detailOf, until } from './harness.mjs';
 
 // The log's lines as the screen shows them, top to bottom (each line's
 // text, without the time column), or null while the log is not shown.
@@ -17,8 +17,10 @@ export const logSeen = (page) => page.evaluate(() => {
     .map((l) => l.querySelector('.tx').innerText);
 });
 
-// The lines a person has in view in the log's box (scrolled there).
-export const logInView = (page) => page.evaluate(() => {
+// The lines a person has in view in the log's box (scrolled there), once
+// the page has been painted since the last change.
+export const logInView = (page) => page.evaluate(async () => {
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   const box = document.getElementById('log-box');
   const r = box.getBoundingClientRect();
   return [...box.querySelectorAll('.ln')].filter((l) => {
@@ -57,14 +59,10 @@ export async function openRun(page, base, id) {
   await page.locator('#log-box').scrollIntoViewIfNeeded();
 }
 
-// Escape closes the detail. That stops its log stream, if one is open:
-// no failure of the page (w: what watch() gave for it).
-export async function closeDetail(page, w) {
-  w.closing = true;
+// Escape closes the detail (and stops its log stream, if one is open).
+export async function closeDetail(page) {
   await page.keyboard.press('Escape');
   await detailClosed(page);
-  await sleep(200);
-  w.closing = false;
 }
 
 export const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
@@ -87,6 +85,11 @@ export async function plainText(page) {
   return text;
 }
 
+// A command that waits for the test (its argument: a file the test
+// creates with release()) before it goes on, at most 30 s.
+const AWAIT = 'i=0; while [ ! -e "$1" ] && [ "$i" -lt 300 ]; do sleep 0.1; i=$((i + 1)); done';
+export const release = (flag) => writeFileSync(flag, '');
+
 // The run types: commands that print to stderr, written here.
 export function configFor(tmp) {
   const script = (name, text) => {
@@ -101,10 +104,16 @@ export function configFor(tmp) {
   ].join('\n'));
   const flaky = script('flaky.sh', [
     'if [ "$OPSRUN_ATTEMPT" = 1 ]; then',
-    '  echo "attempt one: starting" >&2; sleep 2',
+    '  echo "attempt one: starting" >&2', AWAIT,
     '  echo "attempt one: host unreachable, exiting 75" >&2; exit 75',
     'fi',
     'echo "attempt two: starting" >&2; sleep 1; echo "attempt two: done" >&2',
+    "echo '{}'", '',
+  ].join('\n'));
+  const burst = script('burst.sh', [
+    AWAIT,
+    'awk \'BEGIN { for (i = 1; i <= 20000; i++) { print i > "/dev/stderr"; if (i % 5000 == 0) {'
+      + ' fflush("/dev/stderr"); system("sleep 1") } } }\'',
     "echo '{}'", '',
   ].join('\n'));
   return {
@@ -112,10 +121,10 @@ export function configFor(tmp) {
     logs: { max_line_bytes: 256 },
     run_types: {
       slow: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', slow, '{{input:/n}}', '{{input:/gap}}'] } },
-      flaky: { action: 'exec', max_attempts: 2, retry_backoff_ms: 1500, params: { argv: ['/bin/sh', flaky] } },
-      // 100,000 lines in ten bursts, half a second apart.
-      flood: { action: 'exec', max_attempts: 1, params: { argv: ['/usr/bin/awk', 'BEGIN { for (i = 1; i <= 100000; i++) {'
-        + ' print i > "/dev/stderr"; if (i % 10000 == 0) { fflush("/dev/stderr"); system("sleep 0.5") } } print "{}" }'] } },
+      flaky: { action: 'exec', max_attempts: 2, retry_backoff_ms: 1500, params: { argv: ['/bin/sh', flaky, '{{input:/flag}}'] } },
+      // 100,000 lines at once; 20,000 in four bursts, a second apart.
+      flood: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', '-c', "seq 1 100000 >&2; echo '{}'"] } },
+      burst: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', burst, '{{input:/flag}}'] } },
       long: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', '-c', "printf 'x%.0s' $(seq 600) >&2; echo >&2; echo '{}'"] } },
     },
   };
