@@ -184,6 +184,9 @@ void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
     text = xmalloc((size_t)len + 1);
     vsnprintf(text, (size_t)len + 1, fmt, ap);
     n = (size_t)len;
+    for (size_t i = 0; i < n; i++) /* one line: an error message may quote several */
+        if (text[i] == '\n' || text[i] == '\r')
+            text[i] = ' ';
     pthread_mutex_lock(&l->mu);
     text = mask(l, text, &n);
     add_line(l, "opsrun", text, n);

@@ -55,7 +55,8 @@ static const char *stream_at(const json_t *lines, size_t i)
 }
 
 /* Lines end at "\n" whatever the writes (a "\r" before it goes); the last
- * one without "\n" is a line at the end of the output. */
+ * one without "\n" is a line at the end of the output. One of opsrun's is
+ * one line whatever it quotes. */
 START_TEST(lines_from_any_writes)
 {
     struct runlog *l = runlog_new(&LIM, 1, NULL, 0);
@@ -65,16 +66,18 @@ START_TEST(lines_from_any_writes)
     for (size_t i = 0; text[i]; i++)
         runlog_write(l, text + i, 1);
     runlog_say(l, "step %d of %d", 1, 4);
+    runlog_say(l, "failed: %s", "first\nsecond\r\n");
     runlog_end_output(l);
     lines = take_all(l, true, NULL);
-    ck_assert_int_eq(json_array_size(lines), 5);
+    ck_assert_int_eq(json_array_size(lines), 6);
     ck_assert_str_eq(text_at(lines, 0), "first line");
     ck_assert_str_eq(text_at(lines, 1), "second");
     ck_assert_str_eq(text_at(lines, 2), "");
     ck_assert_str_eq(text_at(lines, 3), "step 1 of 4");
     ck_assert_str_eq(stream_at(lines, 3), "opsrun");
-    ck_assert_str_eq(text_at(lines, 4), "fourth, unterminated");
-    ck_assert_str_eq(stream_at(lines, 4), "stderr");
+    ck_assert_str_eq(text_at(lines, 4), "failed: first second  "); /* an opsrun line is one line */
+    ck_assert_str_eq(text_at(lines, 5), "fourth, unterminated");
+    ck_assert_str_eq(stream_at(lines, 5), "stderr");
     ck_assert(!runlog_take(l, 1 << 20, true, &(struct runlog_chunk){0}));
     json_decref(lines);
     runlog_free(l);
