@@ -31,7 +31,7 @@ struct runlog {
     int npending;
     int64_t pending_since; /* monotonic ms; 0: nothing pending */
     int64_t dropped;       /* bytes dropped since the last take */
-    size_t kept;           /* bytes of the command's lines kept */
+    size_t kept;           /* bytes the command's lines kept take in pending */
     bool capped;           /* max_bytes was reached: the command's lines go */
     int64_t cap_dropped;   /* bytes dropped for max_bytes, over the attempt */
     bool told;             /* the dropped line was added */
@@ -46,6 +46,35 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Adds the pieces of secret between its line breaks (lines are masked one
+ * by one, so a secret of several lines is masked piece by piece), each
+ * once, those shorter than RUNLOG_SECRET_MIN left out. */
+static void add_secret(struct runlog *l, const char *secret)
+{
+    for (const char *p = secret; *p;) {
+        size_t n = strcspn(p, "\r\n");
+        bool seen = n < RUNLOG_SECRET_MIN;
+        for (size_t i = 0; i < l->nsecrets && !seen; i++)
+            seen = strlen(l->secrets[i]) == n && strncmp(l->secrets[i], p, n) == 0;
+        if (!seen) {
+            l->secrets = xrealloc(l->secrets, (l->nsecrets + 1) * sizeof(*l->secrets));
+            l->secrets[l->nsecrets++] = xstrndup(p, n);
+            if (n > l->secret_max)
+                l->secret_max = n;
+        }
+        p += n;
+        p += strspn(p, "\r\n");
+    }
+}
+
+/* Longest first: a secret that holds another is masked whole. */
+static int longer_first(const void *a, const void *b)
+{
+    size_t x = strlen(*(char *const *)a), y = strlen(*(char *const *)b);
+
+    return (x < y) - (x > y);
+}
+
 struct runlog *runlog_new(const struct runlog_limits *lim, int attempt, const char *const *secrets,
                           size_t nsecrets)
 {
@@ -56,18 +85,13 @@ struct runlog *runlog_new(const struct runlog_limits *lim, int attempt, const ch
     if (l->lim.max_line_bytes < RUNLOG_LINE_MIN)
         l->lim.max_line_bytes = RUNLOG_LINE_MIN;
     l->attempt = attempt;
-    l->secrets = xcalloc(nsecrets ? nsecrets : 1, sizeof(*l->secrets));
-    for (size_t i = 0; i < nsecrets; i++) {
-        size_t n = strlen(secrets[i]);
-        if (n < RUNLOG_SECRET_MIN)
-            continue;
-        l->secrets[l->nsecrets++] = xstrdup(secrets[i]);
-        if (n > l->secret_max)
-            l->secret_max = n;
-    }
+    for (size_t i = 0; i < nsecrets; i++)
+        add_secret(l, secrets[i]);
+    if (l->nsecrets)
+        qsort(l->secrets, l->nsecrets, sizeof(*l->secrets), longer_first);
     l->part_cap = l->lim.max_line_bytes + l->secret_max;
     l->part = xmalloc(l->part_cap + 1);
-    /* the JSON of the lines kept, and of opsrun's, which are few */
+    /* bounded by the cap (a command's lines) and by how few opsrun's are */
     dynbuf_init(&l->pending, SIZE_MAX - 1);
     return l;
 }
@@ -145,11 +169,12 @@ static void json_escape_into(struct dynbuf *b, const char *s, size_t n)
 }
 
 /* Adds one line (l->mu held): text, n bytes (NUL-terminated), made valid
- * UTF-8 without NULs (which json and jsonb refuse) first. */
-static void add_line(struct runlog *l, const char *stream, char *text, size_t n)
+ * UTF-8 without NULs (which json and jsonb refuse) first. Returns the
+ * bytes it takes in pending: what it costs against the cap. */
+static size_t add_line(struct runlog *l, const char *stream, char *text, size_t n)
 {
+    size_t before = dynbuf_len(&l->pending), k;
     char head[64];
-    size_t k;
 
     for (size_t i = 0; i < n; i++)
         if (text[i] == '\0')
@@ -165,6 +190,37 @@ static void add_line(struct runlog *l, const char *stream, char *text, size_t n)
     if (l->npending++ == 0)
         l->pending_since = clock_mono_ms();
     l->lines_total++;
+    return dynbuf_len(&l->pending) - before;
+}
+
+/* Takes back the line add_line just added, which took `added` bytes. */
+static void undo_line(struct runlog *l, size_t added)
+{
+    dynbuf_truncate(&l->pending, dynbuf_len(&l->pending) - added);
+    if (--l->npending == 0)
+        l->pending_since = 0;
+    l->lines_total--;
+}
+
+/* Where to cut text (n bytes) to keep at most max of it: max, or past a
+ * secret that begins before max and ends after it, so that masking it
+ * whole leaves no piece of it, and nothing that began at max or later
+ * shows. */
+static size_t safe_cut(const struct runlog *l, const char *text, size_t n, size_t max)
+{
+    size_t cut = n < max ? n : max;
+    bool moved = cut < n;
+
+    while (moved) {
+        moved = false;
+        for (size_t k = 0; k < l->nsecrets && !moved; k++) {
+            size_t sn = strlen(l->secrets[k]);
+            for (size_t p = cut >= sn ? cut - sn + 1 : 0; p < cut && !moved; p++)
+                if (p + sn <= n && memcmp(text + p, l->secrets[k], sn) == 0)
+                    cut = p + sn, moved = true;
+        }
+    }
+    return cut;
 }
 
 void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
@@ -188,10 +244,44 @@ void runlog_vsay(struct runlog *l, const char *fmt, va_list ap)
         if (text[i] == '\n' || text[i] == '\r')
             text[i] = ' ';
     pthread_mutex_lock(&l->mu);
+    n = safe_cut(l, text, n, l->lim.max_line_bytes); /* a remote's URL may be long */
+    text[n] = '\0';
     text = mask(l, text, &n);
-    add_line(l, "opsrun", text, n);
+    (void)add_line(l, "opsrun", text, n);
     pthread_mutex_unlock(&l->mu);
     free(text);
+}
+
+/* The length of the longest end of a secret (RUNLOG_SECRET_MIN bytes or
+ * more, short of all of it) that s begins with: text cut out of a longer
+ * stream may begin inside a secret. */
+static size_t secret_tail_at(const struct runlog *l, const char *s)
+{
+    size_t best = 0, n = strlen(s);
+
+    for (size_t k = 0; k < l->nsecrets; k++) {
+        size_t sn = strlen(l->secrets[k]);
+        for (size_t t = sn - 1; t >= RUNLOG_SECRET_MIN && t > best; t--)
+            if (t <= n && memcmp(s, l->secrets[k] + sn - t, t) == 0) {
+                best = t;
+                break;
+            }
+    }
+    return best;
+}
+
+char *runlog_mask(struct runlog *l, const char *s)
+{
+    size_t n, head;
+    char *out;
+
+    pthread_mutex_lock(&l->mu);
+    head = secret_tail_at(l, s);
+    out = head ? xasprintf("%s%s", MASK, s + head) : xstrdup(s);
+    n = strlen(out);
+    out = mask(l, out, &n);
+    pthread_mutex_unlock(&l->mu);
+    return out;
 }
 
 void runlog_say(struct runlog *l, const char *fmt, ...)
@@ -203,43 +293,57 @@ void runlog_say(struct runlog *l, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The assembled command line ends (l->mu held): masked, cut, counted
- * against the attempt's cap. */
+/* Drops a command's line of n bytes (over more were never kept), and
+ * every one after it: no holes in what is kept. */
+static void drop_line(struct runlog *l, size_t n, size_t over)
+{
+    int64_t gone = (int64_t)(n + over + 1);
+
+    l->capped = true;
+    l->dropped += gone;
+    l->cap_dropped += gone;
+    l->dropped_total += gone;
+}
+
+/* The assembled command line ends (l->mu held): cut, masked, and counted
+ * against the attempt's cap by what it takes stored (so a flood of empty
+ * lines is bounded as much as long ones). */
 static void end_line(struct runlog *l)
 {
-    size_t n = l->part_len, over = l->part_over;
+    size_t n = l->part_len, over = l->part_over, cut, added;
     char *text = l->part, *own = NULL;
 
     l->part_len = l->part_over = 0;
     while (n && text[n - 1] == '\r')
         n--;
-    text[n] = '\0';
     for (size_t i = 0; i < n; i++)
         if (text[i] == '\0')
             text[i] = ' ';
+    cut = safe_cut(l, text, n, l->lim.max_line_bytes);
+    over += n - cut;
+    n = cut;
+    text[n] = '\0';
+    if (l->capped) {
+        drop_line(l, n, over);
+        return;
+    }
     for (size_t k = 0; k < l->nsecrets && !own; k++)
         if (strstr(text, l->secrets[k])) /* the uncommon case: a copy, masked */
             text = own = mask(l, xstrndup(text, n), &n);
-    if (n > l->lim.max_line_bytes) {
-        over += n - l->lim.max_line_bytes;
-        n = l->lim.max_line_bytes;
-        text[n] = '\0';
+    if (over) {
+        char *marked = xasprintf("%s [%zu bytes cut]", text, over);
+        free(own);
+        text = own = marked;
+        n = strlen(marked);
     }
-    if (l->capped || l->kept + n > l->lim.max_bytes) {
-        l->capped = true; /* and every line after it: no holes in what is kept */
-        l->dropped += (int64_t)(n + over + 1);
-        l->cap_dropped += (int64_t)(n + over + 1);
-        l->dropped_total += (int64_t)(n + over + 1);
-    } else if (over) {
-        char *cut = xasprintf("%s [%zu bytes cut]", text, over);
-        l->kept += n;
+    added = add_line(l, "stderr", text, n);
+    if (l->kept + added > l->lim.max_bytes) {
+        undo_line(l, added);
+        drop_line(l, cut, over);
+    } else {
+        l->kept += added;
         l->dropped += (int64_t)over;
         l->dropped_total += (int64_t)over;
-        add_line(l, "stderr", cut, strlen(cut));
-        free(cut);
-    } else {
-        l->kept += n;
-        add_line(l, "stderr", text, n);
     }
     free(own);
 }
@@ -307,7 +411,7 @@ bool runlog_take(struct runlog *l, size_t max_bytes, bool final, struct runlog_c
         char *text = xasprintf("%lld bytes of output dropped: the attempt wrote more than "
                                "logs.max_bytes_per_attempt (%zu bytes)",
                                (long long)l->cap_dropped, l->lim.max_bytes);
-        add_line(l, "opsrun", text, strlen(text));
+        (void)add_line(l, "opsrun", text, strlen(text));
         free(text);
         l->told = true;
     }

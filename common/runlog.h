@@ -4,17 +4,23 @@
  * stamped, then taken in chunks for store/logs.h.
  *
  * Masking: every secret given at creation (the values that reached the
- * run through {{env:NAME}}) is replaced by "***" in every line. A command's
- * bytes are joined into whole lines before they are masked, so a secret
- * split across two writes is masked too; a line is masked before it is
- * cut, so a cut never leaves part of a secret.
+ * run through {{env:NAME}}, as the caller gives them: raw and in the forms
+ * a request encodes them) is replaced by "***" in every line, the longest
+ * first. A command's bytes are joined into whole lines before they are
+ * masked, so a secret split across two writes is masked too; a secret of
+ * several lines is masked line by line; a cut goes past a secret it would
+ * split, so it never leaves part of one.
  *
  * Bounds: a line longer than max_line_bytes is cut, with a marker saying
- * how many bytes went; a command's lines beyond max_bytes (per attempt)
- * are dropped, and the take that ends the attempt adds one line saying
- * how many bytes were. Dropping never blocks the writer: the bytes are
- * counted and forgotten. opsrun's own lines are never dropped (they are
- * few, and they say how the attempt ended).
+ * how many bytes went (opsrun's own are cut too, without one); a command's
+ * lines are counted against max_bytes (per attempt) by what they take
+ * stored, their JSON, so that empty lines count too, and past it they are
+ * dropped: the take that ends the attempt adds one line saying how many
+ * bytes were. Dropping never blocks the writer: the bytes are counted and
+ * forgotten. opsrun's own lines are never dropped (they are few, and they
+ * say how the attempt ended). So what a log holds until it is taken is
+ * bounded by max_bytes and opsrun's few lines, whether or not its takes
+ * are written.
  *
  * The engine keeps one per attempt (an action writes, the maintenance
  * thread and the attempt's end take); anything else that has a line for a
@@ -48,7 +54,13 @@ struct runlog *runlog_new(const struct runlog_limits *lim, int attempt, const ch
 void runlog_free(struct runlog *l); /* NULL is a no-op */
 int runlog_attempt(const struct runlog *l);
 
-/* One line of opsrun's own (stream "opsrun"). NULL l is a no-op. */
+/* s with every secret masked, and a start that is the end of one (s may be
+ * cut out of a longer text): a new string (free). For text that is not a
+ * line of the log but says what the run printed (an error message quoting
+ * stderr). */
+char *runlog_mask(struct runlog *l, const char *s);
+/* One line of opsrun's own (stream "opsrun"), its line breaks made spaces.
+ * NULL l is a no-op. */
 void runlog_say(struct runlog *l, const char *fmt, ...) PRINTF_LIKE(2, 3);
 void runlog_vsay(struct runlog *l, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 /* n bytes a command wrote to stderr: each "\n" ends a line (a "\r" before

@@ -219,23 +219,34 @@ void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins
  * and *c holds it for the completer; false when its end was written here,
  * with *retry_ms the delay before a retry it wrote is due (-1: none). */
 bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms);
-/* The most bytes of lines one statement writes for one run. */
-#define LOG_CHUNK_MAX (1024 * 1024)
+/* The most bytes of lines one statement writes for one run; maintenance
+ * writes at most LOG_FLUSH_CHUNKS of them per run and round, so a chatty
+ * run cannot hold the heartbeats and the other runs' lines back. */
+#define LOG_CHUNK_MAX (256 * 1024)
+#define LOG_FLUSH_CHUNKS 4
 /* logs.c. A new log for an attempt of run: the configured bounds, and the
  * {{env:...}} values of rt's params as its secrets. */
 struct runlog *engine_log_new(const struct engine *e, const struct run *run,
                               const struct run_type *rt);
 /* Writes what l holds for run_id (final: the attempt is over), chunk by
- * chunk; a chunk that cannot be written goes back to l. Rings the logs
- * doorbell, counts the lines. Caller holds no engine lock. */
+ * chunk, at most max_chunks (-1: every one); a chunk that cannot be
+ * written goes back to l. Rings the logs doorbell, counts the lines.
+ * Caller holds no engine lock. */
 enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, const char *tenant,
-                             const char *run_id, bool final);
+                             const char *run_id, bool final, int max_chunks);
+/* An external job's id as a line of the log shows it: a URL without its
+ * user, password, query and fragment. A new string (free). */
+char *engine_log_external_id(const char *id);
+/* rc->error's message with the secrets of l masked (it may quote what the
+ * command printed). */
+void engine_log_mask_error(struct runlog *l, struct run_ctx *rc);
 /* Writes one chunk taken from a log of attempt of run_id. */
 enum status engine_log_chunk_write(struct engine *e, struct db *db, const char *tenant,
                                    const char *run_id, int attempt, const struct runlog_chunk *c);
-/* Writes a slot's pending log lines (unfenced: an attempt's lines are
- * history, even one found lost); caller holds no engine lock. */
-enum status slot_flush_log(struct slot *s, struct db *db, bool final);
+/* Writes a slot's pending log lines, at most max_chunks (-1: all)
+ * (unfenced: an attempt's lines are history, even one found lost); caller
+ * holds no engine lock. */
+enum status slot_flush_log(struct slot *s, struct db *db, bool final, int max_chunks);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 

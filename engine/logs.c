@@ -9,6 +9,7 @@
 #include "store/logs.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The log of an attempt of run on this process (secrets: the {{env:...}}
  * values of its type's params). */
@@ -47,12 +48,12 @@ enum status engine_log_chunk_write(struct engine *e, struct db *db, const char *
 }
 
 enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, const char *tenant,
-                             const char *run_id, bool final)
+                             const char *run_id, bool final, int max_chunks)
 {
     struct runlog_chunk c;
     enum status st = ST_OK;
 
-    while (st == ST_OK && runlog_take(l, LOG_CHUNK_MAX, final, &c)) {
+    while (st == ST_OK && max_chunks-- != 0 && runlog_take(l, LOG_CHUNK_MAX, final, &c)) {
         st = engine_log_chunk_write(e, db, tenant, run_id, runlog_attempt(l), &c);
         if (st != ST_OK)
             runlog_restore(l, &c);
@@ -60,4 +61,22 @@ enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, 
         final = false;
     }
     return st;
+}
+
+char *engine_log_external_id(const char *id)
+{
+    return id && strstr(id, "://") ? remote_url_for_log(id) : xstrdup(id ? id : "");
+}
+
+void engine_log_mask_error(struct runlog *l, struct run_ctx *rc)
+{
+    const char *msg = json_string_value(json_object_get(rc->error, "message"));
+    char *masked;
+
+    if (!l || !msg)
+        return;
+    masked = runlog_mask(l, msg);
+    if (strcmp(masked, msg) != 0)
+        json_object_set_new(rc->error, "message", json_string(masked));
+    free(masked);
 }

@@ -71,7 +71,7 @@ static int64_t maint_progress(struct engine *e, struct db *db)
         else if (p_due < next)
             next = p_due;
         if (l_due <= now)
-            (void)slot_flush_log(s, db, false);
+            (void)slot_flush_log(s, db, false, LOG_FLUSH_CHUNKS);
         else if (l_due < next)
             next = l_due;
     }
@@ -310,7 +310,6 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
     struct db *db = NULL;
     struct error err = {0};
     int busy;
-
     int64_t next;
 
     if (db_pool_get(e->pool, &db, &err) != ST_OK) {
@@ -320,15 +319,16 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
     pthread_mutex_lock(&e->mu);
     busy = e->busy;
     pthread_mutex_unlock(&e->mu);
+    /* The heartbeat first: leases must not wait behind a slow flush. */
+    if (now >= due->heartbeat) {
+        maint_heartbeat(e, db);
+        due->heartbeat = now + (int64_t)cfg->queue.heartbeat_interval_s * 1000;
+    }
     next = maint_progress(e, db);
     if (now >= due->cancel) {
         if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
             LOG(LOG_WARN, "cancel check failed: %s", err.message);
         due->cancel = now + cfg->queue.cancel_check_ms;
-    }
-    if (now >= due->heartbeat) {
-        maint_heartbeat(e, db);
-        due->heartbeat = now + (int64_t)cfg->queue.heartbeat_interval_s * 1000;
     }
     if (now >= due->rescue) {
         maint_rescue(e, db);

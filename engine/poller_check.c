@@ -42,7 +42,9 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
             LOG(LOG_WARN, "remote cancel failed run=%s external_id=%s", rc->run->id,
                 rc->external_id);
         }
-        rc_log(rc, "remote cancel of external job %s: %s", rc->external_id, ok ? "sent" : "failed");
+        char *job = engine_log_external_id(rc->external_id);
+        rc_log(rc, "remote cancel of external job %s: %s", job, ok ? "sent" : "failed");
+        free(job);
     }
     if (ops->cleanup) {
         bool cleaned;
@@ -98,7 +100,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     /* The check's lines before the end: a follower of the log reads its
      * last lines when it sees the run's end. */
     if (st == ST_OK && rc->log)
-        (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true);
+        (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true, -1);
     if (st == ST_OK)
         st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
     db_pool_put(e->pool, db);
@@ -165,16 +167,16 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
 {
     const json_t *last = json_object_get(rc->poll_state, "last_error");
     const struct poll_budget b = budget_of(rc);
-    char msg[640];
+    char msg[640], *job = engine_log_external_id(rc->external_id);
     struct run_result res = {.outcome = OUTCOME_TIMED_OUT, .message = "timed out"};
 
     if (strcmp(which, "poll.max_checks") == 0)
-        xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
-                  rc->external_id ? rc->external_id : "", made, which, b.max_checks);
+        xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)", job, made,
+                  which, b.max_checks);
     else
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after waiting %lld s (%s %lld)",
-                  rc->external_id ? rc->external_id : "", (long long)(rc->waited_ms / 1000), which,
-                  (long long)b.max_duration_s);
+                  job, (long long)(rc->waited_ms / 1000), which, (long long)b.max_duration_s);
+    free(job);
     if (json_is_string(last))
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
@@ -294,7 +296,7 @@ static void check_log_write(struct poller *p, struct run_ctx *rc, const struct p
     if (!runlog_pending_since(rc->log))
         return;
     if (db_pool_get(p->e->pool, &db, &err) == ST_OK)
-        (void)engine_log_write(p->e, db, rc->log, f->tenant, f->id, true);
+        (void)engine_log_write(p->e, db, rc->log, f->tenant, f->id, true, -1);
     else
         LOG(LOG_WARN, "could not write the log lines of a check run=%s: %s", f->id, err.message);
     db_pool_put(p->e->pool, db);
@@ -319,6 +321,7 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
     } else {
         atomic_fetch_add(&p->checks, 1);
         step = ops->poll(&rc);
+        engine_log_mask_error(rc.log, &rc);
         metrics_poll_check(e->metrics, c->run->type, check_result(p, step));
         if (atomic_load(&p->halt) != STOP_NONE && step != STEP_DONE && step != STEP_FAIL)
             again(next, &rc, &f, 0); /* shutting down: another replica checks it now */

@@ -59,7 +59,7 @@ void slot_flush_progress(struct slot *s, struct db *db)
         doorbell_ring(s->e, false, true);
 }
 
-enum status slot_flush_log(struct slot *s, struct db *db, bool final)
+enum status slot_flush_log(struct slot *s, struct db *db, bool final, int max_chunks)
 {
     char tenant[65], id[130];
     struct runlog *l;
@@ -74,7 +74,7 @@ enum status slot_flush_log(struct slot *s, struct db *db, bool final)
     }
     pthread_mutex_unlock(&s->e->mu);
     if (l)
-        st = engine_log_write(s->e, db, l, tenant, id, final);
+        st = engine_log_write(s->e, db, l, tenant, id, final, max_chunks);
     pthread_mutex_unlock(&s->write_mu);
     return st;
 }
@@ -252,10 +252,13 @@ static void slot_log_decision(const struct slot *s, struct run_ctx *rc, const st
 
     msg = msg ? msg : "";
     switch (d->kind) {
-    case SETTLE_WAIT:
+    case SETTLE_WAIT: {
+        char *job = engine_log_external_id(rc->external_id);
         rc_log(rc, "attempt %d started external job %s in %.1f s; the poller checks it from here",
-               run->attempt, rc->external_id, secs);
+               run->attempt, job, secs);
+        free(job);
         return;
+    }
     case SETTLE_RELEASE:
         rc_log(rc,
                "attempt %d handed back at shutdown after %.1f s: it does not count, and the "
@@ -405,6 +408,20 @@ static void slot_hand_over(struct slot *s, struct settle *d, struct completion *
               (long long)(clock_mono_ms() - s->started_ms));
 }
 
+/* One last try at the lines the settle could not write, or that an attempt
+ * found lost never wrote (best effort: they are history, not state). */
+static void slot_last_lines(struct slot *s)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (!s->log || runlog_pending_since(s->log) == 0)
+        return;
+    if (db_pool_get(s->e->pool, &db, &err) == ST_OK)
+        (void)slot_flush_log(s, db, true, -1);
+    db_pool_put(s->e->pool, db);
+}
+
 /* How many orphan windows (queue.orphan_after_s) a hand-back keeps trying
  * while its write fails. A database that cannot be reached stops the
  * heartbeats too, and then the lease ends the attempts long before this;
@@ -441,12 +458,9 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
-            st = slot_flush_log(s, db, true);
-            if (st != ST_OK)
-                error_set(&err, st, "could not write the attempt's log lines");
-        }
-        if (st == ST_OK)
+            (void)slot_flush_log(s, db, true, -1); /* its failure never holds the settle */
             st = slot_settle(s, rc, d, &f, db, end, &err);
+        }
         db_pool_put(e->pool, db);
         if (st == ST_OK || st == ST_LOST || clock_mono_ms() > give_up) {
             if (st != ST_OK)
@@ -458,6 +472,7 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
             err.message);
         backoff_sleep(&pause);
     }
+    slot_last_lines(s); /* an attempt found lost still says what it did */
     return st;
 }
 
@@ -554,6 +569,7 @@ bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
     } else {
         step = ops->start(&rc);
     }
+    engine_log_mask_error(rc.log, &rc);
     handed = slot_finish(s, &rc, step, c, retry_ms);
     rc_cleanup(&rc);
     return handed;

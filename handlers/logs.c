@@ -120,7 +120,11 @@ enum status handle_runs_logs(const struct hctx *hc, const struct request *rq, st
     struct db *db = NULL;
     char tenant[65];
     enum status st = logs_parse_query(rq, &q, &p.text, &err);
+    int cap = logs_page_lines(hc->cfg->logs.max_line_bytes);
 
+    /* Long lines make short pages: what the database hands back is bounded. */
+    if (q.limit > cap)
+        q.limit = cap;
     dynbuf_init(&p.t, TEXT_MAX);
     xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", rq->path_id);
     if (st == ST_OK && rq->all_tenants)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Lines per database page. */
+/* Lines per database page, at most. */
 #define PAGE_LINES 500
 /* The most bytes of frames a page may hold: a page stops before the line
  * that would pass it (and the next page starts there). */
@@ -31,6 +31,7 @@ struct log_stream {
     bool finished;  /* the client has everything already (204) */
     bool page_full; /* the page stopped at PAGE_BYTES */
     int64_t lines_sent;
+    int page_lines; /* lines per database page */
 };
 
 static void add_frame(struct log_stream *s, int64_t id, const char *event, const char *data)
@@ -71,7 +72,7 @@ static void on_line(void *arg, const struct log_line *l)
  * completed and its last line is out. */
 static enum status fetch(struct log_stream *s, struct error *err)
 {
-    const struct log_query q = {s->tenant, s->run_id, 0, s->cursor, PAGE_LINES};
+    const struct log_query q = {s->tenant, s->run_id, 0, s->cursor, s->page_lines};
     struct log_page page;
     struct db *db = NULL;
     enum status st = db_pool_get_wait(s->pool, POOL_WAIT_MS, &db, err);
@@ -82,11 +83,13 @@ static enum status fetch(struct log_stream *s, struct error *err)
     db_pool_put(s->pool, db);
     if (st != ST_OK)
         return st;
-    s->dirty = s->page_full || page.nlines == PAGE_LINES;
+    s->dirty = s->page_full || page.nlines == s->page_lines;
     if (!s->dirty && page.status == RUN_COMPLETED && s->cursor >= page.last_seq) {
         char data[48];
         xsnprintf(data, sizeof(data), "{\"last_seq\":%lld}", (long long)page.last_seq);
-        add_frame(s, 0, "end", data);
+        /* With the last seq as its id: a client that reconnects after
+         * the end is told 204, there is nothing more. */
+        add_frame(s, page.last_seq, "end", data);
         s->end_sent = true;
     }
     return ST_OK;
@@ -115,6 +118,9 @@ enum status log_stream_open(struct hub *h, struct db_pool *pool,
     xsnprintf(s->tenant, sizeof(s->tenant), "%s", rq->tenant);
     xsnprintf(s->run_id, sizeof(s->run_id), "%s", rq->run_id);
     s->cursor = rq->after;
+    s->page_lines = logs_page_lines(rq->max_line_bytes);
+    if (s->page_lines > PAGE_LINES)
+        s->page_lines = PAGE_LINES;
     /* The hub first: a line committed after this reaches the stream as a
      * poke, and the read below sees every line committed before it. */
     st = hub_sub_new(h, &f, w, &s->sub, &pos, err);
@@ -130,7 +136,7 @@ enum status log_stream_open(struct hub *h, struct db_pool *pool,
         return st;
     }
     /* Resumed at or past the completed run's last line: nothing to send. */
-    s->finished = s->end_sent && rq->after > 0 && s->lines_sent == 0;
+    s->finished = s->end_sent && rq->resumed && s->lines_sent == 0;
     *out = s;
     return ST_OK;
 }
@@ -182,10 +188,10 @@ enum sse_read log_stream_read(struct log_stream *s, char *buf, size_t max, size_
             continue;
         }
         switch (hub_sub_read(s->sub, buf, max, n)) {
-        case HUB_DATA: /* a heartbeat, or a wake-up: look for lines */
+        case HUB_DATA:       /* a heartbeat, or a wake-up: look for lines */
+            s->dirty = true; /* a heartbeat too: a poke may have missed */
             if (*n > 0)
                 return SSE_DATA;
-            s->dirty = true;
             break;
         case HUB_SUSPENDED:
             return SSE_SUSPENDED;

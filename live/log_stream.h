@@ -26,8 +26,10 @@ struct log_stream;
 
 struct log_stream_request {
     const char *tenant, *run_id;
-    int64_t after; /* Last-Event-ID: the last seq the client has, 0: none */
-    int retry_ms;  /* the retry: hint */
+    int64_t after;      /* Last-Event-ID: the last seq the client has, 0: none */
+    bool resumed;       /* the client sent Last-Event-ID */
+    int retry_ms;       /* the retry: hint */
+    int max_line_bytes; /* logs.max_line_bytes: long lines, short pages */
 };
 
 /* Registers with the hub and reads the first page: ST_NOT_FOUND for an

@@ -99,7 +99,10 @@ BEGIN
 END
 $$;
 
--- A twin for every partition run_events has now.
+-- A twin for every partition run_events has now. The partition lock of
+-- migration 013 first: a replica of an earlier release making or dropping
+-- partitions meanwhile would leave one without its twin.
+SELECT pg_advisory_xact_lock(7260017013);
 SELECT opsrun_log_partition_create(opsrun_log_partition_name(p.name), p.lo, p.hi)
   FROM opsrun_event_partitions() p;
 

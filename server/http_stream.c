@@ -117,8 +117,14 @@ static bool stream_finished(struct req_ctx *rc, struct http_stream *hs, const ch
 static enum status log_stream_start(struct req_ctx *rc, const struct sse_request *q,
                                     struct http_stream *hs, struct error *err)
 {
-    const struct log_stream_request lq = {q->tenant, q->run_id, q->has_last_id ? q->last_id : 0,
-                                          q->retry_ms};
+    const struct log_stream_request lq = {
+        .tenant = q->tenant,
+        .run_id = q->run_id,
+        .after = q->has_last_id ? q->last_id : 0,
+        .resumed = q->has_last_id,
+        .retry_ms = q->retry_ms,
+        .max_line_bytes = rc->h->hc->cfg->logs.max_line_bytes,
+    };
 
     return log_stream_open(rc->h->hc->hub, rc->h->hc->pool, &lq,
                            &(struct hub_wake){http_suspend_stream, http_resume_stream, hs},

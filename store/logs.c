@@ -24,20 +24,24 @@ static const struct stmt S_RUN = {
                 "AND l.dropped > 0 AND ($3::int IS NULL OR l.attempt = $3::int)) "
                 "FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 /* $1 tenant, $2 run, $3 after, $4 attempt (NULL: every one), $5 limit.
- * The seqs of a run's chunks are contiguous, so without an attempt the
- * lines (after, after + limit] are in the chunks that reach past after
- * and begin at most at after + limit; with one, the first limit chunks of
- * the attempt past after hold at least limit lines. Either way only those
- * chunks are expanded. Chunks of an earlier run of the same id (retention
- * allows one) are told apart by the run's creation time. */
+ * A chunk holds at least one line, so the lines asked for are in the first
+ * limit chunks past after (of the attempt, if one is given); of those, only
+ * the chunks that begin before limit lines past after are reached are
+ * expanded: m reads their seqs alone, c the lines of the ones needed. Chunks
+ * of an earlier run of the same id (retention allows one) are told apart
+ * by the run's creation time. */
 static const struct stmt S_LINES = {
     "logs_lines",
-    "WITH c AS MATERIALIZED (SELECT l.first_seq, l.attempt, l.lines FROM runs r "
+    "WITH m AS MATERIALIZED (SELECT l.run_created_at, l.first_seq, l.last_seq, "
+    "l.last_seq - greatest(l.first_seq - 1, $3::bigint) AS n FROM runs r "
     "JOIN run_logs l ON l.tenant = r.tenant AND l.run_id = r.id "
     "AND l.run_created_at = r.created_at WHERE r.tenant = $1 AND r.id = $2 "
     "AND l.last_seq > $3::bigint AND ($4::int IS NULL OR l.attempt = $4::int) "
-    "AND ($4::int IS NOT NULL OR l.first_seq <= $3::bigint + $5::int) "
-    "ORDER BY l.last_seq LIMIT $5::int) "
+    "ORDER BY l.last_seq LIMIT $5::int), "
+    "k AS (SELECT m.*, sum(m.n) OVER (ORDER BY m.last_seq) - m.n AS before FROM m), "
+    "c AS MATERIALIZED (SELECT l.first_seq, l.attempt, l.lines FROM k JOIN run_logs l "
+    "ON l.tenant = $1 AND l.run_id = $2 AND l.run_created_at = k.run_created_at "
+    "AND l.last_seq = k.last_seq WHERE k.before < $5::int) "
     "SELECT c.first_seq + x.i - 1 AS seq, c.attempt, (x.v->>0)::bigint, x.v->>1, x.v->>2 "
     "FROM c CROSS JOIN LATERAL json_array_elements(c.lines) WITH ORDINALITY AS x(v, i) "
     "WHERE c.first_seq + x.i - 1 > $3::bigint ORDER BY 1 LIMIT $5::int"};
@@ -125,6 +129,13 @@ enum status store_logs_read(struct db *db, const struct log_query *q, log_line_f
     }
     PQclear(r);
     return ST_OK;
+}
+
+int logs_page_lines(int max_line_bytes)
+{
+    int64_t n = max_line_bytes > 0 ? LOGS_PAGE_BYTES / max_line_bytes : LOGS_PAGE_MAX;
+
+    return n < 16 ? 16 : n > LOGS_PAGE_MAX ? LOGS_PAGE_MAX : (int)n;
 }
 
 json_t *log_line_json(const struct log_line *l)

@@ -23,6 +23,8 @@ struct db;
 
 /* The most lines a page holds. */
 #define LOGS_PAGE_MAX 5000
+/* The most bytes of line text a page may ask the database for. */
+#define LOGS_PAGE_BYTES (16 * 1024 * 1024)
 
 /* One chunk to write; every string is borrowed. */
 struct log_chunk {
@@ -68,6 +70,10 @@ struct log_page {
     enum run_status status; /* the run's, as read with the page */
     int attempt;            /* the run's current attempt */
 };
+
+/* The most lines a page may ask for when lines may be max_line_bytes
+ * long: LOGS_PAGE_BYTES worth, from 16 to LOGS_PAGE_MAX. */
+int logs_page_lines(int max_line_bytes);
 
 /* Calls fn for each line of q in seq order. ST_NOT_FOUND when the run does
  * not exist in q->tenant. */

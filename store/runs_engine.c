@@ -186,7 +186,7 @@ static const struct stmt S_PRUNE = {
     "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
     "e.run_id = d.id), "
     "y AS (DELETE FROM run_logs_default l USING d WHERE l.tenant = d.tenant AND "
-    "l.run_id = d.id), "
+    "l.run_id = d.id AND l.run_created_at = d.created_at), "
     "p AS (DELETE FROM run_polls p USING d WHERE d.waited AND p.tenant = ANY (ARRAY(SELECT "
     "DISTINCT tenant FROM d WHERE waited)) AND p.run_id = ANY (ARRAY(SELECT id FROM d WHERE "
     "waited)) AND p.tenant = d.tenant AND p.run_id = d.id) "

@@ -43,6 +43,8 @@
 #define EXIT_RETRY 75
 #define PROGRESS_FD 3
 #define STDERR_TAIL 4096
+/* The most of it an error message quotes (rc_error keeps about 500 bytes). */
+#define ERROR_TAIL_MAX 400
 #define PROGRESS_LINE_MAX 512
 #define GRACE_DEFAULT_MS 5000
 #define GRACE_MAX_MS 600000
@@ -296,13 +298,15 @@ struct io {
     struct dynbuf out; /* capped at max_stdout_bytes */
     bool out_over;
     char err[STDERR_TAIL];
-    size_t err_len; /* the last STDERR_TAIL bytes */
+    size_t err_len;   /* the last STDERR_TAIL bytes */
+    bool err_wrapped; /* what came before them was dropped */
     char prog[PROGRESS_LINE_MAX];
     size_t prog_len;
 };
 
 static void err_append(struct io *io, const char *b, size_t n)
 {
+    io->err_wrapped |= io->err_len + n > STDERR_TAIL;
     if (n >= STDERR_TAIL) {
         memcpy(io->err, b + n - STDERR_TAIL, STDERR_TAIL);
         io->err_len = STDERR_TAIL;
@@ -443,17 +447,29 @@ static int stop_group(pid_t pid, int64_t grace_ms, bool *killed)
 
 /* ---- the outcome -------------------------------------------------------- */
 
+/* The error of a failed command: what happened and the end of its stderr,
+ * from the start of a line when there is one in reach (so that it does not
+ * begin in the middle of what the command wrote, a secret say; the worker
+ * masks the secrets in it, a piece of one at its start too). */
 static void error_with_stderr(struct run_ctx *rc, const char *code, const char *what, struct io *io)
 {
     char tail[STDERR_TAIL + 1];
+    size_t n = io->err_len, from = 0;
 
-    for (size_t i = 0; i < io->err_len; i++)
+    for (size_t i = 0; i < n; i++)
         tail[i] = io->err[i] == '\0' || io->err[i] == '\r' ? ' ' : io->err[i];
-    tail[io->err_len] = '\0';
-    utf8_scrub(tail);
-    while (io->err_len && (tail[strlen(tail) - 1] == '\n' || tail[strlen(tail) - 1] == ' '))
-        tail[strlen(tail) - 1] = '\0', io->err_len--;
-    rc_error(rc, code, "%s%s%s", what, tail[0] ? ": " : "", tail);
+    tail[n] = '\0';
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' '))
+        tail[--n] = '\0';
+    if (n > ERROR_TAIL_MAX) {
+        const char *nl = memchr(tail + n - ERROR_TAIL_MAX, '\n', ERROR_TAIL_MAX);
+        from = nl ? (size_t)(nl + 1 - tail) : n - ERROR_TAIL_MAX;
+    } else if (io->err_wrapped) {
+        const char *nl = memchr(tail, '\n', n);
+        from = nl ? (size_t)(nl + 1 - tail) : 0;
+    }
+    utf8_scrub(tail + from);
+    rc_error(rc, code, "%s%s%s", what, tail[from] ? ": " : "", tail + from);
 }
 
 /* Exit 0: the result, and summaries lifted out of it. */

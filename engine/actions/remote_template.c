@@ -192,12 +192,32 @@ static void env_values_walk(const json_t *v, char ***out, size_t *n)
         json_object_foreach((json_t *)v, key, x) env_values_walk(x, out, n);
 }
 
+static enum status add_encoded(struct dynbuf *buf, const char *s, int mode);
+
+/* Adds value as mode encodes it, when that differs from the value. */
+static void add_variant(char ***out, size_t *n, const char *value, int mode)
+{
+    struct dynbuf b;
+
+    dynbuf_init(&b, REMOTE_EXPAND_MAX);
+    if (add_encoded(&b, value, mode) == ST_OK && dynbuf_ptr(&b) && strcmp(dynbuf_ptr(&b), value)) {
+        *out = xrealloc(*out, (*n + 1) * sizeof(**out));
+        (*out)[(*n)++] = dynbuf_take(&b);
+    }
+    dynbuf_free(&b);
+}
+
 size_t remote_env_values(const json_t *v, char ***out)
 {
-    size_t n = 0;
+    size_t n = 0, raw;
 
     *out = NULL;
     env_values_walk(v, out, &n);
+    raw = n;
+    for (size_t i = 0; i < raw; i++) { /* as a URL or an XML body carries them */
+        add_variant(out, &n, (*out)[i], REMOTE_URL);
+        add_variant(out, &n, (*out)[i], REMOTE_XML);
+    }
     return n;
 }
 

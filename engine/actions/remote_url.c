@@ -120,7 +120,7 @@ char *remote_url_for_log(const char *url)
             (void)curl_url_set(u, gone[i], NULL, 0);
         (void)curl_url_get(u, CURLUPART_URL, &got, 0);
     }
-    out = got ? xstrdup(got) : xstrndup(url, strcspn(url, "?#@"));
+    out = xstrdup(got ? got : "<a URL that could not be read>");
     curl_free(got);
     curl_url_cleanup(u);
     return out;

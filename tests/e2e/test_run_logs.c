@@ -206,23 +206,26 @@ START_TEST(cap_and_dropped_count)
     lines = json_object_get(j, "lines");
     n = json_array_size(lines);
     ck_assert(json_is_true(json_object_get(j, "truncated")));
-    /* 256 of the 600 a's, then seven lines of 98 digits (256 + 7 * 98 =
-     * 942; an eighth would pass 1024); the 93 lines after them (99 bytes
-     * with their newline) are dropped: 9,207 bytes. */
+    /* The cap counts lines as stored: about 30 bytes of [at, stream, ...]
+     * each besides the text. 256 of the 600 a's with " [344 bytes cut]"
+     * (302 bytes), then five lines of 98 digits (129 bytes each: 947; a
+     * sixth would pass 1024); the 95 lines after them (99 bytes with their
+     * newline) are dropped: 9,405 bytes. */
     memset(want, 'a', 256);
     snprintf(want + 256, sizeof(want) - 256, " [344 bytes cut]");
     ck_assert_str_eq(line_text(lines, 2), want);
     ck_assert_str_eq(line_text(lines, 3), "00000000000000000000000000000000000000000000000000000000"
                                           "000000000000000000000000000000000000000000");
-    ck_assert_str_eq(th_js(json_array_get(lines, 9), "text") + 90, "00000006");
+    ck_assert_int_eq(n, 11); /* 2 opsrun lines, 6 of output, 3 at the end */
+    ck_assert_str_eq(th_js(json_array_get(lines, 7), "text") + 90, "00000004");
     ck_assert_str_eq(line_text(lines, n - 1),
-                     "9207 bytes of output dropped: the attempt wrote more "
+                     "9405 bytes of output dropped: the attempt wrote more "
                      "than logs.max_bytes_per_attempt (1024 bytes)");
     ck_assert_msg(strncmp(line_text(lines, n - 2), "attempt 1 succeeded in ", 23) == 0, "%s",
                   line_text(lines, n - 2));
     json_decref(j);
     th_get(p.url, "/metrics", &r);
-    ck_assert_msg(strstr(r.body, "\nopsrun_log_bytes_dropped_total 9551\n"), "%s", r.body);
+    ck_assert_msg(strstr(r.body, "\nopsrun_log_bytes_dropped_total 9749\n"), "%s", r.body);
     th_resp_free(&r);
     th_stop_clean(&p);
     free(ci);
@@ -326,6 +329,7 @@ START_TEST(resume_by_last_event_id)
     }
     last = (int)th_ji(ev.json, "last_seq");
     ck_assert_int_eq(last, next - 1);
+    ck_assert_int_eq(ev.id, last); /* a client resuming from the end gets 204 */
     th_sse_event_free(&ev);
     th_sse_close(s);
     /* the client has everything: 204, no stream */
@@ -340,6 +344,11 @@ START_TEST(resume_by_last_event_id)
     ck_assert_int_eq(json_array_size(json_object_get(j, "lines")), 3);
     ck_assert_int_eq(th_ji(json_array_get(json_object_get(j, "lines"), 0), "seq"), 3);
     ck_assert_int_eq(th_ji(j, "next_after"), 5);
+    json_decref(j);
+    /* past the end, however far: an empty last page */
+    j = get_logs(&p, "res-1", "?after=9223372036854775807&limit=5000");
+    ck_assert_int_eq(json_array_size(json_object_get(j, "lines")), 0);
+    ck_assert(json_is_null(json_object_get(j, "next_after")));
     json_decref(j);
     th_get(p.url, "/runs/res-1/logs?limit=0", &r);
     th_check_problem(&r, 400, "limit=0");

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,16 @@ START_TEST(not_found_and_refused)
     json_decref(
         read_page(&(struct log_query){"acme", "r1", 0, 0, LOGS_PAGE_MAX + 1}, &page, ST_INVALID));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_logs"), 0);
+    /* a page past any seq there can be is empty, not an overflow */
+    append(g_db, "acme", "r1", 1, 3, "x", 0, NULL);
+    json_decref(
+        read_page(&(struct log_query){"acme", "r1", 0, INT64_MAX, LOGS_PAGE_MAX}, &page, ST_OK));
+    ck_assert_int_eq(page.nlines, 0);
+    ck_assert_int_eq(page.last_seq, 3);
+    /* long lines, short pages: 16 MiB of text at most, 16 to 5000 lines */
+    ck_assert_int_eq(logs_page_lines(8192), 2048);
+    ck_assert_int_eq(logs_page_lines(1048576), 16);
+    ck_assert_int_eq(logs_page_lines(256), LOGS_PAGE_MAX);
     close_test_db();
 }
 END_TEST

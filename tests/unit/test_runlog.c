@@ -137,7 +137,9 @@ START_TEST(long_line_cut)
 END_TEST
 
 /* Past max_bytes a command's lines are dropped (all of them: no holes),
- * counted, and the final take says how many bytes; opsrun's lines stay. */
+ * counted, and the final take says how many bytes; opsrun's lines stay.
+ * A line costs what it takes stored (its JSON: about 130 bytes for 99 of
+ * text), so seven of them fit in 1000. */
 START_TEST(cap_drops_and_says_so)
 {
     struct runlog *l = runlog_new(&LIM, 2, NULL, 0);
@@ -148,20 +150,97 @@ START_TEST(cap_drops_and_says_so)
     memset(line, 'q', 99);
     line[99] = '\n';
     line[100] = '\0';
-    for (int i = 0; i < 20; i++) /* 99 bytes each: 10 fit in 1000 */
+    for (int i = 0; i < 20; i++)
         runlog_write(l, line, 100);
     runlog_write(l, "short\n", 6);
     runlog_say(l, "attempt 2 ended: failed");
     lines = take_all(l, true, &dropped);
-    ck_assert_int_eq(json_array_size(lines), 12);
-    ck_assert_str_eq(text_at(lines, 10), "attempt 2 ended: failed");
-    ck_assert_str_eq(text_at(lines, 11), "1006 bytes of output dropped: the attempt wrote more "
-                                         "than logs.max_bytes_per_attempt (1000 bytes)");
-    ck_assert_str_eq(stream_at(lines, 11), "opsrun");
-    ck_assert_int_eq(dropped, 1006);
+    ck_assert_int_eq(json_array_size(lines), 9);
+    ck_assert_str_eq(text_at(lines, 7), "attempt 2 ended: failed");
+    ck_assert_str_eq(text_at(lines, 8), "1306 bytes of output dropped: the attempt wrote more "
+                                        "than logs.max_bytes_per_attempt (1000 bytes)");
+    ck_assert_str_eq(stream_at(lines, 8), "opsrun");
+    ck_assert_int_eq(dropped, 1306);
     runlog_counts(l, &nlines, &ndropped);
-    ck_assert_int_eq(nlines, 12);
-    ck_assert_int_eq(ndropped, 1006);
+    ck_assert_int_eq(nlines, 9);
+    ck_assert_int_eq(ndropped, 1306);
+    json_decref(lines);
+    runlog_free(l);
+}
+END_TEST
+
+/* A flood of empty lines is bounded as much as long ones: what the log
+ * holds stays under the cap whatever the lines. */
+START_TEST(empty_lines_count)
+{
+    struct runlog *l = runlog_new(&LIM, 1, NULL, 0);
+    struct runlog_chunk c;
+    char nl[1000];
+    int64_t lines = 0, dropped = 0;
+
+    memset(nl, '\n', sizeof(nl));
+    for (int i = 0; i < 1000; i++)
+        runlog_write(l, nl, sizeof(nl)); /* a million empty lines */
+    ck_assert(runlog_take(l, SIZE_MAX, false, &c));
+    ck_assert_uint_le(strlen(c.lines_json), LIM.max_bytes + 2);
+    ck_assert_int_lt(c.nlines, 40);
+    runlog_chunk_cleanup(&c);
+    runlog_counts(l, &lines, &dropped);
+    ck_assert_int_eq(dropped, 1000000 - lines);
+    runlog_free(l);
+}
+END_TEST
+
+/* A secret of several lines is masked line by line; of two secrets, one
+ * holding the other, the longer is masked whole; runlog_mask masks any
+ * text the same way. */
+START_TEST(secrets_nested_and_multiline)
+{
+    const char *secrets[] = {"hunter2x", "hunter2x-and-more-secret",
+                             "-----BEGIN KEY-----\nMIIEpQIBAAKCAQEA\n"};
+    struct runlog *l = runlog_new(&LIM, 1, secrets, 3);
+    json_t *lines;
+    char *m;
+
+    runlog_write(l, "token=hunter2x-and-more-secret and hunter2x\n", 44);
+    runlog_write(l, "-----BEGIN KEY-----\nMIIEpQIBAAKCAQEA\n", 37);
+    lines = take_all(l, false, NULL);
+    ck_assert_str_eq(text_at(lines, 0), "token=*** and ***");
+    ck_assert_str_eq(text_at(lines, 1), "***");
+    ck_assert_str_eq(text_at(lines, 2), "***");
+    json_decref(lines);
+    m = runlog_mask(l, "exit 3: hunter2x-and-more-secret");
+    ck_assert_str_eq(m, "exit 3: ***");
+    free(m);
+    m = runlog_mask(l, "more-secret and the rest"); /* cut out of a longer text */
+    ck_assert_str_eq(m, "*** and the rest");
+    free(m);
+    runlog_free(l);
+}
+END_TEST
+
+/* A cut never shows what began past max_line_bytes, even when masking an
+ * earlier secret makes the line shorter. */
+START_TEST(cut_after_a_masked_secret)
+{
+    char secret[101], line[500];
+    const char *secrets[1] = {secret};
+    struct runlog *l;
+    json_t *lines;
+
+    for (int i = 0; i < 100; i++)
+        secret[i] = (char)('A' + i % 26);
+    secret[100] = '\0';
+    l = runlog_new(&(struct runlog_limits){256, 1 << 20}, 1, secrets, 1);
+    memset(line, '.', sizeof(line));
+    memcpy(line, secret, 100);
+    memcpy(line + 300, secret, 100);
+    line[sizeof(line) - 1] = '\n';
+    runlog_write(l, line, sizeof(line));
+    lines = take_all(l, false, NULL);
+    ck_assert_msg(!strstr(text_at(lines, 0), "ABCDEFGHIJ"), "%s", text_at(lines, 0));
+    ck_assert_msg(strncmp(text_at(lines, 0), "***....", 7) == 0, "%s", text_at(lines, 0));
+    ck_assert_msg(strstr(text_at(lines, 0), " [243 bytes cut]"), "%s", text_at(lines, 0));
     json_decref(lines);
     runlog_free(l);
 }
@@ -226,6 +305,9 @@ int main(void)
     tcase_add_test(tc, secrets_masked);
     tcase_add_test(tc, long_line_cut);
     tcase_add_test(tc, cap_drops_and_says_so);
+    tcase_add_test(tc, empty_lines_count);
+    tcase_add_test(tc, secrets_nested_and_multiline);
+    tcase_add_test(tc, cut_after_a_masked_secret);
     tcase_add_test(tc, takes_bounded_and_restored);
     tcase_add_test(tc, bytes_made_text);
     suite_add_tcase(s, tc);
