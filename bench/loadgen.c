@@ -72,7 +72,10 @@ static const char *base_url;
 static int runs_per_client;
 static int batch = 1;
 static const char *extra = ""; /* more members of each submission */
-static double *submit_ms;      /* one per request, by client: [client * runs_per_client + i] */
+/* The "steps" of each demo run (LOADGEN_STEPS, default 0): each step is a
+ * progress report and a line of the run's log. */
+static int steps;
+static double *submit_ms; /* one per request, by client: [client * runs_per_client + i] */
 
 static double now_s(void)
 {
@@ -146,8 +149,8 @@ static char *client_body(long id, int i)
     for (int k = 0; k < batch; k++)
         len += (size_t)snprintf(body + len, cap - len,
                                 "%s{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,"
-                                "\"steps\":0,\"n\":\"%ld-%d-%d-%d\"}%s}",
-                                k ? "," : "", id, i, k, (int)getpid(), extra);
+                                "\"steps\":%d,\"n\":\"%ld-%d-%d-%d\"}%s}",
+                                k ? "," : "", steps, id, i, k, (int)getpid(), extra);
     snprintf(body + len, cap - len, "%s", batch > 1 ? "]" : "");
     return body;
 }
@@ -1070,6 +1073,7 @@ int main(int argc, char **argv)
         return 2;
     }
     base_url = argv[2];
+    steps = getenv("LOADGEN_STEPS") ? atoi(getenv("LOADGEN_STEPS")) : 0;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     db = PQconnectdb(argv[3]);
     if (PQstatus(db) != CONNECTION_OK) {

@@ -16,6 +16,16 @@
  *       opsrun_events stamps each notification the writer's backend sends;
  *       the k-th one belongs to the k-th commit. That is PostgreSQL's own
  *       commit-to-client delivery, the floor of any LISTEN-based design.
+ *   ssebench loglatency URL DBCONNINFO RUN_ID SUBSCRIBERS
+ *       opens SUBSCRIBERS GET /runs/RUN_ID/logs/stream connections to a run
+ *       that is queued but not due yet (bench/logs.sh submits it with a
+ *       run_at a few seconds ahead), waits until /healthz counts them, then
+ *       reads every stream until the server ends it (the run's end). Each
+ *       line's arrival is stamped on the wall clock; after the end its
+ *       write time is read from the database (the "at" opsrun stamps when
+ *       it reads the command's output): latency = arrival - at, p50/p99/max
+ *       over every (stream, line) pair of the command's lines, and whether
+ *       every stream got every line, once and in order.
  *   ssebench rss URL SERVER_PID SUBSCRIBERS
  *       VmRSS and Threads of the server process (SERVER_PID) with no stream,
  *       then 2 s after SUBSCRIBERS / 2 and again 2 s after SUBSCRIBERS idle
@@ -50,6 +60,7 @@
 static const char *host = "127.0.0.1";
 static char host_buf[256];
 static char port[16] = "80";
+static char stream_path[256] = "/stream"; /* what sub_open asks for */
 
 static double now_s(void)
 {
@@ -309,8 +320,8 @@ static int sub_open(struct sub *s, size_t cap)
     if (fd < 0)
         return -1;
     snprintf(req, sizeof(req),
-             "GET /stream HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n", host,
-             port);
+             "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n", stream_path,
+             host, port);
     if (send_all(fd, req, strlen(req)) != 0 || fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
         close(fd);
         return -1;
@@ -815,6 +826,113 @@ out:
     return rc;
 }
 
+/* ---- loglatency ---------------------------------------------------------- */
+
+/* The wall clock minus the monotonic one, in seconds: arrivals are stamped
+ * on the monotonic clock, lines' write times on the wall clock. Read many
+ * times, keeping the reading whose wall clock was taken in the shortest
+ * window between two monotonic ones: a preemption between two reads would
+ * shift every latency by its length. */
+static double wall_minus_mono(void)
+{
+    double best = 1e9, offset = 0;
+
+    for (int i = 0; i < 200; i++) {
+        struct timespec w;
+        double m1 = now_s(), m2;
+        clock_gettime(CLOCK_REALTIME, &w);
+        m2 = now_s();
+        if (m2 - m1 < best) {
+            best = m2 - m1;
+            offset = (double)w.tv_sec + (double)w.tv_nsec / 1e9 - (m1 + m2) / 2;
+        }
+    }
+    return offset;
+}
+
+/* seq -> when opsrun read the line (wall clock, s), for the command's
+ * lines (stream stderr); 0 for the others. */
+static double *line_times(PGconn *db, const char *run_id, int64_t *nseq)
+{
+    const char *p[1] = {run_id};
+    PGresult *r = PQexecParams(db,
+                               "SELECT l.first_seq + x.i - 1, (x.v->>0)::bigint, x.v->>1 FROM "
+                               "run_logs l, json_array_elements(l.lines) WITH ORDINALITY "
+                               "AS x(v, i) WHERE l.run_id = $1 ORDER BY 1",
+                               1, NULL, p, NULL, NULL, 0);
+    double *at = NULL;
+
+    *nseq = 0;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0) {
+        *nseq = strtoll(PQgetvalue(r, PQntuples(r) - 1, 0), NULL, 10);
+        at = calloc((size_t)*nseq + 1, sizeof(*at));
+        for (int i = 0; at && i < PQntuples(r); i++)
+            if (strcmp(PQgetvalue(r, i, 2), "stderr") == 0)
+                at[strtoll(PQgetvalue(r, i, 0), NULL, 10)] =
+                    (double)strtoll(PQgetvalue(r, i, 1), NULL, 10) / 1e6;
+    }
+    PQclear(r);
+    return at;
+}
+
+static int loglatency(const char *conninfo, const char *run_id, int nsubs)
+{
+    struct subs ss = {0};
+    PGconn *db = db_open(conninfo);
+    double took, offset = wall_minus_mono(), *at = NULL, *lat = NULL, t0;
+    long base, seen;
+    int64_t nseq = 0, lines = 0;
+    size_t pairs = 0, out_of_order = 0, missing = 0;
+    int rc = 1, ended = 0;
+
+    snprintf(stream_path, sizeof(stream_path), "/runs/%s/logs/stream", run_id);
+    base = wait_count(0, &took);
+    printf("subscribers=%d\n", nsubs);
+    if (!db || base < 0 || subs_init(&ss, nsubs) != 0 || subs_open(&ss, 0, nsubs, 8192) != 0) {
+        fprintf(stderr, "ssebench: could not open the streams\n");
+        goto out;
+    }
+    seen = wait_registered(&ss, base + nsubs, &took);
+    if (report_registered(&ss, base, seen, took) != 0)
+        goto out;
+    for (t0 = now_s(); now_s() - t0 < 300 && ended < nsubs;) {
+        subs_poll(&ss, NULL, 50);
+        ended = 0;
+        for (int i = 0; i < nsubs; i++)
+            ended += ss.v[i].ended;
+    }
+    at = line_times(db, run_id, &nseq);
+    lat = malloc(((size_t)nsubs * (size_t)(nseq + 1) + 1) * sizeof(*lat));
+    if (!at || !lat)
+        goto out;
+    for (int64_t k = 1; k <= nseq; k++)
+        lines += at[k] > 0;
+    for (int i = 0; i < nsubs; i++) {
+        struct sub *s = &ss.v[i];
+        int64_t prev = 0, got = 0;
+        for (size_t j = 0; j < s->ngot; j++) {
+            int64_t k = s->got[j].id;
+            out_of_order += k <= prev;
+            prev = k;
+            if (k < 1 || k > nseq || at[k] == 0)
+                continue;
+            lat[pairs++] = s->got[j].t + offset - at[k];
+            got++;
+        }
+        missing += (size_t)(lines - got);
+    }
+    printf("lines=%lld\nstreams_ended=%d\n", (long long)lines, ended);
+    print_dist("line", lat, pairs);
+    printf("line_missing=%zu\nline_out_of_order=%zu\n", missing, out_of_order);
+    rc = ended == nsubs && missing == 0 && out_of_order == 0 && lines > 0 ? 0 : 1;
+out:
+    subs_free(&ss);
+    PQfinish(db);
+    free(at);
+    free(lat);
+    return rc;
+}
+
 /* ---- rss --------------------------------------------------------------- */
 
 static int proc_status(int pid, long *rss_kib, long *threads)
@@ -905,12 +1023,17 @@ int main(int argc, char **argv)
         int n = atoi(argv[4]), e = atoi(argv[5]), iv = atoi(argv[6]);
         if (n >= 1 && e >= 1 && iv >= 0)
             return latency(argv[3], n, e, iv);
+    } else if (argc >= 6 && strcmp(argv[1], "loglatency") == 0 && parse_url(argv[2]) == 0) {
+        int n = atoi(argv[5]);
+        if (n >= 1)
+            return loglatency(argv[3], argv[4], n);
     } else if (argc >= 5 && strcmp(argv[1], "rss") == 0 && parse_url(argv[2]) == 0) {
         int pid = atoi(argv[3]), n = atoi(argv[4]);
         if (pid > 0 && n >= 1)
             return rss(pid, n);
     }
     fprintf(stderr, "usage: ssebench latency URL DBCONNINFO SUBSCRIBERS EVENTS INTERVAL_MS\n"
+                    "       ssebench loglatency URL DBCONNINFO RUN_ID SUBSCRIBERS\n"
                     "       ssebench rss URL SERVER_PID SUBSCRIBERS\n");
     return 2;
 }

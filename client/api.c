@@ -18,7 +18,8 @@ struct api {
 
 /* What the callbacks of one transfer share. */
 struct xfer {
-    struct api *a;
+    CURL *curl;
+    const struct api *a; /* the server and the token */
     struct api_resp *r;
     api_data_fn fn; /* NULL: keep the body */
     void *arg;
@@ -93,7 +94,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
     long code = 0;
 
     x->last_byte_ms = clock_mono_ms();
-    curl_easy_getinfo(x->a->curl, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
     if (x->fn && code == 200) {
         if (!x->fn(x->arg, ptr, n)) {
             x->stopped = true;
@@ -152,23 +153,10 @@ static bool is_json(const char *ct)
            (n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0);
 }
 
-/* libcurl calls this about once a second, with or without data. Its
- * low-speed limit cannot stand in: a keep-alive of a few bytes every 15 s
- * is below any rate it can check. */
-static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-    struct xfer *x = arg;
-
-    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-    x->idle = clock_mono_ms() - x->last_byte_ms > x->idle_ms;
-    return x->idle ? 1 : 0; /* 1 aborts the transfer */
-}
-
 /* The options every transfer has; the caller adds its own. */
 static struct curl_slist *xfer_setup(struct xfer *x, const char *path, const char *const *hdrs)
 {
-    CURL *c = x->a->curl;
+    CURL *c = x->curl;
     struct curl_slist *list = NULL;
     char *url = xasprintf("%s%s", x->a->server, path);
 
@@ -192,13 +180,12 @@ static struct curl_slist *xfer_setup(struct xfer *x, const char *path, const cha
     return list;
 }
 
-/* Runs the transfer and says how it went. */
-static enum status xfer_run(struct xfer *x, struct error *err)
+/* How a finished transfer went, from libcurl's result rc. */
+static enum status xfer_result(struct xfer *x, CURLcode rc, struct error *err)
 {
-    CURLcode rc = curl_easy_perform(x->a->curl);
     struct api_resp *r = x->r;
 
-    curl_easy_getinfo(x->a->curl, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &r->status);
     if (x->too_large)
         return error_set(err, ST_TOO_LARGE, "the answer of %s is larger than %zu bytes",
                          x->a->server, BODY_MAX);
@@ -219,7 +206,7 @@ enum status api_call(struct api *a, const char *method, const char *path, const 
     static const char *const json_hdrs[] = {"Content-Type: application/json",
                                             "Accept: application/json", NULL};
     static const char *const plain_hdrs[] = {"Accept: application/json", NULL};
-    struct xfer x = {.a = a, .r = r};
+    struct xfer x = {.curl = a->curl, .a = a, .r = r};
     struct curl_slist *list = xfer_setup(&x, path, json_body ? json_hdrs : plain_hdrs);
     enum status st;
 
@@ -231,36 +218,163 @@ enum status api_call(struct api *a, const char *method, const char *path, const 
         curl_easy_setopt(a->curl, CURLOPT_POSTFIELDS, json_body ? json_body : "");
         curl_easy_setopt(a->curl, CURLOPT_POSTFIELDSIZE, (long)(json_body ? strlen(json_body) : 0));
     }
-    st = xfer_run(&x, err);
+    st = xfer_result(&x, curl_easy_perform(a->curl), err);
     curl_slist_free_all(list);
     return st;
 }
 
-enum status api_stream(struct api *a, const char *path, const char *last_id, long idle_s,
-                       api_data_fn fn, void *arg, struct api_resp *r, struct error *err)
-{
-    const char *hdrs[3] = {"Accept: text/event-stream", NULL, NULL};
-    struct xfer x = {.a = a,
-                     .r = r,
-                     .fn = fn,
-                     .arg = arg,
-                     .idle_ms = idle_s * 1000,
-                     .last_byte_ms = clock_mono_ms()};
-    char *lid = last_id && *last_id ? xasprintf("Last-Event-ID: %s", last_id) : NULL;
-    struct curl_slist *list;
-    enum status st;
+/* ---- streams ---- */
 
+struct api_multi {
+    struct api *a;
+    CURLM *multi;
+    struct api_stream *running; /* the streams not over yet, linked by next */
+};
+
+struct api_stream {
+    struct api_multi *m;
+    struct api_stream *next;
+    struct xfer x;
+    struct curl_slist *hdrs;
+    struct api_resp r;
+    bool over;
+    enum status st;
+    struct error err;
+};
+
+struct api_multi *api_multi_new(struct api *a)
+{
+    struct api_multi *m = xcalloc(1, sizeof(*m));
+
+    m->a = a;
+    m->multi = curl_multi_init();
+    if (!m->multi)
+        abort(); /* only when out of memory, as for xmalloc */
+    return m;
+}
+
+void api_multi_free(struct api_multi *m)
+{
+    if (!m)
+        return;
+    curl_multi_cleanup(m->multi); /* its streams were freed (api.h) */
+    free(m);
+}
+
+struct api_stream *api_stream_start(struct api_multi *m, const char *path, const char *last_id,
+                                    long idle_s, api_data_fn fn, void *arg)
+{
+    struct api_stream *s = xcalloc(1, sizeof(*s));
+    const char *hdrs[3] = {"Accept: text/event-stream", NULL, NULL};
+    char *lid = last_id && *last_id ? xasprintf("Last-Event-ID: %s", last_id) : NULL;
+
+    api_resp_init(&s->r);
+    s->m = m;
+    s->x = (struct xfer){.curl = curl_easy_init(),
+                         .a = m->a,
+                         .r = &s->r,
+                         .fn = fn,
+                         .arg = arg,
+                         .idle_ms = idle_s * 1000,
+                         .last_byte_ms = clock_mono_ms()};
+    if (!s->x.curl)
+        abort(); /* only when out of memory */
     hdrs[1] = lid;
-    list = xfer_setup(&x, path, hdrs);
     /* No limit on the whole exchange (a run may take hours); the server's
      * keep-alives keep bytes coming well within idle_s. */
-    curl_easy_setopt(a->curl, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(a->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(a->curl, CURLOPT_XFERINFODATA, &x);
-    st = xfer_run(&x, err);
-    curl_slist_free_all(list);
-    free(lid);
-    return st;
+    s->hdrs = xfer_setup(&s->x, path, hdrs);
+    free(lid); /* libcurl copied the list's strings */
+    curl_easy_setopt(s->x.curl, CURLOPT_PRIVATE, s);
+    if (curl_multi_add_handle(m->multi, s->x.curl) != CURLM_OK)
+        abort(); /* a new easy handle in a multi handle not in a callback */
+    s->next = m->running;
+    m->running = s;
+    return s;
+}
+
+/* Takes s off the running list and out of the multi handle. */
+static void stream_detach(struct api_stream *s)
+{
+    for (struct api_stream **p = &s->m->running; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    s->next = NULL;
+    curl_multi_remove_handle(s->m->multi, s->x.curl);
+}
+
+static void stream_over(struct api_stream *s, CURLcode rc)
+{
+    stream_detach(s);
+    s->st = xfer_result(&s->x, rc, &s->err);
+    s->over = true;
+}
+
+/* The streams that went idle_ms without a byte end as broken. libcurl's
+ * low-speed limit cannot stand in: a keep-alive of a few bytes every 15 s
+ * is below any rate it can check. */
+static void idle_check(struct api_multi *m)
+{
+    int64_t now = clock_mono_ms();
+    struct api_stream *s = m->running, *next;
+
+    for (; s; s = next) {
+        next = s->next;
+        if (now - s->x.last_byte_ms > s->x.idle_ms) {
+            s->x.idle = true;
+            stream_over(s, CURLE_OPERATION_TIMEDOUT);
+        }
+    }
+}
+
+void api_multi_wait(struct api_multi *m, long timeout_ms)
+{
+    CURLMsg *msg;
+    int running, left;
+
+    /* curl_multi_poll also waits with no stream running: a plain sleep */
+    curl_multi_perform(m->multi, &running);
+    curl_multi_poll(m->multi, NULL, 0, (int)(timeout_ms > 0 ? timeout_ms : 0), NULL);
+    curl_multi_perform(m->multi, &running);
+    while ((msg = curl_multi_info_read(m->multi, &left)) != NULL) {
+        void *p = NULL;
+        struct api_stream *s;
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
+        s = p;
+        if (s && !s->over)
+            stream_over(s, msg->data.result);
+    }
+    idle_check(m);
+}
+
+bool api_stream_over(const struct api_stream *s, enum status *st, struct error *err)
+{
+    if (!s->over)
+        return false;
+    *st = s->st;
+    if (s->st != ST_OK)
+        error_set(err, s->st, "%s", s->err.message);
+    return true;
+}
+
+const struct api_resp *api_stream_resp(const struct api_stream *s)
+{
+    return &s->r;
+}
+
+void api_stream_free(struct api_stream *s)
+{
+    if (!s)
+        return;
+    if (!s->over)
+        stream_detach(s);
+    curl_easy_cleanup(s->x.curl);
+    curl_slist_free_all(s->hdrs);
+    api_resp_cleanup(&s->r);
+    free(s);
 }
 
 char *api_escape(const char *s)

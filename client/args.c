@@ -10,15 +10,16 @@
 #include <string.h>
 
 #define CMD_BIT(c) (1u << (c))
-#define ALL_CMDS 0x3ffu
+#define ALL_CMDS ((1u << ARRAY_LEN(cmd_names)) - 1u)
 #define BULK_CMDS (CMD_BIT(CMD_CANCEL) | CMD_BIT(CMD_RETRY))
 #define TYPE_MAX 128
 #define FILTER_TYPE_MAX 64
 #define MAX_WORDS 4
 #define SINCE_MAX_S (3660LL * 86400) /* ten years */
 
-static const char *const cmd_names[] = {"submit", "watch",     "runs",     "cancel",  "retry",
-                                        "health", "schedules", "schedule", "approve", "reject"};
+static const char *const cmd_names[] = {"submit",  "watch",  "runs",      "cancel",
+                                        "retry",   "health", "schedules", "schedule",
+                                        "approve", "reject", "logs"};
 
 /* Every flag, the commands that take it, and where its value goes. */
 enum flag_id {
@@ -38,12 +39,15 @@ enum flag_id {
     F_PARENT,
     F_ALL,
     F_DRY_RUN,
-    F_APPROVAL
+    F_APPROVAL,
+    F_ATTEMPT,
+    F_FOLLOW
 };
 static const struct flag {
     const char *name;
     bool has_value;
     unsigned cmds;
+    const char *alias; /* a short form, or NULL */
 } flags[] = {
     [F_SERVER] = {"--server", true, ALL_CMDS},
     [F_TOKEN] = {"--token", true, ALL_CMDS},
@@ -54,7 +58,8 @@ static const struct flag {
     [F_STATUS] = {"--status", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
     [F_TYPE] = {"--type", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
     [F_LIMIT] = {"--limit", true, CMD_BIT(CMD_RUNS) | BULK_CMDS},
-    [F_JSON] = {"--json", false, CMD_BIT(CMD_RUNS) | CMD_BIT(CMD_SCHEDULES) | BULK_CMDS},
+    [F_JSON] = {"--json", false,
+                CMD_BIT(CMD_RUNS) | CMD_BIT(CMD_SCHEDULES) | CMD_BIT(CMD_LOGS) | BULK_CMDS},
     [F_COMMENT] = {"--comment", true, CMD_BIT(CMD_APPROVE) | CMD_BIT(CMD_REJECT)},
     [F_OUTCOME] = {"--outcome", true, BULK_CMDS},
     [F_SINCE] = {"--since", true, BULK_CMDS},
@@ -63,6 +68,8 @@ static const struct flag {
     [F_ALL] = {"--all", false, BULK_CMDS},
     [F_DRY_RUN] = {"--dry-run", false, BULK_CMDS},
     [F_APPROVAL] = {"--approval", true, CMD_BIT(CMD_RUNS)},
+    [F_ATTEMPT] = {"--attempt", true, CMD_BIT(CMD_LOGS)},
+    [F_FOLLOW] = {"--follow", false, CMD_BIT(CMD_LOGS), "-f"},
 };
 /* The flags that make cancel and retry act on every run they match. */
 static const enum flag_id filter_flags[] = {F_STATUS,   F_OUTCOME, F_TYPE, F_SINCE,
@@ -102,12 +109,14 @@ static bool cmd_lookup(const char *word, enum client_cmd *out)
     return false;
 }
 
-/* The flag arg names ("--x" or "--x=..."), or -1. */
+/* The flag arg names ("--x" or "--x=...", or its short form), or -1. */
 static int flag_lookup(const char *arg)
 {
     for (size_t k = 0; k < NFLAGS; k++) {
         size_t n = strlen(flags[k].name);
         if (strncmp(arg, flags[k].name, n) == 0 && (arg[n] == '\0' || arg[n] == '='))
+            return (int)k;
+        if (flags[k].alias && strcmp(arg, flags[k].alias) == 0)
             return (int)k;
     }
     return -1;
@@ -196,7 +205,8 @@ static enum status take_words(const struct raw *r, struct args *out, struct erro
         NULL,
         "an action and a name: opsrun schedule pause|resume|trigger NAME",
         "a run id: opsrun approve ID",
-        "a run id: opsrun reject ID"};
+        "a run id: opsrun reject ID",
+        "a run id: opsrun logs ID"};
     struct suggest s;
     char hint[96];
     int want;
@@ -280,6 +290,21 @@ static enum status check_data(const char *text, struct error *err)
         return error_set(err, ST_INVALID, "invalid --data: %s", jerr.text);
     if (!object)
         return error_set(err, ST_INVALID, "invalid --data: must be a JSON object");
+    return ST_OK;
+}
+
+/* --attempt: an attempt's number, from 1. */
+static enum status check_attempt(const char *v, int *out, struct error *err)
+{
+    char *end;
+    long n;
+
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || end == v || *end || strspn(v, "0123456789") != strlen(v) || n < 1 || n > INT32_MAX)
+        return error_set(err, ST_INVALID,
+                         "invalid --attempt \"%.32s\": must be an attempt's number, from 1", v);
+    *out = (int)n;
     return ST_OK;
 }
 
@@ -422,6 +447,9 @@ static enum status take_values(const struct raw *r, struct args *out, struct err
     out->comment = r->val[F_COMMENT];
     out->watch = r->seen[F_WATCH];
     out->json = r->seen[F_JSON];
+    out->follow = r->seen[F_FOLLOW];
+    if (r->seen[F_ATTEMPT] && check_attempt(r->val[F_ATTEMPT], &out->attempt, err) != ST_OK)
+        return ST_INVALID;
     return take_filter(r, out, err);
 }
 

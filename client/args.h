@@ -1,5 +1,5 @@
 /* client/args.h — the command line of the client commands (submit, watch,
- * runs, cancel, retry, health, schedules, schedule, approve, reject),
+ * runs, cancel, retry, health, schedules, schedule, approve, reject, logs),
  * parsed and checked into struct args before
  * anything talks to a server, so every usage error exits 2 without a
  * request. Flags may come before or after the command; a flag that only
@@ -29,7 +29,8 @@ enum client_cmd {
     CMD_SCHEDULES,
     CMD_SCHEDULE,
     CMD_APPROVE,
-    CMD_REJECT
+    CMD_REJECT,
+    CMD_LOGS
 };
 
 struct args {
@@ -37,7 +38,7 @@ struct args {
     const char *server;   /* --server, OPSRUN_SERVER or the default; http(s)://... */
     const char *token;    /* --token or OPSRUN_TOKEN; NULL: none */
     const char *type;     /* submit: TYPE; runs: --type (NULL: any) */
-    const char *id;       /* watch, cancel, retry, approve, reject: ID; submit: --run-id
+    const char *id;       /* watch, cancel, retry, approve, reject, logs: ID; submit: --run-id
                            * (NULL: generated); cancel, retry: NULL with a filter */
     const char *data;     /* submit: --data, a JSON object's text (NULL: {}) */
     const char *status;   /* runs: --status (NULL: any); cancel, retry: a comma list */
@@ -55,9 +56,11 @@ struct args {
     const char *outcome, *schedule, *parent;
     long long since_s;
     bool all, dry_run;
-    bool watch; /* submit, retry: --watch */
-    bool json;  /* runs, schedules, cancel and retry by filter: --json */
-    bool help;  /* -h or --help: print the usage, nothing else is checked */
+    bool watch;  /* submit, retry, schedule trigger: --watch */
+    bool json;   /* runs, schedules, cancel and retry by filter, logs: --json */
+    int attempt; /* logs: --attempt, 1..INT32_MAX; 0: every attempt */
+    bool follow; /* logs: --follow (or -f) */
+    bool help;   /* -h or --help: print the usage, nothing else is checked */
 };
 
 /* An environment lookup (getenv in the program); NULL when unset. */

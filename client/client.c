@@ -16,8 +16,13 @@ const char client_usage[] =
     "client commands (they talk HTTP to a running server):\n"
     "  submit TYPE [--data JSON] [--run-id ID] [--watch]\n"
     "             submit a run of TYPE and print its id; --watch then follows it\n"
-    "  watch ID   follow a run to its end: exit 0 when it succeeded, 1 when it\n"
-    "             ended otherwise, 2 when the server could not be reached\n"
+    "  watch ID   follow a run to its end, with its log lines: exit 0 when it\n"
+    "             succeeded, 1 when it ended otherwise, 2 when the server could\n"
+    "             not be reached\n"
+    "  logs ID [--attempt N] [--follow|-f] [--json]\n"
+    "             print a run's log lines, oldest first (--json: one object a\n"
+    "             line); --follow then prints new lines until the run ends, and\n"
+    "             exits as watch does\n"
     "  runs [--status S] [--type T] [--schedule NAME] [--parent ID] [--approval pending]\n"
     "       [--limit N] [--json]\n"
     "             list runs, newest first: a table, or the server's JSON\n"
@@ -52,10 +57,11 @@ static const char *env_get(const char *name)
 static struct watch_view view_of_stdout(void)
 {
     struct watch_view v = {.out = stdout, .err = stderr, .columns = COLUMNS_DEFAULT};
-    const char *term = getenv("TERM");
+    const char *term = getenv("TERM"), *no_color = getenv("NO_COLOR");
     struct winsize ws;
 
     v.tty = isatty(STDOUT_FILENO) && !(term && strcmp(term, "dumb") == 0);
+    v.color = v.tty && !(no_color && *no_color); /* https://no-color.org */
     if (v.tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
         v.columns = ws.ws_col;
     return v;

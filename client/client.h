@@ -1,5 +1,5 @@
 /* client/client.h — the client commands of the opsrun program (submit,
- * watch, runs, cancel, retry, health): main() hands them the command line
+ * watch, logs, runs, cancel, retry, health, ...): main() hands them the command line
  * when client_wants() says it names one. They talk HTTP to a running
  * server (--server / OPSRUN_SERVER, --token / OPSRUN_TOKEN) and share
  * nothing with serve: no configuration, no database. docs/cli.md has the

@@ -1,6 +1,7 @@
 /* client/cmd.c — see cmd.h. */
 #include "client/cmd.h"
 
+#include "client/logs.h"
 #include "client/report.h"
 #include "common/ids.h"
 #include "common/time_rfc3339.h"
@@ -14,32 +15,6 @@ static const char *jstr(const json_t *o, const char *k)
 {
     const char *v = json_string_value(json_object_get(o, k));
     return v ? v : "?";
-}
-
-/* One call whose answer is wanted as ok or ok2 within timeout_ms: -1 when
- * it came, else the exit status, with what went wrong printed. */
-static int expect_within(struct api *a, const struct watch_view *v, const char *what,
-                         const char *method, const char *path, const char *body, struct api_resp *r,
-                         long ok, long ok2, long timeout_ms)
-{
-    struct error err = {0};
-    enum status st = api_call(a, method, path, body, timeout_ms, r, &err);
-
-    if (st != ST_OK) {
-        report_error(v->err, &err);
-        return CMD_USAGE;
-    }
-    if (r->status != ok && r->status != ok2) {
-        report_answer(v->err, what, r);
-        return CMD_REFUSED;
-    }
-    return -1;
-}
-
-static int expect(struct api *a, const struct watch_view *v, const char *what, const char *method,
-                  const char *path, const char *body, struct api_resp *r, long ok, long ok2)
-{
-    return expect_within(a, v, what, method, path, body, r, ok, ok2, CMD_TIMEOUT_MS);
 }
 
 /* The run id of a submission result, checked before it goes into a path. */
@@ -97,7 +72,7 @@ static int cmd_submit(struct api *a, const struct args *args, const struct watch
         return CMD_USAGE;
     }
     api_resp_init(&r);
-    rc = expect(a, v, "submit", "POST", "/alerts", text, &r, 202, 200);
+    rc = call_expect(a, v, "submit", "POST", "/alerts", text, &r, 202, 200);
     if (rc < 0)
         rc = started(a, args, v, &r);
     api_resp_cleanup(&r);
@@ -112,7 +87,7 @@ static int cmd_retry(struct api *a, const struct args *args, const struct watch_
     int rc;
 
     api_resp_init(&r);
-    rc = expect(a, v, "retry", "POST", path, NULL, &r, 202, 200);
+    rc = call_expect(a, v, "retry", "POST", path, NULL, &r, 202, 200);
     if (rc < 0)
         rc = started(a, args, v, &r);
     api_resp_cleanup(&r);
@@ -127,7 +102,7 @@ static int cmd_cancel(struct api *a, const struct args *args, const struct watch
     int rc;
 
     api_resp_init(&r);
-    rc = expect(a, v, "cancel", "POST", path, NULL, &r, 200, 202);
+    rc = call_expect(a, v, "cancel", "POST", path, NULL, &r, 200, 202);
     if (rc < 0) {
         const char *status = jstr(r.json, "status");
         char now[32];
@@ -200,9 +175,9 @@ static int cmd_bulk(struct api *a, const struct args *args, const struct watch_v
 
     json_decref(body);
     api_resp_init(&r);
-    rc = expect_within(a, v, cancel ? "cancel" : "retry", "POST",
-                       cancel ? "/runs/cancel" : "/runs/retry", text, &r, 200, 200,
-                       CMD_BULK_TIMEOUT_MS);
+    rc = call_expect_within(a, v, cancel ? "cancel" : "retry", "POST",
+                            cancel ? "/runs/cancel" : "/runs/retry", text, &r, 200, 200,
+                            CMD_BULK_TIMEOUT_MS);
     matched = json_integer_value(json_object_get(r.json, "matched"));
     acted = json_integer_value(json_object_get(r.json, "acted"));
     joined = json_integer_value(json_object_get(r.json, "joined"));
@@ -236,7 +211,7 @@ static int cmd_decide(struct api *a, const struct args *args, const struct watch
 
     json_decref(body);
     api_resp_init(&r);
-    rc = expect(a, v, approve ? "approve" : "reject", "POST", path, text, &r, 200, 200);
+    rc = call_expect(a, v, approve ? "approve" : "reject", "POST", path, text, &r, 200, 200);
     if (rc < 0) {
         fprintf(v->out, "run %s %s\n", args->id, approve ? "approved" : "rejected");
         rc = CMD_OK;
@@ -332,7 +307,7 @@ static int cmd_runs(struct api *a, const struct args *args, const struct watch_v
     int rc;
 
     api_resp_init(&r);
-    rc = expect(a, v, "runs", "GET", path, NULL, &r, 200, 200);
+    rc = call_expect(a, v, "runs", "GET", path, NULL, &r, 200, 200);
     runs = json_object_get(r.json, "runs");
     if (rc < 0 && !json_is_array(runs)) {
         fprintf(v->err, "opsrun: the server's answer has no list of runs\n");
@@ -425,7 +400,7 @@ static int cmd_schedules(struct api *a, const struct args *args, const struct wa
     int rc;
 
     api_resp_init(&r);
-    rc = expect(a, v, "schedules", "GET", "/schedules", NULL, &r, 200, 200);
+    rc = call_expect(a, v, "schedules", "GET", "/schedules", NULL, &r, 200, 200);
     list = json_object_get(r.json, "schedules");
     if (rc < 0 && !json_is_array(list)) {
         fprintf(v->err, "opsrun: the server's answer has no list of schedules\n");
@@ -453,7 +428,8 @@ static int cmd_schedule(struct api *a, const struct args *args, const struct wat
     int rc;
 
     api_resp_init(&r);
-    rc = expect(a, v, "schedule", "POST", path, NULL, &r, trigger ? 202 : 200, trigger ? 202 : 200);
+    rc = call_expect(a, v, "schedule", "POST", path, NULL, &r, trigger ? 202 : 200,
+                     trigger ? 202 : 200);
     if (rc < 0 && trigger) {
         rc = started(a, args, v, &r);
     } else if (rc < 0) {
@@ -488,6 +464,8 @@ int cmd_run(struct api *a, const struct args *args, const struct watch_view *v)
     case CMD_APPROVE:
     case CMD_REJECT:
         return cmd_decide(a, args, v);
+    case CMD_LOGS:
+        return logs_run(a, args, v);
     }
     return CMD_USAGE;
 }

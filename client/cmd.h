@@ -5,9 +5,10 @@
  * pause|resume, how many runs were matched and acted on for cancel and
  * retry by a filter, nothing but its exit status and a word for health.
  *
- * Exit statuses: CMD_OK when the server did what was asked; CMD_REFUSED
- * when it answered with an error (printed from its problem+json); CMD_USAGE
- * for a usage error or when the server could not be reached. health, for
+ * Exit statuses (call.h): CMD_OK when the server did what was asked;
+ * CMD_REFUSED when it answered with an error (printed from its
+ * problem+json); CMD_USAGE for a usage error or when the server could not
+ * be reached. health, for
  * container health checks, exits CMD_REFUSED for every failure (Docker
  * reserves 2). With --watch, the watch's exit status (watch.h).
  * Not thread-safe (stdio). */
@@ -16,13 +17,11 @@
 
 #include "client/api.h"
 #include "client/args.h"
+#include "client/call.h"
 #include "client/watch.h"
 
 #include <jansson.h>
 
-enum cmd_exit { CMD_OK = 0, CMD_REFUSED = 1, CMD_USAGE = 2 };
-
-#define CMD_TIMEOUT_MS 30000L
 #define CMD_BULK_TIMEOUT_MS 600000L /* cancel and retry by a filter: up to 100,000 runs */
 #define CMD_HEALTH_TIMEOUT_MS 3000L
 

@@ -55,6 +55,36 @@ int report_clean(const char *in, char *out, size_t cap, int max_cols)
     return cols;
 }
 
+/* utf8_len of the sequence at p, which has n bytes left (maybe no NUL). */
+static size_t utf8_len_n(const unsigned char *p, size_t n)
+{
+    unsigned char tmp[5] = {0};
+
+    memcpy(tmp, p, n < 4 ? n : 4);
+    return utf8_len(tmp);
+}
+
+void report_put_clean(FILE *f, const char *s, size_t n, bool tabs)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0; /* a run of good bytes from i - run, written at once */
+
+    while (i < n) {
+        size_t k = utf8_len_n(p + i, n - i);
+        bool ok = k > 1 ? !(p[i] == 0xc2 && p[i + 1] < 0xa0)
+                        : k == 1 && ((p[i] >= 0x20 && p[i] != 0x7f) || (tabs && p[i] == '\t'));
+        if (ok) {
+            i += k, run += k;
+            continue;
+        }
+        fwrite(p + i - run, 1, run, f);
+        fputc('?', f);
+        run = 0;
+        i += k ? k : 1;
+    }
+    fwrite(p + i - run, 1, run, f);
+}
+
 void report_reason(const struct api_resp *r, char *out, size_t cap)
 {
     const char *detail = r->json ? json_string_value(json_object_get(r->json, "detail")) : NULL;

@@ -20,6 +20,10 @@ void report_error(FILE *f, const struct error *err);
  * one per UTF-8 sequence; -1: no limit) or cap bytes, never inside a
  * sequence. Returns the characters written. */
 int report_clean(const char *in, char *out, size_t cap, int max_cols);
+/* The n bytes at s (NULs included) written to f as report_clean cleans
+ * them, without a limit; a tab stays a tab when tabs is true (it moves the
+ * cursor along its own line only). */
+void report_put_clean(FILE *f, const char *s, size_t n, bool tabs);
 /* The detail of a failed answer in one line, for messages that go on
  * (a problem's detail, else "HTTP <status>"); out holds cap bytes. */
 void report_reason(const struct api_resp *r, char *out, size_t cap);

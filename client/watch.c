@@ -1,32 +1,30 @@
 /* client/watch.c — see watch.h. */
 #include "client/watch.h"
 
-#include "client/evparse.h"
+#include "client/logline.h"
 #include "client/report.h"
-#include "common/backoff.h"
 
-#include <time.h>
+#include <string.h>
 
 /* The biggest event accepted: a run's JSON with its input and result. */
 #define EVENT_MAX ((size_t)64 << 20)
 #define BAR_WIDTH 24
-#define BACKOFF_BASE_MS 500
-#define BACKOFF_CAP_MS 5000
-#define BACKOFF_MIN_MS 100
-#define RETRY_AFTER_MAX_MS 10000
 #define GET_TIMEOUT_MS 30000
+#define WAIT_MAX_MS 1000
 
 struct watch {
     struct api *api;
     const char *id;
     const struct watch_view *v;
-    struct evparse ep;
-    json_t *last;  /* the newest state of the run seen */
-    bool done;     /* the terminal event came */
-    bool advanced; /* this connection brought an event */
-    bool bar;      /* a bar is on the terminal, without its newline */
-    bool broken;   /* the stream could not be parsed: err says why */
-    struct error err;
+    struct follow run, log;
+    json_t *last;     /* the newest state of the run seen */
+    bool shown;       /* an event was shown */
+    char held[16];    /* the type of the terminal event not shown yet, or "" */
+    bool done;        /* the run is completed: last is how it ended */
+    int64_t done_ms;  /* when it was, or when the log last brought a line since */
+    bool log_over;    /* the log ended, or is not followed any more */
+    int64_t last_seq; /* the newest log line shown */
+    bool bar;         /* a bar is on the terminal, without its newline */
 };
 
 static const char *jstr(const json_t *o, const char *k, const char *dflt)
@@ -103,14 +101,26 @@ static void bar_clear(struct watch *w)
     w->bar = false;
 }
 
+static void bar_clear_cb(void *arg)
+{
+    bar_clear(arg);
+}
+
+static void bar_draw(struct watch *w, const json_t *run)
+{
+    char line[1024];
+
+    watch_format_bar(run, w->v->columns, line, sizeof(line));
+    fprintf(w->v->out, "\r\033[K%s", line);
+    w->bar = true;
+}
+
 static void show(struct watch *w, const char *event, const json_t *run)
 {
     char line[1024];
 
     if (w->v->tty) {
-        watch_format_bar(run, w->v->columns, line, sizeof(line));
-        fprintf(w->v->out, "\r\033[K%s", line);
-        w->bar = true;
+        bar_draw(w, run);
     } else {
         watch_format_line(event, run, line, sizeof(line));
         fprintf(w->v->out, "%s\n", line);
@@ -118,25 +128,53 @@ static void show(struct watch *w, const char *event, const json_t *run)
     fflush(w->v->out);
 }
 
-/* The end: the last state stays on the terminal, then how the run ended. */
-static enum watch_exit finish(struct watch *w, const json_t *run)
+/* A log line: above the bar on a terminal (which is drawn again under
+ * it), else a line of its own among the events. */
+static void show_log(struct watch *w, const json_t *line)
+{
+    if (w->v->tty) {
+        bar_clear(w);
+        logline_print(w->v->out, line, LOGLINE_TERMINAL, w->v->color);
+        if (w->last)
+            bar_draw(w, w->last);
+    } else {
+        logline_print(w->v->out, line, LOGLINE_WATCH, false);
+    }
+    fflush(w->v->out);
+}
+
+/* The end: the terminal event held back, the last state staying on the
+ * terminal, then how the run ended. */
+static enum watch_exit finish(struct watch *w)
 {
     char line[1024];
 
+    if (w->held[0] && !w->v->tty)
+        show(w, w->held, w->last);
     if (w->bar) {
-        watch_format_bar(run, w->v->columns, line, sizeof(line));
+        watch_format_bar(w->last, w->v->columns, line, sizeof(line));
         fprintf(w->v->out, "\r\033[K%s\n", line);
         w->bar = false;
     }
-    watch_format_result(run, line, sizeof(line));
+    watch_format_result(w->last, line, sizeof(line));
     fprintf(w->v->out, "%s\n", line);
     fflush(w->v->out);
-    return watch_exit_of(run);
+    return watch_exit_of(w->last);
 }
 
-static enum status on_event(void *arg, const struct evparse_event *ev, struct error *err)
+/* The run is completed; the log is waited for from now on. */
+static void run_done(struct watch *w, int64_t now)
+{
+    w->done = true;
+    w->done_ms = now;
+    follow_done(&w->run);
+    follow_start(&w->log); /* if the run ended before any event was shown */
+}
+
+static enum status on_run_event(void *arg, const struct evparse_event *ev, struct error *err)
 {
     struct watch *w = arg;
+    bool completed;
     json_error_t jerr;
     json_t *run;
 
@@ -151,128 +189,168 @@ static enum status on_event(void *arg, const struct evparse_event *ev, struct er
                 jerr.text);
         return ST_OK;
     }
-    show(w, ev->type, run);
     json_decref(w->last);
     w->last = run;
-    w->advanced = true;
-    w->done = strcmp(jstr(run, "status", ""), "completed") == 0;
+    completed = strcmp(jstr(run, "status", ""), "completed") == 0;
+    if (!w->shown || !completed)
+        show(w, ev->type, run);
+    else
+        xsnprintf(w->held, sizeof(w->held), "%s", ev->type);
+    w->shown = true;
+    follow_start(&w->log); /* from the first event on */
+    if (completed)
+        run_done(w, clock_mono_ms());
     return ST_OK;
 }
 
-static bool on_data(void *arg, const char *buf, size_t n)
+static enum status on_log_event(void *arg, const struct evparse_event *ev, struct error *err)
 {
     struct watch *w = arg;
+    json_t *line;
 
-    if (evparse_feed(&w->ep, buf, n, &w->err) != ST_OK) {
-        w->broken = true;
-        return false;
+    (void)err;
+    if (strcmp(ev->type, "end") == 0) {
+        follow_done(&w->log);
+        return ST_OK;
     }
-    return !w->done;
+    line = logline_of_event(ev);
+    if (line && logline_seq(line) > w->last_seq) {
+        w->last_seq = logline_seq(line);
+        show_log(w, line);
+        if (w->done)
+            w->done_ms = clock_mono_ms();
+    }
+    json_decref(line); /* another kind of event, or not a line: skipped */
+    return ST_OK;
 }
 
-/* After a 204: the run is over; its outcome from GET /runs/{id}. */
-static int read_final(struct watch *w)
+json_t *watch_read_run(struct api *a, const char *id, char *why, size_t cap)
 {
     struct api_resp r;
     struct error err = {0};
-    char *path = xasprintf("/runs/%s", w->id);
-    enum status st;
-    int rc = -1;
+    char *path = xasprintf("/runs/%s", id);
+    json_t *run = NULL;
 
     api_resp_init(&r);
-    st = api_call(w->api, "GET", path, NULL, GET_TIMEOUT_MS, &r, &err);
-    if (st == ST_OK && r.status == 200 && json_is_object(r.json) &&
-        strcmp(jstr(r.json, "status", ""), "completed") == 0)
-        rc = (int)finish(w, r.json);
+    if (api_call(a, "GET", path, NULL, GET_TIMEOUT_MS, &r, &err) != ST_OK)
+        xsnprintf(why, cap, "%s", err.message);
+    else if (r.status != 200)
+        report_reason(&r, why, cap);
+    else if (!json_is_object(r.json) || strcmp(jstr(r.json, "status", ""), "completed") != 0)
+        xsnprintf(why, cap, "the stream ended before the run did");
+    else
+        run = json_incref(r.json);
     api_resp_cleanup(&r);
     free(path);
-    return rc; /* -1: not known yet, reconnect */
+    return run;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
-/* A broken or refused stream: wait and go again, or give up. */
-static int reconnect(struct watch *w, const char *why, long retry_after_s, int *tries)
-{
-    int64_t ms = backoff_full_jitter_ms(BACKOFF_BASE_MS, BACKOFF_CAP_MS, *tries);
-
-    if (ms < BACKOFF_MIN_MS)
-        ms = BACKOFF_MIN_MS;
-    if (retry_after_s > 0 && retry_after_s * 1000 > ms)
-        ms = retry_after_s * 1000 < RETRY_AFTER_MAX_MS ? retry_after_s * 1000 : RETRY_AFTER_MAX_MS;
-    bar_clear(w);
-    if (*tries >= WATCH_TRIES) {
-        fprintf(w->v->err, "opsrun: gave up on the stream of run %s after %d tries: %s\n", w->id,
-                *tries, why);
-        return WATCH_LOST;
-    }
-    fprintf(w->v->err,
-            "opsrun: stream of run %s lost (%s); reconnecting in %.1f s (try %d of %d)\n", w->id,
-            why, (double)ms / 1000, *tries + 1, WATCH_TRIES);
-    sleep_ms(ms);
-    return -1;
-}
-
-/* What one connection's end means: an exit status, or -1 to go again. */
-static int after_stream(struct watch *w, enum status st, const struct api_resp *r,
-                        const struct error *err, int *tries)
+/* The run's stream after a step: an exit status, or -1 to go on. */
+static int step_run(struct watch *w, struct api_multi *m, int64_t now)
 {
     char why[600];
+    json_t *run;
 
-    if (w->done)
-        return (int)finish(w, w->last);
-    if (w->broken) {
+    switch (follow_step(&w->run, m, now)) {
+    case FOLLOW_NO_CONTENT: /* over, and every event seen: how did it end? */
+        run = watch_read_run(w->api, w->id, why, sizeof(why));
+        if (!run) {
+            follow_again(&w->run, why, -1, now);
+            return -1;
+        }
+        json_decref(w->last);
+        w->last = run;
+        run_done(w, now);
+        return -1;
+    case FOLLOW_REFUSED:
         bar_clear(w);
-        report_error(w->v->err, &w->err);
-        return WATCH_LOST;
-    }
-    if (st == ST_OK && r->status == 204) {
-        int rc = read_final(w);
-        if (rc >= 0)
-            return rc;
-    }
-    if (st == ST_OK && r->status >= 400 && r->status < 500 && r->status != 408 &&
-        r->status != 429) {
-        bar_clear(w);
-        report_answer(w->v->err, "watch", r);
+        report_answer(w->v->err, "watch", follow_resp(&w->run));
         return WATCH_OTHER;
+    case FOLLOW_BROKEN:
+        bar_clear(w);
+        report_error(w->v->err, &w->run.err);
+        return WATCH_LOST;
+    case FOLLOW_GAVE_UP:
+        return WATCH_LOST;
+    default:
+        return -1;
     }
-    *tries = w->advanced ? 1 : *tries + 1;
-    if (st != ST_OK)
-        xsnprintf(why, sizeof(why), "%s", err->message);
-    else if (r->status == 200 || r->status == 204)
-        xsnprintf(why, sizeof(why), "the stream ended before the run did");
-    else
-        report_reason(r, why, sizeof(why));
-    return reconnect(w, why, r->retry_after_s, tries);
+}
+
+/* The log's stream after a step: over when it ended, when the server has
+ * none (an older server: 404), or when it breaks for good. */
+static void step_log(struct watch *w, struct api_multi *m, int64_t now)
+{
+    enum follow_state st = follow_step(&w->log, m, now);
+
+    if (st == FOLLOW_BROKEN || st == FOLLOW_GAVE_UP) {
+        bar_clear(w);
+        fprintf(w->v->err, "opsrun: stopped following the log of run %s: %s\n", w->id,
+                w->log.err.message);
+    }
+    w->log_over = st == FOLLOW_DONE || st == FOLLOW_NO_CONTENT || st == FOLLOW_REFUSED ||
+                  st == FOLLOW_BROKEN || st == FOLLOW_GAVE_UP;
+}
+
+/* Once the run is done: whether to stop waiting for the log. */
+static bool log_settled(struct watch *w, int64_t now)
+{
+    if (w->log_over)
+        return true;
+    if (now - w->done_ms < WATCH_LOG_WAIT_S * 1000)
+        return false;
+    bar_clear(w);
+    fprintf(w->v->err,
+            "opsrun: the log of run %s did not end within %d s of the run; its last lines may "
+            "be missing\n",
+            w->id, WATCH_LOG_WAIT_S);
+    return true;
+}
+
+static int64_t wait_ms(const struct watch *w, int64_t now)
+{
+    int64_t ms = follow_wait_ms(&w->run, now, WAIT_MAX_MS);
+
+    ms = follow_wait_ms(&w->log, now, ms);
+    if (w->done && !w->log_over) {
+        int64_t left = w->done_ms + WATCH_LOG_WAIT_S * 1000 - now;
+        ms = left < 0 ? 0 : left < ms ? left : ms;
+    }
+    return ms;
 }
 
 enum watch_exit watch_run(struct api *a, const char *id, const struct watch_view *v)
 {
     struct watch w = {.api = a, .id = id, .v = v};
-    char *path = xasprintf("/runs/%s/stream", id);
-    int rc = -1, tries = 0;
+    struct api_multi *m = api_multi_new(a);
+    char *run_path = xasprintf("/runs/%s/stream", id),
+         *log_path = xasprintf("/runs/%s/logs/stream", id);
+    char *run_what = xasprintf("stream of run %s", id),
+         *log_what = xasprintf("log stream of run %s", id);
+    int rc = -1;
 
-    evparse_init(&w.ep, EVENT_MAX, on_event, &w);
+    follow_init(&w.run, run_path, run_what, EVENT_MAX, on_run_event, &w, v->err);
+    follow_init(&w.log, log_path, log_what, LOGLINE_EVENT_MAX, on_log_event, &w, v->err);
+    w.run.before_note = bar_clear_cb, w.run.note_arg = &w;
+    w.log.quiet = true;
+    follow_start(&w.run);
     while (rc < 0) {
-        struct api_resp r;
-        struct error err = {0};
-        enum status st;
-        api_resp_init(&r);
-        evparse_reset(&w.ep);
-        w.advanced = false;
-        st = api_stream(a, path, evparse_last_id(&w.ep), WATCH_IDLE_S, on_data, &w, &r, &err);
-        rc = after_stream(&w, st, &r, &err, &tries);
-        api_resp_cleanup(&r);
+        int64_t now = clock_mono_ms();
+        api_multi_wait(m, (long)wait_ms(&w, now));
+        now = clock_mono_ms();
+        rc = step_run(&w, m, now);
+        if (rc < 0 && !w.log_over)
+            step_log(&w, m, now);
+        if (rc < 0 && w.done && log_settled(&w, now))
+            rc = (int)finish(&w);
     }
-    evparse_cleanup(&w.ep);
+    follow_cleanup(&w.run);
+    follow_cleanup(&w.log);
+    api_multi_free(m);
     json_decref(w.last);
-    free(path);
+    free(run_path);
+    free(log_path);
+    free(run_what);
+    free(log_what);
     return (enum watch_exit)rc;
 }

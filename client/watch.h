@@ -1,27 +1,42 @@
 /* client/watch.h — following one run to its end over GET /runs/{id}/stream
- * (opsrun watch, and submit or retry with --watch).
+ * (opsrun watch, and submit, retry and schedule trigger with --watch), with
+ * its log lines from GET /runs/{id}/logs/stream beside the events.
  *
  * On a terminal it draws one line in place: a progress bar, the status and
- * the step text. Otherwise it prints one line per event, for logs. Either
- * way it ends with a line saying how the run ended. When the stream breaks
- * before the run's terminal event (the server restarts, a proxy drops it,
- * nothing comes for WATCH_IDLE_S) it reconnects with Last-Event-ID, after
- * a backoff, and so misses nothing and repeats nothing; it gives up after
- * WATCH_TRIES failed connections in a row. A 204 answer means the run is
- * over: its outcome is then read with GET /runs/{id}.
+ * the step text; the run's log lines scroll above it, and the bar stays
+ * the last line. Otherwise it prints one line per event and one per log
+ * line (logs.h, LOGLINE_WATCH), as they come. Either way it ends with a line
+ * saying how the run ended. The first event line is the run as it was
+ * when watch connected; the log is followed from then on, from its first
+ * line, and a terminal event waits for the log's end (at most
+ * WATCH_LOG_WAIT_S without a line), so the run's last lines come before
+ * its last state and the result.
  *
- * Server text (the step, error messages) is cleaned of control characters
- * before it reaches the terminal. One watch runs on one thread. */
+ * Both streams run side by side on one thread (client/follow.h): neither
+ * waits for the other, and each reconnects with Last-Event-ID after a
+ * break, so no event and no line is missed or shown twice. The run's
+ * stream decides: its reconnects are reported on the err stream, and it
+ * gives up after WATCH_TRIES failed connections in a row. The log is
+ * secondary: it reconnects quietly, and a server without it (404), or a
+ * log stream that breaks for good, leaves the run's events alone (with a
+ * note for the latter). A 204 answer means the run is over: its outcome is
+ * then read with GET /runs/{id}.
+ *
+ * Server text (the step, log lines, error messages) is cleaned of control
+ * characters before it reaches the terminal. One watch runs on one
+ * thread. */
 #ifndef OPSRUN_CLIENT_WATCH_H
 #define OPSRUN_CLIENT_WATCH_H
 
 #include "client/api.h"
+#include "client/follow.h"
 
 #include <jansson.h>
 #include <stdio.h>
 
-#define WATCH_IDLE_S 45 /* three missed keep-alives */
-#define WATCH_TRIES 10
+#define WATCH_IDLE_S FOLLOW_IDLE_S
+#define WATCH_TRIES FOLLOW_TRIES
+#define WATCH_LOG_WAIT_S 10
 
 /* The exit statuses of watch (and of submit --watch, retry --watch). */
 enum watch_exit { WATCH_SUCCEEDED = 0, WATCH_OTHER = 1, WATCH_LOST = 2 };
@@ -30,6 +45,7 @@ struct watch_view {
     FILE *out;   /* the events and the result */
     FILE *err;   /* reconnects and failures */
     bool tty;    /* redraw one line in place */
+    bool color;  /* tty, and NO_COLOR is not set: log lines in color */
     int columns; /* the terminal's width, when tty */
 };
 
@@ -50,5 +66,10 @@ void watch_format_bar(const json_t *run, int columns, char *out, size_t cap);
 void watch_format_result(const json_t *run, char *out, size_t cap);
 /* WATCH_SUCCEEDED for a run that succeeded, else WATCH_OTHER. */
 enum watch_exit watch_exit_of(const json_t *run);
+
+/* GET /runs/{id}: the run when it is completed (new reference), else NULL
+ * with why it is not known yet in why (no answer, another answer, not
+ * completed). */
+json_t *watch_read_run(struct api *a, const char *id, char *why, size_t cap);
 
 #endif

@@ -72,6 +72,8 @@ enum family_id {
     F_RATE_WAITS,
     F_NOTIFY,
     F_NOTIFY_LATENCY,
+    F_LOG_LINES,
+    F_LOG_DROPPED,
     F_COUNT
 };
 
@@ -146,6 +148,11 @@ static const struct family catalogue[F_COUNT] = {
                 "receiver's 2xx), for deliveries this process made.",
         .histogram = true, .nlabels = 1, .labels = {L_NOTIFIER},
         .bounds = wait_buckets, .nbounds = ARRAY_LEN(wait_buckets)},
+    [F_LOG_LINES] = {.name = "opsrun_log_lines_total",
+        .help = "Lines of runs' logs this process wrote."},
+    [F_LOG_DROPPED] = {.name = "opsrun_log_bytes_dropped_total",
+        .help = "Bytes of runs' output this process left out of their logs: past "
+                "logs.max_bytes_per_attempt, or cut from lines longer than logs.max_line_bytes."},
 };
 /* clang-format on */
 
@@ -342,6 +349,16 @@ void metrics_claim_latency(struct metrics *m, double seconds)
 {
     if (m)
         observe(m, F_CLAIM, IDX(0), seconds);
+}
+
+void metrics_log_lines(struct metrics *m, int64_t lines, int64_t dropped)
+{
+    if (!m)
+        return;
+    if (lines > 0)
+        count_n(m, F_LOG_LINES, IDX(0), (uint64_t)lines);
+    if (dropped > 0)
+        count_n(m, F_LOG_DROPPED, IDX(0), (uint64_t)dropped);
 }
 
 void metrics_run_retried(struct metrics *m, const char *type)

@@ -61,6 +61,8 @@ void metrics_run_claimed(struct metrics *m, const char *type, double queue_wait_
 void metrics_claim_latency(struct metrics *m, double seconds);
 /* An attempt failed and the run went back to the queue. */
 void metrics_run_retried(struct metrics *m, const char *type);
+/* Lines of runs' logs written, and bytes of output left out of them. */
+void metrics_log_lines(struct metrics *m, int64_t lines, int64_t dropped);
 /* This process completed a run; duration_s from its first start, or < 0
  * when unknown (then only the counter moves). */
 void metrics_run_completed(struct metrics *m, const char *type, const char *outcome,

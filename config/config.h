@@ -240,6 +240,12 @@ struct config {
     } queue;
 
     struct {
+        int max_line_bytes;            /* longer lines are cut, default 8 KiB */
+        int64_t max_bytes_per_attempt; /* a command's lines past it are dropped, default 1 MiB */
+        int flush_ms;                  /* lines wait at most about this long, default 200 */
+    } logs;
+
+    struct {
         int concurrency; /* checks in flight per process, 1..256, default 16 */
         int interval_ms; /* look for due checks at least this often, default 1000 */
     } poller;

@@ -30,6 +30,7 @@
 
 static void completion_cleanup(struct completion *c)
 {
+    runlog_chunk_cleanup(&c->log);
     run_free(c->run);
     json_decref(c->result);
     json_decref(c->error);
@@ -45,6 +46,24 @@ void completer_add(struct engine *e, struct completion *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* The lines of a completion that will not be settled here, kept if the
+ * database takes them at once: what the attempt printed stays true even
+ * when another replica settles the run. */
+static void complete_keep_lines(struct engine *e, const struct completion *c)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (c->log.nlines == 0)
+        return;
+    if (db_pool_get(e->pool, &db, &err) == ST_OK)
+        (void)engine_log_chunk_write(e, db, c->run->tenant, c->run->id, c->run->attempt, &c->log);
+    else
+        LOG(LOG_WARN, "could not write log lines run=%s lines=%d: %s", c->run->id, c->log.nlines,
+            err.message);
+    db_pool_put(e->pool, db);
+}
+
 /* Drops the runs whose lease is over: another replica may be rescuing
  * them. Returns how many are left, compacted to the front. */
 static size_t complete_drop_lost(struct engine *e, struct completion *c, size_t n)
@@ -58,6 +77,7 @@ static size_t complete_drop_lost(struct engine *e, struct completion *c, size_t 
             continue;
         }
         engine_log_lost(c[i].run, c[i].started_ms, "completer");
+        complete_keep_lines(e, &c[i]);
         completion_cleanup(&c[i]);
         lost++;
     }
@@ -96,6 +116,9 @@ static size_t complete_write(struct engine *e, struct completion *c, size_t n,
                         .summary_counts = c[i].summary_counts,
                         .failure_summary = c[i].failure_summary,
                         .message = c[i].message},
+                .log_lines_json = c[i].log.lines_json,
+                .log_nlines = c[i].log.nlines,
+                .log_dropped = c[i].log.dropped,
             };
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK)
@@ -119,11 +142,13 @@ static void complete_report(struct engine *e, struct completion *c, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (fin[i].written) {
             ok++;
+            metrics_log_lines(e->metrics, c[i].log.nlines, c[i].log.dropped);
             engine_log_finished(c[i].run, c[i].outcome, c[i].code, c[i].extra);
             metrics_run_completed(e->metrics, c[i].run->type, run_outcome_name(c[i].outcome),
                                   c[i].seconds);
         } else {
             lost++;
+            complete_keep_lines(e, &c[i]);
             LOG(LOG_WARN,
                 "could not settle run=%s attempt=%d: run \"%s\" attempt %d is no longer "
                 "held by %s",

@@ -153,6 +153,7 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         struct run *run;
+        struct runlog *log;
         struct completion c = {0};
         int64_t retry_ms;
         bool handed;
@@ -178,7 +179,10 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&s->write_mu); /* no progress flush may still use run */
         pthread_mutex_lock(&e->mu);
         s->run = NULL;
+        log = s->log;
+        s->log = NULL;
         pthread_mutex_unlock(&s->write_mu);
+        runlog_free(log); /* its lines are written, or go with the end in c */
         if (handed) {
             c.run = run; /* no slot points at it any more: the completer may free it */
             completer_add(e, &c);

@@ -6,7 +6,9 @@
  * PostgreSQL: one NOTIFY per submission would cap submissions at the rate of
  * that lock. Instead every change is committed without NOTIFY, and this
  * thread sends at most one NOTIFY per channel per few milliseconds after the
- * commits it covers. The payload is empty: the tables are the truth. */
+ * commits it covers. The payload is empty (the tables are the truth), but
+ * for opsrun_logs, whose payload names the runs whose log lines were
+ * written, so that a replica wakes only the followers of those runs. */
 #include "engine/engine_internal.h"
 
 #include "common/backoff.h"
@@ -49,6 +51,34 @@ void doorbell_ring(struct engine *e, bool queue, bool events)
     pthread_mutex_unlock(&e->mu);
 }
 
+void doorbell_ring_logs(struct engine *e, const char *run_id)
+{
+    if (e->on_logs)
+        e->on_logs(e->on_logs_arg, run_id); /* this process's followers at once */
+    pthread_mutex_lock(&e->mu);
+    if (!e->ring_logs_all &&
+        ((dynbuf_len(&e->ring_logs) && dynbuf_add(&e->ring_logs, " ", 1) != ST_OK) ||
+         dynbuf_adds(&e->ring_logs, run_id) != ST_OK))
+        e->ring_logs_all = true; /* too many for one payload: every follower looks */
+    pthread_cond_signal(&e->bell_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The payload of the next NOTIFY on opsrun_logs (e->mu held): the run ids,
+ * "*" for every run, NULL for none. Heap. */
+static char *take_logs_payload(struct engine *e)
+{
+    char *p = NULL;
+
+    if (e->ring_logs_all)
+        p = xstrdup("*");
+    else if (dynbuf_len(&e->ring_logs))
+        p = xstrdup(dynbuf_ptr(&e->ring_logs));
+    dynbuf_reset(&e->ring_logs);
+    e->ring_logs_all = false;
+    return p;
+}
+
 static void *bell_main(void *arg)
 {
     struct engine *e = arg;
@@ -56,20 +86,25 @@ static void *bell_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         bool q, ev;
+        char *logs;
         struct db *db = NULL;
         struct error err = {0};
 
-        while (!e->bell_stop && !e->ring_queue && !e->ring_events)
+        while (!e->bell_stop && !e->ring_queue && !e->ring_events && !dynbuf_len(&e->ring_logs) &&
+               !e->ring_logs_all)
             pthread_cond_wait(&e->bell_cv, &e->mu);
-        if (!e->ring_queue && !e->ring_events)
-            break;
         q = e->ring_queue;
         ev = e->ring_events;
+        logs = take_logs_payload(e);
+        if (!q && !ev && !logs)
+            break;
         e->ring_queue = e->ring_events = false;
         pthread_mutex_unlock(&e->mu);
-        if (db_pool_get(e->pool, &db, &err) != ST_OK || store_notify(db, q, ev, &err) != ST_OK)
+        if (db_pool_get(e->pool, &db, &err) != ST_OK ||
+            store_notify(db, q, ev, logs, &err) != ST_OK)
             LOG(LOG_DEBUG, "could not ring the doorbell: %s", err.message);
         db_pool_put(e->pool, db);
+        free(logs);
         usleep(BELL_MIN_GAP_MS * 1000);
         pthread_mutex_lock(&e->mu);
     }
@@ -79,14 +114,40 @@ static void *bell_main(void *arg)
 
 /* ---- listener ---- */
 
+/* Each run id of an opsrun_logs payload to on_logs; "*" or nothing: every
+ * run's followers. */
+static void logs_hint(struct engine *e, const char *payload)
+{
+    char id[160];
+
+    if (!e->on_logs)
+        return;
+    if (!payload || !*payload || strcmp(payload, "*") == 0) {
+        e->on_logs(e->on_logs_arg, NULL);
+        return;
+    }
+    for (const char *p = payload; *p;) {
+        size_t n = strcspn(p, " ");
+        if (n > 0 && n < sizeof(id)) {
+            memcpy(id, p, n);
+            id[n] = '\0';
+            e->on_logs(e->on_logs_arg, id);
+        }
+        p += n;
+        p += *p == ' ';
+    }
+}
+
 static void on_notify(void *arg, const char *channel, const char *payload)
 {
     struct engine *e = arg;
-    (void)payload;
+
     if (strcmp(channel, "opsrun_queue") == 0)
         e->wake_dispatcher(e);
     else if (strcmp(channel, "opsrun_events") == 0)
         events_hint(e);
+    else if (strcmp(channel, "opsrun_logs") == 0)
+        logs_hint(e, payload);
 }
 
 static void set_listening(struct engine *e, bool up)
@@ -131,16 +192,19 @@ static void *listener_main(void *arg)
         struct error err = {0};
         struct pollfd pf = {e->stop_efd, POLLIN, 0};
         bool stop = false;
-        bool up = db_connect(&opt, &db, &err) == ST_OK &&
-                  db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events", &err) == ST_OK;
+        bool up =
+            db_connect(&opt, &db, &err) == ST_OK &&
+            db_exec_simple(db, "LISTEN opsrun_queue; LISTEN opsrun_events; LISTEN opsrun_logs",
+                           &err) == ST_OK;
         int64_t wait_ms;
 
         if (up) {
-            LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events");
+            LOG(LOG_INFO, "listening for wake-ups channels=opsrun_queue,opsrun_events,opsrun_logs");
             set_listening(e, true);
             backoff_reset(&pause);
             e->wake_dispatcher(e); /* anything sent while we were away */
             events_hint(e);
+            logs_hint(e, NULL);
             stop = listen_loop(e, db);
             set_listening(e, false);
         }

@@ -47,6 +47,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
     e->q.cap = (size_t)e->nslots;
     handoff_init(&e->done, sizeof(struct completion));
+    dynbuf_init(&e->ring_logs, LOGS_NOTIFY_MAX);
     e->stop_efd = -1;
     e->wake_dispatcher = dispatch_wake;
     rate_limits_init(e);
@@ -66,6 +67,12 @@ void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg)
 {
     e->on_events = fn;
     e->on_events_arg = arg;
+}
+
+void engine_on_logs(struct engine *e, void (*fn)(void *arg, const char *run_id), void *arg)
+{
+    e->on_logs = fn;
+    e->on_logs_arg = arg;
 }
 
 void engine_set_metrics(struct engine *e, struct metrics *m)
@@ -291,6 +298,7 @@ void engine_free(struct engine *e)
     free(e->queue);
     rate_limits_cleanup(e);
     handoff_cleanup(&e->done);
+    dynbuf_free(&e->ring_logs);
     free(e);
 }
 

@@ -49,6 +49,12 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool);
  * writes, and each (re)connection of the LISTEN connection. Set it before
  * engine_start; fn must be cheap and must not block. */
 void engine_on_events(struct engine *e, void (*fn)(void *arg), void *arg);
+/* fn(arg, run_id) is called when lines of run_id's log (docs/logs.md) may
+ * have been committed, by this process or (through NOTIFY on opsrun_logs)
+ * another; run_id NULL: of any run (the payload did not say, or the LISTEN
+ * connection came back). Set it before engine_start; fn must be cheap and
+ * must not block. */
+void engine_on_logs(struct engine *e, void (*fn)(void *arg, const char *run_id), void *arg);
 /* The registry the engine records runs, claims and checks into
  * (common/metrics.h); m must outlive the engine. Set it before
  * engine_start; without it nothing is recorded. */

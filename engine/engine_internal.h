@@ -5,8 +5,8 @@
  * right:
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
  *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c,
- *     approvals.c -> notify.c -> doorbell.c -> thread.c, queue.c, shared.c,
- *     rate_limits.c
+ *     approvals.c -> notify.c -> logs.c (the runs' log lines) -> doorbell.c
+ *     -> thread.c, queue.c, shared.c, rate_limits.c
  * The listener (doorbell.c), the completer, the scheduler and the
  * approvals thread wake the dispatcher through e->wake_dispatcher, set by
  * engine.c, and the events hint (doorbell.c) wakes the notifier through
@@ -14,7 +14,9 @@
 #ifndef OPSRUN_ENGINE_INTERNAL_H
 #define OPSRUN_ENGINE_INTERNAL_H
 
+#include "common/dynbuf.h"
 #include "engine/actions/action.h"
+#include "common/runlog.h"
 #include "engine/engine.h"
 #include "store/rate_limits.h"
 #include "store/runs.h"
@@ -74,6 +76,10 @@ struct slot {
     int pending_pct;
     char pending_step[256];
     int64_t last_write_ms;
+    /* The attempt's log (docs/logs.md): the action writes, maintenance and
+     * the attempt's end take; written under write_mu like progress. Set
+     * and cleared with run. */
+    struct runlog *log;
 };
 
 /* A finished attempt handed to the completer (complete.c), which owns it. */
@@ -82,11 +88,12 @@ struct completion {
     enum run_outcome outcome;
     const char *message;                                       /* static, for the event */
     json_t *result, *error, *summary_counts, *failure_summary; /* owned references */
-    int64_t lease_ms;   /* monotonic: past it, nothing may be written */
-    int64_t started_ms; /* monotonic: when the attempt was taken */
-    double seconds;     /* the run's duration, for metrics */
-    char code[64];      /* the error's code, "" for none */
-    char extra[96];     /* the rest of the "run finished" line */
+    int64_t lease_ms;        /* monotonic: past it, nothing may be written */
+    int64_t started_ms;      /* monotonic: when the attempt was taken */
+    double seconds;          /* the run's duration, for metrics */
+    char code[64];           /* the error's code, "" for none */
+    char extra[96];          /* the rest of the "run finished" line */
+    struct runlog_chunk log; /* the attempt's last lines, written with the end */
 };
 
 struct engine {
@@ -122,6 +129,11 @@ struct engine {
     /* maintenance (maint.c), doorbell and listener (doorbell.c) */
     pthread_t maint, bell, listener;
     bool maint_stop, bell_stop, ring_queue, ring_events;
+    /* the runs whose log lines were written here since the last NOTIFY on
+     * opsrun_logs: their ids, space-separated; ring_logs_all when they no
+     * longer fit in one payload (every follower looks) */
+    struct dynbuf ring_logs;
+    bool ring_logs_all;
     bool maint_started, bell_started, listener_started;
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
@@ -144,6 +156,9 @@ struct engine {
     void (*wake_dispatcher)(struct engine *e);
     void (*on_events)(void *arg);
     void *on_events_arg;
+    /* engine_on_logs: lines of run_id (NULL: of any run) were committed */
+    void (*on_logs)(void *arg, const char *run_id);
+    void *on_logs_arg;
     struct metrics *metrics; /* NULL: nothing recorded */
     /* The configured rate limits (rate_limits.c), and each run type's (by
      * its index in cfg->run_types; NULL for none). */
@@ -186,6 +201,12 @@ void doorbell_stop(struct engine *e); /* safe after a partial start */
 void doorbell_ring(struct engine *e, bool queue, bool events);
 /* Tells this process's hub that events may have been committed. */
 void events_hint(struct engine *e);
+/* The longest payload of a NOTIFY on opsrun_logs (PostgreSQL takes less
+ * than 8000 bytes). */
+#define LOGS_NOTIFY_MAX 7900
+/* Lines of run_id's log were committed: this process's followers look at
+ * once, the other replicas' after a NOTIFY on opsrun_logs, coalesced. */
+void doorbell_ring_logs(struct engine *e, const char *run_id);
 
 /* dispatch.c: the dispatcher and the workers. */
 enum status dispatch_start(struct engine *e, struct error *err) WUR;
@@ -198,6 +219,34 @@ void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins
  * and *c holds it for the completer; false when its end was written here,
  * with *retry_ms the delay before a retry it wrote is due (-1: none). */
 bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms);
+/* The most bytes of lines one statement writes for one run; maintenance
+ * writes at most LOG_FLUSH_CHUNKS of them per run and round, so a chatty
+ * run cannot hold the heartbeats and the other runs' lines back. */
+#define LOG_CHUNK_MAX (256 * 1024)
+#define LOG_FLUSH_CHUNKS 4
+/* logs.c. A new log for an attempt of run: the configured bounds, and the
+ * {{env:...}} values of rt's params as its secrets. */
+struct runlog *engine_log_new(const struct engine *e, const struct run *run,
+                              const struct run_type *rt);
+/* Writes what l holds for run_id (final: the attempt is over), chunk by
+ * chunk, at most max_chunks (-1: every one); a chunk that cannot be
+ * written goes back to l. Rings the logs doorbell, counts the lines.
+ * Caller holds no engine lock. */
+enum status engine_log_write(struct engine *e, struct db *db, struct runlog *l, const char *tenant,
+                             const char *run_id, bool final, int max_chunks);
+/* An external job's id as a line of the log shows it: a URL without its
+ * user, password, query and fragment. A new string (free). */
+char *engine_log_external_id(const char *id);
+/* rc->error's message with the secrets of l masked (it may quote what the
+ * command printed). */
+void engine_log_mask_error(struct runlog *l, struct run_ctx *rc);
+/* Writes one chunk taken from a log of attempt of run_id. */
+enum status engine_log_chunk_write(struct engine *e, struct db *db, const char *tenant,
+                                   const char *run_id, int attempt, const struct runlog_chunk *c);
+/* Writes a slot's pending log lines, at most max_chunks (-1: all)
+ * (unfenced: an attempt's lines are history, even one found lost); caller
+ * holds no engine lock. */
+enum status slot_flush_log(struct slot *s, struct db *db, bool final, int max_chunks);
 /* Writes a slot's pending progress (fenced); caller holds no engine lock. */
 void slot_flush_progress(struct slot *s, struct db *db);
 

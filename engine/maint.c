@@ -45,23 +45,37 @@ static void on_cancelling(void *arg, const char *tenant, const char *id, int att
     if (i >= 0 && atomic_load(&e->slots[i].stop) == STOP_NONE) {
         atomic_store(&e->slots[i].stop, STOP_CANCEL);
         LOG(LOG_INFO, "cancel requested run=%s attempt=%d worker=%s", id, attempt, e->worker_id);
+        runlog_say(e->slots[i].log, "cancel requested: stopping attempt %d", attempt);
     }
     pthread_mutex_unlock(&e->mu);
 }
 
-static void maint_progress(struct engine *e, struct db *db)
+/* Progress and log lines that waited long enough; returns when the next
+ * that waits will have (monotonic ms; INT64_MAX: none waits). */
+static int64_t maint_progress(struct engine *e, struct db *db)
 {
-    int64_t now = clock_mono_ms();
+    int64_t now = clock_mono_ms(), next = INT64_MAX;
 
     for (int i = 0; i < e->nslots; i++) {
         struct slot *s = &e->slots[i];
-        bool due;
+        int64_t p_due = INT64_MAX, l_due = INT64_MAX, since;
         pthread_mutex_lock(&e->mu);
-        due = s->pending && now - s->last_write_ms >= e->cfg->queue.progress_interval_ms;
+        if (s->pending)
+            p_due = s->last_write_ms + e->cfg->queue.progress_interval_ms;
+        since = s->log && s->run && !s->done ? runlog_pending_since(s->log) : 0;
+        if (since)
+            l_due = since + e->cfg->logs.flush_ms;
         pthread_mutex_unlock(&e->mu);
-        if (due)
+        if (p_due <= now)
             slot_flush_progress(s, db);
+        else if (p_due < next)
+            next = p_due;
+        if (l_due <= now)
+            (void)slot_flush_log(s, db, false, LOG_FLUSH_CHUNKS);
+        else if (l_due < next)
+            next = l_due;
     }
+    return next;
 }
 
 struct held_scan {
@@ -284,30 +298,37 @@ static bool maint_retention(struct engine *e, struct db *db)
 }
 
 struct maint_clock {
-    int64_t heartbeat, rescue, retention;
+    int64_t cancel, heartbeat, rescue, retention;
 };
 
-static void maint_tick(struct engine *e, struct maint_clock *due)
+/* One round of every clock that is due; returns when progress or log
+ * lines waiting now will be due (monotonic ms; INT64_MAX: none). */
+static int64_t maint_tick(struct engine *e, struct maint_clock *due)
 {
     const struct config *cfg = e->cfg;
     int64_t now = clock_mono_ms();
     struct db *db = NULL;
     struct error err = {0};
     int busy;
+    int64_t next;
 
     if (db_pool_get(e->pool, &db, &err) != ST_OK) {
         LOG(LOG_DEBUG, "maintenance skipped: %s", err.message);
-        return;
+        return INT64_MAX;
     }
     pthread_mutex_lock(&e->mu);
     busy = e->busy;
     pthread_mutex_unlock(&e->mu);
-    maint_progress(e, db);
-    if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
-        LOG(LOG_WARN, "cancel check failed: %s", err.message);
+    /* The heartbeat first: leases must not wait behind a slow flush. */
     if (now >= due->heartbeat) {
         maint_heartbeat(e, db);
         due->heartbeat = now + (int64_t)cfg->queue.heartbeat_interval_s * 1000;
+    }
+    next = maint_progress(e, db);
+    if (now >= due->cancel) {
+        if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
+            LOG(LOG_WARN, "cancel check failed: %s", err.message);
+        due->cancel = now + cfg->queue.cancel_check_ms;
     }
     if (now >= due->rescue) {
         maint_rescue(e, db);
@@ -318,22 +339,30 @@ static void maint_tick(struct engine *e, struct maint_clock *due)
         due->retention = now + (more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2));
     }
     db_pool_put(e->pool, db);
+    return next;
 }
 
 static void *maint_main(void *arg)
 {
     struct engine *e = arg;
     int64_t now = clock_mono_ms();
-    struct maint_clock due = {now, now, now + 1000};
-    int tick = e->cfg->queue.cancel_check_ms;
+    struct maint_clock due = {now, now, now, now + 1000};
+    /* Lines written since the last round wait at most logs.flush_ms for
+     * the next; progress and lines already waiting are written when due. */
+    int64_t tick = e->cfg->queue.cancel_check_ms < e->cfg->logs.flush_ms
+                       ? e->cfg->queue.cancel_check_ms
+                       : e->cfg->logs.flush_ms;
 
     pthread_mutex_lock(&e->mu);
     while (!e->maint_stop) {
         struct timespec ts;
+        int64_t next, wait;
         pthread_mutex_unlock(&e->mu);
-        maint_tick(e, &due);
+        next = maint_tick(e, &due);
+        wait = next == INT64_MAX ? tick : next - clock_mono_ms();
+        wait = wait < 1 ? 1 : wait > tick ? tick : wait;
         pthread_mutex_lock(&e->mu);
-        abstime_after_ms(&ts, tick);
+        abstime_after_ms(&ts, wait);
         if (!e->maint_stop)
             pthread_cond_timedwait(&e->maint_cv, &e->mu, &ts);
     }

@@ -42,14 +42,20 @@ static void run_hooks(struct poller *p, const struct action_ops *ops, struct run
             LOG(LOG_WARN, "remote cancel failed run=%s external_id=%s", rc->run->id,
                 rc->external_id);
         }
+        char *job = engine_log_external_id(rc->external_id);
+        rc_log(rc, "remote cancel of external job %s: %s", job, ok ? "sent" : "failed");
+        free(job);
     }
     if (ops->cleanup) {
+        bool cleaned;
         calls++;
-        if (!ops->cleanup(rc)) {
+        cleaned = ops->cleanup(rc);
+        if (!cleaned) {
             ok = false;
             LOG(LOG_WARN, "cleanup failed run=%s external_id=%s", rc->run->id,
                 rc->external_id ? rc->external_id : "");
         }
+        rc_log(rc, "cleanup: %s", cleaned ? "done" : "failed, tried again later");
     }
     atomic_fetch_add(&p->hooks, calls);
     atomic_fetch_add(&p->hook_failures, !ok);
@@ -91,6 +97,10 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     char extra[200];
     enum status st = db_pool_get(e->pool, &db, &err);
 
+    /* The check's lines before the end: a follower of the log reads its
+     * last lines when it sees the run's end. */
+    if (st == ST_OK && rc->log)
+        (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true, -1);
     if (st == ST_OK)
         st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
     db_pool_put(e->pool, db);
@@ -157,19 +167,20 @@ static void time_out(struct poller *p, const struct action_ops *ops, struct run_
 {
     const json_t *last = json_object_get(rc->poll_state, "last_error");
     const struct poll_budget b = budget_of(rc);
-    char msg[640];
+    char msg[640], *job = engine_log_external_id(rc->external_id);
     struct run_result res = {.outcome = OUTCOME_TIMED_OUT, .message = "timed out"};
 
     if (strcmp(which, "poll.max_checks") == 0)
-        xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)",
-                  rc->external_id ? rc->external_id : "", made, which, b.max_checks);
+        xsnprintf(msg, sizeof(msg), "gave up on external job %s after %d checks (%s %d)", job, made,
+                  which, b.max_checks);
     else
         xsnprintf(msg, sizeof(msg), "gave up on external job %s after waiting %lld s (%s %lld)",
-                  rc->external_id ? rc->external_id : "", (long long)(rc->waited_ms / 1000), which,
-                  (long long)b.max_duration_s);
+                  job, (long long)(rc->waited_ms / 1000), which, (long long)b.max_duration_s);
+    free(job);
     if (json_is_string(last))
         xsnprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; last error: %s",
                   json_string_value(last));
+    rc_log(rc, "timed out: %s", msg);
     res.error = json_pack("{s:s, s:s}", "code", "poll_budget", "message", msg);
     finish(p, ops, rc, f, made, &res);
     json_decref((json_t *)res.error);
@@ -207,6 +218,7 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
     const struct poll_budget b = budget_of(rc);
     struct run_result res = {0};
     const char *budget;
+    int64_t delay_ms;
 
     if (step == STEP_DONE || step == STEP_FAIL) {
         res.outcome = step == STEP_DONE                ? rc_done_outcome(rc)
@@ -219,18 +231,27 @@ static void settle_check(struct poller *p, const struct action_ops *ops, struct 
         res.message = step == STEP_DONE ? "finished" : "failed";
         if (res.outcome == OUTCOME_CANCELLED)
             res.message = "cancelled by the remote system";
+        rc_log(rc, "check %d: the external job ended: %s", f->poll_count,
+               run_outcome_name(res.outcome));
         finish(p, ops, rc, f, f->poll_count, &res);
         return;
     }
-    if (step == STEP_RETRY)
+    if (step == STEP_RETRY) {
         check_failed(p, rc, f);
+        rc_log(rc, "check %d failed: %s", f->poll_count,
+               json_string_value(json_object_get(rc->poll_state, "last_error")));
+    }
     budget = out_of_budget(&b, rc, f->poll_count);
     if (budget) {
         time_out(p, ops, rc, f, budget, f->poll_count);
         return;
     }
-    again(next, rc, f,
-          rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count));
+    delay_ms =
+        rc->next_delay_ms > 0 ? rc->next_delay_ms : poller_backoff_ms(&rt->poll, f->poll_count);
+    if (step != STEP_RETRY)
+        rc_log(rc, "check %d: the external job is still running", f->poll_count);
+    rc_log(rc, "next check in %.1f s", (double)delay_ms / 1000.0);
+    again(next, rc, f, delay_ms);
 }
 
 /* The context of a claimed check or hooks run: it takes the claim's
@@ -266,6 +287,21 @@ static const char *check_result(struct poller *p, enum step step)
     return step == STEP_RETRY ? METRICS_CHECK_ERROR : METRICS_CHECK_RUNNING;
 }
 
+/* What a check left in its log (a run that ended wrote it before its end). */
+static void check_log_write(struct poller *p, struct run_ctx *rc, const struct poll_fence *f)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (!runlog_pending_since(rc->log))
+        return;
+    if (db_pool_get(p->e->pool, &db, &err) == ST_OK)
+        (void)engine_log_write(p->e, db, rc->log, f->tenant, f->id, true, -1);
+    else
+        LOG(LOG_WARN, "could not write the log lines of a check run=%s: %s", f->id, err.message);
+    db_pool_put(p->e->pool, db);
+}
+
 /* One check; *next (id NULL when none) is its next check if the run goes on. */
 void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
                       struct again *next)
@@ -279,17 +315,21 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
     const char *budget = out_of_budget(&b, &rc, c->poll_count - 1);
     enum step step;
 
+    rc.log = engine_log_new(e, c->run, rt);
     if (budget) {
         time_out(p, ops, &rc, &f, budget, c->poll_count - 1);
     } else {
         atomic_fetch_add(&p->checks, 1);
         step = ops->poll(&rc);
+        engine_log_mask_error(rc.log, &rc);
         metrics_poll_check(e->metrics, c->run->type, check_result(p, step));
         if (atomic_load(&p->halt) != STOP_NONE && step != STEP_DONE && step != STEP_FAIL)
             again(next, &rc, &f, 0); /* shutting down: another replica checks it now */
         else
             settle_check(p, ops, &rc, &f, step, next);
     }
+    check_log_write(p, &rc, &f);
+    runlog_free(rc.log);
     rc_cleanup(&rc);
 }
 
@@ -302,10 +342,14 @@ void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_co
     const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
     const struct action_ops *ops = action_find(rt->action);
     struct run_ctx rc = claim_ctx(p, c, rt, conn);
+    const struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
 
+    rc.log = engine_log_new(p->e, c->run, rt);
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
         run_outcome_name(c->run->outcome), c->hooks_attempts);
     run_hooks(p, ops, &rc, c->owner,
               c->run->outcome == OUTCOME_CANCELLED || c->run->outcome == OUTCOME_TIMED_OUT);
+    check_log_write(p, &rc, &f);
+    runlog_free(rc.log);
     rc_cleanup(&rc);
 }

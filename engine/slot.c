@@ -59,6 +59,26 @@ void slot_flush_progress(struct slot *s, struct db *db)
         doorbell_ring(s->e, false, true);
 }
 
+enum status slot_flush_log(struct slot *s, struct db *db, bool final, int max_chunks)
+{
+    char tenant[65], id[130];
+    struct runlog *l;
+    enum status st = ST_OK;
+
+    pthread_mutex_lock(&s->write_mu);
+    pthread_mutex_lock(&s->e->mu);
+    l = s->run ? s->log : NULL;
+    if (l) {
+        xsnprintf(tenant, sizeof(tenant), "%s", s->run->tenant);
+        xsnprintf(id, sizeof(id), "%s", s->run->id);
+    }
+    pthread_mutex_unlock(&s->e->mu);
+    if (l)
+        st = engine_log_write(s->e, db, l, tenant, id, final, max_chunks);
+    pthread_mutex_unlock(&s->write_mu);
+    return st;
+}
+
 /* After the action's state was written or read (what says which): a fence
  * that matched nothing means the run is no longer ours, and the action
  * must stop; any failure is logged. Returns st. */
@@ -221,6 +241,50 @@ static void slot_decide(const struct slot *s, const struct run_ctx *rc, enum ste
     }
 }
 
+/* The line that says how the attempt ended, in the run's log. */
+static void slot_log_decision(const struct slot *s, struct run_ctx *rc, const struct settle *d)
+{
+    const struct run *run = s->run;
+    double secs = (double)(clock_mono_ms() - s->started_ms) / 1000.0;
+    const json_t *error = d->kind == SETTLE_FINISH ? d->res.error : rc->error;
+    const char *msg = json_string_value(json_object_get(error, "message"));
+    const char *sep = msg ? ": " : "";
+
+    msg = msg ? msg : "";
+    switch (d->kind) {
+    case SETTLE_WAIT: {
+        char *job = engine_log_external_id(rc->external_id);
+        rc_log(rc, "attempt %d started external job %s in %.1f s; the poller checks it from here",
+               run->attempt, job, secs);
+        free(job);
+        return;
+    }
+    case SETTLE_RELEASE:
+        rc_log(rc,
+               "attempt %d handed back at shutdown after %.1f s: it does not count, and the "
+               "run is queued again",
+               run->attempt, secs);
+        return;
+    case SETTLE_RETRY:
+        rc_log(rc, "attempt %d failed after %.1f s%s%s; attempt %d in %.1f s", run->attempt, secs,
+               sep, msg, run->attempt + 1, (double)d->delay_ms / 1000.0);
+        return;
+    case SETTLE_FINISH:
+        break;
+    }
+    if (d->res.outcome == OUTCOME_SUCCEEDED || d->res.outcome == OUTCOME_PARTIALLY_SUCCEEDED)
+        rc_log(rc, "attempt %d %s in %.1f s", run->attempt,
+               d->res.outcome == OUTCOME_SUCCEEDED ? "succeeded" : "partially succeeded", secs);
+    else if (d->res.outcome == OUTCOME_CANCELLED)
+        rc_log(rc, "attempt %d cancelled while running, after %.1f s", run->attempt, secs);
+    else if (d->res.outcome == OUTCOME_TIMED_OUT)
+        rc_log(rc, "attempt %d timed out after %.1f s%s%s", run->attempt, secs, sep, msg);
+    else
+        rc_log(rc, "attempt %d failed after %.1f s%s%s%s", run->attempt, secs, sep, msg,
+               run->attempt >= run->max_attempts && run->max_attempts > 1 ? " (no attempts left)"
+                                                                          : "");
+}
+
 /* Makes the terminal write d, and says in *end what it was. */
 static enum status slot_settle(struct slot *s, struct run_ctx *rc, const struct settle *d,
                                const struct fence *f, struct db *db, struct slot_end *end,
@@ -267,6 +331,41 @@ static double slot_run_seconds(const struct slot *s)
     return (before > 0 ? before : 0) + (double)(clock_mono_ms() - s->started_ms) / 1000.0;
 }
 
+/* The attempt's last lines go with its end in the completer's statement;
+ * what does not fit in one chunk (a log that maintenance did not keep up
+ * with) is written here first. Under write_mu, so a flush of maintenance
+ * in flight commits before. */
+static void slot_take_last_lines(struct slot *s, struct completion *c)
+{
+    struct runlog *l = s->log;
+    bool more = true;
+
+    memset(&c->log, 0, sizeof(c->log));
+    if (!l)
+        return;
+    pthread_mutex_lock(&s->write_mu);
+    while (more && runlog_take(l, LOG_CHUNK_MAX, true, &c->log)) {
+        struct db *db = NULL;
+        struct error err = {0};
+        enum status st;
+        more = runlog_pending_since(l) != 0;
+        if (!more)
+            break; /* the last chunk: it rides with the end */
+        st = db_pool_get(s->e->pool, &db, &err);
+        if (st == ST_OK)
+            st = engine_log_chunk_write(s->e, db, s->run->tenant, s->run->id, s->run->attempt,
+                                        &c->log);
+        db_pool_put(s->e->pool, db);
+        if (st != ST_OK) { /* the rest rides with the end in one chunk */
+            runlog_restore(l, &c->log);
+            (void)runlog_take(l, SIZE_MAX, true, &c->log);
+            break;
+        }
+        runlog_chunk_cleanup(&c->log);
+    }
+    pthread_mutex_unlock(&s->write_mu);
+}
+
 /* A run that ends goes to the completer (complete.c) rather than being
  * written here: the worker is free for its next run at once. Progress the
  * action left pending is written first, so the terminal event carries it. */
@@ -289,7 +388,9 @@ static void slot_hand_over(struct slot *s, struct settle *d, struct completion *
             LOG(LOG_WARN, "could not write progress run=%s: %s", run->id, err.message);
         db_pool_put(e->pool, db);
     }
+    slot_take_last_lines(s, c);
     *c = (struct completion){
+        .log = c->log,
         .outcome = d->res.outcome,
         .message = d->res.message,
         .result = json_incref((json_t *)d->res.result),
@@ -305,6 +406,20 @@ static void slot_hand_over(struct slot *s, struct settle *d, struct completion *
     xsnprintf(c->code, sizeof(c->code), "%s", code ? code : "");
     xsnprintf(c->extra, sizeof(c->extra), " attempt=%d duration_ms=%lld", run->attempt,
               (long long)(clock_mono_ms() - s->started_ms));
+}
+
+/* One last try at the lines the settle could not write, or that an attempt
+ * found lost never wrote (best effort: they are history, not state). */
+static void slot_last_lines(struct slot *s)
+{
+    struct db *db = NULL;
+    struct error err = {0};
+
+    if (!s->log || runlog_pending_since(s->log) == 0)
+        return;
+    if (db_pool_get(s->e->pool, &db, &err) == ST_OK)
+        (void)slot_flush_log(s, db, true, -1);
+    db_pool_put(s->e->pool, db);
 }
 
 /* How many orphan windows (queue.orphan_after_s) a hand-back keeps trying
@@ -343,6 +458,7 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
         st = db_pool_get(e->pool, &db, &err);
         if (st == ST_OK) {
             slot_flush_progress(s, db);
+            (void)slot_flush_log(s, db, true, -1); /* its failure never holds the settle */
             st = slot_settle(s, rc, d, &f, db, end, &err);
         }
         db_pool_put(e->pool, db);
@@ -356,6 +472,7 @@ static enum status slot_write(struct slot *s, struct run_ctx *rc, const struct s
             err.message);
         backoff_sleep(&pause);
     }
+    slot_last_lines(s); /* an attempt found lost still says what it did */
     return st;
 }
 
@@ -404,6 +521,7 @@ static bool slot_finish(struct slot *s, struct run_ctx *rc, enum step step, stru
     bool handed = false;
 
     slot_decide(s, rc, step, &d);
+    slot_log_decision(s, rc, &d);
     pthread_mutex_lock(&s->e->mu);
     s->settling = true;
     pthread_mutex_unlock(&s->e->mu);
@@ -433,11 +551,16 @@ bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
         .save_state_fn = slot_save_state,
         .load_state_fn = slot_load_state,
         .progress_arg = s,
+        .log = engine_log_new(s->e, run, rt),
     };
     enum step step;
     bool handed;
 
     *retry_ms = -1;
+    pthread_mutex_lock(&s->e->mu);
+    s->log = rc.log;
+    pthread_mutex_unlock(&s->e->mu);
+    rc_log(&rc, "attempt %d of %d started on %s", run->attempt, run->max_attempts, s->e->worker_id);
     if (!ops) {
         rc_error(&rc, "unknown_type", "run type \"%s\" is not configured here", run->type);
         step = STEP_FAIL;
@@ -446,6 +569,7 @@ bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
     } else {
         step = ops->start(&rc);
     }
+    engine_log_mask_error(rc.log, &rc);
     handed = slot_finish(s, &rc, step, c, retry_ms);
     rc_cleanup(&rc);
     return handed;

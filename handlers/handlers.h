@@ -7,7 +7,7 @@
  * reply.c builds every reply (reply_*, status_http); each resource's
  * handlers, and the pure parts their unit tests call, are in the file of
  * its name: alerts.c, runs.c (runs, events, completions, the query
- * parsers), runs_retry.c, approvals.c, bulk.c, schedules.c (schedules and
+ * parsers), runs_retry.c, logs.c (a run's log), approvals.c, bulk.c, schedules.c (schedules and
  * rate limits), health.c, openapi.c and web.c. A file's other callers have
  * a header of its own (alertmanager.h, auth.h, bulk.h, intake.h,
  * labels.h, metrics.h, schedules.h, submitq.h). */
@@ -16,6 +16,7 @@
 
 #include "common/common.h"
 #include "config/config.h"
+#include "store/logs.h"
 #include "store/runs.h"
 
 #include <jansson.h>
@@ -57,7 +58,8 @@ struct request {
     const char *tenant;
     bool all_tenants;
     const char *initiator;
-    json_t *body; /* parsed JSON body, or NULL (borrowed) */
+    json_t *body;       /* parsed JSON body, or NULL (borrowed) */
+    const char *accept; /* the Accept header, or NULL (borrowed) */
     /* Query parameter lookup (NULL when absent). */
     const char *(*query)(const struct request *rq, const char *key);
     void *query_arg;
@@ -142,6 +144,8 @@ enum status handle_runs_events(const struct hctx *hc, const struct request *rq, 
 enum status handle_runs_locate(const struct hctx *hc, const struct request *rq, const char *id,
                                char out[65], struct error *err) WUR;
 enum status handle_runs_retry(const struct hctx *hc, const struct request *rq, struct reply *rp);
+/* handlers/logs.c: GET /runs/{id}/logs (the stream is the server's). */
+enum status handle_runs_logs(const struct hctx *hc, const struct request *rq, struct reply *rp);
 /* handlers/approvals.c */
 enum status handle_runs_approve(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_runs_reject(const struct hctx *hc, const struct request *rq, struct reply *rp);
@@ -201,6 +205,12 @@ enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error 
  * false when absent). */
 enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
                                 enum run_status *status, struct error *err) WUR;
+/* GET /runs/{id}/logs's query: attempt, after, limit into q (tenant and
+ * run_id left alone), and whether the answer is plain text (?format=text,
+ * or an Accept header naming text/plain and not JSON); field problems go
+ * to err->fields. */
+enum status logs_parse_query(const struct request *rq, struct log_query *q, bool *text,
+                             struct error *err) WUR;
 /* Validates GET /runs query parameters into f. */
 enum status runs_parse_filter(const struct request *rq, struct run_filter *f,
                               struct error *err) WUR;

@@ -138,6 +138,16 @@ bool hub_sub_gate(const struct hub_sub *s, int64_t id, const char *tenant, const
                   bool *with_id);
 /* A run stream ends after the terminal event of its run. */
 void hub_sub_mark_ended(struct hub_sub *s);
+/* A quiet subscriber sends nothing from the ring: each frame it wants is
+ * only a wake-up (hub_sub_read then returns HUB_DATA, maybe with *n 0, the
+ * caller looking again at what it follows), and its run's terminal event
+ * still ends it (HUB_END once nothing else is due). It cannot lag: fallen
+ * behind the ring, it moves to the head and is woken. For a run's log
+ * stream, which reads its lines from the database. */
+void hub_sub_set_quiet(struct hub_sub *s);
+/* Wakes the quiet subscribers of run_id (NULL: every quiet subscriber), as
+ * a frame they want would: lines of its log were committed. Any thread. */
+void hub_poke(struct hub *h, const char *run_id);
 
 enum hub_read {
     HUB_DATA,      /* *n bytes were written */

@@ -42,7 +42,8 @@ struct hub_sub {
     uint64_t seq;     /* next ring slot to look at */
     size_t frame_off; /* bytes of ring[seq] already sent (0 = none) */
     bool suspended, wake_marked, hb_due;
-    size_t hb_off; /* of a heartbeat cut short */
+    bool quiet, poked; /* quiet: frames are wake-ups; poked: one came, or hub_poke */
+    size_t hb_off;     /* of a heartbeat cut short */
     /* the reader's own */
     int64_t skip_upto;
     struct run_skip *skips;

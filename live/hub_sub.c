@@ -83,6 +83,28 @@ void hub_sub_mark_ended(struct hub_sub *s)
     s->ended = true;
 }
 
+void hub_sub_set_quiet(struct hub_sub *s)
+{
+    pthread_mutex_lock(&s->h->mu);
+    s->quiet = true;
+    pthread_mutex_unlock(&s->h->mu);
+}
+
+void hub_poke(struct hub *h, const char *run_id)
+{
+    uint64_t hash = run_id ? hub_run_hash(run_id) : 0;
+
+    pthread_mutex_lock(&h->mu);
+    for (struct hub_sub *s = h->subs; s; s = s->next) {
+        if (!s->quiet || (run_id && (s->run_hash != hash || strcmp(s->run_id, run_id) != 0)))
+            continue;
+        s->poked = true;
+        if (s->suspended)
+            hub_sub_resume(s);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
 bool hub_sub_live(const struct hub_sub *s)
 {
     return s->live;
@@ -209,6 +231,12 @@ static size_t sub_copy_frames(struct hub_sub *s, char *buf, size_t max)
                 s->seq++;
                 continue;
             }
+            if (s->quiet) { /* a wake-up, not a frame to send */
+                s->poked = true;
+                s->ended |= s->run_id && f->terminal;
+                s->seq++;
+                continue;
+            }
             s->frame_off = with_id ? 0 : f->id_len;
             s->live = true;
         }
@@ -232,6 +260,10 @@ enum hub_read hub_sub_read(struct hub_sub *s, char *buf, size_t max, size_t *n)
 
     *n = 0;
     pthread_mutex_lock(&h->mu);
+    if (s->seq < h->oldest && s->quiet) { /* it sends nothing from the ring: catch up */
+        s->seq = h->next;
+        s->poked = true;
+    }
     if (s->seq < h->oldest) {
         h->dropped_total += s->live;
         pthread_mutex_unlock(&h->mu);
@@ -246,6 +278,11 @@ enum hub_read hub_sub_read(struct hub_sub *s, char *buf, size_t max, size_t *n)
     }
     if (s->hb_off == 0 && (!h->closing || s->frame_off > 0))
         *n += sub_copy_frames(s, buf + *n, max - *n);
+    if (s->quiet && s->poked && !h->closing) {
+        s->poked = false; /* *n may be 0: the caller looks again */
+        pthread_mutex_unlock(&h->mu);
+        return HUB_DATA;
+    }
     if (*n == 0) {
         if (s->ended || h->closing)
             r = HUB_END;

@@ -27,6 +27,8 @@
 #include "handlers/auth.h"
 #include "handlers/handlers.h"
 #include "live/sse.h"
+
+struct log_stream; /* live/log_stream.h */
 #include "server/route.h"
 
 #include <sys/types.h>
@@ -80,7 +82,8 @@ struct req_ctx {
 struct http_stream {
     const struct http_calls *calls; /* set by http_respond_stream */
     struct MHD_Connection *conn;
-    struct sse_stream *st;
+    struct sse_stream *st;  /* a run's or every run's events, or ... */
+    struct log_stream *log; /* ... a run's log */
     struct limits *lim;
     char tenant[65]; /* counted against limits.streams_per_tenant (names are <= 64) */
     char request_id[LOG_REQUEST_ID_MAX + 1];

@@ -180,6 +180,7 @@ struct request http_request_of(const struct req_ctx *rc)
         .tenant = rc->who.tenant,
         .all_tenants = rc->who.all_tenants,
         .initiator = rc->who.name,
+        .accept = http_header(rc, "Accept"),
         .query = http_query,
         .query_arg = rc->conn,
     };

@@ -1,21 +1,22 @@
 /* server/http_stream.c — opening an event stream (http_internal.h): its
  * parameters (Last-Event-ID, the filters of GET /stream, the tenant of a
  * run), its tenant's stream limit (common/limits.h), and the stream of
- * live/sse.h. The stream then suspends its connection whenever it has
- * nothing to send, and the hub resumes it (live/hub.h); no thread waits
- * for it. */
+ * live/sse.h, or of live/log_stream.h for a run's log. The stream then suspends its connection
+ * whenever it has nothing to send, and the hub resumes it (live/hub.h); no thread waits for it. */
 #include "server/http_internal.h"
 
 #include "common/limits.h"
+#include "live/log_stream.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum sse_read http_stream_read(struct http_stream *hs, char *buf, size_t max, size_t *n)
 {
     enum sse_read r;
 
     log_request_id_set(hs->request_id);
-    r = sse_read(hs->st, buf, max, n);
+    r = hs->log ? log_stream_read(hs->log, buf, max, n) : sse_read(hs->st, buf, max, n);
     log_request_id_set(NULL);
     return r;
 }
@@ -30,6 +31,7 @@ void http_stream_free(void *arg)
     xsnprintf(prev, sizeof(prev), "%s", log_request_id() ? log_request_id() : "");
     log_request_id_set(hs->request_id);
     sse_close(hs->st);
+    log_stream_close(hs->log);
     if (hs->lim)
         limits_stream_close(hs->lim, hs->tenant);
     free(hs);
@@ -110,6 +112,30 @@ static bool stream_finished(struct req_ctx *rc, struct http_stream *hs, const ch
     return ret;
 }
 
+/* GET /runs/{id}/logs/stream: Last-Event-ID is the last line's seq the
+ * client has. */
+static enum status log_stream_start(struct req_ctx *rc, const struct sse_request *q,
+                                    struct http_stream *hs, struct error *err)
+{
+    const struct log_stream_request lq = {
+        .tenant = q->tenant,
+        .run_id = q->run_id,
+        .after = q->has_last_id ? q->last_id : 0,
+        .resumed = q->has_last_id,
+        .retry_ms = q->retry_ms,
+        .max_line_bytes = rc->h->hc->cfg->logs.max_line_bytes,
+    };
+
+    return log_stream_open(rc->h->hc->hub, rc->h->hc->pool, &lq,
+                           &(struct hub_wake){http_suspend_stream, http_resume_stream, hs},
+                           &hs->log, err);
+}
+
+static bool is_log_stream(const struct req_ctx *rc)
+{
+    return strcmp(rc->m.entry->pattern, "/runs/{id}/logs/stream") == 0;
+}
+
 bool http_stream_open(struct req_ctx *rc)
 {
     const struct hctx *hc = rc->h->hc;
@@ -126,11 +152,13 @@ bool http_stream_open(struct req_ctx *rc)
         /* the run's tenant (an admin's stream of one run is found in it);
          * an admin's all-tenant GET /stream counts against its own */
         st = stream_limit(rc, hs, q.tenant ? q.tenant : rc->who.tenant, &err);
-    if (st == ST_OK)
+    if (st == ST_OK && is_log_stream(rc))
+        st = log_stream_start(rc, &q, hs, &err);
+    else if (st == ST_OK)
         st = sse_open(hc->hub, hc->pool, &q,
                       &(struct hub_wake){http_suspend_stream, http_resume_stream, hs}, &hs->st,
                       &err);
-    if (st == ST_OK && sse_finished(hs->st))
+    if (st == ST_OK && (hs->log ? log_stream_finished(hs->log) : sse_finished(hs->st)))
         return stream_finished(rc, hs, q.run_id);
     if (st != ST_OK) {
         http_stream_free(hs);

@@ -401,6 +401,11 @@ static void on_events(void *hub)
     hub_doorbell(hub);
 }
 
+static void on_logs(void *hub, const char *run_id)
+{
+    hub_poke(hub, run_id);
+}
+
 static struct hub *make_hub(const struct config *cfg)
 {
     const struct hub_options o = {
@@ -564,6 +569,7 @@ static int serve(const struct config *cfg)
     engine_set_metrics(engine, metrics);
     hub = make_hub(cfg);
     engine_on_events(engine, on_events, hub);
+    engine_on_logs(engine, on_logs, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
         LOG(LOG_ERROR, "could not start the engine: %s", err.message);
         goto out;

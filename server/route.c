@@ -18,6 +18,8 @@ static const struct route_entry routes[] = {
     {"POST", "/runs/{id}/approve", handle_runs_approve, BODY_JSON_OPTIONAL, false, NEED_APPROVE},
     {"POST", "/runs/{id}/reject", handle_runs_reject, BODY_JSON_OPTIONAL, false, NEED_APPROVE},
     {"GET", "/runs/{id}/stream", NULL, false, true, NEED_READ},
+    {"GET", "/runs/{id}/logs", handle_runs_logs, false, false, NEED_READ},
+    {"GET", "/runs/{id}/logs/stream", NULL, false, true, NEED_READ},
     {"GET", "/schedules", handle_schedules_list, false, false, NEED_READ},
     {"GET", "/schedules/{name}", handle_schedules_get, false, false, NEED_READ},
     {"POST", "/schedules/{name}/pause", handle_schedules_pause, false, false, NEED_CANCEL},

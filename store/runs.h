@@ -199,6 +199,11 @@ struct run_finish {
     const char *tenant, *id;
     int attempt;
     struct run_result res;
+    /* the attempt's last log lines (store/logs.h), written with the end;
+     * log_nlines 0: none */
+    const char *log_lines_json;
+    int log_nlines;
+    int64_t log_dropped;
     bool written; /* out: the fence held, the run is completed */
 };
 /* store_runs_finish for n runs held by worker_id, in one statement (one
@@ -268,7 +273,9 @@ enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *e
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
 
-/* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events). */
-enum status store_notify(struct db *db, bool queue, bool events, struct error *err) WUR;
+/* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events),
+ * and on opsrun_logs with the payload logs (NULL: none; run ids, or "*"). */
+enum status store_notify(struct db *db, bool queue, bool events, const char *logs,
+                         struct error *err) WUR;
 
 #endif

@@ -61,21 +61,38 @@ static const struct stmt S_FINISH = {
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
  * and gets its terminal event after its row is locked, as in runs_finish. */
+/* The end of each run of $2, with its last log lines (migration 021): $3
+ * holds each row's lines (its "i"-th element, NULL for none) as the engine
+ * wrote them, so they are checked as json, never parsed into jsonb; the
+ * UPDATE takes their seqs, and lg writes their chunk after the event (the
+ * order of the tables in the text is the order of their locks, which the
+ * partition drop takes the same way). */
 static const struct stmt S_FINISH_BATCH = {
     "runs_finish_batch",
-    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, attempt "
-    "int, outcome text, result jsonb, error jsonb, summary_counts jsonb, failure_summary jsonb, "
-    "message text)), "
+    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
+    "attempt int, outcome text, result jsonb, error jsonb, summary_counts jsonb, "
+    "failure_summary jsonb, message text, log_n int, log_dropped bigint, i bigint) "
+    "LEFT JOIN unnest($3::text[]) WITH ORDINALITY AS x(log, i) USING (i)), "
     "upd AS (UPDATE runs r SET status = 'completed', outcome = b.outcome, result = b.result, "
     "error = b.error, summary_counts = b.summary_counts, failure_summary = b.failure_summary, "
     "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
     "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+    "log_seq = r.log_seq + coalesce(b.log_n, 0), "
     "" SET_CLEANUP_IF(
         "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
                 "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
                 " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, "
-                "b.message), "
-                "" EVENT_FROM_UPD("'status'", "message") " SELECT tenant, id FROM upd"};
+                "b.message, r.log_seq, b.attempt, b.log, b.log_n, b.log_dropped), "
+                "" EVENT_FROM_UPD(
+                    "'status'",
+                    "message") ", "
+                               "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, "
+                               "attempt, first_seq, "
+                               "last_seq, dropped, lines) SELECT tenant, id, created_at, attempt, "
+                               "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log::json "
+                               "FROM upd "
+                               "WHERE log_n > 0) "
+                               "SELECT tenant, id FROM upd"};
 static const struct stmt S_RETRY = {
     "runs_retry",
     "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
@@ -116,35 +133,35 @@ static const struct stmt S_CANCELLING = {
                        "status = 'cancelling'"};
 /* The held runs are read through runs_held, all of them (at most
  * queue.max_running), and sorted by heartbeat (migration 014). */
+/* clang-format off */
 static const struct stmt S_RESCUE = {
     "runs_rescue",
-    "WITH o AS (SELECT tenant, id FROM runs WHERE status IN " HELD_STATUSES " AND "
-    "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at LIMIT $2::int "
-    "FOR UPDATE SKIP LOCKED), "
-    "upd AS (UPDATE runs r SET " SET_RESCUE SET_CLEANUP_IF(
-        CANCEL_ASKED
-        " OR " EXHAUSTED) "error = CASE WHEN " CANCEL_ASKED
-                          " THEN r.error ELSE jsonb_build_object('code', "
-                          "'orphaned', 'message', format('worker %s stopped heartbeating during "
-                          "attempt %s', "
-                          "r.worker_id, r.attempt)) END, "
-                          "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED
-                          " THEN r.worker_id END, "
-                          "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = "
-                          "now() "
-                          "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
-                          "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, "
-                          "r.progress, r.step, r.created_at), " EVENT_FROM_UPD(
-                              "'status'",
-                              "'orphan rescued: heartbeat went stale'") " SELECT type, status, "
-                                                                        "outcome, "
-                                                                        "count(*) FROM upd GROUP "
-                                                                        "BY 1, 2, 3"};
+    "WITH o AS (SELECT tenant, id, worker_id FROM runs WHERE status IN " HELD_STATUSES " AND "
+        "heartbeat_at < now() - make_interval(secs => $1::int) ORDER BY heartbeat_at "
+        "LIMIT $2::int FOR UPDATE SKIP LOCKED), "
+    "upd AS (UPDATE runs r SET " SET_RESCUE SET_CLEANUP_IF(CANCEL_ASKED " OR " EXHAUSTED)
+        "error = CASE WHEN " CANCEL_ASKED " THEN r.error ELSE jsonb_build_object('code', "
+        "'orphaned', 'message', format('worker %s stopped heartbeating during attempt %s', "
+        "r.worker_id, r.attempt)) END, "
+        "worker_id = CASE WHEN " CANCEL_ASKED " OR " EXHAUSTED " THEN r.worker_id END, "
+        "run_at = now(), heartbeat_at = NULL, deadline_at = NULL, updated_at = now(), "
+        "log_seq = r.log_seq + 1 "
+        "FROM o WHERE r.tenant = o.tenant AND r.id = o.id "
+        "RETURNING r.tenant, r.id, r.type, r.status, r.outcome, r.progress, r.step, "
+        "r.created_at, r.attempt, r.log_seq, o.worker_id AS lost_worker), "
+    EVENT_FROM_UPD("'status'", "'orphan rescued: heartbeat went stale'") ", "
+    LOG_LINE_FROM_UPD("format('attempt %s lost: worker %s stopped heartbeating; %s', attempt, "
+        "lost_worker, CASE WHEN status = 'queued' THEN 'the run is queued for another attempt' "
+        "WHEN outcome = 'cancelled' THEN 'it was being cancelled: the run ended cancelled' "
+        "ELSE 'no attempts left: the run ended failed' END)") " "
+    "SELECT type, status, outcome, count(*) FROM upd GROUP BY 1, 2, 3"};
+/* clang-format on */
 /* Deletes a batch of expired runs. Their events stay in their partition of
  * run_events until retention drops it (migration 013), except those in
  * run_events_unknown (written without the run's creation time) and in
  * run_events_default, which no partition drop would reach: u and x delete
- * them with their run. m raises the pruned-events mark (migration 004) to
+ * them with their run, as y does their log lines in run_logs_default
+ * (migration 021). m raises the pruned-events mark (migration 004) to
  * the highest event id of the batch, one index probe per run in the
  * partition of its creation time; its subquery sees the events as they were
  * before the statement. p deletes the runs' rows in run_polls: a waiting
@@ -168,6 +185,8 @@ static const struct stmt S_PRUNE = {
     "AND e.run_created_at = 'infinity'), "
     "x AS (DELETE FROM run_events_default e USING d WHERE e.tenant = d.tenant AND "
     "e.run_id = d.id), "
+    "y AS (DELETE FROM run_logs_default l USING d WHERE l.tenant = d.tenant AND "
+    "l.run_id = d.id AND l.run_created_at = d.created_at), "
     "p AS (DELETE FROM run_polls p USING d WHERE d.waited AND p.tenant = ANY (ARRAY(SELECT "
     "DISTINCT tenant FROM d WHERE waited)) AND p.run_id = ANY (ARRAY(SELECT id FROM d WHERE "
     "waited)) AND p.tenant = d.tenant AND p.run_id = d.id) "
@@ -183,7 +202,8 @@ static const struct stmt S_COUNTS = {
     "GROUP BY status) c ON c.status = s"};
 static const struct stmt S_NOTIFY = {
     "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
-                   "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END"};
+                   "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END, "
+                   "CASE WHEN $3::text IS NOT NULL THEN pg_notify('opsrun_logs', $3) END"};
 
 /* A Postgres array literal of text values; names are [A-Za-z0-9_.-]. */
 static char *pg_cap_array(const int *caps, size_t n)
@@ -458,6 +478,10 @@ static json_t *finish_row(const struct run_finish *f)
     for (size_t i = 0; i < ARRAY_LEN(js); i++)
         if (js[i].v)
             json_object_set(o, js[i].key, (json_t *)js[i].v);
+    if (f->log_nlines > 0) { /* the lines themselves go in $3, as they are */
+        json_object_set_new(o, "log_n", json_integer(f->log_nlines));
+        json_object_set_new(o, "log_dropped", json_integer(f->log_dropped));
+    }
     return o;
 }
 
@@ -477,23 +501,32 @@ enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct
                                     size_t n, struct error *err)
 {
     json_t *rows = json_array();
-    char *text;
-    const char *p[2];
+    const char **logs = xcalloc(n ? n : 1, sizeof(*logs));
+    char *text, *logs_array;
+    const char *p[3];
     PGresult *r;
     enum status st;
 
     for (size_t k = 0; k < n; k++) {
         fin[k].written = false;
         json_array_append_new(rows, finish_row(&fin[k]));
+        json_object_set_new(json_array_get(rows, k), "i", json_integer((json_int_t)k + 1));
+        logs[k] = fin[k].log_nlines > 0 ? fin[k].log_lines_json : NULL;
     }
     text = json_dumps(rows, JSON_COMPACT);
     json_decref(rows);
-    if (!text)
+    logs_array = db_text_array(logs, n);
+    free(logs);
+    if (!text) {
+        free(logs_array);
         return error_set(err, ST_INTERNAL, "could not encode %zu finished runs", n);
+    }
     p[0] = worker_id;
     p[1] = text;
-    st = db_run(db, &S_FINISH_BATCH, 2, p, &r, err);
+    p[2] = logs_array;
+    st = db_run(db, &S_FINISH_BATCH, 3, p, &r, err);
     free(text);
+    free(logs_array);
     if (st != ST_OK)
         return st;
     finish_mark(r, fin, n);
@@ -667,11 +700,12 @@ enum status store_runs_counts(struct db *db, json_t **out, struct error *err)
     return ST_OK;
 }
 
-enum status store_notify(struct db *db, bool queue, bool events, struct error *err)
+enum status store_notify(struct db *db, bool queue, bool events, const char *logs,
+                         struct error *err)
 {
-    const char *p[2] = {queue ? "t" : "f", events ? "t" : "f"};
+    const char *p[3] = {queue ? "t" : "f", events ? "t" : "f", logs};
     PGresult *r;
-    enum status st = db_run(db, &S_NOTIFY, 2, p, &r, err);
+    enum status st = db_run(db, &S_NOTIFY, 3, p, &r, err);
 
     if (st == ST_OK)
         PQclear(r);

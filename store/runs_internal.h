@@ -32,6 +32,16 @@
     "message, run_created_at) SELECT tenant, id, " type                                            \
     ", status, outcome, progress, step, " message ", created_at FROM upd)"
 
+/* One line of opsrun's own in the log of each run of the CTE "upd"
+ * (migration 021), which took its seq (log_seq = r.log_seq + 1) and
+ * returns tenant, id, created_at, attempt and log_seq; text is SQL over
+ * upd's columns. Written after the event, as every writer of both does. */
+#define LOG_LINE_FROM_UPD(text)                                                                    \
+    "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, attempt, first_seq, last_seq, "  \
+    "lines) SELECT tenant, id, created_at, attempt, log_seq, log_seq, jsonb_build_array("          \
+    "jsonb_build_array((extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'opsrun', " text \
+    ")) FROM upd)"
+
 /* The "submitted" event of each run a statement inserted (CTE "upd", its
  * rows with their approval columns): every insert of a run writes it. */
 #define EVENT_SUBMITTED EVENT_FROM_UPD("'status'", SUBMITTED_MESSAGE)

@@ -19,8 +19,12 @@
 // no request. Checks write no event, so once the next check is due the run
 // is read again, once (and again after 1 s, 2 s, ... up to 30 s while a
 // check is in flight), for the new count and the next check time.
+//
+// Above the fields, the run's log, one attempt at a time, live while the
+// run runs (web/logview.js: a stream of its own while the detail is open).
 import { api } from './api.js';
 import { awaitsApproval } from './runs.js';
+import { LogView } from './logview.js';
 
 const REFRESH_MAX_MS = 30000;
 const EVENTS_READ_MS = 250; // a burst of events with messages: one read after it
@@ -89,12 +93,14 @@ export class Detail {
       this.id = null;
       clearInterval(this.timer);
       this.timer = 0;
+      this.log.close();
       this.onClosed();
     });
     this.cancelBtn.addEventListener('click', () => this.act('cancel'));
     this.retryBtn.addEventListener('click', () => this.act('retry'));
     document.getElementById('d-approve').addEventListener('click', () => this.decide('approve'));
     document.getElementById('d-reject').addEventListener('click', () => this.decide('reject'));
+    this.log = new LogView(); // the run's log, above the fields and the timeline
   }
 
   async open(id) {
@@ -111,6 +117,7 @@ export class Detail {
     this.renderRun(known || { id });
     if (!this.dlg.open) this.dlg.showModal();
     if (!this.timer) this.timer = setInterval(() => this.tick(), 1000);
+    this.log.open(id, known);
     this.readFollowUps(id);
     try {
       const [{ body: run }, { body: ev }] = await Promise.all([
@@ -119,6 +126,7 @@ export class Detail {
       ]);
       if (this.id !== id) return;
       this.onChanged(run);
+      this.log.runChanged(this.runs.get(id) || run);
       for (const e of ev.events) this.events.set(e.id, e);
       this.list.dataset.loaded = 'true';
       this.renderRun(this.runs.get(id) || run);
@@ -153,6 +161,7 @@ export class Detail {
     if (messages) this.readEventsSoon();
     if (changed) {
       this.renderRun(this.runs.get(this.id));
+      this.log.runChanged(this.runs.get(this.id));
       if (this.list.dataset.loaded === 'true') this.renderEvents();
     }
   }

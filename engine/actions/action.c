@@ -1,6 +1,8 @@
 /* engine/actions/action.c — the run context helpers every action uses. */
 #include "engine/actions/action.h"
 
+#include "common/runlog.h"
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -78,6 +80,17 @@ void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...)
     utf8_scrub(msg); /* cut in a character, jansson would refuse it */
     json_decref(rc->error);
     rc->error = json_pack("{s:s, s:s}", "code", code, "message", msg);
+}
+
+void rc_log(struct run_ctx *rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!rc->log)
+        return;
+    va_start(ap, fmt);
+    runlog_vsay(rc->log, fmt, ap);
+    va_end(ap);
 }
 
 void rc_set_external_id(struct run_ctx *rc, const char *id)

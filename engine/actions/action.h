@@ -43,6 +43,7 @@ enum stop_reason { STOP_NONE = 0, STOP_CANCEL, STOP_SHUTDOWN, STOP_LOST };
 
 struct param_rule;  /* engine/actions/params.h */
 struct remote_conn; /* engine/actions/remote.h */
+struct runlog;      /* common/runlog.h */
 
 struct run_ctx {
     const struct run *run;
@@ -72,6 +73,9 @@ struct run_ctx {
     /* The calling thread's connections to reuse for remote calls (a
      * poller checker's); NULL: a new connection per call. */
     struct remote_conn *conn;
+    /* The attempt's log (docs/logs.md): rc_log writes opsrun's lines, an
+     * exec command's stderr goes to runlog_write. NULL: not kept (tests). */
+    struct runlog *log;
 };
 
 struct action_ops {
@@ -101,6 +105,9 @@ bool rc_save_state(struct run_ctx *rc, const json_t *state, bool cleanup_due);
  * false when it could not be read (rc->error says why): start() must not go
  * on then, or it would record new state over the leftovers. */
 bool rc_load_state(struct run_ctx *rc, json_t **state);
+/* One line in the run's log (stream "opsrun"): what opsrun did for the run
+ * that a person would look for. A no-op without a log. */
+void rc_log(struct run_ctx *rc, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Sets rc->error to {"code": code, "message": ...}, replacing any earlier. */
 void rc_error(struct run_ctx *rc, const char *code, const char *fmt, ...) PRINTF_LIKE(3, 4);
 /* Sets rc->external_id (copied). */

@@ -25,6 +25,7 @@
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
 #include "engine/actions/remote.h"
+#include "common/runlog.h"
 
 #include "common/dynbuf.h"
 #include "common/log.h"
@@ -42,6 +43,8 @@
 #define EXIT_RETRY 75
 #define PROGRESS_FD 3
 #define STDERR_TAIL 4096
+/* The most of it an error message quotes (rc_error keeps about 500 bytes). */
+#define ERROR_TAIL_MAX 400
 #define PROGRESS_LINE_MAX 512
 #define GRACE_DEFAULT_MS 5000
 #define GRACE_MAX_MS 600000
@@ -232,7 +235,7 @@ static void pipes_close(struct pipes *ps)
             }
 }
 
-static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid, struct error *err)
+static enum status spawn(struct run_ctx *rc, struct pipes *ps, pid_t *pid, struct error *err)
 {
     struct strv argv = {0}, env = {0};
     const char *cwd = json_string_value(json_object_get(rc->type->params, "cwd"));
@@ -274,6 +277,8 @@ static enum status spawn(const struct run_ctx *rc, struct pipes *ps, pid_t *pid,
     posix_spawnattr_destroy(&at);
     if (rv != 0)
         st = error_set(err, ST_INTERNAL, "could not execute %s: %s", argv.v[0], strerror(rv));
+    else
+        rc_log(rc, "started %s, pid %d", argv.v[0], (int)*pid);
     strv_free(&argv);
     strv_free(&env);
     /* The parent keeps the write end of stdin and the read ends. */
@@ -293,13 +298,15 @@ struct io {
     struct dynbuf out; /* capped at max_stdout_bytes */
     bool out_over;
     char err[STDERR_TAIL];
-    size_t err_len; /* the last STDERR_TAIL bytes */
+    size_t err_len;   /* the last STDERR_TAIL bytes */
+    bool err_wrapped; /* what came before them was dropped */
     char prog[PROGRESS_LINE_MAX];
     size_t prog_len;
 };
 
 static void err_append(struct io *io, const char *b, size_t n)
 {
+    io->err_wrapped |= io->err_len + n > STDERR_TAIL;
     if (n >= STDERR_TAIL) {
         memcpy(io->err, b + n - STDERR_TAIL, STDERR_TAIL);
         io->err_len = STDERR_TAIL;
@@ -356,6 +363,7 @@ static bool drain(struct run_ctx *rc, struct io *io, int which, int fd)
             io->out_over = true; /* what it held is never read */
     } else if (which == 2) {
         err_append(io, buf, (size_t)n);
+        runlog_write(rc->log, buf, (size_t)n);
     } else {
         prog_append(rc, io, buf, (size_t)n);
     }
@@ -439,17 +447,29 @@ static int stop_group(pid_t pid, int64_t grace_ms, bool *killed)
 
 /* ---- the outcome -------------------------------------------------------- */
 
+/* The error of a failed command: what happened and the end of its stderr,
+ * from the start of a line when there is one in reach (so that it does not
+ * begin in the middle of what the command wrote, a secret say; the worker
+ * masks the secrets in it, a piece of one at its start too). */
 static void error_with_stderr(struct run_ctx *rc, const char *code, const char *what, struct io *io)
 {
     char tail[STDERR_TAIL + 1];
+    size_t n = io->err_len, from = 0;
 
-    for (size_t i = 0; i < io->err_len; i++)
+    for (size_t i = 0; i < n; i++)
         tail[i] = io->err[i] == '\0' || io->err[i] == '\r' ? ' ' : io->err[i];
-    tail[io->err_len] = '\0';
-    utf8_scrub(tail);
-    while (io->err_len && (tail[strlen(tail) - 1] == '\n' || tail[strlen(tail) - 1] == ' '))
-        tail[strlen(tail) - 1] = '\0', io->err_len--;
-    rc_error(rc, code, "%s%s%s", what, tail[0] ? ": " : "", tail);
+    tail[n] = '\0';
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == ' '))
+        tail[--n] = '\0';
+    if (n > ERROR_TAIL_MAX) {
+        const char *nl = memchr(tail + n - ERROR_TAIL_MAX, '\n', ERROR_TAIL_MAX);
+        from = nl ? (size_t)(nl + 1 - tail) : n - ERROR_TAIL_MAX;
+    } else if (io->err_wrapped) {
+        const char *nl = memchr(tail, '\n', n);
+        from = nl ? (size_t)(nl + 1 - tail) : 0;
+    }
+    utf8_scrub(tail + from);
+    rc_error(rc, code, "%s%s%s", what, tail[from] ? ": " : "", tail + from);
 }
 
 /* Exit 0: the result, and summaries lifted out of it. */
@@ -533,12 +553,22 @@ static enum step exec_start(struct run_ctx *rc)
     for (int i = 0; i < 4; i++)
         fcntl(ps.p[i][i == 0 ? 1 : 0], F_SETFL, O_NONBLOCK);
     stopped = pump(rc, &ps, &io) || wait_child(rc, pid, &status);
-    if (stopped)
+    if (stopped) {
+        rc_log(rc, "stopping the command: SIGTERM to its process group");
         status = stop_group(pid, g ? json_integer_value(g) : GRACE_DEFAULT_MS, &killed);
+    }
     kill(-pid, SIGKILL); /* no stray children in its group */
-    if (stopped)
+    runlog_end_output(rc->log);
+    if (stopped) {
         LOG(LOG_INFO, "stopped command run=%s pid=%d%s", rc->run->id, (int)pid,
             killed ? " (killed after the grace period)" : "");
+        rc_log(rc, "the command stopped%s",
+               killed ? ": killed with SIGKILL after the grace period" : "");
+    } else if (WIFSIGNALED(status)) {
+        rc_log(rc, "the command was killed by signal %d", WTERMSIG(status));
+    } else {
+        rc_log(rc, "the command exited with status %d", WEXITSTATUS(status));
+    }
     pipes_close(&ps);
     step = outcome(rc, &io, status, stopped);
     dynbuf_free(&io.out);

@@ -79,6 +79,12 @@ enum status remote_check_template(const char *tmpl, const char *path, struct err
 /* Whether every placeholder of tmpl is {{env:NAME}}: no value of a run can
  * change its expansion. */
 bool remote_template_operator_only(const char *tmpl);
+/* The values of every {{env:NAME}} placeholder in the strings of v (a run
+ * type's params, at any depth), each once, empty ones left out, and each
+ * also percent-encoded and XML-escaped as a request carries it where that
+ * differs: what the run's log masks. *out is a heap array of heap strings
+ * (free each, then it); returns their number. */
+size_t remote_env_values(const json_t *v, char ***out);
 
 /* Template expansion (exposed for tests and exec). On ST_OK *out is a heap
  * string, never NULL; otherwise it is NULL. ST_INVALID for a placeholder
@@ -109,6 +115,11 @@ bool remote_same_authority(const char *origin, const char *url);
  * URL that was called, by libcurl's URL API: a new string (free), or NULL
  * when the result is not an http or https URL libcurl can read. */
 char *remote_url_resolve(const char *base, const char *ref);
+/* url as a run's log shows it: without its user, password, query and
+ * fragment (where credentials and tokens travel); one libcurl cannot read
+ * shows as "<a URL that could not be read>", never a piece of it. A new
+ * string (free). */
+char *remote_url_for_log(const char *url);
 
 /* ---- request descriptions (remote_request.c) ---- */
 

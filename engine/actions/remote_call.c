@@ -5,6 +5,7 @@
 #include "engine/actions/remote.h"
 
 #include "common/dynbuf.h"
+#include "common/runlog.h"
 
 #include <curl/curl.h>
 #include <stdlib.h>
@@ -197,6 +198,24 @@ static void set_options(CURL *c, const char *method, const char *url, const char
     curl_easy_setopt(c, CURLOPT_USERAGENT, "opsrun/" OPSRUN_VERSION);
 }
 
+/* One line in the run's log for a request: method, URL without its query,
+ * what came back and how long it took. */
+static void log_request(const struct run_ctx *rc, const char *method, const char *url, CURLcode cc,
+                        long status, int64_t ms, const char *why)
+{
+    char *shown;
+
+    if (!rc->log)
+        return;
+    shown = remote_url_for_log(url);
+    if (cc == CURLE_OK)
+        runlog_say(rc->log, "%s %s: %ld in %lld ms", method, shown, status, (long long)ms);
+    else
+        runlog_say(rc->log, "%s %s: no answer after %lld ms: %s", method, shown, (long long)ms,
+                   why);
+    free(shown);
+}
+
 enum status remote_call(const json_t *req, const struct remote_vars *v, const char *url_override,
                         const struct run_ctx *rc, struct remote_response *out, struct error *err)
 {
@@ -208,6 +227,7 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     struct sink k = {.too_big = false};
     const char *ctype = NULL;
     char *url = NULL, *body = NULL;
+    int64_t started;
     enum status st;
     CURLcode cc;
     CURL *c;
@@ -242,11 +262,15 @@ enum status remote_call(const json_t *req, const struct remote_vars *v, const ch
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)rc);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    started = clock_mono_ms();
     cc = curl_easy_perform(c);
     if (cc == CURLE_OK) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
         out->retry_after_s = retry_after(c);
     }
+    if (rc)
+        log_request(rc, method, url, cc, out->status, clock_mono_ms() - started,
+                    k.too_big ? "the response is larger than 4 MiB" : curl_easy_strerror(cc));
     transfer_done(rc, c);
     curl_slist_free_all(hdrs);
     free(url);

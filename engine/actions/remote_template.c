@@ -157,6 +157,70 @@ enum status remote_check_template(const char *s, const char *path, struct error 
     return ST_OK;
 }
 
+/* Adds the values of the {{env:NAME}} placeholders of s to *out (n of
+ * them), each once. */
+static void env_values_of(const char *s, char ***out, size_t *n)
+{
+    const char *a, *b, *e;
+    char name[PLACEHOLDER_MAX];
+    bool bad, seen;
+
+    for (; next_placeholder(s, &a, &b, name, &bad); s = b) {
+        if (strncmp(name, "env:", 4) != 0 || !(e = getenv(name + 4)) || !*e)
+            continue;
+        seen = false;
+        for (size_t i = 0; i < *n && !seen; i++)
+            seen = strcmp((*out)[i], e) == 0;
+        if (seen)
+            continue;
+        *out = xrealloc(*out, (*n + 1) * sizeof(**out));
+        (*out)[(*n)++] = xstrdup(e);
+    }
+}
+
+static void env_values_walk(const json_t *v, char ***out, size_t *n)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+
+    if (json_is_string(v))
+        env_values_of(json_string_value(v), out, n);
+    else if (json_is_array(v))
+        json_array_foreach(v, i, x) env_values_walk(x, out, n);
+    else if (json_is_object(v))
+        json_object_foreach((json_t *)v, key, x) env_values_walk(x, out, n);
+}
+
+static enum status add_encoded(struct dynbuf *buf, const char *s, int mode);
+
+/* Adds value as mode encodes it, when that differs from the value. */
+static void add_variant(char ***out, size_t *n, const char *value, int mode)
+{
+    struct dynbuf b;
+
+    dynbuf_init(&b, REMOTE_EXPAND_MAX);
+    if (add_encoded(&b, value, mode) == ST_OK && dynbuf_ptr(&b) && strcmp(dynbuf_ptr(&b), value)) {
+        *out = xrealloc(*out, (*n + 1) * sizeof(**out));
+        (*out)[(*n)++] = dynbuf_take(&b);
+    }
+    dynbuf_free(&b);
+}
+
+size_t remote_env_values(const json_t *v, char ***out)
+{
+    size_t n = 0, raw;
+
+    *out = NULL;
+    env_values_walk(v, out, &n);
+    raw = n;
+    for (size_t i = 0; i < raw; i++) { /* as a URL or an XML body carries them */
+        add_variant(out, &n, (*out)[i], REMOTE_URL);
+        add_variant(out, &n, (*out)[i], REMOTE_XML);
+    }
+    return n;
+}
+
 /* ---- expansion ------------------------------------------------------------- */
 
 enum status remote_too_large(struct error *err)

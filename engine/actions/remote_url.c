@@ -106,6 +106,26 @@ char *remote_url_resolve(const char *base, const char *ref)
     return out;
 }
 
+char *remote_url_for_log(const char *url)
+{
+    static const CURLUPart gone[] = {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS,
+                                     CURLUPART_QUERY, CURLUPART_FRAGMENT};
+    CURLU *u = curl_url();
+    char *got = NULL, *out;
+
+    if (!u)
+        abort();
+    if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+        for (size_t i = 0; i < ARRAY_LEN(gone); i++)
+            (void)curl_url_set(u, gone[i], NULL, 0);
+        (void)curl_url_get(u, CURLUPART_URL, &got, 0);
+    }
+    out = xstrdup(got ? got : "<a URL that could not be read>");
+    curl_free(got);
+    curl_url_cleanup(u);
+    return out;
+}
+
 enum status remote_expand_url(const char *tmpl, const struct remote_vars *v, char **out,
                               struct error *err)
 {

@@ -153,6 +153,7 @@ static enum step simulate_start(struct run_ctx *rc)
             return STEP_FAIL; /* the worker turns a stop into cancelled/timed_out */
         xsnprintf(text, sizeof(text), "step %d of %d", i, steps);
         rc_progress(rc, i * 100 / steps, text);
+        rc_log(rc, "%s", text);
     }
     if (steps == 0 && !rc_sleep(rc, duration_ms))
         return STEP_FAIL;

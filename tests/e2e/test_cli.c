@@ -8,8 +8,10 @@
  * the run's events in the database (no gap, no repeat); runs as a table and
  * as JSON; cancel; retry; health up and down; usage and connection errors;
  * version. Every test case gets its own database and process. */
+#include "../support/cli.h"
 #include "../support/harness.h"
 
+#include "client/logs.h"
 #include "client/watch.h"
 
 #include <arpa/inet.h>
@@ -26,174 +28,67 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- running the client ---- */
-
-struct cli {
-    pid_t pid;
-    char out_path[128], err_path[128];
-    int rc;    /* exit status; -1 when it had to be killed */
-    char *out; /* its standard output, once it ended (heap) */
-    char *err; /* its standard error */
-};
-
-/* Starts `opsrun args...` with OPSRUN_SERVER=server (NULL: unset) and no
- * OPSRUN_TOKEN, its output going to files. */
-static void cli_spawn(struct cli *c, const char *server, const char *const *args)
-{
-    static int seq;
-    const char *bin = getenv("OPSRUN_BIN");
-    const char *argv[32];
-    int n = 0;
-
-    ck_assert_msg(bin != NULL, "OPSRUN_BIN is not set");
-    memset(c, 0, sizeof(*c));
-    mkdir("/tmp/opsrun-tests", 0777);
-    snprintf(c->out_path, sizeof(c->out_path), "/tmp/opsrun-tests/cli-%d-%d.out", (int)getpid(),
-             seq);
-    snprintf(c->err_path, sizeof(c->err_path), "/tmp/opsrun-tests/cli-%d-%d.err", (int)getpid(),
-             seq++);
-    argv[n++] = bin;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    c->pid = fork();
-    ck_assert_msg(c->pid >= 0, "fork failed");
-    if (c->pid == 0) {
-        int o = open(c->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(c->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int in = open("/dev/null", O_RDONLY);
-        dup2(in, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        if (server)
-            setenv("OPSRUN_SERVER", server, 1);
-        else
-            unsetenv("OPSRUN_SERVER");
-        unsetenv("OPSRUN_TOKEN");
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    char chunk[4096];
-    size_t n;
-
-    while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        fwrite(chunk, 1, n, m);
-    if (f)
-        fclose(f);
-    fclose(m);
-    return buf;
-}
-
-/* Waits up to timeout_s for the client to end and reads its output. */
-static int cli_wait(struct cli *c, int timeout_s)
-{
-    int st = 0;
-    long long until = th_now_ms() + timeout_s * 1000LL;
-
-    while (waitpid(c->pid, &st, WNOHANG) != c->pid) {
-        if (th_now_ms() > until) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, &st, 0);
-            st = -1;
-            break;
-        }
-        th_sleep_ms(20);
-    }
-    c->rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    c->out = slurp(c->out_path);
-    c->err = slurp(c->err_path);
-    unlink(c->out_path);
-    unlink(c->err_path);
-    return c->rc;
-}
-
-static void cli_free(struct cli *c)
-{
-    free(c->out);
-    free(c->err);
-    c->out = c->err = NULL;
-}
-
-/* Runs the client to its end (at most 60 s); asserts its exit status. */
-#define CLI(c, server, want, ...)                                                                  \
-    do {                                                                                           \
-        cli_spawn((c), (server), (const char *const[]){__VA_ARGS__, NULL});                        \
-        cli_wait((c), 60);                                                                         \
-        ck_assert_msg((c)->rc == (want), "opsrun %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s",  \
-                      #__VA_ARGS__, (c)->rc, (want), (c)->out, (c)->err);                          \
-    } while (0)
-
-/* The n-th line of text (from 0), without its newline, into out. */
-static bool line_at(const char *text, int n, char *out, size_t cap)
-{
-    for (int i = 0; i < n && text; i++)
-        text = (text = strchr(text, '\n')) ? text + 1 : NULL;
-    if (!text || !*text)
-        return false;
-    snprintf(out, cap, "%.*s", (int)strcspn(text, "\n"), text);
-    return true;
-}
-
-static int count_lines(const char *text)
-{
-    int n = 0;
-
-    for (const char *p = text; p && *p; p++)
-        n += *p == '\n';
-    return n;
-}
-
-static bool starts_with(const char *s, const char *prefix)
-{
-    return s && strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
 static void assert_run_id_line(const char *out, char *id, size_t cap)
 {
-    ck_assert_msg(line_at(out, 0, id, cap), "no first line in %s", out);
+    ck_assert_msg(cli_line_at(out, 0, id, cap), "no first line in %s", out);
     ck_assert_msg(strlen(id) == 26 && strspn(id, "0123456789ABCDEFGHJKMNPQRSTVWXYZ") == 26,
                   "first line is not a generated run id: \"%s\"", id);
 }
 
+/* watch's log lines (those of its output that start with "log ") are the
+ * run's whole log, each line once, in order. When watch saw the run end
+ * (live), the line before the result is the run's last state, after the
+ * last log line; else the first line is. */
+static void assert_watch_log(const struct th_proc *p, const char *id, const char *out, bool live)
+{
+    int n, nout = cli_count_lines(out);
+    char *want = cli_expected_log(p->url, id, LOGLINE_WATCH, 0, &n);
+    char *got = cli_lines_with(out, "log ", true);
+    char line[512];
+
+    ck_assert_msg(n > 0, "run %s has no log", id);
+    ck_assert_msg(strcmp(got, want) == 0, "watch's log lines:\n%s\nthe run's log:\n%s", got, want);
+    ck_assert(cli_line_at(out, live ? nout - 2 : 0, line, sizeof(line)));
+    ck_assert_msg(cli_starts_with(line, live ? "status    completed" : "snapshot  completed"),
+                  "the last state: %s\n%s", line, out);
+    free(want);
+    free(got);
+}
+
 /* ---- tests against a real server ---- */
 
-/* submit --watch: the run id, one line per event, the result; exit 0 when
- * the run succeeded, 1 when it failed. watch of a completed run: its
- * snapshot and the result. watch of an unknown run: 1, the server's
- * problem. */
+/* submit --watch: the run id, one line per event and per log line, the
+ * result; exit 0 when the run succeeded, 1 when it failed. watch of a
+ * completed run: its snapshot, its log and the result. watch of an
+ * unknown run: 1, the server's problem. */
 START_TEST(submit_and_watch)
 {
     struct th_proc p;
     struct cli c;
     char id[64], line[512], want[128];
+    char *events;
     int n;
 
     th_start_fresh(&p, "e2e_cli_watch", NULL);
     CLI(&c, p.url, 0, "submit", "demo", "--data", "{\"duration_ms\":600,\"steps\":3}", "--watch");
     assert_run_id_line(c.out, id, sizeof(id));
-    ck_assert_msg(line_at(c.out, 1, line, sizeof(line)) && starts_with(line, "snapshot  "),
+    ck_assert_msg(cli_line_at(c.out, 1, line, sizeof(line)) && cli_starts_with(line, "snapshot  "),
                   "second line: %s", line);
     ck_assert_msg(strstr(c.out, "\nstatus    completed  succeeded 100%"), "%s", c.out);
-    n = count_lines(c.out);
-    ck_assert(line_at(c.out, n - 1, line, sizeof(line)));
+    n = cli_count_lines(c.out);
+    ck_assert(cli_line_at(c.out, n - 1, line, sizeof(line)));
     snprintf(want, sizeof(want), "run %s succeeded", id);
     ck_assert_str_eq(line, want);
     ck_assert_str_eq(c.err, "");
+    assert_watch_log(&p, id, c.out, true);
+    ck_assert_msg(strstr(c.out, "\nlog       opsrun  step 2 of 3\n"), "%s", c.out);
     cli_free(&c);
 
     CLI(&c, p.url, 1, "submit", "demo", "--run-id", "f-1", "--data",
         "{\"duration_ms\":0,\"fail\":\"permanent\"}", "--watch");
-    ck_assert(line_at(c.out, 0, line, sizeof(line)));
+    ck_assert(cli_line_at(c.out, 0, line, sizeof(line)));
     ck_assert_str_eq(line, "f-1");
-    ck_assert(line_at(c.out, count_lines(c.out) - 1, line, sizeof(line)));
+    ck_assert(cli_line_at(c.out, cli_count_lines(c.out) - 1, line, sizeof(line)));
     ck_assert_str_eq(line,
                      "run f-1 failed (simulated_failure): permanent failure requested by \"fail\"");
     cli_free(&c);
@@ -206,16 +101,22 @@ START_TEST(submit_and_watch)
     cli_free(&c);
 
     CLI(&c, p.url, 1, "watch", "f-1");
-    ck_assert_msg(starts_with(c.out, "snapshot  completed  failed  "), "%s", c.out);
-    ck_assert_int_eq(count_lines(c.out), 2);
+    ck_assert_msg(cli_starts_with(c.out, "snapshot  completed  failed  "), "%s", c.out);
+    events = cli_lines_with(c.out, "log ", false);
+    ck_assert_int_eq(cli_count_lines(events), 2);
+    free(events);
+    assert_watch_log(&p, "f-1", c.out, false);
     cli_free(&c);
     CLI(&c, p.url, 0, "watch", id);
-    ck_assert_int_eq(count_lines(c.out), 2);
+    events = cli_lines_with(c.out, "log ", false);
+    ck_assert_int_eq(cli_count_lines(events), 2);
+    free(events);
+    assert_watch_log(&p, id, c.out, false);
     cli_free(&c);
 
     CLI(&c, p.url, 1, "watch", "nope");
     ck_assert_str_eq(c.out, "");
-    ck_assert_msg(starts_with(c.err, "opsrun: watch: Not Found: run \"nope\""), "%s", c.err);
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: watch: Not Found: run \"nope\""), "%s", c.err);
     cli_free(&c);
 
     /* a submission the server refuses: its problem, exit 1 */
@@ -258,19 +159,6 @@ static char **db_event_lines(PGconn *pg, const char *run_id, int *n)
     return lines;
 }
 
-/* Waits until the file holds needle. */
-static bool file_has(const char *path, const char *needle, int timeout_ms)
-{
-    for (long long until = th_now_ms() + timeout_ms; th_now_ms() < until; th_sleep_ms(50)) {
-        char *text = slurp(path);
-        bool found = text && strstr(text, needle);
-        free(text);
-        if (found)
-            return true;
-    }
-    return false;
-}
-
 /* watch across a restart of the server on the same port and database: the
  * stream ends when the server stops, watch reconnects with Last-Event-ID
  * until it is back, and prints every event of the run once, in order. */
@@ -282,7 +170,7 @@ START_TEST(watch_across_restart)
     char *path = th_config_file("e2e_cli_restart", config);
     const char *const args[] = {"--config", path, NULL};
     const char *ci;
-    char **want, line[512], *out_lines;
+    char **want, line[512], *out_lines, *events;
     int nwant, nout, rc;
     PGconn *pg;
 
@@ -292,33 +180,41 @@ START_TEST(watch_across_restart)
                    "\"data\":{\"duration_ms\":6000,\"steps\":12}}",
                    202));
     cli_spawn(&c, p.url, (const char *const[]){"watch", "long-1", NULL});
-    ck_assert_msg(file_has(c.out_path, "\nprogress  running", 15000), "no progress line");
+    ck_assert_msg(cli_file_has(c.out_path, "\nprogress  running", 15000), "no progress line");
     rc = th_stop(&p, SIGTERM, 30);
     ck_assert_msg(rc == 0, "the server exited %d; log: %s", rc, p.log);
-    ck_assert_msg(file_has(c.err_path, "reconnecting", 10000), "no reconnect message");
+    ck_assert_msg(cli_file_has(c.err_path, "reconnecting", 10000), "no reconnect message");
     th_sleep_ms(1000);
     th_restart(&p, ci, args, NULL);
     ck_assert_int_eq(cli_wait(&c, 60), 0);
 
     pg = th_pg(ci);
     want = db_event_lines(pg, "long-1", &nwant);
-    nout = count_lines(c.out);
+    events = cli_lines_with(c.out, "log ", false);
+    nout = cli_count_lines(events);
     /* the first line is the snapshot, the last the result; those in
      * between are the events after the snapshot's, each once, in order */
     ck_assert_msg(nout >= 4 && nout - 2 <= nwant, "%d lines for %d events:\n%s", nout, nwant,
                   c.out);
     for (int i = 1; i < nout - 1; i++) {
-        ck_assert(line_at(c.out, i, line, sizeof(line)));
+        ck_assert(cli_line_at(events, i, line, sizeof(line)));
         ck_assert_msg(strcmp(line, want[nwant - (nout - 2) + i - 1]) == 0,
                       "line %d \"%s\", want \"%s\"\nstdout:\n%s", i, line,
                       want[nwant - (nout - 2) + i - 1], c.out);
     }
-    ck_assert(line_at(c.out, nout - 1, line, sizeof(line)));
+    ck_assert(cli_line_at(events, nout - 1, line, sizeof(line)));
     ck_assert_str_eq(line, "run long-1 succeeded");
     /* the run was handed back at the stop, and watch saw that too */
-    out_lines = strstr(c.out, "\nstatus    queued     pending");
+    out_lines = strstr(events, "\nstatus    queued     pending");
     ck_assert_msg(out_lines != NULL, "no hand-back line:\n%s", c.out);
     ck_assert_msg(strstr(c.err, "opsrun: stream of run long-1 lost ("), "stderr: %s", c.err);
+    /* the log across the restart: both attempts' lines, each once, in
+     * order; its stream reconnected without a word */
+    assert_watch_log(&p, "long-1", c.out, true);
+    ck_assert_msg(strstr(c.out, "\nlog       opsrun  attempt 1 handed back at shutdown "), "%s",
+                  c.out);
+    ck_assert_msg(!strstr(c.err, "log stream"), "stderr: %s", c.err);
+    free(events);
     for (int i = 0; i < nwant; i++)
         free(want[i]);
     free(want);
@@ -363,18 +259,18 @@ START_TEST(runs_cancel_retry)
     cli_free(&c);
 
     CLI(&c, p.url, 0, "runs", "--status", "completed", "--type", "demo");
-    ck_assert(line_at(c.out, 0, line, sizeof(line)));
-    ck_assert_msg(starts_with(line, "ID      TYPE  STATUS      OUTCOME"), "header: %s", line);
-    ck_assert(line_at(c.out, 1, line, sizeof(line)));
-    ck_assert_msg(starts_with(line, "fail-1  demo  completed   failed  "), "row: %s", line);
-    ck_assert_int_eq(count_lines(c.out), 2);
+    ck_assert(cli_line_at(c.out, 0, line, sizeof(line)));
+    ck_assert_msg(cli_starts_with(line, "ID      TYPE  STATUS      OUTCOME"), "header: %s", line);
+    ck_assert(cli_line_at(c.out, 1, line, sizeof(line)));
+    ck_assert_msg(cli_starts_with(line, "fail-1  demo  completed   failed  "), "row: %s", line);
+    ck_assert_int_eq(cli_count_lines(c.out), 2);
     cli_free(&c);
     CLI(&c, p.url, 0, "runs", "--type", "nosuch");
     ck_assert_str_eq(c.out, "");
     ck_assert_str_eq(c.err, "opsrun: no runs\n");
     cli_free(&c);
     CLI(&c, p.url, 0, "runs", "--limit", "1");
-    ck_assert_int_eq(count_lines(c.out), 2);
+    ck_assert_int_eq(cli_count_lines(c.out), 2);
     ck_assert_str_eq(c.err, "opsrun: more runs match than shown (--limit N, at most 500)\n");
     cli_free(&c);
 
@@ -395,7 +291,7 @@ START_TEST(runs_cancel_retry)
     /* retry prints the new run's id; the run names the one it repeats */
     CLI(&c, p.url, 0, "retry", "fail-1");
     assert_run_id_line(c.out, id, sizeof(id));
-    ck_assert_int_eq(count_lines(c.out), 1);
+    ck_assert_int_eq(cli_count_lines(c.out), 1);
     run = th_get_run(&p, id);
     ck_assert_str_eq(th_js(run, "retry_of"), "fail-1");
     json_decref(run);
@@ -404,19 +300,19 @@ START_TEST(runs_cancel_retry)
     /* --watch follows it: this one fails again (exit 1) ... */
     CLI(&c, p.url, 1, "retry", id, "--watch");
     assert_run_id_line(c.out, id2, sizeof(id2));
-    ck_assert(line_at(c.out, count_lines(c.out) - 1, line, sizeof(line)));
-    ck_assert_msg(starts_with(line, "run ") && strstr(line, " failed (simulated_failure)"), "%s",
-                  line);
+    ck_assert(cli_line_at(c.out, cli_count_lines(c.out) - 1, line, sizeof(line)));
+    ck_assert_msg(cli_starts_with(line, "run ") && strstr(line, " failed (simulated_failure)"),
+                  "%s", line);
     cli_free(&c);
     /* ... and the cancelled one runs now and succeeds (exit 0) */
     CLI(&c, p.url, 0, "retry", "later-1", "--watch");
     assert_run_id_line(c.out, id2, sizeof(id2));
-    ck_assert(line_at(c.out, count_lines(c.out) - 1, line, sizeof(line)));
+    ck_assert(cli_line_at(c.out, cli_count_lines(c.out) - 1, line, sizeof(line)));
     snprintf(path, sizeof(path), "run %s succeeded", id2);
     ck_assert_str_eq(line, path);
     cli_free(&c);
     CLI(&c, p.url, 1, "retry", id2);
-    ck_assert_msg(starts_with(c.err, "opsrun: retry: Conflict: run \""), "%s", c.err);
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: retry: Conflict: run \""), "%s", c.err);
     cli_free(&c);
 
     th_expect_outcome(&p, "slow-1", "cancelled", 20);
@@ -468,7 +364,7 @@ START_TEST(approve_reject_and_bulk)
     ck_assert_str_eq(c.out, "30 runs match (dry run: nothing was cancelled)\n");
     cli_free(&c);
     CLI(&c, p.url, 1, "cancel", "--status", "queued", "--type", "demo", "--limit", "29");
-    ck_assert_msg(starts_with(c.err, "opsrun: cancel: Conflict: more than 29 runs match"), "%s",
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: cancel: Conflict: more than 29 runs match"), "%s",
                   c.err);
     cli_free(&c);
     CLI(&c, p.url, 0, "cancel", "--status", "queued", "--type", "demo");
@@ -494,19 +390,6 @@ START_TEST(approve_reject_and_bulk)
 }
 END_TEST
 
-/* A loopback port with nothing listening on it. */
-static int dead_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* health: 0 and "ready" while the server serves; 1, quickly, once it is
  * gone (never 2, which Docker reserves). */
 START_TEST(health)
@@ -525,7 +408,7 @@ START_TEST(health)
     t0 = th_now_ms();
     CLI(&c, NULL, 1, "--server", url, "health");
     ck_assert_msg(th_now_ms() - t0 < 5000, "health took %lld ms", th_now_ms() - t0);
-    ck_assert_msg(starts_with(c.err, "opsrun: not ready: could not reach "), "%s", c.err);
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: not ready: could not reach "), "%s", c.err);
     cli_free(&c);
 }
 END_TEST
@@ -541,6 +424,8 @@ START_TEST(usage_and_version)
         {"health", "--json", NULL},
         {"frobnicate", NULL},
         {"cancel", "a/b", NULL},
+        {"logs", NULL},
+        {"logs", "x", "--attempt", "0"},
     };
     struct cli c;
     char url[64];
@@ -549,13 +434,13 @@ START_TEST(usage_and_version)
     for (size_t i = 0; i < sizeof(usage) / sizeof(usage[0]); i++) {
         cli_spawn(&c, "http://127.0.0.1:1", usage[i]);
         ck_assert_msg(cli_wait(&c, 20) == 2, "%s: exit %d: %s", usage[i][0], c.rc, c.err);
-        ck_assert_msg(starts_with(c.err, "opsrun: "), "%s: stderr %s", usage[i][0], c.err);
+        ck_assert_msg(cli_starts_with(c.err, "opsrun: "), "%s: stderr %s", usage[i][0], c.err);
         ck_assert_str_eq(c.out, "");
         cli_free(&c);
     }
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", dead_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", cli_dead_port());
     CLI(&c, url, 2, "runs", "--token", "s3cr3t-t0ken");
-    ck_assert_msg(starts_with(c.err, "opsrun: could not reach http://127.0.0.1:"), "%s", c.err);
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: could not reach http://127.0.0.1:"), "%s", c.err);
     ck_assert_ptr_null(strstr(c.err, "s3cr3t"));
     cli_free(&c);
     CLI(&c, url, 2, "cancel", "x");
@@ -565,14 +450,16 @@ START_TEST(usage_and_version)
     ck_assert_msg(strstr(c.out, "client commands") && strstr(c.out, "OPSRUN_TOKEN"), "%s", c.out);
     cli_free(&c);
     CLI(&c, NULL, 0, "--help");
-    ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID"), "%s", c.out);
+    ck_assert_msg(strstr(c.out, "  serve ") && strstr(c.out, "  watch ID") &&
+                      strstr(c.out, "  logs ID [--attempt N] [--follow|-f] [--json]"),
+                  "%s", c.out);
     cli_free(&c);
 
     /* A mistyped command is what is blamed, not its operand; the usage
      * after it is --help's, client commands included. */
     CLI(&c, NULL, 2, "sumbit", "demo");
-    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"sumbit\"; did you mean "
-                                     "\"submit\"?\nusage: opsrun <command>"),
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: unknown command \"sumbit\"; did you mean "
+                                         "\"submit\"?\nusage: opsrun <command>"),
                   "%s", c.err);
     ck_assert_msg(strstr(c.err, "  serve ") && strstr(c.err, "  watch ID") &&
                       strstr(c.err, "  token new ") && strstr(c.err, "  health "),
@@ -580,11 +467,12 @@ START_TEST(usage_and_version)
     ck_assert_str_eq(c.out, "");
     cli_free(&c);
     CLI(&c, NULL, 2, "frobnicate");
-    ck_assert_msg(starts_with(c.err, "opsrun: unknown command \"frobnicate\"\nusage: "), "%s",
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: unknown command \"frobnicate\"\nusage: "), "%s",
                   c.err);
     cli_free(&c);
     CLI(&c, NULL, 2, "serve", "--bogus");
-    ck_assert_msg(starts_with(c.err, "opsrun: unknown argument \"--bogus\"\nusage: "), "%s", c.err);
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: unknown argument \"--bogus\"\nusage: "), "%s",
+                  c.err);
     ck_assert_msg(strstr(c.err, "client commands") && strstr(c.err, "  submit TYPE"), "%s", c.err);
     cli_free(&c);
 
@@ -602,101 +490,98 @@ START_TEST(usage_and_version)
 }
 END_TEST
 
-/* ---- a scripted HTTP peer ---- */
-
-static int peer_listen(int *port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 8) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
-/* Accepts the next connection (within 15 s) and reads its request head. */
-static int peer_accept(int lfd, char *req, size_t cap)
-{
-    struct pollfd pf = {lfd, POLLIN, 0};
-    size_t len = 0;
-    int fd;
-
-    ck_assert_msg(poll(&pf, 1, 15000) == 1, "the client did not connect within 15 s");
-    fd = accept(lfd, NULL, NULL);
-    ck_assert(fd >= 0);
-    while (len + 1 < cap) {
-        ssize_t n;
-        pf = (struct pollfd){fd, POLLIN, 0};
-        ck_assert_msg(poll(&pf, 1, 10000) == 1, "no request within 10 s");
-        n = read(fd, req + len, cap - 1 - len);
-        ck_assert(n > 0);
-        len += (size_t)n;
-        req[len] = '\0';
-        if (strstr(req, "\r\n\r\n"))
-            break;
-    }
-    return fd;
-}
-
-static void peer_answer(int fd, const char *raw)
-{
-    ck_assert(write(fd, raw, strlen(raw)) == (ssize_t)strlen(raw));
-    close(fd);
-}
-
-static bool has_header(const char *req, const char *line)
-{
-    char want[256];
-
-    snprintf(want, sizeof(want), "\r\n%s\r\n", line);
-    return strstr(req, want) != NULL;
-}
-
 /* The exact requests of watch: the token as a bearer header; after the
  * stream breaks, the same path again with Last-Event-ID; a 204 ends it, and
- * the outcome comes from GET /runs/{id}. */
+ * the outcome comes from GET /runs/{id}. The log stream opens once the
+ * first event has come, and resumes with the seq of its last line; the
+ * log's lines are all shown once, cleaned, before the result, and its
+ * reconnect says nothing. */
+static void answer_log_stream(int fd, int nth, const char *req)
+{
+    static const char head[] =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        "retry: 3000\n\n";
+    char body[1024];
+
+    if (nth == 0) {
+        ck_assert_msg(!strstr(req, "Last-Event-ID"), "%s", req);
+        snprintf(body, sizeof(body),
+                 "%sid: 1\nevent: log\ndata: {\"seq\":1,\"attempt\":1,\"at\":"
+                 "\"2026-12-06T14:46:10.864845Z\",\"stream\":\"opsrun\",\"text\":\"attempt 1 of 1 "
+                 "started\"}\n\nid: 2\nevent: log\ndata: {\"seq\":2,\"attempt\":1,\"at\":"
+                 "\"2026-12-06T14:46:10.9Z\",\"stream\":\"stderr\",\"text\":\"tab\\tand "
+                 "\\u001b[2J escape\"}\n\n",
+                 head);
+    } else {
+        ck_assert_msg(cli_has_header(req, "Last-Event-ID: 2"), "%s", req);
+        /* line 2 again, as a server that resumes a line early would:
+         * shown once */
+        snprintf(body, sizeof(body),
+                 "%sid: 2\nevent: log\ndata: {\"seq\":2,\"attempt\":1,\"at\":"
+                 "\"2026-12-06T14:46:10.9Z\",\"stream\":\"stderr\",\"text\":\"again\"}\n\n"
+                 "id: 3\nevent: log\ndata: {\"seq\":3,\"attempt\":1,\"at\":"
+                 "\"2026-12-06T14:46:11Z\",\"stream\":\"stderr\",\"text\":\"third\"}\n\n"
+                 "event: end\ndata: {\"last_seq\":3}\n\n",
+                 head);
+    }
+    cli_peer_answer(fd, body);
+}
+
 START_TEST(watch_requests)
 {
     struct cli c;
     char req[4096], url[64];
-    int port, lfd = peer_listen(&port), fd;
+    int port, lfd = cli_peer_listen(&port), fd, logs = 0;
+    bool resumed = false, read_run = false;
 
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port);
     cli_spawn(&c, url, (const char *const[]){"watch", "w-1", "--token", "tok-123", NULL});
 
-    fd = peer_accept(lfd, req, sizeof(req));
-    ck_assert_msg(starts_with(req, "GET /runs/w-1/stream HTTP/1.1\r\n"), "%s", req);
-    ck_assert_msg(has_header(req, "Authorization: Bearer tok-123"), "%s", req);
-    ck_assert_msg(has_header(req, "Accept: text/event-stream"), "%s", req);
+    fd = cli_peer_accept(lfd, req, sizeof(req));
+    ck_assert_msg(cli_starts_with(req, "GET /runs/w-1/stream HTTP/1.1\r\n"), "%s", req);
+    ck_assert_msg(cli_has_header(req, "Authorization: Bearer tok-123"), "%s", req);
+    ck_assert_msg(cli_has_header(req, "Accept: text/event-stream"), "%s", req);
     ck_assert_msg(!strstr(req, "Last-Event-ID"), "%s", req);
-    peer_answer(fd,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-                "retry: 3000\n\nid: 41\nevent: snapshot\ndata: {\"id\":\"w-1\",\"status\":"
-                "\"running\",\"outcome\":\"pending\",\"progress\":0,\"step\":null}\n\n: hb\n\n"
-                "id: 42\nevent: progress\ndata: {\"id\":\"w-1\",\"status\":\"running\","
-                "\"outcome\":\"pending\",\"progress\":50,\"step\":\"half\"}\n\n");
+    cli_peer_answer(
+        fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            "retry: 3000\n\nid: 41\nevent: snapshot\ndata: {\"id\":\"w-1\",\"status\":"
+            "\"running\",\"outcome\":\"pending\",\"progress\":0,\"step\":null}\n\n: hb\n\n"
+            "id: 42\nevent: progress\ndata: {\"id\":\"w-1\",\"status\":\"running\","
+            "\"outcome\":\"pending\",\"progress\":50,\"step\":\"half\"}\n\n");
 
-    fd = peer_accept(lfd, req, sizeof(req));
-    ck_assert_msg(starts_with(req, "GET /runs/w-1/stream HTTP/1.1\r\n"), "%s", req);
-    ck_assert_msg(has_header(req, "Last-Event-ID: 42"), "%s", req);
-    ck_assert_msg(has_header(req, "Authorization: Bearer tok-123"), "%s", req);
-    peer_answer(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
-
-    fd = peer_accept(lfd, req, sizeof(req));
-    ck_assert_msg(starts_with(req, "GET /runs/w-1 HTTP/1.1\r\n"), "%s", req);
-    peer_answer(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 83\r\n"
-                    "Connection: close\r\n\r\n"
-                    "{\"id\":\"w-1\",\"status\":\"completed\",\"outcome\":\"succeeded\","
-                    "\"progress\":100,\"error\":null}");
+    /* the run's stream again, the log's stream twice and the run: in any
+     * order, as the client makes them side by side */
+    while (!resumed || !read_run || logs < 2) {
+        fd = cli_peer_accept(lfd, req, sizeof(req));
+        ck_assert_msg(cli_has_header(req, "Authorization: Bearer tok-123"), "%s", req);
+        if (cli_starts_with(req, "GET /runs/w-1/stream HTTP/1.1\r\n")) {
+            ck_assert_msg(!resumed && cli_has_header(req, "Last-Event-ID: 42"), "%s", req);
+            cli_peer_answer(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+            resumed = true;
+        } else if (cli_starts_with(req, "GET /runs/w-1/logs/stream HTTP/1.1\r\n")) {
+            ck_assert_msg(cli_has_header(req, "Accept: text/event-stream"), "%s", req);
+            answer_log_stream(fd, logs++, req);
+        } else {
+            ck_assert_msg(resumed && cli_starts_with(req, "GET /runs/w-1 HTTP/1.1\r\n"), "%s", req);
+            cli_peer_answer(fd,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                            "83\r\nConnection: close\r\n\r\n"
+                            "{\"id\":\"w-1\",\"status\":\"completed\",\"outcome\":\"succeeded\","
+                            "\"progress\":100,\"error\":null}");
+            read_run = true;
+        }
+    }
     ck_assert_int_eq(cli_wait(&c, 20), 0);
     ck_assert_str_eq(c.out, "snapshot  running    pending     0%\n"
                             "progress  running    pending    50%  half\n"
+                            "log       opsrun  attempt 1 of 1 started\n"
+                            "log       stderr  tab\tand ?[2J escape\n"
+                            "log       stderr  third\n"
                             "run w-1 succeeded\n");
-    ck_assert_msg(starts_with(c.err, "opsrun: stream of run w-1 lost (the stream ended before the "
-                                     "run did); reconnecting in "),
+    ck_assert_msg(cli_starts_with(c.err, "opsrun: stream of run w-1 lost (the stream ended before "
+                                         "the run did); reconnecting in "),
                   "%s", c.err);
+    ck_assert_int_eq(cli_count_lines(c.err), 1);
     ck_assert_ptr_null(strstr(c.err, "tok-123"));
     cli_free(&c);
     close(lfd);
@@ -709,13 +594,14 @@ START_TEST(watch_gives_up)
 {
     struct cli c;
     char req[4096], url[64];
-    int port, lfd = peer_listen(&port), fd;
+    int port, lfd = cli_peer_listen(&port), fd;
 
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
     cli_spawn(&c, url, (const char *const[]){"watch", "w-2", NULL});
     for (int i = 0; i < WATCH_TRIES; i++) {
-        fd = peer_accept(lfd, req, sizeof(req));
-        peer_answer(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json"
+        fd = cli_peer_accept(lfd, req, sizeof(req));
+        cli_peer_answer(fd,
+                        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json"
                         "\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
     }
     ck_assert_int_eq(cli_wait(&c, 60), 2);
@@ -725,12 +611,12 @@ START_TEST(watch_gives_up)
     cli_free(&c);
 
     cli_spawn(&c, url, (const char *const[]){"watch", "w-3", NULL});
-    fd = peer_accept(lfd, req, sizeof(req));
-    peer_answer(fd,
-                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/problem+json\r\n"
-                "Connection: close\r\nContent-Length: 84\r\n\r\n"
-                "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":"
-                "\"no token given\"}");
+    fd = cli_peer_accept(lfd, req, sizeof(req));
+    cli_peer_answer(
+        fd, "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/problem+json\r\n"
+            "Connection: close\r\nContent-Length: 84\r\n\r\n"
+            "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":"
+            "\"no token given\"}");
     ck_assert_int_eq(cli_wait(&c, 20), 1);
     ck_assert_str_eq(c.err, "opsrun: watch: Unauthorized: no token given\n");
     cli_free(&c);

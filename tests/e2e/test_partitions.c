@@ -234,9 +234,10 @@ START_TEST(retention_drops_spans)
     struct th_resp r;
     long long until;
 
-    names = th_sql(c, "SELECT name FROM opsrun_event_partitions()");
+    names = th_sql(c, "SELECT name, opsrun_log_partition_name(name) FROM "
+                      "opsrun_event_partitions()");
     for (int i = 0; i < PQntuples(names); i++)
-        PQclear(th_sql(c, "DROP TABLE %s", PQgetvalue(names, i, 0)));
+        PQclear(th_sql(c, "DROP TABLE %s, %s", PQgetvalue(names, i, 0), PQgetvalue(names, i, 1)));
     PQclear(names);
     names = th_sql(c, "SELECT opsrun_event_partition_create(date_trunc('minute', now()) - "
                       "interval '4 hours', date_trunc('minute', now()) - interval '3 hours'), "

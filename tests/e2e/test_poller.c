@@ -1198,6 +1198,32 @@ static char *submit_to(const struct th_proc *p, const char *type, const char *ru
     return th_submit(p, body, 202);
 }
 
+/* The log of an http run that waited: the call and each check, with its
+ * status, and what each check saw, in order, the check that ended it
+ * last (docs/logs.md). */
+static void assert_http_log(const struct th_proc *p, const char *id, const char *status_url)
+{
+    char path[160], want[1024];
+    struct th_resp r;
+    const char *text;
+
+    snprintf(path, sizeof(path), "/runs/%s/logs?format=text", id);
+    th_get(p->url, path, &r);
+    ck_assert_int_eq(r.status, 200);
+    text = strstr(r.body, "POST http://127.0.0.1:");
+    ck_assert_msg(text && strstr(text, "/call: 202 in "), "%s", r.body);
+    snprintf(want, sizeof(want), "GET %s: 202 in ", status_url);
+    ck_assert_msg(strstr(r.body, want), "no \"%s\" in %s", want, r.body);
+    ck_assert_msg(strstr(r.body, "\ncheck 1: the external job is still running\nnext check in "),
+                  "%s", r.body);
+    snprintf(want, sizeof(want), "GET %s: 200 in ", status_url);
+    text = strstr(r.body, want);
+    ck_assert_msg(text && strstr(text, "\ncheck 3: the external job ended: succeeded\n"), "%s",
+                  r.body);
+    ck_assert_msg(!strstr(r.body, "{{") && !strstr(r.body, SECRET), "%s", r.body);
+    th_resp_free(&r);
+}
+
 /* A 2xx answer ends the run: its JSON (or its text) is the result. A 202
  * with a status URL (a relative Location, or a field of the answer) makes
  * the run wait; the poller GETs the URL until it answers other than 202
@@ -1242,6 +1268,7 @@ START_TEST(http_sync_and_async)
     ck_assert_str_eq(th_js(run, "external_id"), want_url);
     ck_assert_int_eq(j.checks, 3);
     json_decref(run);
+    assert_http_log(&p, "h-async", want_url);
     run = th_wait_done(&p, ids[3], 20);
     ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
     json_decref(run);

@@ -1,6 +1,6 @@
 /* tests/fuzz/fuzz_notify.c — a notification's request over a run: the
  * input is the run's JSON as the outbox holds it, and notify_request_build
- * (engine/notify.h) makes the request of every kind of notifier (a signed
+ * (engine/notify_body.h) makes the request of every kind of notifier (a signed
  * webhook with a header, Slack's default text, Alertmanager with labels)
  * for every event a run type may notify, with and without
  * http.public_url. The notifiers are loaded from a configuration, as the

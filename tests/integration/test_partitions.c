@@ -105,14 +105,15 @@ static void make_run(const char *tenant, const char *id, const char *created, co
                    id));
 }
 
-/* Drops every span partition of the cloned template (empty) so a test can
- * lay out its own. */
+/* Drops every span partition of the cloned template (empty), and its twin
+ * in run_logs (migration 021), so a test can lay out its own. */
 static void drop_spans(void)
 {
-    PGresult *r = th_sql(g_pg, "SELECT name FROM opsrun_event_partitions()");
+    PGresult *r = th_sql(g_pg, "SELECT name, opsrun_log_partition_name(name) FROM "
+                               "opsrun_event_partitions()");
 
     for (int i = 0; i < PQntuples(r); i++)
-        PQclear(th_sql(g_pg, "DROP TABLE %s", PQgetvalue(r, i, 0)));
+        PQclear(th_sql(g_pg, "DROP TABLE %s, %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1)));
     PQclear(r);
 }
 
@@ -254,6 +255,13 @@ START_TEST(drop_when_no_run_left)
     ck_assert_msg(has_name(&dropped, a) && !has_name(&dropped, b), "dropped %s", dropped.list);
     ck_assert(!table_exists(a));
     ck_assert(table_exists(b));
+    { /* run_logs' twins (migration 021) go with their spans */
+        char twin[128];
+        snprintf(twin, sizeof(twin), "run_logs_%s", a + strlen("run_events_"));
+        ck_assert(!table_exists(twin));
+        snprintf(twin, sizeof(twin), "run_logs_%s", b + strlen("run_events_"));
+        ck_assert(table_exists(twin));
+    }
     ck_assert_int_ge(th_sql_int(g_pg, "SELECT upto FROM run_events_pruned"), a_max);
     OK(store_events_list(g_db, "default", "b2", &ev, &g_err));
     ck_assert_int_eq(json_array_size(ev), 2);

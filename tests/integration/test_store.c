@@ -2227,19 +2227,37 @@ START_TEST(finish_batch_fences_each_run)
     claim_expect("w1", c, 1);
     PQclear(th_sql(g_pg, "UPDATE runs SET cleanup_due = true WHERE id = '%s'", b));
     PQclear(th_sql(g_pg, "UPDATE runs SET worker_id = 'w2' WHERE id = '%s'", c));
-    fin[0] =
-        (struct run_finish){"default",
-                            a,
-                            1,
-                            {.outcome = OUTCOME_SUCCEEDED, .result = result, .message = "finished"},
-                            false};
-    fin[1] = (struct run_finish){
-        "default", b, 1, {.outcome = OUTCOME_FAILED, .error = boom, .message = "failed"}, false};
-    fin[2] =
-        (struct run_finish){"default", c, 1, {.outcome = OUTCOME_SUCCEEDED, .message = "x"}, false};
+    fin[0] = (struct run_finish){
+        .tenant = "default",
+        .id = a,
+        .attempt = 1,
+        .res = {.outcome = OUTCOME_SUCCEEDED, .result = result, .message = "finished"},
+        .log_lines_json = "[[1795000000000000,\"opsrun\",\"attempt 1 succeeded\"]]",
+        .log_nlines = 1};
+    fin[1] =
+        (struct run_finish){.tenant = "default",
+                            .id = b,
+                            .attempt = 1,
+                            .res = {.outcome = OUTCOME_FAILED, .error = boom, .message = "failed"}};
+    fin[2] = (struct run_finish){.tenant = "default",
+                                 .id = c,
+                                 .attempt = 1,
+                                 .res = {.outcome = OUTCOME_SUCCEEDED, .message = "x"},
+                                 .log_lines_json = "[[1,\"opsrun\",\"never written\"]]",
+                                 .log_nlines = 1};
 
     OK(store_runs_finish_batch(g_db, "w1", fin, 3, &g_err));
     ck_assert(fin[0].written && fin[1].written && !fin[2].written);
+    /* the last lines ride with the end, and only with an end written */
+    assert_col(a, "log_seq", "1");
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM run_logs WHERE run_id = '%s' AND "
+                                "first_seq = 1 AND last_seq = 1 AND attempt = 1 AND "
+                                "lines->0->>2 = 'attempt 1 succeeded'",
+                                a),
+                     1);
+    ck_assert_int_eq(
+        th_sql_int(g_pg, "SELECT count(*) FROM run_logs WHERE run_id IN ('%s', '%s')", b, c), 0);
     assert_state(a, "completed", "succeeded");
     assert_col(a, "result->>'x'", "1");
     assert_col(a, "error", NULL);

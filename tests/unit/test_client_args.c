@@ -3,7 +3,8 @@
  * forms, which command takes which flag, the environment and its
  * precedence, every usage error with its exact message (and never the
  * token in one), and how main() tells a client command from serve's; plus
- * the requests the commands build from it (client/cmd.c). */
+ * the requests the commands build from it (client/cmd.c), and the logs
+ * command's own flags. */
 #include "client/args.h"
 #include "client/cmd.h"
 
@@ -429,6 +430,52 @@ START_TEST(bulk_and_decisions)
 }
 END_TEST
 
+/* logs: its operand, --attempt, --follow (and -f), --json; the flags of
+ * other commands refused, and the others' refusing its own. */
+START_TEST(logs_command)
+{
+    struct args a;
+    struct error err;
+
+    ck_assert_int_eq(parse(ARGV("logs", "r-1"), NULL, &a, &err), ST_OK);
+    ck_assert_int_eq(a.cmd, CMD_LOGS);
+    ck_assert_str_eq(a.id, "r-1");
+    ck_assert(!a.follow && !a.json);
+    ck_assert_int_eq(a.attempt, 0);
+    ck_assert_int_eq(
+        parse(ARGV("logs", "r-1", "--attempt", "2", "--follow", "--json"), NULL, &a, &err), ST_OK);
+    ck_assert(a.follow && a.json);
+    ck_assert_int_eq(a.attempt, 2);
+    ck_assert_int_eq(parse(ARGV("-f", "logs", "--attempt=2147483647", "r-1"), NULL, &a, &err),
+                     ST_OK);
+    ck_assert(a.follow);
+    ck_assert_int_eq(a.attempt, 2147483647);
+    ck_assert_str_eq(args_cmd_name(CMD_LOGS), "logs");
+    ck_assert(args_is_client(3, (char *const *)ARGV("logs", "x")));
+    ck_assert(args_is_client(4, (char *const *)ARGV("-f", "logs", "x")));
+
+    refused(ARGV("logs"), NULL, "logs needs a run id: opsrun logs ID");
+    refused(ARGV("logs", "a", "b"), NULL, "unexpected argument \"b\"");
+    refused(ARGV("logs", "a/b"), NULL, "invalid run id \"a/b\": must match [A-Za-z0-9._:-]{1,128}");
+    refused(ARGV("log", "x"), NULL, "unknown command \"log\"; did you mean \"logs\"?");
+    for (size_t i = 0; i < 6; i++) {
+        static const char *const bad[] = {"0", "-1", "x", "1.5", "2147483648", ""};
+        char want[96];
+        snprintf(want, sizeof(want),
+                 "invalid --attempt \"%s\": must be an attempt's number, from 1", bad[i]);
+        refused(ARGV("logs", "r-1", "--attempt", bad[i]), NULL, want);
+    }
+    refused(ARGV("logs", "r-1", "--attempt"), NULL, "flag --attempt needs a value");
+    refused(ARGV("logs", "r-1", "--follow=yes"), NULL, "flag --follow takes no value");
+    refused(ARGV("logs", "r-1", "--limit", "5"), NULL, "flag --limit does not apply to logs");
+    refused(ARGV("logs", "r-1", "--watch"), NULL, "flag --watch does not apply to logs");
+    refused(ARGV("watch", "r-1", "--follow"), NULL, "flag --follow does not apply to watch");
+    refused(ARGV("watch", "r-1", "-f"), NULL, "flag --follow does not apply to watch");
+    refused(ARGV("runs", "--attempt", "1"), NULL, "flag --attempt does not apply to runs");
+    refused(ARGV("watch", "r-1", "--json"), NULL, "flag --json does not apply to watch");
+}
+END_TEST
+
 static Suite *client_args_suite(void)
 {
     Suite *s = suite_create("client_args");
@@ -443,6 +490,7 @@ static Suite *client_args_suite(void)
     tcase_add_test(tc, client_or_server);
     tcase_add_test(tc, requests);
     tcase_add_test(tc, bulk_and_decisions);
+    tcase_add_test(tc, logs_command);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,10 +2,13 @@
  * the event-stream parser (client/evparse.c) against the WHATWG rules,
  * fed in every split a network can make, and its caps; then the lines,
  * the progress bar and the result it prints (client/watch.c), the runs
- * table (client/cmd.c), and the cleaning of server text before it reaches
- * a terminal (client/report.c). */
+ * table (client/cmd.c), the cleaning of server text before it reaches
+ * a terminal (client/report.c), and a run's log lines in each of their
+ * forms, with the events they come in and the pages they are read by
+ * (client/logs.c). */
 #include "client/cmd.h"
 #include "client/evparse.h"
+#include "client/logs.h"
 #include "client/report.h"
 #include "client/watch.h"
 
@@ -361,10 +364,151 @@ START_TEST(runs_table)
 }
 END_TEST
 
+/* ---- log lines ---- */
+
+/* What logline_print writes for line (JSON text) in form. */
+static char *printed(const char *line_json, enum logline_form form, bool color)
+{
+    json_t *line = json_loads(line_json, JSON_ALLOW_NUL, NULL);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    logline_print(f, line, form, color);
+    fclose(f);
+    json_decref(line);
+    return text;
+}
+
+static const char own_line[] = "{\"seq\":1,\"attempt\":1,\"at\":\"2026-12-06T14:46:10.864845Z\","
+                               "\"stream\":\"opsrun\",\"text\":\"attempt 1 of 3 started\"}";
+static const char err_line[] = "{\"seq\":3,\"attempt\":2,\"at\":\"2026-12-06T14:46:11.5Z\","
+                               "\"stream\":\"stderr\",\"text\":\"a\\tb \\u001b[2Jc\\u0000d\\r\"}";
+
+#define CHECK_PRINTED(line, form, color, want)                                                     \
+    do {                                                                                           \
+        char *got_ = printed((line), (form), (color));                                             \
+        ck_assert_str_eq(got_, (want));                                                            \
+        free(got_);                                                                                \
+    } while (0)
+
+/* The text alone, as the server has it, control characters and all: for
+ * a pipe or a file. */
+START_TEST(log_text_form)
+{
+    char *got = printed(err_line, LOGLINE_TEXT, false);
+
+    ck_assert_int_eq(memcmp(got, "a\tb \x1b[2Jc\0d\r\n", 13), 0);
+    free(got);
+    CHECK_PRINTED(own_line, LOGLINE_TEXT, false, "attempt 1 of 3 started\n");
+    CHECK_PRINTED("{\"seq\":4,\"stream\":\"stderr\",\"text\":\"\"}", LOGLINE_TEXT, false, "\n");
+}
+END_TEST
+
+/* On a terminal: the time of day (UTC), "*" for opsrun's lines, the text
+ * cleaned but for its tabs; with color, a dim time and cyan own lines. */
+START_TEST(log_terminal_form)
+{
+    CHECK_PRINTED(own_line, LOGLINE_TERMINAL, false, "14:46:10 * attempt 1 of 3 started\n");
+    CHECK_PRINTED(err_line, LOGLINE_TERMINAL, false, "14:46:11   a\tb ?[2Jc?d?\n");
+    CHECK_PRINTED(own_line, LOGLINE_TERMINAL, true,
+                  "\x1b[2m14:46:10\x1b[0m \x1b[36m* attempt 1 of 3 started\x1b[0m\n");
+    CHECK_PRINTED(err_line, LOGLINE_TERMINAL, true, "\x1b[2m14:46:11\x1b[0m   a\tb ?[2Jc?d?\n");
+    /* no usable time, no text */
+    CHECK_PRINTED("{\"seq\":1,\"at\":\"yesterday\",\"stream\":\"stderr\",\"text\":\"x\"}",
+                  LOGLINE_TERMINAL, false, "--:--:--   x\n");
+    CHECK_PRINTED("{\"seq\":1,\"at\":\"2026-12-06T1\\u001b:46:10Z\",\"stream\":\"opsrun\"}",
+                  LOGLINE_TERMINAL, false, "--:--:-- * \n");
+}
+END_TEST
+
+/* The object on one line (JSON Lines), control characters escaped. */
+START_TEST(log_json_form)
+{
+    CHECK_PRINTED(err_line, LOGLINE_JSON, false,
+                  "{\"seq\":3,\"attempt\":2,\"at\":\"2026-12-06T14:46:11.5Z\",\"stream\":"
+                  "\"stderr\",\"text\":\"a\\tb \\u001B[2Jc\\u0000d\\r\"}\n");
+    CHECK_PRINTED(own_line, LOGLINE_JSON, true,
+                  "{\"seq\":1,\"attempt\":1,\"at\":\"2026-12-06T14:46:10.864845Z\",\"stream\":"
+                  "\"opsrun\",\"text\":\"attempt 1 of 3 started\"}\n");
+}
+END_TEST
+
+/* Among watch's event lines: "log", then the stream, in their columns. */
+START_TEST(log_watch_form)
+{
+    CHECK_PRINTED(own_line, LOGLINE_WATCH, false, "log       opsrun  attempt 1 of 3 started\n");
+    CHECK_PRINTED(err_line, LOGLINE_WATCH, true, "log       stderr  a\tb ?[2Jc?d?\n");
+    /* a stream this version does not know is shown, cleaned */
+    CHECK_PRINTED("{\"seq\":1,\"stream\":\"x\\ny\",\"text\":\"t\"}", LOGLINE_WATCH, false,
+                  "log       x?y     t\n");
+}
+END_TEST
+
+static json_t *event_line(const char *type, const char *data)
+{
+    struct evparse_event ev = {.type = type, .data = data, .data_len = strlen(data), .id = ""};
+
+    return logline_of_event(&ev);
+}
+
+/* Only "log" events with a line object that has a positive seq. */
+START_TEST(log_events)
+{
+    json_t *line = event_line("log", own_line);
+
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_eq(logline_seq(line), 1);
+    json_decref(line);
+    line = event_line("log", err_line); /* a NUL in the text is kept */
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_eq(json_string_length(json_object_get(line, "text")), 12);
+    json_decref(line);
+    ck_assert_ptr_null(event_line("end", "{\"last_seq\":3}"));
+    ck_assert_ptr_null(event_line("message", own_line));
+    ck_assert_ptr_null(event_line("log", "[1]"));
+    ck_assert_ptr_null(event_line("log", "{\"seq\":0,\"text\":\"x\"}"));
+    ck_assert_ptr_null(event_line("log", "{\"seq\":\"7\",\"text\":\"x\"}"));
+    ck_assert_ptr_null(event_line("log", "{\"seq\":1,"));
+}
+END_TEST
+
+START_TEST(log_pages)
+{
+    char *p = logs_page_path("r-1", 0, 0);
+
+    ck_assert_str_eq(p, "/runs/r-1/logs?limit=5000");
+    free(p);
+    p = logs_page_path("r:1.x", 2, 5000);
+    ck_assert_str_eq(p, "/runs/r:1.x/logs?limit=5000&attempt=2&after=5000");
+    free(p);
+}
+END_TEST
+
+/* report_put_clean: lengths with NULs, tabs kept or not, UTF-8 kept,
+ * broken sequences and C1 controls replaced. */
+START_TEST(put_clean)
+{
+    static const char in[] = "\xc3\xa9\t\0\xc2\x9b\xe2\x82";
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    report_put_clean(f, in, sizeof(in) - 1, true);
+    fputc('|', f);
+    report_put_clean(f, in, sizeof(in) - 1, false);
+    fputc('|', f);
+    report_put_clean(f, "ok", 1, false);
+    fclose(f);
+    ck_assert_str_eq(text, "\xc3\xa9\t???\?|\xc3\xa9????\?|o");
+    free(text);
+}
+END_TEST
+
 static Suite *client_stream_suite(void)
 {
     Suite *s = suite_create("client_stream");
-    TCase *tp = tcase_create("evparse"), *tw = tcase_create("watch");
+    TCase *tp = tcase_create("evparse"), *tw = tcase_create("watch"), *tl = tcase_create("logs");
 
     tcase_add_test(tp, stream_of_opsrun);
     tcase_add_test(tp, any_split);
@@ -380,8 +524,16 @@ static Suite *client_stream_suite(void)
     tcase_add_test(tw, result_line);
     tcase_add_test(tw, clean_text);
     tcase_add_test(tw, runs_table);
+    tcase_add_test(tl, log_text_form);
+    tcase_add_test(tl, log_terminal_form);
+    tcase_add_test(tl, log_json_form);
+    tcase_add_test(tl, log_watch_form);
+    tcase_add_test(tl, log_events);
+    tcase_add_test(tl, log_pages);
+    tcase_add_test(tl, put_clean);
     suite_add_tcase(s, tp);
     suite_add_tcase(s, tw);
+    suite_add_tcase(s, tl);
     return s;
 }
 

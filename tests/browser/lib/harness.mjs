@@ -162,7 +162,9 @@ export function killed(proc) {
 
 // Every console error, uncaught page error, failed request and error
 // answer of page goes to problems (a request the test itself stops when
-// it closes the page is no failure: see settle()).
+// it closes the page is no failure: see settle()). Nor is an event stream
+// the page closes itself (EventSource.close(): a run's log stream when
+// its detail closes), which ends as aborted.
 export function watch(page, problems) {
   const state = { closing: false };
   page.on('console', (m) => {
@@ -170,7 +172,8 @@ export function watch(page, problems) {
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('requestfailed', (r) => {
-    if (!state.closing) problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`);
+    const closed = r.resourceType() === 'eventsource' && r.failure()?.errorText === 'net::ERR_ABORTED';
+    if (!state.closing && !closed) problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`);
   });
   page.on('response', (r) => {
     if (r.status() >= 400 && !state.closing) problems.push(`answer ${r.status()}: ${r.url()}`);
