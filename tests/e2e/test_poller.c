@@ -1048,7 +1048,11 @@ START_TEST(checks_yield_to_runs)
             "yield: held back %lld ms beside 20 demo runs one at a time, %lld ms beside "
             "150 at once; %lld checks before\n",
             y0, y1 - y0, c0);
-    ck_assert_int_eq(y0, 0);
+    /* A yield lasts at most poller.interval_ms. Were runs one at a time a
+     * backlog, every one would hold the poller back (20 yields or more); on
+     * a starved machine a worker may still be on its way back to idle when
+     * the next run arrives, a backlog of one claim: allow two yields. */
+    ck_assert_msg(y0 <= 400, "the poller held back %lld ms beside runs one at a time", y0);
     ck_assert_int_gt(y1, 0);
     stop(&p);
 }
