@@ -199,6 +199,7 @@ measure() {
         sleep 1
         loadgen "$name" "$url" "$db" >"$out" 2>>"$LOG" || rc=1
         kill -0 "$PID" 2>/dev/null || rc=1
+        echo "loadavg=$(cut -d' ' -f1 /proc/loadavg)" >>"$out"
     fi
     stop
     sql "DROP DATABASE \"ab_${tag}_${side}_$name\" WITH (FORCE)"
@@ -243,7 +244,8 @@ for ((p = 1; p <= PAIRS; p++)); do
         for side in "${order[@]}"; do
             t0=$SECONDS
             if measure "$m" "$side" "p$p"; then
-                echo "   $side: $(figures "$m" "$OUT/ab-p$p-$side-$m.txt")($((SECONDS - t0)) s)" |
+                echo "   $side: $(figures "$m" "$OUT/ab-p$p-$side-$m.txt")($((SECONDS - t0)) s," \
+                    "load $(get "$OUT/ab-p$p-$side-$m.txt" loadavg))" |
                     tee -a "$LOG"
             else
                 FAILED+=("pair $p $side $m")
@@ -300,10 +302,12 @@ for f in "${FIGURES[@]}"; do
     echo "| $what | $(fmt "$om") | $(fmt "$nm") | $ratio | $range |" >>"$TABLE"
 done
 
+# The 1-minute load average at the end of each measurement: its range.
+read -r _ llo lhi <<<"$(stats "$(cat "$OUT"/ab-p[0-9]*-*.txt 2>/dev/null | sed -n 's/^loadavg=//p')")"
+echo "loadavg_measurements=$llo-$lhi" >>"$OUT/ab-env.txt"
 echo
 echo "== bench/ab.sh ${LABEL[old]} ${LABEL[new]}: PAIRS=$PAIRS, $WORKERS workers; $(nproc) cores," \
-    "load average $(sed -n 's/^loadavg_start=//p' "$OUT/ab-env.txt") at the start," \
-    "$(sed -n 's/^loadavg_end=//p' "$OUT/ab-env.txt") at the end; fsync $(get "$OUT/ab-env.txt" fsync)"
+    "load average $llo to $lhi (1 min, at the end of each measurement); fsync $(get "$OUT/ab-env.txt" fsync)"
 [ -z "${CONF_IN[old]}${CONF_IN[new]}" ] ||
     echo "   configuration: OLD ${CONF_IN[old]:-none}, NEW ${CONF_IN[new]:-none} (merged over the script's)"
 cat "$TABLE"
