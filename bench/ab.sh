@@ -29,7 +29,7 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
 
 usage() {
-    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 [ $# -eq 2 ] || usage
