@@ -6,7 +6,7 @@
 # mean nothing.
 #
 # Usage: bench/smoke.sh [--fresh] [NAME...]
-#   NAME       only these (all.sh, bulk.sh, ..., dashboard.mjs); default all
+#   NAME       only these (ab.sh, all.sh, ..., dashboard.mjs); default all
 #   --fresh    first clones this checkout's HEAD into a temporary directory
 #              and runs there: no build/, no .cache/, no bench/out/, as a
 #              fresh clone has them (uncommitted changes are not in it)
@@ -28,6 +28,7 @@ usage() {
 # variables are those of the script's own usage line.
 brief() {
     case "$1" in
+    ab.sh) PAIRS=1 RUNS=1280 SUBMIT_S=2 PICKUPS=10 bash bench/ab.sh HEAD . ;;
     all.sh)
         CEIL_S=3 SUBMIT_S=3 SINGLE_RUNS=640 SINGLE64_RUNS=1280 BULK_RUNS=2000 BULK_BATCH=500 \
             PICKUPS=20 LATE_DELAYED=20 LATE_RETRIES=10 SSE_EVENTS=30 POLL_WINDOW_S=3 \
