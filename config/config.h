@@ -78,11 +78,11 @@ enum conc_strategy {
  * The key is a template over the run (common/conc_key.h), evaluated at
  * submission. */
 struct concurrency {
-    bool on;          /* false: the type has none (JSON null, the default) */
-    char *group;      /* default: the run type's name */
-    char *key;        /* the template as written */
-    json_t *parts;    /* owned: the template compiled (conc_key_compile) */
-    int max_running;  /* 1..100000, default 1 */
+    bool on;         /* false: the type has none (JSON null, the default) */
+    char *group;     /* default: the run type's name */
+    char *key;       /* the template as written */
+    json_t *parts;   /* owned: the template compiled (conc_key_compile) */
+    int max_running; /* 1..100000, default 1 */
     enum conc_strategy strategy;
 };
 
