@@ -14,11 +14,13 @@
  *
  * One header for the folder's sources (config_internal.h says how they
  * share the work): config.c the life cycle, the sources and the checks
- * across sections; run_types.c the run types; routes.c the routes; auth.c
- * the tokens, scopes and the loopback rule; cors.c the CORS origins;
+ * across sections; run_types.c the run types; concurrency.c a run type's
+ * concurrency key and its strategy names; routes.c the routes; auth.c the
+ * tokens, scopes and the loopback rule; cors.c the CORS origins;
  * schedules.c the schedules and rate limits; notify.c the notifiers;
- * print.c the effective configuration as JSON; errors.c where the errors of
- * a load go (cfg_errors_sink). */
+ * tenants.c the tenants and their caps; print.c the effective
+ * configuration as JSON; errors.c where the errors of a load go
+ * (cfg_errors_sink). */
 #ifndef OPSRUN_CONFIG_H
 #define OPSRUN_CONFIG_H
 
