@@ -1,5 +1,5 @@
 /* common/conc_key.h — the key template of a run type's "concurrency"
- * (docs/concurrency.md#keys): literal text, {{input:/json/pointer}} (one
+ * (docs/configuration.md#concurrency-keys): literal text, {{input:/json/pointer}} (one
  * value of the run's input, an RFC 6901 pointer) and {{tenant}} (the run's
  * tenant). Compiled once at load into a JSON array of parts, evaluated
  * for each run at submission:
