@@ -4,8 +4,10 @@
 #   - a chatty run: one exec run whose command writes LINES (default
 #     100,000) lines to stderr as fast as it can: the lines stored (all of
 #     them, or up to logs.max_bytes_per_attempt with the dropped count
-#     exact) and the run's wall time (started_at to completed_at), against
-#     the same command writing to /dev/null, alternated ROUNDS times
+#     exact), the run's wall time (started_at to completed_at) and the
+#     command's own (its log's "started" line to its "exited" line: is it
+#     ever held up by its output?), against the same command writing to
+#     /dev/null, alternated ROUNDS times
 #     (default 3); and the pickup p50/p99 of plain runs while chatty runs
 #     run back to back, against the same pickup with none;
 #   - what lines cost the run path: end-to-end runs/s of no-op demo runs
@@ -105,6 +107,14 @@ wall() {
                         FROM runs WHERE id = '$2' AND outcome = 'succeeded'"
 }
 
+# cmdms ID: the command's time in ms, from the line saying opsrun started
+# it to the line saying it exited (when opsrun read each).
+cmdms() {
+    psql -qAt "$DB" -c "SELECT round((max((x.v->>0)::bigint) FILTER (WHERE x.v->>2 LIKE 'the command exited%')
+                                     - max((x.v->>0)::bigint) FILTER (WHERE x.v->>2 LIKE 'started %')) / 1000.0)
+                        FROM run_logs l, json_array_elements(l.lines) x(v) WHERE l.run_id = '$1'"
+}
+
 echo "== a chatty run: $LINES lines to stderr, against /dev/null, $ROUNDS rounds"
 : >"$OUT/logs-chatty.txt"
 DB=$(bench_db "$DATA" chatty)
@@ -112,6 +122,8 @@ serve build/opsrun "$DB" "$DATA/plain.json"
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "round=$r quiet ms=$(wall quiet "quiet-$r")" | tee -a "$OUT/logs-chatty.txt"
     echo "round=$r chatty ms=$(wall chatty "chatty-$r")" | tee -a "$OUT/logs-chatty.txt"
+    echo "round=$r quiet_cmd ms=$(cmdms "quiet-$r")" | tee -a "$OUT/logs-chatty.txt"
+    echo "round=$r chatty_cmd ms=$(cmdms "chatty-$r")" | tee -a "$OUT/logs-chatty.txt"
 done
 psql -qAt "$DB" -c "SELECT 'stored_lines=' || count(*) FILTER (WHERE x.v->>1 = 'stderr'),
                            'dropped_bytes=' || (SELECT sum(dropped) FROM run_logs WHERE run_id = 'chatty-1')
@@ -120,6 +132,10 @@ psql -qAt "$DB" -c "SELECT 'stored_lines=' || count(*) FILTER (WHERE x.v->>1 = '
 q=$(median "$OUT/logs-chatty.txt" quiet)
 c=$(median "$OUT/logs-chatty.txt" chatty)
 echo "quiet_over_chatty=$(awk -v q="$q" -v c="$c" 'BEGIN { printf "%.2f", q / c }')" |
+    tee -a "$OUT/logs-chatty-stored.txt"
+q=$(median "$OUT/logs-chatty.txt" quiet_cmd)
+c=$(median "$OUT/logs-chatty.txt" chatty_cmd)
+echo "quiet_cmd_ms=$q chatty_cmd_ms=$c quiet_cmd_over_chatty_cmd=$(awk -v q="$q" -v c="$c" 'BEGIN { printf "%.2f", c ? q / c : 0 }')" |
     tee -a "$OUT/logs-chatty-stored.txt"
 
 echo "-- pickup of plain runs: alone, then beside chatty runs back to back"

@@ -170,6 +170,7 @@ const live = new Live({
       table.render();
     }
     reload().catch(() => {});
+    detail.reread();
   },
   onEvents: (batch) => {
     let changed = false;

@@ -136,6 +136,24 @@ export class Detail {
     }
   }
 
+  // The page's stream started over (a reconnect without an id, a reset):
+  // what happened to the open run while nothing came is read back.
+  async reread() {
+    const id = this.id;
+    if (!id) return;
+    try {
+      const { body: run } = await api(`/runs/${encodeURIComponent(id)}`);
+      if (this.id !== id) return;
+      this.onChanged(run);
+      const r = this.runs.get(id) || run;
+      this.renderRun(r);
+      this.log.runChanged(r);
+      this.readEventsSoon();
+    } catch {
+      /* the next event, or the next reconnect, brings it */
+    }
+  }
+
   // The stream's events of this run (called with each frame's batch).
   take(batch) {
     if (!this.id) return;

@@ -42,12 +42,18 @@ import {
 const { check, failures } = checker();
 
 // A TCP proxy to port: the page talks to opsrun through it, and cut()
-// drops every connection at once (a network blip). Each GET that passes
+// drops every connection at once (a network blip), and refuse(true) turns
+// new ones away until refuse(false). Each GET that passes
 // is kept, with its Last-Event-ID header if any.
 async function proxy(port, target) {
   const socks = new Set();
   const requests = [];
+  let refusing = false;
   const server = net.createServer((c) => {
+    if (refusing) {
+      c.destroy();
+      return;
+    }
     const u = net.connect(target, '127.0.0.1');
     socks.add(c);
     socks.add(u);
@@ -82,6 +88,9 @@ async function proxy(port, target) {
     port,
     requests,
     cut: () => [...socks].forEach((s) => s.destroy()),
+    refuse: (on) => {
+      refusing = on;
+    },
     close: () => new Promise((r) => {
       [...socks].forEach((s) => s.destroy());
       server.close(r);
@@ -90,47 +99,61 @@ async function proxy(port, target) {
 }
 
 // A run that prints its lines while the test watches: they show while it
-// runs, in order; a cut of every connection loses and doubles none.
-async function followLive(page, w, base, px, art) {
-  const id = await submitRun(base, 'slow', { n: '40', gap: '0.25', tag: 'live' });
-  // Opened mid-run: the lines so far are read, the rest streamed.
-  await until('the first lines', async () => (await apiLines(base, id, 1)).length >= 4, 15000);
+// runs, in order; a cut of every connection loses and doubles none. The
+// command waits for the test after lines 10 and 20, so that each step
+// happens while the run runs however slow the machine: the page opens
+// with ten lines to read, the stream brings 11 to 20, every connection
+// is cut and the page cannot reach opsrun while the run prints 21 to 40
+// and ends; once it can, the streams resume: the rest of the log, and the
+// run's status. direct: opsrun without the proxy.
+async function followLive(page, w, base, direct, px, art, tmp) {
+  const go1 = join(tmp, 'go-live-1');
+  const go2 = join(tmp, 'go-live-2');
+  const id = await submitRun(base, 'gated', { go1, go2, tag: 'live' });
+  await until('the first ten lines', async () => numbered(await apiLines(base, id, 1)).length >= 10, 15000);
   await openRun(page, base, id);
   let whileRunning = null;
   let cutAt = null;
-  let first = null;
   const orders = [];
   const looks = async () => {
     const status = await fieldSeen(page, 'Status');
     const lines = (await logSeen(page)) || [];
-    return { status, lines, nums: numbered(lines), end: await seen(page, '#log-end') };
-  };
-  const ended = await until('the run to end on the page', async () => {
-    const { status, lines, nums, end } = await looks();
+    const nums = numbered(lines);
     orders.push(nums);
-    if (status === 'running' && nums.length >= 3 && nums.length < 40 && !whileRunning) {
-      whileRunning = nums;
-      await screenshot(page, join(art, 'dashboard-log-live.png'));
-    }
-    if (first === null && nums.length) first = nums.length; // read before the stream
-    // Cut once the stream has brought lines of its own, while more come.
-    if (cutAt === null && first !== null && status === 'running' && nums.length >= first + 2 && nums.length < 30) {
-      w.closing = true; // what is in flight fails: no failure of the page
-      px.cut(); // a network blip mid-run
-      cutAt = nums.length;
-    }
-    if (cutAt !== null && nums.length >= cutAt + 5) w.closing = false; // the stream is back
-    return status === 'completed' && end ? lines : null;
-  }, 45000).catch(async () => {
+    return { status, lines, nums, end: await seen(page, '#log-end') };
+  };
+  const shows = (what, n) => until(what, async () => {
+    const l = await looks();
+    return l.status === 'running' && l.nums.length === n ? l.nums : null;
+  }, 30000);
+  const stuck = async () => {
     const l = await looks();
     console.log(`  the page shows: status ${l.status}, lines ${l.nums.join(' ')}, end ${l.end}, `
       + `jump ${await seen(page, '#log-newest')}; requests ${JSON.stringify(px.requests.filter((r) => r.path.includes('/logs')))}`);
     await screenshot(page, join(art, 'dashboard-log-stuck.png'));
     return null;
-  });
+  };
+  const ended = await (async () => {
+    await shows('the lines read when the page opened', 10);
+    release(go1);
+    whileRunning = await shows('lines 11 to 20, streamed', 20);
+    await screenshot(page, join(art, 'dashboard-log-live.png'));
+    w.closing = true; // what is in flight fails: no failure of the page
+    px.refuse(true);
+    px.cut(); // a network outage mid-run
+    cutAt = 20;
+    release(go2);
+    await completed(direct, id);
+    px.refuse(false);
+    return until('the run to end on the page', async () => {
+      const { status, lines, nums, end } = await looks();
+      if (nums.length >= cutAt + 5) w.closing = false; // the stream is back
+      return status === 'completed' && end ? lines : null;
+    }, 45000);
+  })().catch(stuck);
   check(ended !== null, 'the run ended on the page, its log too');
   check(cutAt !== null, `the connections were cut while the run ran (at line ${cutAt})`);
-  check(whileRunning !== null, `lines appear while the status reads running (${whileRunning && whileRunning.length} of 40 then)`);
+  check(whileRunning !== null, `streamed lines appear while the status reads running (${whileRunning && whileRunning.length} of 40 then)`);
   check(orders.every((n) => n.every((v, i) => v === i + 1)),
     'every time the log was looked at, its command lines were 1, 2, 3… in order, none missing');
   const end = await seen(page, '#log-end');
@@ -351,7 +374,7 @@ async function main() {
     const page = await ctx.newPage();
     const w = watch(page, problems);
     const ids = {};
-    ids.live = await followLive(page, w, base, px, art);
+    ids.live = await followLive(page, w, base, `http://127.0.0.1:${port}`, px, art, tmp);
     ids.flaky = await attempts(page, base, tmp);
     await screenshot(page, join(art, 'dashboard-log-attempts.png'));
     await closeDetail(page);

@@ -102,6 +102,17 @@ export function configFor(tmp) {
     'while [ "$i" -le "$n" ]; do echo "line $i of $n" >&2; sleep "$gap"; i=$((i + 1)); done',
     "echo '{}'", '',
   ].join('\n'));
+  // Lines 1 to 10, then (once the test creates $2) 11 to 20, then (once
+  // it creates $3) 21 to 40, a tenth of a second apart.
+  const gated = script('gated.sh', [
+    'i=1',
+    'while [ "$i" -le "$1" ]; do',
+    '  if [ "$i" = 11 ]; then f=$2; elif [ "$i" = 21 ]; then f=$3; else f=; fi',
+    '  if [ -n "$f" ]; then w=0; while [ ! -e "$f" ] && [ "$w" -lt 300 ]; do sleep 0.1; w=$((w + 1)); done; fi',
+    '  echo "line $i of $1" >&2; sleep 0.1; i=$((i + 1))',
+    'done',
+    "echo '{}'", '',
+  ].join('\n'));
   const flaky = script('flaky.sh', [
     'if [ "$OPSRUN_ATTEMPT" = 1 ]; then',
     '  echo "attempt one: starting" >&2', AWAIT,
@@ -121,6 +132,7 @@ export function configFor(tmp) {
     logs: { max_line_bytes: 256 },
     run_types: {
       slow: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', slow, '{{input:/n}}', '{{input:/gap}}'] } },
+      gated: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', gated, '40', '{{input:/go1}}', '{{input:/go2}}'] } },
       flaky: { action: 'exec', max_attempts: 2, retry_backoff_ms: 1500, params: { argv: ['/bin/sh', flaky, '{{input:/flag}}'] } },
       // 100,000 lines at once; 20,000 in four bursts, a second apart.
       flood: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', '-c', "seq 1 100000 >&2; echo '{}'"] } },
