@@ -51,9 +51,10 @@
 -- beside one after it. Its claims (the 5- and 8-argument opsrun_claim) now
 -- call this migration's claim without tenant caps; its inserts get keys
 -- from the trigger; the triggers free keys and keep the strategies whatever
--- statement moves a run. Its queue figures (runs_next_due) still count the
--- held runs as due: it waits for its poll interval instead of claiming
--- again at once, which is all that costs it.
+-- statement moves a run. Its figures of due runs (runs_next_due) count the
+-- held runs as due runs left behind, which makes it claim again when one
+-- of its workers frees, as a binary after this migration does on purpose
+-- (a finish may free their key).
 
 -- 1. The columns. NULL everywhere for a run of a type without concurrency.
 ALTER TABLE runs ADD COLUMN conc_group    text,
@@ -553,14 +554,18 @@ BEGIN
     IF v_left <= 0 THEN
         RETURN;
     END IF;
-    PERFORM opsrun_conc_release();
-    FOR v_lim IN SELECT DISTINCT ON (t.rate) t.rate, t.lim, t.per
-                   FROM unnest(p_rates, p_rate_limits, p_rate_per_ms) AS t(rate, lim, per)
-                  WHERE t.rate IS NOT NULL ORDER BY t.rate LOOP
-        v_names := v_names || v_lim.rate;
-        v_rooms := v_rooms || (SELECT r.room FROM opsrun_rate_room(v_lim.rate, v_lim.lim,
-                                                                   v_lim.per) r);
-    END LOOP;
+    IF EXISTS (SELECT 1 FROM conc_freed) THEN
+        PERFORM opsrun_conc_release();
+    END IF;
+    IF v_capped THEN
+        FOR v_lim IN SELECT DISTINCT ON (t.rate) t.rate, t.lim, t.per
+                       FROM unnest(p_rates, p_rate_limits, p_rate_per_ms) AS t(rate, lim, per)
+                      WHERE t.rate IS NOT NULL ORDER BY t.rate LOOP
+            v_names := v_names || v_lim.rate;
+            v_rooms := v_rooms || (SELECT r.room FROM opsrun_rate_room(v_lim.rate, v_lim.lim,
+                                                                       v_lim.per) r);
+        END LOOP;
+    END IF;
     FOR v_round IN 1 .. 4 LOOP
         -- 1. The open types.
         IF v_capped THEN
@@ -605,16 +610,25 @@ BEGIN
         v_tenants := v_tenants[v_s + 1 : v_n] || v_tenants[1 : v_s];
         v_troom := v_troom[v_s + 1 : v_n] || v_troom[1 : v_s];
         v_share := (v_left + v_n - 1) / v_n;
-        -- 3. and 4. The candidates and what becomes of each.
+        -- 3. and 4. The candidates and what becomes of each: ok, within
+        -- the room of its type's cap, its rate limit and its key (each
+        -- counted over the candidates before it, in turn; only for a
+        -- type with a cap or limit, a run with a key); picked, the first
+        -- v_left that are ok; held, left over and its key full.
         WITH t AS (
             SELECT u.tenant, u.turn, least(v_share, coalesce(u.room, v_share)) AS lim
               FROM unnest(v_tenants, v_troom) WITH ORDINALITY AS u(tenant, room, turn)
              WHERE u.turn <= v_left
-        ), cand AS (
+        ), cand AS MATERIALIZED (
             SELECT x.*, t.turn, t.lim,
                    row_number() OVER (PARTITION BY x.tenant
                                       ORDER BY x.priority DESC, x.run_at, x.created_at) AS trn,
-                   count(*) OVER (PARTITION BY x.tenant) AS tn
+                   CASE WHEN x.conc_key IS NOT NULL THEN
+                       x.conc_max - (SELECT count(*) FROM runs a
+                                      WHERE a.tenant = x.tenant AND a.conc_group = x.conc_group
+                                        AND a.conc_key = x.conc_key
+                                        AND a.status IN ('running', 'cancelling'))
+                   END AS key_room
               FROM t CROSS JOIN LATERAL (
                    SELECT r.tenant, r.id, r.type, r.priority, r.run_at, r.created_at,
                           r.conc_group, r.conc_key, r.conc_max
@@ -624,7 +638,7 @@ BEGIN
                     ORDER BY r.priority DESC, r.run_at, r.created_at
                     LIMIT t.lim
                       FOR UPDATE OF r SKIP LOCKED) x
-        ), kinds AS (
+        ), kinds AS MATERIALIZED (
             SELECT k.type, k.rate, l.room AS rate_room,
                    CASE WHEN k.cap IS NOT NULL THEN
                        k.cap - (SELECT count(*) FROM runs h
@@ -632,48 +646,54 @@ BEGIN
                    END AS room
               FROM unnest(p_types, p_caps, p_rates) AS k(type, cap, rate)
               LEFT JOIN unnest(v_names, v_rooms) AS l(name, room) ON l.name = k.rate
-             WHERE k.type = ANY (v_open)
-        ), ranked AS (
-            SELECT c.*, k.room AS type_room, k.rate, k.rate_room,
-                   CASE WHEN c.conc_key IS NOT NULL THEN
-                       c.conc_max - (SELECT count(*) FROM runs a
-                                      WHERE a.tenant = c.tenant AND a.conc_group = c.conc_group
-                                        AND a.conc_key = c.conc_key
-                                        AND a.status IN ('running', 'cancelling'))
-                   END AS key_room,
-                   row_number() OVER (PARTITION BY c.type ORDER BY c.trn, c.turn) AS type_rn,
-                   row_number() OVER (PARTITION BY k.rate ORDER BY c.trn, c.turn) AS rate_rn,
-                   row_number() OVER (PARTITION BY c.tenant, c.conc_group, c.conc_key
-                                      ORDER BY c.trn) AS key_rn
-              FROM cand c JOIN kinds k ON k.type = c.type
-        ), picked AS (
-            SELECT k.tenant, k.id FROM ranked k
-             WHERE (k.type_room IS NULL OR k.type_rn <= k.type_room)
-               AND (k.rate IS NULL OR k.rate_rn <= k.rate_room)
-               AND (k.key_room IS NULL OR k.key_rn <= k.key_room)
-             ORDER BY k.trn, k.turn
-             LIMIT v_left
-        ), decided AS (
-            SELECT k.tenant, k.id, k.type, k.trn, k.turn, k.tn, k.lim,
-                   CASE WHEN EXISTS (SELECT 1 FROM picked p
-                                      WHERE p.tenant = k.tenant AND p.id = k.id) THEN 'p'
-                        WHEN k.key_room IS NOT NULL
-                             AND k.key_room <= (SELECT count(*) FROM picked p JOIN ranked q
-                                                    ON q.tenant = p.tenant AND q.id = p.id
-                                                 WHERE q.tenant = k.tenant
-                                                   AND q.conc_group = k.conc_group
-                                                   AND q.conc_key = k.conc_key) THEN 'h'
+             WHERE v_capped AND k.type = ANY (v_open)
+        ), judged AS MATERIALIZED (
+            SELECT c.tenant, c.id, c.trn, c.turn, c.conc_group, c.conc_key, c.key_room,
+                   sum(CASE WHEN c.ok THEN 1 ELSE 0 END)
+                       OVER (ORDER BY c.trn, c.turn ROWS UNBOUNDED PRECEDING) AS okn, c.ok
+              FROM (SELECT c.*,
+                           (NOT v_capped OR EXISTS (
+                               SELECT 1 FROM kinds k WHERE k.type = c.type
+                                  AND (k.room IS NULL
+                                       OR k.room >= (SELECT count(*) FROM cand q
+                                                      WHERE q.type = c.type
+                                                        AND (q.trn, q.turn) <= (c.trn, c.turn)))
+                                  AND (k.rate IS NULL
+                                       OR k.rate_room >= (SELECT count(*) FROM cand q
+                                                           JOIN kinds qk ON qk.type = q.type
+                                                          WHERE qk.rate = k.rate
+                                                            AND (q.trn, q.turn)
+                                                                <= (c.trn, c.turn)))))
+                           AND (c.key_room IS NULL
+                                OR c.key_room >= (SELECT count(*) FROM cand q
+                                                   WHERE q.tenant = c.tenant
+                                                     AND q.conc_group = c.conc_group
+                                                     AND q.conc_key = c.conc_key
+                                                     AND q.trn <= c.trn)) AS ok
+                      FROM cand c) c
+        ), decided AS MATERIALIZED (
+            SELECT j.tenant, j.id, j.trn, j.turn,
+                   CASE WHEN j.ok AND j.okn <= v_left THEN 'p'
+                        WHEN j.key_room IS NOT NULL
+                             AND j.key_room <= (SELECT count(*) FROM judged q
+                                                 WHERE q.tenant = j.tenant
+                                                   AND q.conc_group = j.conc_group
+                                                   AND q.conc_key = j.conc_key
+                                                   AND q.ok AND q.okn <= v_left) THEN 'h'
                         ELSE 's' END AS d
-              FROM ranked k
+              FROM judged j
         )
         SELECT array_agg(x.tenant ORDER BY x.trn, x.turn) FILTER (WHERE x.d = 'p') AS p_tenants,
                array_agg(x.id ORDER BY x.trn, x.turn) FILTER (WHERE x.d = 'p') AS p_ids,
                array_agg(x.tenant) FILTER (WHERE x.d = 'h') AS h_tenants,
                array_agg(x.id) FILTER (WHERE x.d = 'h') AS h_ids,
                count(*) FILTER (WHERE x.d = 's') AS skipped,
-               coalesce(bool_or(x.tn = v_share AND x.lim = v_share), false) AS filled,
                (SELECT array_agg(t.tenant) FROM t
-                 WHERE (SELECT count(*) FROM cand c WHERE c.tenant = t.tenant) < t.lim) AS done
+                 WHERE (SELECT count(*) FROM cand c WHERE c.tenant = t.tenant) < t.lim) AS done,
+               EXISTS (SELECT 1 FROM t
+                        WHERE t.lim = v_share
+                          AND (SELECT count(*) FROM cand c WHERE c.tenant = t.tenant) = t.lim)
+                   AS filled
           INTO d
           FROM decided x;
         -- 5. Hold, then start.
