@@ -581,29 +581,42 @@ BEGIN
         END IF;
         EXIT WHEN v_open IS NULL OR cardinality(v_open) = 0;
         -- 2. The ready tenants, with their room (NULL: no cap).
-        WITH RECURSIVE s(tenant) AS (
-            SELECT min(r.tenant) FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
-            UNION ALL
-            SELECT (SELECT min(r.tenant) FROM runs r
-                     WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant)
-              FROM s WHERE s.tenant IS NOT NULL
-        ), c AS (
-            SELECT s.tenant,
-                   CASE WHEN v_tcapped THEN
+        IF v_tcapped THEN
+            WITH RECURSIVE s(tenant) AS (
+                SELECT min(r.tenant) FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
+                UNION ALL
+                SELECT (SELECT min(r.tenant) FROM runs r
+                         WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant)
+                  FROM s WHERE s.tenant IS NOT NULL
+            ), c AS (
+                SELECT s.tenant,
                        coalesce((SELECT u.cap FROM unnest(p_tenants, p_tenant_caps) AS u(tenant, cap)
-                                  WHERE u.tenant = s.tenant LIMIT 1), p_tenant_cap) END AS cap
-              FROM s WHERE s.tenant IS NOT NULL
-        ), r AS (
-            SELECT c.tenant,
-                   CASE WHEN c.cap > 0 THEN c.cap - (SELECT count(*) FROM runs h
-                                                       WHERE h.tenant = c.tenant
-                                                         AND h.status IN ('running', 'cancelling'))
-                   END AS room
-              FROM c
-        )
-        SELECT array_agg(r.tenant ORDER BY r.tenant), array_agg(r.room ORDER BY r.tenant)
-          INTO v_tenants, v_troom
-          FROM r WHERE (r.room IS NULL OR r.room > 0) AND r.tenant <> ALL (v_done);
+                                  WHERE u.tenant = s.tenant LIMIT 1), p_tenant_cap) AS cap
+                  FROM s WHERE s.tenant IS NOT NULL AND s.tenant <> ALL (v_done)
+            ), r AS (
+                SELECT c.tenant,
+                       CASE WHEN c.cap > 0 THEN c.cap - (SELECT count(*) FROM runs h
+                                                           WHERE h.tenant = c.tenant
+                                                             AND h.status IN ('running',
+                                                                              'cancelling'))
+                       END AS room
+                  FROM c
+            )
+            SELECT array_agg(r.tenant ORDER BY r.tenant), array_agg(r.room ORDER BY r.tenant)
+              INTO v_tenants, v_troom
+              FROM r WHERE r.room IS NULL OR r.room > 0;
+        ELSE
+            WITH RECURSIVE s(tenant) AS (
+                SELECT min(r.tenant) FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
+                UNION ALL
+                SELECT (SELECT min(r.tenant) FROM runs r
+                         WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant)
+                  FROM s WHERE s.tenant IS NOT NULL
+            )
+            SELECT array_agg(s.tenant ORDER BY s.tenant), array_agg(NULL::integer)
+              INTO v_tenants, v_troom
+              FROM s WHERE s.tenant IS NOT NULL AND s.tenant <> ALL (v_done);
+        END IF;
         EXIT WHEN v_tenants IS NULL;
         v_n := cardinality(v_tenants);
         v_s := (v_turn % v_n)::integer;
