@@ -536,7 +536,7 @@ DECLARE
                         OR coalesce(cardinality(array_remove(p_rates, NULL)), 0) > 0;
     v_tcapped boolean := coalesce(p_tenant_cap, 0) > 0
                          OR coalesce(cardinality(array_remove(p_tenant_caps, NULL)), 0) > 0;
-    v_turn bigint := nextval('opsrun_claim_turn');
+    v_turn bigint;
     v_open text[];
     v_tenants text[];
     v_troom integer[];
@@ -619,9 +619,47 @@ BEGIN
         END IF;
         EXIT WHEN v_tenants IS NULL;
         v_n := cardinality(v_tenants);
-        v_s := (v_turn % v_n)::integer;
-        v_tenants := v_tenants[v_s + 1 : v_n] || v_tenants[1 : v_s];
-        v_troom := v_troom[v_s + 1 : v_n] || v_troom[1 : v_s];
+        -- One tenant, no caps or limits (the default): the claim of 016 on
+        -- that tenant, unless a run with a key is among its candidates
+        -- (then the rounds below do it). It took every candidate there
+        -- was, up to the room left.
+        IF v_round = 1 AND v_n = 1 AND NOT v_capped AND NOT v_tcapped THEN
+            RETURN QUERY
+            WITH cand AS MATERIALIZED (
+                SELECT r.tenant, r.id, r.conc_key
+                  FROM runs r
+                 WHERE r.tenant = v_tenants[1] AND r.status = 'queued' AND NOT r.conc_held
+                   AND r.run_at <= now() AND r.type = ANY (v_open)
+                 ORDER BY r.priority DESC, r.run_at, r.created_at
+                 LIMIT v_left
+                   FOR UPDATE OF r SKIP LOCKED
+            ), upd AS (
+                UPDATE runs r
+                   SET status = 'running', worker_id = p_worker, attempt = r.attempt + 1,
+                       heartbeat_at = now(), started_at = coalesce(r.started_at, now()),
+                       deadline_at = now() + make_interval(secs => r.timeout_s),
+                       progress = 0, step = NULL, error = NULL, updated_at = now()
+                  FROM cand c
+                 WHERE r.id = c.id AND r.tenant = c.tenant
+                   AND NOT EXISTS (SELECT 1 FROM cand k WHERE k.conc_key IS NOT NULL)
+                RETURNING r.*
+            ), ev AS (
+                INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step,
+                                        message, run_created_at)
+                SELECT u.tenant, u.id, 'status', u.status, u.outcome, u.progress, u.step,
+                       format('attempt %s started by %s', u.attempt, p_worker), u.created_at
+                  FROM upd u
+            )
+            SELECT * FROM upd;
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            EXIT WHEN v_got > 0;
+        END IF;
+        IF v_n > 1 THEN
+            v_turn := coalesce(v_turn, nextval('opsrun_claim_turn'));
+            v_s := (v_turn % v_n)::integer;
+            v_tenants := v_tenants[v_s + 1 : v_n] || v_tenants[1 : v_s];
+            v_troom := v_troom[v_s + 1 : v_n] || v_troom[1 : v_s];
+        END IF;
         v_share := (v_left + v_n - 1) / v_n;
         -- 3. and 4. The candidates and what becomes of each: ok, within
         -- the room of its type's cap, its rate limit and its key (each
