@@ -17,10 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-/* The caps on the running runs of the configured tenants, for the claim:
- * each tenants entry's max_running, else queue.tenant_max_running (0:
- * none), which also caps every other tenant. Frees with free(t->names) and
- * free(t->caps). */
+/* The caps on the running runs of the configured tenants, for the claim
+ * (cfg_tenant_max_running: each tenants entry's max_running, else
+ * queue.tenant_max_running, 0: none), and queue.tenant_max_running for
+ * every other tenant. Frees with free(t->names) and free(t->caps). */
 static void dispatch_tenants(const struct config *cfg, struct claim_tenants *t)
 {
     const char **names = xcalloc(cfg->ntenants ? cfg->ntenants : 1, sizeof(*names));
@@ -28,8 +28,7 @@ static void dispatch_tenants(const struct config *cfg, struct claim_tenants *t)
 
     for (size_t i = 0; i < cfg->ntenants; i++) {
         names[i] = cfg->tenants[i].name;
-        caps[i] = cfg->tenants[i].max_running > 0 ? cfg->tenants[i].max_running
-                                                  : cfg->queue.tenant_max_running;
+        caps[i] = cfg_tenant_max_running(cfg, cfg->tenants[i].name);
     }
     *t = (struct claim_tenants){names, caps, cfg->ntenants, cfg->queue.tenant_max_running};
 }
