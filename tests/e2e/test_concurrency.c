@@ -199,7 +199,7 @@ END_TEST
 
 #define FLOOD 600
 
-/* acme's flood of FLOOD runs (priority 5, 100 ms each) is under way when
+/* acme's flood of FLOOD runs (priority 5, 50 ms each) is under way when
  * globex submits one run of priority 0: it must start while most of the
  * flood still waits. With cap > 0 (tenants.acme.max_running), acme never
  * has more than cap running, and reaches it. Runs go straight into the
@@ -225,7 +225,7 @@ static void flood(const char *name, const char *config, int cap)
         th_sql(db,
                "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
                "identity_hash, request_hash, priority) SELECT 'acme', 'flood-' || i, 'demo', 1, "
-               "60, '{\"duration_ms\": 100}', 'flood-' || i, 'x', 5 "
+               "60, '{\"duration_ms\": 50}', 'flood-' || i, 'x', 5 "
                "FROM generate_series(1, %d) AS i",
                FLOOD));
     PQclear(th_sql(db, "SELECT pg_notify('opsrun_queue', '')"));
