@@ -17,22 +17,6 @@
 
 /* ---- the rules the database applies ---- */
 
-/* The name of a strategy as run_type_rules.conc_strategy has it. */
-static const char *strategy_name(enum conc_strategy s)
-{
-    switch (s) {
-    case CONC_CANCEL_IN_PROGRESS:
-        return "cancel_in_progress";
-    case CONC_CANCEL_NEWEST:
-        return "cancel_newest";
-    case CONC_KEEP_NEWEST:
-        return "keep_newest";
-    case CONC_QUEUE:
-        break;
-    }
-    return "queue";
-}
-
 /* A type's concurrency into its rules row (migration 022): the key as
  * compiled (conc_parts), which the database evaluates for each new run. */
 static void rules_concurrency(json_t *row, const struct run_type *rt)
@@ -42,7 +26,7 @@ static void rules_concurrency(json_t *row, const struct run_type *rt)
     json_object_set_new(row, "conc_group", json_string(c->group ? c->group : rt->name));
     json_object_set(row, "conc_parts", c->parts ? c->parts : json_null());
     json_object_set_new(row, "conc_max", json_integer(c->max_running));
-    json_object_set_new(row, "conc_strategy", json_string(strategy_name(c->strategy)));
+    json_object_set_new(row, "conc_strategy", json_string(cfg_conc_strategy_name(c->strategy)));
 }
 
 char *notify_rules_json(const struct config *cfg)
