@@ -9,27 +9,38 @@
 
 /* A rules row is rewritten only when it changes, so that replicas that
  * start with the same configuration write nothing. The runs that follow a
- * change are found by a scan of runs, once per change of a type's rules. */
+ * change are found by a scan of runs, once per change of a type's rules.
+ * A type's concurrency (migration 022) applies to the runs inserted after
+ * it changed: a run keeps the key it was made with. */
+/* clang-format off */
 static const struct stmt S_RULES_SYNC = {
     "rules_sync",
     "WITH i AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(type text, max_attempts int, "
-    "timeout_s int, notify jsonb, follow_ups jsonb, approval_timeout_s int, "
-    "approval_on_timeout text)), "
+        "timeout_s int, notify jsonb, follow_ups jsonb, approval_timeout_s int, "
+        "approval_on_timeout text, conc_group text, conc_parts jsonb, conc_max int, "
+        "conc_strategy text)), "
     "up AS (INSERT INTO run_type_rules AS t (type, max_attempts, timeout_s, notify, follow_ups, "
-    "max_chain_depth, approval_timeout_s, approval_on_timeout) SELECT type, max_attempts, "
-    "timeout_s, notify, follow_ups, $2::int, approval_timeout_s, approval_on_timeout FROM i "
-    "ON CONFLICT (type) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, timeout_s = "
-    "EXCLUDED.timeout_s, notify = EXCLUDED.notify, follow_ups = EXCLUDED.follow_ups, "
-    "max_chain_depth = EXCLUDED.max_chain_depth, approval_timeout_s = "
-    "EXCLUDED.approval_timeout_s, approval_on_timeout = EXCLUDED.approval_on_timeout, "
-    "updated_at = now() WHERE (t.max_attempts, t.timeout_s, t.notify, t.follow_ups, "
-    "t.max_chain_depth, t.approval_timeout_s, t.approval_on_timeout) IS DISTINCT FROM "
-    "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
-    "EXCLUDED.max_chain_depth, EXCLUDED.approval_timeout_s, EXCLUDED.approval_on_timeout) "
-    "RETURNING t.type, t.reacts), "
+        "max_chain_depth, approval_timeout_s, approval_on_timeout, conc_group, conc_parts, "
+        "conc_max, conc_strategy) SELECT type, max_attempts, timeout_s, notify, follow_ups, "
+        "$2::int, approval_timeout_s, approval_on_timeout, conc_group, conc_parts, conc_max, "
+        "conc_strategy FROM i "
+        "ON CONFLICT (type) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, timeout_s = "
+        "EXCLUDED.timeout_s, notify = EXCLUDED.notify, follow_ups = EXCLUDED.follow_ups, "
+        "max_chain_depth = EXCLUDED.max_chain_depth, approval_timeout_s = "
+        "EXCLUDED.approval_timeout_s, approval_on_timeout = EXCLUDED.approval_on_timeout, "
+        "conc_group = EXCLUDED.conc_group, conc_parts = EXCLUDED.conc_parts, "
+        "conc_max = EXCLUDED.conc_max, conc_strategy = EXCLUDED.conc_strategy, "
+        "updated_at = now() WHERE (t.max_attempts, t.timeout_s, t.notify, t.follow_ups, "
+        "t.max_chain_depth, t.approval_timeout_s, t.approval_on_timeout, t.conc_group, "
+        "t.conc_parts, t.conc_max, t.conc_strategy) IS DISTINCT FROM "
+        "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
+        "EXCLUDED.max_chain_depth, EXCLUDED.approval_timeout_s, EXCLUDED.approval_on_timeout, "
+        "EXCLUDED.conc_group, EXCLUDED.conc_parts, EXCLUDED.conc_max, EXCLUDED.conc_strategy) "
+        "RETURNING t.type, t.reacts), "
     "flip AS (UPDATE runs r SET reacts = up.reacts FROM up WHERE r.type = up.type AND r.status "
-    "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
+        "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
     "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM flip)"};
+/* clang-format on */
 
 /* The due deliveries of each notifier with room. A candidate whose run has
  * an earlier delivery to the same notifier still owed waits for it. */

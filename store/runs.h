@@ -163,18 +163,41 @@ struct fence {
     int attempt;
 };
 
-/* Claims up to limit due runs (see opsrun_claim in migrations/001_core.sql).
+/* The caps on the running runs of tenants, for a claim: names[i]'s at most
+ * caps[i] (0: no cap), every other tenant's at most default_cap (0: no
+ * cap). The arrays are the caller's. */
+struct claim_tenants {
+    const char *const *names;
+    const int *caps;
+    size_t n;
+    int default_cap;
+};
+/* Claims up to limit due runs (see opsrun_claim in migrations/022): the
+ * ready tenants in turn, priority within each, each run's concurrency key
+ * respected (a run whose key is full is held until it frees).
  * types/caps/rates: the run types this process executes, their caps (0 =
  * none) and their rate limits (rates NULL, or an entry NULL, for none; each
- * run started takes a unit of its type's limit, migration 016).
+ * run started takes a unit of its type's limit, migration 016). tenants
+ * (NULL: no caps) caps each tenant's running runs.
  * *out gets a heap array of *n runs, without json (struct run). */
+enum status store_runs_claim_fair(struct db *db, const char *worker_id, int limit, int max_running,
+                                  const char *const *types, const int *caps,
+                                  const struct rate_limit *const *rates, size_t ntypes,
+                                  const struct claim_tenants *tenants, struct run ***out, size_t *n,
+                                  struct error *err) WUR;
+/* store_runs_claim_fair without tenant caps. */
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps,
                              const struct rate_limit *const *rates, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
+/* Releases the held runs of every key that has room for them (see
+ * opsrun_conc_sweep in migrations/022): what a lost release would leave
+ * waiting. *released (optional) gets how many. */
+enum status store_runs_conc_sweep(struct db *db, int *released, struct error *err) WUR;
 /* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
  * already), and whether a queued run is due now that a claim just left
- * behind (a cap was reached, or its type is not executed here).
+ * behind (a cap was reached, or its type is not executed here), or is held
+ * for its concurrency key (a finish here may free the key).
  * claim_began_us is when that claim began (clock_mono_us): a run that
  * became due after it began, or may have, is reported as due in 0 ms, not as
  * left behind, so the caller claims again instead of waiting for its next

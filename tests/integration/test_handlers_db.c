@@ -484,6 +484,157 @@ START_TEST(alerts_create_alertmanager)
 }
 END_TEST
 
+/* ---- concurrency keys ------------------------------------------------ */
+
+/* A run type with a concurrency key, added to the context's configuration. */
+static void add_keyed_type(const char *key)
+{
+    struct error err = {0};
+    char *text = xasprintf("{\"run_types\": {\"restart-host\": {\"action\": \"simulate\", "
+                           "\"concurrency\": {\"key\": \"%s\"}}}}",
+                           key);
+
+    ck_assert_msg(cfg_load_json(&g_cfg, text, &err) == ST_OK, "%s", err.message);
+    free(text);
+}
+
+#define KEY_MISSING                                                                                \
+    "run_types.restart-host.concurrency: the input has no value at \\\"/labels/instance\\\""
+
+/* A submission whose input cannot make its type's concurrency key is 400
+ * naming the pointer, and nothing is written; one that can is accepted.
+ * In an array, the item that fails is the one answered so. */
+START_TEST(alerts_concurrency_key_generic)
+{
+    static const char missing[] =
+        "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+        "\"detail\":\"invalid \\\"data\\\": " KEY_MISSING "\","
+        "\"errors\":[{\"field\":\"data\",\"message\":\"" KEY_MISSING "\"}]}";
+    struct reply rp;
+    char *want, *a, *b;
+
+    hc_open("it_handlers_conc_generic", 2, 2000);
+    add_keyed_type("{{tenant}}/{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "{\"alert_type\":\"restart-host\",\"data\":{\"labels\":{}}}", &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true, missing);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(
+        call(handle_alerts_create, NULL, NULL, "{\"alert_type\":\"restart-host\"}", &rp),
+        ST_INVALID);
+    expect_reply(&rp, 400, true, missing);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "{\"alert_type\":\"restart-host\",\"data\":{\"labels\":{\"instance\":"
+                          "[\"db-1\"]}}}",
+                          &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"data\\\": run_types.restart-host.concurrency: the "
+                 "value at \\\"/labels/instance\\\" is an array, not a string, a whole number or "
+                 "a boolean\",\"errors\":[{\"field\":\"data\",\"message\":\"run_types.restart-host."
+                 "concurrency: the value at \\\"/labels/instance\\\" is an array, not a string, a "
+                 "whole number or a boolean\"}]}");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 0);
+
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1:9100\"}}}");
+    ck_assert_int_eq(n_runs(), 1);
+
+    /* an array: each item as if alone */
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "[{\"alert_type\":\"restart-host\",\"run_id\":\"rh-2\",\"data\":"
+                          "{\"labels\":{\"instance\":7}}},"
+                          "{\"alert_type\":\"restart-host\",\"run_id\":\"rh-3\"},"
+                          "{\"alert_type\":\"demo\",\"run_id\":\"d-1\"}]",
+                          &rp),
+                     ST_OK);
+    a = submit_result("rh-2", "queued", "pending", false);
+    b = submit_result("d-1", "queued", "pending", false);
+    want = xasprintf("{\"runs\":[%s,%s,%s]}", a, missing, b);
+    expect_reply(&rp, 200, false, want);
+    reply_cleanup(&rp);
+    free(want);
+    free(a);
+    free(b);
+    ck_assert_int_eq(n_runs(), 3);
+    hc_close();
+}
+END_TEST
+
+/* An Alertmanager alert whose input cannot make the key is an error item
+ * (400) naming the alert and the pointer; the others go on. A resolved
+ * alert makes no run, so has no key to check. */
+START_TEST(alerts_concurrency_key_alertmanager)
+{
+    static const char body[] =
+        "{\"version\":\"4\",\"status\":\"firing\",\"receiver\":\"opsrun\",\"groupKey\":\"g1\","
+        "\"alerts\":["
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"restart-host\"},"
+        "\"fingerprint\":\"fp-1\"},"
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"restart-host\",\"instance\":\"db1\"},"
+        "\"fingerprint\":\"fp-2\"},"
+        "{\"status\":\"resolved\",\"labels\":{\"alertname\":\"restart-host\"},"
+        "\"fingerprint\":\"fp-3\"}]}";
+    struct reply rp;
+    char *id, *run, *want;
+
+    hc_open("it_handlers_conc_am", 2, 2000);
+    add_keyed_type("{{input:/receiver}}/{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    id = sql_str("SELECT id FROM runs");
+    ck_assert_ptr_nonnull(id);
+    run = submit_result(id, "queued", "pending", false);
+    run[strlen(run) - 1] = '\0'; /* the object goes on */
+    want = xasprintf(
+        "{\"runs\":[{\"index\":0,\"fingerprint\":\"fp-1\",\"error\":{\"status\":400,"
+        "\"detail\":\"invalid \\\"alerts[0]\\\": " KEY_MISSING "\","
+        "\"errors\":[{\"field\":\"alerts[0]\",\"message\":\"" KEY_MISSING "\"}]}},"
+        "%s,\"action\":\"created\",\"index\":1,\"fingerprint\":\"fp-2\"},"
+        "{\"action\":\"ignored\",\"index\":2,\"fingerprint\":\"fp-3\"}],\"truncated_alerts\":0}",
+        run);
+    expect_reply(&rp, 202, false, want);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    free(want);
+    free(run);
+    free(id);
+    hc_close();
+}
+END_TEST
+
+/* A retry whose run type gained a key its input cannot make is refused
+ * (422), as one whose type is gone; with the key it can make, it starts. */
+START_TEST(retry_concurrency_key)
+{
+    struct reply rp;
+
+    hc_open("it_handlers_conc_retry", 2, 2000);
+    add_keyed_type("{{input:/labels/instance}}");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1\"}}}");
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now() WHERE id = 'rh-1'"));
+    add_keyed_type("{{input:/host}}");
+    ck_assert_int_eq(call(handle_runs_retry, "rh-1", NULL, NULL, &rp), ST_UNPROCESSABLE);
+    expect_reply(&rp, 422, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Unprocessable Content\",\"status\":422,"
+                 "\"detail\":\"run \\\"rh-1\\\" cannot be retried: run_types.restart-host."
+                 "concurrency: the input has no value at \\\"/host\\\"\"}");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    add_keyed_type("{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_runs_retry, "rh-1", NULL, NULL, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 202);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 2);
+    hc_close();
+}
+END_TEST
+
 /* A body without a canonical JSON text (a string that is not UTF-8, which
  * only a *_nocheck constructor makes; in production canon_json fails so
  * only when jansson cannot allocate) is a 500 problem, before any run is
@@ -540,7 +691,7 @@ START_TEST(runs_get_found_and_missing)
                  "\"created_at\":\"" PINNED "\",\"run_at\":\"" PINNED "\","
                  "\"started_at\":null,\"completed_at\":null,\"updated_at\":\"" PINNED "\","
                  "\"retry_of\":null,\"poll\":null,\"parent_id\":null,\"schedule\":null,"
-                 "\"approval\":null}");
+                 "\"approval\":null,\"concurrency\":null}");
     expect_headers(&rp, 0, NULL, NULL);
     ck_assert_str_eq(rp.run_id, "r-get");
     ck_assert_int_eq(rp.wait_ms, 0);
@@ -980,6 +1131,9 @@ int main(void)
     tcase_add_test(tc, alerts_create_wait);
     tcase_add_test(tc, alerts_create_alertmanager);
     tcase_add_test(tc, alerts_create_without_canonical_json);
+    tcase_add_test(tc, alerts_concurrency_key_generic);
+    tcase_add_test(tc, alerts_concurrency_key_alertmanager);
+    tcase_add_test(tc, retry_concurrency_key);
     suite_add_tcase(s, tc);
 
     tc = tcase("runs", 60);
