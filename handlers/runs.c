@@ -6,6 +6,7 @@
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
 
+#include "common/conc_key.h"
 #include "common/cursor.h"
 #include "common/ids.h"
 #include "engine/engine.h"
@@ -18,6 +19,8 @@
 
 #define LIST_DEFAULT 50
 #define LIST_MAX 500
+/* A concurrency group's longest name (a run type's, by default). */
+#define CONC_GROUP_MAX 64
 
 static void parse_limit(const char *v, struct run_filter *f, struct error *err)
 {
@@ -111,6 +114,10 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
     parse_text(rq->query(rq, "schedule"), "schedule", 64, &f->schedule, err);
     parse_approval(rq->query(rq, "approval"), f, err);
     parse_text(rq->query(rq, "parent_id"), "parent_id", RUN_ID_MAX, &f->parent_id, err);
+    parse_text(rq->query(rq, "concurrency_key"), "concurrency_key", CONC_KEY_MAX, &f->conc_key,
+               err);
+    parse_text(rq->query(rq, "concurrency_group"), "concurrency_group", CONC_GROUP_MAX,
+               &f->conc_group, err);
     parse_limit(rq->query(rq, "limit"), f, err);
     if (cursor) {
         f->has_cursor = cursor_decode(cursor, &f->cursor_us, f->cursor_id);

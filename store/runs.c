@@ -39,6 +39,7 @@ static const struct stmt S_BY_IDENTITY = {
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
     "AND ($10::text IS NULL OR r.schedule_name = $10) "                                            \
     "AND ($11::text IS NULL OR r.parent_id = $11) "                                                \
+    "AND ($12::text IS NULL OR r.conc_key = $12) AND ($13::text IS NULL OR r.conc_group = $13) "   \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
 #define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
@@ -58,17 +59,25 @@ static const struct stmt S_LIST_ALL_PENDING = {
 /* Every tenant's, for an admin ($1 is NULL): the tenants found by a skip
  * scan of runs_list's first column (one step each), each tenant's first
  * $8 from runs_list as in runs_list, and the newest $8 of those, read in
- * full only then (migration 014). */
-static const struct stmt S_LIST_ALL = {
-    "runs_list_all",
-    "WITH RECURSIVE t(tenant) AS (SELECT min(tenant) FROM runs WHERE $1::text IS NULL "
-    "UNION ALL SELECT (SELECT min(u.tenant) FROM runs u WHERE u.tenant > t.tenant) FROM t "
-    "WHERE t.tenant IS NOT NULL), "
-    "k AS (SELECT f.* FROM t CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.created_at FROM runs r "
-    "WHERE r.tenant = t.tenant AND " LIST_FILTERS LIST_ORDER ") f "
-    "ORDER BY f.created_at DESC, f.id DESC LIMIT $8::int) "
-    "SELECT " RUN_COLS " FROM k JOIN runs r ON r.id = k.id AND r.tenant = k.tenant "
-    "ORDER BY k.created_at DESC, k.id DESC"};
+ * full only then (migration 014). which: a condition on "r" that picks
+ * the index of each tenant's part. */
+#define LIST_ALL(which)                                                                            \
+    "WITH RECURSIVE t(tenant) AS (SELECT min(tenant) FROM runs WHERE $1::text IS NULL "            \
+    "UNION ALL SELECT (SELECT min(u.tenant) FROM runs u WHERE u.tenant > t.tenant) FROM t "        \
+    "WHERE t.tenant IS NOT NULL), "                                                                \
+    "k AS (SELECT f.* FROM t CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.created_at FROM runs r " \
+    "WHERE r.tenant = t.tenant AND " which LIST_FILTERS LIST_ORDER ") f "                          \
+    "ORDER BY f.created_at DESC, f.id DESC LIMIT $8::int) "                                        \
+    "SELECT " RUN_COLS " FROM k JOIN runs r ON r.id = k.id AND r.tenant = k.tenant "               \
+    "ORDER BY k.created_at DESC, k.id DESC"
+static const struct stmt S_LIST_ALL = {"runs_list_all", LIST_ALL("")};
+/* A concurrency key's runs ($12), newest first: runs_conc_list (migration
+ * 022), of one tenant or (S_LIST_ALL_KEY) of each in turn. */
+#define KEY_IS "r.conc_key = $12 AND "
+static const struct stmt S_LIST_KEY = {
+    "runs_list_key",
+    "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND " KEY_IS LIST_FILTERS LIST_ORDER};
+static const struct stmt S_LIST_ALL_KEY = {"runs_list_all_key", LIST_ALL(KEY_IS)};
 /* Which tenants have a run with this id (the primary key (id, tenant),
  * migration 014): two are enough to know it is ambiguous. */
 static const struct stmt S_LOCATE = {
@@ -303,7 +312,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[11] = {tenant,
+    const char *p[13] = {tenant,
                          f->has_status ? run_status_name(f->status) : NULL,
                          f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                          f->type,
@@ -313,7 +322,9 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                          lim,
                          f->initiator,
                          f->schedule,
-                         f->parent_id};
+                         f->parent_id,
+                         f->conc_key,
+                         f->conc_group};
     PGresult *r;
     enum status st;
     int n;
@@ -323,9 +334,11 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     *runs = NULL;
     *next_cursor = NULL;
     if (f->approval_pending)
-        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 11, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 13, p, &r, err);
+    else if (f->conc_key)
+        st = db_run(db, tenant ? &S_LIST_KEY : &S_LIST_ALL_KEY, 13, p, &r, err);
     else
-        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 13, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);

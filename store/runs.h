@@ -109,6 +109,8 @@ struct run_filter {
     const char *schedule;           /* runs this schedule made; NULL = any */
     bool approval_pending;          /* only runs awaiting approval */
     const char *parent_id;          /* follow-ups of this run; NULL = any */
+    const char *conc_key;           /* runs of this concurrency key; NULL = any */
+    const char *conc_group;         /* runs of this concurrency group; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;

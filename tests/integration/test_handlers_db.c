@@ -32,7 +32,9 @@
 #include "engine/actions/registry.h"
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
+#include "engine/notify_body.h"
 #include "store/db.h"
+#include "store/notify.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
 
@@ -47,6 +49,11 @@ static struct config g_cfg;
 static struct db_pool *g_pool;
 static _Atomic bool g_draining;
 static struct hctx g_hc;
+/* Who the requests are from: a tenant, and whether they reach every
+ * tenant (an admin token without ?tenant=); "default" and no unless a test
+ * says otherwise. */
+static const char *g_tenant;
+static bool g_all_tenants;
 
 /* A fresh database and a handler context over it; the pool has pool_size
  * connections and waits wait_ms for one. */
@@ -67,6 +74,8 @@ static void hc_open(const char *dbname, int pool_size, int wait_ms)
     g_pool = db_pool_new(&opt, pool_size, wait_ms);
     atomic_store(&g_draining, false);
     g_hc = (struct hctx){.cfg = &g_cfg, .pool = g_pool, .draining = &g_draining};
+    g_tenant = "default";
+    g_all_tenants = false;
 }
 
 static void hc_close(void)
@@ -93,7 +102,7 @@ static const char *query_get(const struct request *rq, const char *key)
     return NULL;
 }
 
-/* Calls fn as server/http_request.c does: the default tenant, path_id (NULL: none),
+/* Calls fn as server/http_request.c does: g_tenant, path_id (NULL: none),
  * query q (NULL: none) and body parsed as the server parses it (NULL: no
  * body). rp is initialised here; the caller cleans it up. */
 /* As call, with a body built in C (one the server's parser might not make). */
@@ -105,7 +114,8 @@ static enum status call_json(handler_fn fn, const char *path_id, struct query *q
     reply_init(rp);
     return fn(&g_hc,
               &(struct request){.path_id = path_id,
-                                .tenant = "default",
+                                .tenant = g_tenant,
+                                .all_tenants = g_all_tenants,
                                 .initiator = "anonymous",
                                 .body = body,
                                 .query = query_get,
@@ -208,12 +218,11 @@ static char *sql_str(const char *fmt, ...)
     return v;
 }
 
-/* Run id as the database renders it (opsrun_run_json), on the wire. */
+/* Run id as the database renders it (opsrun_run_json), on the wire (the
+ * ids of these tests are unique across their tenants). */
 static char *db_run(const char *id)
 {
-    char *text = sql_str("SELECT opsrun_run_json(r)::text FROM runs r "
-                         "WHERE tenant = 'default' AND id = '%s'",
-                         id);
+    char *text = sql_str("SELECT opsrun_run_json(r)::text FROM runs r WHERE id = '%s'", id);
     json_t *j;
     char *s;
 
@@ -792,6 +801,122 @@ START_TEST(runs_list_filters_and_cursor)
 }
 END_TEST
 
+/* ---- concurrency keys: a key's runs, why a run waits ------------------ */
+
+/* restart-host and patch-host share group "host" (at most one run of a
+ * key), backup has group "db" (two), all three keyed on the input's
+ * /host; then the JSON more (NULL: nothing), and the rules written to the
+ * database as a replica writes them at start. */
+static void keyed_types(const char *more)
+{
+    static const char types[] =
+        "{\"run_types\": {"
+        "\"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\"}},"
+        "\"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\"}},"
+        "\"backup\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"db\", "
+        "\"key\": \"{{input:/host}}\", \"max_running\": 2}}}}";
+    struct error err = {0};
+    struct db *db = NULL;
+    char *rules;
+
+    ck_assert_msg(cfg_load_json(&g_cfg, types, &err) == ST_OK, "%s", err.message);
+    ck_assert_msg(!more || cfg_load_json(&g_cfg, more, &err) == ST_OK, "%s", err.message);
+    ck_assert_msg(cfg_validate(&g_cfg, &err) == ST_OK, "%s", err.message);
+    rules = notify_rules_json(&g_cfg);
+    ck_assert_int_eq(db_pool_get(g_pool, &db, &err), ST_OK);
+    ck_assert_msg(store_rules_sync(db, rules, 10, NULL, NULL, &err) == ST_OK, "%s", err.message);
+    db_pool_put(g_pool, db);
+    free(rules);
+}
+
+/* POST /alerts of a run of type on host, as tenant, with run_id id. */
+static void create_keyed(const char *tenant, const char *type, const char *host, const char *id)
+{
+    char *body = xasprintf("{\"alert_type\":\"%s\",\"run_id\":\"%s\",\"data\":"
+                           "{\"host\":\"%s\"}}",
+                           type, id, host);
+
+    g_tenant = tenant;
+    create(body);
+    g_tenant = "default";
+    free(body);
+}
+
+/* ?concurrency_key= lists one key's runs of the caller's tenant, newest
+ * first, in pages, with the other filters; ?concurrency_group= one
+ * group's; an admin's list without ?tenant= has every tenant's runs of
+ * that key; a bad value is a 400 naming it. */
+START_TEST(runs_list_concurrency_key)
+{
+    static const char *const web1[] = {"k-5", "k-3", "k-2", "k-1"};
+    static const char *const web1_host[] = {"k-3", "k-2", "k-1"};
+    static const char *const db_group[] = {"k-5"};
+    static const char *const web1_queued_restart[] = {"k-1"};
+    static const char *const every_tenant[] = {"a-1", "k-5", "k-3", "k-2", "k-1"};
+    struct query key = {{"concurrency_key"}, {"web-1"}};
+    struct query key_group = {{"concurrency_key", "concurrency_group"}, {"web-1", "host"}};
+    struct query group = {{"concurrency_group"}, {"db"}};
+    struct query with_others = {{"concurrency_key", "status", "type"},
+                                {"web-1", "queued", "restart-host"}};
+    struct query page1 = {{"concurrency_key", "limit"}, {"web-1", "2"}};
+    struct query page2 = {{"concurrency_key", "limit", "cursor"}, {"web-1", "2", NULL}};
+    struct query none = {{"concurrency_key"}, {"web-9"}};
+    struct query bad = {{"concurrency_key", "concurrency_group"}, {"", ""}};
+    struct reply rp;
+    char *cursor;
+
+    hc_open("it_handlers_list_key", 2, 2000);
+    keyed_types(NULL);
+    create_keyed("default", "restart-host", "web-1", "k-1");
+    create_keyed("default", "patch-host", "web-1", "k-2");
+    create_keyed("default", "restart-host", "web-1", "k-3");
+    create_keyed("default", "restart-host", "web-2", "k-4");
+    create_keyed("default", "backup", "web-1", "k-5");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"k-6\",\"data\":{\"host\":\"web-1\"}}");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    ck_assert_int_eq(call(handle_runs_cancel, "k-3", NULL, NULL, &rp), ST_OK);
+    reply_cleanup(&rp);
+    pin_times("k-1", "2030-01-01T00:00:01Z");
+    pin_times("k-2", "2030-01-01T00:00:02Z");
+    pin_times("k-3", "2030-01-01T00:00:03Z");
+    pin_times("k-4", "2030-01-01T00:00:04Z");
+    pin_times("k-5", "2030-01-01T00:00:05Z");
+    pin_times("k-6", "2030-01-01T00:00:06Z");
+    pin_times("a-1", "2030-01-01T00:00:07Z");
+
+    expect_list(&key, web1, 4, NULL);
+    expect_list(&key_group, web1_host, 3, NULL);
+    expect_list(&group, db_group, 1, NULL);
+    expect_list(&with_others, web1_queued_restart, 1, NULL);
+    expect_list(&none, NULL, 0, NULL);
+    cursor = cursor_encode(1893456003000000LL, "k-3");
+    expect_list(&page1, web1, 2, cursor);
+    page2.v[2] = cursor;
+    expect_list(&page2, web1 + 2, 2, NULL);
+    free(cursor);
+
+    /* another tenant's: its own run of that key text only */
+    g_tenant = "acme";
+    expect_list(&key, every_tenant, 1, NULL);
+    g_tenant = "default";
+    g_all_tenants = true;
+    expect_list(&key, every_tenant, 5, NULL);
+    g_all_tenants = false;
+
+    ck_assert_int_eq(call(handle_runs_list, NULL, &bad, NULL, &rp), ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"concurrency_key\\\": must be 1 to 512 characters\","
+                 "\"errors\":["
+                 "{\"field\":\"concurrency_key\",\"message\":\"must be 1 to 512 characters\"},"
+                 "{\"field\":\"concurrency_group\",\"message\":\"must be 1 to 64 characters\"}]}");
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
 /* ---- POST /runs/{id}/cancel ------------------------------------------- */
 
 /* A queued run ends cancelled at once (200); again is a 409; a running run
@@ -1139,6 +1264,7 @@ int main(void)
     tc = tcase("runs", 60);
     tcase_add_test(tc, runs_get_found_and_missing);
     tcase_add_test(tc, runs_list_filters_and_cursor);
+    tcase_add_test(tc, runs_list_concurrency_key);
     tcase_add_test(tc, runs_cancel_paths);
     suite_add_tcase(s, tc);
 
