@@ -9,6 +9,7 @@
 #include "common/conc_key.h"
 #include "common/cursor.h"
 #include "common/ids.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"
@@ -179,7 +180,9 @@ static enum status runs_get_refresh(const struct hctx *hc, const struct request 
     enum status st;
 
     (void)rq; /* the run's tenant was noted in rp when the wait began */
-    WITH_DB(hc, st, &err, store_runs_get(db_, rp->wait_tenant, rp->wait_run_id, &run, &err));
+    WITH_DB(hc, st, &err,
+            store_runs_get_detail(db_, rp->wait_tenant, rp->wait_run_id,
+                                  cfg_tenant_max_running(hc->cfg, rp->wait_tenant), &run, &err));
     if (st == ST_OK)
         reply_json_take(rp, 200, json_incref(run->json));
     else
@@ -199,7 +202,8 @@ enum status handle_runs_get(const struct hctx *hc, const struct request *rq, str
 
     if (st == ST_OK)
         WITH_RUN(hc, rq, rq->path_id, st, &err,
-                 store_runs_get(db_, tenant_, rq->path_id, &run, &err));
+                 store_runs_get_detail(db_, tenant_, rq->path_id,
+                                       cfg_tenant_max_running(hc->cfg, tenant_), &run, &err));
     if (st == ST_OK) {
         xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", run->id);
         reply_json_take(rp, 200, json_incref(run->json));

@@ -29,6 +29,30 @@ static const struct stmt S_INSERT = {
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+/* The run as its detail shows it (store_runs_get_detail): the run, then
+ * why it waits, if it is queued and waits for its key or its tenant's cap
+ * ($3, NULL for none), and the other runs that hold its key (k, through
+ * runs_tenant_held: a key's running and cancelling runs, or a tenant's).
+ * Each lateral part reads nothing for a run it does not concern. */
+static const struct stmt S_DETAIL = {
+    "runs_detail",
+    "SELECT " RUN_COLS ", CASE WHEN r.status <> 'queued' THEN NULL "
+    "WHEN r.conc_key IS NOT NULL AND (r.conc_held OR (r.run_at <= now() AND k.n >= r.conc_max)) "
+    "THEN json_build_object('reason', 'concurrency_key', 'running', k.n, 'max_running', "
+    "r.conc_max) "
+    "WHEN r.run_at <= now() AND t.n >= $3::int "
+    "THEN json_build_object('reason', 'tenant_cap', 'running', t.n, 'max_running', $3::int) "
+    "END::text, "
+    "CASE WHEN r.conc_group IS NOT NULL THEN to_json(coalesce(k.ids, '{}'::text[]))::text END "
+    "FROM runs r "
+    "LEFT JOIN LATERAL (SELECT count(*) AS n, (array_agg(a.id ORDER BY a.started_at, a.id))[1:10] "
+    "AS ids FROM runs a WHERE r.status <> 'completed' AND a.tenant = r.tenant "
+    "AND a.conc_group = r.conc_group AND a.conc_key = r.conc_key "
+    "AND a.status IN ('running', 'cancelling') AND a.id <> r.id) k ON true "
+    "LEFT JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM runs a "
+    "WHERE $3::int IS NOT NULL AND r.status = 'queued' AND r.run_at <= now() "
+    "AND a.tenant = r.tenant AND a.status IN ('running', 'cancelling') LIMIT $3::int) x) t ON true "
+    "WHERE r.tenant = $1 AND r.id = $2"};
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
                         "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
@@ -294,6 +318,48 @@ enum status store_runs_get(struct db *db, const char *tenant, const char *id, st
 
     if (st == ST_OK && !*out)
         st = error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    return st;
+}
+
+/* Sets member name of obj to the JSON text v (SQL NULL: no member). */
+static enum status set_json_text(json_t *obj, const char *name, const char *v, struct error *err)
+{
+    json_error_t jerr;
+    json_t *j;
+
+    if (!v)
+        return ST_OK;
+    if (!(j = json_loads(v, JSON_DECODE_ANY, &jerr)))
+        return error_set(err, ST_INTERNAL, "could not parse the run's %s: %s", name, jerr.text);
+    json_object_set_new(obj, name, j);
+    return ST_OK;
+}
+
+enum status store_runs_get_detail(struct db *db, const char *tenant, const char *id, int tenant_cap,
+                                  struct run **out, struct error *err)
+{
+    char cap[16];
+    const char *p[3] = {tenant, id, tenant_cap > 0 ? cap : NULL};
+    PGresult *keep = NULL;
+    json_t *conc;
+    enum status st;
+
+    xsnprintf(cap, sizeof(cap), "%d", tenant_cap);
+    st = run_query_one(db, &S_DETAIL, 3, p, out, &keep, err);
+    if (st == ST_OK && !*out)
+        return error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    if (st != ST_OK)
+        return st;
+    json_object_set_new((*out)->json, "waiting_for", json_null());
+    st = set_json_text((*out)->json, "waiting_for", db_val(keep, 0, RUN_NCOLS), err);
+    conc = json_object_get((*out)->json, "concurrency");
+    if (st == ST_OK && json_is_object(conc))
+        st = set_json_text(conc, "holders", db_val(keep, 0, RUN_NCOLS + 1), err);
+    PQclear(keep);
+    if (st != ST_OK) {
+        run_free(*out);
+        *out = NULL;
+    }
     return st;
 }
 

@@ -95,6 +95,17 @@ enum status store_runs_submit_batch(struct db *db, const struct run_new *items, 
 void run_submitted_cleanup(struct run_submitted *out, size_t n); /* frees the runs */
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
+/* The run as GET /runs/{id} shows it (docs/api.md, "Why a run waits"):
+ * its json as store_runs_get's, with "waiting_for" last (null, or
+ * {"reason", "running", "max_running"}: the run is queued and waits for its
+ * concurrency key, held or due while the key's runs fill it; else due
+ * while its tenant has tenant_cap runs running or cancelling, tenant_cap
+ * 0 for no cap) and, for a run with a concurrency key, "holders" last in
+ * its "concurrency": the ids of at most 10 other runs of its key running or
+ * cancelling, the first started first ([] for a completed run).
+ * ST_NOT_FOUND when there is no such run. */
+enum status store_runs_get_detail(struct db *db, const char *tenant, const char *id, int tenant_cap,
+                                  struct run **out, struct error *err) WUR;
 /* The joinable (queued, running or waiting) run with this identity;
  * ST_NOT_FOUND if none. */
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,

@@ -700,7 +700,7 @@ START_TEST(runs_get_found_and_missing)
                  "\"created_at\":\"" PINNED "\",\"run_at\":\"" PINNED "\","
                  "\"started_at\":null,\"completed_at\":null,\"updated_at\":\"" PINNED "\","
                  "\"retry_of\":null,\"poll\":null,\"parent_id\":null,\"schedule\":null,"
-                 "\"approval\":null,\"concurrency\":null}");
+                 "\"approval\":null,\"concurrency\":null,\"waiting_for\":null}");
     expect_headers(&rp, 0, NULL, NULL);
     ck_assert_str_eq(rp.run_id, "r-get");
     ck_assert_int_eq(rp.wait_ms, 0);
@@ -913,6 +913,135 @@ START_TEST(runs_list_concurrency_key)
                  "{\"field\":\"concurrency_key\",\"message\":\"must be 1 to 512 characters\"},"
                  "{\"field\":\"concurrency_group\",\"message\":\"must be 1 to 64 characters\"}]}");
     reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* Run id as GET /runs/{id} answers it: the database's rendering with
+ * "waiting_for" (JSON) last and, when the run has a concurrency key, its
+ * "holders" (JSON) last in "concurrency". */
+static char *db_detail(const char *id, const char *waiting_for, const char *holders)
+{
+    char *text = db_run(id);
+    json_t *run = json_loads(text, 0, NULL), *conc;
+    char *s;
+
+    ck_assert_ptr_nonnull(run);
+    conc = json_object_get(run, "concurrency");
+    json_object_set_new(run, "waiting_for", json_loads(waiting_for, JSON_DECODE_ANY, NULL));
+    ck_assert_ptr_nonnull(json_object_get(run, "waiting_for"));
+    if (json_is_object(conc)) {
+        ck_assert_ptr_nonnull(holders);
+        json_object_set_new(conc, "holders", json_loads(holders, 0, NULL));
+        ck_assert_ptr_nonnull(json_object_get(conc, "holders"));
+    } else {
+        ck_assert_ptr_null(holders);
+    }
+    s = wire(run);
+    json_decref(run);
+    free(text);
+    return s;
+}
+
+/* GET /runs/{id} of id: asserts 200 and exactly db_detail's body. */
+static void expect_detail(const char *id, const char *waiting_for, const char *holders)
+{
+    char *want = db_detail(id, waiting_for, holders);
+    struct reply rp;
+
+    ck_assert_int_eq(call(handle_runs_get, id, NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false, want);
+    reply_cleanup(&rp);
+    free(want);
+}
+
+/* Sets run id running (or cancelling) as a claim by worker w-t would. */
+static void set_running(const char *id, const char *status)
+{
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET status = '%s', attempt = 1, worker_id = 'w-t', "
+                   "started_at = now(), heartbeat_at = now() WHERE id = '%s'",
+                   status, id));
+}
+
+#define KEY_FULL(n, max)                                                                           \
+    "{\"reason\":\"concurrency_key\",\"running\":" #n ",\"max_running\":" #max "}"
+#define TENANT_CAP(n, max) "{\"reason\":\"tenant_cap\",\"running\":" #n ",\"max_running\":" #max "}"
+
+/* GET /runs/{id} says why a queued run waits: its key (held, or due with
+ * max_running runs of its key running or cancelling), with the runs that
+ * hold it, or its tenant's cap (as this replica's configuration says it);
+ * nothing for a run that is not due, runs, or has room. The long-poll's
+ * refresh says the same; a list says none of it. */
+START_TEST(runs_get_waiting_for)
+{
+    struct query wait = {{"wait"}, {"5"}};
+    struct query by_key = {{"concurrency_key"}, {"web-1"}};
+    static const char *const web1[] = {"b-2", "b-1", "h-3", "h-2", "h-1"};
+    struct reply rp;
+
+    hc_open("it_handlers_waiting_for", 2, 2000);
+    keyed_types("{\"tenants\": {\"default\": {\"max_running\": 2}}}");
+    create_keyed("default", "restart-host", "web-1", "h-1");
+    create_keyed("default", "patch-host", "web-1", "h-2");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"h-3\",\"data\":{\"host\":"
+           "\"web-1\"},\"run_at\":\"2999-01-01T00:00:00Z\"}");
+    create_keyed("default", "restart-host", "web-2", "h-4");
+    create_keyed("default", "backup", "web-1", "b-1");
+    create_keyed("default", "backup", "web-1", "b-2");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"d-1\"}");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    create_keyed("acme", "restart-host", "web-1", "a-2");
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() - interval '1 minute' "
+                         "WHERE id IN ('h-2', 'h-4', 'b-2', 'd-1', 'a-2')"));
+
+    /* Nothing runs: nothing waits. */
+    expect_detail("h-2", "null", "[]");
+    expect_detail("d-1", "null", NULL);
+
+    /* h-1 holds web-1 of group host; b-1 the first of two places of web-1
+     * of group db: the tenant is at its cap of 2. */
+    set_running("h-1", "running");
+    set_running("b-1", "running");
+    expect_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+    expect_detail("h-3", "null", "[\"h-1\"]"); /* not due yet */
+    expect_detail("h-1", "null", "[]");        /* not itself */
+    expect_detail("h-4", TENANT_CAP(2, 2), "[]");
+    expect_detail("b-2", TENANT_CAP(2, 2), "[\"b-1\"]");
+    expect_detail("d-1", TENANT_CAP(2, 2), NULL);
+    /* acme has no cap; its key is its own */
+    g_tenant = "acme";
+    expect_detail("a-2", "null", "[]");
+    g_tenant = "default";
+
+    /* A cancelling run still holds its key; the long-poll's refresh says
+     * the same as the first answer. */
+    set_running("h-1", "cancelling");
+    expect_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+    {
+        char *want = db_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+        struct request rq = {
+            .path_id = "h-2", .tenant = "default", .query = query_get, .query_arg = &wait};
+        ck_assert_int_eq(call(handle_runs_get, "h-2", &wait, NULL, &rp), ST_OK);
+        expect_reply(&rp, 200, false, want);
+        ck_assert(rp.refresh != NULL);
+        ck_assert_int_eq(rp.refresh(&g_hc, &rq, &rp), ST_OK);
+        expect_reply(&rp, 200, false, want);
+        reply_cleanup(&rp);
+        free(want);
+    }
+
+    /* Held while its key is free: it waits for its key until the next
+     * claim releases it. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'cancelled', "
+                         "completed_at = now() WHERE id = 'h-1'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id = 'h-2'"));
+    expect_detail("h-2", KEY_FULL(0, 1), "[]");
+    expect_detail("h-1", "null", "[]");
+    expect_detail("h-4", "null", "[]"); /* one running: room under the cap */
+
+    /* A list carries none of it. */
+    expect_list(&by_key, web1, 5, NULL);
     hc_close();
 }
 END_TEST
@@ -1265,6 +1394,7 @@ int main(void)
     tcase_add_test(tc, runs_get_found_and_missing);
     tcase_add_test(tc, runs_list_filters_and_cursor);
     tcase_add_test(tc, runs_list_concurrency_key);
+    tcase_add_test(tc, runs_get_waiting_for);
     tcase_add_test(tc, runs_cancel_paths);
     suite_add_tcase(s, tc);
 
