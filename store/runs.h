@@ -309,6 +309,18 @@ enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *e
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
 
+/* How many queued runs are held for their concurrency key in one group,
+ * over all tenants. */
+struct conc_held_count {
+    char group[65];
+    int64_t n;
+};
+/* The groups that have held runs, and each of groups[0..ngroups) (0 when
+ * it has none), by name, at most max of them, into out[0..*n). */
+enum status store_runs_held_by_group(struct db *db, const char *const *groups, size_t ngroups,
+                                     struct conc_held_count *out, size_t max, size_t *n,
+                                     struct error *err) WUR;
+
 /* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events),
  * and on opsrun_logs with the payload logs (NULL: none; run ids, or "*"). */
 enum status store_notify(struct db *db, bool queue, bool events, const char *logs,

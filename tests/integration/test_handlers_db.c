@@ -1336,6 +1336,57 @@ START_TEST(metrics_counts_and_cache)
 }
 END_TEST
 
+/* opsrun_runs_held_by_key: the queued runs held for their key, per group,
+ * over the whole database (every tenant); 0 for a group this replica
+ * configures that has none; a group another replica's runs have, too. */
+START_TEST(metrics_held_by_key)
+{
+    struct metrics *m;
+    struct reply rp;
+    const char *t;
+
+    hc_open("it_handlers_metrics_held", 2, 2000);
+    keyed_types(NULL);
+    m = metrics_open();
+    create_keyed("default", "restart-host", "web-1", "h-1");
+    create_keyed("default", "patch-host", "web-1", "h-2");
+    create_keyed("default", "restart-host", "web-1", "h-3");
+    create_keyed("default", "restart-host", "web-2", "h-4");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    create_keyed("default", "backup", "web-1", "b-1");
+
+    t = scrape(&rp);
+    ck_assert_has(t, "# TYPE opsrun_runs_held_by_key gauge");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"db\"} 0");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"host\"} 0");
+    reply_cleanup(&rp);
+
+    set_running("h-1", "running");
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id IN ('h-2', 'h-3', 'a-1')"));
+    /* held, then cancelled: no longer queued */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true, status = 'completed', "
+                         "outcome = 'cancelled', completed_at = now() WHERE id = 'h-4'"));
+    /* a group of another replica's configuration */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true, conc_group = 'legacy' "
+                         "WHERE id = 'b-1'"));
+    metrics_free(m);
+    m = metrics_open(); /* an empty cache: read again */
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"db\"} 0");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"host\"} 3");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"legacy\"} 1");
+    ck_assert_msg(strstr(t, "\n# TYPE opsrun_runs_held_by_key gauge\n"
+                            "opsrun_runs_held_by_key{group=\"db\"} 0\n"
+                            "opsrun_runs_held_by_key{group=\"host\"} 3\n"
+                            "opsrun_runs_held_by_key{group=\"legacy\"} 1\n") != NULL,
+                  "one family, its groups in order");
+    reply_cleanup(&rp);
+    metrics_free(m);
+    g_hc.metrics = NULL;
+    hc_close();
+}
+END_TEST
+
 /* The database out of reach: still 200, with opsrun_database_up 0 and
  * without the database figures. */
 START_TEST(metrics_database_down)
@@ -1403,6 +1454,7 @@ int main(void)
     tcase_add_test(tc, health_draining);
     tcase_add_test(tc, health_pool_exhausted);
     tcase_add_test(tc, metrics_counts_and_cache);
+    tcase_add_test(tc, metrics_held_by_key);
     tcase_add_test(tc, metrics_database_down);
     suite_add_tcase(s, tc);
 
