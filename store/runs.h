@@ -95,6 +95,17 @@ enum status store_runs_submit_batch(struct db *db, const struct run_new *items, 
 void run_submitted_cleanup(struct run_submitted *out, size_t n); /* frees the runs */
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
+/* The run as GET /runs/{id} shows it (docs/api.md, "Why a run waits"):
+ * its json as store_runs_get's, with "waiting_for" last (null, or
+ * {"reason", "running", "max_running"}: the run is queued and waits for its
+ * concurrency key, held or due while the key's runs fill it; else due
+ * while its tenant has tenant_cap runs running or cancelling, tenant_cap
+ * 0 for no cap) and, for a run with a concurrency key, "holders" last in
+ * its "concurrency": the ids of at most 10 other runs of its key running or
+ * cancelling, the first started first ([] for a completed run).
+ * ST_NOT_FOUND when there is no such run. */
+enum status store_runs_get_detail(struct db *db, const char *tenant, const char *id, int tenant_cap,
+                                  struct run **out, struct error *err) WUR;
 /* The joinable (queued, running or waiting) run with this identity;
  * ST_NOT_FOUND if none. */
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
@@ -109,6 +120,8 @@ struct run_filter {
     const char *schedule;           /* runs this schedule made; NULL = any */
     bool approval_pending;          /* only runs awaiting approval */
     const char *parent_id;          /* follow-ups of this run; NULL = any */
+    const char *conc_key;           /* runs of this concurrency key; NULL = any */
+    const char *conc_group;         /* runs of this concurrency group; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;
@@ -295,6 +308,18 @@ enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *delet
 enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err) WUR;
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
+
+/* How many queued runs are held for their concurrency key in one group,
+ * over all tenants. */
+struct conc_held_count {
+    char group[65];
+    int64_t n;
+};
+/* The groups that have held runs, and each of groups[0..ngroups) (0 when
+ * it has none), by name, at most max of them, into out[0..*n). */
+enum status store_runs_held_by_group(struct db *db, const char *const *groups, size_t ngroups,
+                                     struct conc_held_count *out, size_t max, size_t *n,
+                                     struct error *err) WUR;
 
 /* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events),
  * and on opsrun_logs with the payload logs (NULL: none; run ids, or "*"). */

@@ -199,6 +199,15 @@ static const struct stmt S_COUNTS = {
     "SELECT s, coalesce(c.n, 0) FROM unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) "
     "AS s LEFT JOIN (SELECT status, count(*) AS n FROM runs WHERE status <> 'completed' "
     "GROUP BY status) c ON c.status = s"};
+/* The queued runs held for their key, per group (runs_conc_held holds
+ * exactly them), with a 0 for each group of $1 that has none; at most $2
+ * groups, by name. */
+static const struct stmt S_HELD = {
+    "runs_held_by_group",
+    "WITH h AS (SELECT conc_group AS g, count(*) AS n FROM runs "
+    "WHERE conc_held AND status = 'queued' GROUP BY conc_group) "
+    "SELECT a.g, coalesce(h.n, 0) FROM (SELECT unnest($1::text[]) AS g UNION SELECT g FROM h) a "
+    "LEFT JOIN h ON h.g = a.g ORDER BY a.g LIMIT $2::int"};
 static const struct stmt S_NOTIFY = {
     "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
                    "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END, "
@@ -750,6 +759,29 @@ enum status store_runs_counts(struct db *db, json_t **out, struct error *err)
     *out = json_object();
     for (int i = 0; i < PQntuples(r); i++)
         json_object_set_new(*out, db_val(r, i, 0), json_integer(db_i64(r, i, 1)));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_held_by_group(struct db *db, const char *const *groups, size_t ngroups,
+                                     struct conc_held_count *out, size_t max, size_t *n,
+                                     struct error *err)
+{
+    char lim[16], *arr = db_text_array(groups, ngroups);
+    const char *p[2] = {arr, lim};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(lim, sizeof(lim), "%zu", max);
+    *n = 0;
+    st = db_run(db, &S_HELD, 2, p, &r, err);
+    free(arr);
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+        xsnprintf(out[*n].group, sizeof(out[*n].group), "%s", db_val(r, i, 0));
+        out[(*n)++].n = db_i64(r, i, 1);
+    }
     PQclear(r);
     return ST_OK;
 }

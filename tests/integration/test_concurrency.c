@@ -1125,6 +1125,92 @@ START_TEST(claim_plan_uses_the_indexes)
 }
 END_TEST
 
+/* GET /runs?concurrency_key= reads runs_conc_list and never scans runs: a
+ * key of 12 runs among 20,000 runs of 2,000 keys and three tenants, one
+ * tenant's list and an admin's, with a plan made for the key's value and
+ * with the generic plan a prepared statement may keep after its first
+ * executions. */
+/* A statistic of this backend (pg_stat_get_xact_<what>) noted in the
+ * transaction's settings, and how much it grew since: the backend's
+ * figures are those of every transaction since it last reported them, and
+ * it reports them only between transactions. */
+#define MARK(what, rel)                                                                            \
+    "set_config('opsrun_test." what "_" rel "', pg_stat_get_xact_" what "('" rel                   \
+    "'::regclass)::text, true)"
+#define SINCE(what, rel)                                                                           \
+    "(pg_stat_get_xact_" what "('" rel "'::regclass) - current_setting('opsrun_test." what "_" rel \
+    "')::bigint)"
+
+START_TEST(key_list_plan_uses_runs_conc_list)
+{
+    static const char *const modes[] = {"force_custom_plan", "force_generic_plan"};
+    static const char *const tenants[] = {"B", NULL};
+    const struct ctype ts[] = {{"K", "host", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL}};
+
+    open_test_db("it_conc_list_plan");
+    sync_types(ts, ARRAY_LEN(ts));
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, reacts, created_at) "
+                         "SELECT t, t || '-' || i, 'K', 3, 300, jsonb_build_object('k', 'h-' || "
+                         "(i %% 2000)), t || '-' || i, 'x', 256, now() - i * interval '1 s' "
+                         "FROM generate_series(1, 6667) i, unnest(ARRAY['A', 'B', 'C']) t"));
+    PQclear(th_sql(g_pg, "ANALYZE runs"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE conc_key = 'h-7'"), 12);
+    for (size_t m = 0; m < ARRAY_LEN(modes); m++) {
+        char set[64];
+        snprintf(set, sizeof(set), "SET plan_cache_mode = %s", modes[m]);
+        OK(db_exec_simple(g_db, set, &g_err));
+        for (size_t t = 0; t < ARRAY_LEN(tenants); t++) {
+            struct run_filter f = {.limit = 50, .conc_key = "h-7"};
+            const char *who = tenants[t] ? "one tenant" : "every tenant";
+            char check[1024];
+            json_t *runs = NULL;
+            char *next = NULL;
+            OK(db_exec_simple(g_db, "BEGIN", &g_err));
+            OK(db_exec_simple(g_db,
+                              "SELECT " MARK("numscans", "runs") ", " MARK(
+                                  "tuples_fetched", "runs") ", " MARK("numscans", "runs_conc_list"),
+                              &g_err));
+            for (int i = 0; i < 8; i++) {
+                OK(store_runs_list(g_db, tenants[t], &f, &runs, &next, &g_err));
+                ck_assert_uint_eq(json_array_size(runs), tenants[t] ? 4 : 12);
+                ck_assert_ptr_null(next);
+                json_decref(runs);
+            }
+            /* A plan that reads the tenant's runs from runs_list and
+             * filters them by key fetches thousands of rows, which no
+             * seq scan shows (a bitmap heap scan is none). */
+            snprintf(
+                check, sizeof(check),
+                "DO $$ BEGIN "
+                "IF " SINCE(
+                    "numscans",
+                    "runs") " > 0 THEN "
+                            "RAISE EXCEPTION '%s, %s: the list scanned runs'; END IF; "
+                            "IF " SINCE(
+                                "tuples_fetched",
+                                "runs") " > 800 THEN "
+                                        "RAISE EXCEPTION '%s, %s: the list fetched %% rows of "
+                                        "runs', " SINCE(
+                                            "tuples_fetched",
+                                            "runs") "; END IF; "
+                                                    "IF " SINCE(
+                                                        "numscans",
+                                                        "runs_conc_list") " < 8 THEN "
+                                                                          "RAISE EXCEPTION '%s, "
+                                                                          "%s: the list did not "
+                                                                          "read runs_conc_list'; "
+                                                                          "END IF; "
+                                                                          "END $$",
+                modes[m], who, modes[m], who, modes[m], who);
+            OK(db_exec_simple(g_db, check, &g_err));
+            OK(db_exec_simple(g_db, "COMMIT", &g_err));
+        }
+    }
+    close_test_db();
+}
+END_TEST
+
 static TCase *tcase(const char *name, double timeout_s)
 {
     TCase *tc = tcase_create(name);
@@ -1162,6 +1248,7 @@ int main(void)
     tcase_add_test(tc, a_backlog_does_not_delay_another_tenant);
     tcase_add_test(tc, claims_of_older_binaries);
     tcase_add_test(tc, claim_plan_uses_the_indexes);
+    tcase_add_test(tc, key_list_plan_uses_runs_conc_list);
     suite_add_tcase(s, tc);
 
     return th_run_suite(s);
