@@ -17,20 +17,26 @@
 #include <string.h>
 #include <time.h>
 
-/* The caps on the running runs of the configured tenants, for the claim
- * (cfg_tenant_max_running: each tenants entry's max_running, else
- * queue.tenant_max_running, 0: none), and queue.tenant_max_running for
- * every other tenant. Frees with free(t->names) and free(t->caps). */
+/* The caps on the running runs of the configured tenants that have one,
+ * for the claim (cfg_tenant_max_running: each tenants entry's max_running,
+ * else queue.tenant_max_running), and queue.tenant_max_running (0: none)
+ * for every other tenant. Frees with free(t->names) and free(t->caps). */
 static void dispatch_tenants(const struct config *cfg, struct claim_tenants *t)
 {
     const char **names = xcalloc(cfg->ntenants ? cfg->ntenants : 1, sizeof(*names));
     int *caps = xcalloc(cfg->ntenants ? cfg->ntenants : 1, sizeof(*caps));
+    size_t n = 0;
 
+    /* Only the tenants with a cap: an entry without one (0) would make the
+     * claim think some tenant is capped and leave its one-statement path. */
     for (size_t i = 0; i < cfg->ntenants; i++) {
-        names[i] = cfg->tenants[i].name;
-        caps[i] = cfg_tenant_max_running(cfg, cfg->tenants[i].name);
+        int cap = cfg_tenant_max_running(cfg, cfg->tenants[i].name);
+        if (cap > 0) {
+            names[n] = cfg->tenants[i].name;
+            caps[n++] = cap;
+        }
     }
-    *t = (struct claim_tenants){names, caps, cfg->ntenants, cfg->queue.tenant_max_running};
+    *t = (struct claim_tenants){names, caps, n, cfg->queue.tenant_max_running};
 }
 
 /* Claims up to n runs; returns how many it queued, sets *due_ms to the wait

@@ -106,8 +106,8 @@ CREATE INDEX runs_conc_list ON runs (tenant, conc_key, created_at DESC, id DESC)
 
 -- 3. Keys.
 
--- The value at pointer p_ptr in p_input that a key may hold: a string, an
--- integer (its text has no '.', 'e' or 'E') or a boolean; NULL for
+-- The value at pointer p_ptr in p_input that a key may hold: a string, a
+-- whole number within 64 bits (its text has no '.') or a boolean; NULL for
 -- anything else or nothing. A reference token longer than 511 bytes finds
 -- nothing, as in common/jsonptr.c.
 CREATE FUNCTION opsrun_conc_value(p_input jsonb, p_ptr text) RETURNS jsonb
@@ -125,7 +125,13 @@ BEGIN
     WHEN 'string', 'boolean' THEN
         RETURN v;
     WHEN 'number' THEN
-        RETURN CASE WHEN v::text ~ '[.eE]' THEN NULL ELSE v END;
+        -- jsonb keeps no exponent (1e3 is 1000 here, a real the C
+        -- evaluator refuses); a whole number within 64 bits is what both
+        -- take.
+        RETURN CASE WHEN v::text !~ '^-?[0-9]{1,19}$' THEN NULL
+                    WHEN (v::text)::numeric NOT BETWEEN -9223372036854775808
+                                                    AND 9223372036854775807 THEN NULL
+                    ELSE v END;
     ELSE
         RETURN NULL;
     END CASE;
