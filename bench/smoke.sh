@@ -38,6 +38,7 @@ brief() {
     drain.sh) bash bench/drain.sh 2000 8 ;;
     failover.sh) bash bench/failover.sh 1 4 4 ;;
     lateness.sh) bash bench/lateness.sh 20 4 ;;
+    logs.sh) LINES=2000 RUNS=300 FOLLOWERS=5 bash bench/logs.sh 1 ;;
     lifecycle.sh) NARROW=1 REPS=1 bash bench/lifecycle.sh 3 2 ;;
     notifications.sh) RATE=20 RUNS=640 bash bench/notifications.sh 5 1 ;;
     pgcost.sh) bash bench/pgcost.sh 2000 8 ;;
