@@ -1,11 +1,13 @@
 // tests/browser/dashboard_logs.mjs — a run's log in the dashboard's
 // detail, against exec runs whose commands (written here) print to stderr:
-// - a run that prints 40 lines, one a quarter second, opened once it has a
-//   few: its lines appear on the screen while its status reads running, in
-//   order, and after its end the log says so; the connections are cut
-//   mid-run (the page goes through a proxy of this test), the log stream
-//   comes back with Last-Event-ID, and the lines on the screen are exactly
-//   the run's, none twice, none missing;
+// - a run that prints 40 lines, waiting for the test after lines 10 and
+//   20, opened at 10: lines 11 to 20 appear on the screen while its status
+//   reads running, in order; then every connection is cut and the page
+//   cannot reach opsrun (it goes through a proxy of this test) while the
+//   run prints the rest and ends; once it can, the log stream comes back
+//   with Last-Event-ID, the status reads completed, the log says it
+//   ended, and the lines on the screen are exactly the run's, none twice,
+//   none missing;
 // - the same run, finished, opened again: every line;
 // - opsrun's own lines look unlike the command's;
 // - a run whose first attempt exits 75 (retried): opened while attempt 1
