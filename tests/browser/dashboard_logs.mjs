@@ -160,6 +160,8 @@ async function followLive(page, w, base, direct, px, art, tmp) {
     'every time the log was looked at, its command lines were 1, 2, 3… in order, none missing');
   const end = await seen(page, '#log-end');
   check(end === 'End of the log: the run completed.', `the log says it ended (${end})`);
+  const timeline = await page.locator('#d-events').innerText();
+  check(/completed succeeded/.test(timeline), `the run's events, read back with it, show its end (${timeline.replace(/\s+/g, ' ')})`);
   const shown = await logSeen(page);
   const want = await apiLines(base, id, 1);
   check(same(shown, want), `after the cut, the lines on the screen are the run's, none twice, none missing (${shown.length} shown, ${want.length} in GET /runs/{id}/logs)`);
