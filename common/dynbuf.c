@@ -93,6 +93,24 @@ void dynbuf_reset(struct dynbuf *b)
     dynbuf_truncate(b, 0);
 }
 
+size_t dynbuf_drain(struct dynbuf *b, size_t *off, char *buf, size_t max)
+{
+    size_t len = dynbuf_len(b);
+    size_t k = len - *off < max ? len - *off : max;
+
+    if (k)
+        memcpy(buf, dynbuf_ptr(b) + *off, k);
+    *off += k;
+    if (*off == len) {
+        *off = 0;
+        if (b->cap > 64 * 1024)
+            dynbuf_free(b);
+        else
+            dynbuf_reset(b);
+    }
+    return k;
+}
+
 char *dynbuf_take(struct dynbuf *b)
 {
     char *s = b->p ? b->p : xstrdup("");

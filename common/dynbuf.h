@@ -45,6 +45,11 @@ enum status dynbuf_vaddf(struct dynbuf *b, const char *fmt, va_list ap) PRINTF_L
 void dynbuf_truncate(struct dynbuf *b, size_t len);
 /* Empties the buffer but keeps its memory for the next adds. */
 void dynbuf_reset(struct dynbuf *b);
+/* Copies up to max bytes of the contents from *off into buf and advances
+ * *off; returns how many. Once *off reaches the end the buffer is emptied
+ * (*off back to 0), its memory given back when it grew past 64 KiB: a
+ * buffer of output written out in pieces, as the streams' frames are. */
+size_t dynbuf_drain(struct dynbuf *b, size_t *off, char *buf, size_t max);
 /* Moves the contents out as a NUL-terminated heap string (free), "" when
  * empty, never NULL; b is left empty with the same max. */
 char *dynbuf_take(struct dynbuf *b);

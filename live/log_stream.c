@@ -152,30 +152,13 @@ void log_stream_close(struct log_stream *s)
         stream_free(s);
 }
 
-static size_t drain_out(struct log_stream *s, char *buf, size_t max)
-{
-    size_t len = dynbuf_len(&s->out);
-    size_t k = len - s->off < max ? len - s->off : max;
-
-    memcpy(buf, dynbuf_ptr(&s->out) + s->off, k);
-    s->off += k;
-    if (s->off == len) {
-        s->off = 0;
-        if (s->out.cap > 64 * 1024) /* a big page is over: give it back */
-            dynbuf_free(&s->out);
-        else
-            dynbuf_reset(&s->out);
-    }
-    return k;
-}
-
 enum sse_read log_stream_read(struct log_stream *s, char *buf, size_t max, size_t *n)
 {
     *n = 0;
     for (;;) {
         struct error err = {0};
         if (s->off < dynbuf_len(&s->out)) {
-            *n = drain_out(s, buf, max);
+            *n = dynbuf_drain(&s->out, &s->off, buf, max);
             return SSE_DATA;
         }
         if (s->end_sent)

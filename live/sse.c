@@ -267,23 +267,6 @@ void sse_close(struct sse_stream *s)
         stream_free(s);
 }
 
-static size_t drain_out(struct sse_stream *s, char *buf, size_t max)
-{
-    size_t len = dynbuf_len(&s->out);
-    size_t k = len - s->off < max ? len - s->off : max;
-
-    memcpy(buf, dynbuf_ptr(&s->out) + s->off, k);
-    s->off += k;
-    if (s->off == len) {
-        s->off = 0;
-        if (s->out.cap > 64 * 1024) /* a big page is over: give it back */
-            dynbuf_free(&s->out);
-        else
-            dynbuf_reset(&s->out);
-    }
-    return k;
-}
-
 /* The ring moved past a stream: before any live frame went out it rejoins
  * at the head and replays the gap from the database; after, it is dropped. */
 static enum sse_read lagged(struct sse_stream *s)
@@ -309,7 +292,7 @@ enum sse_read sse_read(struct sse_stream *s, char *buf, size_t max, size_t *n)
     for (;;) {
         struct error err = {0};
         if (s->off < dynbuf_len(&s->out)) {
-            *n = drain_out(s, buf, max);
+            *n = dynbuf_drain(&s->out, &s->off, buf, max);
             return SSE_DATA;
         }
         if (s->phase != PH_LIVE) {

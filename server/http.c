@@ -11,7 +11,9 @@
 #include "server/http_internal.h"
 #include "server/http_listen.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static const struct http_calls http_calls = {
@@ -64,6 +66,19 @@ enum status http_start(struct http *h, const struct hctx *hc, struct error *err)
 unsigned http_port(const struct http *h)
 {
     return h->port;
+}
+
+bool http_wait_deferred(struct http *h, int timeout_ms)
+{
+    int64_t until = clock_mono_ms() + timeout_ms;
+
+    while (h && atomic_load(&h->deferred) > 0) {
+        if (clock_mono_ms() >= until)
+            return false;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 void http_stop(struct http *h)

@@ -23,6 +23,11 @@ enum status http_start(struct http *h, const struct hctx *hc, struct error *err)
 unsigned http_port(const struct http *h);
 /* Stops serving and closes the socket, whether or not h was started;
  * NULL is a no-op. */
+/* Waits up to timeout_ms until every request whose answer waited for other
+ * work (a submission's batch, a bulk action) has been answered and sent:
+ * stopping the daemon before that would close its connection unanswered.
+ * False when some were still in flight. */
+bool http_wait_deferred(struct http *h, int timeout_ms);
 void http_stop(struct http *h);
 
 #endif

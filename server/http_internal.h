@@ -31,6 +31,7 @@
 struct log_stream; /* live/log_stream.h */
 #include "server/route.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 struct MHD_Connection;
@@ -52,6 +53,9 @@ struct http {
     int fd;                         /* the bound socket; the daemon's once it started */
     unsigned port;                  /* the bound port */
     char listen[256];               /* the address, for messages */
+    /* Requests whose answer waits for other work (http_park_defer) and
+     * is not sent yet: http_wait_deferred waits for them before stop. */
+    _Atomic int deferred;
 };
 
 /* One request, from its first call to its completion (http_request_done). */
@@ -66,6 +70,7 @@ struct req_ctx {
     struct dynbuf body; /* capped at http.max_body_bytes */
     size_t seen;
     bool too_large, responded;
+    bool deferred_counted; /* counted in h->deferred until it completes */
     unsigned http_status;
     struct principal who;    /* decided before anything else is read */
     const char *cors_origin; /* an allowed Origin (server/http_cors.h), or NULL */

@@ -103,6 +103,10 @@ bool http_park_defer(struct req_ctx *rc, struct reply *rp)
     rc->deferred = rp->deferred;
     rp->deferred = NULL;
     reply_cleanup(rp);
+    if (!rc->deferred_counted) {
+        rc->deferred_counted = true;
+        atomic_fetch_add(&rc->h->deferred, 1);
+    }
     http_suspend(rc);
     rc->deferred->start(rc->deferred, rc->h->hc, defer_resume, rc);
     return true;

@@ -283,6 +283,8 @@ void http_request_done(struct req_ctx *rc, bool completed)
         metrics_http_request(hc->metrics, rc->m.entry ? rc->m.entry->pattern : NULL,
                              rc->http_status, (double)(clock_mono_us() - rc->t0_us) / 1e6);
     http_park_free(rc);
+    if (rc->deferred_counted)
+        atomic_fetch_sub(&rc->h->deferred, 1);
     dynbuf_free(&rc->body);
     free(rc);
 }

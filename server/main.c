@@ -428,6 +428,8 @@ static void stop_http(struct http *http, struct hub *hub, const struct hctx *hc)
 
     (void)submitq_close(hc->submitq, 5000); /* answers every queued submission */
     (void)bulk_close(hc->bulk, 10000);      /* each bulk action after its current batch */
+    if (!http_wait_deferred(http, 5000))
+        LOG(LOG_WARN, "answers of submissions or bulk actions still unsent after 5 s");
     hub_close(hub);
     if (!hub_wait_empty(hub, 5000)) {
         hub_stats(hub, &hs);

@@ -173,13 +173,17 @@ export class Detail {
     const id = this.id;
     if (!id) return;
     try {
-      const { body } = await api(`/runs/${encodeURIComponent(id)}`);
+      // The run and its timeline together: a status that moved on beside
+      // a timeline that has not would contradict itself on the screen.
+      const [{ body }] = await Promise.all([
+        api(`/runs/${encodeURIComponent(id)}`),
+        this.readEvents(id),
+      ]);
       if (this.id !== id) return;
       const run = this.tookDetail(body);
       const r = this.runs.get(id) || run;
       this.renderRun(r);
       this.log.runChanged(r);
-      this.readEventsSoon();
     } catch {
       /* the next event, or the next reconnect, brings it */
     }

@@ -1,11 +1,13 @@
 // tests/browser/dashboard_logs.mjs — a run's log in the dashboard's
 // detail, against exec runs whose commands (written here) print to stderr:
-// - a run that prints 40 lines, one a quarter second, opened once it has a
-//   few: its lines appear on the screen while its status reads running, in
-//   order, and after its end the log says so; the connections are cut
-//   mid-run (the page goes through a proxy of this test), the log stream
-//   comes back with Last-Event-ID, and the lines on the screen are exactly
-//   the run's, none twice, none missing;
+// - a run that prints 40 lines, waiting for the test after lines 10 and
+//   20, opened at 10: lines 11 to 20 appear on the screen while its status
+//   reads running, in order; then every connection is cut and the page
+//   cannot reach opsrun (it goes through a proxy of this test) while the
+//   run prints the rest and ends; once it can, the log stream comes back
+//   with Last-Event-ID, the status reads completed, the log says it
+//   ended, and the lines on the screen are exactly the run's, none twice,
+//   none missing;
 // - the same run, finished, opened again: every line;
 // - opsrun's own lines look unlike the command's;
 // - a run whose first attempt exits 75 (retried): opened while attempt 1
@@ -158,6 +160,8 @@ async function followLive(page, w, base, direct, px, art, tmp) {
     'every time the log was looked at, its command lines were 1, 2, 3… in order, none missing');
   const end = await seen(page, '#log-end');
   check(end === 'End of the log: the run completed.', `the log says it ended (${end})`);
+  const timeline = await page.locator('#d-events').innerText();
+  check(/completed succeeded/.test(timeline), `the run's events, read back with it, show its end (${timeline.replace(/\s+/g, ' ')})`);
   const shown = await logSeen(page);
   const want = await apiLines(base, id, 1);
   check(same(shown, want), `after the cut, the lines on the screen are the run's, none twice, none missing (${shown.length} shown, ${want.length} in GET /runs/{id}/logs)`);

@@ -69,21 +69,36 @@ static void assert_contiguous(const char *ahead)
                      1);
 }
 
-/* The name of the span partition [now() + lo, now() + hi), rounded to the
- * second as the test creates them; created here. */
+/* The test's now, rounded to the second and read once (pin_now): spans made by two
+ * statements must join up even when the clock ticks between them. */
+static char g_t0[64];
+
+static void pin_now(void)
+{
+    PGresult *r = th_sql(g_pg, "SELECT date_trunc('second', now())::text");
+
+    snprintf(g_t0, sizeof(g_t0), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/* The name of the span partition [t0 + lo, t0 + hi); created here. */
 static char *make_span(const char *lo, const char *hi)
 {
-    PGresult *r = th_sql(g_pg,
-                         "SELECT opsrun_event_partition_create(date_trunc('second', now()) + "
-                         "interval '%s', date_trunc('second', now()) + interval '%s')",
-                         lo, hi);
-    char *name = xstrdup(PQgetvalue(r, 0, 0));
+    PGresult *r;
+    char *name;
+
+    ck_assert(g_t0[0] != '\0');
+    r = th_sql(g_pg,
+               "SELECT opsrun_event_partition_create(timestamptz '%s' + interval '%s', "
+               "timestamptz '%s' + interval '%s')",
+               g_t0, lo, g_t0, hi);
+    name = xstrdup(PQgetvalue(r, 0, 0));
 
     PQclear(r);
     return name;
 }
 
-/* A run of tenant created at now() + created (an interval), completed at
+/* A run of tenant created at t0 + created (an interval), completed at
  * now() + completed unless that is NULL (then it is waiting), with two
  * events named with its creation time, as the store writes them. */
 static void make_run(const char *tenant, const char *id, const char *created, const char *completed)
@@ -91,10 +106,10 @@ static void make_run(const char *tenant, const char *id, const char *created, co
     PQclear(th_sql(g_pg,
                    "INSERT INTO runs (tenant, id, type, status, outcome, max_attempts, timeout_s, "
                    "input, identity_hash, request_hash, created_at, completed_at) VALUES "
-                   "('%s', '%s', 'T', %s, %s, 1, 60, '{}', 'i-%s', 'r', date_trunc('second', "
-                   "now()) + interval '%s', now() + interval '%s')",
+                   "('%s', '%s', 'T', %s, %s, 1, 60, '{}', 'i-%s', 'r', timestamptz '%s' + "
+                   "interval '%s', now() + interval '%s')",
                    tenant, id, completed ? "'completed'" : "'waiting'",
-                   completed ? "'succeeded'" : "'pending'", id, created,
+                   completed ? "'succeeded'" : "'pending'", id, g_t0, created,
                    completed ? completed : "0 s"));
     if (!completed)
         PQclear(th_sql(g_pg, "UPDATE runs SET completed_at = NULL WHERE id = '%s'", id));
@@ -222,6 +237,7 @@ START_TEST(drop_when_no_run_left)
     int n = -1;
 
     open_test_db("it_parts_drop");
+    pin_now();
     drop_spans();
     a = make_span("-4 hours", "-3 hours");
     b = make_span("-3 hours", "-2 hours");
@@ -306,6 +322,7 @@ START_TEST(drop_sees_every_tenant)
     long buffers;
 
     open_test_db("it_parts_tenants");
+    pin_now();
     drop_spans();
     a = make_span("-3 hours", "-2 hours");
     OK(store_partitions_ensure(g_db, 3600, NULL, NULL, &step, &g_err));
@@ -350,6 +367,7 @@ START_TEST(drop_gives_way)
     struct partition_step step;
 
     open_test_db("it_parts_locks");
+    pin_now();
     drop_spans();
     b = make_span("-3 hours", "-2 hours");
     OK(store_partitions_ensure(g_db, 3600, NULL, NULL, &step, &g_err));

@@ -349,6 +349,39 @@ START_TEST(free_empties_and_allows_reuse)
 }
 END_TEST
 
+/* Written out in pieces: each drain takes the next bytes; at the end the
+ * buffer is empty again, its memory kept when small, given back when it
+ * grew past 64 KiB. */
+START_TEST(drain_in_pieces)
+{
+    struct dynbuf b;
+    size_t off = 0;
+    char out[8];
+    static char big[70 * 1024];
+
+    dynbuf_init(&b, 1024 * 1024);
+    ck_assert_int_eq(dynbuf_adds(&b, "abcdefghij"), ST_OK);
+    ck_assert_uint_eq(dynbuf_drain(&b, &off, out, 4), 4);
+    ck_assert_int_eq(memcmp(out, "abcd", 4), 0);
+    ck_assert_uint_eq(off, 4);
+    ck_assert_uint_eq(dynbuf_drain(&b, &off, out, 4), 4);
+    ck_assert_int_eq(memcmp(out, "efgh", 4), 0);
+    ck_assert_uint_eq(dynbuf_drain(&b, &off, out, 4), 2);
+    ck_assert_int_eq(memcmp(out, "ij", 2), 0);
+    ck_assert_uint_eq(off, 0);
+    ck_assert_uint_eq(dynbuf_len(&b), 0);
+    ck_assert_ptr_nonnull(dynbuf_ptr(&b)); /* small: kept */
+
+    memset(big, 'x', sizeof(big));
+    ck_assert_int_eq(dynbuf_add(&b, big, sizeof(big)), ST_OK);
+    for (size_t got = 0; got < sizeof(big);)
+        got += dynbuf_drain(&b, &off, out, sizeof(out));
+    ck_assert_uint_eq(off, 0);
+    ck_assert_ptr_null(dynbuf_ptr(&b)); /* past 64 KiB: given back */
+    dynbuf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dynbuf");
@@ -376,6 +409,7 @@ int main(void)
     tcase_add_test(life, reset_restores_room);
     tcase_add_test(life, truncate_shortens);
     tcase_add_test(life, free_empties_and_allows_reuse);
+    tcase_add_test(life, drain_in_pieces);
     suite_add_tcase(s, add);
     suite_add_tcase(s, cap);
     suite_add_tcase(s, addf);

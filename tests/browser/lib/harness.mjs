@@ -341,9 +341,13 @@ export async function detailOf(page, id, limitMs = 15000) {
   await page.locator('#d-events li').first().waitFor({ state: 'visible', timeout: limitMs });
 }
 
-// The detail off the screen.
+// The detail off the screen, and the address bar no longer naming a run:
+// the dialog's close event, which rewrites the address, comes a task after
+// the dialog is hidden, and opening the same address again before it would
+// not be a change of address at all.
 export async function detailClosed(page) {
   await page.locator('#detail').waitFor({ state: 'hidden', timeout: 10000 });
+  await page.waitForFunction(() => !location.hash.startsWith('#/runs/'), null, { timeout: 10000 });
 }
 
 // The buttons a person sees in the run detail, other than Close, by
