@@ -86,8 +86,11 @@ DROP INDEX runs_claim;
 -- A tenant's runs in claim order, held runs left out.
 CREATE INDEX runs_ready ON runs (tenant, priority DESC, run_at, created_at)
     WHERE status = 'queued' AND NOT conc_held;
--- The next due run that is not held (runs_next_due).
-CREATE INDEX runs_ready_at ON runs (run_at) WHERE status = 'queued' AND NOT conc_held;
+-- Each tenant's earliest run that is not held: which tenants have a due
+-- run (the claim), and the oldest due run (runs_next_due), a descent per
+-- tenant. The next run that comes due later is read from runs_queued_at
+-- (a held run was due when it was held).
+CREATE INDEX runs_ready_at ON runs (tenant, run_at) WHERE status = 'queued' AND NOT conc_held;
 -- A tenant's running runs, for its cap, and a key's (the claim's count of
 -- a key's running runs: the keys follow the tenant, so that one small index
 -- serves both, as it holds only the running runs).
@@ -251,7 +254,9 @@ BEGIN
                    opsrun_conc_problem(t.conc_parts, NEW.input)));
         RETURN NEW;
     END IF;
-    IF NEW.conc_strategy = 'cancel_newest' THEN
+    -- A run that waits for approval is judged when it is approved
+    -- (runs_conc_requeued), not now: it may never be.
+    IF NEW.conc_strategy = 'cancel_newest' AND NEW.status = 'queued' THEN
         PERFORM opsrun_conc_lock(NEW.tenant, NEW.conc_group, NEW.conc_key);
         IF opsrun_conc_joins(NEW) THEN
             RETURN NEW;
@@ -284,6 +289,8 @@ CREATE TRIGGER runs_conc_fill BEFORE INSERT ON runs
 -- owes (runs_cancel's SET_CANCEL_HOOKS); running ones are asked to cancel.
 -- Of the runs one transaction inserts (same created_at) the one with the
 -- greatest id is the newest; n does nothing once one of them superseded it.
+-- A newer run that waits for approval is left alone: it is judged when it
+-- is approved (runs_conc_requeued).
 CREATE FUNCTION opsrun_conc_supersede(n runs) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -300,6 +307,8 @@ BEGIN
          WHERE r.tenant = n.tenant AND r.conc_group = n.conc_group AND r.conc_key = n.conc_key
            AND r.status <> 'completed' AND r.status = ANY (v_statuses) AND r.id <> n.id
            AND NOT (r.created_at = n.created_at AND r.id > n.id)
+           AND NOT (r.status = 'waiting' AND r.approval_state = 'pending'
+                    AND (r.created_at, r.id) > (n.created_at, n.id))
          ORDER BY r.id FOR UPDATE
     ), upd AS (
         UPDATE runs r
@@ -363,8 +372,88 @@ $$;
 CREATE TRIGGER runs_conc_insert AFTER INSERT ON runs
     FOR EACH ROW WHEN (NEW.conc_group IS NOT NULL
                        AND (NEW.status = 'completed'
-                            OR NEW.conc_strategy IN ('keep_newest', 'cancel_in_progress')))
+                            OR (NEW.status = 'queued'
+                                AND NEW.conc_strategy IN ('keep_newest', 'cancel_in_progress'))))
     EXECUTE FUNCTION opsrun_conc_inserted();
+
+-- Run n, queued again, ends cancelled with error p_code and p_message: its
+-- event says p_event, and its cleanup is due if it owes one (as a cancel
+-- of a queued run).
+CREATE FUNCTION opsrun_conc_cancel_queued(n runs, p_code text, p_message text, p_event text)
+RETURNS void
+LANGUAGE sql AS $$
+    WITH upd AS (
+        UPDATE runs r
+           SET status = 'completed', outcome = 'cancelled', completed_at = now(),
+               hooks_at = CASE WHEN r.cleanup_due THEN now() ELSE r.hooks_at END,
+               hooks_attempts = CASE WHEN r.cleanup_due THEN 0 ELSE r.hooks_attempts END,
+               next_poll_at = NULL,
+               error = jsonb_build_object('code', p_code, 'message', p_message),
+               updated_at = now()
+         WHERE r.tenant = n.tenant AND r.id = n.id AND r.status = 'queued'
+        RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at
+    )
+    INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
+                            run_created_at)
+    SELECT u.tenant, u.id, 'status', u.status, u.outcome, u.progress, u.step, p_event,
+           u.created_at
+      FROM upd u
+$$;
+
+-- A run of a key that becomes queued again after its insert: approved, a
+-- retry after a failed attempt, an orphan rescued, a run a stopping worker
+-- handed back. The strategies judge it as at a submission, with the runs
+-- that came after it:
+--   keep_newest, cancel_in_progress  a newer active run of the key (one
+--       that is not itself waiting for approval) supersedes it; if there is
+--       none, it supersedes the key's older runs as a new run does (an
+--       approved run did not when it was submitted);
+--   cancel_newest  only an approval: the run is cancelled if the key is
+--       full, as it would have been at submission had it not waited.
+CREATE FUNCTION opsrun_conc_requeued() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_newer text;
+    v_n bigint;
+    v_msg text;
+BEGIN
+    PERFORM opsrun_conc_lock(NEW.tenant, NEW.conc_group, NEW.conc_key);
+    IF NEW.conc_strategy = 'cancel_newest' THEN
+        SELECT count(*) INTO v_n FROM runs r
+         WHERE r.tenant = NEW.tenant AND r.conc_group = NEW.conc_group
+           AND r.conc_key = NEW.conc_key AND r.status IN ('queued', 'running', 'cancelling')
+           AND r.id <> NEW.id;
+        IF v_n >= NEW.conc_max THEN
+            v_msg := format('concurrency key "%s" of group "%s" is full: %s queued or running, '
+                            'max_running %s', NEW.conc_key, NEW.conc_group, v_n, NEW.conc_max);
+            PERFORM opsrun_conc_cancel_queued(NEW, 'concurrency_limit', v_msg,
+                                              'cancelled: ' || v_msg);
+        END IF;
+        RETURN NULL;
+    END IF;
+    SELECT r.id INTO v_newer FROM runs r
+     WHERE r.tenant = NEW.tenant AND r.conc_group = NEW.conc_group AND r.conc_key = NEW.conc_key
+       AND r.status <> 'completed' AND r.id <> NEW.id
+       AND (r.status IN ('queued', 'running', 'cancelling')
+            OR (r.status = 'waiting' AND r.approval_state IS DISTINCT FROM 'pending'))
+       AND (r.created_at, r.id) > (NEW.created_at, NEW.id)
+     ORDER BY r.created_at DESC, r.id DESC LIMIT 1;
+    IF v_newer IS NOT NULL THEN
+        PERFORM opsrun_conc_cancel_queued(NEW, 'superseded', format('superseded by run %s', v_newer),
+                                          'cancelled: superseded by ' || v_newer);
+    ELSE
+        PERFORM opsrun_conc_supersede(NEW);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER runs_conc_requeued AFTER UPDATE OF status ON runs
+    FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued'
+                       AND NEW.conc_key IS NOT NULL
+                       AND (NEW.conc_strategy IN ('keep_newest', 'cancel_in_progress')
+                            OR (NEW.conc_strategy = 'cancel_newest'
+                                AND OLD.approval_state = 'pending')))
+    EXECUTE FUNCTION opsrun_conc_requeued();
 
 -- 6. Freeing a key: the marker of a run of a key that left running or
 -- cancelling, whichever statement moved it, read (and deleted) by the
@@ -496,12 +585,13 @@ $$;
 -- The claim of migration 016 with three more arguments: p_tenants[i]'s
 -- running runs are capped at p_tenant_caps[i], every other tenant's at
 -- p_tenant_cap (NULL or 0: no cap). Under the claim lock, after releasing
--- the keys freed since the last claim, in rounds (at most four):
+-- the keys freed since the last claim, in rounds (at most eight):
 --   1. the open types: those whose cap and rate limit have room;
---   2. the ready tenants: those with a queued run that is not held, found
---      by a skip scan of runs_ready (a descent per tenant), less those at
---      their cap, rotated by opsrun_claim_turn so that each claim begins
---      at another tenant; only the first v_left of them can get a run;
+--   2. the ready tenants: those with a due run that is not held
+--      (opsrun_ready_tenants: a descent per tenant with a queued run),
+--      less those at their cap and those an earlier round found empty,
+--      rotated by opsrun_claim_turn so that each claim begins at another
+--      tenant; only the first v_left of them (the window) can get a run;
 --   3. the candidates: each tenant's best due runs of an open type, in
 --      priority order, at most its share of the room left (and of its own
 --      cap), locked (SKIP LOCKED), through runs_ready;
@@ -512,12 +602,38 @@ $$;
 --      left over whose key is full is held;
 --   5. the picks start (as in 016: status, attempt, deadline, event, rate
 --      units), the held runs leave runs_ready.
--- Another round follows while room is left and a round held or left out
--- a candidate or a tenant filled its share: the runs behind them may be
--- able to start. Priority orders the runs within a tenant; tenants are
--- served in turn, so a tenant's backlog delays another tenant's runs by
--- at most one claim.
+-- Another round follows while room is left and either a round held or
+-- left out a candidate or a tenant filled its share (the runs behind them
+-- may be able to start), or tenants were left out of the window and some
+-- in it had nothing to give (their due runs are all of closed types):
+-- those leave the window to the others. Priority orders the runs within a
+-- tenant; tenants are served in turn, so a tenant's backlog delays
+-- another tenant's runs by at most one claim.
 CREATE SEQUENCE opsrun_claim_turn;
+
+-- Every tenant with a queued run that is not held, with its earliest
+-- run_at: a skip scan of runs_ready_at, one descent per tenant. A tenant
+-- whose runs all wait for a later time (run_at, a retry's delay) is here
+-- with that time, and the claim leaves it out: only tenants with a due run
+-- take a turn.
+CREATE FUNCTION opsrun_ready_tenants() RETURNS TABLE (tenant text, run_at timestamptz)
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
+AS $$
+    WITH RECURSIVE s(tenant, run_at) AS (
+        (SELECT r.tenant, r.run_at FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
+          ORDER BY r.tenant, r.run_at LIMIT 1)
+        UNION ALL
+        SELECT x.tenant, x.run_at
+          FROM s CROSS JOIN LATERAL (
+               SELECT r.tenant, r.run_at FROM runs r
+                WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant
+                ORDER BY r.tenant, r.run_at LIMIT 1) x
+    )
+    SELECT s.tenant, s.run_at FROM s
+$$;
 
 CREATE FUNCTION opsrun_claim(p_worker text, p_limit integer, p_max_running integer,
                              p_types text[], p_caps integer[], p_rates text[],
@@ -552,7 +668,15 @@ DECLARE
     v_share integer;
     d record;
     v_got integer;
+    v_more boolean;
 BEGIN
+    -- A key's and a cap's running runs are counted after the claim lock is
+    -- taken: only a statement snapshot taken after it sees the claims
+    -- committed before.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'opsrun_claim needs the read committed isolation level, not %',
+            current_setting('transaction_isolation');
+    END IF;
     PERFORM pg_advisory_xact_lock(7260017001);
     SELECT p_max_running - count(*) INTO v_left
       FROM runs WHERE status IN ('running', 'cancelling');
@@ -572,7 +696,7 @@ BEGIN
                                                                        v_lim.per) r);
         END LOOP;
     END IF;
-    FOR v_round IN 1 .. 4 LOOP
+    FOR v_round IN 1 .. 8 LOOP
         -- 1. The open types.
         IF v_capped THEN
             SELECT array_agg(t.type) INTO v_open
@@ -588,17 +712,12 @@ BEGIN
         EXIT WHEN v_open IS NULL OR cardinality(v_open) = 0;
         -- 2. The ready tenants, with their room (NULL: no cap).
         IF v_tcapped THEN
-            WITH RECURSIVE s(tenant) AS (
-                SELECT min(r.tenant) FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
-                UNION ALL
-                SELECT (SELECT min(r.tenant) FROM runs r
-                         WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant)
-                  FROM s WHERE s.tenant IS NOT NULL
-            ), c AS (
+            WITH c AS (
                 SELECT s.tenant,
                        coalesce((SELECT u.cap FROM unnest(p_tenants, p_tenant_caps) AS u(tenant, cap)
                                   WHERE u.tenant = s.tenant LIMIT 1), p_tenant_cap) AS cap
-                  FROM s WHERE s.tenant IS NOT NULL AND s.tenant <> ALL (v_done)
+                  FROM opsrun_ready_tenants() s
+                 WHERE s.run_at <= now() AND s.tenant <> ALL (v_done)
             ), r AS (
                 SELECT c.tenant,
                        CASE WHEN c.cap > 0 THEN c.cap - (SELECT count(*) FROM runs h
@@ -612,16 +731,10 @@ BEGIN
               INTO v_tenants, v_troom
               FROM r WHERE r.room IS NULL OR r.room > 0;
         ELSE
-            WITH RECURSIVE s(tenant) AS (
-                SELECT min(r.tenant) FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
-                UNION ALL
-                SELECT (SELECT min(r.tenant) FROM runs r
-                         WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant)
-                  FROM s WHERE s.tenant IS NOT NULL
-            )
             SELECT array_agg(s.tenant ORDER BY s.tenant), array_agg(NULL::integer)
               INTO v_tenants, v_troom
-              FROM s WHERE s.tenant IS NOT NULL AND s.tenant <> ALL (v_done);
+              FROM opsrun_ready_tenants() s
+             WHERE s.run_at <= now() AND s.tenant <> ALL (v_done);
         END IF;
         EXIT WHEN v_tenants IS NULL;
         v_n := cardinality(v_tenants);
@@ -799,9 +912,15 @@ BEGIN
                   FROM unnest(v_names, v_rooms) WITH ORDINALITY AS l(name, room, o);
             END IF;
         END IF;
+        v_more := v_n > v_left; -- tenants were left out of this round's window
         v_left := v_left - v_got;
         v_done := v_done || d.done;
-        EXIT WHEN v_left <= 0 OR (v_got = 0 AND d.h_ids IS NULL)
+        EXIT WHEN v_left <= 0;
+        -- Tenants of the window that had no more to give (their due runs
+        -- are of closed types, or were taken) leave the next rounds' window
+        -- to the tenants left out.
+        CONTINUE WHEN v_more AND d.done IS NOT NULL;
+        EXIT WHEN (v_got = 0 AND d.h_ids IS NULL)
                OR (d.h_ids IS NULL AND d.skipped = 0 AND NOT d.filled);
     END LOOP;
 END

@@ -11,7 +11,10 @@
  * start with the same configuration write nothing. The runs that follow a
  * change are found by a scan of runs, once per change of a type's rules.
  * A type's concurrency (migration 022) applies to the runs inserted after
- * it changed: a run keeps the key it was made with. */
+ * it changed: a run keeps the key it was made with, but not its key's
+ * max_running: S_CONC_MAX gives the unfinished runs of a group the one
+ * its types now have, so that a raised max_running releases held runs
+ * (the maintenance sweep) and a lowered one holds the next. */
 /* clang-format off */
 static const struct stmt S_RULES_SYNC = {
     "rules_sync",
@@ -41,6 +44,15 @@ static const struct stmt S_RULES_SYNC = {
         "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
     "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM flip)"};
 /* clang-format on */
+
+/* The groups' max_running, after a change of rules: the runs of a group
+ * share it (the configuration refuses types of one group that disagree). */
+static const struct stmt S_CONC_MAX = {
+    "rules_conc_max",
+    "UPDATE runs r SET conc_max = g.conc_max FROM (SELECT conc_group, max(conc_max) AS conc_max "
+    "FROM run_type_rules WHERE conc_group IS NOT NULL GROUP BY conc_group) g "
+    "WHERE r.conc_group = g.conc_group AND r.status <> 'completed' AND r.conc_key IS NOT NULL "
+    "AND r.conc_max <> g.conc_max"};
 
 /* The due deliveries of each notifier with room. A candidate whose run has
  * an earlier delivery to the same notifier still owed waits for it. */
@@ -110,15 +122,19 @@ enum status store_rules_sync(struct db *db, const char *rules, int max_chain_dep
     const char *p[2] = {rules, depth};
     PGresult *r;
     enum status st;
+    int changed;
 
     xsnprintf(depth, sizeof(depth), "%d", max_chain_depth);
     if ((st = db_run(db, &S_RULES_SYNC, 2, p, &r, err)) != ST_OK)
         return st;
+    changed = (int)db_i64(r, 0, 0);
     if (types)
-        *types = (int)db_i64(r, 0, 0);
+        *types = changed;
     if (runs)
         *runs = db_i64(r, 0, 1);
     PQclear(r);
+    if (changed > 0 && (st = db_exec_count(db, &S_CONC_MAX, 0, NULL, NULL, err)) != ST_OK)
+        return st;
     return ST_OK;
 }
 

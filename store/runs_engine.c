@@ -27,17 +27,20 @@ static const struct stmt S_CLAIM = {
     "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[], $6::text[], $7::int[], "
     "$8::bigint[], $9::text[], $10::int[], $11::int) AS r"};
 /* The next delayed run (ms ahead), the newest and the oldest due run (ms
- * ago), left out those held for their key; store_runs_next_due compares
- * their ages with how long the claim before it took. Each is one step on
- * runs_ready_at (migration 022). Then whether a run is held for its key
- * (one step on runs_conc_held). */
+ * ago); store_runs_next_due compares their ages with how long the claim
+ * before it took. The first two are one step each on runs_queued_at (the
+ * newest due run may be one held for its key: a claim again at most); the
+ * oldest due run that is not held is the earliest of each tenant's
+ * (opsrun_ready_tenants, a step per tenant on runs_ready_at, migration
+ * 022). Then whether a run is held for its key (one step on
+ * runs_conc_held). */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
     "SELECT ceil(extract(epoch FROM (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
-    "NOT conc_held AND run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - "
-    "(SELECT max(run_at) FROM runs WHERE status = 'queued' AND NOT conc_held AND "
-    "run_at <= now())) * 1000)::bigint, floor(extract(epoch FROM now() - (SELECT min(run_at) "
-    "FROM runs WHERE status = 'queued' AND NOT conc_held AND run_at <= now())) * 1000)::bigint, "
+    "run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - "
+    "(SELECT max(run_at) FROM runs WHERE status = 'queued' AND run_at <= now())) * 1000)::bigint, "
+    "floor(extract(epoch FROM now() - (SELECT min(t.run_at) FROM opsrun_ready_tenants() t "
+    "WHERE t.run_at <= now())) * 1000)::bigint, "
     "EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
 static const struct stmt S_CONC_SWEEP = {"runs_conc_sweep", "SELECT opsrun_conc_sweep()"};
 static const struct stmt S_PROGRESS = {

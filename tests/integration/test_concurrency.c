@@ -32,6 +32,7 @@
 #include "config/config.h"
 #include "engine/notify_body.h"
 #include "store/db.h"
+#include "store/approvals.h"
 #include "store/notify.h"
 #include "store/polls.h"
 #include "store/runs.h"
@@ -171,11 +172,15 @@ static void assert_state(const char *id, const char *status, const char *outcome
 /* Asserts that run id has an event whose message is want. */
 static void assert_event(const char *id, const char *want)
 {
-    ck_assert_msg(th_sql_int(g_pg,
-                             "SELECT count(*) FROM run_events WHERE run_id = '%s' AND "
-                             "message = '%s'",
-                             id, want) == 1,
-                  "run %s has no event \"%s\"", id, want);
+    char *all;
+
+    if (th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id = '%s' AND message = '%s'",
+                   id, want) == 1)
+        return;
+    all = sql_str("SELECT string_agg(status || ': ' || coalesce(message, '-'), ' | ' ORDER BY id) "
+                  "FROM run_events WHERE run_id = '%s'",
+                  id);
+    ck_abort_msg("run %s has no event \"%s\" (its events: %s)", id, want, all ? all : "none");
 }
 
 /* Claims up to limit runs of the types on db; returns how many, their ids
@@ -858,6 +863,130 @@ START_TEST(superseded_survives_a_hand_back)
 }
 END_TEST
 
+/* A run queued again after its insert is judged with the runs that came
+ * after it. keep_newest: running a fails and is retried while the newer b
+ * is queued: a is superseded by b instead of running after it. */
+START_TEST(keep_newest_judges_a_retried_run)
+{
+    static const char *const types[] = {"KN"};
+    json_t *err = json_pack("{s:s, s:s}", "code", "http_500", "message", "boom");
+    char *a, *b, *ev;
+    bool cancelled = true;
+
+    open_test_db("it_conc_keep_newest_retry");
+    sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
+    a = submit("default", "KN", "{\"k\":\"x\"}", 0);
+    claim_expect(types, 1, (const char *const[]){a}, 1);
+    b = submit("default", "KN", "{\"k\":\"x\"}", 0);
+    assert_state(b, "queued", "pending");
+    {
+        struct fence f = {"default", a, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 0, err, &cancelled, &g_err));
+    }
+    assert_state(a, "completed", "cancelled");
+    assert_col(a, "error->>'code'", "superseded");
+    ev = xasprintf("cancelled: superseded by %s", b);
+    assert_event(a, ev);
+    free(ev);
+    assert_state(b, "queued", "pending");
+    claim_expect(types, 1, (const char *const[]){b}, 1);
+    json_decref(err);
+    free(a);
+    free(b);
+    close_test_db();
+}
+END_TEST
+
+/* A run that waits for approval supersedes nothing until it is approved:
+ * cancel_in_progress's n leaves running a alone while it waits, and asks a
+ * to cancel once approved; keep_newest's q, approved after the newer r was
+ * queued, is superseded by r; cancel_newest's run, approved while its key
+ * is full, is cancelled then, not when it was submitted. */
+START_TEST(approval_decides_when_the_strategy_acts)
+{
+    static const char *const types[] = {"CI", "KN", "CN"};
+    char *a, *q, *r, *c1, *ev;
+    struct run_new rn = {0};
+    struct run *run = NULL, *out = NULL;
+    json_t *in = json_pack("{s:s}", "k", "x");
+    char id[27];
+    bool dedup = false;
+
+    open_test_db("it_conc_approval");
+    sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
+    a = submit("default", "CI", "{\"k\":\"x\"}", 0);
+    claim_expect(types, 3, (const char *const[]){a}, 1);
+    /* n: cancel_in_progress, awaiting approval. */
+    run_id_new(id);
+    rn = (struct run_new){.tenant = "default",
+                          .id = id,
+                          .type = "CI",
+                          .max_attempts = 3,
+                          .timeout_s = 300,
+                          .input = in,
+                          .identity_hash = id,
+                          .request_hash = "req",
+                          .approval_timeout_s = 600};
+    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
+    assert_state(id, "waiting", "pending");
+    assert_state(a, "running", "pending");
+    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
+                              &out, &g_err));
+    run_free(out);
+    run_free(run);
+    assert_state(id, "queued", "pending");
+    assert_state(a, "cancelling", "pending");
+    ev = xasprintf("cancel requested: superseded by %s", id);
+    assert_event(a, ev);
+    free(ev);
+
+    /* keep_newest: q waits for approval, r comes and is queued. */
+    run_id_new(id);
+    rn.id = id;
+    rn.identity_hash = id;
+    rn.type = "KN";
+    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
+    run_free(run);
+    q = xstrdup(id);
+    r = submit("default", "KN", "{\"k\":\"x\"}", 0);
+    assert_state(q, "waiting", "pending");
+    assert_state(r, "queued", "pending");
+    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", q, true, "ops", NULL},
+                              &out, &g_err));
+    run_free(out);
+    assert_state(q, "completed", "cancelled");
+    ev = xasprintf("cancelled: superseded by %s", r);
+    assert_event(q, ev);
+    free(ev);
+    assert_state(r, "queued", "pending");
+
+    /* cancel_newest (max_running 2): m is submitted while the key is
+     * free, approved once c1 and c2 filled it. */
+    run_id_new(id);
+    rn.id = id;
+    rn.identity_hash = id;
+    rn.type = "CN";
+    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
+    run_free(run);
+    assert_state(id, "waiting", "pending");
+    c1 = submit("default", "CN", "{\"k\":\"x\"}", 0);
+    free(submit("default", "CN", "{\"k\":\"x\"}", 0));
+    assert_state(c1, "queued", "pending");
+    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
+                              &out, &g_err));
+    run_free(out);
+    assert_state(id, "completed", "cancelled");
+    assert_col(id, "error->>'code'", "concurrency_limit");
+    assert_state(c1, "queued", "pending");
+    json_decref(in);
+    free(a);
+    free(q);
+    free(r);
+    free(c1);
+    close_test_db();
+}
+END_TEST
+
 /* ---- groups, tenants, missing keys ------------------------------------ */
 
 /* Two run types name one group: their runs share its keys, each type
@@ -990,6 +1119,100 @@ START_TEST(a_backlog_does_not_delay_another_tenant)
         free(got);
     }
     free(b);
+    close_test_db();
+}
+END_TEST
+
+/* Only tenants with a due run take a turn: thirty tenants whose runs wait
+ * for a later time, and ten whose due runs are all of a type at its cap,
+ * do not keep tenant zz's due runs out of a claim, however the turn
+ * falls. */
+START_TEST(tenants_without_a_startable_run_take_no_turn)
+{
+    static const char *const types[] = {"T", "C"};
+    static const int caps[2] = {0, 1};
+    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL},
+                               {"C", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    struct run **runs = NULL;
+    size_t n = 0, total = 0;
+
+    open_test_db("it_conc_fair_due");
+    sync_types(ts, ARRAY_LEN(ts));
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, run_at) SELECT 'd' || lpad(i::text, 2, "
+                         "'0'), 'd-' || i, 'T', 3, 300, '{}', 'd-' || i, 'x', now() + interval "
+                         "'1 hour' FROM generate_series(1, 30) i"));
+    /* C's cap (1) is taken by c-0; ten tenants have only C runs due. */
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, status, worker_id, attempt, "
+                         "max_attempts, timeout_s, input, identity_hash, request_hash) VALUES "
+                         "('c', 'c-0', 'C', 'running', 'w9', 1, 3, 300, '{}', 'c-0', 'x')"));
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash) SELECT 'c' || lpad(i::text, 2, '0'), "
+                         "'c-' || i, 'C', 3, 300, '{}', 'c-' || i, 'x' FROM generate_series(1, "
+                         "10) i"));
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash) SELECT 'zz', 'z-' || i, 'T', 3, 300, "
+                         "'{}', 'z-' || i, 'x' FROM generate_series(1, 40) i"));
+    for (int i = 0; i < 8; i++) {
+        OK(store_runs_claim_fair(g_db, "w1", 5, 1000, types, caps, NULL, 2, NULL, &runs, &n,
+                                 &g_err));
+        ck_assert_msg(n == 5, "claim %d took %zu runs, want 5", i, n);
+        for (size_t k = 0; k < n; k++) {
+            ck_assert_str_eq(runs[k]->tenant, "zz");
+            run_free(runs[k]);
+        }
+        free(runs);
+        runs = NULL;
+        total += n;
+    }
+    ck_assert_int_eq(total, 40);
+    close_test_db();
+}
+END_TEST
+
+/* A raised max_running reaches the runs queued before it: their key's
+ * held runs are released (the sweep), and start. */
+START_TEST(a_changed_max_running_reaches_queued_runs)
+{
+    static const char *const types[] = {"K"};
+    struct ctype ts[] = {{"K", "g", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL}};
+    char *a, *b, *c;
+
+    open_test_db("it_conc_max_changed");
+    sync_types(ts, ARRAY_LEN(ts));
+    a = submit("default", "K", "{\"k\":\"x\"}", 0);
+    b = submit("default", "K", "{\"k\":\"x\"}", 0);
+    c = submit("default", "K", "{\"k\":\"x\"}", 0);
+    claim_expect(types, 1, (const char *const[]){a}, 1);
+    assert_col(b, "conc_held", "true");
+    ts[0].max = 3;
+    sync_types(ts, ARRAY_LEN(ts));
+    assert_col(b, "conc_max", "3");
+    assert_col(c, "conc_max", "3");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT opsrun_conc_sweep()"), 2);
+    claim_expect(types, 1, (const char *const[]){b, c}, 2);
+    free(a);
+    free(b);
+    free(c);
+    close_test_db();
+}
+END_TEST
+
+/* The claim counts a key's running runs after its lock: only a snapshot
+ * taken after it sees the claims before. Under another isolation level
+ * it refuses to run. */
+START_TEST(claim_needs_read_committed)
+{
+    PGresult *r;
+
+    open_test_db("it_conc_isolation");
+    PQclear(th_sql(g_pg, "BEGIN ISOLATION LEVEL REPEATABLE READ"));
+    r = PQexec(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 4, 100, '{T}', '{NULL}')");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+    ck_assert_msg(strstr(PQresultErrorMessage(r), "read committed") != NULL, "%s",
+                  PQresultErrorMessage(r));
+    PQclear(r);
+    PQclear(th_sql(g_pg, "ROLLBACK"));
     close_test_db();
 }
 END_TEST
@@ -1245,12 +1468,17 @@ int main(void)
     tcase_add_test(tc, keep_newest_supersedes_the_queued_run);
     tcase_add_test(tc, cancel_in_progress_supersedes_every_run_of_the_key);
     tcase_add_test(tc, superseded_survives_a_hand_back);
+    tcase_add_test(tc, keep_newest_judges_a_retried_run);
+    tcase_add_test(tc, approval_decides_when_the_strategy_acts);
     tcase_add_test(tc, group_shared_by_two_types_and_keys_per_tenant);
     tcase_add_test(tc, missing_key_fails_the_run);
     suite_add_tcase(s, tc);
 
     tc = tcase("claims", 120);
     tcase_add_test(tc, a_backlog_does_not_delay_another_tenant);
+    tcase_add_test(tc, tenants_without_a_startable_run_take_no_turn);
+    tcase_add_test(tc, a_changed_max_running_reaches_queued_runs);
+    tcase_add_test(tc, claim_needs_read_committed);
     tcase_add_test(tc, claims_of_older_binaries);
     tcase_add_test(tc, claim_plan_uses_the_indexes);
     tcase_add_test(tc, key_list_plan_uses_runs_conc_list);
