@@ -81,23 +81,24 @@ ALTER TABLE run_type_rules ADD COLUMN reacts integer GENERATED ALWAYS AS
 -- 2. The indexes. runs_claim (migration 001) goes: the claim walks each
 -- ready tenant's part of runs_ready instead, and the claims of older
 -- binaries call this migration's. runs_queued_at stays, for the queue's
--- age and an older binary's runs_next_due.
+-- age, the next run that comes due (a held run was due when it was held)
+-- and an older binary's runs_next_due. A run of a type without
+-- concurrency gets no index entry that it did not get before: a tenant's
+-- running runs, for its cap, are counted on runs_held (migration 001),
+-- which tenants have a due run is read from runs_ready, and every other
+-- index here is partial on a key.
 DROP INDEX runs_claim;
 -- A tenant's runs in claim order, held runs left out.
 CREATE INDEX runs_ready ON runs (tenant, priority DESC, run_at, created_at)
     WHERE status = 'queued' AND NOT conc_held;
--- Each tenant's earliest run that is not held: which tenants have a due
--- run (the claim), and the oldest due run (runs_next_due), a descent per
--- tenant. The next run that comes due later is read from runs_queued_at
--- (a held run was due when it was held).
-CREATE INDEX runs_ready_at ON runs (tenant, run_at) WHERE status = 'queued' AND NOT conc_held;
--- A tenant's running runs, for its cap, and a key's (the claim's count of
--- a key's running runs: the keys follow the tenant, so that one small index
--- serves both, as it holds only the running runs).
-CREATE INDEX runs_tenant_held ON runs (tenant, conc_group, conc_key)
-    WHERE status IN ('running', 'cancelling');
+-- A key's running and cancelling runs, for the claim's count of a key:
+-- without it the planner reads all of runs_held (every running run) for
+-- each key counted.
+CREATE INDEX runs_key_held ON runs (tenant, conc_group, conc_key)
+    WHERE status IN ('running', 'cancelling') AND conc_key IS NOT NULL;
 -- A key's active runs, by status: cancel_newest's count, the runs a new
--- run supersedes.
+-- run supersedes. (A count of some statuses says status <> 'completed'
+-- too, so that the planner sees that the index covers them.)
 CREATE INDEX runs_conc_open ON runs (tenant, conc_group, conc_key, status)
     WHERE conc_key IS NOT NULL AND status <> 'completed';
 -- A key's held runs in the order they are released.
@@ -263,7 +264,7 @@ BEGIN
         END IF;
         SELECT count(*) INTO v_n FROM runs r
          WHERE r.tenant = NEW.tenant AND r.conc_group = NEW.conc_group AND r.conc_key = NEW.conc_key
-           AND r.status IN ('queued', 'running', 'cancelling');
+           AND r.status IN ('queued', 'running', 'cancelling') AND r.status <> 'completed';
         IF v_n >= NEW.conc_max THEN
             NEW.status := 'completed';
             NEW.outcome := 'cancelled';
@@ -422,7 +423,7 @@ BEGIN
         SELECT count(*) INTO v_n FROM runs r
          WHERE r.tenant = NEW.tenant AND r.conc_group = NEW.conc_group
            AND r.conc_key = NEW.conc_key AND r.status IN ('queued', 'running', 'cancelling')
-           AND r.id <> NEW.id;
+           AND r.status <> 'completed' AND r.id <> NEW.id;
         IF v_n >= NEW.conc_max THEN
             v_msg := format('concurrency key "%s" of group "%s" is full: %s queued or running, '
                             'max_running %s', NEW.conc_key, NEW.conc_group, v_n, NEW.conc_max);
@@ -506,7 +507,8 @@ BEGIN
                  ORDER BY h.priority DESC, h.run_at, h.created_at LIMIT 1)
                - (SELECT count(*) FROM runs a
                    WHERE a.tenant = u.tenant AND a.conc_group = u.grp AND a.conc_key = u.ckey
-                     AND a.status IN ('running', 'cancelling')) AS room
+                     AND a.status IN ('running', 'cancelling') AND a.status <> 'completed')
+                   AS room
           FROM unnest(p_tenants, p_groups, p_keys) AS u(tenant, grp, ckey)
     ), x AS (
         SELECT h.tenant, h.id
@@ -612,7 +614,9 @@ $$;
 CREATE SEQUENCE opsrun_claim_turn;
 
 -- Every tenant with a queued run that is not held, with its earliest
--- run_at: a skip scan of runs_ready_at, one descent per tenant. A tenant
+-- run_at: a skip scan of runs_ready that reads the first entry of each
+-- (tenant, priority) pair, whose run_at is that pair's earliest (a
+-- descent per pair; one per tenant that uses one priority). A tenant
 -- whose runs all wait for a later time (run_at, a retry's delay) is here
 -- with that time, and the claim leaves it out: only tenants with a due run
 -- take a turn.
@@ -622,17 +626,25 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
 AS $$
-    WITH RECURSIVE s(tenant, run_at) AS (
-        (SELECT r.tenant, r.run_at FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
-          ORDER BY r.tenant, r.run_at LIMIT 1)
+    WITH RECURSIVE s(tenant, priority, run_at) AS (
+        (SELECT r.tenant, r.priority, r.run_at FROM runs r
+          WHERE r.status = 'queued' AND NOT r.conc_held
+          ORDER BY r.tenant, r.priority DESC, r.run_at LIMIT 1)
         UNION ALL
-        SELECT x.tenant, x.run_at
+        SELECT x.tenant, x.priority, x.run_at
           FROM s CROSS JOIN LATERAL (
-               SELECT r.tenant, r.run_at FROM runs r
-                WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant
-                ORDER BY r.tenant, r.run_at LIMIT 1) x
+               SELECT y.tenant, y.priority, y.run_at FROM (
+                   (SELECT r.tenant, r.priority, r.run_at FROM runs r
+                     WHERE r.status = 'queued' AND NOT r.conc_held
+                       AND r.tenant = s.tenant AND r.priority < s.priority
+                     ORDER BY r.priority DESC, r.run_at LIMIT 1)
+                   UNION ALL
+                   (SELECT r.tenant, r.priority, r.run_at FROM runs r
+                     WHERE r.status = 'queued' AND NOT r.conc_held AND r.tenant > s.tenant
+                     ORDER BY r.tenant, r.priority DESC, r.run_at LIMIT 1)) y
+                LIMIT 1) x
     )
-    SELECT s.tenant, s.run_at FROM s
+    SELECT s.tenant, min(s.run_at) FROM s GROUP BY s.tenant
 $$;
 
 CREATE FUNCTION opsrun_claim(p_worker text, p_limit integer, p_max_running integer,
@@ -718,12 +730,15 @@ BEGIN
                                   WHERE u.tenant = s.tenant LIMIT 1), p_tenant_cap) AS cap
                   FROM opsrun_ready_tenants() s
                  WHERE s.run_at <= now() AND s.tenant <> ALL (v_done)
+            ), h AS MATERIALIZED (
+                -- Every tenant's running runs at once, on runs_held: at
+                -- most queue.max_running entries.
+                SELECT a.tenant, count(*) AS n FROM runs a
+                 WHERE a.status IN ('running', 'cancelling') GROUP BY a.tenant
             ), r AS (
                 SELECT c.tenant,
-                       CASE WHEN c.cap > 0 THEN c.cap - (SELECT count(*) FROM runs h
-                                                           WHERE h.tenant = c.tenant
-                                                             AND h.status IN ('running',
-                                                                              'cancelling'))
+                       CASE WHEN c.cap > 0 THEN c.cap - coalesce((SELECT h.n FROM h
+                                                                   WHERE h.tenant = c.tenant), 0)
                        END AS room
                   FROM c
             )
@@ -797,7 +812,8 @@ BEGIN
                        x.conc_max - (SELECT count(*) FROM runs a
                                       WHERE a.tenant = x.tenant AND a.conc_group = x.conc_group
                                         AND a.conc_key = x.conc_key
-                                        AND a.status IN ('running', 'cancelling'))
+                                        AND a.status IN ('running', 'cancelling')
+                                        AND a.status <> 'completed')
                    END AS key_room
               FROM t CROSS JOIN LATERAL (
                    SELECT r.tenant, r.id, r.type, r.priority, r.run_at, r.created_at,

@@ -31,8 +31,9 @@ static const struct stmt S_BY_ID = {
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
 /* The run as its detail shows it (store_runs_get_detail): the run, then
  * why it waits, if it is queued and waits for its key or its tenant's cap
- * ($3, NULL for none), and the other runs that hold its key (k, through
- * runs_tenant_held: a key's running and cancelling runs, or a tenant's).
+ * ($3, NULL for none), and the other runs that hold its key (k, a key's
+ * running and cancelling runs through runs_key_held; a tenant's, when it
+ * has a cap, through runs_held).
  * Each lateral part reads nothing for a run it does not concern. */
 static const struct stmt S_DETAIL = {
     "runs_detail",
@@ -48,7 +49,8 @@ static const struct stmt S_DETAIL = {
     "LEFT JOIN LATERAL (SELECT count(*) AS n, (array_agg(a.id ORDER BY a.started_at, a.id))[1:10] "
     "AS ids FROM runs a WHERE r.status <> 'completed' AND a.tenant = r.tenant "
     "AND a.conc_group = r.conc_group AND a.conc_key = r.conc_key "
-    "AND a.status IN ('running', 'cancelling') AND a.id <> r.id) k ON true "
+    "AND a.status IN ('running', 'cancelling') AND a.status <> 'completed' AND a.id <> r.id) k "
+    "ON true "
     "LEFT JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM runs a "
     "WHERE $3::int IS NOT NULL AND r.status = 'queued' AND r.run_at <= now() "
     "AND a.tenant = r.tenant AND a.status IN ('running', 'cancelling') LIMIT $3::int) x) t ON true "

@@ -31,8 +31,8 @@ static const struct stmt S_CLAIM = {
  * before it took. The first two are one step each on runs_queued_at (the
  * newest due run may be one held for its key: a claim again at most); the
  * oldest due run that is not held is the earliest of each tenant's
- * (opsrun_ready_tenants, a step per tenant on runs_ready_at, migration
- * 022). Then whether a run is held for its key (one step on
+ * (opsrun_ready_tenants, a step per tenant and priority on runs_ready,
+ * migration 022). Then whether a run is held for its key (one step on
  * runs_conc_held). */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",

@@ -1326,7 +1326,7 @@ START_TEST(claim_plan_uses_the_indexes)
     }
     PQclear(th_sql(g_pg, "ANALYZE runs"));
     for (int round = 0; round < 3; round++) {
-        long long seq, ready;
+        long long seq, ready, open_scans;
         if (round == 1)
             PQclear(th_sql(g_pg,
                            "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
@@ -1340,12 +1340,21 @@ START_TEST(claim_plan_uses_the_indexes)
         PQclear(th_sql(g_pg, "BEGIN"));
         seq = stat_of("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'runs'");
         ready = stat_of("SELECT pg_stat_get_xact_numscans('runs_ready'::regclass)");
+        open_scans = stat_of("SELECT pg_stat_get_xact_numscans('runs_key_held'::regclass)");
         ck_assert_int_eq(th_sql_int(g_pg, "%s", q), 4);
+        /* The dispatcher's read of the tenants' earliest runs: none left
+         * of the first six (A's taken, B's held behind its key). */
+        ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_ready_tenants()"),
+                         (round == 0 ? 0 : 3));
         ck_assert_msg(stat_of("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = "
                               "'runs'") == seq,
                       "round %d: the claim scanned runs", round);
         ck_assert_msg(stat_of("SELECT pg_stat_get_xact_numscans('runs_ready'::regclass)") > ready,
                       "round %d: the claim did not read runs_ready", round);
+        /* A key's running runs are counted on runs_key_held. */
+        ck_assert_msg(stat_of("SELECT pg_stat_get_xact_numscans('runs_key_held'::regclass)") >
+                          open_scans,
+                      "round %d: the claim did not count the keys on runs_key_held", round);
         PQclear(th_sql(g_pg, "COMMIT"));
     }
     ck_assert_int_gt(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE conc_held"), 0);

@@ -919,11 +919,11 @@ END_TEST
 
 /* Index entries the claim read from the partial indexes of held runs, in
  * this transaction (pg_stat_get_xact_tuples_returned counts them per index;
- * runs_heartbeat went in migration 014, runs_tenant_held came in 022). */
+ * runs_heartbeat went in migration 014). */
 static long long held_entries_read(void)
 {
     return th_sql_int(g_pg, "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) FROM pg_class c "
-                            "WHERE c.relname IN ('runs_held', 'runs_tenant_held')");
+                            "WHERE c.relname IN ('runs_held')");
 }
 
 /* The count of held runs in the claim must not walk the entries of runs
