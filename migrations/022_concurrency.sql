@@ -290,8 +290,8 @@ CREATE TRIGGER runs_conc_fill BEFORE INSERT ON runs
 -- owes (runs_cancel's SET_CANCEL_HOOKS); running ones are asked to cancel.
 -- Of the runs one transaction inserts (same created_at) the one with the
 -- greatest id is the newest; n does nothing once one of them superseded it.
--- A newer run that waits for approval is left alone: it is judged when it
--- is approved (runs_conc_requeued).
+-- A run that waits for approval is left alone when it is newer (it is
+-- judged when it is approved, runs_conc_requeued) or being decided.
 CREATE FUNCTION opsrun_conc_supersede(n runs) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -303,14 +303,27 @@ BEGIN
                                           AND x.status <> 'completed') THEN
         RETURN;
     END IF;
-    WITH cur AS (
+    WITH act AS (
         SELECT r.tenant, r.id, r.status FROM runs r
          WHERE r.tenant = n.tenant AND r.conc_group = n.conc_group AND r.conc_key = n.conc_key
            AND r.status <> 'completed' AND r.status = ANY (v_statuses) AND r.id <> n.id
            AND NOT (r.created_at = n.created_at AND r.id > n.id)
-           AND NOT (r.status = 'waiting' AND r.approval_state = 'pending'
-                    AND (r.created_at, r.id) > (n.created_at, n.id))
+           AND r.approval_state IS DISTINCT FROM 'pending'
          ORDER BY r.id FOR UPDATE
+    ), pend AS (
+        -- Runs awaiting approval that are older: one being decided (its
+        -- row locked) is left to its decision, which judges it under this
+        -- key's lock once n is committed (runs_conc_requeued). Waiting for
+        -- its row here, while its decision waited for the key's lock, would
+        -- deadlock.
+        SELECT r.tenant, r.id, r.status FROM runs r
+         WHERE n.conc_strategy = 'cancel_in_progress'
+           AND r.tenant = n.tenant AND r.conc_group = n.conc_group AND r.conc_key = n.conc_key
+           AND r.status = 'waiting' AND r.approval_state = 'pending' AND r.id <> n.id
+           AND (r.created_at, r.id) < (n.created_at, n.id)
+         ORDER BY r.id FOR UPDATE SKIP LOCKED
+    ), cur AS (
+        SELECT * FROM act UNION ALL SELECT * FROM pend
     ), upd AS (
         UPDATE runs r
            SET status = CASE WHEN cur.status = 'running' THEN 'cancelling' ELSE 'completed' END,
@@ -401,16 +414,24 @@ LANGUAGE sql AS $$
       FROM upd u
 $$;
 
--- A run of a key that becomes queued again after its insert: approved, a
--- retry after a failed attempt, an orphan rescued, a run a stopping worker
--- handed back. The strategies judge it as at a submission, with the runs
--- that came after it:
+-- A run of a key that becomes queued after its insert: approved, and
+-- under keep_newest also a retry after a failed attempt, an orphan
+-- rescued, a run a stopping worker handed back. The strategies judge it
+-- as at a submission, with the runs that came after it:
 --   keep_newest, cancel_in_progress  a newer active run of the key (one
 --       that is not itself waiting for approval) supersedes it; if there is
 --       none, it supersedes the key's older runs as a new run does (an
 --       approved run did not when it was submitted);
---   cancel_newest  only an approval: the run is cancelled if the key is
---       full, as it would have been at submission had it not waited.
+--   cancel_newest  the run is cancelled if the key is full, as it would
+--       have been at submission had it not waited.
+-- A cancel_in_progress run that returns to the queue needs nothing here:
+-- a newer run asked it to cancel (it ends cancelled), or finds it queued
+-- (the newer run's insert waits for its row, then cancels it).
+-- Lock order: this runs holding the run's row and then takes the key's
+-- lock; an insert takes the key's lock and then the rows it supersedes,
+-- passing over a run awaiting approval whose row is locked (see
+-- opsrun_conc_supersede), and a keep_newest insert supersedes only queued
+-- runs, which a returning run is not until it commits.
 CREATE FUNCTION opsrun_conc_requeued() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -451,8 +472,8 @@ $$;
 CREATE TRIGGER runs_conc_requeued AFTER UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued'
                        AND NEW.conc_key IS NOT NULL
-                       AND (NEW.conc_strategy IN ('keep_newest', 'cancel_in_progress')
-                            OR (NEW.conc_strategy = 'cancel_newest'
+                       AND (NEW.conc_strategy = 'keep_newest'
+                            OR (NEW.conc_strategy IN ('cancel_newest', 'cancel_in_progress')
                                 AND OLD.approval_state = 'pending')))
     EXECUTE FUNCTION opsrun_conc_requeued();
 

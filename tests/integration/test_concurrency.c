@@ -987,6 +987,58 @@ START_TEST(approval_decides_when_the_strategy_acts)
 }
 END_TEST
 
+/* A cancel_in_progress insert passes over an older run awaiting approval
+ * whose row another transaction holds (its decision, which then waits for
+ * the key's lock: waiting for the row here would deadlock); the decision,
+ * once made, finds the newer run and the approved run is superseded. */
+START_TEST(an_insert_passes_over_a_run_being_decided)
+{
+    char id[27], *ev;
+    struct run_new rn = {0};
+    struct run *run = NULL, *out = NULL;
+    json_t *in = json_pack("{s:s}", "k", "x");
+    char *ci = th_conninfo("it_conc_pass_over");
+    PGconn *other;
+    bool dedup = false;
+
+    open_test_db("it_conc_pass_over");
+    sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
+    run_id_new(id);
+    rn = (struct run_new){.tenant = "default",
+                          .id = id,
+                          .type = "CI",
+                          .max_attempts = 3,
+                          .timeout_s = 300,
+                          .input = in,
+                          .identity_hash = id,
+                          .request_hash = "req",
+                          .approval_timeout_s = 600};
+    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
+    run_free(run);
+    other = th_pg(ci);
+    PQclear(th_sql(other, "BEGIN"));
+    PQclear(th_sql(other, "SELECT 1 FROM runs WHERE id = '%s' FOR UPDATE", id));
+    PQclear(th_sql(g_pg, "SET lock_timeout = '5s'"));
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, reacts) VALUES ('default', 'newer', 'CI', "
+                         "3, 300, '{\"k\": \"x\"}', 'newer', 'x', 256)"));
+    assert_state(id, "waiting", "pending");
+    PQclear(th_sql(other, "ROLLBACK"));
+    PQfinish(other);
+    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
+                              &out, &g_err));
+    run_free(out);
+    assert_state(id, "completed", "cancelled");
+    ev = xasprintf("cancelled: superseded by %s", "newer");
+    assert_event(id, ev);
+    free(ev);
+    assert_state("newer", "queued", "pending");
+    json_decref(in);
+    free(ci);
+    close_test_db();
+}
+END_TEST
+
 /* ---- groups, tenants, missing keys ------------------------------------ */
 
 /* Two run types name one group: their runs share its keys, each type
@@ -1479,6 +1531,7 @@ int main(void)
     tcase_add_test(tc, superseded_survives_a_hand_back);
     tcase_add_test(tc, keep_newest_judges_a_retried_run);
     tcase_add_test(tc, approval_decides_when_the_strategy_acts);
+    tcase_add_test(tc, an_insert_passes_over_a_run_being_decided);
     tcase_add_test(tc, group_shared_by_two_types_and_keys_per_tenant);
     tcase_add_test(tc, missing_key_fails_the_run);
     suite_add_tcase(s, tc);
