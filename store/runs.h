@@ -308,6 +308,9 @@ enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *delet
 enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err) WUR;
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
+/* How many queued runs are held back by their concurrency key, over all
+ * tenants (runs.c). */
+enum status store_runs_held_total(struct db *db, int64_t *n, struct error *err) WUR;
 
 /* How many queued runs are held for their concurrency key in one group,
  * over all tenants. */

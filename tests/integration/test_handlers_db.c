@@ -1175,6 +1175,8 @@ START_TEST(health_up)
     hc_open("it_handlers_health", 2, 2000);
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-1\"}");
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-2\"}");
+    /* a run held back by its key (as a claim marks it) is queued, and held */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id = 'h-2'"));
 
     ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
     ck_assert_uint_eq(rp.http_status, 200);
@@ -1182,7 +1184,8 @@ START_TEST(health_up)
     got = wire_sorted_counts(rp.body);
     ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
                           "\"engine\":null,\"streams\":null,\"limits\":null,"
-                          "\"runs\":{\"cancelling\":0,\"queued\":2,\"running\":0,\"waiting\":0},"
+                          "\"runs\":{\"cancelling\":0,\"held\":1,\"queued\":2,\"running\":0,"
+                          "\"waiting\":0},"
                           "\"polls\":{\"overdue\":0,\"lag_ms\":0},\"workers\":[]}");
     expect_headers(&rp, 0, NULL, NULL);
     reply_cleanup(&rp);
