@@ -98,6 +98,26 @@ static enum status compile_into(json_t *parts, const char *tmpl, struct error *e
     return st;
 }
 
+/* Every key holds the template's literal text: more of it than a key may
+ * hold could make no key, for any run. */
+static enum status literal_text_check(const json_t *parts, struct error *err)
+{
+    size_t i, n = 0;
+    json_t *part;
+
+    json_array_foreach(parts, i, part)
+    {
+        if (strcmp(json_string_value(json_array_get(part, 0)), "text") == 0)
+            n += json_string_length(json_array_get(part, 1));
+    }
+    if (n > CONC_KEY_MAX)
+        return error_set(err, ST_INVALID,
+                         "the template's literal text is %zu bytes, more than the %d of a key: it "
+                         "could make no key",
+                         n, CONC_KEY_MAX);
+    return ST_OK;
+}
+
 enum status conc_key_compile(const char *tmpl, json_t **parts, struct error *err)
 {
     enum status st;
@@ -114,6 +134,8 @@ enum status conc_key_compile(const char *tmpl, json_t **parts, struct error *err
     if (!*parts)
         return error_set(err, ST_INTERNAL, "could not build the parts of a concurrency key");
     st = compile_into(*parts, tmpl, err);
+    if (st == ST_OK)
+        st = literal_text_check(*parts, err);
     if (st != ST_OK) {
         json_decref(*parts);
         *parts = NULL;

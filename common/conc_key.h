@@ -35,7 +35,9 @@
  * ST_INVALID for an empty template, one longer than CONC_KEY_TEMPLATE_MAX
  * or not UTF-8, a "{{" without its "}}", a placeholder other than
  * {{input:/pointer}} and {{tenant}}, {{input:}} (the whole input: a key
- * names one value) and a pointer that is not one; *parts is then NULL. */
+ * names one value), a pointer that is not one, and literal text longer
+ * than CONC_KEY_MAX bytes in all (every key holds it, so such a template
+ * could make no key); *parts is then NULL. */
 enum status conc_key_compile(const char *tmpl, json_t **parts, struct error *err) WUR;
 
 /* The key the compiled parts give for a run of tenant (NULL: "") whose

@@ -139,6 +139,10 @@ static const struct stmt S_COMPLETIONS = {
     "r.outcome AS o, count(*) AS n FROM runs r WHERE r.status = 'completed' AND r.completed_at > "
     "now() - make_interval(secs => $2::int) AND ($1::text IS NULL OR r.tenant = $1) "
     "GROUP BY 1, 2) x"};
+/* The queued runs held back by their concurrency key, over all tenants
+ * (the partial index runs_conc_held holds exactly them, migration 022). */
+static const struct stmt S_HELD_TOTAL = {
+    "runs_held_total", "SELECT count(*) FROM runs WHERE conc_held AND status = 'queued'"};
 /* The run's events; none when the run is gone, as its events may still be
  * in their partition (migration 013). */
 static const struct stmt S_EVENTS = {
@@ -505,5 +509,18 @@ enum status store_runs_completions(struct db *db, const char *tenant, int second
     PQclear(r);
     if (!*out)
         return error_set(err, ST_INTERNAL, "could not parse the completions: %s", jerr.text);
+    return ST_OK;
+}
+
+enum status store_runs_held_total(struct db *db, int64_t *n, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_HELD_TOTAL, 0, NULL, &r, err);
+
+    *n = 0;
+    if (st != ST_OK)
+        return st;
+    *n = db_i64(r, 0, 0);
+    PQclear(r);
     return ST_OK;
 }

@@ -8,7 +8,8 @@
  * the same statement. Functions return ST_OK or a failure with *err filled.
  *
  * One header for the runs' sources: runs.c what a client asks of one run or
- * a list (submit, get, list, locate, cancel, completions, events);
+ * a list (submit, get, list, locate, cancel, completions, events, the
+ * count of held runs);
  * runs_batch.c many submissions in one statement (store_runs_submit_batch);
  * runs_retry.c a run submitted again (store_runs_resubmit); runs_engine.c
  * the engine's statements (claim, progress, finish, state, retry, release,
@@ -308,6 +309,9 @@ enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *delet
 enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err) WUR;
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
+/* How many queued runs are held back by their concurrency key, over all
+ * tenants. */
+enum status store_runs_held_total(struct db *db, int64_t *n, struct error *err) WUR;
 
 /* How many queued runs are held for their concurrency key in one group,
  * over all tenants. */

@@ -1,14 +1,15 @@
 // tests/browser/dashboard_concurrency.mjs — why a run waits, in the
 // dashboard, at 1280 and at 360 px wide, read as a person reads it:
 // - two runs of a concurrency key that allows one at a time (an exec
-//   command that waits for a file the test creates): the second one's
-//   detail shows its key and says that it waits for the key and which run
-//   holds it; that run is a link, and clicking it opens the holder, whose
-//   detail shows its key and no waiting line; once the holder ends, the
-//   waiting line goes and the second run runs;
+//   command that waits for a file the test creates): once a claim held the
+//   second one back, the overview counts it as queued and held ("1 (1
+//   held)"); its detail shows its key and says that it waits for the key
+//   and which run holds it; that run is a link, and clicking it opens the
+//   holder, whose detail shows its key and no waiting line; once the
+//   holder ends, the waiting line goes and the second run runs;
 // - a run of a type without a key shows no concurrency; with its tenant at
-//   its cap of one running run, a second such run says that it waits for
-//   the tenant's cap, and runs once the first ends.
+//   its cap of two running runs, a third such run says that it waits for
+//   the tenant's cap, and runs once the others end.
 // Each state is screenshotted (browser-artifacts/concurrency-*.png)
 // through the harness, which fails if anything meant to be hidden is on
 // the screen.
@@ -66,6 +67,16 @@ async function keyWaits(page, base, tmp, art, width) {
   const a = await submit(base, 'restart', { host: 'web-1', flag: flagA });
   await statusOf(base, a, 'running');
   const b = await submit(base, 'restart', { host: 'web-1', flag: flagB });
+  await until(`run ${b} to be held`, async () =>
+    (await api(base, `/runs/${b}`)).json.concurrency?.held === true);
+
+  // a held run is queued: the overview counts it, and says it is held
+  const queued = await until('the overview to count the held run', async () => {
+    const t = await seen(page, '#s-queued');
+    return t === '1 (1 held)' ? t : null;
+  }, 10000).catch(async () => seen(page, '#s-queued'));
+  check(queued === '1 (1 held)', `${width} px: the overview counts the held run as queued, and held ("${queued}")`);
+  await shot(page, art, 'held', width);
 
   await openByAddress(page, b);
   const want = `Waiting for key web-1 (group host): held by ${a} (running)`;
@@ -102,16 +113,18 @@ async function keyWaits(page, base, tmp, art, width) {
   await statusOf(base, b, 'completed');
 }
 
-// A tenant at its cap of one running run.
+// A tenant at its cap of two running runs.
 async function capWaits(page, base, tmp, art, width) {
   const flagC = join(tmp, `c-${width}`);
   const flagD = join(tmp, `d-${width}`);
   const c = await submit(base, 'block', { flag: flagC });
+  const c2 = await submit(base, 'block', { flag: flagC, second: true });
   await statusOf(base, c, 'running');
+  await statusOf(base, c2, 'running');
   const d = await submit(base, 'block', { flag: flagD });
 
   await openByAddress(page, d);
-  const want = 'Waiting: tenant default is at its cap of 1 running run';
+  const want = 'Waiting: tenant default is at its cap of 2 running runs';
   const waiting = await until('the cap line', async () => {
     const t = await seen(page, '#d-waiting');
     return t === want ? t : null;
@@ -152,7 +165,7 @@ async function main() {
   const base = `http://127.0.0.1:${port}`;
   const proc = await startOpsrun({ port, db: createDb('browser_dashboard_concurrency'), log, tmp, config: {
     queue: { shutdown_grace_s: 1 },
-    tenants: { default: { max_running: 1 } },
+    tenants: { default: { max_running: 2 } },
     run_types: {
       restart: gated({ concurrency: { group: 'host', key: '{{input:/host}}', max_running: 1 } }),
       block: gated(),

@@ -7,12 +7,14 @@
  * conc_key_eval over the input for a tenant.
  *
  * Invariants:
- *   - a template compiles exactly when it is 1 to 1024 bytes of UTF-8;
- *     else, or when it does not compile, parts is NULL and the error is
- *     UTF-8 (it reaches --print-config's caller and config check);
+ *   - a template without placeholders compiles exactly when it is 1 to
+ *     1024 bytes of UTF-8 and at most 512 (every key holds its literal
+ *     text); else, or when it does not compile, parts is NULL and the
+ *     error is UTF-8 (it reaches --print-config's caller and config check);
  *   - the parts are well formed (["text", non-empty], ["input", a valid
- *     pointer], ["tenant"]), no two texts side by side, and written back
- *     as a template they give the template compiled;
+ *     pointer], ["tenant"]), no two texts side by side, at most 512 bytes
+ *     of text in all, and written back as a template they give the
+ *     template compiled;
  *   - the key is what a plain reading of the value rules gives (the
  *     reference below): at most 512 bytes, UTF-8 when the template and
  *     the input are; a failure is ST_INVALID, with no key and a UTF-8
@@ -35,6 +37,7 @@ static char *rewrite(const json_t *parts)
     const json_t *part;
     size_t i;
     bool prev_text = false;
+    size_t text = 0;
 
     dynbuf_init(&b, 4096);
     json_array_foreach(parts, i, part)
@@ -45,6 +48,7 @@ static char *rewrite(const json_t *parts)
         if (strcmp(kind, "text") == 0) {
             FUZZ_CHECK(json_array_size(part) == 2 && arg && *arg && !prev_text);
             FUZZ_CHECK(dynbuf_adds(&b, arg) == ST_OK);
+            text += strlen(arg);
         } else if (strcmp(kind, "input") == 0) {
             FUZZ_CHECK(json_array_size(part) == 2 && arg && *arg && jptr_valid(arg));
             FUZZ_CHECK(dynbuf_addf(&b, "{{input:%s}}", arg) == ST_OK);
@@ -54,6 +58,7 @@ static char *rewrite(const json_t *parts)
         }
         prev_text = strcmp(kind, "text") == 0;
     }
+    FUZZ_CHECK(text <= CONC_KEY_MAX);
     return dynbuf_take(&b);
 }
 
@@ -139,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st != ST_OK) {
         FUZZ_CHECK(st == ST_INVALID && parts == NULL && fuzz_utf8(err.message));
         FUZZ_CHECK(!*tmpl || strlen(tmpl) > CONC_KEY_TEMPLATE_MAX || !fuzz_utf8(tmpl) ||
-                   strstr(tmpl, "{{"));
+                   strstr(tmpl, "{{") || strlen(tmpl) > CONC_KEY_MAX);
         goto out;
     }
     FUZZ_CHECK(*tmpl && strlen(tmpl) <= CONC_KEY_TEMPLATE_MAX && fuzz_utf8(tmpl));

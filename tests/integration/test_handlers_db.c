@@ -644,6 +644,59 @@ START_TEST(retry_concurrency_key)
 }
 END_TEST
 
+/* The configuration's rules written to the database, as a replica writes
+ * them at start: the insert trigger then gives runs their keys. */
+static void sync_rules(void)
+{
+    struct error err = {0};
+    struct db *db = NULL;
+    char *rules = notify_rules_json(&g_cfg);
+
+    ck_assert_int_eq(db_pool_get(g_pool, &db, &err), ST_OK);
+    ck_assert_msg(store_rules_sync(db, rules, 10, NULL, NULL, &err) == ST_OK, "%s", err.message);
+    db_pool_put(g_pool, db);
+    free(rules);
+}
+
+/* A bulk retry leaves out a run whose type gained a key its input cannot
+ * make, as a single retry refuses it (422) and as a bulk retry leaves out a
+ * run whose type is gone: it is matched, not acted on, and no run is made
+ * for it (before, its retry was inserted and completed at once, failed,
+ * invalid_concurrency_key). The runs whose key can be made are retried. */
+START_TEST(bulk_retry_concurrency_key)
+{
+    struct reply rp;
+
+    hc_open("it_handlers_conc_bulk_retry", 2, 2000);
+    add_keyed_type("{{input:/labels/instance}}");
+    sync_rules();
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1\"}}}");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-2\","
+           "\"data\":{\"labels\":{\"instance\":\"db-2\"},\"host\":\"db-2\"}}");
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now()"));
+    add_keyed_type("{{input:/host}}");
+    sync_rules();
+    ck_assert_int_eq(
+        call(handle_runs_bulk_retry, NULL, NULL, "{\"filter\":{\"outcome\":[\"failed\"]}}", &rp),
+        ST_OK);
+    ck_assert_uint_eq(rp.http_status, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(rp.body, "matched")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(rp.body, "acted")), 1);
+    ck_assert_int_eq(json_array_size(json_object_get(rp.body, "run_ids")), 1);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rp.body, "run_ids"), 0)),
+                     "rh-2");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE retry_of = 'rh-1'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE retry_of = 'rh-2' AND "
+                                      "status = 'queued' AND conc_key = 'db-2'"),
+                     1);
+    hc_close();
+}
+END_TEST
+
 /* A body without a canonical JSON text (a string that is not UTF-8, which
  * only a *_nocheck constructor makes; in production canon_json fails so
  * only when jansson cannot allocate) is a 500 problem, before any run is
@@ -1122,6 +1175,8 @@ START_TEST(health_up)
     hc_open("it_handlers_health", 2, 2000);
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-1\"}");
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-2\"}");
+    /* a run held back by its key (as a claim marks it) is queued, and held */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id = 'h-2'"));
 
     ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
     ck_assert_uint_eq(rp.http_status, 200);
@@ -1129,7 +1184,8 @@ START_TEST(health_up)
     got = wire_sorted_counts(rp.body);
     ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
                           "\"engine\":null,\"streams\":null,\"limits\":null,"
-                          "\"runs\":{\"cancelling\":0,\"queued\":2,\"running\":0,\"waiting\":0},"
+                          "\"runs\":{\"cancelling\":0,\"held\":1,\"queued\":2,\"running\":0,"
+                          "\"waiting\":0},"
                           "\"polls\":{\"overdue\":0,\"lag_ms\":0},\"workers\":[]}");
     expect_headers(&rp, 0, NULL, NULL);
     reply_cleanup(&rp);
@@ -1439,6 +1495,7 @@ int main(void)
     tcase_add_test(tc, alerts_concurrency_key_generic);
     tcase_add_test(tc, alerts_concurrency_key_alertmanager);
     tcase_add_test(tc, retry_concurrency_key);
+    tcase_add_test(tc, bulk_retry_concurrency_key);
     suite_add_tcase(s, tc);
 
     tc = tcase("runs", 60);

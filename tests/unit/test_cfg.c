@@ -442,6 +442,28 @@ START_TEST(test_concurrency_errors_named)
 }
 END_TEST
 
+/* A key template whose literal text alone is longer than a key (512
+ * bytes) could make no key: refused at load, naming the key; 512 bytes
+ * of it load. */
+START_TEST(test_concurrency_literal_text_bound)
+{
+    char text[1200], want[200];
+    int n = snprintf(text, sizeof(text),
+                     "{\"run_types\": {\"big\": {\"action\": \"simulate\", \"concurrency\": "
+                     "{\"key\": \"{{input:/host}}");
+
+    memset(text + n, 'k', 512);
+    snprintf(text + n + 512, sizeof(text) - (size_t)n - 512, "\"}}}}");
+    ck_load_ok(text);
+    memset(text + n, 'k', 513);
+    snprintf(text + n + 513, sizeof(text) - (size_t)n - 513, "\"}}}}");
+    snprintf(want, sizeof(want),
+             "invalid \"run_types.big.concurrency.key\": the template's literal text is 513 "
+             "bytes, more than the 512 of a key: it could make no key");
+    ck_load_fails(text, want);
+}
+END_TEST
+
 /* The run types of a group share its keys: they must agree on
  * max_running and strategy, and an error names both types. */
 START_TEST(test_concurrency_group_agrees)
@@ -2168,6 +2190,7 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_demo_redefined_field_by_field);
     tcase_add_test(tc, test_concurrency_load);
     tcase_add_test(tc, test_concurrency_errors_named);
+    tcase_add_test(tc, test_concurrency_literal_text_bound);
     tcase_add_test(tc, test_concurrency_group_agrees);
     tcase_add_test(tc, test_concurrency_schedule_data);
     tcase_add_test(tc, test_concurrency_then_data);

@@ -106,7 +106,8 @@ START_TEST(compile_errors)
 }
 END_TEST
 
-/* 1024 bytes are a template; 1025 are not. */
+/* 1024 bytes are a template; 1025 are not (most of them a pointer, so
+ * that the literal text stays within a key). */
 START_TEST(compile_length_bound)
 {
     char tmpl[1026];
@@ -114,6 +115,8 @@ START_TEST(compile_length_bound)
     json_t *parts = NULL;
 
     memset(tmpl, 'k', 1024);
+    memcpy(tmpl, "{{input:/", 9);
+    memcpy(tmpl + 1000, "}}", 2);
     tmpl[1024] = '\0';
     ck_assert_int_eq(conc_key_compile(tmpl, &parts, &err), ST_OK);
     json_decref(parts);
@@ -159,6 +162,43 @@ static void ck_eval_fails(const char *tmpl, const char *input, const char *messa
     ck_assert_str_eq(err.message, message);
     ck_assert_ptr_null(out);
 }
+
+/* A key is at most 512 bytes, and every key holds the template's literal
+ * text: a template with more than 512 bytes of it could make no key, and
+ * is refused when compiled, the bytes counted (an "é" is two) across the
+ * placeholders. 512 bytes of it make a key of an empty value. */
+START_TEST(compile_literal_text_bound)
+{
+    char tmpl[1100], input[16] = "{\"x\": \"\"}", *out = NULL;
+    struct error err = {0};
+    json_t *parts = NULL;
+    size_t n;
+
+    memset(tmpl, 'a', 300);
+    n = 300 + (size_t)snprintf(tmpl + 300, sizeof(tmpl) - 300, "{{input:/x}}{{tenant}}");
+    memset(tmpl + n, 'b', 212);
+    tmpl[n + 212] = '\0';
+    ck_assert_int_eq(conc_key_compile(tmpl, &parts, &err), ST_OK);
+    json_decref(parts);
+    ck_assert_int_eq(eval(tmpl, "", input, &out, &err), ST_OK);
+    ck_assert_uint_eq(strlen(out), 512);
+    free(out);
+    tmpl[n + 212] = 'b';
+    tmpl[n + 213] = '\0';
+    ck_assert_int_eq(conc_key_compile(tmpl, &parts, &err), ST_INVALID);
+    ck_assert_str_eq(err.message,
+                     "the template's literal text is 513 bytes, more than the 512 of a key: it "
+                     "could make no key");
+    ck_assert_ptr_null(parts);
+    n = 0;
+    for (int i = 0; i < 257; i++)
+        n += (size_t)snprintf(tmpl + n, sizeof(tmpl) - n, "\xc3\xa9");
+    ck_assert_int_eq(conc_key_compile(tmpl, &parts, &err), ST_INVALID);
+    ck_assert_str_eq(err.message,
+                     "the template's literal text is 514 bytes, more than the 512 of a key: it "
+                     "could make no key");
+}
+END_TEST
 
 /* Strings as they are, integers in decimal, booleans as true and false:
  * what opsrun_conc_key gives in SQL. */
@@ -269,8 +309,10 @@ START_TEST(bounds_count_bytes)
     char *out = NULL;
     size_t n = 0;
 
-    for (int i = 0; i < 512; i++)
+    n = (size_t)snprintf(tmpl, sizeof(tmpl), "{{input:/");
+    for (int i = 0; i < 506; i++)
         n += (size_t)snprintf(tmpl + n, sizeof(tmpl) - n, "\xc3\xa9");
+    n += (size_t)snprintf(tmpl + n, sizeof(tmpl) - n, "}}x");
     ck_assert_int_eq(conc_key_compile(tmpl, &parts, &err), ST_OK); /* 1024 bytes */
     json_decref(parts);
     snprintf(tmpl + n, sizeof(tmpl) - n, "x");
@@ -316,6 +358,7 @@ int main(void)
     tcase_add_test(c, compile_keeps_text_whole);
     tcase_add_loop_test(c, compile_errors, 0, (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(c, compile_length_bound);
+    tcase_add_test(c, compile_literal_text_bound);
     tcase_add_test(e, eval_values);
     tcase_add_test(e, eval_unicode_unchanged);
     tcase_add_test(e, eval_errors);
