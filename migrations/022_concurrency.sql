@@ -19,8 +19,10 @@
 -- orphan rescue, follow-ups and schedules all make queued runs), and claims
 -- are serialised by the claim lock (7260017001): the claim counts a key's
 -- running and cancelling runs after taking it, as it counts max_running, so
--- a key is never over its max_running, not even briefly. A queued run whose
--- key is full when a claim reaches it is marked held (conc_held) and leaves
+-- a key is never over its max_running, not even briefly (a max_running
+-- lowered while more runs run leaves them running to their end). A queued
+-- run whose key is full when a claim reaches it, and every other due run
+-- of that key, is marked held (conc_held) and leaves
 -- the claim's index (runs_ready), so that claims do not read it again and
 -- again; it is released (conc_held false) when a run of its key leaves
 -- running or cancelling: the trigger runs_conc_freed leaves a marker in
@@ -614,7 +616,9 @@ $$;
 --      (opsrun_ready_tenants: a descent per tenant with a queued run),
 --      less those at their cap and those an earlier round found empty,
 --      rotated by opsrun_claim_turn so that each claim begins at another
---      tenant; only the first v_left of them (the window) can get a run;
+--      tenant; only the first v_left of them (the window) can get a run.
+--      When at most one tenant has queued runs, two descents of
+--      runs_ready say so, and the first round is one statement (below);
 --   3. the candidates: each tenant's best due runs of an open type, in
 --      priority order, at most its share of the room left (and of its own
 --      cap), locked (SKIP LOCKED), through runs_ready;
@@ -629,7 +633,9 @@ $$;
 -- left out a candidate or a tenant filled its share (the runs behind them
 -- may be able to start), or tenants were left out of the window and some
 -- in it had nothing to give (their due runs are all of closed types):
--- those leave the window to the others. Priority orders the runs within a
+-- those leave the window to the others, and the window doubles. A round
+-- that finds a key full holds every due run of that key. Priority orders
+-- the runs within a
 -- tenant; tenants are served in turn, so a tenant's backlog delays
 -- another tenant's runs by at most one claim.
 CREATE SEQUENCE opsrun_claim_turn;
@@ -642,11 +648,15 @@ CREATE SEQUENCE opsrun_claim_turn;
 -- with that time, and the claim leaves it out: only tenants with a due run
 -- take a turn.
 CREATE FUNCTION opsrun_ready_tenants() RETURNS TABLE (tenant text, run_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
 AS $$
+BEGIN
+    -- PL/pgSQL keeps the statement's plan for the session (a SQL function
+    -- called from a query would plan it again at every call).
+    RETURN QUERY
     WITH RECURSIVE s(tenant, priority, run_at) AS (
         (SELECT r.tenant, r.priority, r.run_at FROM runs r
           WHERE r.status = 'queued' AND NOT r.conc_held
@@ -665,7 +675,8 @@ AS $$
                      ORDER BY r.tenant, r.priority DESC, r.run_at LIMIT 1)) y
                 LIMIT 1) x
     )
-    SELECT s.tenant, min(s.run_at) FROM s GROUP BY s.tenant
+    SELECT s.tenant, min(s.run_at) FROM s GROUP BY s.tenant;
+END
 $$;
 
 CREATE FUNCTION opsrun_claim(p_worker text, p_limit integer, p_max_running integer,
@@ -702,6 +713,7 @@ DECLARE
     d record;
     v_got integer;
     v_more boolean;
+    v_width integer; -- how many tenants, in turn, a round looks at
 BEGIN
     -- A key's and a cap's running runs are counted after the claim lock is
     -- taken: only a statement snapshot taken after it sees the claims
@@ -766,6 +778,18 @@ BEGIN
             SELECT array_agg(r.tenant ORDER BY r.tenant), array_agg(r.room ORDER BY r.tenant)
               INTO v_tenants, v_troom
               FROM r WHERE r.room IS NULL OR r.room > 0;
+        ELSIF v_round = 1 AND NOT v_capped
+              AND NOT EXISTS (SELECT 1 FROM runs r
+                               WHERE r.status = 'queued' AND NOT r.conc_held
+                                 AND r.tenant > (SELECT min(q.tenant) FROM runs q
+                                                  WHERE q.status = 'queued' AND NOT q.conc_held))
+        THEN
+            -- At most one tenant has queued runs (the usual case): two
+            -- descents of runs_ready, and the first round's one statement
+            -- below finds whether any is due.
+            SELECT array_agg(r.tenant), array_agg(NULL::integer) INTO v_tenants, v_troom
+              FROM (SELECT r.tenant FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
+                     ORDER BY r.tenant LIMIT 1) r;
         ELSE
             SELECT array_agg(s.tenant ORDER BY s.tenant), array_agg(NULL::integer)
               INTO v_tenants, v_troom
@@ -816,6 +840,7 @@ BEGIN
             v_troom := v_troom[v_s + 1 : v_n] || v_troom[1 : v_s];
         END IF;
         v_share := (v_left + v_n - 1) / v_n;
+        v_width := greatest(coalesce(v_width, 0), v_left);
         -- 3. and 4. The candidates and what becomes of each: ok, within
         -- the room of its type's cap, its rate limit and its key (each
         -- counted over the candidates before it, in turn; only for a
@@ -824,7 +849,7 @@ BEGIN
         WITH t AS (
             SELECT u.tenant, u.turn, least(v_share, coalesce(u.room, v_share)) AS lim
               FROM unnest(v_tenants, v_troom) WITH ORDINALITY AS u(tenant, room, turn)
-             WHERE u.turn <= v_left
+             WHERE u.turn <= v_width
         ), cand AS MATERIALIZED (
             SELECT x.*, t.turn, t.lim,
                    row_number() OVER (PARTITION BY x.tenant
@@ -905,9 +930,22 @@ BEGIN
           FROM decided x;
         -- 5. Hold, then start.
         IF d.h_ids IS NOT NULL THEN
-            UPDATE runs r SET conc_held = true
-              FROM unnest(d.h_tenants, d.h_ids) AS h(tenant, id)
-             WHERE r.id = h.id AND r.tenant = h.tenant;
+            -- Every due run of a key found full is held, not only the
+            -- candidates: a backlog on one key must not fill the next
+            -- claims' candidates while another key's run waits behind it.
+            WITH k AS (
+                SELECT DISTINCT r.tenant, r.conc_group, r.conc_key
+                  FROM unnest(d.h_tenants, d.h_ids) AS h(tenant, id)
+                  JOIN runs r ON r.id = h.id AND r.tenant = h.tenant
+            ), x AS (
+                SELECT r.tenant, r.id FROM k JOIN runs r
+                    ON r.tenant = k.tenant AND r.conc_group = k.conc_group
+                   AND r.conc_key = k.conc_key
+                 WHERE r.status = 'queued' AND r.status <> 'completed' AND NOT r.conc_held
+                   AND r.run_at <= now()
+                   FOR UPDATE OF r SKIP LOCKED
+            )
+            UPDATE runs r SET conc_held = true FROM x WHERE r.id = x.id AND r.tenant = x.tenant;
         END IF;
         v_got := 0;
         IF d.p_ids IS NOT NULL THEN
@@ -949,14 +987,18 @@ BEGIN
                   FROM unnest(v_names, v_rooms) WITH ORDINALITY AS l(name, room, o);
             END IF;
         END IF;
-        v_more := v_n > v_left; -- tenants were left out of this round's window
+        v_more := v_n > v_width; -- tenants were left out of this round's window
         v_left := v_left - v_got;
         v_done := v_done || d.done;
         EXIT WHEN v_left <= 0;
         -- Tenants of the window that had no more to give (their due runs
         -- are of closed types, or were taken) leave the next rounds' window
-        -- to the tenants left out.
-        CONTINUE WHEN v_more AND d.done IS NOT NULL;
+        -- to the tenants left out, and the window doubles: eight rounds
+        -- look at up to 255 times the room left.
+        IF v_more AND d.done IS NOT NULL THEN
+            v_width := least(v_width * 2, 1000000);
+            CONTINUE;
+        END IF;
         EXIT WHEN (v_got = 0 AND d.h_ids IS NULL)
                OR (d.h_ids IS NULL AND d.skipped = 0 AND NOT d.filled);
     END LOOP;

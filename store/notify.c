@@ -46,13 +46,17 @@ static const struct stmt S_RULES_SYNC = {
 /* clang-format on */
 
 /* The groups' max_running, after a change of rules: the runs of a group
- * share it (the configuration refuses types of one group that disagree). */
+ * share it (the configuration refuses types of one group that disagree).
+ * The rows are locked in id order, as a submission's supersede locks the
+ * runs of a key, so that the two never wait for each other in a cycle. */
 static const struct stmt S_CONC_MAX = {
     "rules_conc_max",
-    "UPDATE runs r SET conc_max = g.conc_max FROM (SELECT conc_group, max(conc_max) AS conc_max "
-    "FROM run_type_rules WHERE conc_group IS NOT NULL GROUP BY conc_group) g "
-    "WHERE r.conc_group = g.conc_group AND r.status <> 'completed' AND r.conc_key IS NOT NULL "
-    "AND r.conc_max <> g.conc_max"};
+    "WITH g AS (SELECT conc_group, max(conc_max) AS conc_max FROM run_type_rules "
+    "WHERE conc_group IS NOT NULL GROUP BY conc_group), "
+    "x AS (SELECT r.tenant, r.id, g.conc_max FROM runs r JOIN g ON r.conc_group = g.conc_group "
+    "WHERE r.status <> 'completed' AND r.conc_key IS NOT NULL AND r.conc_max <> g.conc_max "
+    "ORDER BY r.id FOR UPDATE OF r) "
+    "UPDATE runs r SET conc_max = x.conc_max FROM x WHERE r.tenant = x.tenant AND r.id = x.id"};
 
 /* The due deliveries of each notifier with room. A candidate whose run has
  * an earlier delivery to the same notifier still owed waits for it. */

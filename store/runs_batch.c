@@ -23,7 +23,9 @@
  * (each waits for the other's uncommitted key). The rows are inserted in
  * identity order, so batches that share identities (the usual repeat) take
  * them in one order; a statement that still loses a deadlock was rolled
- * back whole and is run again. */
+ * back whole and is run again. The runs of a type with a concurrency key
+ * come first, in the order of the items: cancel_newest's insert trigger
+ * counts the runs inserted before, and the later item is the newer. */
 #include "store/runs.h"
 
 #include "common/ids.h"
@@ -61,7 +63,8 @@ static const struct stmt S_BATCH = {
         "SELECT tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, "
         "input, identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, "
         "schedule_slot, " REACTS_OF("i.type") ", " BATCH_APPROVAL " "
-        "FROM i ORDER BY tenant, identity_hash, ord "
+        "FROM i ORDER BY tenant, CASE WHEN " REACTS_OF("i.type") " & 256 <> 0 THEN ord END, "
+        "identity_hash, ord "
         "ON CONFLICT DO NOTHING RETURNING r.*), "
     EVENT_SUBMITTED " "
     "SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "

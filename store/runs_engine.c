@@ -29,19 +29,20 @@ static const struct stmt S_CLAIM = {
 /* The next delayed run (ms ahead), the newest and the oldest due run (ms
  * ago); store_runs_next_due compares their ages with how long the claim
  * before it took. The first two are one step each on runs_queued_at (the
- * newest due run may be one held for its key: a claim again at most); the
- * oldest due run that is not held is the earliest of each tenant's
- * (opsrun_ready_tenants, a step per tenant and priority on runs_ready,
- * migration 022). Then whether a run is held for its key (one step on
- * runs_conc_held). */
+ * newest due run may be one held for its key: a claim again at most); so
+ * is the oldest due run while no run is held, else it is the earliest of
+ * each tenant's that is not held (opsrun_ready_tenants, a step per tenant
+ * and priority on runs_ready, migration 022). Then whether a run is held
+ * for its key (one step on runs_conc_held). */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
     "SELECT ceil(extract(epoch FROM (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
     "run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - "
     "(SELECT max(run_at) FROM runs WHERE status = 'queued' AND run_at <= now())) * 1000)::bigint, "
-    "floor(extract(epoch FROM now() - (SELECT min(t.run_at) FROM opsrun_ready_tenants() t "
-    "WHERE t.run_at <= now())) * 1000)::bigint, "
-    "EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
+    "floor(extract(epoch FROM now() - CASE WHEN EXISTS (SELECT 1 FROM runs WHERE conc_held AND "
+    "status = 'queued') THEN (SELECT min(t.run_at) FROM opsrun_ready_tenants() t WHERE t.run_at "
+    "<= now()) ELSE (SELECT min(run_at) FROM runs WHERE status = 'queued' AND run_at <= now()) "
+    "END) * 1000)::bigint, EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
 static const struct stmt S_CONC_SWEEP = {"runs_conc_sweep", "SELECT opsrun_conc_sweep()"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
