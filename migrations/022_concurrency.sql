@@ -714,6 +714,8 @@ DECLARE
     v_got integer;
     v_more boolean;
     v_width integer; -- how many tenants, in turn, a round looks at
+    v_first text;
+    v_one boolean;
 BEGIN
     -- A key's and a cap's running runs are counted after the claim lock is
     -- taken: only a statement snapshot taken after it sees the claims
@@ -755,7 +757,22 @@ BEGIN
             v_open := p_types;
         END IF;
         EXIT WHEN v_open IS NULL OR cardinality(v_open) = 0;
-        -- 2. The ready tenants, with their room (NULL: no cap).
+        -- 2. The ready tenants, with their room (NULL: no cap). When at
+        -- most one tenant has queued runs (the usual case), two descents of
+        -- runs_ready say so, and the first round's one statement below
+        -- finds whether any is due. (Written as two ordered reads: a
+        -- generic plan of "tenant > the first" read every queued run of
+        -- runs_queued_at instead.)
+        v_one := false;
+        IF v_round = 1 AND NOT v_capped AND NOT v_tcapped THEN
+            SELECT r.tenant INTO v_first FROM runs r
+             WHERE r.status = 'queued' AND NOT r.conc_held ORDER BY r.tenant LIMIT 1;
+            EXIT WHEN v_first IS NULL;
+            v_one := NOT EXISTS (SELECT 1 FROM (SELECT r.tenant FROM runs r
+                                                 WHERE r.status = 'queued' AND NOT r.conc_held
+                                                   AND r.tenant > v_first
+                                                 ORDER BY r.tenant LIMIT 1) x);
+        END IF;
         IF v_tcapped THEN
             WITH c AS (
                 SELECT s.tenant,
@@ -778,18 +795,9 @@ BEGIN
             SELECT array_agg(r.tenant ORDER BY r.tenant), array_agg(r.room ORDER BY r.tenant)
               INTO v_tenants, v_troom
               FROM r WHERE r.room IS NULL OR r.room > 0;
-        ELSIF v_round = 1 AND NOT v_capped
-              AND NOT EXISTS (SELECT 1 FROM runs r
-                               WHERE r.status = 'queued' AND NOT r.conc_held
-                                 AND r.tenant > (SELECT min(q.tenant) FROM runs q
-                                                  WHERE q.status = 'queued' AND NOT q.conc_held))
-        THEN
-            -- At most one tenant has queued runs (the usual case): two
-            -- descents of runs_ready, and the first round's one statement
-            -- below finds whether any is due.
-            SELECT array_agg(r.tenant), array_agg(NULL::integer) INTO v_tenants, v_troom
-              FROM (SELECT r.tenant FROM runs r WHERE r.status = 'queued' AND NOT r.conc_held
-                     ORDER BY r.tenant LIMIT 1) r;
+        ELSIF v_one THEN
+            v_tenants := ARRAY[v_first];
+            v_troom := ARRAY[NULL::integer];
         ELSE
             SELECT array_agg(s.tenant ORDER BY s.tenant), array_agg(NULL::integer)
               INTO v_tenants, v_troom
