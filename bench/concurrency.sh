@@ -12,18 +12,22 @@
 #     databases; the ratios of the medians to "none";
 #   - fairness: tenant b's pickup (started_at - created_at), 100 runs
 #     submitted one every 50 ms, alone and while tenant a has BACKLOG
-#     (default 20,000) runs of 20 ms queued at a higher priority, p50/p99;
-#     on this tree's build and on BASE (default: the merge base with main,
-#     or pass BASE=REV; a build without fair claims), each on its own
-#     database.
+#     (default 20,000) runs of A_MS (default 20) ms queued at a higher
+#     priority, p50/p99; on this tree's build and on BASE (default: the
+#     merge base with main, or pass BASE=REV; a build without fair claims),
+#     each on its own database; TENANT_CAP=N sets queue.tenant_max_running.
 # Usage: bench/concurrency.sh [ROUNDS]   (RUNS=N, default 10000; BACKLOG=N;
-#        BASE=REV)
+#        A_MS=N; TENANT_CAP=N; BASE=REV; MEASURES="keys fair"; BUILDS="new base")
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
 ROUNDS=${1:-3}
 RUNS=${RUNS:-10000}
 BACKLOG=${BACKLOG:-20000}
+A_MS=${A_MS:-20}
+TENANT_CAP=${TENANT_CAP:-}
+MEASURES=${MEASURES:-keys fair}
+BUILDS=${BUILDS:-new base}
 BASE=${BASE:-$(git merge-base HEAD main)}
 OUT=bench/out
 PORT=${PORT:-18196}
@@ -31,7 +35,8 @@ URL=http://127.0.0.1:$PORT
 mkdir -p "$OUT"
 
 bench_build -- opsrun
-BASE_BIN=$(bench_base_build "$BASE")
+BASE_BIN=
+case " $BUILDS " in *" base "*) BASE_BIN=$(bench_base_build "$BASE") ;; esac
 
 DATA=$(mktemp -d /tmp/opsrun-bench-conc.XXXXXX)
 chmod 755 "$DATA"
@@ -59,7 +64,7 @@ cat >"$DATA/keys.json" <<'EOF'
                "keyed": {"action": "simulate",
                          "concurrency": {"key": "{{input:/host}}", "max_running": 1}}}}
 EOF
-echo '{"queue": {"max_running": 32}}' >"$DATA/fair.json"
+echo "{\"queue\": {\"max_running\": 32${TENANT_CAP:+, \"tenant_max_running\": $TENANT_CAP}}}" >"$DATA/fair.json"
 
 serve() { # serve BINARY DB CONFIG
     "$1" serve --config "$3" --database-url "$2" --listen "127.0.0.1:$PORT" \
@@ -104,6 +109,7 @@ EOF
     stop
 }
 
+case " $MEASURES " in *" keys "*)
 echo "== keys: $RUNS runs drained by 32 workers, $ROUNDS rounds (none, $RUNS keys, 100 on one key)"
 : >"$OUT/concurrency-keys.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -116,6 +122,8 @@ for mode in keys onekey; do
     m=$(median "$OUT/concurrency-keys.txt" "$mode")
     echo "median_${mode}_runs_per_s=$m median_none_runs_per_s=$none ${mode}_over_none=$(awk -v a="$m" -v b="$none" 'BEGIN { printf "%.2f", a / b }')"
 done | tee "$OUT/concurrency-keys-summary.txt"
+;;
+esac
 
 # pickup BINARY NAME BACKLOG: b's pickup p50/p99 (ms) over 100 runs.
 pickup() {
@@ -125,7 +133,7 @@ pickup() {
     if (($3 > 0)); then
         psql -qAtX -v ON_ERROR_STOP=1 "$db" >/dev/null <<EOF
 INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, identity_hash, request_hash, priority)
-SELECT 'a', 'a-' || i, 'demo', 1, 900, '{"duration_ms": 20}', 'a-' || i, 'x', 5
+SELECT 'a', 'a-' || i, 'demo', 1, 900, '{"duration_ms": $A_MS}', 'a-' || i, 'x', 5
 FROM generate_series(1, $3) AS i;
 ANALYZE runs;
 SELECT pg_notify('opsrun_queue', '');
@@ -151,8 +159,9 @@ EOF
     stop
 }
 
-echo "== fairness: tenant b's pickup, alone and behind tenant a's $BACKLOG runs"
-for bin in new base; do
+case " $MEASURES " in *" fair "*) ;; *) exit 0 ;; esac
+echo "== fairness: tenant b's pickup, alone and behind tenant a's $BACKLOG runs of $A_MS ms${TENANT_CAP:+, tenant_max_running $TENANT_CAP}"
+for bin in $BUILDS; do
     b=build/opsrun
     [ "$bin" = base ] && b=$BASE_BIN
     echo "-- $bin: b alone"
@@ -160,7 +169,7 @@ for bin in new base; do
     echo "-- $bin: b behind a's backlog"
     pickup "$b" "${bin}_backlog" "$BACKLOG" | tee "$OUT/concurrency-fair-$bin-backlog.txt"
 done
-for bin in new base; do
+for bin in $BUILDS; do
     a=$(sed -n 's/^pickup_p99_ms=//p' "$OUT/concurrency-fair-$bin-alone.txt")
     k=$(sed -n 's/^pickup_p99_ms=//p' "$OUT/concurrency-fair-$bin-backlog.txt")
     echo "${bin}_p99_alone_ms=$a ${bin}_p99_backlog_ms=$k ${bin}_backlog_over_alone=$(awk -v a="$a" -v k="$k" 'BEGIN { printf "%.2f", k / a }')"
