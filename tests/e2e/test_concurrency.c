@@ -102,10 +102,13 @@ static void *submitter_main(void *arg)
             snprintf(host, sizeof(host), "hot");
         else
             snprintf(host, sizeof(host), "host-%d", 1 + (s->index + i) % (HOSTS - 1));
+        /* A run_id of its own: a copy sent again after a replica died
+         * with its answer joins the run, even one that ended meanwhile
+         * (an identity joins only an active run). */
         snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"keyed\",\"data\":{\"host\":\"%s\",\"duration_ms\":%d,"
-                 "\"n\":\"%d-%d\"}}",
-                 host, 20 + (i * 7 + s->index * 13) % 60, s->index, i);
+                 "{\"alert_type\":\"keyed\",\"run_id\":\"kill-%d-%d\",\"data\":{\"host\":"
+                 "\"%s\",\"duration_ms\":%d,\"n\":\"%d-%d\"}}",
+                 s->index, i, host, 20 + (i * 7 + s->index * 13) % 60, s->index, i);
         for (int tries = 0; tries < 50; tries++) {
             struct th_resp r = {0};
             const struct th_proc *p = &s->procs[(s->index + i + tries) % REPLICAS];
