@@ -35,6 +35,7 @@ brief() {
             bash bench/all.sh
         ;;
     bulk.sh) bash bench/bulk.sh 1 1000 50 ;;
+    concurrency.sh) RUNS=500 BACKLOG=500 bash bench/concurrency.sh 1 ;;
     drain.sh) bash bench/drain.sh 2000 8 ;;
     failover.sh) bash bench/failover.sh 1 4 4 ;;
     lateness.sh) bash bench/lateness.sh 20 4 ;;

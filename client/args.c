@@ -1,6 +1,7 @@
 /* client/args.c — see args.h. */
 #include "client/args.h"
 
+#include "common/conc_key.h"
 #include "common/ids.h"
 #include "common/suggest.h"
 
@@ -41,7 +42,9 @@ enum flag_id {
     F_DRY_RUN,
     F_APPROVAL,
     F_ATTEMPT,
-    F_FOLLOW
+    F_FOLLOW,
+    F_CONC_KEY,
+    F_CONC_GROUP
 };
 static const struct flag {
     const char *name;
@@ -70,6 +73,8 @@ static const struct flag {
     [F_APPROVAL] = {"--approval", true, CMD_BIT(CMD_RUNS), NULL},
     [F_ATTEMPT] = {"--attempt", true, CMD_BIT(CMD_LOGS), NULL},
     [F_FOLLOW] = {"--follow", false, CMD_BIT(CMD_LOGS), "-f"},
+    [F_CONC_KEY] = {"--concurrency-key", true, CMD_BIT(CMD_RUNS), NULL},
+    [F_CONC_GROUP] = {"--concurrency-group", true, CMD_BIT(CMD_RUNS), NULL},
 };
 /* The flags that make cancel and retry act on every run they match. */
 static const enum flag_id filter_flags[] = {F_STATUS,   F_OUTCOME, F_TYPE, F_SINCE,
@@ -444,6 +449,16 @@ static enum status take_values(const struct raw *r, struct args *out, struct err
                          "awaiting approval)",
                          r->val[F_APPROVAL]);
     out->approval = r->val[F_APPROVAL];
+    if (r->seen[F_CONC_KEY] &&
+        (*r->val[F_CONC_KEY] == '\0' || strlen(r->val[F_CONC_KEY]) > CONC_KEY_MAX))
+        return error_set(err, ST_INVALID, "invalid --concurrency-key: must be 1 to %d bytes",
+                         CONC_KEY_MAX);
+    out->conc_key = r->val[F_CONC_KEY];
+    if (r->seen[F_CONC_GROUP] &&
+        (*r->val[F_CONC_GROUP] == '\0' || strlen(r->val[F_CONC_GROUP]) > FILTER_TYPE_MAX))
+        return error_set(err, ST_INVALID, "invalid --concurrency-group: must be 1 to %d characters",
+                         FILTER_TYPE_MAX);
+    out->conc_group = r->val[F_CONC_GROUP];
     out->comment = r->val[F_COMMENT];
     out->watch = r->seen[F_WATCH];
     out->json = r->seen[F_JSON];

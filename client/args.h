@@ -48,6 +48,9 @@ struct args {
                            * 1..ARGS_BULK_LIMIT_MAX; 0: the server's default */
     const char *comment;  /* approve, reject: --comment (NULL: none) */
     const char *approval; /* runs: --approval pending (NULL: any run) */
+    /* runs: --concurrency-key (1..512 bytes) and --concurrency-group
+     * (1..64 characters); NULL: any */
+    const char *conc_key, *conc_group;
     /* cancel and retry by filter (bulk true, id NULL): --outcome (a comma
      * list), --schedule, --parent (a run whose follow-ups), --since (as
      * seconds before now, 0: none), --all, --dry-run; and --status, --type,

@@ -24,7 +24,7 @@ const char client_usage[] =
     "             line); --follow then prints new lines until the run ends, and\n"
     "             exits as watch does\n"
     "  runs [--status S] [--type T] [--schedule NAME] [--parent ID] [--approval pending]\n"
-    "       [--limit N] [--json]\n"
+    "       [--concurrency-key K [--concurrency-group G]] [--limit N] [--json]\n"
     "             list runs, newest first: a table, or the server's JSON\n"
     "  cancel ID  cancel a run\n"
     "  cancel [--status S,...] [--type T] [--since 1h] [--schedule NAME] [--parent ID]\n"

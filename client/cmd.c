@@ -224,8 +224,11 @@ static int cmd_decide(struct api *a, const struct args *args, const struct watch
 
 char *cmd_runs_path(const struct args *args)
 {
-    const char *keys[] = {"status", "type", "schedule", "parent_id", "approval"},
-               *vals[] = {args->status, args->type, args->schedule, args->parent, args->approval};
+    const char *keys[] = {"status",           "type",     "schedule",
+                          "parent_id",        "approval", "concurrency_key",
+                          "concurrency_group"},
+               *vals[] = {args->status,   args->type,     args->schedule,  args->parent,
+                          args->approval, args->conc_key, args->conc_group};
     struct dynbuf b;
     char sep = '?';
 

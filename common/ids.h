@@ -11,7 +11,12 @@
 
 /* A new run id: 26 characters of Crockford base32 (ULID layout: 48-bit
  * millisecond time, then 80 random bits), so ids sort by creation time.
- * out holds 27 bytes. */
+ * Monotonic within the process (the ULID spec's monotonic mode): within
+ * the millisecond of the id before, the next is that one plus one in its
+ * random part, so each id sorts after every id this process made before
+ * it, from any thread; a wall clock that went back keeps the millisecond
+ * of the id before. Ids are not secrets: within a millisecond the next is
+ * easy to guess. out holds 27 bytes. */
 void run_id_new(char out[27]);
 /* True when s matches [A-Za-z0-9._:-]{1,128}. */
 bool run_id_valid(const char *s);

@@ -117,7 +117,7 @@ enum status metrics_put_sample(struct dynbuf *out, const char *name, const char 
 
 /* ---- the single-flight cache of one small value ---- */
 
-#define METRICS_CACHE_MAX 256 /* the largest value it holds, in bytes */
+#define METRICS_CACHE_MAX 8192 /* the largest value it holds, in bytes */
 
 enum metrics_cached {
     METRICS_CACHED,  /* *out holds the value (perhaps stale while a refresh runs) */

@@ -76,6 +76,8 @@ const struct opt cfg_opts[] = {
     CFG_NUM(OPT_I64,  queue.event_partition_s,      86400,   60,   2592000),
     CFG_NUM(OPT_INT,  queue.schedule_grace_s,       10,      1,    3600),
     CFG_NUM(OPT_INT,  queue.max_chain_depth,        10,      0,    1000),
+    {.key = "queue.tenant_max_running", .type = OPT_INT, .flags = OPT_NULL, .def = 0, .min = 1,
+     .max = 100000, .off = CFG_OFF(queue.tenant_max_running)},
     CFG_NUM(OPT_INT,  logs.max_line_bytes,          8192,    256,  1048576),
     CFG_NUM(OPT_I64,  logs.max_bytes_per_attempt,   1048576, 1024, 67108864),
     CFG_NUM(OPT_INT,  logs.flush_ms,                200,     10,   60000),
@@ -142,6 +144,7 @@ void cfg_cleanup(struct config *cfg)
     schedules_free(cfg);
     rate_limits_free(cfg);
     notifiers_free(cfg);
+    tenants_free(cfg);
     free(cfg->sources);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -172,7 +175,7 @@ static void unknown_key(const char *parent, const char *key, const char *path,
                         struct cfg_errors *errs)
 {
     static const char *const more[] = {"auth.tokens", "http.cors_origins", "run_types", "routes",
-                                       "schedules",   "rate_limits",       "notifiers"};
+                                       "schedules",   "rate_limits",       "notifiers", "tenants"};
     struct suggest s;
 
     suggest_init(&s, key);
@@ -247,6 +250,8 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
             load_rate_limits(cfg, v, errs);
         else if (strcmp(key, "notifiers") == 0)
             load_notifiers(cfg, v, errs);
+        else if (strcmp(key, "tenants") == 0)
+            load_tenants(cfg, v, errs);
         else
             load_value(cfg, NULL, key, v, errs);
     }
@@ -257,6 +262,7 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
         check_refs(cfg, errs);
         check_schedule_refs(cfg, errs);
         check_notify_refs(cfg, errs);
+        check_conc_refs(cfg, errs);
     }
 }
 
@@ -420,6 +426,7 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
     check_refs(cfg, &errs);
     check_schedule_refs(cfg, &errs);
     check_notify_refs(cfg, &errs);
+    check_conc_refs(cfg, &errs);
     return cfg_errors_end(&errs);
 }
 

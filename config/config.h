@@ -14,11 +14,13 @@
  *
  * One header for the folder's sources (config_internal.h says how they
  * share the work): config.c the life cycle, the sources and the checks
- * across sections; run_types.c the run types; routes.c the routes; auth.c
- * the tokens, scopes and the loopback rule; cors.c the CORS origins;
+ * across sections; run_types.c the run types; concurrency.c a run type's
+ * concurrency key and its strategy names; routes.c the routes; auth.c the
+ * tokens, scopes and the loopback rule; cors.c the CORS origins;
  * schedules.c the schedules and rate limits; notify.c the notifiers;
- * print.c the effective configuration as JSON; errors.c where the errors of
- * a load go (cfg_errors_sink). */
+ * tenants.c the tenants and their caps; print.c the effective
+ * configuration as JSON; errors.c where the errors of a load go
+ * (cfg_errors_sink). */
 #ifndef OPSRUN_CONFIG_H
 #define OPSRUN_CONFIG_H
 
@@ -65,6 +67,27 @@ struct approval_policy {
     bool approve_on_timeout; /* "on_timeout": "approve"; false: "reject" (default) */
 };
 
+/* What a run type's "concurrency" does when a new run's key is taken. */
+enum conc_strategy {
+    CONC_QUEUE,              /* "queue" (default): it waits its turn */
+    CONC_CANCEL_IN_PROGRESS, /* it cancels the key's other runs, then starts */
+    CONC_CANCEL_NEWEST,      /* it completes at once, cancelled */
+    CONC_KEEP_NEWEST,        /* it cancels the key's queued run it replaces */
+};
+
+/* A run type's "concurrency": at most max_running runs of one tenant,
+ * group and key running (or cancelling) at once, across every replica.
+ * The key is a template over the run (common/conc_key.h), evaluated at
+ * submission. */
+struct concurrency {
+    bool on;         /* false: the type has none (JSON null, the default) */
+    char *group;     /* default: the run type's name */
+    char *key;       /* the template as written */
+    json_t *parts;   /* owned: the template compiled (conc_key_compile) */
+    int max_running; /* 1..100000, default 1 */
+    enum conc_strategy strategy;
+};
+
 struct run_type {
     char *name;
     char *action;                 /* simulate, http, rest_job, soap_job or exec */
@@ -80,6 +103,13 @@ struct run_type {
     /* [{"on": [...], "to": "<notifier>"}] and [{"on": [...], "run_type",
      * "delay_s"?, "data"?}] as the file has them (checked); [] when none. */
     json_t *notify, *then;
+    struct concurrency conc;
+};
+
+/* One entry of tenants: settings of one tenant. */
+struct tenant_cfg {
+    char *name;
+    int max_running; /* its running runs across replicas, 1..100000; 0 = queue.tenant_max_running */
 };
 
 /* One entry of rate_limits: at most limit units (action starts and poll
@@ -237,6 +267,7 @@ struct config {
         int64_t event_partition_s;  /* run_events partition span, default 1 day */
         int schedule_grace_s;       /* a slot not taken this late is missed, default 10 */
         int max_chain_depth;        /* follow-ups of follow-ups, at most, default 10 */
+        int tenant_max_running;     /* a tenant's running runs, at most; 0 = no cap (null) */
     } queue;
 
     struct {
@@ -272,6 +303,8 @@ struct config {
     size_t nrun_types;
     struct rate_limit_cfg *rate_limits;
     size_t nrate_limits;
+    struct tenant_cfg *tenants; /* the "tenants" section; none: no entries */
+    size_t ntenants;
     struct schedule *schedules;
     size_t nschedules;
     struct notifier *notifiers;
@@ -354,6 +387,11 @@ const struct run_type *cfg_run_type(const struct config *cfg, const char *name);
 void cfg_run_type_suggest(const struct config *cfg, struct suggest *s);
 const struct schedule *cfg_schedule(const struct config *cfg, const char *name);
 const struct rate_limit_cfg *cfg_rate_limit(const struct config *cfg, const char *name);
+/* The most runs of tenant that may run at once: its tenants entry's
+ * max_running, else queue.tenant_max_running; 0 = no cap. */
+int cfg_tenant_max_running(const struct config *cfg, const char *tenant);
+/* "queue", "cancel_in_progress", "cancel_newest", "keep_newest". */
+const char *cfg_conc_strategy_name(enum conc_strategy s);
 const struct notifier *cfg_notifier(const struct config *cfg, const char *name);
 /* "webhook", "slack", "alertmanager". */
 const char *cfg_notifier_kind_name(enum notifier_kind k);

@@ -5,13 +5,14 @@
  * use it: cfg_opts (config.c, the top level and its sections) and rt_opts
  * (run_types.c, the scalar fields of a run type). option.c holds the
  * machinery every table and loader shares, errors.c every error of a
- * load; each section of the file has a source of its own: run_types.c,
- * routes.c, auth.c (tokens), cors.c, schedules.c (schedules and rate
- * limits) and notify.c (notifiers); print.c puts them together for
+ * load; each section of the file has a source of its own: run_types.c
+ * (with concurrency.c, a run type's "concurrency"), routes.c, auth.c
+ * (tokens), cors.c, schedules.c (schedules and rate limits), notify.c
+ * (notifiers) and tenants.c; print.c puts them together for
  * --print-config. Calls go one way, each only to files below it:
  *   config.c, print.c
- *     -> notify.c, schedules.c, routes.c, auth.c, cors.c
- *     -> run_types.c -> option.c -> errors.c */
+ *     -> notify.c, schedules.c, routes.c, auth.c, cors.c, tenants.c
+ *     -> run_types.c -> concurrency.c -> option.c -> errors.c */
 #ifndef OPSRUN_CONFIG_INTERNAL_H
 #define OPSRUN_CONFIG_INTERNAL_H
 
@@ -136,6 +137,31 @@ void load_run_types(struct config *cfg, const json_t *v, struct cfg_errors *errs
  * (which it replaces); errors name path. */
 enum status rt_rules(json_t **slot, const json_t *v, bool then, const char *path,
                      struct error *err) WUR;
+
+/* ---- concurrency.c ---- */
+
+/* A run type's "concurrency" (v) into rt->conc, errors naming path: null
+ * (none), or an object over the defaults (max_running 1, strategy queue,
+ * group the type's name) with a key that compiles; applied only when all
+ * of it is valid. */
+void conc_apply(struct run_type *rt, const json_t *v, const char *path, struct cfg_errors *errs);
+void conc_free(struct concurrency *c);
+void conc_copy(struct concurrency *dst, const struct concurrency *src);
+/* null, or the object the file would have (the group always named). */
+json_t *conc_to_json(const struct concurrency *c);
+/* The run types of a group agree on max_running and strategy; the fixed
+ * data of each schedule and follow-up whose run type has a key holds every
+ * value the key takes. */
+void check_conc_refs(const struct config *cfg, struct cfg_errors *errs);
+
+/* ---- tenants.c ---- */
+
+/* The "tenants" object of a file: merged by name (an entry replaces the
+ * one of that name, only when valid; null removes one). */
+void load_tenants(struct config *cfg, const json_t *v, struct cfg_errors *errs);
+void tenants_free(struct config *cfg);
+/* root["tenants"] as the file has it. */
+bool tenants_to_json(const struct config *cfg, json_t *root);
 
 /* ---- auth.c ---- */
 

@@ -55,6 +55,8 @@ static json_t *rt_to_json(const struct run_type *rt)
         ok = jset_path(j, rt_opts[i].key, opt_to_json(rt, &rt_opts[i]));
     if (ok)
         ok = json_object_set_new(j, "approval", approval_to_json(&rt->approval)) == 0;
+    if (ok)
+        ok = json_object_set_new(j, "concurrency", conc_to_json(&rt->conc)) == 0;
     if (ok && json_array_size(rt->notify))
         ok = json_object_set(j, "notify", rt->notify) == 0;
     if (ok && json_array_size(rt->then))
@@ -136,7 +138,8 @@ json_t *cfg_to_json(const struct config *cfg)
                                  json_string(source_names[cfg->sources[i]])) == 0;
     }
     ok = ok && types_and_routes_to_json(cfg, root) && tokens_to_json(cfg, root) &&
-         cors_to_json(cfg, root) && schedules_to_json(cfg, root) && notifiers_to_json(cfg, root);
+         cors_to_json(cfg, root) && schedules_to_json(cfg, root) && notifiers_to_json(cfg, root) &&
+         tenants_to_json(cfg, root);
     if (!ok) {
         json_decref(sources);
         json_decref(root);

@@ -1,8 +1,9 @@
 /* config/run_types.c — run types: the scalar fields through their option
  * table (rt_opts), "action" checked against the action registry given to
- * cfg_init, "params" checked by that action, "poll", "approval", and the
- * "notify" and "then" rules (whose names notify.c checks once every
- * notifier and run type is loaded); and the lookups of a run type. */
+ * cfg_init, "params" checked by that action, "poll", "approval",
+ * "concurrency" (concurrency.c), and the "notify" and "then" rules (whose
+ * names notify.c checks once every notifier and run type is loaded); and
+ * the lookups of a run type. */
 #include "config/config_internal.h"
 
 #include "common/suggest.h"
@@ -52,6 +53,7 @@ static void rt_free(struct run_type *rt)
     json_decref(rt->params);
     json_decref(rt->notify);
     json_decref(rt->then);
+    conc_free(&rt->conc);
     memset(rt, 0, sizeof(*rt));
 }
 
@@ -78,6 +80,7 @@ static void rt_copy(struct run_type *dst, const struct run_type *src)
     dst->params = json_incref(src->params);
     dst->notify = json_incref(src->notify);
     dst->then = json_incref(src->then);
+    conc_copy(&dst->conc, &src->conc);
 }
 
 struct run_type *rt_find(const struct config *cfg, const char *name)
@@ -127,7 +130,8 @@ static enum status rt_set_action(const struct cfg_actions *acts, struct run_type
 static void rt_unknown_key(const char *prefix, const char *key, const char *path,
                            struct cfg_errors *errs)
 {
-    static const char *const own[] = {"action", "params", "poll", "approval", "notify", "then"};
+    static const char *const own[] = {"action", "params", "poll",       "approval",
+                                      "notify", "then",   "concurrency"};
     size_t plen = strlen(prefix);
     struct suggest s;
 
@@ -251,6 +255,8 @@ static void rt_apply_key(const struct cfg_actions *acts, struct run_type *rt, co
         rt_apply_poll(rt, v, path, errs);
     } else if (strcmp(key, "approval") == 0) {
         rt_apply_approval(rt, v, path, errs);
+    } else if (strcmp(key, "concurrency") == 0) {
+        conc_apply(rt, v, path, errs);
     } else if (strcmp(key, "notify") == 0) {
         (void)cfg_errors_note(errs, rt_rules(&rt->notify, v, false, path, &one), &one);
     } else if (strcmp(key, "then") == 0) {

@@ -17,14 +17,38 @@
 #include <string.h>
 #include <time.h>
 
+/* The caps on the running runs of the configured tenants that have one,
+ * for the claim (cfg_tenant_max_running: each tenants entry's max_running,
+ * else queue.tenant_max_running), and queue.tenant_max_running (0: none)
+ * for every other tenant. Frees with free(t->names) and free(t->caps). */
+static void dispatch_tenants(const struct config *cfg, struct claim_tenants *t)
+{
+    const char **names = xcalloc(cfg->ntenants ? cfg->ntenants : 1, sizeof(*names));
+    int *caps = xcalloc(cfg->ntenants ? cfg->ntenants : 1, sizeof(*caps));
+    size_t n = 0;
+
+    /* Only the tenants with a cap: an entry without one (0) would make the
+     * claim think some tenant is capped and leave its one-statement path. */
+    for (size_t i = 0; i < cfg->ntenants; i++) {
+        int cap = cfg_tenant_max_running(cfg, cfg->tenants[i].name);
+        if (cap > 0) {
+            names[n] = cfg->tenants[i].name;
+            caps[n++] = cap;
+        }
+    }
+    *t = (struct claim_tenants){names, caps, n, cfg->queue.tenant_max_running};
+}
+
 /* Claims up to n runs; returns how many it queued, sets *due_ms to the wait
  * before the next delayed run (-1 = unknown) and *capped when due runs were
- * left behind (a cap was full, or their type is not executed here). */
+ * left behind (a cap was full, or their type is not executed here) or are
+ * held for their concurrency key. */
 static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *capped)
 {
     const struct config *cfg = e->cfg;
     const char **types = xcalloc(cfg->nrun_types, sizeof(*types));
     int *caps = xcalloc(cfg->nrun_types, sizeof(*caps));
+    struct claim_tenants tenants;
     struct run **runs = NULL;
     size_t got = 0;
     struct db *db = NULL;
@@ -36,14 +60,15 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
         types[i] = cfg->run_types[i].name;
         caps[i] = cfg->run_types[i].max_running;
     }
+    dispatch_tenants(cfg, &tenants);
     *due_ms = -1;
     *capped = false;
     st = db_pool_get(e->pool, &db, &err);
     if (st == ST_OK) {
         t0 = clock_mono_us();
-        st =
-            store_runs_claim(db, e->worker_id, n, cfg->queue.max_running, types, caps,
-                             e->nlimits ? e->type_rates : NULL, cfg->nrun_types, &runs, &got, &err);
+        st = store_runs_claim_fair(db, e->worker_id, n, cfg->queue.max_running, types, caps,
+                                   e->nlimits ? e->type_rates : NULL, cfg->nrun_types, &tenants,
+                                   &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
     /* A run that came due while the claim ran is claimed next, not left to
@@ -82,6 +107,8 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     free(runs);
     free(types);
     free(caps);
+    free((void *)tenants.names);
+    free((void *)tenants.caps);
     return st == ST_OK ? got : 0;
 }
 

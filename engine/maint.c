@@ -1,7 +1,8 @@
 /* engine/maint.c — the maintenance thread: throttled progress writes,
  * cancel checks, heartbeats (one statement for every run this process
- * holds), orphan rescue, stale workers and retention, each on its own
- * clock, all on one thread. */
+ * holds), orphan rescue, stale workers, the sweep of runs held for their
+ * concurrency key and retention, each on its own clock, all on one
+ * thread. */
 #include "engine/engine_internal.h"
 
 #include "common/backoff.h"
@@ -22,6 +23,9 @@
 /* A pass that stopped at RETENTION_ROUNDS left more behind: the next comes
  * this soon, so retention keeps up with any rate it can delete at. */
 #define RETENTION_AGAIN_MS 1000
+/* How often the runs held for their concurrency key are looked at for a
+ * key with room that no claim released (store_runs_conc_sweep). */
+#define CONC_SWEEP_EVERY_MS 5000
 
 /* The slot executing this attempt, or -1; caller holds e->mu. */
 static int slot_index(const struct engine *e, const char *tenant, const char *id, int attempt)
@@ -297,8 +301,27 @@ static bool maint_retention(struct engine *e, struct db *db)
     return more;
 }
 
+/* Held runs whose key has room and that no claim released: claims wake
+ * to start them. Normally the claim after a key frees releases its held
+ * runs; this is the net under that. */
+static void maint_conc_sweep(struct engine *e, struct db *db)
+{
+    struct error err = {0};
+    int n = 0;
+
+    if (store_runs_conc_sweep(db, &n, &err) != ST_OK) {
+        LOG(LOG_WARN, "concurrency sweep failed: %s", err.message);
+        return;
+    }
+    if (n > 0) {
+        LOG(LOG_INFO, "concurrency sweep released runs=%d", n);
+        dispatch_wake(e);
+        doorbell_ring(e, true, false);
+    }
+}
+
 struct maint_clock {
-    int64_t cancel, heartbeat, rescue, retention;
+    int64_t cancel, heartbeat, rescue, retention, conc_sweep;
 };
 
 /* One round of every clock that is due; returns when progress or log
@@ -334,6 +357,10 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
         maint_rescue(e, db);
         due->rescue = now + jitter_ms((int64_t)cfg->queue.orphan_scan_interval_s * 1000, 0.2);
     }
+    if (now >= due->conc_sweep) {
+        maint_conc_sweep(e, db);
+        due->conc_sweep = now + jitter_ms(CONC_SWEEP_EVERY_MS, 0.2);
+    }
     if (now >= due->retention) {
         bool more = maint_retention(e, db);
         due->retention = now + (more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2));
@@ -346,7 +373,7 @@ static void *maint_main(void *arg)
 {
     struct engine *e = arg;
     int64_t now = clock_mono_ms();
-    struct maint_clock due = {now, now, now, now + 1000};
+    struct maint_clock due = {now, now, now, now + 1000, now + CONC_SWEEP_EVERY_MS};
     /* Lines written since the last round wait at most logs.flush_ms for
      * the next; progress and lines already waiting are written when due. */
     int64_t tick = e->cfg->queue.cancel_check_ms < e->cfg->logs.flush_ms

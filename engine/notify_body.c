@@ -17,6 +17,18 @@
 
 /* ---- the rules the database applies ---- */
 
+/* A type's concurrency into its rules row (migration 022): the key as
+ * compiled (conc_parts), which the database evaluates for each new run. */
+static void rules_concurrency(json_t *row, const struct run_type *rt)
+{
+    const struct concurrency *c = &rt->conc;
+
+    json_object_set_new(row, "conc_group", json_string(c->group ? c->group : rt->name));
+    json_object_set(row, "conc_parts", c->parts ? c->parts : json_null());
+    json_object_set_new(row, "conc_max", json_integer(c->max_running));
+    json_object_set_new(row, "conc_strategy", json_string(cfg_conc_strategy_name(c->strategy)));
+}
+
 char *notify_rules_json(const struct config *cfg)
 {
     json_t *all = json_array();
@@ -24,7 +36,7 @@ char *notify_rules_json(const struct config *cfg)
 
     for (size_t i = 0; i < cfg->nrun_types; i++) {
         const struct run_type *rt = &cfg->run_types[i];
-        json_t *then = json_array(), *rule;
+        json_t *then = json_array(), *rule, *row;
         size_t k;
 
         json_array_foreach(rt->then, k, rule)
@@ -37,16 +49,17 @@ char *notify_rules_json(const struct config *cfg)
                                 json_integer_value(json_object_get(rule, "delay_s")), "data",
                                 data ? json_incref((json_t *)data) : json_object()));
         }
-        json_array_append_new(
-            all,
-            json_pack("{s:s, s:i, s:I, s:O, s:o, s:o, s:s?}", "type", rt->name, "max_attempts",
-                      rt->max_attempts, "timeout_s", (json_int_t)rt->timeout_s, "notify",
-                      rt->notify, "follow_ups", then, "approval_timeout_s",
-                      rt->approval.timeout_s ? json_integer(rt->approval.timeout_s) : json_null(),
-                      "approval_on_timeout",
-                      !rt->approval.timeout_s           ? NULL
-                      : rt->approval.approve_on_timeout ? "approve"
-                                                        : "reject"));
+        row = json_pack("{s:s, s:i, s:I, s:O, s:o, s:o, s:s?}", "type", rt->name, "max_attempts",
+                        rt->max_attempts, "timeout_s", (json_int_t)rt->timeout_s, "notify",
+                        rt->notify, "follow_ups", then, "approval_timeout_s",
+                        rt->approval.timeout_s ? json_integer(rt->approval.timeout_s) : json_null(),
+                        "approval_on_timeout",
+                        !rt->approval.timeout_s           ? NULL
+                        : rt->approval.approve_on_timeout ? "approve"
+                                                          : "reject");
+        if (row && rt->conc.on)
+            rules_concurrency(row, rt);
+        json_array_append_new(all, row);
     }
     text = json_dumps(all, JSON_COMPACT);
     json_decref(all);

@@ -17,9 +17,11 @@
 #include <jansson.h>
 
 /* The run_type_rules rows of cfg (store_rules_sync): one per run type, its
- * then rules numbered from 1 ("k") with delay_s and data filled in, and its
+ * then rules numbered from 1 ("k") with delay_s and data filled in, its
  * approval (approval_timeout_s null for none), which its follow-ups wait
- * for as every new run of it does. A new string (free). */
+ * for as every new run of it does, and its concurrency (conc_group,
+ * conc_parts, conc_max, conc_strategy; left out for none), which the
+ * database applies to every new run of it. A new string (free). */
 char *notify_rules_json(const struct config *cfg);
 
 /* One attempt's request. */

@@ -202,7 +202,26 @@ static enum status alert_resolved(struct am_batch *b, const struct route *route,
     return st;
 }
 
-static enum status alert_firing(struct am_batch *b, const struct run_type *rt, const json_t *alert,
+/* A firing alert whose input cannot make its run type's concurrency key
+ * is invalid (400, naming the alert and the pointer), like an alert that
+ * fails to parse; false then, with its error item in *result. */
+static bool alert_key_ok(struct am_batch *b, size_t index, const struct am_alert *a,
+                         const struct run_type *rt, const json_t *input, json_t **result)
+{
+    struct error one = {0}, err = {0};
+    char field[32];
+
+    if (intake_conc_check(rt, b->rq->tenant, input, &one) == ST_OK)
+        return true;
+    xsnprintf(field, sizeof(field), "alerts[%zu]", index);
+    error_field(&err, ST_INVALID, field, "%s", one.message);
+    b->invalid++;
+    *result = alert_error(index, a, 400, &err);
+    return false;
+}
+
+static enum status alert_firing(struct am_batch *b, size_t index, const struct am_alert *a,
+                                const struct run_type *rt, const json_t *alert,
                                 const char *identity, json_t **result, struct error *err)
 {
     json_t *input = am_alert_input(b->env, alert);
@@ -214,8 +233,13 @@ static enum status alert_firing(struct am_batch *b, const struct run_type *rt, c
                                   .identity_hash = identity,
                                   .request_hash = request,
                                   .initiator = b->rq->initiator};
-    enum status st = intake_request_hash(input, request, err);
+    enum status st;
 
+    if (!alert_key_ok(b, index, a, rt, input, result)) {
+        json_decref(input);
+        return ST_OK;
+    }
+    st = intake_request_hash(input, request, err);
     if (st == ST_OK)
         st = intake_submit(b->db, b->rq->tenant, &in, &run, &dedup, err);
     if (st == ST_OK && !dedup)
@@ -257,7 +281,7 @@ static enum status alert_one(struct am_batch *b, size_t index, const json_t *ale
     st = am_alert_identity(b->rq->tenant, rt->name, &a, identity, &err);
     if (st == ST_OK)
         st = a.resolved ? alert_resolved(b, route, identity, &result, &err)
-                        : alert_firing(b, rt, alert, identity, &result, &err);
+                        : alert_firing(b, index, &a, rt, alert, identity, &result, &err);
     if (st != ST_OK) {
         LOG(LOG_WARN, "alertmanager alert %zu failed: %s", index, err.message);
         return st;

@@ -214,7 +214,20 @@ static enum status unknown_alert_type(const struct config *cfg, const char *aler
                      alert_type, known, hint);
 }
 
-/* Validates one generic body, routes it and settles its hashes. */
+/* The run's input can make its type's concurrency key: else 400 naming
+ * "data" and the pointer. */
+static enum status data_conc_check(const struct run_type *rt, const char *tenant,
+                                   const json_t *input, struct error *err)
+{
+    struct error one = {0};
+
+    if (intake_conc_check(rt, tenant, input, &one) != ST_OK)
+        return error_field(err, ST_INVALID, "data", "%s", one.message);
+    return ST_OK;
+}
+
+/* Validates one generic body, routes it, checks its concurrency key and
+ * settles its hashes. */
 static enum status alerts_prepare(const struct hctx *hc, const struct request *rq,
                                   const json_t *body, struct prepared *p, struct error *err)
 {
@@ -230,7 +243,9 @@ static enum status alerts_prepare(const struct hctx *hc, const struct request *r
         return unknown_alert_type(hc->cfg, s.alert_type, err);
     p->input = s.data ? json_incref((json_t *)s.data) : json_object();
     s.data = p->input;
-    st = submission_hashes(rq->tenant, rt, &s, body, p->identity, p->request, err);
+    st = data_conc_check(rt, rq->tenant, p->input, err);
+    if (st == ST_OK)
+        st = submission_hashes(rq->tenant, rt, &s, body, p->identity, p->request, err);
     if (st != ST_OK) {
         prepared_cleanup(p);
         return st;

@@ -7,10 +7,12 @@
  * and "joined", how many of them joined a run already active),
  * where matched is how many runs the filter selected that the action
  * applies to when the request began, acted how many of them it acted on
- * (a run that moved on meanwhile is left alone), and run_ids the first
- * BULK_IDS_MAX of those; with dry_run, nothing is changed, acted is 0 and
- * run_ids lists the first matches. More matches than "limit": 409, and
- * nothing is changed. */
+ * (a run that moved on meanwhile is left alone, and a retry leaves out,
+ * with a warning in the log, a run that a single retry would refuse: its
+ * type is gone, or its input cannot make its type's concurrency key), and
+ * run_ids the first BULK_IDS_MAX of those; with dry_run, nothing is
+ * changed, acted is 0 and run_ids lists the first matches. More matches
+ * than "limit": 409, and nothing is changed. */
 #include "handlers/bulk.h"
 
 #include "common/ids.h"
@@ -19,6 +21,7 @@
 #include "common/time_rfc3339.h"
 #include "engine/engine.h"
 #include "handlers/handlers.h"
+#include "handlers/intake.h"
 #include "store/db.h"
 
 #include <pthread.h>
@@ -239,20 +242,41 @@ static void batch_done(const struct hctx *hc, struct bulk_job *job, const struct
         engine_events_written(hc->engine);
 }
 
-/* The retries of ids[0..n): each with its run type's settings of today;
- * a run whose type this server does not know is left out. */
-static size_t retry_items(const struct hctx *hc, const struct bulk_match *m, size_t from, size_t n,
+/* Whether m's run i may be retried with its run type rt of today, as a
+ * single retry decides (handlers/runs_retry.c): its type is configured,
+ * and when the type has a concurrency key its input (NULL: the run is
+ * gone, and the statement will find nothing) can make it. A run left out
+ * is logged with the reason, as the answer only counts it. */
+static bool retry_may(const struct run_type *rt, const struct bulk_job *job,
+                      const struct bulk_match *m, size_t i, const json_t *input)
+{
+    struct error one = {0};
+
+    if (!rt) {
+        LOG(LOG_WARN, "bulk retry leaves run=%s: its run type \"%s\" is not configured", m->ids[i],
+            m->types[i]);
+        return false;
+    }
+    if (input && intake_conc_check(rt, job->tenant, input, &one) != ST_OK) {
+        LOG(LOG_WARN, "bulk retry leaves run=%s: %s", m->ids[i], one.message);
+        return false;
+    }
+    return true;
+}
+
+/* The retries of m's runs [from, from + n), inputs[k] the input of run
+ * from + k when its type has a concurrency key: each with its run type's
+ * settings of today; a run retry_may refuses is left out. */
+static size_t retry_items(const struct hctx *hc, const struct bulk_job *job,
+                          const struct bulk_match *m, size_t from, size_t n, json_t *const *inputs,
                           struct bulk_retry_item *items, char (*ids)[27])
 {
     size_t k = 0;
 
     for (size_t i = from; i < from + n; i++) {
         const struct run_type *rt = cfg_run_type(hc->cfg, m->types[i]);
-        if (!rt) {
-            LOG(LOG_WARN, "bulk retry leaves run=%s: its run type \"%s\" is not configured",
-                m->ids[i], m->types[i]);
+        if (!retry_may(rt, job, m, i, inputs[i - from]))
             continue;
-        }
         run_id_new(ids[k]);
         items[k] = (struct bulk_retry_item){.of = m->ids[i],
                                             .id = ids[k],
@@ -265,6 +289,38 @@ static size_t retry_items(const struct hctx *hc, const struct bulk_match *m, siz
     return k;
 }
 
+/* The inputs of m's runs [from, from + n) whose run type has a concurrency
+ * key, into inputs[0..n) (NULL for the others): a batch without such a
+ * run reads none. */
+static enum status retry_inputs(const struct hctx *hc, struct db *db, const struct bulk_job *job,
+                                const struct bulk_match *m, size_t from, size_t n, json_t **inputs,
+                                struct error *err)
+{
+    const char **ids = xcalloc(n ? n : 1, sizeof(*ids));
+    size_t *at = xcalloc(n ? n : 1, sizeof(*at)), k = 0;
+    json_t **got;
+    enum status st = ST_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct run_type *rt = cfg_run_type(hc->cfg, m->types[from + i]);
+        if (rt && rt->conc.on) {
+            ids[k] = m->ids[from + i];
+            at[k++] = i;
+        }
+    }
+    if (k > 0) {
+        /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
+        got = xcalloc(k, sizeof(*got));
+        st = store_bulk_inputs(db, job->tenant, ids, k, got, err);
+        for (size_t j = 0; st == ST_OK && j < k; j++)
+            inputs[at[j]] = got[j];
+        free(got);
+    }
+    free(ids);
+    free(at);
+    return st;
+}
+
 /* The retries of m's runs [from, from + n) in one statement, into *r. */
 static enum status retry_batch(const struct hctx *hc, struct db *db, const struct bulk_job *job,
                                const struct bulk_match *m, size_t from, size_t n,
@@ -272,10 +328,16 @@ static enum status retry_batch(const struct hctx *hc, struct db *db, const struc
 {
     struct bulk_retry_item *items = xcalloc(n ? n : 1, sizeof(*items));
     char(*ids)[27] = xcalloc(n ? n : 1, sizeof(*ids));
-    size_t k = retry_items(hc, m, from, n, items, ids);
-    enum status st =
-        store_bulk_retry(db, job->tenant, job->initiator, &job->rq.filter, items, k, r, err);
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
+    json_t **inputs = xcalloc(n ? n : 1, sizeof(*inputs));
+    enum status st = retry_inputs(hc, db, job, m, from, n, inputs, err);
+    size_t k = st == ST_OK ? retry_items(hc, job, m, from, n, inputs, items, ids) : 0;
 
+    if (st == ST_OK)
+        st = store_bulk_retry(db, job->tenant, job->initiator, &job->rq.filter, items, k, r, err);
+    for (size_t i = 0; i < n; i++)
+        json_decref(inputs[i]);
+    free(inputs);
     free(items);
     free(ids);
     return st;

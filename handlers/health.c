@@ -118,12 +118,16 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
     struct error err = {0};
     struct db *db = NULL;
     json_t *counts = NULL, *workers = NULL;
-    int64_t overdue = 0, lag_ms = 0;
+    int64_t overdue = 0, lag_ms = 0, held = 0;
     enum status st = health_db(hc, &db, &err);
 
     (void)rq;
     if (st == ST_OK)
         st = store_runs_counts(db, &counts, &err);
+    if (st == ST_OK)
+        st = store_runs_held_total(db, &held, &err);
+    if (st == ST_OK)
+        json_object_set_new(counts, "held", json_integer((json_int_t)held));
     if (st == ST_OK)
         st = store_polls_lag(db, &overdue, &lag_ms, &err);
     if (st == ST_OK)

@@ -2,6 +2,7 @@
 #include "handlers/intake.h"
 
 #include "common/canon_json.h"
+#include "common/conc_key.h"
 #include "common/digest.h"
 #include "common/ids.h"
 
@@ -28,6 +29,22 @@ enum status intake_submit(struct db *db, const char *tenant, const struct intake
         .approve_on_timeout = in->type->approval.approve_on_timeout,
     };
     return store_runs_submit(db, &rn, out, dedup, err);
+}
+
+enum status intake_conc_check(const struct run_type *rt, const char *tenant, const json_t *input,
+                              struct error *err)
+{
+    struct error one = {0};
+    char *key = NULL;
+    enum status st;
+
+    if (!rt->conc.on)
+        return ST_OK;
+    st = conc_key_eval(rt->conc.parts, tenant, input, &key, &one);
+    free(key);
+    if (st != ST_OK)
+        return error_set(err, st, "run_types.%s.concurrency: %s", rt->name, one.message);
+    return ST_OK;
 }
 
 enum status intake_request_hash(const json_t *doc, char out[65], struct error *err)

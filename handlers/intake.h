@@ -1,9 +1,9 @@
 /* handlers/intake.h — what the two bodies of POST /alerts share
- * (handlers/intake.c): inserting or joining a run, the request hash a
- * repeated submission is recognised by, and the result object each run is
- * answered with. The generic body (handlers/alerts.c) and the Alertmanager
- * webhook body (handlers/alertmanager.c) call in here; intake.c calls
- * neither. Internal to handlers/; reentrant. */
+ * (handlers/intake.c): inserting or joining a run, the check of its
+ * concurrency key, the request hash a repeated submission is recognised
+ * by, and the result object each run is answered with. The generic body (handlers/alerts.c) and the
+ * Alertmanager webhook body (handlers/alertmanager.c) call in here; intake.c calls neither.
+ * Internal to handlers/; reentrant. */
 #ifndef OPSRUN_HANDLERS_INTAKE_H
 #define OPSRUN_HANDLERS_INTAKE_H
 
@@ -31,6 +31,15 @@ struct intake_run {
  * the caller's connection. */
 enum status intake_submit(struct db *db, const char *tenant, const struct intake_run *in,
                           struct run **out, bool *dedup, struct error *err) WUR;
+/* Whether a run of type rt, of tenant, with input can have its
+ * concurrency key (common/conc_key.h) when the database inserts it:
+ * ST_OK when the type has none or the key can be made; ST_INVALID when it
+ * cannot, with a message naming the type and the pointer
+ * (`run_types.restart-host.concurrency: the input has no value at
+ * "/labels/instance"`) for the caller to answer with. The key itself is
+ * made again, and stored, by the database. */
+enum status intake_conc_check(const struct run_type *rt, const char *tenant, const json_t *input,
+                              struct error *err) WUR;
 /* The request hash of doc: lower-case hex SHA-256 of its canonical JSON.
  * ST_INTERNAL when canon_json fails (jansson could not allocate). */
 enum status intake_request_hash(const json_t *doc, char out[65], struct error *err) WUR;

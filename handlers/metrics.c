@@ -17,6 +17,7 @@
 #include "store/polls.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 #define METRICS_MAX_BYTES (4 * 1024 * 1024)
 /* A refresh's pool checkout; the first scrape waits as long for another's. */
@@ -25,6 +26,10 @@
 
 /* The active statuses opsrun_runs reports. */
 static const enum run_status active[] = {RUN_QUEUED, RUN_RUNNING, RUN_WAITING, RUN_CANCELLING};
+
+/* The most concurrency groups opsrun_runs_held_by_key reports (the first
+ * by name). */
+#define HELD_GROUPS_MAX 64
 
 /* What the database said at the last refresh (a plain value: the cache
  * copies it). */
@@ -35,7 +40,13 @@ struct database_figures {
     int64_t queue_age_ms, overdue, lag_ms;
     int64_t notify_pending;     /* deliveries owed */
     double notify_oldest_due_s; /* how long the one due longest has waited */
+    /* queued runs held for their key, per group: this configuration's
+     * groups and any other that has some */
+    struct conc_held_count held[HELD_GROUPS_MAX];
+    size_t nheld;
 };
+_Static_assert(sizeof(struct database_figures) <= METRICS_CACHE_MAX,
+               "the database figures must fit the metrics cache");
 
 /* One figure a module keeps: written as a family of one sample. */
 struct figure {
@@ -64,6 +75,26 @@ static enum status database_counts(struct db *db, struct database_figures *f, st
     return st;
 }
 
+/* The held runs per group, for this configuration's groups (each once)
+ * and any other the database has. */
+static enum status database_held(const struct config *cfg, struct db *db,
+                                 struct database_figures *f, struct error *err)
+{
+    const char *groups[HELD_GROUPS_MAX];
+    size_t n = 0;
+
+    for (size_t i = 0; cfg && i < cfg->nrun_types && n < HELD_GROUPS_MAX; i++) {
+        const struct run_type *rt = &cfg->run_types[i];
+        const char *g = rt->conc.group ? rt->conc.group : rt->name;
+        bool seen = false;
+        for (size_t k = 0; rt->conc.on && !seen && k < n; k++)
+            seen = strcmp(groups[k], g) == 0;
+        if (rt->conc.on && !seen)
+            groups[n++] = g;
+    }
+    return store_runs_held_by_group(db, groups, n, f->held, HELD_GROUPS_MAX, &f->nheld, err);
+}
+
 /* One round of queries; a failure leaves f->up false (logged by the pool or
  * here, once per refresh). */
 static void database_refresh(const struct hctx *hc, struct database_figures *f)
@@ -80,6 +111,8 @@ static void database_refresh(const struct hctx *hc, struct database_figures *f)
         st = store_polls_lag(db, &f->overdue, &f->lag_ms, &err);
     if (st == ST_OK)
         st = store_deliveries_pending(db, &f->notify_pending, &f->notify_oldest_due_s, &err);
+    if (st == ST_OK)
+        st = database_held(hc->cfg, db, f, &err);
     if (st == ST_OK) {
         f->up = true;
         f->migrated = store_migrations_current(db, &err) == ST_OK;
@@ -142,6 +175,15 @@ static enum status put_db(const struct database_figures *f, struct dynbuf *out)
         if (st == ST_OK)
             st = metrics_put_sample(out, figs[i].name, NULL, figs[i].v);
     }
+    if (st == ST_OK)
+        st = metrics_put_header(out, "opsrun_runs_held_by_key", "gauge",
+                                "Queued runs held back because their concurrency key has "
+                                "max_running runs running, per concurrency group, over the whole "
+                                "database (0 for a group this replica configures that has none).");
+    for (size_t i = 0; st == ST_OK && i < f->nheld; i++)
+        st = metrics_put_sample(out, "opsrun_runs_held_by_key",
+                                (const char *const[]){"group", f->held[i].group, NULL},
+                                (double)f->held[i].n);
     return st;
 }
 

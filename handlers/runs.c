@@ -6,8 +6,10 @@
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
 
+#include "common/conc_key.h"
 #include "common/cursor.h"
 #include "common/ids.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "store/db.h"
 #include "store/runs.h"
@@ -18,6 +20,8 @@
 
 #define LIST_DEFAULT 50
 #define LIST_MAX 500
+/* A concurrency group's longest name (a run type's, by default). */
+#define CONC_GROUP_MAX 64
 
 static void parse_limit(const char *v, struct run_filter *f, struct error *err)
 {
@@ -111,6 +115,10 @@ enum status runs_parse_filter(const struct request *rq, struct run_filter *f, st
     parse_text(rq->query(rq, "schedule"), "schedule", 64, &f->schedule, err);
     parse_approval(rq->query(rq, "approval"), f, err);
     parse_text(rq->query(rq, "parent_id"), "parent_id", RUN_ID_MAX, &f->parent_id, err);
+    parse_text(rq->query(rq, "concurrency_key"), "concurrency_key", CONC_KEY_MAX, &f->conc_key,
+               err);
+    parse_text(rq->query(rq, "concurrency_group"), "concurrency_group", CONC_GROUP_MAX,
+               &f->conc_group, err);
     parse_limit(rq->query(rq, "limit"), f, err);
     if (cursor) {
         f->has_cursor = cursor_decode(cursor, &f->cursor_us, f->cursor_id);
@@ -172,7 +180,9 @@ static enum status runs_get_refresh(const struct hctx *hc, const struct request 
     enum status st;
 
     (void)rq; /* the run's tenant was noted in rp when the wait began */
-    WITH_DB(hc, st, &err, store_runs_get(db_, rp->wait_tenant, rp->wait_run_id, &run, &err));
+    WITH_DB(hc, st, &err,
+            store_runs_get_detail(db_, rp->wait_tenant, rp->wait_run_id,
+                                  cfg_tenant_max_running(hc->cfg, rp->wait_tenant), &run, &err));
     if (st == ST_OK)
         reply_json_take(rp, 200, json_incref(run->json));
     else
@@ -192,7 +202,8 @@ enum status handle_runs_get(const struct hctx *hc, const struct request *rq, str
 
     if (st == ST_OK)
         WITH_RUN(hc, rq, rq->path_id, st, &err,
-                 store_runs_get(db_, tenant_, rq->path_id, &run, &err));
+                 store_runs_get_detail(db_, tenant_, rq->path_id,
+                                       cfg_tenant_max_running(hc->cfg, tenant_), &run, &err));
     if (st == ST_OK) {
         xsnprintf(rp->run_id, sizeof(rp->run_id), "%s", run->id);
         reply_json_take(rp, 200, json_incref(run->json));

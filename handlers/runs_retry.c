@@ -30,6 +30,21 @@ static enum status retry_allowed(const struct run *run, struct error *err)
     return ST_OK;
 }
 
+/* The run's input was checked against its type's concurrency key when it
+ * was submitted, but the type may have gained a key since, or changed it:
+ * a retry whose key cannot be made is refused (422), as one whose type is
+ * gone. */
+static enum status retry_conc_check(const struct run_type *rt, const struct run *of,
+                                    struct error *err)
+{
+    struct error one = {0};
+
+    if (intake_conc_check(rt, of->tenant, run_input(of), &one) != ST_OK)
+        return error_set(err, ST_UNPROCESSABLE, "run \"%s\" cannot be retried: %s", of->id,
+                         one.message);
+    return ST_OK;
+}
+
 /* Reads the run, checks it may be retried and starts (or joins) its retry. */
 static enum status retry_start(const struct hctx *hc, struct db *db, const struct request *rq,
                                struct run **out, bool *dedup, struct error *err)
@@ -53,6 +68,8 @@ static enum status retry_start(const struct hctx *hc, struct db *db, const struc
         st = error_set(err, ST_UNPROCESSABLE,
                        "run \"%s\" cannot be retried: its run type \"%s\" is not configured",
                        of->id, of->type);
+    if (st == ST_OK)
+        st = retry_conc_check(rt, of, err);
     if (st == ST_OK) {
         run_id_new(id);
         st = store_runs_resubmit(

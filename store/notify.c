@@ -9,27 +9,54 @@
 
 /* A rules row is rewritten only when it changes, so that replicas that
  * start with the same configuration write nothing. The runs that follow a
- * change are found by a scan of runs, once per change of a type's rules. */
+ * change are found by a scan of runs, once per change of a type's rules.
+ * A type's concurrency (migration 022) applies to the runs inserted after
+ * it changed: a run keeps the key it was made with, but not its key's
+ * max_running: S_CONC_MAX gives the unfinished runs of a group the one
+ * its types now have, so that a raised max_running releases held runs
+ * (the maintenance sweep) and a lowered one holds the next. */
+/* clang-format off */
 static const struct stmt S_RULES_SYNC = {
     "rules_sync",
     "WITH i AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(type text, max_attempts int, "
-    "timeout_s int, notify jsonb, follow_ups jsonb, approval_timeout_s int, "
-    "approval_on_timeout text)), "
+        "timeout_s int, notify jsonb, follow_ups jsonb, approval_timeout_s int, "
+        "approval_on_timeout text, conc_group text, conc_parts jsonb, conc_max int, "
+        "conc_strategy text)), "
     "up AS (INSERT INTO run_type_rules AS t (type, max_attempts, timeout_s, notify, follow_ups, "
-    "max_chain_depth, approval_timeout_s, approval_on_timeout) SELECT type, max_attempts, "
-    "timeout_s, notify, follow_ups, $2::int, approval_timeout_s, approval_on_timeout FROM i "
-    "ON CONFLICT (type) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, timeout_s = "
-    "EXCLUDED.timeout_s, notify = EXCLUDED.notify, follow_ups = EXCLUDED.follow_ups, "
-    "max_chain_depth = EXCLUDED.max_chain_depth, approval_timeout_s = "
-    "EXCLUDED.approval_timeout_s, approval_on_timeout = EXCLUDED.approval_on_timeout, "
-    "updated_at = now() WHERE (t.max_attempts, t.timeout_s, t.notify, t.follow_ups, "
-    "t.max_chain_depth, t.approval_timeout_s, t.approval_on_timeout) IS DISTINCT FROM "
-    "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
-    "EXCLUDED.max_chain_depth, EXCLUDED.approval_timeout_s, EXCLUDED.approval_on_timeout) "
-    "RETURNING t.type, t.reacts), "
+        "max_chain_depth, approval_timeout_s, approval_on_timeout, conc_group, conc_parts, "
+        "conc_max, conc_strategy) SELECT type, max_attempts, timeout_s, notify, follow_ups, "
+        "$2::int, approval_timeout_s, approval_on_timeout, conc_group, conc_parts, conc_max, "
+        "conc_strategy FROM i "
+        "ON CONFLICT (type) DO UPDATE SET max_attempts = EXCLUDED.max_attempts, timeout_s = "
+        "EXCLUDED.timeout_s, notify = EXCLUDED.notify, follow_ups = EXCLUDED.follow_ups, "
+        "max_chain_depth = EXCLUDED.max_chain_depth, approval_timeout_s = "
+        "EXCLUDED.approval_timeout_s, approval_on_timeout = EXCLUDED.approval_on_timeout, "
+        "conc_group = EXCLUDED.conc_group, conc_parts = EXCLUDED.conc_parts, "
+        "conc_max = EXCLUDED.conc_max, conc_strategy = EXCLUDED.conc_strategy, "
+        "updated_at = now() WHERE (t.max_attempts, t.timeout_s, t.notify, t.follow_ups, "
+        "t.max_chain_depth, t.approval_timeout_s, t.approval_on_timeout, t.conc_group, "
+        "t.conc_parts, t.conc_max, t.conc_strategy) IS DISTINCT FROM "
+        "(EXCLUDED.max_attempts, EXCLUDED.timeout_s, EXCLUDED.notify, EXCLUDED.follow_ups, "
+        "EXCLUDED.max_chain_depth, EXCLUDED.approval_timeout_s, EXCLUDED.approval_on_timeout, "
+        "EXCLUDED.conc_group, EXCLUDED.conc_parts, EXCLUDED.conc_max, EXCLUDED.conc_strategy) "
+        "RETURNING t.type, t.reacts), "
     "flip AS (UPDATE runs r SET reacts = up.reacts FROM up WHERE r.type = up.type AND r.status "
-    "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
+        "<> 'completed' AND r.reacts <> up.reacts RETURNING 1) "
     "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM flip)"};
+/* clang-format on */
+
+/* The groups' max_running, after a change of rules: the runs of a group
+ * share it (the configuration refuses types of one group that disagree).
+ * The rows are locked in id order, as a submission's supersede locks the
+ * runs of a key, so that the two never wait for each other in a cycle. */
+static const struct stmt S_CONC_MAX = {
+    "rules_conc_max",
+    "WITH g AS (SELECT conc_group, max(conc_max) AS conc_max FROM run_type_rules "
+    "WHERE conc_group IS NOT NULL GROUP BY conc_group), "
+    "x AS (SELECT r.tenant, r.id, g.conc_max FROM runs r JOIN g ON r.conc_group = g.conc_group "
+    "WHERE r.status <> 'completed' AND r.conc_key IS NOT NULL AND r.conc_max <> g.conc_max "
+    "ORDER BY r.id FOR UPDATE OF r) "
+    "UPDATE runs r SET conc_max = x.conc_max FROM x WHERE r.tenant = x.tenant AND r.id = x.id"};
 
 /* The due deliveries of each notifier with room. A candidate whose run has
  * an earlier delivery to the same notifier still owed waits for it. */
@@ -99,15 +126,19 @@ enum status store_rules_sync(struct db *db, const char *rules, int max_chain_dep
     const char *p[2] = {rules, depth};
     PGresult *r;
     enum status st;
+    int changed;
 
     xsnprintf(depth, sizeof(depth), "%d", max_chain_depth);
     if ((st = db_run(db, &S_RULES_SYNC, 2, p, &r, err)) != ST_OK)
         return st;
+    changed = (int)db_i64(r, 0, 0);
     if (types)
-        *types = (int)db_i64(r, 0, 0);
+        *types = changed;
     if (runs)
         *runs = db_i64(r, 0, 1);
     PQclear(r);
+    if (changed > 0 && (st = db_exec_count(db, &S_CONC_MAX, 0, NULL, NULL, err)) != ST_OK)
+        return st;
     return ST_OK;
 }
 

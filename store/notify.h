@@ -15,7 +15,9 @@
 struct db;
 
 /* Writes rules, a JSON array of {"type", "max_attempts", "timeout_s",
- * "notify", "follow_ups"} (the run_type_rules columns), one per configured
+ * "notify", "follow_ups", "approval_timeout_s", "approval_on_timeout",
+ * "conc_group", "conc_parts", "conc_max", "conc_strategy"} (the
+ * run_type_rules columns; a member left out is NULL), one per configured
  * run type, with max_chain_depth, into run_type_rules: rows that change
  * are rewritten, and the active runs of a type whose rules name other
  * transitions than before follow them (runs.reacts). *types and *runs

@@ -123,6 +123,20 @@
     "approval_state = 'expired', approval_decided_by = 'system', approval_decided_at = now(), "    \
     "updated_at = now(), "
 
+/* ---- concurrency keys (migration 022) ---- */
+
+/* The error of a held run that ends (error: SQL text, the holder's, maybe
+ * NULL) with outcome (SQL text): one that ends cancelled without an error
+ * of its own keeps the one it has, the "superseded" a newer run of its key
+ * wrote while it ran. */
+#define SET_END_ERROR(outcome, error)                                                              \
+    "error = CASE WHEN " outcome " = 'cancelled' AND " error " IS NULL THEN r.error ELSE " error   \
+    " END, "
+/* The same for a hand-back (retry): a run asked to cancel ends cancelled,
+ * and keeps the error it has, if any. */
+#define SET_HAND_BACK_ERROR(error)                                                                 \
+    "error = CASE WHEN " CANCEL_ASKED " THEN coalesce(r.error, " error ") ELSE " error " END, "
+
 /* The terminal hooks of a run that recorded remote preparation
  * (cleanup_due, migration 006) become due now where ends holds: the one way
  * a run that ends anywhere but in the poller gets its cleanup. */

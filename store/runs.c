@@ -29,6 +29,32 @@ static const struct stmt S_INSERT = {
 static const struct stmt S_BY_ID = {
     "runs_by_id",
     "SELECT " RUN_COLS ", r.request_hash FROM runs r WHERE r.tenant = $1 AND r.id = $2"};
+/* The run as its detail shows it (store_runs_get_detail): the run, then
+ * why it waits, if it is queued and waits for its key or its tenant's cap
+ * ($3, NULL for none), and the other runs that hold its key (k, a key's
+ * running and cancelling runs through runs_key_held; a tenant's, when it
+ * has a cap, through runs_held).
+ * Each lateral part reads nothing for a run it does not concern. */
+static const struct stmt S_DETAIL = {
+    "runs_detail",
+    "SELECT " RUN_COLS ", CASE WHEN r.status <> 'queued' THEN NULL "
+    "WHEN r.conc_key IS NOT NULL AND (r.conc_held OR (r.run_at <= now() AND k.n >= r.conc_max)) "
+    "THEN json_build_object('reason', 'concurrency_key', 'running', k.n, 'max_running', "
+    "r.conc_max) "
+    "WHEN r.run_at <= now() AND t.n >= $3::int "
+    "THEN json_build_object('reason', 'tenant_cap', 'running', t.n, 'max_running', $3::int) "
+    "END::text, "
+    "CASE WHEN r.conc_group IS NOT NULL THEN to_json(coalesce(k.ids, '{}'::text[]))::text END "
+    "FROM runs r "
+    "LEFT JOIN LATERAL (SELECT count(*) AS n, (array_agg(a.id ORDER BY a.started_at, a.id))[1:10] "
+    "AS ids FROM runs a WHERE r.status <> 'completed' AND a.tenant = r.tenant "
+    "AND a.conc_group = r.conc_group AND a.conc_key = r.conc_key "
+    "AND a.status IN ('running', 'cancelling') AND a.status <> 'completed' AND a.id <> r.id) k "
+    "ON true "
+    "LEFT JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM runs a "
+    "WHERE $3::int IS NOT NULL AND r.status = 'queued' AND r.run_at <= now() "
+    "AND a.tenant = r.tenant AND a.status IN ('running', 'cancelling') LIMIT $3::int) x) t ON true "
+    "WHERE r.tenant = $1 AND r.id = $2"};
 static const struct stmt S_BY_IDENTITY = {
     "runs_by_identity", "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND "
                         "r.identity_hash = $2 AND r.status IN " JOINABLE_STATUSES};
@@ -39,6 +65,7 @@ static const struct stmt S_BY_IDENTITY = {
     "AND ($9::text IS NULL OR r.initiator = $9) "                                                  \
     "AND ($10::text IS NULL OR r.schedule_name = $10) "                                            \
     "AND ($11::text IS NULL OR r.parent_id = $11) "                                                \
+    "AND ($12::text IS NULL OR r.conc_key = $12) AND ($13::text IS NULL OR r.conc_group = $13) "   \
     "AND ($6::bigint IS NULL OR (r.created_at, r.id) < "                                           \
     "(timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7::text)) "
 #define LIST_ORDER "ORDER BY r.created_at DESC, r.id DESC LIMIT $8::int"
@@ -58,17 +85,25 @@ static const struct stmt S_LIST_ALL_PENDING = {
 /* Every tenant's, for an admin ($1 is NULL): the tenants found by a skip
  * scan of runs_list's first column (one step each), each tenant's first
  * $8 from runs_list as in runs_list, and the newest $8 of those, read in
- * full only then (migration 014). */
-static const struct stmt S_LIST_ALL = {
-    "runs_list_all",
-    "WITH RECURSIVE t(tenant) AS (SELECT min(tenant) FROM runs WHERE $1::text IS NULL "
-    "UNION ALL SELECT (SELECT min(u.tenant) FROM runs u WHERE u.tenant > t.tenant) FROM t "
-    "WHERE t.tenant IS NOT NULL), "
-    "k AS (SELECT f.* FROM t CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.created_at FROM runs r "
-    "WHERE r.tenant = t.tenant AND " LIST_FILTERS LIST_ORDER ") f "
-    "ORDER BY f.created_at DESC, f.id DESC LIMIT $8::int) "
-    "SELECT " RUN_COLS " FROM k JOIN runs r ON r.id = k.id AND r.tenant = k.tenant "
-    "ORDER BY k.created_at DESC, k.id DESC"};
+ * full only then (migration 014). which: a condition on "r" that picks
+ * the index of each tenant's part. */
+#define LIST_ALL(which)                                                                            \
+    "WITH RECURSIVE t(tenant) AS (SELECT min(tenant) FROM runs WHERE $1::text IS NULL "            \
+    "UNION ALL SELECT (SELECT min(u.tenant) FROM runs u WHERE u.tenant > t.tenant) FROM t "        \
+    "WHERE t.tenant IS NOT NULL), "                                                                \
+    "k AS (SELECT f.* FROM t CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.created_at FROM runs r " \
+    "WHERE r.tenant = t.tenant AND " which LIST_FILTERS LIST_ORDER ") f "                          \
+    "ORDER BY f.created_at DESC, f.id DESC LIMIT $8::int) "                                        \
+    "SELECT " RUN_COLS " FROM k JOIN runs r ON r.id = k.id AND r.tenant = k.tenant "               \
+    "ORDER BY k.created_at DESC, k.id DESC"
+static const struct stmt S_LIST_ALL = {"runs_list_all", LIST_ALL("")};
+/* A concurrency key's runs ($12), newest first: runs_conc_list (migration
+ * 022), of one tenant or (S_LIST_ALL_KEY) of each in turn. */
+#define KEY_IS "r.conc_key = $12 AND "
+static const struct stmt S_LIST_KEY = {
+    "runs_list_key",
+    "SELECT " RUN_COLS " FROM runs r WHERE r.tenant = $1 AND " KEY_IS LIST_FILTERS LIST_ORDER};
+static const struct stmt S_LIST_ALL_KEY = {"runs_list_all_key", LIST_ALL(KEY_IS)};
 /* Which tenants have a run with this id (the primary key (id, tenant),
  * migration 014): two are enough to know it is ambiguous. */
 static const struct stmt S_LOCATE = {
@@ -104,6 +139,10 @@ static const struct stmt S_COMPLETIONS = {
     "r.outcome AS o, count(*) AS n FROM runs r WHERE r.status = 'completed' AND r.completed_at > "
     "now() - make_interval(secs => $2::int) AND ($1::text IS NULL OR r.tenant = $1) "
     "GROUP BY 1, 2) x"};
+/* The queued runs held back by their concurrency key, over all tenants
+ * (the partial index runs_conc_held holds exactly them, migration 022). */
+static const struct stmt S_HELD_TOTAL = {
+    "runs_held_total", "SELECT count(*) FROM runs WHERE conc_held AND status = 'queued'"};
 /* The run's events; none when the run is gone, as its events may still be
  * in their partition (migration 013). */
 static const struct stmt S_EVENTS = {
@@ -288,6 +327,48 @@ enum status store_runs_get(struct db *db, const char *tenant, const char *id, st
     return st;
 }
 
+/* Sets member name of obj to the JSON text v (SQL NULL: no member). */
+static enum status set_json_text(json_t *obj, const char *name, const char *v, struct error *err)
+{
+    json_error_t jerr;
+    json_t *j;
+
+    if (!v)
+        return ST_OK;
+    if (!(j = json_loads(v, JSON_DECODE_ANY, &jerr)))
+        return error_set(err, ST_INTERNAL, "could not parse the run's %s: %s", name, jerr.text);
+    json_object_set_new(obj, name, j);
+    return ST_OK;
+}
+
+enum status store_runs_get_detail(struct db *db, const char *tenant, const char *id, int tenant_cap,
+                                  struct run **out, struct error *err)
+{
+    char cap[16];
+    const char *p[3] = {tenant, id, tenant_cap > 0 ? cap : NULL};
+    PGresult *keep = NULL;
+    json_t *conc;
+    enum status st;
+
+    xsnprintf(cap, sizeof(cap), "%d", tenant_cap);
+    st = run_query_one(db, &S_DETAIL, 3, p, out, &keep, err);
+    if (st == ST_OK && !*out)
+        return error_set(err, ST_NOT_FOUND, "run \"%s\" does not exist", id);
+    if (st != ST_OK)
+        return st;
+    json_object_set_new((*out)->json, "waiting_for", json_null());
+    st = set_json_text((*out)->json, "waiting_for", db_val(keep, 0, RUN_NCOLS), err);
+    conc = json_object_get((*out)->json, "concurrency");
+    if (st == ST_OK && json_is_object(conc))
+        st = set_json_text(conc, "holders", db_val(keep, 0, RUN_NCOLS + 1), err);
+    PQclear(keep);
+    if (st != ST_OK) {
+        run_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
                                   struct run **out, struct error *err)
 {
@@ -303,7 +384,7 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                             json_t **runs, char **next_cursor, struct error *err)
 {
     char cus[24], lim[16];
-    const char *p[11] = {tenant,
+    const char *p[13] = {tenant,
                          f->has_status ? run_status_name(f->status) : NULL,
                          f->has_outcome ? run_outcome_name(f->outcome) : NULL,
                          f->type,
@@ -313,7 +394,9 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
                          lim,
                          f->initiator,
                          f->schedule,
-                         f->parent_id};
+                         f->parent_id,
+                         f->conc_key,
+                         f->conc_group};
     PGresult *r;
     enum status st;
     int n;
@@ -323,9 +406,11 @@ enum status store_runs_list(struct db *db, const char *tenant, const struct run_
     *runs = NULL;
     *next_cursor = NULL;
     if (f->approval_pending)
-        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 11, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST_PENDING : &S_LIST_ALL_PENDING, 13, p, &r, err);
+    else if (f->conc_key)
+        st = db_run(db, tenant ? &S_LIST_KEY : &S_LIST_ALL_KEY, 13, p, &r, err);
     else
-        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 11, p, &r, err);
+        st = db_run(db, tenant ? &S_LIST : &S_LIST_ALL, 13, p, &r, err);
     if (st != ST_OK)
         return st;
     n = PQntuples(r);
@@ -424,5 +509,18 @@ enum status store_runs_completions(struct db *db, const char *tenant, int second
     PQclear(r);
     if (!*out)
         return error_set(err, ST_INTERNAL, "could not parse the completions: %s", jerr.text);
+    return ST_OK;
+}
+
+enum status store_runs_held_total(struct db *db, int64_t *n, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_HELD_TOTAL, 0, NULL, &r, err);
+
+    *n = 0;
+    if (st != ST_OK)
+        return st;
+    *n = db_i64(r, 0, 0);
+    PQclear(r);
     return ST_OK;
 }

@@ -8,7 +8,8 @@
  * the same statement. Functions return ST_OK or a failure with *err filled.
  *
  * One header for the runs' sources: runs.c what a client asks of one run or
- * a list (submit, get, list, locate, cancel, completions, events);
+ * a list (submit, get, list, locate, cancel, completions, events, the
+ * count of held runs);
  * runs_batch.c many submissions in one statement (store_runs_submit_batch);
  * runs_retry.c a run submitted again (store_runs_resubmit); runs_engine.c
  * the engine's statements (claim, progress, finish, state, retry, release,
@@ -95,6 +96,17 @@ enum status store_runs_submit_batch(struct db *db, const struct run_new *items, 
 void run_submitted_cleanup(struct run_submitted *out, size_t n); /* frees the runs */
 enum status store_runs_get(struct db *db, const char *tenant, const char *id, struct run **out,
                            struct error *err) WUR;
+/* The run as GET /runs/{id} shows it (docs/api.md, "Why a run waits"):
+ * its json as store_runs_get's, with "waiting_for" last (null, or
+ * {"reason", "running", "max_running"}: the run is queued and waits for its
+ * concurrency key, held or due while the key's runs fill it; else due
+ * while its tenant has tenant_cap runs running or cancelling, tenant_cap
+ * 0 for no cap) and, for a run with a concurrency key, "holders" last in
+ * its "concurrency": the ids of at most 10 other runs of its key running or
+ * cancelling, the first started first ([] for a completed run).
+ * ST_NOT_FOUND when there is no such run. */
+enum status store_runs_get_detail(struct db *db, const char *tenant, const char *id, int tenant_cap,
+                                  struct run **out, struct error *err) WUR;
 /* The joinable (queued, running or waiting) run with this identity;
  * ST_NOT_FOUND if none. */
 enum status store_runs_get_active(struct db *db, const char *tenant, const char *identity_hash,
@@ -109,6 +121,8 @@ struct run_filter {
     const char *schedule;           /* runs this schedule made; NULL = any */
     bool approval_pending;          /* only runs awaiting approval */
     const char *parent_id;          /* follow-ups of this run; NULL = any */
+    const char *conc_key;           /* runs of this concurrency key; NULL = any */
+    const char *conc_group;         /* runs of this concurrency group; NULL = any */
     int limit;                      /* 1..500 */
     bool has_cursor;
     int64_t cursor_us;
@@ -163,18 +177,41 @@ struct fence {
     int attempt;
 };
 
-/* Claims up to limit due runs (see opsrun_claim in migrations/001_core.sql).
+/* The caps on the running runs of tenants, for a claim: names[i]'s at most
+ * caps[i] (0: no cap), every other tenant's at most default_cap (0: no
+ * cap). The arrays are the caller's. */
+struct claim_tenants {
+    const char *const *names;
+    const int *caps;
+    size_t n;
+    int default_cap;
+};
+/* Claims up to limit due runs (see opsrun_claim in migrations/022): the
+ * ready tenants in turn, priority within each, each run's concurrency key
+ * respected (a run whose key is full is held until it frees).
  * types/caps/rates: the run types this process executes, their caps (0 =
  * none) and their rate limits (rates NULL, or an entry NULL, for none; each
- * run started takes a unit of its type's limit, migration 016).
+ * run started takes a unit of its type's limit, migration 016). tenants
+ * (NULL: no caps) caps each tenant's running runs.
  * *out gets a heap array of *n runs, without json (struct run). */
+enum status store_runs_claim_fair(struct db *db, const char *worker_id, int limit, int max_running,
+                                  const char *const *types, const int *caps,
+                                  const struct rate_limit *const *rates, size_t ntypes,
+                                  const struct claim_tenants *tenants, struct run ***out, size_t *n,
+                                  struct error *err) WUR;
+/* store_runs_claim_fair without tenant caps. */
 enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
                              const char *const *types, const int *caps,
                              const struct rate_limit *const *rates, size_t ntypes,
                              struct run ***out, size_t *n, struct error *err) WUR;
+/* Releases the held runs of every key that has room for them (see
+ * opsrun_conc_sweep in migrations/022): what a lost release would leave
+ * waiting. *released (optional) gets how many. */
+enum status store_runs_conc_sweep(struct db *db, int *released, struct error *err) WUR;
 /* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
  * already), and whether a queued run is due now that a claim just left
- * behind (a cap was reached, or its type is not executed here).
+ * behind (a cap was reached, or its type is not executed here), or is held
+ * for its concurrency key (a finish here may free the key).
  * claim_began_us is when that claim began (clock_mono_us): a run that
  * became due after it began, or may have, is reported as due in 0 ms, not as
  * left behind, so the caller claims again instead of waiting for its next
@@ -272,6 +309,21 @@ enum status store_runs_prune(struct db *db, int64_t age_s, int batch, int *delet
 enum status store_runs_queue_age(struct db *db, int64_t *age_ms, struct error *err) WUR;
 /* {"queued": n, "running": n, "waiting": n, "cancelling": n} over all tenants. */
 enum status store_runs_counts(struct db *db, json_t **out, struct error *err) WUR;
+/* How many queued runs are held back by their concurrency key, over all
+ * tenants. */
+enum status store_runs_held_total(struct db *db, int64_t *n, struct error *err) WUR;
+
+/* How many queued runs are held for their concurrency key in one group,
+ * over all tenants. */
+struct conc_held_count {
+    char group[65];
+    int64_t n;
+};
+/* The groups that have held runs, and each of groups[0..ngroups) (0 when
+ * it has none), by name, at most max of them, into out[0..*n). */
+enum status store_runs_held_by_group(struct db *db, const char *const *groups, size_t ngroups,
+                                     struct conc_held_count *out, size_t max, size_t *n,
+                                     struct error *err) WUR;
 
 /* The doorbells: one NOTIFY per channel named (opsrun_queue, opsrun_events),
  * and on opsrun_logs with the payload logs (NULL: none; run ids, or "*"). */

@@ -23,7 +23,9 @@
  * (each waits for the other's uncommitted key). The rows are inserted in
  * identity order, so batches that share identities (the usual repeat) take
  * them in one order; a statement that still loses a deadlock was rolled
- * back whole and is run again. */
+ * back whole and is run again. The runs of a type with a concurrency key
+ * come first, in the order of the items: cancel_newest's insert trigger
+ * counts the runs inserted before, and the later item is the newer. */
 #include "store/runs.h"
 
 #include "common/ids.h"
@@ -51,7 +53,8 @@
 /* clang-format off */
 static const struct stmt S_BATCH = {
     "runs_submit_batch",
-    "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset($1::json) AS i(ord int, tenant text, "
+    "WITH i AS MATERIALIZED (SELECT j.*, " REACTS_OF("j.type") " AS reacts "
+        "FROM json_to_recordset($1::json) AS j(ord int, tenant text, "
         "id text, type text, priority int, run_at timestamptz, max_attempts int, timeout_s int, "
         "input jsonb, identity_hash text, request_hash text, initiator text, schedule_name text, "
         "schedule_slot timestamptz, approval_timeout_s int, approval_on_timeout text)), "
@@ -60,8 +63,8 @@ static const struct stmt S_BATCH = {
         APPROVAL_INSERT_COLS ") "
         "SELECT tenant, id, type, priority, coalesce(run_at, now()), max_attempts, timeout_s, "
         "input, identity_hash, request_hash, coalesce(initiator, 'system'), schedule_name, "
-        "schedule_slot, " REACTS_OF("i.type") ", " BATCH_APPROVAL " "
-        "FROM i ORDER BY tenant, identity_hash, ord "
+        "schedule_slot, i.reacts, " BATCH_APPROVAL " "
+        "FROM i ORDER BY tenant, CASE WHEN i.reacts & 256 <> 0 THEN ord END, identity_hash, ord "
         "ON CONFLICT DO NOTHING RETURNING r.*), "
     EVENT_SUBMITTED " "
     "SELECT " SCALARS("u") ", i.ord, 'n', NULL FROM i JOIN upd u "

@@ -82,6 +82,11 @@ static const struct stmt S_RETRY_MANY = {
         "(SELECT h.id FROM runs h WHERE h.tenant = $1 AND h.identity_hash = o.identity_hash "
         "AND h.status IN " JOINABLE_STATUSES " LIMIT 1)), u.id IS NULL "
     "FROM o LEFT JOIN upd u ON u.id = o.id ORDER BY o.n"};
+/* $2 runs' ids: the input of each that exists, with its place in $2. */
+static const struct stmt S_INPUTS = {
+    "bulk_inputs",
+    "SELECT b.n, r.input FROM unnest($2::text[]) WITH ORDINALITY AS b(id, n) "
+    "JOIN runs r ON r.tenant = $1 AND r.id = b.id"};
 /* clang-format on */
 
 /* An item whose identity could not be settled is tried this many times. */
@@ -332,5 +337,39 @@ enum status store_bulk_retry(struct db *db, const char *tenant, const char *init
     if (st == ST_OK && left > 0)
         LOG(LOG_WARN, "bulk retry left %zu runs: their identity could not be settled", left);
     free(which);
+    return st;
+}
+
+/* Rows in any order, each with its place in ids (from 1). */
+enum status store_bulk_inputs(struct db *db, const char *tenant, const char *const *ids, size_t n,
+                              json_t **inputs, struct error *err)
+{
+    char *idv = db_text_array(ids, n);
+    const char *p[2] = {tenant, idv};
+    PGresult *r;
+    json_error_t jerr;
+    enum status st = db_run(db, &S_INPUTS, 2, p, &r, err);
+
+    free(idv);
+    for (size_t i = 0; i < n; i++)
+        inputs[i] = NULL;
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; st == ST_OK && i < PQntuples(r); i++) {
+        size_t k = (size_t)db_i64(r, i, 0) - 1;
+        json_t *in = json_loads(db_val(r, i, 1), JSON_DECODE_ANY, &jerr);
+        if (!in)
+            st = error_set(err, ST_INTERNAL, "could not read the input of run \"%s\": %s",
+                           k < n ? ids[k] : "?", jerr.text);
+        else if (k >= n || inputs[k])
+            json_decref(in);
+        else
+            inputs[k] = in;
+    }
+    PQclear(r);
+    for (size_t i = 0; st != ST_OK && i < n; i++) {
+        json_decref(inputs[i]);
+        inputs[i] = NULL;
+    }
     return st;
 }

@@ -81,4 +81,11 @@ enum status store_bulk_retry(struct db *db, const char *tenant, const char *init
                              const struct bulk_filter *f, const struct bulk_retry_item *items,
                              size_t n, struct bulk_result *out, struct error *err) WUR;
 
+/* The input of each of ids[0..n) (runs of tenant) into inputs[0..n): a
+ * new reference, or NULL for a run that does not exist (any more). What a
+ * bulk retry checks its runs' concurrency keys against, a batch at a time.
+ * On failure every inputs[i] is NULL. */
+enum status store_bulk_inputs(struct db *db, const char *tenant, const char *const *ids, size_t n,
+                              json_t **inputs, struct error *err) WUR;
+
 #endif

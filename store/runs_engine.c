@@ -14,49 +14,52 @@
 #define CANCELLED_OR(message) HAND_BACK_MESSAGE("'cancelled while running'", message)
 
 /* Only what executing a run needs (claim_row), not its API representation:
- * building that cost more than the claim itself. */
+ * building that cost more than the claim itself. The claim of migration
+ * 022: rate limits (migration 016) and tenant caps as arrays, NULL for
+ * none. */
 static const struct stmt S_CLAIM = {
-    "runs_claim", "SELECT r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, r.max_attempts, "
-                  "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "
-                  "(extract(epoch FROM r.created_at) * 1000000)::bigint, r.input::text, "
-                  "extract(epoch FROM r.updated_at - r.run_at)::float8, "
-                  "extract(epoch FROM r.updated_at - r.started_at)::float8 "
-                  "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[]) AS r"};
-/* The same with the rate limits of the types (migration 016). */
-static const struct stmt S_CLAIM_RATED = {
-    "runs_claim_rated",
+    "runs_claim_fair",
     "SELECT r.tenant, r.id, r.type, r.status, r.outcome, r.attempt, r.max_attempts, "
     "(extract(epoch FROM r.deadline_at - now()) * 1000)::bigint, "
     "(extract(epoch FROM r.created_at) * 1000000)::bigint, r.input::text, "
     "extract(epoch FROM r.updated_at - r.run_at)::float8, "
     "extract(epoch FROM r.updated_at - r.started_at)::float8 "
     "FROM opsrun_claim($1, $2::int, $3::int, $4::text[], $5::int[], $6::text[], $7::int[], "
-    "$8::bigint[]) AS r"};
-/* The next delayed run (ms ahead), and the newest and the oldest due run
- * (ms ago); store_runs_next_due compares their ages with how long the claim
- * before it took. Each is one step on runs_queued_at. */
+    "$8::bigint[], $9::text[], $10::int[], $11::int) AS r"};
+/* The next delayed run (ms ahead), the newest and the oldest due run (ms
+ * ago); store_runs_next_due compares their ages with how long the claim
+ * before it took. The first two are one step each on runs_queued_at (the
+ * newest due run may be one held for its key: a claim again at most); so
+ * is the oldest due run while no run is held, else it is the earliest of
+ * each tenant's that is not held (opsrun_ready_tenants, a step per tenant
+ * and priority on runs_ready, migration 022). Then whether a run is held
+ * for its key (one step on runs_conc_held). */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
     "SELECT ceil(extract(epoch FROM (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
-    "run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - (SELECT "
-    "max(run_at) FROM runs WHERE status = 'queued' AND run_at <= now())) * 1000)::bigint, "
-    "floor(extract(epoch FROM now() - (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
-    "run_at <= now())) * 1000)::bigint"};
+    "run_at > now()) - now()) * 1000)::bigint, floor(extract(epoch FROM now() - "
+    "(SELECT max(run_at) FROM runs WHERE status = 'queued' AND run_at <= now())) * 1000)::bigint, "
+    "floor(extract(epoch FROM now() - CASE WHEN EXISTS (SELECT 1 FROM runs WHERE conc_held AND "
+    "status = 'queued') THEN (SELECT min(t.run_at) FROM opsrun_ready_tenants() t WHERE t.run_at "
+    "<= now()) ELSE (SELECT min(run_at) FROM runs WHERE status = 'queued' AND run_at <= now()) "
+    "END) * 1000)::bigint, EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
+static const struct stmt S_CONC_SWEEP = {"runs_conc_sweep", "SELECT opsrun_conc_sweep()"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
     "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, "
     "r.created_at), " EVENT_FROM_UPD("'progress'", "NULL") " SELECT count(*) FROM upd"};
+/* clang-format off */
 static const struct stmt S_FINISH = {
     "runs_finish",
     "WITH upd AS (UPDATE runs r SET status = 'completed', outcome = $5, result = $6::jsonb, "
-    "error = $7::jsonb, summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
+    SET_END_ERROR("$5", "$7::jsonb") "summary_counts = $8::jsonb, failure_summary = $9::jsonb, "
     "progress = CASE WHEN $5 = 'succeeded' THEN 100 ELSE r.progress END, "
-    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = "
-    "NULL, " SET_CLEANUP_IF("true") "cleanup_due = false WHERE " FENCE
-                                    " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                                    "r.step, r.created_at), " EVENT_FROM_UPD(
-                                        "'status'", "$10") " SELECT count(*) FROM upd"};
+    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+    SET_CLEANUP_IF("true") "cleanup_due = false WHERE " FENCE " "
+    "RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at), "
+    EVENT_FROM_UPD("'status'", "$10") " SELECT count(*) FROM upd"};
+/* clang-format on */
 /* store_runs_finish for many runs in one statement: $2 is a JSON array of
  * {tenant, id, attempt, outcome, result, error, summary_counts,
  * failure_summary, message}; each row is fenced on its own ($1 the worker),
@@ -67,42 +70,42 @@ static const struct stmt S_FINISH = {
  * UPDATE takes their seqs, and lg writes their chunk after the event (the
  * order of the tables in the text is the order of their locks, which the
  * partition drop takes the same way). */
+/* clang-format off */
 static const struct stmt S_FINISH_BATCH = {
     "runs_finish_batch",
     "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(tenant text, id text, "
-    "attempt int, outcome text, result jsonb, error jsonb, summary_counts jsonb, "
-    "failure_summary jsonb, message text, log_n int, log_dropped bigint, i bigint) "
-    "LEFT JOIN unnest($3::text[]) WITH ORDINALITY AS x(log, i) USING (i)), "
+        "attempt int, outcome text, result jsonb, error jsonb, summary_counts jsonb, "
+        "failure_summary jsonb, message text, log_n int, log_dropped bigint, i bigint) "
+        "LEFT JOIN unnest($3::text[]) WITH ORDINALITY AS x(log, i) USING (i)), "
     "upd AS (UPDATE runs r SET status = 'completed', outcome = b.outcome, result = b.result, "
-    "error = b.error, summary_counts = b.summary_counts, failure_summary = b.failure_summary, "
-    "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
-    "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
-    "log_seq = r.log_seq + coalesce(b.log_n, 0), "
-    "" SET_CLEANUP_IF(
-        "true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND r.id = "
-                "b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN " HELD_STATUSES
-                " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, "
-                "b.message, r.log_seq, b.attempt, b.log, b.log_n, b.log_dropped), "
-                "" EVENT_FROM_UPD(
-                    "'status'",
-                    "message") ", "
-                               "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, "
-                               "attempt, first_seq, "
-                               "last_seq, dropped, lines) SELECT tenant, id, created_at, attempt, "
-                               "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log::json "
-                               "FROM upd "
-                               "WHERE log_n > 0) "
-                               "SELECT tenant, id FROM upd"};
+        SET_END_ERROR("b.outcome", "b.error") "summary_counts = b.summary_counts, "
+        "failure_summary = b.failure_summary, "
+        "progress = CASE WHEN b.outcome = 'succeeded' THEN 100 ELSE r.progress END, "
+        "completed_at = now(), updated_at = now(), heartbeat_at = NULL, deadline_at = NULL, "
+        "log_seq = r.log_seq + coalesce(b.log_n, 0), "
+        SET_CLEANUP_IF("true") "cleanup_due = false FROM b WHERE r.tenant = b.tenant AND "
+        "r.id = b.id AND r.worker_id = $1 AND r.attempt = b.attempt AND r.status IN "
+        HELD_STATUSES " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, "
+        "r.created_at, b.message, r.log_seq, b.attempt, b.log, b.log_n, b.log_dropped), "
+    EVENT_FROM_UPD("'status'", "message") ", "
+    "lg AS (INSERT INTO run_logs (tenant, run_id, run_created_at, attempt, first_seq, "
+        "last_seq, dropped, lines) SELECT tenant, id, created_at, attempt, "
+        "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log::json FROM upd "
+        "WHERE log_n > 0) "
+    "SELECT tenant, id FROM upd"};
+/* A run asked to cancel meanwhile ends cancelled (SET_REQUEUE), and keeps
+ * the error it has (SET_HAND_BACK_ERROR). */
 static const struct stmt S_RETRY = {
     "runs_retry",
-    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
-        CANCEL_ASKED) "run_at = now() + make_interval(secs => $5::bigint / 1000.0), error = "
-                      "$6::jsonb, "
-                      "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
-                      "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
-                      "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
-                      "r.step, r.created_at), " EVENT_FROM_UPD(
-                          "'status'", CANCELLED_OR("$7")) " SELECT " COUNT_ENDED " FROM upd"};
+    "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(CANCEL_ASKED)
+        "run_at = now() + make_interval(secs => $5::bigint / 1000.0), "
+        SET_HAND_BACK_ERROR("$6::jsonb")
+        "worker_id = CASE WHEN " CANCEL_ASKED " THEN r.worker_id END, "
+        "heartbeat_at = NULL, deadline_at = NULL, updated_at = now() "
+        "WHERE " FENCE " RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, "
+        "r.step, r.created_at), "
+    EVENT_FROM_UPD("'status'", CANCELLED_OR("$7")) " SELECT " COUNT_ENDED " FROM upd"};
+/* clang-format on */
 static const struct stmt S_RELEASE = {
     "runs_release",
     "WITH upd AS (UPDATE runs r SET " SET_REQUEUE SET_CLEANUP_IF(
@@ -200,6 +203,15 @@ static const struct stmt S_COUNTS = {
     "SELECT s, coalesce(c.n, 0) FROM unnest(ARRAY['queued', 'running', 'waiting', 'cancelling']) "
     "AS s LEFT JOIN (SELECT status, count(*) AS n FROM runs WHERE status <> 'completed' "
     "GROUP BY status) c ON c.status = s"};
+/* The queued runs held for their key, per group (runs_conc_held holds
+ * exactly them), with a 0 for each group of $1 that has none; at most $2
+ * groups, by name. */
+static const struct stmt S_HELD = {
+    "runs_held_by_group",
+    "WITH h AS (SELECT conc_group AS g, count(*) AS n FROM runs "
+    "WHERE conc_held AND status = 'queued' GROUP BY conc_group) "
+    "SELECT a.g, coalesce(h.n, 0) FROM (SELECT unnest($1::text[]) AS g UNION SELECT g FROM h) a "
+    "LEFT JOIN h ON h.g = a.g ORDER BY a.g LIMIT $2::int"};
 static const struct stmt S_NOTIFY = {
     "runs_notify", "SELECT CASE WHEN $1::bool THEN pg_notify('opsrun_queue', '') END, "
                    "CASE WHEN $2::bool THEN pg_notify('opsrun_events', '') END, "
@@ -285,35 +297,24 @@ static enum status claim_row(const PGresult *r, int row, struct run **out, struc
     return ST_OK;
 }
 
-enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
-                             const char *const *types, const int *caps,
-                             const struct rate_limit *const *rates, size_t ntypes,
-                             struct run ***out, size_t *n, struct error *err)
+/* An int[] literal of v[0..n), 0 included as it is. */
+static char *pg_int_array(const int *v, size_t n)
 {
-    char lim[16], maxr[16], *ra[3] = {NULL, NULL, NULL};
-    char *tarr = db_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
-    const char *p[8] = {worker_id, lim, maxr, tarr, carr};
-    bool rated = false;
-    PGresult *r;
-    enum status st;
+    size_t cap = 3 + n * 12, len = 0;
+    char *s = xmalloc(cap);
 
-    for (size_t i = 0; rates && i < ntypes; i++)
-        rated |= rates[i] != NULL;
-    if (rated) {
-        rate_arrays(rates, ntypes, ra);
-        p[5] = ra[0], p[6] = ra[1], p[7] = ra[2];
-    }
-    xsnprintf(lim, sizeof(lim), "%d", limit);
-    xsnprintf(maxr, sizeof(maxr), "%d", max_running);
-    *out = NULL;
-    *n = 0;
-    st = db_run(db, rated ? &S_CLAIM_RATED : &S_CLAIM, rated ? 8 : 5, p, &r, err);
-    free(tarr);
-    free(carr);
-    for (size_t i = 0; i < 3; i++)
-        free(ra[i]);
-    if (st != ST_OK)
-        return st;
+    len += xsnprintf(s, cap, "{");
+    for (size_t i = 0; i < n; i++)
+        len += xsnprintf(s + len, cap - len, "%s%d", i ? "," : "", v[i]);
+    xsnprintf(s + len, cap - len, "}");
+    return s;
+}
+
+/* The claim's rows as runs, into *out (a heap array) and *n. */
+static enum status claim_rows(PGresult *r, struct run ***out, size_t *n, struct error *err)
+{
+    enum status st = ST_OK;
+
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     *out = xcalloc((size_t)PQntuples(r) + 1, sizeof(**out));
     for (int i = 0; i < PQntuples(r); i++) {
@@ -325,6 +326,70 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
     }
     PQclear(r);
     return st;
+}
+
+enum status store_runs_claim_fair(struct db *db, const char *worker_id, int limit, int max_running,
+                                  const char *const *types, const int *caps,
+                                  const struct rate_limit *const *rates, size_t ntypes,
+                                  const struct claim_tenants *tenants, struct run ***out, size_t *n,
+                                  struct error *err)
+{
+    char lim[16], maxr[16], tcap[16], *ra[3] = {NULL, NULL, NULL}, *tn = NULL, *tc = NULL;
+    char *tarr = db_text_array(types, ntypes), *carr = pg_cap_array(caps, ntypes);
+    const char *p[11] = {worker_id, lim, maxr, tarr, carr};
+    bool rated = false;
+    PGresult *r;
+    enum status st;
+
+    for (size_t i = 0; rates && i < ntypes; i++)
+        rated |= rates[i] != NULL;
+    if (rated) {
+        rate_arrays(rates, ntypes, ra);
+        p[5] = ra[0], p[6] = ra[1], p[7] = ra[2];
+    }
+    if (tenants && tenants->n > 0) {
+        p[8] = tn = db_text_array(tenants->names, tenants->n);
+        p[9] = tc = pg_int_array(tenants->caps, tenants->n);
+    }
+    if (tenants && tenants->default_cap > 0)
+        p[10] = tcap;
+    xsnprintf(lim, sizeof(lim), "%d", limit);
+    xsnprintf(maxr, sizeof(maxr), "%d", max_running);
+    xsnprintf(tcap, sizeof(tcap), "%d", tenants ? tenants->default_cap : 0);
+    *out = NULL;
+    *n = 0;
+    st = db_run(db, &S_CLAIM, 11, p, &r, err);
+    free(tarr);
+    free(carr);
+    free(tn);
+    free(tc);
+    for (size_t i = 0; i < 3; i++)
+        free(ra[i]);
+    if (st != ST_OK)
+        return st;
+    return claim_rows(r, out, n, err);
+}
+
+enum status store_runs_claim(struct db *db, const char *worker_id, int limit, int max_running,
+                             const char *const *types, const int *caps,
+                             const struct rate_limit *const *rates, size_t ntypes,
+                             struct run ***out, size_t *n, struct error *err)
+{
+    return store_runs_claim_fair(db, worker_id, limit, max_running, types, caps, rates, ntypes,
+                                 NULL, out, n, err);
+}
+
+enum status store_runs_conc_sweep(struct db *db, int *released, struct error *err)
+{
+    PGresult *r;
+    enum status st = db_run(db, &S_CONC_SWEEP, 0, NULL, &r, err);
+
+    if (st != ST_OK)
+        return st;
+    if (released)
+        *released = (int)db_i64(r, 0, 0);
+    PQclear(r);
+    return ST_OK;
 }
 
 enum status store_runs_next_due(struct db *db, int64_t claim_began_us, int64_t *ms, bool *due_now,
@@ -351,6 +416,8 @@ enum status store_runs_next_due(struct db *db, int64_t claim_began_us, int64_t *
     if (db_val(r, 0, 1) && db_i64(r, 0, 1) <= took_ms)
         *ms = 0; /* due since the claim began, or maybe: claim again at once */
     *due_now = db_val(r, 0, 2) && db_i64(r, 0, 2) > took_ms;
+    if (db_val(r, 0, 3)[0] == 't')
+        *due_now = true; /* held for a key: a finish here may free it */
     PQclear(r);
     return ST_OK;
 }
@@ -696,6 +763,29 @@ enum status store_runs_counts(struct db *db, json_t **out, struct error *err)
     *out = json_object();
     for (int i = 0; i < PQntuples(r); i++)
         json_object_set_new(*out, db_val(r, i, 0), json_integer(db_i64(r, i, 1)));
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_held_by_group(struct db *db, const char *const *groups, size_t ngroups,
+                                     struct conc_held_count *out, size_t max, size_t *n,
+                                     struct error *err)
+{
+    char lim[16], *arr = db_text_array(groups, ngroups);
+    const char *p[2] = {arr, lim};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(lim, sizeof(lim), "%zu", max);
+    *n = 0;
+    st = db_run(db, &S_HELD, 2, p, &r, err);
+    free(arr);
+    if (st != ST_OK)
+        return st;
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+        xsnprintf(out[*n].group, sizeof(out[*n].group), "%s", db_val(r, i, 0));
+        out[(*n)++].n = db_i64(r, i, 1);
+    }
     PQclear(r);
     return ST_OK;
 }

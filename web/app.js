@@ -159,6 +159,8 @@ function setConn(state) {
 
 const schedules = new Schedules({ onOpenRun: (id) => openDetail(id) });
 
+let overview = null; // startOverview's answer, once main started it
+
 const live = new Live({
   onState: setConn,
   onFresh: (why) => {
@@ -174,12 +176,15 @@ const live = new Live({
   },
   onEvents: (batch) => {
     let changed = false;
+    let moved = false;
     for (const { kind, run } of batch) {
       const before = runs.get(run.id);
       const wasDone = before && before.status === 'completed';
       if (runs.put(run)) changed = true;
       if (kind === 'status' && run.status === 'completed' && !wasDone) chart.add(run.outcome);
+      if (kind === 'status') moved = true;
     }
+    if (moved && overview) overview.soon(); // the figures by status follow
     if (changed) {
       addTypes();
       table.render(); // already in an animation frame
@@ -250,7 +255,7 @@ async function main() {
   // The chart starts from what the server counted, not from nothing.
   api('/stats/completions').then(({ body }) => chart.seed(body)).catch(() => {});
   live.start();
-  startOverview();
+  overview = startOverview();
   schedules.start();
   limits.start();
   bulk.update();

@@ -22,12 +22,34 @@
 //
 // Above the fields, the run's log, one attempt at a time, live while the
 // run runs (web/logview.js: a stream of its own while the detail is open).
+//
+// A run with a concurrency key shows it (key, group, max_running,
+// strategy). Why a queued run waits (its key, and the runs that hold it,
+// each a link; or its tenant's cap) is only in GET /runs/{id}: lists and
+// streams do not carry it. The page keeps it from the last read of the
+// open run (this.wait), shows it while the run stays queued, and reads the
+// run again (at most once a second) when an event comes of a run that may
+// change it: a holder, a run of the same key, or, for a tenant's cap, a
+// run of the same tenant.
 import { api } from './api.js';
 import { awaitsApproval } from './runs.js';
 import { LogView } from './logview.js';
 
 const REFRESH_MAX_MS = 30000;
 const EVENTS_READ_MS = 250; // a burst of events with messages: one read after it
+const WAIT_READ_MS = 1000; // why a run waits: read again at most this often
+
+// The run as lists and streams have it: without what only its detail
+// carries (why it waits), which the page keeps apart (Detail.wait).
+function listed(run) {
+  if (!run || (run.waiting_for === undefined && !(run.concurrency && run.concurrency.holders))) return run;
+  const { waiting_for: _, ...rest } = run;
+  if (rest.concurrency) {
+    const { holders: __, ...conc } = rest.concurrency;
+    rest.concurrency = conc;
+  }
+  return rest;
+}
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -88,9 +110,15 @@ export class Detail {
     this.eventsTimer = 0;
     this.shown = null; // the run as last drawn
     this.limitShown = false; // the run as last drawn has its rate limit row
+    this.wait = null; // {id, waitingFor, holders}: why the open run waits, as last read
+    this.waitTimer = 0; // a read of the open run for it, scheduled
+    this.waitReadAt = 0; // when the last such read began
     document.getElementById('d-close').addEventListener('click', () => this.dlg.close());
     this.dlg.addEventListener('close', () => {
       this.id = null;
+      this.wait = null;
+      clearTimeout(this.waitTimer);
+      this.waitTimer = 0;
       clearInterval(this.timer);
       this.timer = 0;
       this.log.close();
@@ -113,6 +141,9 @@ export class Detail {
     this.refreshAt = 0;
     this.refreshMs = 1000;
     this.followUps = [];
+    this.wait = null;
+    clearTimeout(this.waitTimer);
+    this.waitTimer = 0;
     const known = this.runs.get(id);
     this.renderRun(known || { id });
     if (!this.dlg.open) this.dlg.showModal();
@@ -120,12 +151,12 @@ export class Detail {
     this.log.open(id, known);
     this.readFollowUps(id);
     try {
-      const [{ body: run }, { body: ev }] = await Promise.all([
+      let [{ body: run }, { body: ev }] = await Promise.all([
         api(`/runs/${encodeURIComponent(id)}`),
         api(`/runs/${encodeURIComponent(id)}/events`),
       ]);
       if (this.id !== id) return;
-      this.onChanged(run);
+      run = this.tookDetail(run);
       this.log.runChanged(this.runs.get(id) || run);
       for (const e of ev.events) this.events.set(e.id, e);
       this.list.dataset.loaded = 'true';
@@ -144,12 +175,12 @@ export class Detail {
     try {
       // The run and its timeline together: a status that moved on beside
       // a timeline that has not would contradict itself on the screen.
-      const [{ body: run }] = await Promise.all([
+      const [{ body }] = await Promise.all([
         api(`/runs/${encodeURIComponent(id)}`),
         this.readEvents(id),
       ]);
       if (this.id !== id) return;
-      this.onChanged(run);
+      const run = this.tookDetail(body);
       const r = this.runs.get(id) || run;
       this.renderRun(r);
       this.log.runChanged(r);
@@ -181,6 +212,7 @@ export class Detail {
     }
     if (kids) this.readFollowUps(this.id);
     if (messages) this.readEventsSoon();
+    if (batch.some(({ run }) => this.concernsWait(run))) this.readWaitSoon();
     if (changed) {
       this.renderRun(this.runs.get(this.id));
       this.log.runChanged(this.runs.get(this.id));
@@ -218,6 +250,8 @@ export class Detail {
     document.getElementById('d-title').textContent = r.id;
     const b = this.body;
     b.replaceChildren();
+    const waiting = this.waitingLine(r);
+    if (waiting) b.append(waiting);
     const dl = el('dl');
     this.field(dl, 'Type', r.type);
     this.field(dl, 'Status', r.status);
@@ -228,6 +262,7 @@ export class Detail {
     bar.append(fill, el('span', null, `${r.progress ?? 0}%${r.step ? ' ' + r.step : ''}`));
     dl.append(el('dt', null, 'Progress'), el('dd'));
     dl.lastChild.append(bar);
+    if (r.concurrency) this.renderConcurrency(dl, r);
     this.field(dl, 'Attempt', r.attempt !== undefined ? `${r.attempt} of ${r.max_attempts}` : null);
     this.field(dl, 'Initiator', r.initiator);
     this.field(dl, 'Tenant', r.tenant);
@@ -280,6 +315,84 @@ export class Detail {
     this.cancelBtn.hidden = !['queued', 'running', 'waiting'].includes(r.status);
     this.retryBtn.hidden = !(r.status === 'completed' && r.outcome !== 'succeeded');
     this.approvalBox.hidden = !awaitsApproval(r);
+  }
+
+  // A run read from GET /runs/{id}: why it waits is kept here, the rest
+  // goes to the page's runs. Returns the run as lists have it.
+  tookDetail(run) {
+    const c = run.concurrency;
+    this.wait = {
+      id: run.id,
+      waitingFor: run.waiting_for || null,
+      holders: (c && c.holders) || [],
+    };
+    const plain = listed(run);
+    this.onChanged(plain);
+    return plain;
+  }
+
+  // Whether an event of run may change why the open run waits: it is the
+  // open run, holds its key or shares it, or, while the open run waits for
+  // its tenant's cap, is of the same tenant.
+  concernsWait(run) {
+    const open = this.id && this.runs.get(this.id);
+    const w = this.wait;
+    if (!open || !w || w.id !== this.id || open.status !== 'queued') return false;
+    if (run.id === open.id || w.holders.includes(run.id)) return true;
+    const a = open.concurrency;
+    const b = run.concurrency;
+    if (a && b && run.tenant === open.tenant && a.group === b.group && a.key === b.key) return true;
+    return !!w.waitingFor && w.waitingFor.reason === 'tenant_cap' && run.tenant === open.tenant;
+  }
+
+  // Reads the open run again for why it waits, at most once a second.
+  readWaitSoon() {
+    if (this.waitTimer) return;
+    const ms = Math.max(0, this.waitReadAt + WAIT_READ_MS - Date.now());
+    this.waitTimer = setTimeout(() => {
+      this.waitTimer = 0;
+      this.waitReadAt = Date.now();
+      if (this.id && !this.reading) this.read(this.id);
+    }, ms);
+  }
+
+  // The run's concurrency key: the key, its group, how many of its runs
+  // may run at once, and the strategy.
+  renderConcurrency(dl, r) {
+    const c = r.concurrency;
+    const key = c.key === null ? 'no key (it could not be made from the input)' : `key ${c.key}`;
+    this.field(dl, 'Concurrency', `${key}, group ${c.group}: at most ${c.max_running} running, strategy ${c.strategy}`);
+    dl.lastChild.id = 'd-concurrency';
+  }
+
+  // The line that says why the run waits (null when it does not): its
+  // key and the runs that hold it, or its tenant's cap.
+  waitingLine(r) {
+    const w = this.wait;
+    if (r.status !== 'queued' || !w || w.id !== r.id || !w.waitingFor) return null;
+    const dd = el('p', 'd-waiting');
+    dd.id = 'd-waiting';
+    if (w.waitingFor.reason === 'tenant_cap') {
+      const n = w.waitingFor.max_running;
+      dd.textContent = `Waiting: tenant ${r.tenant} is at its cap of ${n} running run${n === 1 ? '' : 's'}`;
+      return dd;
+    }
+    const c = r.concurrency || {};
+    const what = `Waiting for key ${c.key} (group ${c.group})`;
+    if (!w.holders.length) {
+      dd.textContent = `${what}: it is free again, the run starts at the next claim`;
+      return dd;
+    }
+    dd.append(`${what}: held by `);
+    w.holders.forEach((id, i) => {
+      const h = this.runs.get(id);
+      if (i) dd.append(', ');
+      dd.append(this.runLink(id));
+      if (h && h.status) dd.append(` (${h.status})`);
+    });
+    const more = w.waitingFor.running - w.holders.length;
+    if (more > 0) dd.append(` and ${more} more`);
+    return dd;
   }
 
   // The rate limits were read (web/limits.js, every few seconds): a queued
@@ -460,9 +573,9 @@ export class Detail {
     this.reading = true;
     this.refreshAt = 0;
     try {
-      const { body: run } = await api(`/runs/${encodeURIComponent(id)}`);
+      const { body } = await api(`/runs/${encodeURIComponent(id)}`);
       if (this.id !== id) return;
-      this.onChanged(run);
+      const run = this.tookDetail(body);
       this.renderRun(this.runs.get(id) || run);
     } catch {
       if (this.id === id) this.scheduleRead(this.runs.get(id) || { status: 'waiting' });

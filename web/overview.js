@@ -1,25 +1,53 @@
 // web/overview.js — the strip above the table, from GET /healthz every few
-// seconds: active runs by status (the whole database), this process's
+// seconds, and soon after the stream brings a change of a run's status:
+// active runs by status (the whole database; the queued figure says how
+// many of them are held back by their concurrency key), this process's
 // workers, the poller's lag and the stream subscribers. While the server
 // does not answer, a note says the figures are those of the last answer.
 import { api, ApiError } from './api.js';
 
 const PERIOD_MS = 3000;
+const SOON_MS = 250; // after a change: the changes of one moment together
+const GAP_MS = 1000; // at least this long between two readings
 
 function set(id, text) {
   const e = document.getElementById(id);
   if (e.textContent !== text) e.textContent = text;
 }
 
+// "3", or "3 (1 held)" when some queued runs wait for their key, the
+// held part smaller.
+function setQueued(runs) {
+  const e = document.getElementById('s-queued');
+  const n = String(runs.queued ?? 0);
+  const held = runs.held > 0 ? ` (${runs.held} held)` : '';
+  if (e.textContent === n + held) return;
+  e.textContent = n;
+  if (!held) return;
+  const s = document.createElement('span');
+  s.className = 'held';
+  s.title = 'queued runs held back because their concurrency key is full';
+  s.textContent = held;
+  e.append(s);
+}
+
+// Starts the readings; the answer's soon() asks for one shortly (at most
+// one a second), so that the figures follow the table rather than lag it.
 export function startOverview() {
   const note = document.getElementById('health-note');
   let stopped = false;
   let lastOk = 0; // when the figures were read
+  let timer = null;
+  let due = 0; // when the timer fires
+  let reading = false;
+  let again = false; // a change came during a reading
+  let lastRead = 0;
   const tick = async () => {
     try {
       const { body: h } = await api('/healthz');
       const runs = h.runs || {};
-      for (const s of ['queued', 'running', 'waiting', 'cancelling']) set('s-' + s, String(runs[s] ?? 0));
+      setQueued(runs);
+      for (const s of ['running', 'waiting', 'cancelling']) set('s-' + s, String(runs[s] ?? 0));
       const e = h.engine || {};
       set('s-workers', `${e.busy ?? '?'}/${e.workers ?? '?'}`);
       const lag = h.polls && h.polls.lag_ms;
@@ -42,7 +70,33 @@ export function startOverview() {
         note.hidden = false;
       }
     }
-    if (!stopped) setTimeout(tick, PERIOD_MS);
   };
-  tick();
+  const soonMs = () => Math.max(SOON_MS, lastRead + GAP_MS - Date.now());
+  const at = (ms) => {
+    clearTimeout(timer);
+    due = Date.now() + ms;
+    timer = setTimeout(read, ms);
+  };
+  const read = async () => {
+    timer = null;
+    reading = true;
+    lastRead = Date.now();
+    await tick();
+    reading = false;
+    if (stopped) return;
+    at(again ? soonMs() : PERIOD_MS);
+    again = false;
+  };
+  read();
+  return {
+    soon() {
+      if (stopped) return;
+      if (reading) {
+        again = true;
+        return;
+      }
+      const ms = soonMs();
+      if (Date.now() + ms < due) at(ms);
+    },
+  };
 }

@@ -147,6 +147,80 @@ START_TEST(schedules_checked)
 }
 END_TEST
 
+/* Concurrency keys: a schedule whose data lacks a value its run type's
+ * key takes, and two types of one group that disagree, are each named
+ * (the file, the schedule, the pointer, both types); tenants are checked
+ * like the rest. */
+START_TEST(concurrency_checked)
+{
+    char *path = th_config_file(
+        "e2e_config_check_concurrency",
+        "{\"run_types\": {"
+        " \"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/labels/instance}}\", \"max_running\": 2}},"
+        " \"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\", \"max_running\": 2}}},"
+        " \"schedules\": {\"nightly\": {\"cron\": \"@daily\", \"run_type\": \"restart-host\", "
+        "\"data\": {\"labels\": {}}}, \"weekly\": {\"cron\": \"@weekly\", \"run_type\": "
+        "\"patch-host\", \"data\": {\"host\": \"db-1\"}}},"
+        " \"tenants\": {\"default\": {\"max_running\": 3}},"
+        " \"queue\": {\"tenant_max_running\": 10}}");
+    char *bad = th_config_file(
+        "e2e_config_check_concurrency_bad",
+        "{\"run_types\": {"
+        " \"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/labels/instance}}\"}},"
+        " \"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\", \"strategy\": \"keep_newest\"}}},"
+        " \"tenants\": {\"acme\": {\"max_running\": 0}}}");
+    char *out = NULL, *err = NULL, want[600];
+
+    ck_assert_int_eq(check(path, NULL, NULL, &out, &err), 1);
+    ck_assert_str_eq(err, "opsrun: invalid configuration: invalid \"schedules.nightly.data\": "
+                          "run_types.restart-host.concurrency: the input has no value at "
+                          "\"/labels/instance\"\n");
+    free(out);
+    free(err);
+    ck_assert_int_eq(check(bad, NULL, NULL, &out, &err), 1);
+    ck_assert_str_eq(err, "opsrun: invalid configuration: invalid \"tenants.acme.max_running\": "
+                          "must be null or between 1 and 100000\n");
+    free(out);
+    free(err);
+    free(bad);
+    bad = th_config_file(
+        "e2e_config_check_concurrency_group",
+        "{\"run_types\": {"
+        " \"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/labels/instance}}\"}},"
+        " \"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\", \"strategy\": \"keep_newest\"}}}}");
+    ck_assert_int_eq(check(bad, NULL, NULL, &out, &err), 1);
+    ck_assert_str_eq(err, "opsrun: invalid configuration: invalid "
+                          "\"run_types.patch-host.concurrency.strategy\": \"keep_newest\", but "
+                          "run type \"restart-host\" of the same group \"host\" has \"queue\"; "
+                          "the run types of a group share its strategy\n");
+    free(out);
+    free(err);
+    free(bad);
+    free(path);
+    path = th_config_file(
+        "e2e_config_check_concurrency_ok",
+        "{\"run_types\": {"
+        " \"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/labels/instance}}\"}}},"
+        " \"schedules\": {\"nightly\": {\"cron\": \"@daily\", \"run_type\": \"restart-host\", "
+        "\"data\": {\"labels\": {\"instance\": \"db-1:9100\"}}}},"
+        " \"tenants\": {\"default\": {\"max_running\": 3}}}");
+    ck_assert_int_eq(check(path, NULL, NULL, &out, &err), 0);
+    snprintf(want, sizeof(want), "%s: ok\n", path);
+    ck_assert_str_eq(out, want);
+    ck_assert_str_eq(err, "");
+    free(out);
+    free(err);
+    free(path);
+}
+END_TEST
+
 /* A {{env:NAME}} whose variable is not set is an error, as serve would
  * not start; set, the file is valid, and its value is printed nowhere. */
 START_TEST(env_references)
@@ -336,6 +410,7 @@ int main(void)
     tcase_add_test(tc, valid_file_ok);
     tcase_add_test(tc, every_error_as_serve_says);
     tcase_add_test(tc, schedules_checked);
+    tcase_add_test(tc, concurrency_checked);
     tcase_add_test(tc, env_references);
     tcase_add_test(tc, environment_and_flags);
     tcase_add_test(tc, usage_errors);

@@ -468,6 +468,71 @@ START_TEST(cancel_during_hand_back)
 }
 END_TEST
 
+/* Three runs of one key that allows one at a time: one runs, the claims
+ * hold the other two, and /metrics says so, per group
+ * (opsrun_runs_held_by_key); GET /runs?concurrency_key= lists the three,
+ * and a held run's detail names the run that holds the key. Once that run
+ * is cancelled the next starts and one run is held. */
+START_TEST(held_by_key)
+{
+    struct th_proc p;
+    struct th_resp r;
+    char *ids[3], *text, path[256];
+    json_t *list, *run;
+
+    th_start_fresh(&p, "e2e_metrics_held",
+                   "{\"run_types\": {\"restart-host\": {\"action\": \"simulate\","
+                   " \"params\": {\"duration_ms\": 600000, \"steps\": 600},"
+                   " \"concurrency\": {\"group\": \"host\", \"key\": \"{{input:/host}}\"}}}}");
+    for (int i = 0; i < 3; i++) {
+        char body[128];
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"restart-host\",\"data\":{\"host\":\"web-1\",\"n\":%d}}", i);
+        ids[i] = th_submit(&p, body, 202);
+    }
+    ck_assert_msg(th_wait_status(&p, ids[0], "running", 10000), "run %s did not start", ids[0]);
+    text = scrape_until(&p, "opsrun_runs_held_by_key{group=\"host\"}", 2, 20000);
+    ck_assert_sample(text, "opsrun_runs_held_by_key{group=\"host\"}", 2);
+    ck_assert_sample(text, "opsrun_runs{status=\"running\"}", 1);
+    promtool_check_metrics(text);
+    free(text);
+
+    th_get(p.url, "/runs?concurrency_key=web-1&concurrency_group=host", &r);
+    ck_assert_int_eq(r.status, 200);
+    list = json_loads(r.body, 0, NULL);
+    ck_assert_ptr_nonnull(list);
+    ck_assert_uint_eq(json_array_size(json_object_get(list, "runs")), 3);
+    json_decref(list);
+    th_resp_free(&r);
+    run = th_get_run(&p, ids[2]);
+    ck_assert_str_eq(th_js(run, "status"), "queued");
+    ck_assert_str_eq(th_js(json_object_get(run, "waiting_for"), "reason"), "concurrency_key");
+    ck_assert_str_eq(json_string_value(json_array_get(
+                         json_object_get(json_object_get(run, "concurrency"), "holders"), 0)),
+                     ids[0]);
+    json_decref(run);
+
+    snprintf(path, sizeof(path), "%s/runs/%s/cancel", p.url, ids[0]);
+    ck_assert(th_http("POST", path, NULL, NULL, &r) && r.status == 202);
+    th_resp_free(&r);
+    ck_assert_msg(th_wait_status(&p, ids[1], "running", 20000), "run %s did not start", ids[1]);
+    text = scrape_until(&p, "opsrun_runs_held_by_key{group=\"host\"}", 1, 20000);
+    ck_assert_sample(text, "opsrun_runs_held_by_key{group=\"host\"}", 1);
+    free(text);
+
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/runs/%s/cancel", p.url, ids[i]);
+        ck_assert(th_http("POST", path, NULL, NULL, &r));
+        th_resp_free(&r);
+    }
+    for (int i = 0; i < 3; i++) {
+        th_expect_outcome(&p, ids[i], "cancelled", 20);
+        free(ids[i]);
+    }
+    th_stop_clean(&p);
+}
+END_TEST
+
 /* In the test's own process (Check forks one per test). */
 static void setup(void)
 {
@@ -489,6 +554,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, counts_after_runs);
     tcase_add_test(tc, deploy_files);
     tcase_add_test(tc, cancel_during_hand_back);
+    tcase_add_test(tc, held_by_key);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -32,7 +32,9 @@
 #include "engine/actions/registry.h"
 #include "handlers/handlers.h"
 #include "handlers/metrics.h"
+#include "engine/notify_body.h"
 #include "store/db.h"
+#include "store/notify.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
 
@@ -47,6 +49,11 @@ static struct config g_cfg;
 static struct db_pool *g_pool;
 static _Atomic bool g_draining;
 static struct hctx g_hc;
+/* Who the requests are from: a tenant, and whether they reach every
+ * tenant (an admin token without ?tenant=); "default" and no unless a test
+ * says otherwise. */
+static const char *g_tenant;
+static bool g_all_tenants;
 
 /* A fresh database and a handler context over it; the pool has pool_size
  * connections and waits wait_ms for one. */
@@ -67,6 +74,8 @@ static void hc_open(const char *dbname, int pool_size, int wait_ms)
     g_pool = db_pool_new(&opt, pool_size, wait_ms);
     atomic_store(&g_draining, false);
     g_hc = (struct hctx){.cfg = &g_cfg, .pool = g_pool, .draining = &g_draining};
+    g_tenant = "default";
+    g_all_tenants = false;
 }
 
 static void hc_close(void)
@@ -93,7 +102,7 @@ static const char *query_get(const struct request *rq, const char *key)
     return NULL;
 }
 
-/* Calls fn as server/http_request.c does: the default tenant, path_id (NULL: none),
+/* Calls fn as server/http_request.c does: g_tenant, path_id (NULL: none),
  * query q (NULL: none) and body parsed as the server parses it (NULL: no
  * body). rp is initialised here; the caller cleans it up. */
 /* As call, with a body built in C (one the server's parser might not make). */
@@ -105,7 +114,8 @@ static enum status call_json(handler_fn fn, const char *path_id, struct query *q
     reply_init(rp);
     return fn(&g_hc,
               &(struct request){.path_id = path_id,
-                                .tenant = "default",
+                                .tenant = g_tenant,
+                                .all_tenants = g_all_tenants,
                                 .initiator = "anonymous",
                                 .body = body,
                                 .query = query_get,
@@ -208,12 +218,11 @@ static char *sql_str(const char *fmt, ...)
     return v;
 }
 
-/* Run id as the database renders it (opsrun_run_json), on the wire. */
+/* Run id as the database renders it (opsrun_run_json), on the wire (the
+ * ids of these tests are unique across their tenants). */
 static char *db_run(const char *id)
 {
-    char *text = sql_str("SELECT opsrun_run_json(r)::text FROM runs r "
-                         "WHERE tenant = 'default' AND id = '%s'",
-                         id);
+    char *text = sql_str("SELECT opsrun_run_json(r)::text FROM runs r WHERE id = '%s'", id);
     json_t *j;
     char *s;
 
@@ -484,6 +493,210 @@ START_TEST(alerts_create_alertmanager)
 }
 END_TEST
 
+/* ---- concurrency keys ------------------------------------------------ */
+
+/* A run type with a concurrency key, added to the context's configuration. */
+static void add_keyed_type(const char *key)
+{
+    struct error err = {0};
+    char *text = xasprintf("{\"run_types\": {\"restart-host\": {\"action\": \"simulate\", "
+                           "\"concurrency\": {\"key\": \"%s\"}}}}",
+                           key);
+
+    ck_assert_msg(cfg_load_json(&g_cfg, text, &err) == ST_OK, "%s", err.message);
+    free(text);
+}
+
+#define KEY_MISSING                                                                                \
+    "run_types.restart-host.concurrency: the input has no value at \\\"/labels/instance\\\""
+
+/* A submission whose input cannot make its type's concurrency key is 400
+ * naming the pointer, and nothing is written; one that can is accepted.
+ * In an array, the item that fails is the one answered so. */
+START_TEST(alerts_concurrency_key_generic)
+{
+    static const char missing[] =
+        "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+        "\"detail\":\"invalid \\\"data\\\": " KEY_MISSING "\","
+        "\"errors\":[{\"field\":\"data\",\"message\":\"" KEY_MISSING "\"}]}";
+    struct reply rp;
+    char *want, *a, *b;
+
+    hc_open("it_handlers_conc_generic", 2, 2000);
+    add_keyed_type("{{tenant}}/{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "{\"alert_type\":\"restart-host\",\"data\":{\"labels\":{}}}", &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true, missing);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(
+        call(handle_alerts_create, NULL, NULL, "{\"alert_type\":\"restart-host\"}", &rp),
+        ST_INVALID);
+    expect_reply(&rp, 400, true, missing);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "{\"alert_type\":\"restart-host\",\"data\":{\"labels\":{\"instance\":"
+                          "[\"db-1\"]}}}",
+                          &rp),
+                     ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"data\\\": run_types.restart-host.concurrency: the "
+                 "value at \\\"/labels/instance\\\" is an array, not a string, a whole number or "
+                 "a boolean\",\"errors\":[{\"field\":\"data\",\"message\":\"run_types.restart-host."
+                 "concurrency: the value at \\\"/labels/instance\\\" is an array, not a string, a "
+                 "whole number or a boolean\"}]}");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 0);
+
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1:9100\"}}}");
+    ck_assert_int_eq(n_runs(), 1);
+
+    /* an array: each item as if alone */
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL,
+                          "[{\"alert_type\":\"restart-host\",\"run_id\":\"rh-2\",\"data\":"
+                          "{\"labels\":{\"instance\":7}}},"
+                          "{\"alert_type\":\"restart-host\",\"run_id\":\"rh-3\"},"
+                          "{\"alert_type\":\"demo\",\"run_id\":\"d-1\"}]",
+                          &rp),
+                     ST_OK);
+    a = submit_result("rh-2", "queued", "pending", false);
+    b = submit_result("d-1", "queued", "pending", false);
+    want = xasprintf("{\"runs\":[%s,%s,%s]}", a, missing, b);
+    expect_reply(&rp, 200, false, want);
+    reply_cleanup(&rp);
+    free(want);
+    free(a);
+    free(b);
+    ck_assert_int_eq(n_runs(), 3);
+    hc_close();
+}
+END_TEST
+
+/* An Alertmanager alert whose input cannot make the key is an error item
+ * (400) naming the alert and the pointer; the others go on. A resolved
+ * alert makes no run, so has no key to check. */
+START_TEST(alerts_concurrency_key_alertmanager)
+{
+    static const char body[] =
+        "{\"version\":\"4\",\"status\":\"firing\",\"receiver\":\"opsrun\",\"groupKey\":\"g1\","
+        "\"alerts\":["
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"restart-host\"},"
+        "\"fingerprint\":\"fp-1\"},"
+        "{\"status\":\"firing\",\"labels\":{\"alertname\":\"restart-host\",\"instance\":\"db1\"},"
+        "\"fingerprint\":\"fp-2\"},"
+        "{\"status\":\"resolved\",\"labels\":{\"alertname\":\"restart-host\"},"
+        "\"fingerprint\":\"fp-3\"}]}";
+    struct reply rp;
+    char *id, *run, *want;
+
+    hc_open("it_handlers_conc_am", 2, 2000);
+    add_keyed_type("{{input:/receiver}}/{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_alerts_create, NULL, NULL, body, &rp), ST_OK);
+    id = sql_str("SELECT id FROM runs");
+    ck_assert_ptr_nonnull(id);
+    run = submit_result(id, "queued", "pending", false);
+    run[strlen(run) - 1] = '\0'; /* the object goes on */
+    want = xasprintf(
+        "{\"runs\":[{\"index\":0,\"fingerprint\":\"fp-1\",\"error\":{\"status\":400,"
+        "\"detail\":\"invalid \\\"alerts[0]\\\": " KEY_MISSING "\","
+        "\"errors\":[{\"field\":\"alerts[0]\",\"message\":\"" KEY_MISSING "\"}]}},"
+        "%s,\"action\":\"created\",\"index\":1,\"fingerprint\":\"fp-2\"},"
+        "{\"action\":\"ignored\",\"index\":2,\"fingerprint\":\"fp-3\"}],\"truncated_alerts\":0}",
+        run);
+    expect_reply(&rp, 202, false, want);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    free(want);
+    free(run);
+    free(id);
+    hc_close();
+}
+END_TEST
+
+/* A retry whose run type gained a key its input cannot make is refused
+ * (422), as one whose type is gone; with the key it can make, it starts. */
+START_TEST(retry_concurrency_key)
+{
+    struct reply rp;
+
+    hc_open("it_handlers_conc_retry", 2, 2000);
+    add_keyed_type("{{input:/labels/instance}}");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1\"}}}");
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now() WHERE id = 'rh-1'"));
+    add_keyed_type("{{input:/host}}");
+    ck_assert_int_eq(call(handle_runs_retry, "rh-1", NULL, NULL, &rp), ST_UNPROCESSABLE);
+    expect_reply(&rp, 422, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Unprocessable Content\",\"status\":422,"
+                 "\"detail\":\"run \\\"rh-1\\\" cannot be retried: run_types.restart-host."
+                 "concurrency: the input has no value at \\\"/host\\\"\"}");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 1);
+    add_keyed_type("{{input:/labels/instance}}");
+    ck_assert_int_eq(call(handle_runs_retry, "rh-1", NULL, NULL, &rp), ST_OK);
+    ck_assert_uint_eq(rp.http_status, 202);
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 2);
+    hc_close();
+}
+END_TEST
+
+/* The configuration's rules written to the database, as a replica writes
+ * them at start: the insert trigger then gives runs their keys. */
+static void sync_rules(void)
+{
+    struct error err = {0};
+    struct db *db = NULL;
+    char *rules = notify_rules_json(&g_cfg);
+
+    ck_assert_int_eq(db_pool_get(g_pool, &db, &err), ST_OK);
+    ck_assert_msg(store_rules_sync(db, rules, 10, NULL, NULL, &err) == ST_OK, "%s", err.message);
+    db_pool_put(g_pool, db);
+    free(rules);
+}
+
+/* A bulk retry leaves out a run whose type gained a key its input cannot
+ * make, as a single retry refuses it (422) and as a bulk retry leaves out a
+ * run whose type is gone: it is matched, not acted on, and no run is made
+ * for it (before, its retry was inserted and completed at once, failed,
+ * invalid_concurrency_key). The runs whose key can be made are retried. */
+START_TEST(bulk_retry_concurrency_key)
+{
+    struct reply rp;
+
+    hc_open("it_handlers_conc_bulk_retry", 2, 2000);
+    add_keyed_type("{{input:/labels/instance}}");
+    sync_rules();
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-1\","
+           "\"data\":{\"labels\":{\"instance\":\"db-1\"}}}");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"rh-2\","
+           "\"data\":{\"labels\":{\"instance\":\"db-2\"},\"host\":\"db-2\"}}");
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now()"));
+    add_keyed_type("{{input:/host}}");
+    sync_rules();
+    ck_assert_int_eq(
+        call(handle_runs_bulk_retry, NULL, NULL, "{\"filter\":{\"outcome\":[\"failed\"]}}", &rp),
+        ST_OK);
+    ck_assert_uint_eq(rp.http_status, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(rp.body, "matched")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(rp.body, "acted")), 1);
+    ck_assert_int_eq(json_array_size(json_object_get(rp.body, "run_ids")), 1);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rp.body, "run_ids"), 0)),
+                     "rh-2");
+    reply_cleanup(&rp);
+    ck_assert_int_eq(n_runs(), 3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE retry_of = 'rh-1'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE retry_of = 'rh-2' AND "
+                                      "status = 'queued' AND conc_key = 'db-2'"),
+                     1);
+    hc_close();
+}
+END_TEST
+
 /* A body without a canonical JSON text (a string that is not UTF-8, which
  * only a *_nocheck constructor makes; in production canon_json fails so
  * only when jansson cannot allocate) is a 500 problem, before any run is
@@ -540,7 +753,7 @@ START_TEST(runs_get_found_and_missing)
                  "\"created_at\":\"" PINNED "\",\"run_at\":\"" PINNED "\","
                  "\"started_at\":null,\"completed_at\":null,\"updated_at\":\"" PINNED "\","
                  "\"retry_of\":null,\"poll\":null,\"parent_id\":null,\"schedule\":null,"
-                 "\"approval\":null}");
+                 "\"approval\":null,\"concurrency\":null,\"waiting_for\":null}");
     expect_headers(&rp, 0, NULL, NULL);
     ck_assert_str_eq(rp.run_id, "r-get");
     ck_assert_int_eq(rp.wait_ms, 0);
@@ -641,6 +854,251 @@ START_TEST(runs_list_filters_and_cursor)
 }
 END_TEST
 
+/* ---- concurrency keys: a key's runs, why a run waits ------------------ */
+
+/* restart-host and patch-host share group "host" (at most one run of a
+ * key), backup has group "db" (two), all three keyed on the input's
+ * /host; then the JSON more (NULL: nothing), and the rules written to the
+ * database as a replica writes them at start. */
+static void keyed_types(const char *more)
+{
+    static const char types[] =
+        "{\"run_types\": {"
+        "\"restart-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\"}},"
+        "\"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\"}},"
+        "\"backup\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"db\", "
+        "\"key\": \"{{input:/host}}\", \"max_running\": 2}}}}";
+    struct error err = {0};
+    struct db *db = NULL;
+    char *rules;
+
+    ck_assert_msg(cfg_load_json(&g_cfg, types, &err) == ST_OK, "%s", err.message);
+    ck_assert_msg(!more || cfg_load_json(&g_cfg, more, &err) == ST_OK, "%s", err.message);
+    ck_assert_msg(cfg_validate(&g_cfg, &err) == ST_OK, "%s", err.message);
+    rules = notify_rules_json(&g_cfg);
+    ck_assert_int_eq(db_pool_get(g_pool, &db, &err), ST_OK);
+    ck_assert_msg(store_rules_sync(db, rules, 10, NULL, NULL, &err) == ST_OK, "%s", err.message);
+    db_pool_put(g_pool, db);
+    free(rules);
+}
+
+/* POST /alerts of a run of type on host, as tenant, with run_id id. */
+static void create_keyed(const char *tenant, const char *type, const char *host, const char *id)
+{
+    char *body = xasprintf("{\"alert_type\":\"%s\",\"run_id\":\"%s\",\"data\":"
+                           "{\"host\":\"%s\"}}",
+                           type, id, host);
+
+    g_tenant = tenant;
+    create(body);
+    g_tenant = "default";
+    free(body);
+}
+
+/* ?concurrency_key= lists one key's runs of the caller's tenant, newest
+ * first, in pages, with the other filters; ?concurrency_group= one
+ * group's; an admin's list without ?tenant= has every tenant's runs of
+ * that key; a bad value is a 400 naming it. */
+START_TEST(runs_list_concurrency_key)
+{
+    static const char *const web1[] = {"k-5", "k-3", "k-2", "k-1"};
+    static const char *const web1_host[] = {"k-3", "k-2", "k-1"};
+    static const char *const db_group[] = {"k-5"};
+    static const char *const web1_queued_restart[] = {"k-1"};
+    static const char *const every_tenant[] = {"a-1", "k-5", "k-3", "k-2", "k-1"};
+    struct query key = {{"concurrency_key"}, {"web-1"}};
+    struct query key_group = {{"concurrency_key", "concurrency_group"}, {"web-1", "host"}};
+    struct query group = {{"concurrency_group"}, {"db"}};
+    struct query with_others = {{"concurrency_key", "status", "type"},
+                                {"web-1", "queued", "restart-host"}};
+    struct query page1 = {{"concurrency_key", "limit"}, {"web-1", "2"}};
+    struct query page2 = {{"concurrency_key", "limit", "cursor"}, {"web-1", "2", NULL}};
+    struct query none = {{"concurrency_key"}, {"web-9"}};
+    struct query bad = {{"concurrency_key", "concurrency_group"}, {"", ""}};
+    struct reply rp;
+    char *cursor;
+
+    hc_open("it_handlers_list_key", 2, 2000);
+    keyed_types(NULL);
+    create_keyed("default", "restart-host", "web-1", "k-1");
+    create_keyed("default", "patch-host", "web-1", "k-2");
+    create_keyed("default", "restart-host", "web-1", "k-3");
+    create_keyed("default", "restart-host", "web-2", "k-4");
+    create_keyed("default", "backup", "web-1", "k-5");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"k-6\",\"data\":{\"host\":\"web-1\"}}");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    ck_assert_int_eq(call(handle_runs_cancel, "k-3", NULL, NULL, &rp), ST_OK);
+    reply_cleanup(&rp);
+    pin_times("k-1", "2030-01-01T00:00:01Z");
+    pin_times("k-2", "2030-01-01T00:00:02Z");
+    pin_times("k-3", "2030-01-01T00:00:03Z");
+    pin_times("k-4", "2030-01-01T00:00:04Z");
+    pin_times("k-5", "2030-01-01T00:00:05Z");
+    pin_times("k-6", "2030-01-01T00:00:06Z");
+    pin_times("a-1", "2030-01-01T00:00:07Z");
+
+    expect_list(&key, web1, 4, NULL);
+    expect_list(&key_group, web1_host, 3, NULL);
+    expect_list(&group, db_group, 1, NULL);
+    expect_list(&with_others, web1_queued_restart, 1, NULL);
+    expect_list(&none, NULL, 0, NULL);
+    cursor = cursor_encode(1893456003000000LL, "k-3");
+    expect_list(&page1, web1, 2, cursor);
+    page2.v[2] = cursor;
+    expect_list(&page2, web1 + 2, 2, NULL);
+    free(cursor);
+
+    /* another tenant's: its own run of that key text only */
+    g_tenant = "acme";
+    expect_list(&key, every_tenant, 1, NULL);
+    g_tenant = "default";
+    g_all_tenants = true;
+    expect_list(&key, every_tenant, 5, NULL);
+    g_all_tenants = false;
+
+    ck_assert_int_eq(call(handle_runs_list, NULL, &bad, NULL, &rp), ST_INVALID);
+    expect_reply(&rp, 400, true,
+                 "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+                 "\"detail\":\"invalid \\\"concurrency_key\\\": must be 1 to 512 characters\","
+                 "\"errors\":["
+                 "{\"field\":\"concurrency_key\",\"message\":\"must be 1 to 512 characters\"},"
+                 "{\"field\":\"concurrency_group\",\"message\":\"must be 1 to 64 characters\"}]}");
+    reply_cleanup(&rp);
+    hc_close();
+}
+END_TEST
+
+/* Run id as GET /runs/{id} answers it: the database's rendering with
+ * "waiting_for" (JSON) last and, when the run has a concurrency key, its
+ * "holders" (JSON) last in "concurrency". */
+static char *db_detail(const char *id, const char *waiting_for, const char *holders)
+{
+    char *text = db_run(id);
+    json_t *run = json_loads(text, 0, NULL), *conc;
+    char *s;
+
+    ck_assert_ptr_nonnull(run);
+    conc = json_object_get(run, "concurrency");
+    json_object_set_new(run, "waiting_for", json_loads(waiting_for, JSON_DECODE_ANY, NULL));
+    ck_assert_ptr_nonnull(json_object_get(run, "waiting_for"));
+    if (json_is_object(conc)) {
+        ck_assert_ptr_nonnull(holders);
+        json_object_set_new(conc, "holders", json_loads(holders, 0, NULL));
+        ck_assert_ptr_nonnull(json_object_get(conc, "holders"));
+    } else {
+        ck_assert_ptr_null(holders);
+    }
+    s = wire(run);
+    json_decref(run);
+    free(text);
+    return s;
+}
+
+/* GET /runs/{id} of id: asserts 200 and exactly db_detail's body. */
+static void expect_detail(const char *id, const char *waiting_for, const char *holders)
+{
+    char *want = db_detail(id, waiting_for, holders);
+    struct reply rp;
+
+    ck_assert_int_eq(call(handle_runs_get, id, NULL, NULL, &rp), ST_OK);
+    expect_reply(&rp, 200, false, want);
+    reply_cleanup(&rp);
+    free(want);
+}
+
+/* Sets run id running (or cancelling) as a claim by worker w-t would. */
+static void set_running(const char *id, const char *status)
+{
+    PQclear(th_sql(g_pg,
+                   "UPDATE runs SET status = '%s', attempt = 1, worker_id = 'w-t', "
+                   "started_at = now(), heartbeat_at = now() WHERE id = '%s'",
+                   status, id));
+}
+
+#define KEY_FULL(n, max)                                                                           \
+    "{\"reason\":\"concurrency_key\",\"running\":" #n ",\"max_running\":" #max "}"
+#define TENANT_CAP(n, max) "{\"reason\":\"tenant_cap\",\"running\":" #n ",\"max_running\":" #max "}"
+
+/* GET /runs/{id} says why a queued run waits: its key (held, or due with
+ * max_running runs of its key running or cancelling), with the runs that
+ * hold it, or its tenant's cap (as this replica's configuration says it);
+ * nothing for a run that is not due, runs, or has room. The long-poll's
+ * refresh says the same; a list says none of it. */
+START_TEST(runs_get_waiting_for)
+{
+    struct query wait = {{"wait"}, {"5"}};
+    struct query by_key = {{"concurrency_key"}, {"web-1"}};
+    static const char *const web1[] = {"b-2", "b-1", "h-3", "h-2", "h-1"};
+    struct reply rp;
+
+    hc_open("it_handlers_waiting_for", 2, 2000);
+    keyed_types("{\"tenants\": {\"default\": {\"max_running\": 2}}}");
+    create_keyed("default", "restart-host", "web-1", "h-1");
+    create_keyed("default", "patch-host", "web-1", "h-2");
+    create("{\"alert_type\":\"restart-host\",\"run_id\":\"h-3\",\"data\":{\"host\":"
+           "\"web-1\"},\"run_at\":\"2999-01-01T00:00:00Z\"}");
+    create_keyed("default", "restart-host", "web-2", "h-4");
+    create_keyed("default", "backup", "web-1", "b-1");
+    create_keyed("default", "backup", "web-1", "b-2");
+    create("{\"alert_type\":\"demo\",\"run_id\":\"d-1\"}");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    create_keyed("acme", "restart-host", "web-1", "a-2");
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() - interval '1 minute' "
+                         "WHERE id IN ('h-2', 'h-4', 'b-2', 'd-1', 'a-2')"));
+
+    /* Nothing runs: nothing waits. */
+    expect_detail("h-2", "null", "[]");
+    expect_detail("d-1", "null", NULL);
+
+    /* h-1 holds web-1 of group host; b-1 the first of two places of web-1
+     * of group db: the tenant is at its cap of 2. */
+    set_running("h-1", "running");
+    set_running("b-1", "running");
+    expect_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+    expect_detail("h-3", "null", "[\"h-1\"]"); /* not due yet */
+    expect_detail("h-1", "null", "[]");        /* not itself */
+    expect_detail("h-4", TENANT_CAP(2, 2), "[]");
+    expect_detail("b-2", TENANT_CAP(2, 2), "[\"b-1\"]");
+    expect_detail("d-1", TENANT_CAP(2, 2), NULL);
+    /* acme has no cap; its key is its own */
+    g_tenant = "acme";
+    expect_detail("a-2", "null", "[]");
+    g_tenant = "default";
+
+    /* A cancelling run still holds its key; the long-poll's refresh says
+     * the same as the first answer. */
+    set_running("h-1", "cancelling");
+    expect_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+    {
+        char *want = db_detail("h-2", KEY_FULL(1, 1), "[\"h-1\"]");
+        struct request rq = {
+            .path_id = "h-2", .tenant = "default", .query = query_get, .query_arg = &wait};
+        ck_assert_int_eq(call(handle_runs_get, "h-2", &wait, NULL, &rp), ST_OK);
+        expect_reply(&rp, 200, false, want);
+        ck_assert(rp.refresh != NULL);
+        ck_assert_int_eq(rp.refresh(&g_hc, &rq, &rp), ST_OK);
+        expect_reply(&rp, 200, false, want);
+        reply_cleanup(&rp);
+        free(want);
+    }
+
+    /* Held while its key is free: it waits for its key until the next
+     * claim releases it. */
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'cancelled', "
+                         "completed_at = now() WHERE id = 'h-1'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id = 'h-2'"));
+    expect_detail("h-2", KEY_FULL(0, 1), "[]");
+    expect_detail("h-1", "null", "[]");
+    expect_detail("h-4", "null", "[]"); /* one running: room under the cap */
+
+    /* A list carries none of it. */
+    expect_list(&by_key, web1, 5, NULL);
+    hc_close();
+}
+END_TEST
+
 /* ---- POST /runs/{id}/cancel ------------------------------------------- */
 
 /* A queued run ends cancelled at once (200); again is a 409; a running run
@@ -717,6 +1175,8 @@ START_TEST(health_up)
     hc_open("it_handlers_health", 2, 2000);
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-1\"}");
     create("{\"alert_type\":\"demo\",\"run_id\":\"h-2\"}");
+    /* a run held back by its key (as a claim marks it) is queued, and held */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id = 'h-2'"));
 
     ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
     ck_assert_uint_eq(rp.http_status, 200);
@@ -724,7 +1184,8 @@ START_TEST(health_up)
     got = wire_sorted_counts(rp.body);
     ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
                           "\"engine\":null,\"streams\":null,\"limits\":null,"
-                          "\"runs\":{\"cancelling\":0,\"queued\":2,\"running\":0,\"waiting\":0},"
+                          "\"runs\":{\"cancelling\":0,\"held\":1,\"queued\":2,\"running\":0,"
+                          "\"waiting\":0},"
                           "\"polls\":{\"overdue\":0,\"lag_ms\":0},\"workers\":[]}");
     expect_headers(&rp, 0, NULL, NULL);
     reply_cleanup(&rp);
@@ -931,6 +1392,57 @@ START_TEST(metrics_counts_and_cache)
 }
 END_TEST
 
+/* opsrun_runs_held_by_key: the queued runs held for their key, per group,
+ * over the whole database (every tenant); 0 for a group this replica
+ * configures that has none; a group another replica's runs have, too. */
+START_TEST(metrics_held_by_key)
+{
+    struct metrics *m;
+    struct reply rp;
+    const char *t;
+
+    hc_open("it_handlers_metrics_held", 2, 2000);
+    keyed_types(NULL);
+    m = metrics_open();
+    create_keyed("default", "restart-host", "web-1", "h-1");
+    create_keyed("default", "patch-host", "web-1", "h-2");
+    create_keyed("default", "restart-host", "web-1", "h-3");
+    create_keyed("default", "restart-host", "web-2", "h-4");
+    create_keyed("acme", "restart-host", "web-1", "a-1");
+    create_keyed("default", "backup", "web-1", "b-1");
+
+    t = scrape(&rp);
+    ck_assert_has(t, "# TYPE opsrun_runs_held_by_key gauge");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"db\"} 0");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"host\"} 0");
+    reply_cleanup(&rp);
+
+    set_running("h-1", "running");
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true WHERE id IN ('h-2', 'h-3', 'a-1')"));
+    /* held, then cancelled: no longer queued */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true, status = 'completed', "
+                         "outcome = 'cancelled', completed_at = now() WHERE id = 'h-4'"));
+    /* a group of another replica's configuration */
+    PQclear(th_sql(g_pg, "UPDATE runs SET conc_held = true, conc_group = 'legacy' "
+                         "WHERE id = 'b-1'"));
+    metrics_free(m);
+    m = metrics_open(); /* an empty cache: read again */
+    t = scrape(&rp);
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"db\"} 0");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"host\"} 3");
+    ck_assert_has(t, "opsrun_runs_held_by_key{group=\"legacy\"} 1");
+    ck_assert_msg(strstr(t, "\n# TYPE opsrun_runs_held_by_key gauge\n"
+                            "opsrun_runs_held_by_key{group=\"db\"} 0\n"
+                            "opsrun_runs_held_by_key{group=\"host\"} 3\n"
+                            "opsrun_runs_held_by_key{group=\"legacy\"} 1\n") != NULL,
+                  "one family, its groups in order");
+    reply_cleanup(&rp);
+    metrics_free(m);
+    g_hc.metrics = NULL;
+    hc_close();
+}
+END_TEST
+
 /* The database out of reach: still 200, with opsrun_database_up 0 and
  * without the database figures. */
 START_TEST(metrics_database_down)
@@ -980,11 +1492,17 @@ int main(void)
     tcase_add_test(tc, alerts_create_wait);
     tcase_add_test(tc, alerts_create_alertmanager);
     tcase_add_test(tc, alerts_create_without_canonical_json);
+    tcase_add_test(tc, alerts_concurrency_key_generic);
+    tcase_add_test(tc, alerts_concurrency_key_alertmanager);
+    tcase_add_test(tc, retry_concurrency_key);
+    tcase_add_test(tc, bulk_retry_concurrency_key);
     suite_add_tcase(s, tc);
 
     tc = tcase("runs", 60);
     tcase_add_test(tc, runs_get_found_and_missing);
     tcase_add_test(tc, runs_list_filters_and_cursor);
+    tcase_add_test(tc, runs_list_concurrency_key);
+    tcase_add_test(tc, runs_get_waiting_for);
     tcase_add_test(tc, runs_cancel_paths);
     suite_add_tcase(s, tc);
 
@@ -993,6 +1511,7 @@ int main(void)
     tcase_add_test(tc, health_draining);
     tcase_add_test(tc, health_pool_exhausted);
     tcase_add_test(tc, metrics_counts_and_cache);
+    tcase_add_test(tc, metrics_held_by_key);
     tcase_add_test(tc, metrics_database_down);
     suite_add_tcase(s, tc);
 

@@ -871,8 +871,9 @@ static void claim_two_by_index(const char *caps)
 }
 
 /* The claim is planned once per connection (migration 011), and its plan is
- * fixed: candidates from runs_claim in order, picks updated through an
- * index. Planned while the statistics say the table is tiny, where a scan
+ * fixed: candidates from runs_claim in order (runs_ready, each tenant's
+ * part, since migration 022, whose claim this 5-argument one calls), picks
+ * updated through an index. Planned while the statistics say the table is tiny, where a scan
  * of it is cheapest, it must not scan the table once it has grown; and it
  * must not join back to the table by hashing it whole, the generic plan's
  * choice at 20,000 queued runs. Both paths, with and without a type cap. */
@@ -898,12 +899,17 @@ START_TEST(claim_plan_never_scans_the_table)
     PQclear(th_sql(g_pg, "ANALYZE runs"));
     for (size_t i = 0; i < ARRAY_LEN(caps); i++)
         claim_two_by_index(caps[i]);
-    /* Both claims (without and with rate limits, migration 016) fix their
-     * plans the same way. */
+    /* The claim of migration 022 fixes its plan so; the claims of 013 and
+     * 016 call it (for older binaries) and plan nothing themselves. */
     ck_assert_int_eq(th_sql_int(g_pg,
                                 "SELECT count(*) FROM pg_proc WHERE proname = "
                                 "'opsrun_claim' AND 'plan_cache_mode=force_generic_plan' "
-                                "= ANY (proconfig) AND 'enable_seqscan=off' = ANY (proconfig)"),
+                                "= ANY (proconfig) AND 'enable_seqscan=off' = ANY (proconfig) "
+                                "AND pronargs = 11"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_proc WHERE proname = "
+                                      "'opsrun_claim' AND prolang = (SELECT oid FROM "
+                                      "pg_language WHERE lanname = 'sql')"),
                      2);
     free(id);
     free(id2);
@@ -912,11 +918,12 @@ START_TEST(claim_plan_never_scans_the_table)
 END_TEST
 
 /* Index entries the claim read from the partial indexes of held runs, in
- * this transaction (pg_stat_get_xact_tuples_returned counts them per index). */
+ * this transaction (pg_stat_get_xact_tuples_returned counts them per index;
+ * runs_heartbeat went in migration 014). */
 static long long held_entries_read(void)
 {
     return th_sql_int(g_pg, "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) FROM pg_class c "
-                            "WHERE c.relname IN ('runs_held', 'runs_heartbeat')");
+                            "WHERE c.relname IN ('runs_held')");
 }
 
 /* The count of held runs in the claim must not walk the entries of runs
@@ -2952,10 +2959,11 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     keys = sql_str("SELECT string_agg(k, ',') FROM runs r, json_object_keys(opsrun_run_json(r)) "
                    "k WHERE r.id = '%s'",
                    a);
-    ck_assert_msg(keys && strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule,approval") &&
-                      strcmp(strstr(keys, ",updated_at,retry_of,poll,parent_id,schedule,approval"),
-                             ",updated_at,retry_of,poll,parent_id,schedule,approval") == 0,
+#define LAST_MEMBERS ",updated_at,retry_of,poll,parent_id,schedule,approval,concurrency"
+    ck_assert_msg(keys && strstr(keys, LAST_MEMBERS) &&
+                      strcmp(strstr(keys, LAST_MEMBERS), LAST_MEMBERS) == 0,
                   "members: %s", keys);
+#undef LAST_MEMBERS
     free(keys);
 
     /* a check in flight: counted, and no next check until it is done */

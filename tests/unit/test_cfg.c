@@ -199,7 +199,9 @@ static const char full_file[] =
     "            \"poll_interval_ms\": 500, \"heartbeat_interval_s\": 2, \"orphan_after_s\": 10,"
     "            \"orphan_scan_interval_s\": 3, \"shutdown_grace_s\": 60,"
     "            \"progress_interval_ms\": 100, \"cancel_check_ms\": 50, \"listen\": false,"
-    "            \"retention_s\": 86400, \"retention_batch\": 100, \"event_partition_s\": 3600},"
+    "            \"retention_s\": 86400, \"retention_batch\": 100, \"event_partition_s\": 3600,"
+    "            \"tenant_max_running\": 20},"
+    " \"tenants\": {\"acme\": {\"max_running\": 5}, \"beta\": {\"max_running\": null}},"
     " \"routes\": ["
     "   {\"match\": {\"alertname\": \"HighLatency\", \"severity\": \"~crit|page\"},"
     "    \"run_type\": \"restart\", \"on_resolved\": \"cancel\"},"
@@ -209,7 +211,9 @@ static const char full_file[] =
     "   \"restart\": {\"action\": \"simulate\","
     "                 \"params\": {\"duration_ms\": 10, \"steps\": 2, \"fail\": \"first:1\"},"
     "                 \"max_attempts\": 5, \"retry_backoff_ms\": 100,"
-    "                 \"retry_backoff_max_ms\": 1000, \"timeout_s\": 60, \"max_running\": 2},"
+    "                 \"retry_backoff_max_ms\": 1000, \"timeout_s\": 60, \"max_running\": 2,"
+    "                 \"concurrency\": {\"group\": \"host\", \"key\": \"{{input:/host}}\","
+    "                                 \"max_running\": 2, \"strategy\": \"keep_newest\"}},"
     "   \"quiet.v2\": {\"action\": \"simulate\", \"max_running\": null,"
     "                  \"approval\": {\"timeout_s\": 600, \"on_timeout\": \"approve\"}}"
     " },"
@@ -319,6 +323,331 @@ START_TEST(test_demo_redefined_field_by_field)
     ck_assert_int_eq(demo->max_attempts, 5);
     ck_assert_int_eq(demo->retry_backoff_ms, 200);
     ck_assert_int_eq(json_integer_value(json_object_get(demo->params, "steps")), 1);
+}
+END_TEST
+
+/* ---- concurrency keys and tenants ---- */
+
+/* "concurrency": none by default; an object over the defaults (the
+ * type's name as group, max_running 1, strategy queue) with its key
+ * compiled; replaced as a whole, kept when the type is redefined without
+ * it, removed by null; --print-config shows it with its group. */
+START_TEST(test_concurrency_load)
+{
+    const struct run_type *rt;
+    json_t *j, *c, *want;
+
+    ck_assert(!cfg_run_type(&cfg, "demo")->conc.on);
+    ck_load_ok("{\"run_types\": {\"restart-host\": {\"action\": \"simulate\", \"concurrency\": "
+               "{\"key\": \"{{tenant}}/{{input:/labels/instance}}\"}},"
+               " \"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": "
+               "\"restart-host\", \"key\": \"{{input:/host}}\", \"max_running\": 1, "
+               "\"strategy\": \"queue\"}},"
+               " \"deploy\": {\"action\": \"simulate\", \"concurrency\": {\"key\": \"all\", "
+               "\"max_running\": 100000, \"strategy\": \"cancel_in_progress\"}},"
+               " \"probe\": {\"action\": \"simulate\", \"concurrency\": null}}}");
+    rt = cfg_run_type(&cfg, "restart-host");
+    ck_assert(rt->conc.on);
+    ck_assert_str_eq(rt->conc.group, "restart-host");
+    ck_assert_str_eq(rt->conc.key, "{{tenant}}/{{input:/labels/instance}}");
+    ck_assert_int_eq(rt->conc.max_running, 1);
+    ck_assert_int_eq(rt->conc.strategy, CONC_QUEUE);
+    want =
+        json_loads("[[\"tenant\"], [\"text\", \"/\"], [\"input\", \"/labels/instance\"]]", 0, NULL);
+    ck_assert(json_equal(rt->conc.parts, want));
+    json_decref(want);
+    ck_assert_str_eq(cfg_run_type(&cfg, "patch-host")->conc.group, "restart-host");
+    rt = cfg_run_type(&cfg, "deploy");
+    ck_assert_int_eq(rt->conc.max_running, 100000);
+    ck_assert_int_eq(rt->conc.strategy, CONC_CANCEL_IN_PROGRESS);
+    ck_assert(!cfg_run_type(&cfg, "probe")->conc.on);
+    ck_assert_str_eq(cfg_conc_strategy_name(CONC_CANCEL_NEWEST), "cancel_newest");
+    ck_assert_str_eq(cfg_conc_strategy_name(CONC_KEEP_NEWEST), "keep_newest");
+
+    j = cfg_to_json(&cfg);
+    c = json_object_get(json_object_get(json_object_get(j, "run_types"), "restart-host"),
+                        "concurrency");
+    want =
+        json_pack("{s:s, s:s, s:i, s:s}", "group", "restart-host", "key",
+                  "{{tenant}}/{{input:/labels/instance}}", "max_running", 1, "strategy", "queue");
+    ck_assert(json_equal(c, want));
+    json_decref(want);
+    ck_assert(json_is_null(
+        json_object_get(json_object_get(json_object_get(j, "run_types"), "demo"), "concurrency")));
+    json_decref(j);
+
+    /* a type redefined field by field keeps it; a new object replaces it
+     * whole; null removes it */
+    ck_load_ok("{\"run_types\": {\"deploy\": {\"max_attempts\": 1}}}");
+    ck_assert_str_eq(cfg_run_type(&cfg, "deploy")->conc.key, "all");
+    ck_load_ok("{\"run_types\": {\"deploy\": {\"concurrency\": {\"key\": \"{{tenant}}\"}}}}");
+    rt = cfg_run_type(&cfg, "deploy");
+    ck_assert_int_eq(rt->conc.max_running, 1);
+    ck_assert_int_eq(rt->conc.strategy, CONC_QUEUE);
+    ck_load_ok("{\"run_types\": {\"deploy\": {\"concurrency\": null}}}");
+    ck_assert(!cfg_run_type(&cfg, "deploy")->conc.on);
+    ck_assert_ptr_null(cfg_run_type(&cfg, "deploy")->conc.parts);
+}
+END_TEST
+
+/* A load on a fresh configuration fails with exactly msg. */
+#define ck_fresh_load_fails(text, msg)                                                             \
+    do {                                                                                           \
+        cfg_cleanup(&cfg);                                                                         \
+        cfg_init(&cfg, &action_registry);                                                          \
+        ck_load_fails((text), (msg));                                                              \
+    } while (0)
+
+/* Each key of "concurrency" checked and named; a failed definition leaves
+ * the type as it was. */
+START_TEST(test_concurrency_errors_named)
+{
+    ck_fresh_load_fails(
+        "{\"run_types\": {\"a\": {\"action\": \"simulate\", \"concurrency\": {\"key\": \"x\", "
+        "\"max_runing\": 2, \"stratgy\": \"queue\"}},"
+        " \"b\": {\"action\": \"simulate\", \"concurrency\": {\"key\": \"x\", \"max_running\": "
+        "0, \"strategy\": \"cancel\"}}}}",
+        "unknown key \"run_types.a.concurrency.max_runing\"; did you mean \"max_running\"?\n"
+        "unknown key \"run_types.a.concurrency.stratgy\"; did you mean \"strategy\"?\n"
+        "invalid \"run_types.b.concurrency.max_running\": must be between 1 and 100000\n"
+        "invalid \"run_types.b.concurrency.strategy\": expected \"queue\", "
+        "\"cancel_in_progress\", \"cancel_newest\" or \"keep_newest\"");
+    ck_fresh_load_fails(
+        "{\"run_types\": {\"c\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"a b\", "
+        "\"key\": \"x\", \"max_running\": 100001}},"
+        " \"d\": {\"action\": \"simulate\", \"concurrency\": {\"max_running\": 2}},"
+        " \"e\": {\"action\": \"simulate\", \"concurrency\": {\"key\": \"{{input:host}}\"}}}}",
+        "invalid \"run_types.c.concurrency.group\": must be 1 to 64 characters of A-Z, a-z, "
+        "0-9, \"_\", \".\" or \"-\"\n"
+        "invalid \"run_types.c.concurrency.max_running\": must be between 1 and 100000\n"
+        "missing \"run_types.d.concurrency.key\"\n"
+        "invalid \"run_types.e.concurrency.key\": \"{{input:host}}\": \"host\" is not a JSON "
+        "pointer (RFC 6901), such as \"/labels/instance\"");
+    ck_fresh_load_fails(
+        "{\"run_types\": {\"f\": {\"action\": \"simulate\", \"concurrency\": \"{{input:/host}}\"},"
+        " \"g\": {\"action\": \"simulate\", \"concurrency\": {\"key\": null, \"group\": 7}},"
+        " \"h\": {\"action\": \"simulate\", \"concurency\": {}}}}",
+        "invalid \"run_types.f.concurrency\": expected an object or null\n"
+        "invalid \"run_types.g.concurrency.key\": expected a string\n"
+        "invalid \"run_types.g.concurrency.group\": expected a string\n"
+        "unknown key \"run_types.h.concurency\"; did you mean \"concurrency\"?");
+    ck_assert_uint_eq(cfg.nrun_types, 1);
+    ck_load_ok("{\"run_types\": {\"demo\": {\"concurrency\": {\"key\": \"one\"}}}}");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"concurrency\": {\"key\": \"{{run:/id}}\"}}}}",
+                  "invalid \"run_types.demo.concurrency.key\": unknown placeholder "
+                  "\"{{run:/id}}\": a key takes {{input:/json/pointer}} and {{tenant}}");
+    ck_load_fails("{\"run_types\": {\"demo\": {\"concurrency\": {\"key\": \"\"}}}}",
+                  "invalid \"run_types.demo.concurrency.key\": the template is empty");
+    ck_assert_str_eq(cfg_run_type(&cfg, "demo")->conc.key, "one");
+}
+END_TEST
+
+/* A key template whose literal text alone is longer than a key (512
+ * bytes) could make no key: refused at load, naming the key; 512 bytes
+ * of it load. */
+START_TEST(test_concurrency_literal_text_bound)
+{
+    char text[1200], want[200];
+    int n = snprintf(text, sizeof(text),
+                     "{\"run_types\": {\"big\": {\"action\": \"simulate\", \"concurrency\": "
+                     "{\"key\": \"{{input:/host}}");
+
+    memset(text + n, 'k', 512);
+    snprintf(text + n + 512, sizeof(text) - (size_t)n - 512, "\"}}}}");
+    ck_load_ok(text);
+    memset(text + n, 'k', 513);
+    snprintf(text + n + 513, sizeof(text) - (size_t)n - 513, "\"}}}}");
+    snprintf(want, sizeof(want),
+             "invalid \"run_types.big.concurrency.key\": the template's literal text is 513 "
+             "bytes, more than the 512 of a key: it could make no key");
+    ck_load_fails(text, want);
+}
+END_TEST
+
+/* The run types of a group share its keys: they must agree on
+ * max_running and strategy, and an error names both types. */
+START_TEST(test_concurrency_group_agrees)
+{
+    struct error err = {0};
+
+    ck_load_fails(
+        "{\"run_types\": {\"restart-host\": {\"action\": \"simulate\", \"concurrency\": "
+        "{\"group\": \"host\", \"key\": \"{{input:/host}}\", \"max_running\": 2}},"
+        " \"patch-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/host}}\", \"strategy\": \"cancel_newest\"}},"
+        " \"reboot-host\": {\"action\": \"simulate\", \"concurrency\": {\"group\": \"host\", "
+        "\"key\": \"{{input:/name}}\", \"max_running\": 2}}}}",
+        "invalid \"run_types.patch-host.concurrency.max_running\": 1, but run type "
+        "\"restart-host\" of the same group \"host\" has 2; the run types of a group share its "
+        "max_running\n"
+        "invalid \"run_types.patch-host.concurrency.strategy\": \"cancel_newest\", but run type "
+        "\"restart-host\" of the same group \"host\" has \"queue\"; the run types of a group "
+        "share its strategy");
+    /* the group of a type named by default is its name, shared alike */
+    cfg_cleanup(&cfg);
+    cfg_init(&cfg, &action_registry);
+    ck_load_fails("{\"run_types\": {\"host\": {\"action\": \"simulate\", \"concurrency\": "
+                  "{\"key\": \"k\"}}, \"other\": {\"action\": \"simulate\", \"concurrency\": "
+                  "{\"group\": \"host\", \"key\": \"k\", \"strategy\": \"keep_newest\"}}}}",
+                  "invalid \"run_types.other.concurrency.strategy\": \"keep_newest\", but run "
+                  "type \"host\" of the same group \"host\" has \"queue\"; the run types of a "
+                  "group share its strategy");
+    cfg_cleanup(&cfg);
+    cfg_init(&cfg, &action_registry);
+    ck_load_ok("{\"run_types\": {\"a\": {\"action\": \"simulate\", \"concurrency\": "
+               "{\"group\": \"g\", \"key\": \"{{input:/x}}\", \"max_running\": 3, \"strategy\": "
+               "\"keep_newest\"}}, \"b\": {\"action\": \"simulate\", \"concurrency\": "
+               "{\"group\": \"g\", \"key\": \"{{tenant}}\", \"max_running\": 3, \"strategy\": "
+               "\"keep_newest\"}}, \"c\": {\"action\": \"simulate\", \"concurrency\": "
+               "{\"group\": \"h\", \"key\": \"k\", \"max_running\": 9}}}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* The runs opsrun makes itself from fixed data (a schedule's, a
+ * follow-up's without placeholders) have no caller to answer 400: the
+ * data must hold each value the key takes, checked at start-up, each
+ * error naming the data and the pointer. A follow-up whose data has
+ * placeholders is left to the database. */
+static const char keyed_type[] =
+    "\"restart-host\": {\"action\": \"simulate\", \"concurrency\": "
+    "{\"key\": \"{{tenant}}:{{input:/labels/instance}}:{{input:/port}}\"}}";
+
+START_TEST(test_concurrency_schedule_data)
+{
+    char text[2048];
+    struct error err = {0};
+
+    snprintf(text, sizeof(text),
+             "{\"run_types\": {%s}, \"schedules\": {"
+             "\"nightly\": {\"cron\": \"@daily\", \"run_type\": \"restart-host\"},"
+             " \"weekly\": {\"cron\": \"@weekly\", \"run_type\": \"restart-host\", "
+             "\"data\": {\"labels\": {\"instance\": \"db-1\"}, \"port\": 9100}},"
+             " \"plain\": {\"cron\": \"@weekly\", \"run_type\": \"demo\"}}}",
+             keyed_type);
+    ck_fresh_load_fails(text, "invalid \"schedules.nightly.data\": "
+                              "run_types.restart-host.concurrency: the input has no value at "
+                              "\"/labels/instance\"\n"
+                              "invalid \"schedules.nightly.data\": "
+                              "run_types.restart-host.concurrency: the input has no value at "
+                              "\"/port\"");
+    snprintf(text, sizeof(text),
+             "{\"run_types\": {%s}, \"schedules\": {"
+             "\"hourly\": {\"cron\": \"@hourly\", \"run_type\": \"restart-host\", "
+             "\"data\": {\"labels\": {\"instance\": {\"a\": 1}}, \"port\": 1.5}}}}",
+             keyed_type);
+    ck_fresh_load_fails(text, "invalid \"schedules.hourly.data\": "
+                              "run_types.restart-host.concurrency: the value at "
+                              "\"/labels/instance\" is an object, not a string, a whole number or "
+                              "a boolean\n"
+                              "invalid \"schedules.hourly.data\": "
+                              "run_types.restart-host.concurrency: the value at \"/port\" is a "
+                              "number with a decimal point or an exponent, not a string, a whole "
+                              "number or a boolean");
+    /* a key too long for the schedule's tenant; 512 bytes are a key */
+    for (int len = 509; len >= 508; len--) {
+        snprintf(text, sizeof(text),
+                 "{\"run_types\": {\"t\": {\"action\": \"simulate\", \"concurrency\": "
+                 "{\"key\": \"{{tenant}}{{input:/v}}\"}}}, \"schedules\": {\"s\": {\"cron\": "
+                 "\"@daily\", \"run_type\": \"t\", \"tenant\": \"acme\", \"data\": {\"v\": "
+                 "\"%0*d\"}}}}",
+                 len, 0);
+        if (len == 509) {
+            ck_fresh_load_fails(text, "invalid \"schedules.s.data\": run_types.t.concurrency: the "
+                                      "concurrency key would be 513 bytes, more than 512");
+            continue;
+        }
+        cfg_cleanup(&cfg);
+        cfg_init(&cfg, &action_registry);
+        ck_load_ok(text);
+        ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+    }
+}
+END_TEST
+
+START_TEST(test_concurrency_then_data)
+{
+    char text[2048];
+    struct error err = {0};
+
+    snprintf(text, sizeof(text),
+             "{\"run_types\": {%s, \"check\": {\"action\": \"simulate\", \"then\": ["
+             "{\"on\": [\"failed\"], \"run_type\": \"restart-host\"},"
+             "{\"on\": [\"failed\"], \"run_type\": \"restart-host\", \"data\": {\"port\": 1}},"
+             "{\"on\": [\"failed\"], \"run_type\": \"restart-host\", \"data\": "
+             "{\"labels\": \"{{run:/input/labels}}\"}},"
+             "{\"on\": [\"failed\"], \"run_type\": \"restart-host\", \"data\": "
+             "{\"labels\": {\"instance\": \"db-1\"}, \"port\": 9100}},"
+             "{\"on\": [\"failed\"], \"run_type\": \"demo\"}]}}}",
+             keyed_type);
+    ck_fresh_load_fails(text, "invalid \"run_types.check.then[0].data\": "
+                              "run_types.restart-host.concurrency: the input has no value at "
+                              "\"/labels/instance\"\n"
+                              "invalid \"run_types.check.then[0].data\": "
+                              "run_types.restart-host.concurrency: the input has no value at "
+                              "\"/port\"\n"
+                              "invalid \"run_types.check.then[1].data\": "
+                              "run_types.restart-host.concurrency: the input has no value at "
+                              "\"/labels/instance\"");
+    /* placeholders anywhere in the data: the database decides */
+    ck_load_ok("{\"run_types\": {\"check\": {\"then\": ["
+               "{\"on\": [\"failed\"], \"run_type\": \"restart-host\", \"data\": "
+               "{\"labels\": {\"instance\": \"db-1\"}, \"port\": 9100, "
+               "\"why\": [\"{{run:/error/message}}\"]}}]}}}");
+    ck_assert_int_eq(cfg_validate(&cfg, &err), ST_OK);
+}
+END_TEST
+
+/* "tenants" and queue.tenant_max_running: no cap by default; a tenant's
+ * own max_running wins, null falls back to the queue's; merged by name,
+ * null removes one; names and values checked. */
+START_TEST(test_tenants)
+{
+    json_t *j;
+
+    ck_assert_int_eq(cfg.queue.tenant_max_running, 0);
+    ck_assert_uint_eq(cfg.ntenants, 0);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "acme"), 0);
+    ck_load_ok("{\"tenants\": {\"acme\": {\"max_running\": 10}, \"beta\": {}, "
+               "\"gamma.eu-1\": {\"max_running\": null}}}");
+    ck_assert_uint_eq(cfg.ntenants, 3);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "acme"), 10);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "beta"), 0);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "other"), 0);
+    ck_load_ok("{\"queue\": {\"tenant_max_running\": 4}, \"tenants\": {\"beta\": null, "
+               "\"acme\": {\"max_running\": 100000}}}");
+    ck_assert_uint_eq(cfg.ntenants, 2);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "acme"), 100000);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "beta"), 4);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "gamma.eu-1"), 4);
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, NULL), 4);
+
+    j = cfg_to_json(&cfg);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "queue"), "tenant_max_running")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(j, "tenants"), "acme"), "max_running")),
+                     100000);
+    ck_assert(json_is_null(json_object_get(
+        json_object_get(json_object_get(j, "tenants"), "gamma.eu-1"), "max_running")));
+    json_decref(j);
+    ck_load_ok("{\"queue\": {\"tenant_max_running\": null}}");
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "gamma.eu-1"), 0);
+
+    ck_load_fails("{\"tenants\": {\"a b\": {}, \"acme\": {\"max_runing\": 1}, "
+                  "\"x\": {\"max_running\": 0}, \"y\": 5}, "
+                  "\"queue\": {\"tenant_max_running\": 100001}}",
+                  "invalid \"tenants.a b\": must be 1 to 64 characters of A-Z, a-z, 0-9, \"_\", "
+                  "\".\" or \"-\"\n"
+                  "unknown key \"tenants.acme.max_runing\"; did you mean \"max_running\"?\n"
+                  "invalid \"tenants.x.max_running\": must be null or between 1 and 100000\n"
+                  "invalid \"tenants.y\": expected an object\n"
+                  "invalid \"queue.tenant_max_running\": must be null or between 1 and 100000");
+    ck_load_fails("{\"tenants\": []}", "invalid \"tenants\": expected an object");
+    ck_load_fails("{\"tenant\": {}}", "unknown key \"tenant\"; did you mean \"tenants\"?");
+    /* a failed entry changes nothing */
+    ck_assert_int_eq(cfg_tenant_max_running(&cfg, "acme"), 100000);
+    ck_assert_uint_eq(cfg.ntenants, 2);
 }
 END_TEST
 
@@ -1859,6 +2188,13 @@ static Suite *cfg_suite(void)
     tcase_add_test(tc, test_empty_file_keeps_defaults);
     tcase_add_test(tc, test_null_clears_nullable);
     tcase_add_test(tc, test_demo_redefined_field_by_field);
+    tcase_add_test(tc, test_concurrency_load);
+    tcase_add_test(tc, test_concurrency_errors_named);
+    tcase_add_test(tc, test_concurrency_literal_text_bound);
+    tcase_add_test(tc, test_concurrency_group_agrees);
+    tcase_add_test(tc, test_concurrency_schedule_data);
+    tcase_add_test(tc, test_concurrency_then_data);
+    tcase_add_test(tc, test_tenants);
     tcase_add_test(tc, test_failed_run_type_changes_nothing);
     tcase_add_test(tc, test_demo_removed_by_null);
     tcase_add_test(tc, test_removed_type_still_routed);

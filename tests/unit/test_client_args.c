@@ -329,6 +329,27 @@ START_TEST(requests)
     ck_assert_str_eq(err.message, "invalid --approval \"approved\": the only value is pending (the "
                                   "runs awaiting approval)");
     ck_assert_int_eq(parse(ARGV("cancel", "--approval", "pending"), NULL, &a, &err), ST_INVALID);
+
+    /* a concurrency key's runs: the key as it is, escaped */
+    ck_assert_int_eq(
+        parse(ARGV("runs", "--concurrency-key", "host/web 1&x", "--concurrency-group", "host"),
+              NULL, &a, &err),
+        ST_OK);
+    s = cmd_runs_path(&a);
+    ck_assert_str_eq(s, "/runs?concurrency_key=host%2Fweb%201%26x&concurrency_group=host");
+    free(s);
+    ck_assert_int_eq(
+        parse(ARGV("runs", "--concurrency-key=db-7", "--status", "queued"), NULL, &a, &err), ST_OK);
+    s = cmd_runs_path(&a);
+    ck_assert_str_eq(s, "/runs?status=queued&concurrency_key=db-7");
+    free(s);
+    ck_assert_int_eq(parse(ARGV("runs", "--concurrency-key", ""), NULL, &a, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid --concurrency-key: must be 1 to 512 bytes");
+    ck_assert_int_eq(parse(ARGV("runs", "--concurrency-group", ""), NULL, &a, &err), ST_INVALID);
+    ck_assert_str_eq(err.message, "invalid --concurrency-group: must be 1 to 64 characters");
+    ck_assert_int_eq(parse(ARGV("cancel", "r-1", "--concurrency-key", "db-7"), NULL, &a, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, "flag --concurrency-key does not apply to cancel");
 }
 END_TEST
 

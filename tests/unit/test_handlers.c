@@ -250,6 +250,49 @@ START_TEST(filter_invalid)
 }
 END_TEST
 
+/* ?concurrency_key= (1 to 512 bytes, a key's longest) and
+ * ?concurrency_group= (1 to 64 characters), each on its own or both. */
+START_TEST(filter_concurrency)
+{
+    struct qpairs both = {{"concurrency_key", "concurrency_group"}, {"host/web-1", "host"}};
+    struct qpairs key = {{"concurrency_key"}, {NULL}};
+    char longest[513], over[514], group[66];
+    struct run_filter f;
+    struct error err = {0};
+
+    ck_assert_int_eq(filter(&both, &f, &err), ST_OK);
+    ck_assert_str_eq(f.conc_key, "host/web-1");
+    ck_assert_str_eq(f.conc_group, "host");
+    memset(longest, 'k', sizeof(longest) - 1);
+    longest[sizeof(longest) - 1] = '\0';
+    key.v[0] = longest;
+    ck_assert_int_eq(filter(&key, &f, &err), ST_OK);
+    ck_assert_str_eq(f.conc_key, longest);
+    ck_assert_ptr_null(f.conc_group);
+
+    memset(over, 'k', sizeof(over) - 1);
+    over[sizeof(over) - 1] = '\0';
+    memset(group, 'g', sizeof(group) - 1);
+    group[sizeof(group) - 1] = '\0';
+    {
+        struct qpairs bad = {{"concurrency_key", "concurrency_group"}, {over, group}};
+        struct error e = {0};
+        ck_assert_int_eq(filter(&bad, &f, &e), ST_INVALID);
+        ck_assert_uint_eq(e.nfields, 2);
+        ck_assert_str_eq(e.fields[0].field, "concurrency_key");
+        ck_assert_str_eq(e.fields[0].message, "must be 1 to 512 characters");
+        ck_assert_str_eq(e.fields[1].field, "concurrency_group");
+        ck_assert_str_eq(e.fields[1].message, "must be 1 to 64 characters");
+    }
+    {
+        struct qpairs empty = {{"concurrency_key", "concurrency_group"}, {"", ""}};
+        struct error e = {0};
+        ck_assert_int_eq(filter(&empty, &f, &e), ST_INVALID);
+        ck_assert_uint_eq(e.nfields, 2);
+    }
+}
+END_TEST
+
 START_TEST(routes_match)
 {
     struct route_hit m;
@@ -691,6 +734,7 @@ static Suite *handlers_suite(void)
     tcase_add_test(t, wait_param);
     tcase_add_test(t, stream_filter);
     tcase_add_test(t, filter_invalid);
+    tcase_add_test(t, filter_concurrency);
     tcase_add_test(t, routes_match);
     tcase_add_test(t, routes_reject);
     tcase_add_test(t, web_files);

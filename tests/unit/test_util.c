@@ -9,6 +9,7 @@
 #include <check.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -590,6 +591,82 @@ START_TEST(run_id_unique)
 }
 END_TEST
 
+/* One thread's ids, made in a tight loop. */
+struct id_run {
+    pthread_t t;
+    char (*ids)[27];
+    int n;
+};
+
+static void *make_ids(void *arg)
+{
+    struct id_run *r = arg;
+
+    for (int i = 0; i < r->n; i++)
+        run_id_new(r->ids[i]);
+    return NULL;
+}
+
+/* Many ids made at once by several threads, most of them within one
+ * millisecond of the one before: each thread's are strictly increasing
+ * (monotonic within a millisecond, the ULID spec's way, rather than in
+ * random order), and no two of any thread are the same. */
+START_TEST(run_id_monotonic_threads)
+{
+    enum { THREADS = 4, N = 20000 };
+    struct id_run runs[THREADS];
+    char(*all)[27] = xmalloc((size_t)THREADS * N * sizeof(*all));
+    int same_ms = 0;
+
+    for (int t = 0; t < THREADS; t++) {
+        runs[t] = (struct id_run){.ids = all + (size_t)t * N, .n = N};
+        ck_assert_int_eq(pthread_create(&runs[t].t, NULL, make_ids, &runs[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++)
+        ck_assert_int_eq(pthread_join(runs[t].t, NULL), 0);
+    for (int t = 0; t < THREADS; t++)
+        for (int i = 1; i < N; i++) {
+            ck_assert_msg(strcmp(runs[t].ids[i - 1], runs[t].ids[i]) < 0,
+                          "thread %d: id %d %s is not after %s", t, i, runs[t].ids[i],
+                          runs[t].ids[i - 1]);
+            same_ms += ulid_ms(runs[t].ids[i - 1]) == ulid_ms(runs[t].ids[i]);
+        }
+    ck_assert_int_gt(same_ms, N); /* the loop did make ids within one millisecond */
+    qsort(all, (size_t)THREADS * N, sizeof(*all), cmp_str);
+    for (int i = 1; i < THREADS * N; i++)
+        ck_assert_str_ne(all[i - 1], all[i]);
+    free(all);
+}
+END_TEST
+
+/* Within one millisecond, the next id is the one before plus one in its
+ * last character (the random part's lowest bits), carried as base32 is. */
+START_TEST(run_id_increments_within_a_millisecond)
+{
+    char a[27], b[27];
+    int tries = 0;
+
+    do {
+        run_id_new(a);
+        run_id_new(b);
+    } while (ulid_ms(a) != ulid_ms(b) && ++tries < 100);
+    ck_assert_int_eq(ulid_ms(a), ulid_ms(b));
+    /* b is a + 1: equal up to the last digit that is not the greatest (Z),
+     * that digit one more, and every Z after it 0 */
+    {
+        int k = 25;
+        while (k >= 10 && a[k] == 'Z') {
+            ck_assert_int_eq(b[k], '0');
+            k--;
+        }
+        ck_assert_int_ge(k, 10);
+        ck_assert_int_eq(strchr(crockford, b[k]) - crockford,
+                         strchr(crockford, a[k]) - crockford + 1);
+        ck_assert_int_eq(memcmp(a, b, (size_t)k), 0);
+    }
+}
+END_TEST
+
 START_TEST(run_id_validity)
 {
     char s[131];
@@ -1161,6 +1238,8 @@ static TCase *tc_ids(void)
     tcase_add_test(tc, run_id_time_prefix);
     tcase_add_test(tc, run_id_sorts_by_time);
     tcase_add_test(tc, run_id_unique);
+    tcase_add_test(tc, run_id_monotonic_threads);
+    tcase_add_test(tc, run_id_increments_within_a_millisecond);
     tcase_add_test(tc, run_id_validity);
     return tc;
 }
