@@ -129,6 +129,44 @@ static char *submit(const char *tenant, const char *type, const char *input, int
     return id;
 }
 
+/* Submits a run of tenant "default" that waits for approval (10 minutes);
+ * returns its id (heap). */
+static char *submit_awaiting(const char *type, const char *input)
+{
+    char id[27];
+    json_t *in = json_loads(input, 0, NULL);
+    struct run *run = NULL;
+    bool dedup = true;
+
+    ck_assert_ptr_nonnull(in);
+    run_id_new(id);
+    OK(store_runs_submit(g_db,
+                         &(struct run_new){.tenant = "default",
+                                           .id = id,
+                                           .type = type,
+                                           .max_attempts = 3,
+                                           .timeout_s = 300,
+                                           .input = in,
+                                           .identity_hash = id,
+                                           .request_hash = "req",
+                                           .approval_timeout_s = 600},
+                         &run, &dedup, &g_err));
+    ck_assert(!dedup);
+    run_free(run);
+    json_decref(in);
+    return xstrdup(id);
+}
+
+/* Approves run id of tenant "default". */
+static void approve(const char *id)
+{
+    struct run *out = NULL;
+
+    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
+                              &out, &g_err));
+    run_free(out);
+}
+
 /* The first column of the first row as a heap string (NULL for SQL NULL or
  * no row). */
 static char *sql_str(const char *fmt, ...) PRINTF_LIKE(1, 2);
@@ -908,55 +946,29 @@ END_TEST
 START_TEST(approval_decides_when_the_strategy_acts)
 {
     static const char *const types[] = {"CI", "KN", "CN"};
-    char *a, *q, *r, *c1, *ev;
-    struct run_new rn = {0};
-    struct run *run = NULL, *out = NULL;
-    json_t *in = json_pack("{s:s}", "k", "x");
-    char id[27];
-    bool dedup = false;
+    char *a, *n, *q, *r, *m, *c1, *ev;
 
     open_test_db("it_conc_approval");
     sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
     a = submit("default", "CI", "{\"k\":\"x\"}", 0);
     claim_expect(types, 3, (const char *const[]){a}, 1);
     /* n: cancel_in_progress, awaiting approval. */
-    run_id_new(id);
-    rn = (struct run_new){.tenant = "default",
-                          .id = id,
-                          .type = "CI",
-                          .max_attempts = 3,
-                          .timeout_s = 300,
-                          .input = in,
-                          .identity_hash = id,
-                          .request_hash = "req",
-                          .approval_timeout_s = 600};
-    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
-    assert_state(id, "waiting", "pending");
+    n = submit_awaiting("CI", "{\"k\":\"x\"}");
+    assert_state(n, "waiting", "pending");
     assert_state(a, "running", "pending");
-    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
-                              &out, &g_err));
-    run_free(out);
-    run_free(run);
-    assert_state(id, "queued", "pending");
+    approve(n);
+    assert_state(n, "queued", "pending");
     assert_state(a, "cancelling", "pending");
-    ev = xasprintf("cancel requested: superseded by %s", id);
+    ev = xasprintf("cancel requested: superseded by %s", n);
     assert_event(a, ev);
     free(ev);
 
     /* keep_newest: q waits for approval, r comes and is queued. */
-    run_id_new(id);
-    rn.id = id;
-    rn.identity_hash = id;
-    rn.type = "KN";
-    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
-    run_free(run);
-    q = xstrdup(id);
+    q = submit_awaiting("KN", "{\"k\":\"x\"}");
     r = submit("default", "KN", "{\"k\":\"x\"}", 0);
     assert_state(q, "waiting", "pending");
     assert_state(r, "queued", "pending");
-    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", q, true, "ops", NULL},
-                              &out, &g_err));
-    run_free(out);
+    approve(q);
     assert_state(q, "completed", "cancelled");
     ev = xasprintf("cancelled: superseded by %s", r);
     assert_event(q, ev);
@@ -965,26 +977,20 @@ START_TEST(approval_decides_when_the_strategy_acts)
 
     /* cancel_newest (max_running 2): m is submitted while the key is
      * free, approved once c1 and c2 filled it. */
-    run_id_new(id);
-    rn.id = id;
-    rn.identity_hash = id;
-    rn.type = "CN";
-    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
-    run_free(run);
-    assert_state(id, "waiting", "pending");
+    m = submit_awaiting("CN", "{\"k\":\"x\"}");
+    assert_state(m, "waiting", "pending");
     c1 = submit("default", "CN", "{\"k\":\"x\"}", 0);
     free(submit("default", "CN", "{\"k\":\"x\"}", 0));
     assert_state(c1, "queued", "pending");
-    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
-                              &out, &g_err));
-    run_free(out);
-    assert_state(id, "completed", "cancelled");
-    assert_col(id, "error->>'code'", "concurrency_limit");
+    approve(m);
+    assert_state(m, "completed", "cancelled");
+    assert_col(m, "error->>'code'", "concurrency_limit");
     assert_state(c1, "queued", "pending");
-    json_decref(in);
     free(a);
+    free(n);
     free(q);
     free(r);
+    free(m);
     free(c1);
     close_test_db();
 }
@@ -996,28 +1002,13 @@ END_TEST
  * once made, finds the newer run and the approved run is superseded. */
 START_TEST(an_insert_passes_over_a_run_being_decided)
 {
-    char id[27], *ev;
-    struct run_new rn = {0};
-    struct run *run = NULL, *out = NULL;
-    json_t *in = json_pack("{s:s}", "k", "x");
+    char *id, *ev;
     char *ci = th_conninfo("it_conc_pass_over");
     PGconn *other;
-    bool dedup = false;
 
     open_test_db("it_conc_pass_over");
     sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
-    run_id_new(id);
-    rn = (struct run_new){.tenant = "default",
-                          .id = id,
-                          .type = "CI",
-                          .max_attempts = 3,
-                          .timeout_s = 300,
-                          .input = in,
-                          .identity_hash = id,
-                          .request_hash = "req",
-                          .approval_timeout_s = 600};
-    OK(store_runs_submit(g_db, &rn, &run, &dedup, &g_err));
-    run_free(run);
+    id = submit_awaiting("CI", "{\"k\":\"x\"}");
     other = th_pg(ci);
     PQclear(th_sql(other, "BEGIN"));
     PQclear(th_sql(other, "SELECT 1 FROM runs WHERE id = '%s' FOR UPDATE", id));
@@ -1028,15 +1019,13 @@ START_TEST(an_insert_passes_over_a_run_being_decided)
     assert_state(id, "waiting", "pending");
     PQclear(th_sql(other, "ROLLBACK"));
     PQfinish(other);
-    OK(store_approvals_decide(g_db, &(struct approval_decision){"default", id, true, "ops", NULL},
-                              &out, &g_err));
-    run_free(out);
+    approve(id);
     assert_state(id, "completed", "cancelled");
     ev = xasprintf("cancelled: superseded by %s", "newer");
     assert_event(id, ev);
     free(ev);
     assert_state("newer", "queued", "pending");
-    json_decref(in);
+    free(id);
     free(ci);
     close_test_db();
 }
@@ -1507,6 +1496,9 @@ END_TEST
  * first?" once read every queued run (runs_queued_at, 50 ms a claim). */
 START_TEST(one_tenant_claim_reads_few_entries)
 {
+    static const char *const entries = "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) "
+                                       "FROM pg_class c WHERE c.relname LIKE 'runs%' AND "
+                                       "c.relkind = 'i'";
     long long before, read;
 
     open_test_db("it_conc_one_tenant");
@@ -1516,14 +1508,11 @@ START_TEST(one_tenant_claim_reads_few_entries)
     PQclear(th_sql(g_pg, "ANALYZE runs"));
     for (int round = 0; round < 3; round++) {
         PQclear(th_sql(g_pg, "BEGIN"));
-        before = stat_of("SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) FROM pg_class c "
-                         "WHERE c.relname LIKE 'runs%' AND c.relkind = 'i'");
+        before = stat_of(entries);
         ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_claim('w1', 4, 100000, "
                                           "'{T}', '{NULL}')"),
                          4);
-        read = stat_of("SELECT sum(pg_stat_get_xact_tuples_returned(c.oid)) FROM pg_class c "
-                       "WHERE c.relname LIKE 'runs%' AND c.relkind = 'i'") -
-               before;
+        read = stat_of(entries) - before;
         ck_assert_msg(read < 100, "round %d: the claim read %lld index entries", round, read);
         PQclear(th_sql(g_pg, "COMMIT"));
     }
