@@ -43,8 +43,9 @@ struct poller {
      * known to have no unit left. */
     const char **open;
     int64_t *limit_until;
-    int n;            /* checker threads */
-    int64_t lease_ms; /* covers a check, or both hooks, of any of those types */
+    uint64_t limit_generation; /* of the view limit_until was made for */
+    int n;                     /* checker threads */
+    int64_t lease_ms;          /* covers a check, or both hooks, of any of those types */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, sched_cv;

@@ -120,6 +120,8 @@ static unsigned need_scope(enum auth_need need)
         return SCOPE_HEALTH;
     case NEED_APPROVE:
         return SCOPE_APPROVE;
+    case NEED_ADMIN:
+        return SCOPE_ADMIN;
     case NEED_OPEN:
     case NEED_TOKEN:
         break;

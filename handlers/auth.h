@@ -27,6 +27,7 @@ enum auth_need {
     NEED_CANCEL,  /* POST /runs/{id}/cancel, retry, the bulk cancel and retry */
     NEED_HEALTH,  /* /healthz: open when auth.open_health, else health or admin */
     NEED_APPROVE, /* POST /runs/{id}/approve and /reject */
+    NEED_ADMIN,   /* POST /admin/reload */
 };
 
 /* What the request carries; NULL for what is absent. */

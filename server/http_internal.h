@@ -61,6 +61,9 @@ struct http {
 /* One request, from its first call to its completion (http_request_done). */
 struct req_ctx {
     struct http *h;
+    /* What the handlers get: h's, with the configuration held for this
+     * request from its first call to its completion (config/live.h). */
+    struct hctx hc;
     struct MHD_Connection *conn;
     struct http_conn *cn; /* the connection's record (server/http_conn.h) */
     const char *method, *url;

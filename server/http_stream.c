@@ -41,7 +41,7 @@ void http_stream_free(void *arg)
 /* The request's SSE parameters; a problem goes to err->fields. */
 static enum status stream_params(struct req_ctx *rc, struct sse_request *q, struct error *err)
 {
-    const struct config *cfg = rc->h->hc->cfg;
+    const struct config *cfg = rc->hc.cfg;
     const char *lid = http_header(rc, "Last-Event-ID");
     const char *field = "Last-Event-ID";
     struct request rq = http_request_of(rc);
@@ -64,7 +64,7 @@ static enum status stream_params(struct req_ctx *rc, struct sse_request *q, stru
     if (err->nfields)
         return ST_INVALID;
     if (q->run_id && !q->tenant) { /* the one tenant that has this run */
-        enum status st = handle_runs_locate(rc->h->hc, &rq, q->run_id, rc->stream_tenant, err);
+        enum status st = handle_runs_locate(&rc->hc, &rq, q->run_id, rc->stream_tenant, err);
         if (st != ST_OK)
             return st;
         q->tenant = rc->stream_tenant;
@@ -77,7 +77,7 @@ static enum status stream_params(struct req_ctx *rc, struct sse_request *q, stru
 static enum status stream_limit(struct req_ctx *rc, struct http_stream *hs, const char *tenant,
                                 struct error *err)
 {
-    struct limits *lim = rc->h->hc->limits;
+    struct limits *lim = rc->hc.limits;
     enum status st;
 
     if (!lim)
@@ -123,10 +123,10 @@ static enum status log_stream_start(struct req_ctx *rc, const struct sse_request
         .after = q->has_last_id ? q->last_id : 0,
         .resumed = q->has_last_id,
         .retry_ms = q->retry_ms,
-        .max_line_bytes = rc->h->hc->cfg->logs.max_line_bytes,
+        .max_line_bytes = rc->hc.cfg->logs.max_line_bytes,
     };
 
-    return log_stream_open(rc->h->hc->hub, rc->h->hc->pool, &lq,
+    return log_stream_open(rc->hc.hub, rc->hc.pool, &lq,
                            &(struct hub_wake){http_suspend_stream, http_resume_stream, hs},
                            &hs->log, err);
 }
@@ -138,7 +138,7 @@ static bool is_log_stream(const struct req_ctx *rc)
 
 bool http_stream_open(struct req_ctx *rc)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
     struct http_stream *hs = xcalloc(1, sizeof(*hs));
     struct error err = {0};
     struct sse_request q;

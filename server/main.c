@@ -15,7 +15,9 @@
 #include "handlers/bulk.h"
 #include "handlers/submitq.h"
 #include "config/config.h"
+#include "config/live.h"
 #include "server/build_info.h"
+#include "server/reload.h"
 #include "server/http.h"
 #include "server/route.h"
 #include "live/hub.h"
@@ -218,53 +220,89 @@ static void print_lines(const char *prefix, const char *msg)
     } while (*p);
 }
 
-/* The error lines of the configuration printed as they came
- * (cfg_errors_sink), all of them: a message holds only the first few. */
-static unsigned config_lines;
+/* Where the error lines of one build of the configuration go: each is
+ * given to line as it comes (cfg_errors_sink), all of them, since a
+ * message holds only the first few; lines counts them. */
+struct config_sink {
+    void (*line)(void *arg, const char *text);
+    void *arg;
+    unsigned lines;
+};
 
-static void print_config_error(void *arg, const char *line)
+static void sink_line(void *arg, const char *text)
 {
-    (void)arg;
-    fprintf(stderr, "opsrun: invalid configuration: %s\n", line);
-    config_lines++;
+    struct config_sink *k = arg;
+
+    k->line(k->arg, text);
+    k->lines++;
 }
 
-/* True when st is not ST_OK, after printing its errors: those of the
- * message when none came line by line since *seen. */
-static bool config_failed(enum status st, const struct error *err, unsigned *seen)
+/* True when st is not ST_OK, after giving its errors to k: those of the
+ * message, line by line, when none came as lines since *seen. */
+static bool config_failed(enum status st, const struct error *err, struct config_sink *k,
+                          unsigned *seen)
 {
-    bool printed = config_lines != *seen;
+    bool given = k->lines != *seen;
+    const char *p = err->message;
 
-    *seen = config_lines;
+    *seen = k->lines;
     if (st == ST_OK)
         return false;
-    if (!printed)
-        print_lines("invalid configuration: ", err->message);
+    while (!given && *p) {
+        size_t n = strcspn(p, "\n");
+        char line[sizeof(err->message)];
+        memcpy(line, p, n);
+        line[n] = '\0';
+        k->line(k->arg, line);
+        p += n + (p[n] == '\n');
+    }
     return true;
 }
 
 /* Defaults, then the file, then the environment, then flags; validated.
  * Every source is read whatever the one before said, so every error is
- * told at once; the whole is validated only when each source was valid. */
-static int build_config(const struct cli *cli, struct config *cfg)
+ * told at once; the whole is validated only when each source was valid.
+ * A reload builds the same way (server/reload.h). */
+static int build_config_lines(const struct cli *cli, struct config *cfg,
+                              void (*line)(void *arg, const char *text), void *arg)
 {
     struct error err = {0};
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
     bool failed = false;
-    unsigned seen = config_lines;
+    struct config_sink k = {line, arg, 0};
+    unsigned seen = 0;
 
-    cfg_errors_sink(print_config_error, NULL);
+    cfg_errors_sink(sink_line, &k);
     cfg_init(cfg, &action_registry);
     if (path && *path)
-        failed |= config_failed(cfg_load_file(cfg, path, &err), &err, &seen);
-    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err, &seen);
+        failed |= config_failed(cfg_load_file(cfg, path, &err), &err, &k, &seen);
+    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err, &k, &seen);
     for (int i = 0; i < cli->nsets; i++)
-        failed |= config_failed(
-            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err, &seen);
+        failed |=
+            config_failed(cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err),
+                          &err, &k, &seen);
     if (!failed)
-        failed = config_failed(cfg_validate(cfg, &err), &err, &seen);
+        failed = config_failed(cfg_validate(cfg, &err), &err, &k, &seen);
     cfg_errors_sink(NULL, NULL);
     return failed ? 2 : 0;
+}
+
+static void print_config_error(void *arg, const char *line)
+{
+    (void)arg;
+    fprintf(stderr, "opsrun: invalid configuration: %s\n", line);
+}
+
+static int build_config(const struct cli *cli, struct config *cfg)
+{
+    return build_config_lines(cli, cfg, print_config_error, NULL);
+}
+
+/* server/reload.h's builder: the sources serve started with. */
+static int reload_build(const void *cli, struct config *cfg,
+                        void (*line)(void *arg, const char *text), void *arg)
+{
+    return build_config_lines(cli, cfg, line, arg);
 }
 
 static struct db_options conn_options(const struct config *cfg, const char *app)
@@ -360,17 +398,35 @@ static void raise_nofile(const struct config *cfg)
     }
 }
 
-/* Waits for SIGINT/SIGTERM, drains, returns when everything stopped. */
+/* SIGHUP: the configuration read again and applied (server/reload.h);
+ * what it did, or why it refused, is in the log. */
+static void reload_on_signal(struct reloads *r)
+{
+    json_t *answer = NULL, *errors = NULL;
+
+    (void)r->run(r->arg, "SIGHUP", &answer, &errors);
+    json_decref(answer);
+    json_decref(errors);
+}
+
+/* Reloads on SIGHUP until SIGINT/SIGTERM, then drains; returns when
+ * everything stopped. */
 static void serve_until_signal(const struct config *cfg, struct engine *engine,
-                               _Atomic bool *draining, const sigset_t *sigs)
+                               struct reloads *reloads, _Atomic bool *draining,
+                               const sigset_t *sigs)
 {
     struct drain_arg d = {.engine = engine, .grace_s = cfg->queue.shutdown_grace_s};
     struct timespec tick = {0, 200 * 1000000L};
     pthread_t th;
     int sig = 0;
 
-    while (sigwait(sigs, &sig) != 0)
-        ;
+    for (;;) {
+        if (sigwait(sigs, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        reload_on_signal(reloads);
+    }
     LOG(LOG_INFO, "received %s, draining (grace %d s; signal again to hand runs back now)",
         strsignal(sig), d.grace_s);
     /* Claims stop before /readyz says 503: a client that saw the 503 and
@@ -380,7 +436,7 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
     if (pthread_create(&th, NULL, drain_main, &d) != 0)
         abort();
     while (!atomic_load(&d.done)) {
-        if (sigtimedwait(sigs, NULL, &tick) > 0) {
+        if ((sig = sigtimedwait(sigs, NULL, &tick)) > 0 && sig != SIGHUP) {
             LOG(LOG_WARN, "second signal: handing running runs back to the queue now");
             engine_hurry(engine);
         }
@@ -511,8 +567,10 @@ static void take_signals(sigset_t *sigs)
     sigemptyset(sigs);
     sigaddset(sigs, SIGINT);
     sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
     sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
     sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    sigaction(SIGHUP, &(struct sigaction){.sa_handler = on_signal}, NULL);
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
@@ -540,8 +598,14 @@ static enum status start_handler_threads(const struct config *cfg, struct hctx *
     return ST_OK;
 }
 
-static int serve(const struct config *cfg)
+/* Serves with boot (heap, taken) as the first running configuration;
+ * cli's sources are read again at each reload. cfg, held until the end,
+ * gives what only a restart changes: a reload keeps those values. */
+static int serve(const struct cli *cli, struct config *boot)
 {
+    struct cfg_live *live = cfg_live_new(boot);
+    const struct config *cfg = cfg_live_hold(live);
+    struct reloader *reloader = reloader_new(live, reload_build, cli);
     const struct db_options opt = conn_options(cfg, "opsrun");
     struct db_pool *pool = NULL;
     struct engine *engine = NULL;
@@ -558,16 +622,17 @@ static int serve(const struct config *cfg)
     take_signals(&sigs);
     raise_nofile(cfg);
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
-        return 1;
+        goto out;
     /* Bound before anything starts: a taken port must not leave a worker
      * row behind (the engine registers one as it starts). */
     if (http_bind(cfg->listen, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "%s", err.message);
-        return 1;
+        goto out;
     }
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
     metrics = make_metrics(cfg);
     engine = engine_new(cfg, pool);
+    engine_set_live(engine, live);
     engine_set_metrics(engine, metrics);
     hub = make_hub(cfg);
     engine_on_events(engine, on_events, hub);
@@ -578,6 +643,8 @@ static int serve(const struct config *cfg)
     }
     limits = make_limits(cfg);
     hc = (struct hctx){.cfg = cfg,
+                       .live = live,
+                       .reloads = reloader_reloads(reloader),
                        .pool = pool,
                        .engine = engine,
                        .hub = hub,
@@ -595,7 +662,7 @@ static int serve(const struct config *cfg)
     }
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
-    serve_until_signal(cfg, engine, &draining, &sigs);
+    serve_until_signal(cfg, engine, reloader_reloads(reloader), &draining, &sigs);
     stop_http(http, hub, &hc);
     http = NULL;
     rc = 0;
@@ -613,6 +680,9 @@ out:
     limits_free(limits);
     db_pool_free(pool);
     metrics_free(metrics);
+    reloader_free(reloader);
+    cfg_live_release(live, cfg);
+    cfg_live_free(live);
     return rc;
 }
 
@@ -750,6 +820,16 @@ static int print_config(const struct config *cfg)
     return 0;
 }
 
+/* serve() with cfg moved to the heap (cfg is left empty). */
+static int serve_taking(const struct cli *cli, struct config *cfg)
+{
+    struct config *boot = xmalloc(sizeof(*boot));
+
+    *boot = *cfg;
+    memset(cfg, 0, sizeof(*cfg));
+    return serve(cli, boot);
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli;
@@ -792,7 +872,7 @@ int main(int argc, char **argv)
         else if (strcmp(cli.command, "migrate") == 0)
             rc = migrate(&cfg, 0);
         else
-            rc = serve(&cfg);
+            rc = serve_taking(&cli, &cfg);
     }
     cfg_cleanup(&cfg);
     xmlCleanupParser();
