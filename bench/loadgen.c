@@ -45,6 +45,13 @@
  *       wall-clock time it came back (ms since the epoch). What was
  *       acknowledged, and when, for bench/failover.sh; DBCONNINFO is only
  *       connected to at the start.
+ *   loadgen paced URL DBCONNINFO SECONDS RATE CLIENTS
+ *       RATE no-op demo runs/s from CLIENTS threads, paced (each client
+ *       sends on its own schedule, late sends are not skipped), for
+ *       SECONDS; the requests, those not answered 202, the p50/p99/max of
+ *       one request's round trip; then waits (untimed) until every
+ *       acknowledged run is completed and prints how many never were
+ *       (paced_lost). For bench/reload.sh.
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -779,6 +786,79 @@ static void *soak_client(void *arg)
     return NULL;
 }
 
+/* ---- paced: a steady rate, every request timed ---------------------------- */
+
+struct paced_arg {
+    long id;
+    double t0, interval, end;
+    long ok, failed;
+    struct samples lat;
+};
+
+static void *paced_client(void *arg)
+{
+    struct paced_arg *a = arg;
+    CURL *c = curl_easy_init();
+    char body[256];
+
+    for (long i = 0;; i++) {
+        double due = a->t0 + (double)i * a->interval, now = now_s(), t;
+        if (due >= a->end)
+            break;
+        if (due > now)
+            usleep((useconds_t)((due - now) * 1e6));
+        snprintf(body, sizeof(body),
+                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
+                 "\"n\":\"p-%ld-%ld-%d\"}}",
+                 a->id, i, (int)getpid());
+        t = now_s();
+        if (request(c, "POST", "/alerts", body) == 202)
+            a->ok++;
+        else
+            a->failed++;
+        samples_add(&a->lat, (now_s() - t) * 1000);
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static int paced(PGconn *db, double seconds, double rate, int conns)
+{
+    static struct paced_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    struct samples all = {0};
+    long ok = 0, failed = 0;
+    long long done;
+    char since[64];
+    double t0;
+
+    if (db_now(db, since, sizeof(since)) != 0)
+        return 1;
+    t0 = now_s() + 0.1;
+    for (int i = 0; i < conns; i++) {
+        /* client i sends at t0 + i/rate + k * conns/rate: together, rate/s */
+        args[i] = (struct paced_arg){.id = i,
+                                     .t0 = t0 + (double)i / rate,
+                                     .interval = (double)conns / rate,
+                                     .end = t0 + seconds};
+        pthread_create(&th[i], NULL, paced_client, &args[i]);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].ok;
+        failed += args[i].failed;
+        samples_merge(&all, &args[i].lat);
+    }
+    printf("paced_requests=%ld\npaced_failed=%ld\n", ok + failed, failed);
+    print_pcts("paced", &all);
+    fflush(stdout);
+    (void)wait_completed(db, since, ok, 600);
+    done = completed_since(db, since);
+    printf("paced_lost=%lld\n", done >= ok ? 0 : ok - done);
+    free(all.v);
+    return failed ? 1 : 0;
+}
+
 static long rss_kib(int pid)
 {
     char path[64], line[256];
@@ -1053,6 +1133,7 @@ static void usage(void)
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
                     "       loadgen answers URL DB SECONDS CLIENTS OUT\n"
+                    "       loadgen paced URL DB SECONDS RATE CLIENTS\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
                     "       loadgen drain URL DB RUNS [HOOK]\n");
 }
@@ -1102,6 +1183,9 @@ int main(int argc, char **argv)
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "answers") == 0 && argc >= 7) {
         rc = answers(atof(argv[4]), clamp_threads(atoi(argv[5])), argv[6]);
+    } else if (strcmp(mode, "paced") == 0 && argc >= 7) {
+        double seconds = atof(argv[4]), rate = atof(argv[5]);
+        rc = seconds <= 0 || rate <= 0 ? 2 : paced(db, seconds, rate, clamp_threads(atoi(argv[6])));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {
         int minutes = atoi(argv[4]);
         double rate = atof(argv[5]);

@@ -30,8 +30,12 @@ void cfg_version(const struct config *cfg, char *out)
     json_t *j = cfg_to_json(cfg);
     char *text, hex[65];
 
-    if (j)
+    /* what tells one replica from another, not what it runs */
+    if (j) {
         json_object_del(j, "sources");
+        json_object_del(j, "listen");
+        json_object_del(j, "config_path");
+    }
     text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sha256_hex(text ? text : "", text ? strlen(text) : 0, hex);
     memcpy(out, hex, CFG_VERSION_LEN);

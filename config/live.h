@@ -10,8 +10,8 @@
  * an old configuration is freed when its last holder lets it go.
  *
  * Each configuration has a version: the first 12 hex digits of the SHA-256
- * of its effective settings (cfg_version), the same on every replica that
- * runs the same settings, so replicas that disagree show on /healthz.
+ * of its effective settings but the listen address (cfg_version), the same
+ * on every replica that runs the same settings, so replicas that disagree show on /healthz.
  *
  * Thread-safe: every function may be called from any thread. */
 #ifndef OPSRUN_CONFIG_LIVE_H
@@ -27,7 +27,8 @@ struct cfg_live;
 
 /* The version of cfg's effective settings, CFG_VERSION_LEN hex digits, in
  * out (CFG_VERSION_LEN + 1 bytes). Where each setting came from (file,
- * environment, flag) does not count; token hashes and templates do. */
+ * environment, flag), the file's path and the listen address (which tell
+ * replicas apart) do not count; token hashes and templates do. */
 void cfg_version(const struct config *cfg, char *out);
 
 /* A holder whose current configuration is first (heap, initialised with
