@@ -1181,6 +1181,16 @@ START_TEST(health_up)
     ck_assert_int_eq(call(handle_health_healthz, NULL, NULL, NULL, &rp), ST_OK);
     ck_assert_uint_eq(rp.http_status, 200);
     ck_assert(!rp.problem);
+    /* a fixed configuration (no reloads): its version, and no load time */
+    {
+        json_t *c = json_object_get(rp.body, "config");
+        const char *v = json_string_value(json_object_get(c, "version"));
+        ck_assert_ptr_nonnull(v);
+        ck_assert_uint_eq(strlen(v), 12);
+        ck_assert_uint_eq(strspn(v, "0123456789abcdef"), 12);
+        ck_assert(json_is_null(json_object_get(c, "loaded_at")));
+        json_object_del(rp.body, "config");
+    }
     got = wire_sorted_counts(rp.body);
     ck_assert_str_eq(got, "{\"status\":\"ok\",\"draining\":false,\"database\":\"ok\","
                           "\"engine\":null,\"streams\":null,\"limits\":null,"
