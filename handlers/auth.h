@@ -61,6 +61,25 @@ struct principal {
 enum status auth_decide(const struct config *cfg, const struct auth_request *ar,
                         struct principal *out, struct error *err) WUR;
 
+/* What a request's token was allowed to read when an event stream opened,
+ * kept by the stream (which outlives the request and its configuration) to
+ * ask again after a reload. */
+struct auth_grant {
+    unsigned char sha256[32]; /* the token's digest: what identifies it */
+    char name[65];            /* its name then, for messages */
+    char tenant[65];          /* the tenant the stream reads ... */
+    bool all_tenants;         /* ... or every tenant (an admin token without ?tenant=) */
+};
+
+/* Fills g from who, a request auth_decide accepted for a read; false when
+ * who has no token (no auth.tokens): such a stream has nothing to check. */
+bool auth_grant_of(const struct principal *who, struct auth_grant *g);
+/* Whether cfg still lets g's token read what it read: a token with g's
+ * digest is configured, has the read or admin scope, and is of g's tenant
+ * or an admin (every tenant: an admin). That is, whether the request that
+ * opened the stream would be accepted again. */
+bool auth_grant_holds(const struct config *cfg, const struct auth_grant *g);
+
 /* ---- the parts, exposed for unit tests and the fuzz driver ---- */
 
 /* The value of an Authorization header: "Bearer" in any case, one or more

@@ -6,17 +6,52 @@
 #include "server/http_internal.h"
 
 #include "common/limits.h"
+#include "config/live.h"
 #include "live/log_stream.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* A reload may remove the stream's token, or change what it may read: at
+ * each new configuration the stream asks again, and ends when the request
+ * that opened it would now be refused. A reload wakes every stream
+ * (hub_wake_all), so that happens at once, not at the next event. */
+static bool stream_allowed(struct http_stream *hs)
+{
+    const struct config *cfg;
+    uint64_t gen;
+
+    if (hs->revoked)
+        return false;
+    if (!hs->live || !hs->has_grant)
+        return true;
+    gen = cfg_live_generation(hs->live);
+    if (gen == hs->gen)
+        return true;
+    cfg = cfg_live_hold(hs->live);
+    hs->revoked = !auth_grant_holds(cfg, &hs->grant);
+    cfg_live_release(hs->live, cfg);
+    hs->gen = gen;
+    if (hs->revoked)
+        LOG(LOG_INFO,
+            "ending a stream of token \"%s\": the reloaded configuration no longer lets it "
+            "read this stream",
+            hs->grant.name);
+    return !hs->revoked;
+}
+
+/* A read of 0 bytes is a wake-up (hub_wake_all): ask again, read again. */
 enum sse_read http_stream_read(struct http_stream *hs, char *buf, size_t max, size_t *n)
 {
     enum sse_read r;
 
+    *n = 0;
     log_request_id_set(hs->request_id);
-    r = hs->log ? log_stream_read(hs->log, buf, max, n) : sse_read(hs->st, buf, max, n);
+    do
+        r = !stream_allowed(hs) ? SSE_END
+            : hs->log           ? log_stream_read(hs->log, buf, max, n)
+                                : sse_read(hs->st, buf, max, n);
+    while (r == SSE_DATA && *n == 0 && max > 0);
     log_request_id_set(NULL);
     return r;
 }
@@ -146,6 +181,10 @@ bool http_stream_open(struct req_ctx *rc)
 
     hs->conn = rc->conn;
     xsnprintf(hs->request_id, sizeof(hs->request_id), "%s", rc->request_id);
+    /* gen 0 comes before every generation: the first read asks, which
+     * covers a reload between the request's start and now */
+    hs->live = hc->live;
+    hs->has_grant = auth_grant_of(&rc->who, &hs->grant);
     if (st == ST_OK && !hc->hub)
         st = error_set(&err, ST_BUSY, "streams are not enabled");
     if (st == ST_OK)

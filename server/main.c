@@ -506,50 +506,103 @@ static struct limits *make_limits(const struct config *cfg)
     return limits_new(&o);
 }
 
+/* The label values a configuration gives the metrics: its run types,
+ * schedules, rate limits and notifiers, in su (arrays owned by the struct:
+ * config_labels_free). */
+struct config_labels {
+    const char **types, **schedules, **limits, **notifiers;
+    struct metrics_setup su;
+};
+
+static void config_labels(const struct config *cfg, struct config_labels *cl)
+{
+    cl->types = xcalloc(cfg->nrun_types + 1, sizeof(*cl->types));
+    cl->schedules = xcalloc(cfg->nschedules + 1, sizeof(*cl->schedules));
+    cl->limits = xcalloc(cfg->nrate_limits + 1, sizeof(*cl->limits));
+    cl->notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*cl->notifiers));
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        cl->types[i] = cfg->run_types[i].name;
+    for (size_t i = 0; i < cfg->nschedules; i++)
+        cl->schedules[i] = cfg->schedules[i].name;
+    for (size_t i = 0; i < cfg->nrate_limits; i++)
+        cl->limits[i] = cfg->rate_limits[i].name;
+    for (size_t i = 0; i < cfg->nnotifiers; i++)
+        cl->notifiers[i] = cfg->notifiers[i].name;
+    cl->su = (struct metrics_setup){
+        .types = cl->types,
+        .ntypes = cfg->nrun_types,
+        .schedules = cl->schedules,
+        .nschedules = cfg->nschedules,
+        .limits = cl->limits,
+        .nlimits = cfg->nrate_limits,
+        .notifiers = cl->notifiers,
+        .nnotifiers = cfg->nnotifiers,
+    };
+}
+
+static void config_labels_free(struct config_labels *cl)
+{
+    free(cl->types);
+    free(cl->schedules);
+    free(cl->limits);
+    free(cl->notifiers);
+}
+
 /* The registry, with every label value GET /metrics may show: the
- * configured run types, schedules, rate limits and notifiers, the terminal
- * outcomes and the route templates. */
+ * configured run types, schedules, rate limits and notifiers (a reload
+ * adds its own: reload_before_swap), the terminal outcomes and the route
+ * templates. */
 static struct metrics *make_metrics(const struct config *cfg)
 {
-    const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
-    const char **schedules = xcalloc(cfg->nschedules + 1, sizeof(*schedules));
-    const char **limits = xcalloc(cfg->nrate_limits + 1, sizeof(*limits));
-    const char **notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*notifiers));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
     size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
+    struct config_labels cl;
     struct metrics *m;
 
-    for (size_t i = 0; i < cfg->nrun_types; i++)
-        types[i] = cfg->run_types[i].name;
-    for (size_t i = 0; i < cfg->nschedules; i++)
-        schedules[i] = cfg->schedules[i].name;
-    for (size_t i = 0; i < cfg->nrate_limits; i++)
-        limits[i] = cfg->rate_limits[i].name;
-    for (size_t i = 0; i < cfg->nnotifiers; i++)
-        notifiers[i] = cfg->notifiers[i].name;
     for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
         outcomes[n++] = run_outcome_name((enum run_outcome)o);
-    m = metrics_new(&(struct metrics_setup){
-        .types = types,
-        .ntypes = cfg->nrun_types,
-        .outcomes = outcomes,
-        .noutcomes = n,
-        .routes = routes,
-        .nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes),
-        .schedules = schedules,
-        .nschedules = cfg->nschedules,
-        .limits = limits,
-        .nlimits = cfg->nrate_limits,
-        .notifiers = notifiers,
-        .nnotifiers = cfg->nnotifiers,
-        .version = OPSRUN_VERSION,
-        .commit = opsrun_build_commit,
-    });
-    free(types);
-    free(schedules);
-    free(limits);
-    free(notifiers);
+    config_labels(cfg, &cl);
+    cl.su.outcomes = outcomes;
+    cl.su.noutcomes = n;
+    cl.su.routes = routes;
+    cl.su.nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes);
+    cl.su.version = OPSRUN_VERSION;
+    cl.su.commit = opsrun_build_commit;
+    m = metrics_new(&cl.su);
+    config_labels_free(&cl);
     return m;
+}
+
+/* What a reload's swap needs of the running server (server/reload.h). */
+struct swap_ctx {
+    struct metrics *metrics;
+    struct hub *hub;
+};
+
+/* The new run types, schedules, rate limits and notifiers get their
+ * series before anything can run under them. */
+static void reload_before_swap(void *arg, const struct config *next)
+{
+    const struct swap_ctx *sc = arg;
+    struct config_labels cl;
+    size_t dropped;
+
+    config_labels(next, &cl);
+    dropped = metrics_add_labels(sc->metrics, &cl.su);
+    config_labels_free(&cl);
+    if (dropped > 0)
+        LOG(LOG_WARN,
+            "%zu run types, schedules, rate limits or notifiers added by reloads get no "
+            "metrics: each may gain at most %d after start; restart to count them",
+            dropped, METRICS_LABELS_ADDED_MAX);
+}
+
+/* Every stream asks again whether its token may still read it. */
+static void reload_after_swap(void *arg)
+{
+    const struct swap_ctx *sc = arg;
+
+    hub_wake_all(sc->hub);
 }
 
 /* Never runs: the signals stay blocked and are taken by sigwait(). */
@@ -613,6 +666,7 @@ static int serve(const struct cli *cli, struct config *boot)
     struct http *http = NULL;
     struct limits *limits = NULL;
     struct metrics *metrics = NULL;
+    struct swap_ctx sc;
     struct error err = {0};
     _Atomic bool draining = false;
     struct hctx hc = {0};
@@ -635,6 +689,9 @@ static int serve(const struct cli *cli, struct config *boot)
     engine_set_live(engine, live);
     engine_set_metrics(engine, metrics);
     hub = make_hub(cfg);
+    sc = (struct swap_ctx){.metrics = metrics, .hub = hub};
+    reloader_set_hooks(reloader,
+                       &(struct reload_hooks){reload_before_swap, reload_after_swap, &sc});
     engine_on_events(engine, on_events, hub);
     engine_on_logs(engine, on_logs, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {

@@ -12,6 +12,7 @@ struct reloader {
     struct cfg_live *live;
     reload_build_fn build;
     const void *build_arg;
+    struct reload_hooks hooks;
     pthread_mutex_t mu; /* one reload at a time */
 };
 
@@ -99,7 +100,11 @@ static enum status reload_run(void *arg, const char *why, json_t **answer, json_
     if (json_array_size(changed) > 0) {
         log_set_level(next->log_level);
         cfg_warnings(next, warning_line, NULL);
+        if (r->hooks.before_swap)
+            r->hooks.before_swap(r->hooks.arg, next);
         cfg_live_swap(r->live, next);
+        if (r->hooks.after_swap)
+            r->hooks.after_swap(r->hooks.arg);
     } else {
         cfg_cleanup(next);
         free(next);
@@ -126,6 +131,11 @@ struct reloader *reloader_new(struct cfg_live *live, reload_build_fn build, cons
     if (pthread_mutex_init(&r->mu, NULL) != 0)
         abort();
     return r;
+}
+
+void reloader_set_hooks(struct reloader *r, const struct reload_hooks *hooks)
+{
+    r->hooks = *hooks;
 }
 
 struct reloads *reloader_reloads(struct reloader *r)

@@ -25,6 +25,19 @@ struct reloader;
 /* r->reloads is what hctx.reloads points to. live must outlive it. */
 struct reloader *reloader_new(struct cfg_live *live, reload_build_fn build, const void *build_arg);
 struct reloads *reloader_reloads(struct reloader *r);
+
+/* What the server does around a swap, for the parts that cannot wait for
+ * the generation to change: before, with the configuration about to be
+ * put in place (the metrics learn its new label values, so that nothing it
+ * starts is dropped); after (the event streams are woken, so that one whose
+ * token the reload removed ends at once). Either may be NULL; both run
+ * within one reload, one reload at a time. Set before the first reload. */
+struct reload_hooks {
+    void (*before_swap)(void *arg, const struct config *next);
+    void (*after_swap)(void *arg);
+    void *arg;
+};
+void reloader_set_hooks(struct reloader *r, const struct reload_hooks *hooks);
 void reloader_free(struct reloader *r);
 
 #endif
