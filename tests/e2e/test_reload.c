@@ -371,6 +371,11 @@ START_TEST(sighup_and_metrics)
     ck_assert_int_eq(kill(p.pid, SIGHUP), 0);
     ck_assert_msg(wait_log(&p, "configuration reload refused cause=\"SIGHUP\""), "no refusal in %s",
                   p.log);
+    th_check_documented_line(p.log, "configuration reloaded cause=\"SIGHUP\"",
+                             "docs/configuration.md", "configuration reloaded cause=\"SIGHUP\"");
+    th_check_documented_line(p.log, "configuration reload refused cause=\"SIGHUP\"",
+                             "docs/configuration.md",
+                             "configuration reload refused cause=\"SIGHUP\"");
     ck_assert(th_alive(p.pid));
     config_of(&p, NULL, again, at);
     ck_assert_str_eq(again, after);
