@@ -704,6 +704,35 @@ START_TEST(exposure_checked)
 }
 END_TEST
 
+/* The same check on what a reload would apply, not on the file alone:
+ * auth.insecure_no_auth only a restart applies, so a file that removes
+ * every token and sets it would leave the process on every address with
+ * no tokens and the flag still false. Refused; the tokens stay. */
+START_TEST(exposure_checked_on_what_applies)
+{
+    struct th_proc p;
+    char *cfg = auth_config(tokens, 1, ""), *path = th_config_file("e2e_reload_insecure", cfg);
+    const char *args[] = {"--config", path, NULL};
+    char *db = th_db_create("e2e_reload_insecure");
+    char url[256];
+    struct th_resp r;
+
+    th_start_host(&p, "0.0.0.0", db, args, NULL);
+    rewrite("e2e_reload_insecure", "{\"auth\": {\"tokens\": [], \"insecure_no_auth\": true}}");
+    reload(&p, T_ADMIN, 400, &r);
+    th_check_problem(&r, 400, "a reload without tokens on 0.0.0.0, insecure_no_auth not applied");
+    th_resp_free(&r);
+    snprintf(url, sizeof(url), "%s/runs", p.url);
+    ck_assert(th_http_token("GET", url, NULL, NULL, NULL, &r));
+    ck_assert_msg(r.status == 401, "GET /runs without a token: HTTP %ld", r.status);
+    th_resp_free(&r);
+    th_stop_clean(&p);
+    free(db);
+    free(cfg);
+    free(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reload");
@@ -719,6 +748,7 @@ int main(void)
     tcase_add_test(tc, replicas_show_their_versions);
     tcase_add_test(tc, running_attempt_keeps_its_run_type);
     tcase_add_test(tc, exposure_checked);
+    tcase_add_test(tc, exposure_checked_on_what_applies);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
