@@ -30,10 +30,17 @@ static void warning_line(void *arg, const char *line)
 }
 
 /* The whole configuration from its sources, checked as serve checks it
- * at start-up; NULL after the error lines went to errors. */
-static struct config *reload_read(struct reloader *r, json_t *errors)
+ * at start-up, then as it would run: the keys only a restart applies get
+ * their running value back (*changed, *restart: what differs), and only
+ * then is the exposure checked, since the listen address and
+ * auth.insecure_no_auth are such keys (a file that set the flag and
+ * dropped every token must not leave the running address without
+ * authentication). NULL after the error lines went to errors. */
+static struct config *reload_read(struct reloader *r, json_t *errors, json_t **changed,
+                                  json_t **restart)
 {
     struct config *next = xcalloc(1, sizeof(*next));
+    const struct config *cur;
     struct error err = {0};
 
     if (r->build(r->build_arg, next, error_line, errors) != 0) {
@@ -41,8 +48,14 @@ static struct config *reload_read(struct reloader *r, json_t *errors)
         free(next);
         return NULL;
     }
+    cur = cfg_live_hold(r->live);
+    cfg_reload_diff(cur, next, changed, restart);
+    cfg_live_release(r->live, cur);
     if (cfg_check_exposure(next, &err) != ST_OK) {
         error_line(errors, err.message);
+        json_decref(*changed);
+        json_decref(*restart);
+        *changed = *restart = NULL;
         cfg_cleanup(next);
         free(next);
         return NULL;
@@ -77,12 +90,11 @@ static enum status reload_run(void *arg, const char *why, json_t **answer, json_
 {
     struct reloader *r = arg;
     json_t *errs = json_array(), *changed = NULL, *restart = NULL;
-    const struct config *cur;
     struct config *next;
     char version[CFG_VERSION_LEN + 1];
 
     pthread_mutex_lock(&r->mu);
-    next = reload_read(r, errs);
+    next = reload_read(r, errs, &changed, &restart);
     if (!next) {
         atomic_fetch_add(&r->reloads.failed, 1);
         LOG(LOG_ERROR,
@@ -94,9 +106,6 @@ static enum status reload_run(void *arg, const char *why, json_t **answer, json_
         return ST_INVALID;
     }
     json_decref(errs);
-    cur = cfg_live_hold(r->live);
-    cfg_reload_diff(cur, next, &changed, &restart);
-    cfg_live_release(r->live, cur);
     if (json_array_size(changed) > 0) {
         log_set_level(next->log_level);
         cfg_warnings(next, warning_line, NULL);
