@@ -556,12 +556,11 @@ static bool wait_worker_version(const struct th_proc *p, pid_t pid, const char *
     return false;
 }
 
-/* Two replicas on one database: one reloaded shows its new version on
- * /healthz (config.version, a new loaded_at) and in its worker row, while
- * the other's row still has its old one; once the other reloaded too,
- * every row shows what its process runs. (Each listens on a port of its
- * own, and listen is a setting, so here their versions never agree; what
- * changes is whether each row matches its process.) */
+/* Two replicas on one database, started alike (but for their listen
+ * address and file path, which the version leaves out): the same version;
+ * one reloaded shows its new version on /healthz (config.version, a new
+ * loaded_at) and in its worker row, while the other's row still has the
+ * old one; once the other reloaded too, they agree again. */
 START_TEST(replicas_show_their_versions)
 {
     const char *v1 = "{\"queue\": {\"heartbeat_interval_s\": 1}}";
@@ -579,6 +578,7 @@ START_TEST(replicas_show_their_versions)
     th_start(&b, db, args_b, NULL);
     config_of(&a, NULL, va, at0);
     config_of(&b, NULL, vb, at1);
+    ck_assert_str_eq(va, vb);
     ck_assert_msg(wait_worker_version(&a, a.pid, va), "a's workers never showed %s", va);
     ck_assert_msg(wait_worker_version(&a, b.pid, vb), "b's workers never showed %s", vb);
 
@@ -602,6 +602,7 @@ START_TEST(replicas_show_their_versions)
     snprintf(nb, sizeof(nb), "%s", th_js(ans, "config_version"));
     json_decref(ans);
     ck_assert_str_ne(nb, vb);
+    ck_assert_str_eq(nb, na); /* the same settings again: the same version */
     ck_assert_msg(wait_worker_version(&a, b.pid, nb), "b's workers never showed %s", nb);
     ck_assert_msg(wait_worker_version(&a, a.pid, na), "a's workers left %s", na);
     th_stop_clean(&a);
