@@ -83,6 +83,7 @@ void engine_set_metrics(struct engine *e, struct metrics *m)
 void engine_set_live(struct engine *e, struct cfg_live *live)
 {
     view_set_live(e, live);
+    notify_init(e); /* a reload may add notifiers: the notifier runs from the start */
 }
 
 /* The rules, the worker row, and the orphans a dead process left, before

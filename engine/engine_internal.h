@@ -139,14 +139,16 @@ struct engine {
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
     struct poller *poller; /* engine/poller.c */
-    /* the scheduler (scheduler.c), when schedules are configured */
+    /* the scheduler (scheduler.c), when schedules are configured or the
+     * configuration is reloadable */
     pthread_t scheduler;
     bool sched_started, sched_stop;
-    /* the approvals thread (approvals.c), when a run type has approval */
+    /* the approvals thread (approvals.c), on every replica */
     bool approvals_started, approvals_stop;
     pthread_t approvals;
     pthread_cond_t sched_cv, approvals_cv;
-    /* the notifier (notify.c), when notifiers are configured; wake_notifier
+    /* the notifier (notify.c), when notifiers are configured or the
+     * configuration is reloadable; wake_notifier
      * (notify_wake, set before any thread starts) is how the events hint
      * makes it look for due deliveries. */
     struct notify *notify;
@@ -183,19 +185,22 @@ struct engine {
 enum status thread_start(struct engine *e, pthread_t *t, void *(*fn)(void *), void *arg,
                          const char *what, struct error *err) WUR;
 
-/* notify.c: the notifier thread (when notifiers are configured). init in
- * engine_new, free in engine_free; start and stop are safe without it. */
+/* notify.c: the notifier thread (when notifiers are configured, or always
+ * with a reloadable configuration). init in engine_new and again in
+ * engine_set_live (it makes the notifier once), free in engine_free; start
+ * and stop are safe without it. */
 void notify_init(struct engine *e);
 enum status notify_start(struct engine *e, struct error *err) WUR;
 void notify_stop(struct engine *e); /* gives back the deliveries in flight */
 void notify_free(struct engine *e);
 
-/* scheduler.c: the scheduler thread (when schedules are configured). */
+/* scheduler.c: the scheduler thread (when schedules are configured, or
+ * always with a reloadable configuration: it follows each reload). */
 enum status scheduler_start(struct engine *e, struct error *err) WUR;
 void scheduler_stop(struct engine *e); /* safe when not started */
 
-/* approvals.c: the thread that decides expired approvals (when a run type
- * has approval). */
+/* approvals.c: the thread that decides expired approvals (on every
+ * replica, whatever its configuration). */
 enum status approvals_start(struct engine *e, struct error *err) WUR;
 void approvals_stop(struct engine *e); /* safe when not started */
 
@@ -285,6 +290,9 @@ void view_set_live(struct engine *e, struct cfg_live *live); /* engine_set_live 
 void view_cleanup(struct engine *e); /* in engine_free, after every thread */
 const struct engine_view *view_hold(struct engine *e);
 void view_release(struct engine *e, const struct engine_view *v);
+/* Another hold of v, which the caller holds (released with view_release):
+ * for work that outlives the unit that took v (a notification in flight). */
+const struct engine_view *view_ref(const struct engine_view *v);
 /* Writes the run types' rules as the current view has them, for the
  * trigger that creates deliveries and follow-ups (store/notify.h), and
  * records the view's generation in e->rules_generation. At start, and by

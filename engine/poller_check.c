@@ -102,7 +102,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     if (st == ST_OK && rc->log)
         (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true, -1);
     if (st == ST_OK)
-        st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
+        st = store_polls_finish(db, f, made, res, rc->poll_state, atomic_load(&p->lease_ms), &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK) {
         /* The lease runs out and the check is made again: at least once. */

@@ -106,6 +106,12 @@ const struct engine_view *view_hold(struct engine *e)
     return v;
 }
 
+const struct engine_view *view_ref(const struct engine_view *v)
+{
+    atomic_fetch_add(&((struct engine_view *)(uintptr_t)v)->refs, 1);
+    return v;
+}
+
 void view_release(struct engine *e, const struct engine_view *v)
 {
     view_put(e, (struct engine_view *)(uintptr_t)v);
