@@ -410,6 +410,19 @@ static long long query_ll(PGconn *db, const char *sql)
     return v;
 }
 
+/* POSTs one no-op demo run whose data is distinct ("n": TAG-client-i-pid);
+ * the HTTP status. */
+static long post_noop(CURL *c, char tag, long client, long i)
+{
+    char body[256];
+
+    snprintf(body, sizeof(body),
+             "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
+             "\"n\":\"%c-%ld-%ld-%d\"}}",
+             tag, client, i, (int)getpid());
+    return request(c, "POST", "/alerts", body);
+}
+
 /* ---- wrk: HTTP submit, wrk-style, single runs, distinct bodies ------------- */
 
 struct wrk_arg {
@@ -423,18 +436,11 @@ static void *wrk_client(void *arg)
 {
     struct wrk_arg *a = arg;
     CURL *c = curl_easy_init();
-    char body[256];
 
     for (long i = 0; now_s() < a->deadline; i++) {
-        double t;
-        long code;
+        double t = now_s();
+        long code = post_noop(c, 's', a->id, i);
 
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"s-%ld-%ld-%d\"}}",
-                 a->id, i, (int)getpid());
-        t = now_s();
-        code = request(c, "POST", "/alerts", body);
         samples_add(&a->lat, (now_s() - t) * 1000);
         if (code == 202)
             a->ok++;
@@ -755,41 +761,13 @@ static int answers(double seconds, int conns, const char *out)
 
 /* ---- soak: a steady load for minutes, with retention running --------------- */
 
-struct soak_arg {
-    long id;
-    double t0, interval, end;
-    long sent, failed;
-};
-
-static void *soak_client(void *arg)
-{
-    struct soak_arg *a = arg;
-    CURL *c = curl_easy_init();
-    char body[256];
-
-    for (long i = 0;; i++) {
-        double due = a->t0 + (double)i * a->interval, now = now_s();
-        if (due >= a->end)
-            break;
-        if (due > now)
-            usleep((useconds_t)((due - now) * 1e6));
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"k-%ld-%ld-%d\"}}",
-                 a->id, i, (int)getpid());
-        if (request(c, "POST", "/alerts", body) == 202)
-            a->sent++;
-        else
-            a->failed++;
-    }
-    curl_easy_cleanup(c);
-    return NULL;
-}
-
 /* ---- paced: a steady rate, every request timed ---------------------------- */
 
+/* One client of a steady rate (paced, and soak's): sends at t0,
+ * t0 + interval, ... until end, late sends not skipped. */
 struct paced_arg {
     long id;
+    char tag; /* of its runs' data ("n": TAG-...) */
     double t0, interval, end;
     long ok, failed;
     struct samples lat;
@@ -799,7 +777,6 @@ static void *paced_client(void *arg)
 {
     struct paced_arg *a = arg;
     CURL *c = curl_easy_init();
-    char body[256];
 
     for (long i = 0;; i++) {
         double due = a->t0 + (double)i * a->interval, now = now_s(), t;
@@ -807,12 +784,8 @@ static void *paced_client(void *arg)
             break;
         if (due > now)
             usleep((useconds_t)((due - now) * 1e6));
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"p-%ld-%ld-%d\"}}",
-                 a->id, i, (int)getpid());
         t = now_s();
-        if (request(c, "POST", "/alerts", body) == 202)
+        if (post_noop(c, a->tag, a->id, i) == 202)
             a->ok++;
         else
             a->failed++;
@@ -838,6 +811,7 @@ static int paced(PGconn *db, double seconds, double rate, int conns)
     for (int i = 0; i < conns; i++) {
         /* client i sends at t0 + i/rate + k * conns/rate: together, rate/s */
         args[i] = (struct paced_arg){.id = i,
+                                     .tag = 'p',
                                      .t0 = t0 + (double)i / rate,
                                      .interval = (double)conns / rate,
                                      .end = t0 + seconds};
@@ -982,7 +956,7 @@ static void soak_windows(const struct minute *m, int minutes)
 
 static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
 {
-    static struct soak_arg args[MAX_THREADS];
+    static struct paced_arg args[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     struct minute *m = calloc((size_t)minutes, sizeof(*m));
     int slices = minutes * 6, next_slice = 0;
@@ -1006,11 +980,12 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     }
     t0 = now_s();
     for (int i = 0; i < conns; i++) {
-        args[i] = (struct soak_arg){.id = i,
-                                    .t0 = t0 + (double)i / rate,
-                                    .interval = conns / rate,
-                                    .end = t0 + minutes * 60.0};
-        pthread_create(&th[i], NULL, soak_client, &args[i]);
+        args[i] = (struct paced_arg){.id = i,
+                                     .tag = 'k',
+                                     .t0 = t0 + (double)i / rate,
+                                     .interval = conns / rate,
+                                     .end = t0 + minutes * 60.0};
+        pthread_create(&th[i], NULL, paced_client, &args[i]);
     }
     printf("soak_minutes=%d\nsoak_rate_per_s=%.1f\nsoak_clients=%d\n", minutes, rate, conns);
     fflush(stdout);
@@ -1038,7 +1013,8 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     }
     for (int i = 0; i < conns; i++) {
         pthread_join(th[i], NULL);
-        sent += args[i].sent;
+        sent += args[i].ok;
+        free(args[i].lat.v);
         failed += args[i].failed;
     }
     printf("soak_submitted=%ld\nsoak_failed_submits=%ld\n", sent, failed);

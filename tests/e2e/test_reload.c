@@ -672,22 +672,24 @@ START_TEST(running_attempt_keeps_its_run_type)
 }
 END_TEST
 
-/* Listening on every address, a reload that removes every token (without
- * insecure_no_auth) is refused as start-up would refuse it; the tokens
- * stay. */
-START_TEST(exposure_checked)
+/* Listening on every address, a reload whose file (text) leaves no token
+ * is refused as start-up would refuse it, its first error naming the
+ * exposure; the version stays, and a request without a token is still
+ * refused (401): the tokens still apply. name names the file and the
+ * database. */
+static void exposure_refused(const char *name, const char *text)
 {
     struct th_proc p;
-    char *cfg = auth_config(tokens, 1, ""), *path = th_config_file("e2e_reload_exposure", cfg);
+    char *cfg = auth_config(tokens, 1, ""), *path = th_config_file(name, cfg);
     const char *args[] = {"--config", path, NULL};
-    char *db = th_db_create("e2e_reload_exposure");
-    char before[16], after[16], at[40];
+    char *db = th_db_create(name);
+    char before[16], after[16], at[40], url[256];
     struct th_resp r;
     const char *e;
 
     th_start_host(&p, "0.0.0.0", db, args, NULL);
     config_of(&p, T_ADMIN, before, at);
-    rewrite("e2e_reload_exposure", "{\"auth\": {\"tokens\": []}}");
+    rewrite(name, text);
     reload(&p, T_ADMIN, 400, &r);
     th_check_problem(&r, 400, "a reload without tokens on 0.0.0.0");
     e = json_string_value(json_array_get(json_object_get(r.json, "errors"), 0));
@@ -696,33 +698,6 @@ START_TEST(exposure_checked)
     th_resp_free(&r);
     config_of(&p, T_ADMIN, after, at);
     ck_assert_str_eq(before, after);
-    reload(&p, NULL, 401, &r); /* the tokens still apply */
-    th_resp_free(&r);
-    th_stop_clean(&p);
-    free(db);
-    free(cfg);
-    free(path);
-}
-END_TEST
-
-/* The same check on what a reload would apply, not on the file alone:
- * auth.insecure_no_auth only a restart applies, so a file that removes
- * every token and sets it would leave the process on every address with
- * no tokens and the flag still false. Refused; the tokens stay. */
-START_TEST(exposure_checked_on_what_applies)
-{
-    struct th_proc p;
-    char *cfg = auth_config(tokens, 1, ""), *path = th_config_file("e2e_reload_insecure", cfg);
-    const char *args[] = {"--config", path, NULL};
-    char *db = th_db_create("e2e_reload_insecure");
-    char url[256];
-    struct th_resp r;
-
-    th_start_host(&p, "0.0.0.0", db, args, NULL);
-    rewrite("e2e_reload_insecure", "{\"auth\": {\"tokens\": [], \"insecure_no_auth\": true}}");
-    reload(&p, T_ADMIN, 400, &r);
-    th_check_problem(&r, 400, "a reload without tokens on 0.0.0.0, insecure_no_auth not applied");
-    th_resp_free(&r);
     snprintf(url, sizeof(url), "%s/runs", p.url);
     ck_assert(th_http_token("GET", url, NULL, NULL, NULL, &r));
     ck_assert_msg(r.status == 401, "GET /runs without a token: HTTP %ld", r.status);
@@ -731,6 +706,23 @@ START_TEST(exposure_checked_on_what_applies)
     free(db);
     free(cfg);
     free(path);
+}
+
+/* A reload that removes every token (without insecure_no_auth). */
+START_TEST(exposure_checked)
+{
+    exposure_refused("e2e_reload_exposure", "{\"auth\": {\"tokens\": []}}");
+}
+END_TEST
+
+/* The same check on what a reload would apply, not on the file alone:
+ * auth.insecure_no_auth only a restart applies, so a file that removes
+ * every token and sets it would leave the process on every address with
+ * no tokens and the flag still false. */
+START_TEST(exposure_checked_on_what_applies)
+{
+    exposure_refused("e2e_reload_insecure",
+                     "{\"auth\": {\"tokens\": [], \"insecure_no_auth\": true}}");
 }
 END_TEST
 
