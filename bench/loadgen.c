@@ -45,6 +45,13 @@
  *       wall-clock time it came back (ms since the epoch). What was
  *       acknowledged, and when, for bench/failover.sh; DBCONNINFO is only
  *       connected to at the start.
+ *   loadgen paced URL DBCONNINFO SECONDS RATE CLIENTS
+ *       RATE no-op demo runs/s from CLIENTS threads, paced (each client
+ *       sends on its own schedule, late sends are not skipped), for
+ *       SECONDS; the requests, those not answered 202, the p50/p99/max of
+ *       one request's round trip; then waits (untimed) until every
+ *       acknowledged run is completed and prints how many never were
+ *       (paced_lost). For bench/reload.sh.
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -403,6 +410,19 @@ static long long query_ll(PGconn *db, const char *sql)
     return v;
 }
 
+/* POSTs one no-op demo run whose data is distinct ("n": TAG-client-i-pid);
+ * the HTTP status. */
+static long post_noop(CURL *c, char tag, long client, long i)
+{
+    char body[256];
+
+    snprintf(body, sizeof(body),
+             "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
+             "\"n\":\"%c-%ld-%ld-%d\"}}",
+             tag, client, i, (int)getpid());
+    return request(c, "POST", "/alerts", body);
+}
+
 /* ---- wrk: HTTP submit, wrk-style, single runs, distinct bodies ------------- */
 
 struct wrk_arg {
@@ -416,18 +436,11 @@ static void *wrk_client(void *arg)
 {
     struct wrk_arg *a = arg;
     CURL *c = curl_easy_init();
-    char body[256];
 
     for (long i = 0; now_s() < a->deadline; i++) {
-        double t;
-        long code;
+        double t = now_s();
+        long code = post_noop(c, 's', a->id, i);
 
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"s-%ld-%ld-%d\"}}",
-                 a->id, i, (int)getpid());
-        t = now_s();
-        code = request(c, "POST", "/alerts", body);
         samples_add(&a->lat, (now_s() - t) * 1000);
         if (code == 202)
             a->ok++;
@@ -748,35 +761,76 @@ static int answers(double seconds, int conns, const char *out)
 
 /* ---- soak: a steady load for minutes, with retention running --------------- */
 
-struct soak_arg {
+/* ---- paced: a steady rate, every request timed ---------------------------- */
+
+/* One client of a steady rate (paced, and soak's): sends at t0,
+ * t0 + interval, ... until end, late sends not skipped. */
+struct paced_arg {
     long id;
+    char tag; /* of its runs' data ("n": TAG-...) */
     double t0, interval, end;
-    long sent, failed;
+    long ok, failed;
+    struct samples lat;
 };
 
-static void *soak_client(void *arg)
+static void *paced_client(void *arg)
 {
-    struct soak_arg *a = arg;
+    struct paced_arg *a = arg;
     CURL *c = curl_easy_init();
-    char body[256];
 
     for (long i = 0;; i++) {
-        double due = a->t0 + (double)i * a->interval, now = now_s();
+        double due = a->t0 + (double)i * a->interval, now = now_s(), t;
         if (due >= a->end)
             break;
         if (due > now)
             usleep((useconds_t)((due - now) * 1e6));
-        snprintf(body, sizeof(body),
-                 "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":0,\"steps\":0,"
-                 "\"n\":\"k-%ld-%ld-%d\"}}",
-                 a->id, i, (int)getpid());
-        if (request(c, "POST", "/alerts", body) == 202)
-            a->sent++;
+        t = now_s();
+        if (post_noop(c, a->tag, a->id, i) == 202)
+            a->ok++;
         else
             a->failed++;
+        samples_add(&a->lat, (now_s() - t) * 1000);
     }
     curl_easy_cleanup(c);
     return NULL;
+}
+
+static int paced(PGconn *db, double seconds, double rate, int conns)
+{
+    static struct paced_arg args[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    struct samples all = {0};
+    long ok = 0, failed = 0;
+    long long done;
+    char since[64];
+    double t0;
+
+    if (db_now(db, since, sizeof(since)) != 0)
+        return 1;
+    t0 = now_s() + 0.1;
+    for (int i = 0; i < conns; i++) {
+        /* client i sends at t0 + i/rate + k * conns/rate: together, rate/s */
+        args[i] = (struct paced_arg){.id = i,
+                                     .tag = 'p',
+                                     .t0 = t0 + (double)i / rate,
+                                     .interval = (double)conns / rate,
+                                     .end = t0 + seconds};
+        pthread_create(&th[i], NULL, paced_client, &args[i]);
+    }
+    for (int i = 0; i < conns; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].ok;
+        failed += args[i].failed;
+        samples_merge(&all, &args[i].lat);
+    }
+    printf("paced_requests=%ld\npaced_failed=%ld\n", ok + failed, failed);
+    print_pcts("paced", &all);
+    fflush(stdout);
+    (void)wait_completed(db, since, ok, 600);
+    done = completed_since(db, since);
+    printf("paced_lost=%lld\n", done >= ok ? 0 : ok - done);
+    free(all.v);
+    return failed ? 1 : 0;
 }
 
 static long rss_kib(int pid)
@@ -902,7 +956,7 @@ static void soak_windows(const struct minute *m, int minutes)
 
 static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
 {
-    static struct soak_arg args[MAX_THREADS];
+    static struct paced_arg args[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     struct minute *m = calloc((size_t)minutes, sizeof(*m));
     int slices = minutes * 6, next_slice = 0;
@@ -926,11 +980,12 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     }
     t0 = now_s();
     for (int i = 0; i < conns; i++) {
-        args[i] = (struct soak_arg){.id = i,
-                                    .t0 = t0 + (double)i / rate,
-                                    .interval = conns / rate,
-                                    .end = t0 + minutes * 60.0};
-        pthread_create(&th[i], NULL, soak_client, &args[i]);
+        args[i] = (struct paced_arg){.id = i,
+                                     .tag = 'k',
+                                     .t0 = t0 + (double)i / rate,
+                                     .interval = conns / rate,
+                                     .end = t0 + minutes * 60.0};
+        pthread_create(&th[i], NULL, paced_client, &args[i]);
     }
     printf("soak_minutes=%d\nsoak_rate_per_s=%.1f\nsoak_clients=%d\n", minutes, rate, conns);
     fflush(stdout);
@@ -958,7 +1013,8 @@ static int soak(PGconn *db, int minutes, double rate, int conns, int server_pid)
     }
     for (int i = 0; i < conns; i++) {
         pthread_join(th[i], NULL);
-        sent += args[i].sent;
+        sent += args[i].ok;
+        free(args[i].lat.v);
         failed += args[i].failed;
     }
     printf("soak_submitted=%ld\nsoak_failed_submits=%ld\n", sent, failed);
@@ -1053,6 +1109,7 @@ static void usage(void)
                     "       loadgen bulk URL DB RUNS CONNECTIONS BATCH\n"
                     "       loadgen lateness URL DB DELAYED RETRIES\n"
                     "       loadgen answers URL DB SECONDS CLIENTS OUT\n"
+                    "       loadgen paced URL DB SECONDS RATE CLIENTS\n"
                     "       loadgen soak URL DB MINUTES RATE CLIENTS [SERVER_PID]\n"
                     "       loadgen drain URL DB RUNS [HOOK]\n");
 }
@@ -1102,6 +1159,9 @@ int main(int argc, char **argv)
         rc = lateness(db, atoi(argv[4]), atoi(argv[5]));
     } else if (strcmp(mode, "answers") == 0 && argc >= 7) {
         rc = answers(atof(argv[4]), clamp_threads(atoi(argv[5])), argv[6]);
+    } else if (strcmp(mode, "paced") == 0 && argc >= 7) {
+        double seconds = atof(argv[4]), rate = atof(argv[5]);
+        rc = seconds <= 0 || rate <= 0 ? 2 : paced(db, seconds, rate, clamp_threads(atoi(argv[6])));
     } else if (strcmp(mode, "soak") == 0 && argc >= 7) {
         int minutes = atoi(argv[4]);
         double rate = atof(argv[5]);

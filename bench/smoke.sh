@@ -47,6 +47,7 @@ brief() {
     pollstat.sh) RAMP_S=2 bash bench/pollstat.sh 3 ;;
     prepared.sh) bash bench/prepared.sh 400 4 1 ;;
     profile.sh) bash bench/profile.sh 2000 ;;
+    reload.sh) bash bench/reload.sh 3 100 1 ;;
     replicas.sh) bash bench/replicas.sh 2000 4 ;;
     run.sh) bash bench/run.sh 500 4 ;;
     schedules.sh) RUNS=640 IDLE_S=5 bash bench/schedules.sh 5 1 ;;

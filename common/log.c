@@ -6,18 +6,25 @@
 #include <assert.h>
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-static enum log_level log_min = LOG_INFO; /* set once before threads start */
+/* Set by log_init before threads start, and by log_set_level at a reload. */
+static _Atomic enum log_level log_min = LOG_INFO;
 static bool log_json;
 /* The request this thread is working for (log_request_id_set). */
 static _Thread_local char log_rid[LOG_REQUEST_ID_MAX + 1];
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_set_level(enum log_level min)
+{
+    atomic_store_explicit(&log_min, min, memory_order_relaxed);
+}
 
 void log_init(enum log_level min, bool json)
 {
@@ -36,7 +43,7 @@ bool log_format_parse(const char *s, bool *json)
 
 bool log_enabled(enum log_level lvl)
 {
-    return lvl >= log_min;
+    return lvl >= atomic_load_explicit(&log_min, memory_order_relaxed);
 }
 
 bool log_level_parse(const char *s, enum log_level *out)

@@ -25,6 +25,8 @@ enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 #define LOG_REQUEST_ID_MAX 128
 
 void log_init(enum log_level min, bool json);
+/* The least level written from now on, from any thread (a reload). */
+void log_set_level(enum log_level min);
 bool log_enabled(enum log_level lvl);
 void log_write(enum log_level lvl, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* Redacts credentials in s, in place: the value of every access_token=

@@ -156,10 +156,18 @@ static const struct family catalogue[F_COUNT] = {
 };
 /* clang-format on */
 
+/* A label's values. Those of the sets a reload may grow (run types,
+ * schedules, rate limits, notifiers) have room for METRICS_LABELS_ADDED_MAX
+ * more than at start, and each family's cells are laid out for cap values
+ * from the start: a value added later only takes the next slot and
+ * publishes it by its count (release), so recording reads the count
+ * (acquire) and the slots under it without a lock, and nothing moves. A
+ * value is never removed: its counters stay. */
 struct label_values {
     const char *name;
-    char **v; /* owned copies */
-    size_t n;
+    char **v;         /* cap slots; [0, n) hold owned copies */
+    _Atomic size_t n; /* written under metrics.labels_mu only */
+    size_t cap;
 };
 
 struct metrics {
@@ -167,6 +175,7 @@ struct metrics {
     struct family f[F_COUNT];
     char *version, *commit;
     int64_t start_wall_ms;
+    pthread_mutex_t labels_mu; /* one writer of the label sets at a time */
 
     /* the single-flight cache */
     pthread_mutex_t mu;
@@ -178,44 +187,86 @@ struct metrics {
 
 /* ---- setup ------------------------------------------------------------- */
 
-/* Adds v to the set unless it is there already. */
-static void set_add(struct label_values *s, const char *v)
+static size_t set_len(const struct label_values *s)
 {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->v[i], v) == 0)
-            return;
-    s->v = xrealloc(s->v, (s->n + 1) * sizeof(*s->v));
-    s->v[s->n++] = xstrdup(v);
+    return atomic_load_explicit(&s->n, memory_order_acquire);
 }
 
-static void set_fill(struct label_values *s, const char *name, const char *const *v, size_t n)
+/* Adds v to the set unless it is there already; false when there is no
+ * room left for it. One writer at a time (setup, or labels_mu). */
+static bool set_add(struct label_values *s, const char *v)
+{
+    size_t n = atomic_load_explicit(&s->n, memory_order_relaxed);
+
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s->v[i], v) == 0)
+            return true;
+    if (n == s->cap)
+        return false;
+    s->v[n] = xstrdup(v);
+    atomic_store_explicit(&s->n, n + 1, memory_order_release);
+    return true;
+}
+
+/* A set of the n values of v (repeats merged), with room for extra more. */
+static void set_fill(struct label_values *s, const char *name, const char *const *v, size_t n,
+                     size_t extra)
 {
     s->name = name;
+    s->cap = n + extra;
+    s->v = xcalloc(s->cap ? s->cap : 1, sizeof(*s->v));
+    atomic_init(&s->n, 0);
     for (size_t i = 0; i < n; i++)
-        set_add(s, v[i]);
+        (void)set_add(s, v[i]); /* room for all n */
 }
 
 static void sets_init(struct metrics *m, const struct metrics_setup *su)
 {
+    const size_t more = METRICS_LABELS_ADDED_MAX;
     char code[8];
 
-    set_fill(&m->sets[L_TYPE], "type", su->types, su->ntypes);
-    set_fill(&m->sets[L_OUTCOME], "outcome", su->outcomes, su->noutcomes);
-    set_fill(&m->sets[L_CHECK], "result", check_results, ARRAY_LEN(check_results));
-    set_fill(&m->sets[L_HOOK], "result", hook_results, ARRAY_LEN(hook_results));
-    set_fill(&m->sets[L_ROUTE], "route", su->routes, su->nroutes);
-    set_add(&m->sets[L_ROUTE], ROUTE_UNMATCHED);
-    m->sets[L_CODE].name = "code";
+    set_fill(&m->sets[L_TYPE], "type", su->types, su->ntypes, more);
+    set_fill(&m->sets[L_OUTCOME], "outcome", su->outcomes, su->noutcomes, 0);
+    set_fill(&m->sets[L_CHECK], "result", check_results, ARRAY_LEN(check_results), 0);
+    set_fill(&m->sets[L_HOOK], "result", hook_results, ARRAY_LEN(hook_results), 0);
+    set_fill(&m->sets[L_ROUTE], "route", su->routes, su->nroutes, 1);
+    (void)set_add(&m->sets[L_ROUTE], ROUTE_UNMATCHED);
+    set_fill(&m->sets[L_CODE], "code", NULL, 0, ARRAY_LEN(http_codes) + 1);
     for (size_t i = 0; i < ARRAY_LEN(http_codes); i++) {
         xsnprintf(code, sizeof(code), "%u", http_codes[i]);
-        set_add(&m->sets[L_CODE], code);
+        (void)set_add(&m->sets[L_CODE], code);
     }
-    set_add(&m->sets[L_CODE], CODE_OTHER);
-    set_fill(&m->sets[L_SCHEDULE], "schedule", su->schedules, su->nschedules);
-    set_fill(&m->sets[L_SLOT], "result", slot_results, ARRAY_LEN(slot_results));
-    set_fill(&m->sets[L_LIMIT], "limit", su->limits, su->nlimits);
-    set_fill(&m->sets[L_NOTIFIER], "notifier", su->notifiers, su->nnotifiers);
-    set_fill(&m->sets[L_DELIVERY], "result", delivery_results, ARRAY_LEN(delivery_results));
+    (void)set_add(&m->sets[L_CODE], CODE_OTHER);
+    set_fill(&m->sets[L_SCHEDULE], "schedule", su->schedules, su->nschedules, more);
+    set_fill(&m->sets[L_SLOT], "result", slot_results, ARRAY_LEN(slot_results), 0);
+    set_fill(&m->sets[L_LIMIT], "limit", su->limits, su->nlimits, more);
+    set_fill(&m->sets[L_NOTIFIER], "notifier", su->notifiers, su->nnotifiers, more);
+    set_fill(&m->sets[L_DELIVERY], "result", delivery_results, ARRAY_LEN(delivery_results), 0);
+}
+
+/* The values of v not in set id yet; how many found no room. */
+static size_t set_grow(struct metrics *m, enum label_set id, const char *const *v, size_t n)
+{
+    size_t dropped = 0;
+
+    for (size_t i = 0; i < n; i++)
+        dropped += !set_add(&m->sets[id], v[i]);
+    return dropped;
+}
+
+size_t metrics_add_labels(struct metrics *m, const struct metrics_setup *more)
+{
+    size_t dropped;
+
+    if (!m)
+        return 0;
+    pthread_mutex_lock(&m->labels_mu);
+    dropped = set_grow(m, L_TYPE, more->types, more->ntypes);
+    dropped += set_grow(m, L_SCHEDULE, more->schedules, more->nschedules);
+    dropped += set_grow(m, L_LIMIT, more->limits, more->nlimits);
+    dropped += set_grow(m, L_NOTIFIER, more->notifiers, more->nnotifiers);
+    pthread_mutex_unlock(&m->labels_mu);
+    return dropped;
 }
 
 static void family_init(struct metrics *m, struct family *f)
@@ -223,9 +274,9 @@ static void family_init(struct metrics *m, struct family *f)
     size_t per = f->histogram ? f->nbounds + 1 : 1;
 
     assert(f->nbounds <= BUCKETS_MAX);
-    f->nseries = 1;
+    f->nseries = 1; /* every series the label sets have room for */
     for (size_t i = 0; i < f->nlabels; i++)
-        f->nseries *= m->sets[f->labels[i]].n;
+        f->nseries *= m->sets[f->labels[i]].cap;
     f->cells = xcalloc(f->nseries * per, sizeof(*f->cells));
     if (f->histogram)
         f->sums = xcalloc(f->nseries, sizeof(*f->sums));
@@ -243,6 +294,7 @@ struct metrics *metrics_new(const struct metrics_setup *setup)
     m->version = xstrdup(setup->version ? setup->version : "unknown");
     m->commit = xstrdup(setup->commit ? setup->commit : "unknown");
     m->start_wall_ms = clock_wall_ms();
+    pthread_mutex_init(&m->labels_mu, NULL);
     pthread_mutex_init(&m->mu, NULL);
     cond_init_monotonic(&m->cv);
     return m;
@@ -257,10 +309,11 @@ void metrics_free(struct metrics *m)
         free(m->f[i].sums);
     }
     for (size_t i = 0; i < L_COUNT; i++) {
-        for (size_t k = 0; k < m->sets[i].n; k++)
+        for (size_t k = 0; k < set_len(&m->sets[i]); k++)
             free(m->sets[i].v[k]);
         free(m->sets[i].v);
     }
+    pthread_mutex_destroy(&m->labels_mu);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     free(m->version);
@@ -274,8 +327,9 @@ void metrics_free(struct metrics *m)
 static size_t value_index(const struct metrics *m, enum label_set s, const char *v)
 {
     const struct label_values *lv = &m->sets[s];
+    size_t n = set_len(lv);
 
-    for (size_t i = 0; v && i < lv->n; i++)
+    for (size_t i = 0; v && i < n; i++)
         if (strcmp(lv->v[i], v) == 0)
             return i;
     return SIZE_MAX;
@@ -291,7 +345,7 @@ static size_t series_of(const struct metrics *m, const struct family *f, const s
     for (size_t i = 0; i < f->nlabels; i++) {
         if (idx[i] == SIZE_MAX)
             return SIZE_MAX;
-        s = s * m->sets[f->labels[i]].n + idx[i];
+        s = s * m->sets[f->labels[i]].cap + idx[i];
     }
     return s;
 }
@@ -526,19 +580,29 @@ enum status metrics_put_sample(struct dynbuf *out, const char *name, const char 
 }
 
 /* The label pairs of series s of f into kv (room for LABELS_MAX + 1 pairs
- * and the NULL), with room left for "le" after them; returns the count of
- * strings written. */
+ * and the NULL), with room left for "le" after them; the count of strings
+ * written, or 0 for a series of a value not added yet (not written). */
 static size_t series_labels(const struct metrics *m, const struct family *f, size_t s,
                             const char **kv)
 {
     for (size_t i = f->nlabels; i-- > 0;) {
         const struct label_values *lv = &m->sets[f->labels[i]];
+        if (s % lv->cap >= set_len(lv))
+            return 0;
         kv[2 * i] = lv->name;
-        kv[2 * i + 1] = lv->v[s % lv->n];
-        s /= lv->n;
+        kv[2 * i + 1] = lv->v[s % lv->cap];
+        s /= lv->cap;
     }
     kv[2 * f->nlabels] = NULL;
     return 2 * f->nlabels;
+}
+
+/* Whether series s of f is one of values there are (always, without labels). */
+static bool series_exists(const struct metrics *m, const struct family *f, size_t s)
+{
+    const char *kv[2 * LABELS_MAX + 1];
+
+    return f->nlabels == 0 || series_labels(m, f, s, kv) > 0;
 }
 
 /* One series of a histogram: cumulative buckets, sum and count; nothing
@@ -590,6 +654,8 @@ static enum status render_family(const struct metrics *m, const struct family *f
     for (size_t s = 0; s < f->nseries && st == ST_OK; s++) {
         const char *kv[2 * LABELS_MAX + 1];
         uint64_t v;
+        if (!series_exists(m, f, s))
+            continue;
         if (f->histogram) {
             st = render_histogram(m, f, s, out);
             continue;

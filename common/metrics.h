@@ -7,8 +7,12 @@
  * opsrun type: the label values it accepts are given to metrics_new as
  * strings (the configured run types, the run outcomes, the route
  * templates), and a fixed set of status codes and check results is its
- * own. Every label of every family therefore has a fixed, bounded set of
- * values, and a value outside it is dropped, never added.
+ * own; a reload's new run types, schedules, rate limits and notifiers are
+ * added with metrics_add_labels, up to METRICS_LABELS_ADDED_MAX of each
+ * over the process's life. Every label of every family therefore has a
+ * bounded set of values, and a recorded value outside it is dropped, never
+ * added. A value is never removed (a counter never goes backwards): the
+ * series of one a reload removed stay.
  *
  * Recording is thread-safe, lock-free and allocation-free: each series is
  * a cell of relaxed atomic adds (a histogram: one per bucket, and its sum),
@@ -48,7 +52,19 @@ struct metrics_setup {
     const char *version, *commit; /* opsrun_build_info */
 };
 
+/* How many values metrics_add_labels may add to each of the run types,
+ * schedules, rate limits and notifiers, beyond those at start. Each costs
+ * its series' cells from the start (a run type about 400 bytes). */
+#define METRICS_LABELS_ADDED_MAX 256
+
 struct metrics *metrics_new(const struct metrics_setup *setup);
+/* Adds the run types, schedules, rate limits and notifiers of more (the
+ * rest of it is not read) that the registry does not know yet, so that
+ * they get their series: a reloaded configuration's. Returns how many
+ * found no room (past METRICS_LABELS_ADDED_MAX); they stay unrecorded.
+ * Thread-safe; recording meanwhile sees each value before or after it is
+ * added. m NULL: 0. */
+size_t metrics_add_labels(struct metrics *m, const struct metrics_setup *more);
 void metrics_free(struct metrics *m); /* NULL is a no-op */
 
 /* ---- recording: any thread, lock-free; m may be NULL ---- */

@@ -33,6 +33,7 @@ enum {
     OPT_NOFILE = 1u << 2, /* not a key of the JSON file */
     OPT_NOSET = 1u << 3,  /* set only by cfg_load_file, never by cfg_set */
     OPT_SECRET = 1u << 4, /* a connection string: passwords masked on output */
+    OPT_LIVE = 1u << 5,   /* a reload applies it (config/live.h); others need a restart */
 };
 
 /* Checks a string value before it is stored; label names it in errors. */
@@ -99,6 +100,8 @@ void opt_label(char *buf, size_t n, const struct opt *o, enum cfg_source src);
 void *opt_field(void *base, const struct opt *o);
 void opt_store_str(void *base, const struct opt *o, const char *s);
 void opt_set_default(void *base, const struct opt *o);
+/* Copies the option's value from src to dst (a string is duplicated). */
+void opt_copy(void *dst, const void *src, const struct opt *o);
 /* Parse, bound-check and store; label names the option in errors. */
 enum status opt_from_json(void *base, const struct opt *o, const json_t *v, const char *label,
                           struct error *err) WUR;

@@ -72,6 +72,29 @@ void opt_set_default(void *base, const struct opt *o)
     }
 }
 
+void opt_copy(void *dst, const void *src, const struct opt *o)
+{
+    const void *from = (const char *)src + o->off;
+
+    switch (o->type) {
+    case OPT_STR:
+        opt_store_str(dst, o, *(char *const *)from);
+        break;
+    case OPT_INT:
+        *(int *)opt_field(dst, o) = *(const int *)from;
+        break;
+    case OPT_I64:
+        *(int64_t *)opt_field(dst, o) = *(const int64_t *)from;
+        break;
+    case OPT_BOOL:
+        *(bool *)opt_field(dst, o) = *(const bool *)from;
+        break;
+    case OPT_LEVEL:
+        *(enum log_level *)opt_field(dst, o) = *(const enum log_level *)from;
+        break;
+    }
+}
+
 static enum status expected(const char *label, const char *what, struct error *err)
 {
     return error_set(err, ST_INVALID, "invalid %s: expected %s", label, what);

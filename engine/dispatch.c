@@ -45,7 +45,8 @@ static void dispatch_tenants(const struct config *cfg, struct claim_tenants *t)
  * held for their concurrency key. */
 static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *capped)
 {
-    const struct config *cfg = e->cfg;
+    const struct engine_view *v = view_hold(e);
+    const struct config *cfg = v->cfg;
     const char **types = xcalloc(cfg->nrun_types, sizeof(*types));
     int *caps = xcalloc(cfg->nrun_types, sizeof(*caps));
     struct claim_tenants tenants;
@@ -67,7 +68,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     if (st == ST_OK) {
         t0 = clock_mono_us();
         st = store_runs_claim_fair(db, e->worker_id, n, cfg->queue.max_running, types, caps,
-                                   e->nlimits ? e->type_rates : NULL, cfg->nrun_types, &tenants,
+                                   v->nlimits ? v->type_rates : NULL, cfg->nrun_types, &tenants,
                                    &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
@@ -79,7 +80,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     /* Runs left behind may be waiting for a rate limit: claim again when
      * its next unit frees, not at the next poll. */
     if (st == ST_OK && *capped)
-        rate_limits_claim_waits(e, db, due_ms);
+        rate_limits_claim_waits(e, v, db, due_ms);
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
@@ -109,6 +110,7 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     free(caps);
     free((void *)tenants.names);
     free((void *)tenants.caps);
+    view_release(e, v);
     return st == ST_OK ? got : 0;
 }
 

@@ -50,7 +50,7 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     dynbuf_init(&e->ring_logs, LOGS_NOTIFY_MAX);
     e->stop_efd = -1;
     e->wake_dispatcher = dispatch_wake;
-    rate_limits_init(e);
+    view_init(e);
     e->due_ms = INT64_MAX;
     for (int i = 0; i < e->nslots; i++) {
         e->slots[i].e = e;
@@ -80,20 +80,10 @@ void engine_set_metrics(struct engine *e, struct metrics *m)
     e->metrics = m;
 }
 
-/* The run types' rules as this configuration has them, for the trigger
- * that creates deliveries and follow-ups (store/notify.h). */
-static enum status rules_sync(struct engine *e, struct db *db, struct error *err)
+void engine_set_live(struct engine *e, struct cfg_live *live)
 {
-    char *rules = notify_rules_json(e->cfg);
-    int64_t runs = 0;
-    int types = 0;
-    enum status st = store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
-
-    free(rules);
-    if (st == ST_OK && types > 0)
-        LOG(LOG_INFO, "run type rules written types=%d active_runs_changed=%lld", types,
-            (long long)runs);
-    return st;
+    view_set_live(e, live);
+    notify_init(e); /* a reload may add notifiers: the notifier runs from the start */
 }
 
 /* The rules, the worker row, and the orphans a dead process left, before
@@ -104,7 +94,7 @@ static enum status engine_register(struct engine *e, struct error *err)
     enum status st = db_pool_get(e->pool, &db, err);
 
     if (st == ST_OK)
-        st = rules_sync(e, db, err);
+        st = view_rules_sync(e, db, err);
     if (st == ST_OK)
         st = store_workers_register(db, e->worker_id, e->host, (int)getpid(), OPSRUN_VERSION,
                                     e->nslots, err);
@@ -296,7 +286,7 @@ void engine_free(struct engine *e)
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);
-    rate_limits_cleanup(e);
+    view_cleanup(e);
     handoff_cleanup(&e->done);
     dynbuf_free(&e->ring_logs);
     free(e);

@@ -59,6 +59,12 @@ void engine_on_logs(struct engine *e, void (*fn)(void *arg, const char *run_id),
  * (common/metrics.h); m must outlive the engine. Set it before
  * engine_start; without it nothing is recorded. */
 void engine_set_metrics(struct engine *e, struct metrics *m);
+/* The running configuration, reloaded in place (config/live.h), which the
+ * engine then reads for what a reload may change: run types, tenants, rate
+ * limits, their rules. cfg (engine_new) stays what gives the rest. live
+ * must outlive the engine. Set it before engine_start. */
+struct cfg_live;
+void engine_set_live(struct engine *e, struct cfg_live *live);
 /* Registers the worker row, rescues orphans once, starts the threads. */
 enum status engine_start(struct engine *e, struct error *err) WUR;
 /* A run was submitted by this process: wake a worker here at once and ring

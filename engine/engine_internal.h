@@ -6,7 +6,8 @@
  *   engine.c (lifecycle) -> maint.c -> dispatch.c -> slot.c, complete.c
  *     -> poller.c -> poller_check.c, poller_writer.c -> scheduler.c,
  *     approvals.c -> notify.c -> logs.c (the runs' log lines) -> doorbell.c
- *     -> thread.c, queue.c, shared.c, rate_limits.c
+ *     -> thread.c, queue.c, shared.c, rate_limits.c -> view.c (the
+ *     configuration as the engine uses it, reloaded in place)
  * The listener (doorbell.c), the completer, the scheduler and the
  * approvals thread wake the dispatcher through e->wake_dispatcher, set by
  * engine.c, and the events hint (doorbell.c) wakes the notifier through
@@ -138,14 +139,16 @@ struct engine {
     pthread_cond_t maint_cv, bell_cv;
     int stop_efd;
     struct poller *poller; /* engine/poller.c */
-    /* the scheduler (scheduler.c), when schedules are configured */
+    /* the scheduler (scheduler.c), when schedules are configured or the
+     * configuration is reloadable */
     pthread_t scheduler;
     bool sched_started, sched_stop;
-    /* the approvals thread (approvals.c), when a run type has approval */
+    /* the approvals thread (approvals.c), on every replica */
     bool approvals_started, approvals_stop;
     pthread_t approvals;
     pthread_cond_t sched_cv, approvals_cv;
-    /* the notifier (notify.c), when notifiers are configured; wake_notifier
+    /* the notifier (notify.c), when notifiers are configured or the
+     * configuration is reloadable; wake_notifier
      * (notify_wake, set before any thread starts) is how the events hint
      * makes it look for due deliveries. */
     struct notify *notify;
@@ -160,11 +163,15 @@ struct engine {
     void (*on_logs)(void *arg, const char *run_id);
     void *on_logs_arg;
     struct metrics *metrics; /* NULL: nothing recorded */
-    /* The configured rate limits (rate_limits.c), and each run type's (by
-     * its index in cfg->run_types; NULL for none). */
-    struct rate_limit *limits;
-    size_t nlimits;
-    const struct rate_limit **type_rates;
+    /* The running configuration when it can be reloaded (engine_set_live;
+     * NULL: cfg is fixed), and the engine's view of it (view.c) under
+     * view_mu. */
+    struct cfg_live *live;
+    pthread_mutex_t view_mu;
+    struct engine_view *view;
+    /* The generation of the view whose rules the database has (maint.c). */
+    uint64_t rules_generation;
+    char fixed_version[16]; /* cfg's version (config/live.h), without live */
     /* Starts a thread as pthread_create does (NULL = pthread_create); tests
      * set it to make a start fail. */
     int (*spawn)(pthread_t *t, void *(*fn)(void *), void *arg);
@@ -178,19 +185,22 @@ struct engine {
 enum status thread_start(struct engine *e, pthread_t *t, void *(*fn)(void *), void *arg,
                          const char *what, struct error *err) WUR;
 
-/* notify.c: the notifier thread (when notifiers are configured). init in
- * engine_new, free in engine_free; start and stop are safe without it. */
+/* notify.c: the notifier thread (when notifiers are configured, or always
+ * with a reloadable configuration). init in engine_new and again in
+ * engine_set_live (it makes the notifier once), free in engine_free; start
+ * and stop are safe without it. */
 void notify_init(struct engine *e);
 enum status notify_start(struct engine *e, struct error *err) WUR;
 void notify_stop(struct engine *e); /* gives back the deliveries in flight */
 void notify_free(struct engine *e);
 
-/* scheduler.c: the scheduler thread (when schedules are configured). */
+/* scheduler.c: the scheduler thread (when schedules are configured, or
+ * always with a reloadable configuration: it follows each reload). */
 enum status scheduler_start(struct engine *e, struct error *err) WUR;
 void scheduler_stop(struct engine *e); /* safe when not started */
 
-/* approvals.c: the thread that decides expired approvals (when a run type
- * has approval). */
+/* approvals.c: the thread that decides expired approvals (on every
+ * replica, whatever its configuration). */
 enum status approvals_start(struct engine *e, struct error *err) WUR;
 void approvals_stop(struct engine *e); /* safe when not started */
 
@@ -257,15 +267,48 @@ void completer_stop(struct engine *e);
 /* Takes over *c (its run and references); *c is zeroed. Caller holds mu. */
 void completer_add(struct engine *e, struct completion *c);
 
-/* rate_limits.c: the limits of the configuration, as the store takes them. */
-void rate_limits_init(struct engine *e);
-void rate_limits_cleanup(struct engine *e);
+/* view.c: the configuration as the engine uses it. The engine holds a
+ * view for each unit of work (a claim, an attempt, a round of checks,
+ * a round of maintenance) and releases it after: what the unit reads of
+ * the configuration (run types, tenants, rate limits) is one
+ * configuration's from its start to its end, and a reload applies from
+ * the next unit on. Without a reloadable configuration the view is one,
+ * of e->cfg, for the engine's life. Thread-safe. */
+struct engine_view {
+    const struct config *cfg; /* held while the view lives */
+    /* the configured rate limits, and each run type's (by its index in
+     * cfg->run_types; NULL for none) */
+    struct rate_limit *limits;
+    size_t nlimits;
+    const struct rate_limit **type_rates;
+    uint64_t generation;   /* of the configuration (cfg_live_generation) */
+    struct cfg_live *live; /* cfg is held from it; NULL: cfg is e->cfg */
+    atomic_long refs;
+};
+void view_init(struct engine *e);                            /* in engine_new */
+void view_set_live(struct engine *e, struct cfg_live *live); /* engine_set_live */
+void view_cleanup(struct engine *e); /* in engine_free, after every thread */
+const struct engine_view *view_hold(struct engine *e);
+void view_release(struct engine *e, const struct engine_view *v);
+/* Another hold of v, which the caller holds (released with view_release):
+ * for work that outlives the unit that took v (a notification in flight). */
+const struct engine_view *view_ref(const struct engine_view *v);
+/* Writes the run types' rules as the current view has them, for the
+ * trigger that creates deliveries and follow-ups (store/notify.h), and
+ * records the view's generation in e->rules_generation. At start, and by
+ * maintenance after a reload. */
+enum status view_rules_sync(struct engine *e, struct db *db, struct error *err) WUR;
+/* The version of the configuration running now (CFG_VERSION_LEN + 1
+ * bytes, config/live.h), for the worker row. */
+void view_version(struct engine *e, char *out);
 /* The limit of run type `type` (NULL for none). */
-const struct rate_limit *rate_limit_of(const struct engine *e, const char *type);
-/* After a claim of runs left due runs behind: each of this process's
+const struct rate_limit *view_rate_limit_of(const struct engine_view *v, const char *type);
+
+/* rate_limits.c: after a claim of runs left due runs behind, each of v's
  * limits with no unit left counts a wait; *due_ms becomes the wait for the
  * first of them to free a unit when that is sooner. */
-void rate_limits_claim_waits(struct engine *e, struct db *db, int64_t *due_ms);
+void rate_limits_claim_waits(struct engine *e, const struct engine_view *v, struct db *db,
+                             int64_t *due_ms);
 
 /* shared.c: helpers every engine file may call; it calls none of them. */
 /* How long a claim or a heartbeat protects a run from rescue, less a margin

@@ -5,6 +5,8 @@
  * thread. */
 #include "engine/engine_internal.h"
 
+#include "config/live.h"
+
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -166,8 +168,10 @@ static void maint_heartbeat(struct engine *e, struct db *db)
     enum status st = store_runs_heartbeat(db, e->worker_id, refs, nrefs, &held, on_held, &h, &err);
 
     if (st == ST_OK) {
+        char version[CFG_VERSION_LEN + 1];
         apply_heartbeat(e, h.held, t0);
-        st = store_workers_heartbeat(db, e->worker_id, busy, held, &err);
+        view_version(e, version);
+        st = store_workers_heartbeat(db, e->worker_id, busy, held, version, &err);
     }
     if (st != ST_OK)
         LOG(LOG_WARN, "could not heartbeat worker=%s: %s", e->worker_id, err.message);
@@ -348,6 +352,11 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
         due->heartbeat = now + (int64_t)cfg->queue.heartbeat_interval_s * 1000;
     }
     next = maint_progress(e, db);
+    /* A reload changed the configuration: the rules the database applies
+     * at every transition follow it (again next round if this fails). */
+    if (e->live && cfg_live_generation(e->live) != e->rules_generation &&
+        view_rules_sync(e, db, &err) != ST_OK)
+        LOG(LOG_WARN, "could not write the reloaded run type rules: %s", err.message);
     if (now >= due->cancel) {
         if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
             LOG(LOG_WARN, "cancel check failed: %s", err.message);

@@ -12,7 +12,14 @@
  * timeout plus LEASE_MARGIN_MS; a process that dies mid-attempt leaves it
  * due again once the lease ends, and any replica sends it then (at least
  * once, with the same delivery id). At a stop, transfers in flight are
- * abandoned and their deliveries handed back, due at once. */
+ * abandoned and their deliveries handed back, due at once.
+ *
+ * Each claim takes the notifiers of the engine's current view (view.c), so
+ * a reload's notifiers apply from the next claim; a transfer in flight
+ * holds the view it was claimed under and ends with its notifier as it was
+ * (notifiers_follow says what becomes of a removed notifier's deliveries).
+ * With a reloadable configuration the thread runs even without notifiers,
+ * and claims nothing then (no statement). */
 #include "engine/engine_internal.h"
 #include "engine/notify_body.h"
 
@@ -33,31 +40,39 @@
  * lasts, less this margin; then the delivery is left to the lease. */
 #define SETTLE_MARGIN_MS 5000
 
+/* An attempt in flight. It holds the view it was claimed under, and ends
+ * with the notifier it started with (URL, secret, headers, timeout,
+ * max_attempts) whatever a reload did since. */
 struct job {
     CURL *curl;
     struct curl_slist *hdrs;
     struct notify_request rq;
     struct delivery d;
-    size_t ni; /* its notifier's index in cfg->notifiers */
-    int64_t claimed_ms;
+    struct engine *e;
+    const struct engine_view *v; /* held */
+    const struct notifier *n;    /* in v->cfg */
+    int64_t claimed_ms, lease_ms;
 };
 
 /* An attempt's end, until the database has it. */
 struct result {
     struct delivery_result r;
     char *message; /* r.message */
-    int64_t claimed_ms;
+    int64_t claimed_ms, lease_ms;
 };
 
 struct notify {
     struct engine *e;
-    const struct config *cfg;
     pthread_t thread;
     bool started;
     CURLM *multi;
     pthread_mutex_t mu; /* stop, wake */
     bool stop, wake;
-    int *in_flight; /* per notifier */
+    /* The notifiers of the last claim's view, by name (view.c's generation
+     * tells a reload): a removed one is logged once. */
+    uint64_t generation;
+    char **names;
+    size_t nnames;
     struct job **jobs;
     size_t njobs;
     struct result *results;
@@ -81,49 +96,54 @@ static void job_free(struct job *j)
     curl_slist_free_all(j->hdrs);
     notify_request_cleanup(&j->rq);
     delivery_cleanup(&j->d, 1);
+    if (j->v)
+        view_release(j->e, j->v);
     free(j);
 }
 
-static size_t notifier_index(const struct config *cfg, const char *name)
+static void result_add(struct notify *nt, const struct job *j, int64_t retry_ms, char *message)
 {
-    for (size_t i = 0; i < cfg->nnotifiers; i++)
-        if (strcmp(cfg->notifiers[i].name, name) == 0)
-            return i;
-    return SIZE_MAX;
-}
-
-static void result_add(struct notify *nt, const struct delivery *d, int64_t claimed_ms,
-                       int64_t retry_ms, char *message)
-{
+    const struct delivery *d = &j->d;
     struct result *r;
 
     nt->results = xrealloc(nt->results, (nt->nresults + 1) * sizeof(*nt->results));
     r = &nt->results[nt->nresults++];
     r->r = (struct delivery_result){d->id, d->attempts, retry_ms, message};
     r->message = message;
-    r->claimed_ms = claimed_ms;
+    r->claimed_ms = j->claimed_ms;
+    r->lease_ms = j->lease_ms;
 }
 
-/* Starts the transfer of a claimed delivery; a request that cannot be built
- * (a run object the database should never hold) gives up at once. */
-static void job_start(struct notify *nt, struct delivery *d, int64_t now_ms)
+/* Starts the transfer of a delivery claimed under v (for lease_ms); a
+ * request that cannot be built (a run object the database should never
+ * hold) gives up at once. */
+static void job_start(struct notify *nt, const struct engine_view *v, int64_t lease_ms,
+                      struct delivery *d, int64_t now_ms)
 {
-    size_t ni = notifier_index(nt->cfg, d->notifier);
-    const struct notifier *n = &nt->cfg->notifiers[ni];
+    const struct notifier *n = cfg_notifier(v->cfg, d->notifier);
     struct job *j = xcalloc(1, sizeof(*j));
     struct error err = {0};
 
     j->d = *d;
     memset(d, 0, sizeof(*d));
-    j->ni = ni;
+    j->e = nt->e;
+    j->v = view_ref(v);
+    j->n = n;
     j->claimed_ms = now_ms;
+    j->lease_ms = lease_ms;
+    if (!n) { /* claimed by name from v's notifiers: not expected; its lease ends it */
+        LOG(LOG_WARN, "claimed a notification for unknown notifier=%s run=%s", j->d.notifier,
+            j->d.run_id);
+        job_free(j);
+        return;
+    }
     if (notify_request_build(n, j->d.event, j->d.delivery_id, j->d.run_json,
-                             nt->cfg->http.public_url, clock_wall_ms() / 1000, &j->rq,
+                             v->cfg->http.public_url, clock_wall_ms() / 1000, &j->rq,
                              &err) != ST_OK ||
         !(j->curl = curl_easy_init())) {
         LOG(LOG_WARN, "could not build a notification notifier=%s run=%s event=%s: %s", n->name,
             j->d.run_id, j->d.event, err.message);
-        result_add(nt, &j->d, now_ms, -1,
+        result_add(nt, j, -1,
                    xasprintf("notified %s: could not build the request (%s): %s", n->name,
                              j->d.event, err.message));
         job_free(j);
@@ -150,7 +170,6 @@ static void job_start(struct notify *nt, struct delivery *d, int64_t now_ms)
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     nt->jobs = xrealloc(nt->jobs, (nt->njobs + 1) * sizeof(*nt->jobs));
     nt->jobs[nt->njobs++] = j;
-    nt->in_flight[ni]++;
 }
 
 static void job_remove(struct notify *nt, struct job *j)
@@ -161,7 +180,6 @@ static void job_remove(struct notify *nt, struct job *j)
             break;
         }
     }
-    nt->in_flight[j->ni]--;
     curl_multi_remove_handle(nt->multi, j->curl);
 }
 
@@ -201,7 +219,7 @@ static void transfer_failure(CURLcode cc, int timeout_ms, char *out, size_t n)
  * calls for: the result, its event's message, the metrics and the log. */
 static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_ms)
 {
-    const struct notifier *n = &nt->cfg->notifiers[j->ni];
+    const struct notifier *n = j->n;
     long status = 0;
     char what[160];
     enum notify_verdict v;
@@ -246,7 +264,7 @@ static void job_done(struct notify *nt, struct job *j, CURLcode cc, int64_t now_
             "answer=\"%s\"",
             n->name, j->d.run_id, j->d.event, j->d.attempts, what);
     }
-    result_add(nt, &j->d, j->claimed_ms, retry_ms, msg);
+    result_add(nt, j, retry_ms, msg);
 }
 
 static void collect(struct notify *nt, int64_t now_ms)
@@ -267,43 +285,89 @@ static void collect(struct notify *nt, int64_t now_ms)
 
 /* ---- the database ---- */
 
-static int64_t lease_ms(const struct notify *nt)
+/* A claim's lease: the longest timeout of v's notifiers, and a margin. */
+static int64_t lease_ms(const struct engine_view *v)
 {
     int64_t longest = 0;
 
-    for (size_t i = 0; i < nt->cfg->nnotifiers; i++)
-        if (nt->cfg->notifiers[i].timeout_ms > longest)
-            longest = nt->cfg->notifiers[i].timeout_ms;
+    for (size_t i = 0; i < v->cfg->nnotifiers; i++)
+        if (v->cfg->notifiers[i].timeout_ms > longest)
+            longest = v->cfg->notifiers[i].timeout_ms;
     return longest + LEASE_MARGIN_MS;
 }
 
+/* The transfers in flight for the notifier named name, whichever
+ * configuration they started under. */
+static int in_flight(const struct notify *nt, const char *name)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < nt->njobs; i++)
+        n += strcmp(nt->jobs[i]->n->name, name) == 0;
+    return n;
+}
+
+/* After a reload: each notifier the configuration no longer has is logged.
+ * Its deliveries still owed stay in the outbox, due, and no claim here takes
+ * them: a replica still configured with it sends them, and so does this
+ * one if a reload brings a notifier of that name back; meanwhile they count
+ * in the pending notifications (metrics). Giving them up instead could not
+ * be undone by a reload that only fixed a mistake. */
+static void notifiers_follow(struct notify *nt, const struct engine_view *v)
+{
+    const struct config *cfg = v->cfg;
+
+    if (nt->names && nt->generation == v->generation)
+        return;
+    for (size_t i = 0; nt->names && i < nt->nnames; i++)
+        if (!cfg_notifier(cfg, nt->names[i]))
+            LOG(LOG_WARN,
+                "notifier removed notifier=%s: its deliveries still owed stay in the outbox "
+                "until a notifier of that name is configured again",
+                nt->names[i]);
+    for (size_t i = 0; i < nt->nnames; i++)
+        free(nt->names[i]);
+    free(nt->names);
+    nt->nnames = cfg->nnotifiers;
+    nt->names = xcalloc(cfg->nnotifiers + 1, sizeof(*nt->names));
+    for (size_t i = 0; i < cfg->nnotifiers; i++)
+        nt->names[i] = xstrdup(cfg->notifiers[i].name);
+    nt->generation = v->generation;
+}
+
+/* Claims, for each notifier of the current view with room, its due
+ * deliveries; without a notifier no statement is made. */
 static void claim(struct notify *nt, int64_t now_ms)
 {
-    const struct config *cfg = nt->cfg;
-    const char **names = xcalloc(cfg->nnotifiers, sizeof(*names));
-    int *rooms = xcalloc(cfg->nnotifiers, sizeof(*rooms));
+    const struct engine_view *v = view_hold(nt->e);
+    const struct config *cfg = v->cfg;
+    const char **names = xcalloc(cfg->nnotifiers + 1, sizeof(*names));
+    int *rooms = xcalloc(cfg->nnotifiers + 1, sizeof(*rooms));
+    int64_t lease = lease_ms(v);
     struct delivery *d = NULL;
     struct error err = {0};
     struct db *db = NULL;
     size_t n = 0, got = 0;
 
+    notifiers_follow(nt, v);
     for (size_t i = 0; i < cfg->nnotifiers; i++) {
-        int room = cfg->notifiers[i].max_in_flight - nt->in_flight[i];
+        int room = cfg->notifiers[i].max_in_flight - in_flight(nt, cfg->notifiers[i].name);
         if (room > 0) {
             names[n] = cfg->notifiers[i].name;
             rooms[n++] = room;
         }
     }
     if (n > 0 && (db_pool_get(nt->e->pool, &db, &err) != ST_OK ||
-                  store_deliveries_claim(db, nt->e->worker_id, names, rooms, n, (int)lease_ms(nt),
-                                         &d, &got, &err) != ST_OK))
+                  store_deliveries_claim(db, nt->e->worker_id, names, rooms, n, (int)lease, &d,
+                                         &got, &err) != ST_OK))
         LOG(LOG_WARN, "could not claim notifications: %s", err.message);
     db_pool_put(nt->e->pool, db);
     for (size_t i = 0; i < got; i++)
-        job_start(nt, &d[i], now_ms);
+        job_start(nt, v, lease, &d[i], now_ms);
     free(d);
     free(names);
     free(rooms);
+    view_release(nt->e, v);
 }
 
 static void result_drop(struct notify *nt, size_t i)
@@ -339,7 +403,7 @@ static void settle(struct notify *nt, int64_t now_ms)
     }
     LOG(LOG_WARN, "could not record notifications=%zu: %s", nt->nresults, err.message);
     for (size_t i = nt->nresults; i-- > 0;)
-        if (now_ms > nt->results[i].claimed_ms + lease_ms(nt) - SETTLE_MARGIN_MS)
+        if (now_ms > nt->results[i].claimed_ms + nt->results[i].lease_ms - SETTLE_MARGIN_MS)
             result_drop(nt, i);
 }
 
@@ -422,15 +486,13 @@ void notify_init(struct engine *e)
 {
     struct notify *nt;
 
-    if (e->cfg->nnotifiers == 0)
+    if (e->notify || (e->cfg->nnotifiers == 0 && !e->live))
         return;
     nt = xcalloc(1, sizeof(*nt));
     nt->e = e;
-    nt->cfg = e->cfg;
     nt->multi = curl_multi_init();
     if (!nt->multi)
         abort(); /* only on allocation failure */
-    nt->in_flight = xcalloc(e->cfg->nnotifiers, sizeof(*nt->in_flight));
     pthread_mutex_init(&nt->mu, NULL);
     e->notify = nt;
     e->wake_notifier = notify_wake;
@@ -472,7 +534,9 @@ void notify_free(struct engine *e)
         result_drop(nt, nt->nresults - 1);
     free(nt->results);
     free(nt->jobs);
-    free(nt->in_flight);
+    for (size_t i = 0; i < nt->nnames; i++)
+        free(nt->names[i]);
+    free(nt->names);
     curl_multi_cleanup(nt->multi);
     pthread_mutex_destroy(&nt->mu);
     free(nt);

@@ -133,21 +133,22 @@ static void *checker_main(void *arg)
  * the given-back ones go to back[] (*nback of them). On a database error
  * no unit is taken and every limited check waits a second. */
 #define RATE_ERROR_WAIT_MS 1000
-static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim *checks, size_t *n,
-                              struct again *back, size_t *nback)
+static void rate_limit_checks(struct poller *p, const struct engine_view *v, struct db *db,
+                              struct poll_claim *checks, size_t *n, struct again *back,
+                              size_t *nback)
 {
     struct engine *e = p->e;
     size_t keep = 0;
 
     *nback = 0;
-    for (size_t l = 0; l < e->nlimits; l++) {
-        const struct rate_limit *rl = &e->limits[l];
+    for (size_t l = 0; l < v->nlimits; l++) {
+        const struct rate_limit *rl = &v->limits[l];
         struct error err = {0};
         int want = 0, taken = 0;
         int64_t next_ms = RATE_ERROR_WAIT_MS;
 
         for (size_t i = 0; i < *n; i++)
-            want += checks[i].run && rate_limit_of(e, checks[i].run->type) == rl;
+            want += checks[i].run && view_rate_limit_of(v, checks[i].run->type) == rl;
         if (want == 0)
             continue;
         if (store_rate_take(db, rl, want, &taken, &next_ms, &err) != ST_OK)
@@ -157,7 +158,7 @@ static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim
             p->limit_until[l] = clock_mono_ms() + next_ms;
         for (size_t i = 0; i < *n && want > taken; i++) {
             struct poll_claim *c = &checks[i];
-            if (!c->run || rate_limit_of(e, c->run->type) != rl || taken-- > 0)
+            if (!c->run || view_rate_limit_of(v, c->run->type) != rl || taken-- > 0)
                 continue; /* another limit's (given back, or kept), or kept */
             back[(*nback)++] = (struct again){xstrdup(c->run->tenant),
                                               xstrdup(c->run->id),
@@ -182,15 +183,23 @@ static void rate_limit_checks(struct poller *p, struct db *db, struct poll_claim
  * that gave a check no unit is, until its next unit frees): the checks of
  * the others are not claimed meanwhile, so that a spent limit costs no
  * claims. *wait_ms: until the first spent limit frees (-1: none spent). */
-static size_t open_types(struct poller *p, const char **out, int64_t *wait_ms)
+static size_t open_types(struct poller *p, const struct engine_view *v, const char **out,
+                         int64_t *wait_ms)
 {
     int64_t now = clock_mono_ms();
     size_t n = 0;
 
+    /* A reload changed the limits: what was known of the old ones is
+     * forgotten (a spent one is found again by its next check). */
+    if (p->limit_generation != v->generation) {
+        free(p->limit_until);
+        p->limit_until = xcalloc(v->nlimits ? v->nlimits : 1, sizeof(*p->limit_until));
+        p->limit_generation = v->generation;
+    }
     *wait_ms = -1;
     for (size_t i = 0; i < p->ntypes; i++) {
-        const struct rate_limit *rl = rate_limit_of(p->e, p->types[i]);
-        int64_t until = rl ? p->limit_until[rl - p->e->limits] : 0;
+        const struct rate_limit *rl = view_rate_limit_of(v, p->types[i]);
+        int64_t until = rl ? p->limit_until[rl - v->limits] : 0;
         if (until <= now) {
             out[n++] = p->types[i];
         } else if (*wait_ms < 0 || until - now < *wait_ms) {
@@ -198,6 +207,37 @@ static size_t open_types(struct poller *p, const char **out, int64_t *wait_ms)
         }
     }
     return n;
+}
+
+/* The types of v whose action can poll, and the lease that covers a check
+ * (or a cancel and a cleanup) of any of them, when v is not the view they
+ * were made for: at the first claim, and at the first after a reload. */
+static void poll_types(struct poller *p, const struct engine_view *v)
+{
+    const struct config *cfg = v->cfg;
+    int64_t longest = 0;
+
+    if (p->tview && p->tview->generation == v->generation)
+        return;
+    if (p->tview)
+        view_release(p->e, p->tview);
+    p->tview = view_ref(v);
+    free(p->types);
+    free(p->open);
+    p->types = xcalloc(cfg->nrun_types + 1, sizeof(*p->types));
+    p->open = xcalloc(cfg->nrun_types + 1, sizeof(*p->open));
+    p->ntypes = 0;
+    for (size_t i = 0; i < cfg->nrun_types; i++) {
+        const struct run_type *rt = &cfg->run_types[i];
+        const struct action_ops *ops = action_find(rt->action);
+        if (!ops || !ops->poll)
+            continue;
+        p->types[p->ntypes++] = rt->name;
+        if (rt->poll.check_timeout_s > longest)
+            longest = rt->poll.check_timeout_s;
+    }
+    /* A check, or a cancel and a cleanup, each bounded by the check time. */
+    atomic_store(&p->lease_ms, 2 * longest * 1000 + LEASE_MARGIN_MS);
 }
 
 /* Claims up to n checks (then hooks) into the queue, in one statement each,
@@ -211,25 +251,37 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
     size_t nc = 0, nh = 0, nback = 0, claimed, nopen;
     struct db *db = NULL;
     struct error err = {0};
-    enum status st = db_pool_get(e->pool, &db, &err);
+    enum status st;
     char owner[POLL_OWNER_MAX];
-    int64_t spent_ms;
+    int64_t spent_ms, lease;
+    const struct engine_view *v = view_hold(e);
 
+    poll_types(p, v);
+    *due_ms = -1;
+    if (p->ntypes == 0) { /* nothing can wait: no connection, no statement */
+        view_release(e, v);
+        pthread_mutex_lock(&p->mu);
+        p->room += n;
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    st = db_pool_get(e->pool, &db, &err);
+    lease = atomic_load(&p->lease_ms);
     /* never the same owner twice (store/polls.h) */
     xsnprintf(owner, sizeof(owner), "%s/%" PRIu64, e->worker_id, ++p->claims);
-    *due_ms = -1;
-    nopen = open_types(p, p->open, &spent_ms);
+    nopen = open_types(p, v, p->open, &spent_ms);
     if (st == ST_OK && nopen > 0)
-        st = store_polls_claim(db, owner, n, p->lease_ms, p->open, nopen, &checks, &nc, &err);
+        st = store_polls_claim(db, owner, n, lease, p->open, nopen, &checks, &nc, &err);
     claimed = nc;
-    if (st == ST_OK && nc > 0 && e->nlimits > 0) {
+    if (st == ST_OK && nc > 0 && v->nlimits > 0) {
         back = xcalloc(nc, sizeof(*back));
-        rate_limit_checks(p, db, checks, &nc, back, &nback);
+        rate_limit_checks(p, v, db, checks, &nc, back, &nback);
     }
-    if (st == ST_OK && (int)claimed < n)
-        st = store_hooks_claim(db, owner, n - (int)nc, p->lease_ms, p->types, p->ntypes, &hooks,
-                               &nh, &err);
-    if (st == ST_OK && (int)(claimed + nh) < n)
+    view_release(e, v);
+    if (st == ST_OK && (int)claimed < n && p->ntypes > 0)
+        st = store_hooks_claim(db, owner, n - (int)nc, lease, p->types, p->ntypes, &hooks, &nh,
+                               &err);
+    if (st == ST_OK && (int)(claimed + nh) < n && nopen > 0)
         st = store_polls_next_due(db, p->open, nopen, due_ms, &err);
     if (spent_ms >= 0 && (*due_ms < 0 || spent_ms < *due_ms))
         *due_ms = spent_ms;
@@ -353,24 +405,14 @@ struct poller *poller_new(struct engine *e)
 {
     const struct config *cfg = e->cfg;
     struct poller *p = xcalloc(1, sizeof(*p));
-    int64_t longest = 0;
+    const struct engine_view *v = view_hold(e);
 
     p->e = e;
     p->n = cfg->poller.concurrency;
-    p->types = xcalloc(cfg->nrun_types ? cfg->nrun_types : 1, sizeof(*p->types));
-    p->open = xcalloc(cfg->nrun_types ? cfg->nrun_types : 1, sizeof(*p->open));
-    p->limit_until = xcalloc(e->nlimits ? e->nlimits : 1, sizeof(*p->limit_until));
-    for (size_t i = 0; i < cfg->nrun_types; i++) {
-        const struct run_type *rt = &cfg->run_types[i];
-        const struct action_ops *ops = action_find(rt->action);
-        if (!ops || !ops->poll)
-            continue;
-        p->types[p->ntypes++] = rt->name;
-        if (rt->poll.check_timeout_s > longest)
-            longest = rt->poll.check_timeout_s;
-    }
-    /* A check, or a cancel and a cleanup, each bounded by the check time. */
-    p->lease_ms = 2 * longest * 1000 + LEASE_MARGIN_MS;
+    p->limit_until = xcalloc(1, sizeof(*p->limit_until));
+    p->limit_generation = UINT64_MAX; /* sized by the first claim's view */
+    poll_types(p, v);                 /* the first claim's view makes them again after a reload */
+    view_release(e, v);
     p->q.cap = (size_t)p->n * QUEUE_PER_CHECKER;
     p->queue = xcalloc(p->q.cap, sizeof(*p->queue));
     handoff_init(&p->againq, sizeof(struct again));
@@ -383,9 +425,12 @@ struct poller *poller_new(struct engine *e)
     return p;
 }
 
+/* Without a reloadable configuration the threads run only when some run
+ * type can poll; with one they always do, as a reload may add such a type
+ * (while none is configured a claim makes no statement). */
 enum status poller_start(struct poller *p, struct error *err)
 {
-    if (p->ntypes == 0)
+    if (p->ntypes == 0 && !p->e->live)
         return ST_OK; /* nothing here can wait: no threads */
     p->room = (int)p->q.cap;
     p->claim_min = 1;
@@ -403,7 +448,7 @@ enum status poller_start(struct poller *p, struct error *err)
         goto fail;
     p->sched_started = true;
     LOG(LOG_INFO, "poller started concurrency=%d types=%zu lease_ms=%lld", p->n, p->ntypes,
-        (long long)p->lease_ms);
+        (long long)atomic_load(&p->lease_ms));
     return ST_OK;
 fail:
     poller_stop(p);
@@ -501,6 +546,8 @@ void poller_free(struct poller *p)
     pthread_mutex_destroy(&p->mu);
     free(p->queue);
     free(p->checkers);
+    if (p->tview)
+        view_release(p->e, p->tview);
     free(p->types);
     free(p->open);
     free(p->limit_until);

@@ -102,7 +102,7 @@ static void finish(struct poller *p, const struct action_ops *ops, struct run_ct
     if (st == ST_OK && rc->log)
         (void)engine_log_write(e, db, rc->log, f->tenant, f->id, true, -1);
     if (st == ST_OK)
-        st = store_polls_finish(db, f, made, res, rc->poll_state, p->lease_ms, &err);
+        st = store_polls_finish(db, f, made, res, rc->poll_state, atomic_load(&p->lease_ms), &err);
     db_pool_put(e->pool, db);
     if (st != ST_OK) {
         /* The lease runs out and the check is made again: at least once. */
@@ -302,12 +302,52 @@ static void check_log_write(struct poller *p, struct run_ctx *rc, const struct p
     db_pool_put(p->e->pool, db);
 }
 
-/* One check; *next (id NULL when none) is its next check if the run goes on. */
+static void check_run(struct poller *p, struct poll_claim *c, const struct run_type *rt,
+                      struct remote_conn *conn, struct again *next);
+
+/* A reload removed the run type of a claimed check, or made it an action
+ * that cannot poll: the check goes back unmade, due again later, and the
+ * run waits for its type to come back (or to be cancelled). */
+#define TYPE_GONE_DELAY_MS 60000
+static const struct run_type *check_type(const struct engine_view *v, const struct poll_claim *c,
+                                         struct again *next)
+{
+    const struct run_type *rt = cfg_run_type(v->cfg, c->run->type);
+    const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
+
+    if (ops && ops->poll)
+        return rt;
+    LOG(LOG_WARN, "run type %s of waiting run=%s is not configured to poll; checking again in %d s",
+        c->run->type, c->run->id, TYPE_GONE_DELAY_MS / 1000);
+    if (next)
+        *next = (struct again){xstrdup(c->run->tenant),
+                               xstrdup(c->run->id),
+                               xstrdup(c->owner),
+                               c->poll_count,
+                               c->poll_state ? json_deep_copy(c->poll_state) : NULL,
+                               TYPE_GONE_DELAY_MS,
+                               true};
+    return NULL;
+}
+
+/* One check, under the configuration of its start; *next (id NULL when
+ * none) is its next check if the run goes on. */
 void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
                       struct again *next)
 {
     struct engine *e = p->e;
-    const struct run_type *rt = cfg_run_type(e->cfg, c->run->type);
+    const struct engine_view *v = view_hold(e);
+    const struct run_type *rt = check_type(v, c, next);
+
+    if (rt)
+        check_run(p, c, rt, conn, next);
+    view_release(e, v);
+}
+
+static void check_run(struct poller *p, struct poll_claim *c, const struct run_type *rt,
+                      struct remote_conn *conn, struct again *next)
+{
+    struct engine *e = p->e;
     const struct action_ops *ops = action_find(rt->action);
     const struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
     struct run_ctx rc = claim_ctx(p, c, rt, conn);
@@ -339,11 +379,17 @@ void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn
  * the job is gone or cancelled either way. */
 void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_conn *conn)
 {
-    const struct run_type *rt = cfg_run_type(p->e->cfg, c->run->type);
-    const struct action_ops *ops = action_find(rt->action);
-    struct run_ctx rc = claim_ctx(p, c, rt, conn);
-    const struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
+    const struct engine_view *v = view_hold(p->e);
+    const struct run_type *rt = check_type(v, c, NULL);
+    const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
+    struct run_ctx rc;
+    struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
 
+    if (!rt) { /* the claim's lease runs out; hooks are tried again then */
+        view_release(p->e, v);
+        return;
+    }
+    rc = claim_ctx(p, c, rt, conn);
     rc.log = engine_log_new(p->e, c->run, rt);
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
         run_outcome_name(c->run->outcome), c->hooks_attempts);
@@ -352,4 +398,5 @@ void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_co
     check_log_write(p, &rc, &f);
     runlog_free(rc.log);
     rc_cleanup(&rc);
+    view_release(p->e, v);
 }

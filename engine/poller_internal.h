@@ -36,15 +36,21 @@ struct again {
 
 struct poller {
     struct engine *e;
-    const char **types; /* run types whose action can poll */
+    /* The scheduler thread's own: the run types whose action can poll, of
+     * the view tview (held; rebuilt when a reload swapped it). */
+    const char **types;
     size_t ntypes;
+    const struct engine_view *tview;
     /* The scheduler thread's own: the types a claim takes (open_types), and
      * per rate limit of the engine the monotonic time until which it is
      * known to have no unit left. */
     const char **open;
     int64_t *limit_until;
-    int n;            /* checker threads */
-    int64_t lease_ms; /* covers a check, or both hooks, of any of those types */
+    uint64_t limit_generation; /* of the view limit_until was made for */
+    int n;                     /* checker threads */
+    /* covers a check, or both hooks, of any of those types (the checkers
+     * read it for the next lease) */
+    _Atomic int64_t lease_ms;
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, sched_cv;

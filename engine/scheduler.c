@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/time_rfc3339.h"
+#include "config/live.h"
 #include "store/db.h"
 #include "store/schedules.h"
 
@@ -227,8 +228,8 @@ static bool slot_done(struct engine *e, const struct fire *f, const struct sched
 
 /* Takes up to SCHEDULER_TAKE_BATCH slots of f from `from` in one
  * transaction; *retry when a slot must be tried again soon. */
-static enum status take_batch(struct engine *e, struct db *db, const struct fire *f, size_t n,
-                              bool *retry, struct error *err)
+static enum status take_batch(struct engine *e, const struct config *cfg, struct db *db,
+                              const struct fire *f, size_t n, bool *retry, struct error *err)
 {
     struct schedule_run *sr = xcalloc(n, sizeof(*sr));
     struct schedule_take *t = xcalloc(n, sizeof(*t));
@@ -238,7 +239,7 @@ static enum status take_batch(struct engine *e, struct db *db, const struct fire
 
     for (size_t i = 0; i < n; i++) {
         const struct schedule *s = f[i].s;
-        schedule_run_init(e->cfg, s, f[i].slot_s, NULL, NULL, &sr[i]);
+        schedule_run_init(cfg, s, f[i].slot_s, NULL, NULL, &sr[i]);
         t[i] = (struct schedule_take){.name = s->name,
                                       .tenant = sr[i].rn.tenant,
                                       .slot_us = f[i].slot_s * 1000000,
@@ -265,21 +266,104 @@ static enum status take_batch(struct engine *e, struct db *db, const struct fire
 
 /* ---- the thread ---- */
 
+/* With a reloadable configuration the scheduler looks this often whether
+ * a reload swapped it (no statement: a counter's read), so that a reload
+ * applies to the schedules within this time however far the next slot is. */
+#define SCHEDULER_RELOAD_CHECK_MS 1000
+
+/* The thread's own copy of what it derives from the configuration: the
+ * view it plans with (held until the next reload's is taken) and the
+ * names of its schedules, in its order. A schedule whose timing a reload
+ * changed (its cron or time zone), or which a reload added, counts its
+ * slots from the moment this replica saw it: since_s[i] (seconds, by the
+ * database's clock; 0 for none, -1 until the next read of the clock). A
+ * slot of its new timing at or before that moment never fires, as none of
+ * a schedule before it existed does, so a changed cron neither fires the
+ * slots it would have had before the change nor reports them missed. */
+struct sched_view {
+    const struct engine_view *v;
+    const char **names;
+    int64_t *since_s;
+    size_t n;
+    bool synced; /* the rows of names are made (store_schedules_sync) */
+};
+
+/* Where the new configuration's schedule s counts its slots from, given
+ * the view before (old, NULL at start). */
+static int64_t since_of(const struct sched_view *sv, const struct config *old,
+                        const struct schedule *s)
+{
+    for (size_t j = 0; old && j < old->nschedules; j++) {
+        const struct schedule *o = &old->schedules[j];
+        if (strcmp(o->name, s->name) != 0)
+            continue;
+        if (strcmp(o->cron_text, s->cron_text) != 0 || strcmp(o->time_zone, s->time_zone) != 0)
+            return -1;
+        return sv->since_s[j];
+    }
+    return old ? -1 : 0;
+}
+
+/* Takes the current view when a reload swapped the configuration since the
+ * one sv has (or sv has none yet). */
+static void sched_view_refresh(struct engine *e, struct sched_view *sv)
+{
+    const struct engine_view *v = view_hold(e);
+    const struct config *cfg = v->cfg, *old = sv->v ? sv->v->cfg : NULL;
+    size_t n = cfg->nschedules, retimed = 0;
+    const char **names;
+    int64_t *since;
+
+    if (sv->v && sv->v->generation == v->generation) {
+        view_release(e, v);
+        return;
+    }
+    names = xcalloc(n ? n : 1, sizeof(*names));
+    since = xcalloc(n ? n : 1, sizeof(*since));
+    for (size_t i = 0; i < n; i++) {
+        names[i] = cfg->schedules[i].name;
+        since[i] = since_of(sv, old, &cfg->schedules[i]);
+        retimed += since[i] < 0;
+    }
+    if (old)
+        LOG(LOG_INFO, "schedules follow the reloaded configuration schedules=%zu retimed=%zu", n,
+            retimed);
+    free(sv->names);
+    free(sv->since_s);
+    if (sv->v)
+        view_release(e, sv->v);
+    *sv = (struct sched_view){v, names, since, n, n == 0};
+}
+
+static void sched_view_drop(struct engine *e, struct sched_view *sv)
+{
+    free(sv->names);
+    free(sv->since_s);
+    if (sv->v)
+        view_release(e, sv->v);
+    memset(sv, 0, sizeof(*sv));
+}
+
 /* Plans every schedule at now_us: drops what was missed, collects what
  * fires; *wake_s gets the earliest next slot. */
-static enum status plan_all(struct engine *e, struct db *db, const struct schedule_state *state,
-                            int64_t now_us, struct fires *f, int64_t *wake_s, struct error *err)
+static enum status plan_all(struct engine *e, struct sched_view *sv, struct db *db,
+                            const struct schedule_state *state, int64_t now_us, struct fires *f,
+                            int64_t *wake_s, struct error *err)
 {
-    const struct config *cfg = e->cfg;
+    const struct config *cfg = sv->v->cfg;
     enum status st = ST_OK;
 
-    for (size_t i = 0; st == ST_OK && i < cfg->nschedules; i++) {
+    for (size_t i = 0; st == ST_OK && i < sv->n; i++) {
         const struct schedule *s = &cfg->schedules[i];
+        int64_t last_s = state[i].last_slot_us / 1000000;
         struct schedule_plan p;
         bool moved = false;
 
-        schedule_plan(s, cfg->queue.schedule_grace_s, state[i].last_slot_us / 1000000,
-                      now_us / 1000000, &p);
+        if (sv->since_s[i] < 0)
+            sv->since_s[i] = now_us / 1000000;
+        if (sv->since_s[i] > last_s)
+            last_s = sv->since_s[i];
+        schedule_plan(s, cfg->queue.schedule_grace_s, last_s, now_us / 1000000, &p);
         if (p.drop_upto)
             st = store_schedules_drop(db, s->name, p.drop_upto * 1000000, &moved, err);
         if (moved) {
@@ -295,13 +379,12 @@ static enum status plan_all(struct engine *e, struct db *db, const struct schedu
     return st;
 }
 
-/* One pass over every schedule; returns when the next is due (ms from
+/* One pass over every schedule of sv; returns when the next is due (ms from
  * now by the database's clock, at most SCHEDULER_RESYNC_MS), or -1 after a
  * database error. */
-static int64_t scheduler_pass(struct engine *e, const char *const *names, int64_t *read_mono)
+static int64_t scheduler_pass(struct engine *e, struct sched_view *sv, int64_t *read_mono)
 {
-    const struct config *cfg = e->cfg;
-    struct schedule_state *state = xcalloc(cfg->nschedules, sizeof(*state));
+    struct schedule_state *state = xcalloc(sv->n, sizeof(*state));
     struct fires f = {0};
     struct db *db = NULL;
     struct error err = {0};
@@ -310,12 +393,12 @@ static int64_t scheduler_pass(struct engine *e, const char *const *names, int64_
     enum status st = db_pool_get(e->pool, &db, &err);
 
     if (st == ST_OK)
-        st = store_schedules_read(db, names, cfg->nschedules, state, &now_us, &err);
+        st = store_schedules_read(db, sv->names, sv->n, state, &now_us, &err);
     *read_mono = clock_mono_ms();
     if (st == ST_OK)
-        st = plan_all(e, db, state, now_us, &f, &wake_s, &err);
+        st = plan_all(e, sv, db, state, now_us, &f, &wake_s, &err);
     for (size_t i = 0; st == ST_OK && i < f.n; i += SCHEDULER_TAKE_BATCH)
-        st = take_batch(e, db, &f.v[i],
+        st = take_batch(e, sv->v->cfg, db, &f.v[i],
                         f.n - i < SCHEDULER_TAKE_BATCH ? f.n - i : SCHEDULER_TAKE_BATCH, &retry,
                         &err);
     if (st == ST_OK) {
@@ -329,22 +412,32 @@ static int64_t scheduler_pass(struct engine *e, const char *const *names, int64_
         LOG(LOG_WARN, "could not take the schedules' slots: %s", err.message);
     }
     db_pool_put(e->pool, db);
-    schedule_state_cleanup(state, cfg->nschedules);
+    schedule_state_cleanup(state, sv->n);
     free(state);
     free(f.v);
     return wait_ms;
 }
 
-/* Waits ms (from `from`, monotonic) or until the scheduler stops; false
- * when it stops. */
-static bool scheduler_wait(struct engine *e, int64_t from, int64_t ms)
+/* Whether the scheduler must stop waiting: it stops, or a reload swapped
+ * the configuration since generation gen. Caller holds e->mu. */
+static bool scheduler_interrupted(struct engine *e, uint64_t gen)
+{
+    return e->sched_stop || (e->live && cfg_live_generation(e->live) != gen);
+}
+
+/* Waits ms (from `from`, monotonic), until the scheduler stops, or until a
+ * reload swapped the configuration of generation gen; false when it stops. */
+static bool scheduler_wait(struct engine *e, int64_t from, int64_t ms, uint64_t gen)
 {
     struct timespec ts;
     bool go;
 
     pthread_mutex_lock(&e->mu);
-    while (!e->sched_stop && clock_mono_ms() < from + ms) {
-        abstime_after_ms(&ts, from + ms - clock_mono_ms());
+    while (!scheduler_interrupted(e, gen) && clock_mono_ms() < from + ms) {
+        int64_t left = from + ms - clock_mono_ms();
+        if (e->live && left > SCHEDULER_RELOAD_CHECK_MS)
+            left = SCHEDULER_RELOAD_CHECK_MS;
+        abstime_after_ms(&ts, left);
         pthread_cond_timedwait(&e->sched_cv, &e->mu, &ts);
     }
     go = !e->sched_stop;
@@ -352,61 +445,61 @@ static bool scheduler_wait(struct engine *e, int64_t from, int64_t ms)
     return go;
 }
 
-/* Makes the rows of the configured schedules, until it succeeds. */
-static bool scheduler_sync(struct engine *e, const char *const *names)
+/* Makes the rows of sv's schedules (one try; false after a failure, logged). */
+static bool scheduler_sync(struct engine *e, const struct sched_view *sv)
 {
-    const struct config *cfg = e->cfg;
-    const char **tenants = xcalloc(cfg->nschedules, sizeof(*tenants));
-    struct backoff b = {.first_ms = SCHED_RETRY_FIRST_MS, .max_ms = SCHED_RETRY_MAX_MS};
-    bool go = true, done = false;
+    const struct config *cfg = sv->v->cfg;
+    const char **tenants = xcalloc(sv->n ? sv->n : 1, sizeof(*tenants));
+    struct db *db = NULL;
+    struct error err = {0};
+    enum status st;
 
-    for (size_t i = 0; i < cfg->nschedules; i++)
+    for (size_t i = 0; i < sv->n; i++)
         tenants[i] = cfg_schedule_tenant(cfg, &cfg->schedules[i]);
-    while (go && !done) {
-        struct db *db = NULL;
-        struct error err = {0};
-        enum status st = db_pool_get(e->pool, &db, &err);
-
-        if (st == ST_OK)
-            st = store_schedules_sync(db, names, tenants, cfg->nschedules, &err);
-        db_pool_put(e->pool, db);
-        done = st == ST_OK;
-        if (!done) {
-            LOG(LOG_WARN, "could not record the schedules: %s", err.message);
-            go = scheduler_wait(e, clock_mono_ms(), backoff_next_ms(&b));
-        }
-    }
+    st = db_pool_get(e->pool, &db, &err);
+    if (st == ST_OK)
+        st = store_schedules_sync(db, sv->names, tenants, sv->n, &err);
+    db_pool_put(e->pool, db);
+    if (st != ST_OK)
+        LOG(LOG_WARN, "could not record the schedules: %s", err.message);
     free(tenants);
-    return done;
+    return st == ST_OK;
 }
 
+/* Each turn follows a reload first: the rows of the schedules it brought
+ * are made before any of their slots is planned. While no schedule is
+ * configured a turn makes no statement. */
 static void *scheduler_main(void *arg)
 {
     struct engine *e = arg;
-    const struct config *cfg = e->cfg;
-    const char **names = xcalloc(cfg->nschedules, sizeof(*names));
+    struct sched_view sv = {0};
     struct backoff b = {.first_ms = SCHED_RETRY_FIRST_MS, .max_ms = SCHED_RETRY_MAX_MS};
-    bool go;
+    bool go = true;
 
-    for (size_t i = 0; i < cfg->nschedules; i++)
-        names[i] = cfg->schedules[i].name;
-    go = scheduler_sync(e, names);
     while (go) {
-        int64_t read_mono = 0, wait_ms = scheduler_pass(e, names, &read_mono);
+        int64_t from = clock_mono_ms(), wait_ms = -1;
 
+        sched_view_refresh(e, &sv);
+        if (!sv.synced)
+            sv.synced = scheduler_sync(e, &sv);
+        if (sv.synced)
+            wait_ms = sv.n ? scheduler_pass(e, &sv, &from) : SCHEDULER_RESYNC_MS;
         if (wait_ms >= 0)
             backoff_reset(&b);
-        go = scheduler_wait(e, read_mono, wait_ms >= 0 ? wait_ms : backoff_next_ms(&b));
+        go =
+            scheduler_wait(e, from, wait_ms >= 0 ? wait_ms : backoff_next_ms(&b), sv.v->generation);
     }
-    free(names);
+    sched_view_drop(e, &sv);
     return NULL;
 }
 
+/* Without a reloadable configuration the thread runs only when schedules
+ * are configured; with one it always runs, as a reload may add some. */
 enum status scheduler_start(struct engine *e, struct error *err)
 {
     enum status st;
 
-    if (e->cfg->nschedules == 0)
+    if (e->cfg->nschedules == 0 && !e->live)
         return ST_OK;
     st = thread_start(e, &e->scheduler, scheduler_main, e, "the scheduler", err);
     e->sched_started = st == ST_OK;

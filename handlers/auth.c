@@ -120,6 +120,8 @@ static unsigned need_scope(enum auth_need need)
         return SCOPE_HEALTH;
     case NEED_APPROVE:
         return SCOPE_APPROVE;
+    case NEED_ADMIN:
+        return SCOPE_ADMIN;
     case NEED_OPEN:
     case NEED_TOKEN:
         break;
@@ -190,4 +192,31 @@ enum status auth_decide(const struct config *cfg, const struct auth_request *ar,
     if (st == ST_FORBIDDEN && !out->challenge)
         out->challenge = CHALLENGE_SCOPE;
     return st;
+}
+
+bool auth_grant_of(const struct principal *who, struct auth_grant *g)
+{
+    *g = (struct auth_grant){.all_tenants = who->all_tenants};
+    if (!who->token)
+        return false;
+    memcpy(g->sha256, who->token->sha256, sizeof(g->sha256));
+    xsnprintf(g->name, sizeof(g->name), "%s", who->token->name);
+    xsnprintf(g->tenant, sizeof(g->tenant), "%s", who->tenant ? who->tenant : "");
+    return true;
+}
+
+/* A stream's token is looked up by its digest, as a request's is: a token
+ * renamed with the same secret still opens the same streams. */
+bool auth_grant_holds(const struct config *cfg, const struct auth_grant *g)
+{
+    const struct auth_token *t = NULL;
+
+    for (size_t i = 0; i < cfg->auth.ntokens; i++)
+        if (ct_equal(g->sha256, cfg->auth.tokens[i].sha256, 32))
+            t = &cfg->auth.tokens[i];
+    if (!t || !(t->scopes & (SCOPE_READ | SCOPE_ADMIN)))
+        return false;
+    if (t->scopes & SCOPE_ADMIN)
+        return true;
+    return !g->all_tenants && strcmp(t->tenant, g->tenant) == 0;
 }

@@ -27,6 +27,7 @@ enum auth_need {
     NEED_CANCEL,  /* POST /runs/{id}/cancel, retry, the bulk cancel and retry */
     NEED_HEALTH,  /* /healthz: open when auth.open_health, else health or admin */
     NEED_APPROVE, /* POST /runs/{id}/approve and /reject */
+    NEED_ADMIN,   /* POST /admin/reload */
 };
 
 /* What the request carries; NULL for what is absent. */
@@ -59,6 +60,25 @@ struct principal {
  * says which, without ever quoting the token. */
 enum status auth_decide(const struct config *cfg, const struct auth_request *ar,
                         struct principal *out, struct error *err) WUR;
+
+/* What a request's token was allowed to read when an event stream opened,
+ * kept by the stream (which outlives the request and its configuration) to
+ * ask again after a reload. */
+struct auth_grant {
+    unsigned char sha256[32]; /* the token's digest: what identifies it */
+    char name[65];            /* its name then, for messages */
+    char tenant[65];          /* the tenant the stream reads ... */
+    bool all_tenants;         /* ... or every tenant (an admin token without ?tenant=) */
+};
+
+/* Fills g from who, a request auth_decide accepted for a read; false when
+ * who has no token (no auth.tokens): such a stream has nothing to check. */
+bool auth_grant_of(const struct principal *who, struct auth_grant *g);
+/* Whether cfg still lets g's token read what it read: a token with g's
+ * digest is configured, has the read or admin scope, and is of g's tenant
+ * or an admin (every tenant: an admin). That is, whether the request that
+ * opened the stream would be accepted again. */
+bool auth_grant_holds(const struct config *cfg, const struct auth_grant *g);
 
 /* ---- the parts, exposed for unit tests and the fuzz driver ---- */
 

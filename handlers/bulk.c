@@ -15,6 +15,8 @@
  * than "limit": 409, and nothing is changed. */
 #include "handlers/bulk.h"
 
+#include "config/live.h"
+
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -507,6 +509,19 @@ static void job_d_free(struct deferred *d, const struct hctx *hc)
     pthread_mutex_unlock(&b->mu);
 }
 
+/* A job under the configuration running when it starts, held to its end
+ * (config/live.h): its retries take their run types' settings from it. */
+static void job_execute_held(const struct hctx *base, struct bulk_job *job)
+{
+    struct hctx hc = *base;
+
+    if (base->live)
+        hc.cfg = cfg_live_hold(base->live);
+    job_execute(&hc, job);
+    if (base->live)
+        cfg_live_release(base->live, hc.cfg);
+}
+
 static void *bulk_main(void *arg)
 {
     struct bulk *b = arg;
@@ -526,7 +541,7 @@ static void *bulk_main(void *arg)
         if (bulk_stopping(b))
             job->st = error_set(&job->err, ST_BUSY, "the server is shutting down; retry shortly");
         else
-            job_execute(b->hc, job);
+            job_execute_held(b->hc, job);
         job->done(job->done_arg); /* the last touch: the job may be freed from here on */
         pthread_mutex_lock(&b->mu);
     }

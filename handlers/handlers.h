@@ -8,9 +8,9 @@
  * handlers, and the pure parts their unit tests call, are in the file of
  * its name: alerts.c, runs.c (runs, events, completions, the query
  * parsers), runs_retry.c, logs.c (a run's log), approvals.c, bulk.c, schedules.c (schedules and
- * rate limits), health.c, openapi.c and web.c. A file's other callers have
- * a header of its own (alertmanager.h, auth.h, bulk.h, intake.h,
- * labels.h, metrics.h, schedules.h, submitq.h). */
+ * rate limits), admin.c (reloading the configuration), health.c, openapi.c and web.c. A file's
+ * other callers have a header of its own (alertmanager.h, auth.h, bulk.h, intake.h, labels.h,
+ * metrics.h, schedules.h, submitq.h). */
 #ifndef OPSRUN_HANDLERS_H
 #define OPSRUN_HANDLERS_H
 
@@ -27,12 +27,20 @@ struct db_pool;
 struct engine;
 struct hub;
 struct limits;
+struct cfg_live;
 struct metrics;
+struct reloads;
 struct submitq;
 
-/* What every handler may use; lives as long as the server. */
+/* What every handler may use; lives as long as the server. A request's
+ * handlers get a copy whose cfg is the configuration held for that request
+ * (config/live.h), the same from its first call to its answer. */
 struct hctx {
     const struct config *cfg;
+    /* The running configuration, reloaded in place; NULL: cfg is fixed. */
+    struct cfg_live *live;
+    /* POST /admin/reload and its figures (handlers/admin.h); NULL: none. */
+    struct reloads *reloads;
     struct db_pool *pool;
     struct engine *engine; /* NULL in tests that need no engine */
     struct hub *hub;       /* live events; NULL: no streams and no long-polls */
@@ -168,6 +176,8 @@ enum status handle_schedules_trigger(const struct hctx *hc, const struct request
                                      struct reply *rp);
 enum status handle_rate_limits_list(const struct hctx *hc, const struct request *rq,
                                     struct reply *rp);
+/* handlers/admin.c: POST /admin/reload. */
+enum status handle_admin_reload(const struct hctx *hc, const struct request *rq, struct reply *rp);
 enum status handle_health_healthz(const struct hctx *hc, const struct request *rq,
                                   struct reply *rp);
 enum status handle_health_livez(const struct hctx *hc, const struct request *rq, struct reply *rp);

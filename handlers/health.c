@@ -3,6 +3,7 @@
 #include "handlers/handlers.h"
 
 #include "common/limits.h"
+#include "config/live.h"
 #include "common/time_rfc3339.h"
 #include "engine/engine.h"
 #include "live/hub.h"
@@ -100,6 +101,26 @@ static json_t *health_limits_json(const struct hctx *hc)
     return j;
 }
 
+/* The configuration this process runs: its version (config/live.h) and
+ * when it was put in place (loaded_at: at start, or the last reload that
+ * changed something). */
+static json_t *health_config_json(const struct hctx *hc)
+{
+    char version[CFG_VERSION_LEN + 1], at[40];
+    int64_t loaded_ms = 0;
+
+    if (hc->live) {
+        cfg_live_version(hc->live, version, &loaded_ms);
+    } else {
+        cfg_version(hc->cfg, version);
+        loaded_ms = 0;
+    }
+    if (loaded_ms <= 0)
+        return json_pack("{s:s, s:n}", "version", version, "loaded_at");
+    time_format_rfc3339(loaded_ms * 1000, at, sizeof(at));
+    return json_pack("{s:s, s:s}", "version", version, "loaded_at", at);
+}
+
 /* A 503 problem that says why (probes are for operators, so the reason is
  * given in full, as detail and as "reason"), with the members of extra
  * after it (taken; NULL for none). */
@@ -141,12 +162,13 @@ enum status handle_health_healthz(const struct hctx *hc, const struct request *r
         return ST_OK;
     }
     reply_json_take(rp, 200,
-                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:{s:I, s:I}, s:o}", "status",
-                              "ok", "draining", hc->draining && atomic_load(hc->draining),
-                              "database", "ok", "engine", health_engine_json(hc), "streams",
-                              health_streams_json(hc), "limits", health_limits_json(hc), "runs",
-                              counts, "polls", "overdue", (json_int_t)overdue, "lag_ms",
-                              (json_int_t)lag_ms, "workers", workers));
+                    json_pack("{s:s, s:b, s:s, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I}, s:o}",
+                              "status", "ok", "draining", hc->draining && atomic_load(hc->draining),
+                              "database", "ok", "config", health_config_json(hc), "engine",
+                              health_engine_json(hc), "streams", health_streams_json(hc), "limits",
+                              health_limits_json(hc), "runs", counts, "polls", "overdue",
+                              (json_int_t)overdue, "lag_ms", (json_int_t)lag_ms, "workers",
+                              workers));
     return ST_OK;
 }
 

@@ -4,6 +4,7 @@
  * as they are now, then the database's figures, which one scrape at a time
  * refreshes while the others use the previous ones. */
 #include "handlers/metrics.h"
+#include "handlers/admin.h"
 #include "handlers/schedules.h"
 
 #include "common/limits.h"
@@ -333,6 +334,36 @@ static enum status put_limits(const struct hctx *hc, struct dynbuf *out)
     return st;
 }
 
+/* The configuration's reloads (handlers/admin.h), by result. */
+static enum status put_reloads(const struct hctx *hc, struct dynbuf *out)
+{
+    const struct reloads *r = hc->reloads;
+    enum status st;
+
+    if (!r)
+        return ST_OK;
+    st = metrics_put_header(out, "opsrun_config_reloads_total", "counter",
+                            "Reloads of the configuration (SIGHUP, POST /admin/reload), by "
+                            "result: success, or failure (an invalid file; nothing changed).");
+    if (st == ST_OK)
+        st = metrics_put_sample(out, "opsrun_config_reloads_total",
+                                (const char *const[]){"result", "success", NULL},
+                                (double)atomic_load(&r->succeeded));
+    if (st == ST_OK)
+        st = metrics_put_sample(out, "opsrun_config_reloads_total",
+                                (const char *const[]){"result", "failure", NULL},
+                                (double)atomic_load(&r->failed));
+    if (st == ST_OK) {
+        const struct figure figs[] = {
+            {"opsrun_config_last_reload_success_timestamp_seconds", "gauge",
+             "When the configuration was last reloaded (Unix seconds); 0: not since start.",
+             (double)atomic_load(&r->last_success_ms) / 1000.0},
+        };
+        st = put_figures(figs, ARRAY_LEN(figs), out);
+    }
+    return st;
+}
+
 /* Readiness as /readyz decides it, from the cached database figures. */
 static enum status put_state(const struct hctx *hc, const struct database_figures *f, bool have,
                              struct dynbuf *out)
@@ -369,6 +400,8 @@ enum status handle_metrics_get(const struct hctx *hc, const struct request *rq, 
         st = put_pool(hc, &b);
     if (st == ST_OK)
         st = put_limits(hc, &b);
+    if (st == ST_OK)
+        st = put_reloads(hc, &b);
     if (st == ST_OK)
         st = put_state(hc, &f, have, &b);
     if (st == ST_OK && have && f.up)

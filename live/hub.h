@@ -148,6 +148,13 @@ void hub_sub_set_quiet(struct hub_sub *s);
 /* Wakes the quiet subscribers of run_id (NULL: every quiet subscriber), as
  * a frame they want would: lines of its log were committed. Any thread. */
 void hub_poke(struct hub *h, const char *run_id);
+/* Wakes every subscriber once, whatever it follows: something its owner
+ * checks outside the hub may have changed (a reload may have removed the
+ * stream's token). A suspended one is resumed; one that is not gets
+ * HUB_WOKEN from its next read that would have suspended, so a wake that
+ * comes between its owner's check and its suspension is not lost. Any
+ * thread. */
+void hub_wake_all(struct hub *h);
 
 enum hub_read {
     HUB_DATA,      /* *n bytes were written */
@@ -155,6 +162,8 @@ enum hub_read {
     HUB_END,       /* the stream is over: terminal event sent, or closing */
     HUB_LAGGED,    /* the ring moved past this subscriber: drop or rejoin */
     HUB_GONE,      /* the peer went away */
+    HUB_WOKEN,     /* nothing to send, but hub_wake_all came: the caller
+                    * looks again at what it checks, then reads again */
 };
 /* Copies what is due into buf (at most max bytes): a heartbeat comment when
  * one is due, then the wanted frames from the ring, a frame possibly cut

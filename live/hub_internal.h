@@ -43,6 +43,7 @@ struct hub_sub {
     size_t frame_off; /* bytes of ring[seq] already sent (0 = none) */
     bool suspended, wake_marked, hb_due;
     bool quiet, poked; /* quiet: frames are wake-ups; poked: one came, or hub_poke */
+    bool woken;        /* hub_wake_all came since its last suspension */
     size_t hb_off;     /* of a heartbeat cut short */
     /* the reader's own */
     int64_t skip_upto;

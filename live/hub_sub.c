@@ -105,6 +105,17 @@ void hub_poke(struct hub *h, const char *run_id)
     pthread_mutex_unlock(&h->mu);
 }
 
+void hub_wake_all(struct hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    for (struct hub_sub *s = h->subs; s; s = s->next) {
+        s->woken = true;
+        if (s->suspended)
+            hub_sub_resume(s);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
 bool hub_sub_live(const struct hub_sub *s)
 {
     return s->live;
@@ -286,6 +297,8 @@ enum hub_read hub_sub_read(struct hub_sub *s, char *buf, size_t max, size_t *n)
     if (*n == 0) {
         if (s->ended || h->closing)
             r = HUB_END;
+        else if (s->woken)
+            s->woken = false, r = HUB_WOKEN;
         else if (!s->wake.suspend(s->wake.arg))
             r = HUB_GONE;
         else

@@ -186,6 +186,8 @@ enum sse_read log_stream_read(struct log_stream *s, char *buf, size_t max, size_
         case HUB_LAGGED: /* a quiet subscriber moves on by itself; look anyway */
             s->dirty = true;
             break;
+        case HUB_WOKEN: /* *n is 0: the owner checks what it must, then reads again */
+            return SSE_DATA;
         case HUB_GONE:
             return SSE_END;
         }

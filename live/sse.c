@@ -310,6 +310,8 @@ enum sse_read sse_read(struct sse_stream *s, char *buf, size_t max, size_t *n)
             return SSE_SUSPENDED;
         case HUB_END:
             return SSE_END;
+        case HUB_WOKEN: /* *n is 0: the owner checks what it must, then reads again */
+            return SSE_DATA;
         case HUB_GONE:
             /* The client left: ending cleanly lets libmicrohttpd notice the
              * closed socket on its normal path and free the connection at

@@ -59,7 +59,7 @@ void sse_close(struct sse_stream *s); /* NULL is a no-op */
 bool sse_finished(const struct sse_stream *s);
 
 enum sse_read {
-    SSE_DATA,      /* *n bytes written */
+    SSE_DATA,      /* *n bytes written; 0 after hub_wake_all: check, then read again */
     SSE_SUSPENDED, /* nothing now; the connection was suspended */
     SSE_END,       /* finished cleanly (or the client is gone already) */
     SSE_ABORT,     /* drop the connection: lagging, database error */

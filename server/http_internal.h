@@ -61,6 +61,9 @@ struct http {
 /* One request, from its first call to its completion (http_request_done). */
 struct req_ctx {
     struct http *h;
+    /* What the handlers get: h's, with the configuration held for this
+     * request from its first call to its completion (config/live.h). */
+    struct hctx hc;
     struct MHD_Connection *conn;
     struct http_conn *cn; /* the connection's record (server/http_conn.h) */
     const char *method, *url;
@@ -92,6 +95,13 @@ struct http_stream {
     struct limits *lim;
     char tenant[65]; /* counted against limits.streams_per_tenant (names are <= 64) */
     char request_id[LOG_REQUEST_ID_MAX + 1];
+    /* What its token was allowed (has_grant: it has one), asked again of
+     * live's configuration at each generation after gen; revoked once a
+     * reload took it away: the stream ends. */
+    struct cfg_live *live;
+    uint64_t gen;
+    bool has_grant, revoked;
+    struct auth_grant grant;
 };
 
 /* ---- http.c: the life cycle ------------------------------------------------ */
@@ -175,7 +185,8 @@ void http_park_free(struct req_ctx *rc);
 /* GET /runs/{id}/stream and GET /stream: the parameters, the tenant's
  * stream limit, the stream itself; a refusal or a 204 is answered here. */
 bool http_stream_open(struct req_ctx *rc);
-/* One read of the stream into buf, with the request's id in the log. */
+/* One read of the stream into buf, with the request's id in the log; the
+ * end of the stream once a reload took its token's right to read it away. */
 enum sse_read http_stream_read(struct http_stream *hs, char *buf, size_t max, size_t *n);
 /* Closes the stream and gives back its count (the response's free). */
 void http_stream_free(void *hs);

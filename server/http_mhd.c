@@ -302,7 +302,7 @@ bool http_respond_stream(struct req_ctx *rc, struct http_stream *hs)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     http_common_headers(r, rc);
-    http_stream_socket(rc->conn, rc->h->hc->cfg);
+    http_stream_socket(rc->conn, rc->hc.cfg);
     ret = MHD_queue_response(rc->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     rc->responded = true;

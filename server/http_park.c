@@ -38,9 +38,9 @@ static bool wait_finish(struct req_ctx *rc, bool refresh)
     struct request rq = http_request_of(rc);
     bool ret;
 
-    hub_wait_remove(rc->h->hc->hub, &hw->w);
+    hub_wait_remove(rc->hc.hub, &hw->w);
     if (refresh)
-        (void)hw->rp.refresh(rc->h->hc, &rq, &hw->rp);
+        (void)hw->rp.refresh(&rc->hc, &rq, &hw->rp);
     ret = http_send(rc, &hw->rp);
     reply_cleanup(&hw->rp);
     return ret;
@@ -52,7 +52,7 @@ static bool wait_finish(struct req_ctx *rc, bool refresh)
  * reaches the waiter through the hub. */
 static bool wait_begin(struct req_ctx *rc, struct reply *rp)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
     struct request rq = http_request_of(rc);
     struct http_wait *hw = xcalloc(1, sizeof(*hw));
     struct error err = {0};
@@ -80,7 +80,7 @@ bool http_park_or_send(struct req_ctx *rc, struct reply *rp)
 
     if (rp->http_status == 0)
         reply_error(rp, ST_INTERNAL, NULL);
-    if (rp->wait_ms > 0 && rp->refresh && rc->h->hc->hub)
+    if (rp->wait_ms > 0 && rp->refresh && rc->hc.hub)
         return wait_begin(rc, rp);
     ret = http_send(rc, rp);
     reply_cleanup(rp);
@@ -108,14 +108,14 @@ bool http_park_defer(struct req_ctx *rc, struct reply *rp)
         atomic_fetch_add(&rc->h->deferred, 1);
     }
     http_suspend(rc);
-    rc->deferred->start(rc->deferred, rc->h->hc, defer_resume, rc);
+    rc->deferred->start(rc->deferred, &rc->hc, defer_resume, rc);
     return true;
 }
 
 /* The work is done: answer it (or park it again as a long-poll). */
 static bool defer_finish(struct req_ctx *rc)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
     struct request rq = http_request_of(rc);
     struct deferred *d = rc->deferred;
     struct reply rp;
@@ -136,7 +136,7 @@ bool http_park_resumed(struct req_ctx *rc)
 
 void http_park_free(struct req_ctx *rc)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
 
     if (rc->wait) {
         hub_wait_remove(hc->hub, &rc->wait->w);

@@ -15,6 +15,7 @@
 #include "server/http_internal.h"
 
 #include "common/limits.h"
+#include "config/live.h"
 #include "common/metrics.h"
 #include "server/http_conn.h"
 #include "server/http_cors.h"
@@ -35,15 +36,18 @@ struct req_ctx *http_request_new(struct http *h, struct MHD_Connection *c, struc
     struct req_ctx *rc = xcalloc(1, sizeof(*rc));
 
     rc->h = h;
+    rc->hc = *h->hc;
+    if (h->hc->live)
+        rc->hc.cfg = cfg_live_hold(h->hc->live);
     rc->conn = c;
     rc->cn = cn;
     rc->method = method;
     rc->url = url;
     rc->t0 = clock_mono_ms();
     rc->t0_us = clock_mono_us();
-    dynbuf_init(&rc->body, (size_t)h->hc->cfg->http.max_body_bytes);
+    dynbuf_init(&rc->body, (size_t)rc->hc.cfg->http.max_body_bytes);
     rc->rr = route_find(method, url, &rc->m);
-    rc->cors_origin = http_cors_origin(h->hc->cfg, http_header(rc, "Origin"));
+    rc->cors_origin = http_cors_origin(rc->hc.cfg, http_header(rc, "Origin"));
     if (rc->cn && rc->cors_origin)
         http_conn_set_origin(h->conns, rc->cn, rc->cors_origin);
     log_request_id_pick(http_header(rc, REQUEST_ID_HEADER), http_header(rc, "traceparent"),
@@ -72,13 +76,13 @@ static bool request_error(struct req_ctx *rc, enum status st, const char *fmt, .
  * 429 and closes. */
 static bool request_over_limit(struct req_ctx *rc)
 {
-    struct limits *lim = rc->h->hc->limits;
+    struct limits *lim = rc->hc.limits;
     struct error err = {0};
 
     limits_note(lim, LIMITS_CONN_ANSWERED);
     error_set(&err, ST_LIMITED,
               "too many connections from %s (limit %d); reuse or close the others",
-              http_conn_addr(rc->cn), rc->h->hc->cfg->http.max_connections_per_ip);
+              http_conn_addr(rc->cn), rc->hc.cfg->http.max_connections_per_ip);
     return http_request_limited(rc, &err, 1, true);
 }
 
@@ -99,7 +103,7 @@ static bool request_auth(struct req_ctx *rc, bool *ok)
     struct error err = {0};
     struct reply rp;
     bool ret;
-    enum status st = auth_decide(rc->h->hc->cfg, &ar, &rc->who, &err);
+    enum status st = auth_decide(rc->hc.cfg, &ar, &rc->who, &err);
 
     *ok = st == ST_OK;
     if (*ok)
@@ -130,7 +134,7 @@ static bool request_preflight(struct req_ctx *rc)
 /* Route the request and check its headers early. */
 static bool request_check(struct req_ctx *rc)
 {
-    const struct config *cfg = rc->h->hc->cfg;
+    const struct config *cfg = rc->hc.cfg;
     const char *len, *ct;
     bool ok;
     bool ret = request_auth(rc, &ok);
@@ -182,7 +186,7 @@ bool http_request_begin(struct req_ctx *rc)
 
 static bool request_body(struct req_ctx *rc, const char *data, size_t *size)
 {
-    size_t cap = (size_t)rc->h->hc->cfg->http.max_body_bytes;
+    size_t cap = (size_t)rc->hc.cfg->http.max_body_bytes;
     size_t n = *size;
 
     *size = 0;
@@ -214,17 +218,17 @@ static enum status request_submit_limit(struct req_ctx *rc, int *retry_after_s, 
 {
     char caller[160];
 
-    if (!rc->h->hc->limits ||
+    if (!rc->hc.limits ||
         (rc->m.entry->fn != handle_alerts_create && rc->m.entry->fn != handle_runs_retry))
         return ST_OK;
     request_caller(rc, caller, sizeof(caller));
-    return limits_submit(rc->h->hc->limits, caller, retry_after_s, err);
+    return limits_submit(rc->hc.limits, caller, retry_after_s, err);
 }
 
 /* The last call: parse, run the handler, answer. */
 static bool request_dispatch(struct req_ctx *rc)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
     struct request rq = http_request_of(rc);
     struct error err = {0};
     int retry_after_s = 0;
@@ -273,7 +277,7 @@ bool http_request_step(struct req_ctx *rc, const char *data, size_t *size)
 
 void http_request_done(struct req_ctx *rc, bool completed)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
 
     LOG(LOG_INFO, "request method=%s path=%s status=%u duration_ms=%lld%s%s%s%s%s", rc->method,
         rc->url, rc->http_status, (long long)(clock_mono_ms() - rc->t0),
@@ -286,5 +290,7 @@ void http_request_done(struct req_ctx *rc, bool completed)
     if (rc->deferred_counted)
         atomic_fetch_sub(&rc->h->deferred, 1);
     dynbuf_free(&rc->body);
+    if (rc->h->hc->live)
+        cfg_live_release(rc->h->hc->live, rc->hc.cfg);
     free(rc);
 }

@@ -6,17 +6,52 @@
 #include "server/http_internal.h"
 
 #include "common/limits.h"
+#include "config/live.h"
 #include "live/log_stream.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* A reload may remove the stream's token, or change what it may read: at
+ * each new configuration the stream asks again, and ends when the request
+ * that opened it would now be refused. A reload wakes every stream
+ * (hub_wake_all), so that happens at once, not at the next event. */
+static bool stream_allowed(struct http_stream *hs)
+{
+    const struct config *cfg;
+    uint64_t gen;
+
+    if (hs->revoked)
+        return false;
+    if (!hs->live || !hs->has_grant)
+        return true;
+    gen = cfg_live_generation(hs->live);
+    if (gen == hs->gen)
+        return true;
+    cfg = cfg_live_hold(hs->live);
+    hs->revoked = !auth_grant_holds(cfg, &hs->grant);
+    cfg_live_release(hs->live, cfg);
+    hs->gen = gen;
+    if (hs->revoked)
+        LOG(LOG_INFO,
+            "ending a stream of token \"%s\": the reloaded configuration no longer lets it "
+            "read this stream",
+            hs->grant.name);
+    return !hs->revoked;
+}
+
+/* A read of 0 bytes is a wake-up (hub_wake_all): ask again, read again. */
 enum sse_read http_stream_read(struct http_stream *hs, char *buf, size_t max, size_t *n)
 {
     enum sse_read r;
 
+    *n = 0;
     log_request_id_set(hs->request_id);
-    r = hs->log ? log_stream_read(hs->log, buf, max, n) : sse_read(hs->st, buf, max, n);
+    do
+        r = !stream_allowed(hs) ? SSE_END
+            : hs->log           ? log_stream_read(hs->log, buf, max, n)
+                                : sse_read(hs->st, buf, max, n);
+    while (r == SSE_DATA && *n == 0 && max > 0);
     log_request_id_set(NULL);
     return r;
 }
@@ -41,7 +76,7 @@ void http_stream_free(void *arg)
 /* The request's SSE parameters; a problem goes to err->fields. */
 static enum status stream_params(struct req_ctx *rc, struct sse_request *q, struct error *err)
 {
-    const struct config *cfg = rc->h->hc->cfg;
+    const struct config *cfg = rc->hc.cfg;
     const char *lid = http_header(rc, "Last-Event-ID");
     const char *field = "Last-Event-ID";
     struct request rq = http_request_of(rc);
@@ -64,7 +99,7 @@ static enum status stream_params(struct req_ctx *rc, struct sse_request *q, stru
     if (err->nfields)
         return ST_INVALID;
     if (q->run_id && !q->tenant) { /* the one tenant that has this run */
-        enum status st = handle_runs_locate(rc->h->hc, &rq, q->run_id, rc->stream_tenant, err);
+        enum status st = handle_runs_locate(&rc->hc, &rq, q->run_id, rc->stream_tenant, err);
         if (st != ST_OK)
             return st;
         q->tenant = rc->stream_tenant;
@@ -77,7 +112,7 @@ static enum status stream_params(struct req_ctx *rc, struct sse_request *q, stru
 static enum status stream_limit(struct req_ctx *rc, struct http_stream *hs, const char *tenant,
                                 struct error *err)
 {
-    struct limits *lim = rc->h->hc->limits;
+    struct limits *lim = rc->hc.limits;
     enum status st;
 
     if (!lim)
@@ -123,10 +158,10 @@ static enum status log_stream_start(struct req_ctx *rc, const struct sse_request
         .after = q->has_last_id ? q->last_id : 0,
         .resumed = q->has_last_id,
         .retry_ms = q->retry_ms,
-        .max_line_bytes = rc->h->hc->cfg->logs.max_line_bytes,
+        .max_line_bytes = rc->hc.cfg->logs.max_line_bytes,
     };
 
-    return log_stream_open(rc->h->hc->hub, rc->h->hc->pool, &lq,
+    return log_stream_open(rc->hc.hub, rc->hc.pool, &lq,
                            &(struct hub_wake){http_suspend_stream, http_resume_stream, hs},
                            &hs->log, err);
 }
@@ -138,7 +173,7 @@ static bool is_log_stream(const struct req_ctx *rc)
 
 bool http_stream_open(struct req_ctx *rc)
 {
-    const struct hctx *hc = rc->h->hc;
+    const struct hctx *hc = &rc->hc;
     struct http_stream *hs = xcalloc(1, sizeof(*hs));
     struct error err = {0};
     struct sse_request q;
@@ -146,6 +181,10 @@ bool http_stream_open(struct req_ctx *rc)
 
     hs->conn = rc->conn;
     xsnprintf(hs->request_id, sizeof(hs->request_id), "%s", rc->request_id);
+    /* gen 0 comes before every generation: the first read asks, which
+     * covers a reload between the request's start and now */
+    hs->live = hc->live;
+    hs->has_grant = auth_grant_of(&rc->who, &hs->grant);
     if (st == ST_OK && !hc->hub)
         st = error_set(&err, ST_BUSY, "streams are not enabled");
     if (st == ST_OK)

@@ -15,7 +15,9 @@
 #include "handlers/bulk.h"
 #include "handlers/submitq.h"
 #include "config/config.h"
+#include "config/live.h"
 #include "server/build_info.h"
+#include "server/reload.h"
 #include "server/http.h"
 #include "server/route.h"
 #include "live/hub.h"
@@ -218,53 +220,89 @@ static void print_lines(const char *prefix, const char *msg)
     } while (*p);
 }
 
-/* The error lines of the configuration printed as they came
- * (cfg_errors_sink), all of them: a message holds only the first few. */
-static unsigned config_lines;
+/* Where the error lines of one build of the configuration go: each is
+ * given to line as it comes (cfg_errors_sink), all of them, since a
+ * message holds only the first few; lines counts them. */
+struct config_sink {
+    void (*line)(void *arg, const char *text);
+    void *arg;
+    unsigned lines;
+};
 
-static void print_config_error(void *arg, const char *line)
+static void sink_line(void *arg, const char *text)
 {
-    (void)arg;
-    fprintf(stderr, "opsrun: invalid configuration: %s\n", line);
-    config_lines++;
+    struct config_sink *k = arg;
+
+    k->line(k->arg, text);
+    k->lines++;
 }
 
-/* True when st is not ST_OK, after printing its errors: those of the
- * message when none came line by line since *seen. */
-static bool config_failed(enum status st, const struct error *err, unsigned *seen)
+/* True when st is not ST_OK, after giving its errors to k: those of the
+ * message, line by line, when none came as lines since *seen. */
+static bool config_failed(enum status st, const struct error *err, struct config_sink *k,
+                          unsigned *seen)
 {
-    bool printed = config_lines != *seen;
+    bool given = k->lines != *seen;
+    const char *p = err->message;
 
-    *seen = config_lines;
+    *seen = k->lines;
     if (st == ST_OK)
         return false;
-    if (!printed)
-        print_lines("invalid configuration: ", err->message);
+    while (!given && *p) {
+        size_t n = strcspn(p, "\n");
+        char line[sizeof(err->message)];
+        memcpy(line, p, n);
+        line[n] = '\0';
+        k->line(k->arg, line);
+        p += n + (p[n] == '\n');
+    }
     return true;
 }
 
 /* Defaults, then the file, then the environment, then flags; validated.
  * Every source is read whatever the one before said, so every error is
- * told at once; the whole is validated only when each source was valid. */
-static int build_config(const struct cli *cli, struct config *cfg)
+ * told at once; the whole is validated only when each source was valid.
+ * A reload builds the same way (server/reload.h). */
+static int build_config_lines(const struct cli *cli, struct config *cfg,
+                              void (*line)(void *arg, const char *text), void *arg)
 {
     struct error err = {0};
     const char *path = cli->config ? cli->config : getenv("OPSRUN_CONFIG");
     bool failed = false;
-    unsigned seen = config_lines;
+    struct config_sink k = {line, arg, 0};
+    unsigned seen = 0;
 
-    cfg_errors_sink(print_config_error, NULL);
+    cfg_errors_sink(sink_line, &k);
     cfg_init(cfg, &action_registry);
     if (path && *path)
-        failed |= config_failed(cfg_load_file(cfg, path, &err), &err, &seen);
-    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err, &seen);
+        failed |= config_failed(cfg_load_file(cfg, path, &err), &err, &k, &seen);
+    failed |= config_failed(cfg_load_env(cfg, env_get, &err), &err, &k, &seen);
     for (int i = 0; i < cli->nsets; i++)
-        failed |= config_failed(
-            cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err), &err, &seen);
+        failed |=
+            config_failed(cfg_set(cfg, cli->sets[i].key, cli->sets[i].value, CFG_SRC_FLAG, &err),
+                          &err, &k, &seen);
     if (!failed)
-        failed = config_failed(cfg_validate(cfg, &err), &err, &seen);
+        failed = config_failed(cfg_validate(cfg, &err), &err, &k, &seen);
     cfg_errors_sink(NULL, NULL);
     return failed ? 2 : 0;
+}
+
+static void print_config_error(void *arg, const char *line)
+{
+    (void)arg;
+    fprintf(stderr, "opsrun: invalid configuration: %s\n", line);
+}
+
+static int build_config(const struct cli *cli, struct config *cfg)
+{
+    return build_config_lines(cli, cfg, print_config_error, NULL);
+}
+
+/* server/reload.h's builder: the sources serve started with. */
+static int reload_build(const void *cli, struct config *cfg,
+                        void (*line)(void *arg, const char *text), void *arg)
+{
+    return build_config_lines(cli, cfg, line, arg);
 }
 
 static struct db_options conn_options(const struct config *cfg, const char *app)
@@ -360,17 +398,35 @@ static void raise_nofile(const struct config *cfg)
     }
 }
 
-/* Waits for SIGINT/SIGTERM, drains, returns when everything stopped. */
+/* SIGHUP: the configuration read again and applied (server/reload.h);
+ * what it did, or why it refused, is in the log. */
+static void reload_on_signal(struct reloads *r)
+{
+    json_t *answer = NULL, *errors = NULL;
+
+    (void)r->run(r->arg, "SIGHUP", &answer, &errors);
+    json_decref(answer);
+    json_decref(errors);
+}
+
+/* Reloads on SIGHUP until SIGINT/SIGTERM, then drains; returns when
+ * everything stopped. */
 static void serve_until_signal(const struct config *cfg, struct engine *engine,
-                               _Atomic bool *draining, const sigset_t *sigs)
+                               struct reloads *reloads, _Atomic bool *draining,
+                               const sigset_t *sigs)
 {
     struct drain_arg d = {.engine = engine, .grace_s = cfg->queue.shutdown_grace_s};
     struct timespec tick = {0, 200 * 1000000L};
     pthread_t th;
     int sig = 0;
 
-    while (sigwait(sigs, &sig) != 0)
-        ;
+    for (;;) {
+        if (sigwait(sigs, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        reload_on_signal(reloads);
+    }
     LOG(LOG_INFO, "received %s, draining (grace %d s; signal again to hand runs back now)",
         strsignal(sig), d.grace_s);
     /* Claims stop before /readyz says 503: a client that saw the 503 and
@@ -380,7 +436,7 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
     if (pthread_create(&th, NULL, drain_main, &d) != 0)
         abort();
     while (!atomic_load(&d.done)) {
-        if (sigtimedwait(sigs, NULL, &tick) > 0) {
+        if ((sig = sigtimedwait(sigs, NULL, &tick)) > 0 && sig != SIGHUP) {
             LOG(LOG_WARN, "second signal: handing running runs back to the queue now");
             engine_hurry(engine);
         }
@@ -450,50 +506,103 @@ static struct limits *make_limits(const struct config *cfg)
     return limits_new(&o);
 }
 
+/* The label values a configuration gives the metrics: its run types,
+ * schedules, rate limits and notifiers, in su (arrays owned by the struct:
+ * config_labels_free). */
+struct config_labels {
+    const char **types, **schedules, **limits, **notifiers;
+    struct metrics_setup su;
+};
+
+static void config_labels(const struct config *cfg, struct config_labels *cl)
+{
+    cl->types = xcalloc(cfg->nrun_types + 1, sizeof(*cl->types));
+    cl->schedules = xcalloc(cfg->nschedules + 1, sizeof(*cl->schedules));
+    cl->limits = xcalloc(cfg->nrate_limits + 1, sizeof(*cl->limits));
+    cl->notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*cl->notifiers));
+    for (size_t i = 0; i < cfg->nrun_types; i++)
+        cl->types[i] = cfg->run_types[i].name;
+    for (size_t i = 0; i < cfg->nschedules; i++)
+        cl->schedules[i] = cfg->schedules[i].name;
+    for (size_t i = 0; i < cfg->nrate_limits; i++)
+        cl->limits[i] = cfg->rate_limits[i].name;
+    for (size_t i = 0; i < cfg->nnotifiers; i++)
+        cl->notifiers[i] = cfg->notifiers[i].name;
+    cl->su = (struct metrics_setup){
+        .types = cl->types,
+        .ntypes = cfg->nrun_types,
+        .schedules = cl->schedules,
+        .nschedules = cfg->nschedules,
+        .limits = cl->limits,
+        .nlimits = cfg->nrate_limits,
+        .notifiers = cl->notifiers,
+        .nnotifiers = cfg->nnotifiers,
+    };
+}
+
+static void config_labels_free(struct config_labels *cl)
+{
+    free(cl->types);
+    free(cl->schedules);
+    free(cl->limits);
+    free(cl->notifiers);
+}
+
 /* The registry, with every label value GET /metrics may show: the
- * configured run types, schedules, rate limits and notifiers, the terminal
- * outcomes and the route templates. */
+ * configured run types, schedules, rate limits and notifiers (a reload
+ * adds its own: reload_before_swap), the terminal outcomes and the route
+ * templates. */
 static struct metrics *make_metrics(const struct config *cfg)
 {
-    const char **types = xcalloc(cfg->nrun_types + 1, sizeof(*types));
-    const char **schedules = xcalloc(cfg->nschedules + 1, sizeof(*schedules));
-    const char **limits = xcalloc(cfg->nrate_limits + 1, sizeof(*limits));
-    const char **notifiers = xcalloc(cfg->nnotifiers + 1, sizeof(*notifiers));
     const char *outcomes[RUN_OUTCOME_COUNT], *routes[64];
     size_t nroutes = route_patterns(routes, ARRAY_LEN(routes)), n = 0;
+    struct config_labels cl;
     struct metrics *m;
 
-    for (size_t i = 0; i < cfg->nrun_types; i++)
-        types[i] = cfg->run_types[i].name;
-    for (size_t i = 0; i < cfg->nschedules; i++)
-        schedules[i] = cfg->schedules[i].name;
-    for (size_t i = 0; i < cfg->nrate_limits; i++)
-        limits[i] = cfg->rate_limits[i].name;
-    for (size_t i = 0; i < cfg->nnotifiers; i++)
-        notifiers[i] = cfg->notifiers[i].name;
     for (int o = OUTCOME_PENDING + 1; o < RUN_OUTCOME_COUNT; o++)
         outcomes[n++] = run_outcome_name((enum run_outcome)o);
-    m = metrics_new(&(struct metrics_setup){
-        .types = types,
-        .ntypes = cfg->nrun_types,
-        .outcomes = outcomes,
-        .noutcomes = n,
-        .routes = routes,
-        .nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes),
-        .schedules = schedules,
-        .nschedules = cfg->nschedules,
-        .limits = limits,
-        .nlimits = cfg->nrate_limits,
-        .notifiers = notifiers,
-        .nnotifiers = cfg->nnotifiers,
-        .version = OPSRUN_VERSION,
-        .commit = opsrun_build_commit,
-    });
-    free(types);
-    free(schedules);
-    free(limits);
-    free(notifiers);
+    config_labels(cfg, &cl);
+    cl.su.outcomes = outcomes;
+    cl.su.noutcomes = n;
+    cl.su.routes = routes;
+    cl.su.nroutes = nroutes < ARRAY_LEN(routes) ? nroutes : ARRAY_LEN(routes);
+    cl.su.version = OPSRUN_VERSION;
+    cl.su.commit = opsrun_build_commit;
+    m = metrics_new(&cl.su);
+    config_labels_free(&cl);
     return m;
+}
+
+/* What a reload's swap needs of the running server (server/reload.h). */
+struct swap_ctx {
+    struct metrics *metrics;
+    struct hub *hub;
+};
+
+/* The new run types, schedules, rate limits and notifiers get their
+ * series before anything can run under them. */
+static void reload_before_swap(void *arg, const struct config *next)
+{
+    const struct swap_ctx *sc = arg;
+    struct config_labels cl;
+    size_t dropped;
+
+    config_labels(next, &cl);
+    dropped = metrics_add_labels(sc->metrics, &cl.su);
+    config_labels_free(&cl);
+    if (dropped > 0)
+        LOG(LOG_WARN,
+            "%zu run types, schedules, rate limits or notifiers added by reloads get no "
+            "metrics: each may gain at most %d after start; restart to count them",
+            dropped, METRICS_LABELS_ADDED_MAX);
+}
+
+/* Every stream asks again whether its token may still read it. */
+static void reload_after_swap(void *arg)
+{
+    const struct swap_ctx *sc = arg;
+
+    hub_wake_all(sc->hub);
 }
 
 /* Never runs: the signals stay blocked and are taken by sigwait(). */
@@ -511,8 +620,10 @@ static void take_signals(sigset_t *sigs)
     sigemptyset(sigs);
     sigaddset(sigs, SIGINT);
     sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
     sigaction(SIGINT, &(struct sigaction){.sa_handler = on_signal}, NULL);
     sigaction(SIGTERM, &(struct sigaction){.sa_handler = on_signal}, NULL);
+    sigaction(SIGHUP, &(struct sigaction){.sa_handler = on_signal}, NULL);
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
@@ -540,8 +651,14 @@ static enum status start_handler_threads(const struct config *cfg, struct hctx *
     return ST_OK;
 }
 
-static int serve(const struct config *cfg)
+/* Serves with boot (heap, taken) as the first running configuration;
+ * cli's sources are read again at each reload. cfg, held until the end,
+ * gives what only a restart changes: a reload keeps those values. */
+static int serve(const struct cli *cli, struct config *boot)
 {
+    struct cfg_live *live = cfg_live_new(boot);
+    const struct config *cfg = cfg_live_hold(live);
+    struct reloader *reloader = reloader_new(live, reload_build, cli);
     const struct db_options opt = conn_options(cfg, "opsrun");
     struct db_pool *pool = NULL;
     struct engine *engine = NULL;
@@ -549,6 +666,7 @@ static int serve(const struct config *cfg)
     struct http *http = NULL;
     struct limits *limits = NULL;
     struct metrics *metrics = NULL;
+    struct swap_ctx sc;
     struct error err = {0};
     _Atomic bool draining = false;
     struct hctx hc = {0};
@@ -558,18 +676,22 @@ static int serve(const struct config *cfg)
     take_signals(&sigs);
     raise_nofile(cfg);
     if (migrate(cfg, STARTUP_DB_WAIT_S) != 0)
-        return 1;
+        goto out;
     /* Bound before anything starts: a taken port must not leave a worker
      * row behind (the engine registers one as it starts). */
     if (http_bind(cfg->listen, &http, &err) != ST_OK) {
         LOG(LOG_ERROR, "%s", err.message);
-        return 1;
+        goto out;
     }
     pool = db_pool_new(&opt, cfg_pool_size(cfg), cfg->db.pool_wait_ms);
     metrics = make_metrics(cfg);
     engine = engine_new(cfg, pool);
+    engine_set_live(engine, live);
     engine_set_metrics(engine, metrics);
     hub = make_hub(cfg);
+    sc = (struct swap_ctx){.metrics = metrics, .hub = hub};
+    reloader_set_hooks(reloader,
+                       &(struct reload_hooks){reload_before_swap, reload_after_swap, &sc});
     engine_on_events(engine, on_events, hub);
     engine_on_logs(engine, on_logs, hub);
     if (hub_start(hub, &err) != ST_OK || engine_start(engine, &err) != ST_OK) {
@@ -578,6 +700,8 @@ static int serve(const struct config *cfg)
     }
     limits = make_limits(cfg);
     hc = (struct hctx){.cfg = cfg,
+                       .live = live,
+                       .reloads = reloader_reloads(reloader),
                        .pool = pool,
                        .engine = engine,
                        .hub = hub,
@@ -595,7 +719,7 @@ static int serve(const struct config *cfg)
     }
     LOG(LOG_INFO, "serving listen=%s port=%u version=%s", cfg->listen, http_port(http),
         OPSRUN_VERSION);
-    serve_until_signal(cfg, engine, &draining, &sigs);
+    serve_until_signal(cfg, engine, reloader_reloads(reloader), &draining, &sigs);
     stop_http(http, hub, &hc);
     http = NULL;
     rc = 0;
@@ -613,6 +737,9 @@ out:
     limits_free(limits);
     db_pool_free(pool);
     metrics_free(metrics);
+    reloader_free(reloader);
+    cfg_live_release(live, cfg);
+    cfg_live_free(live);
     return rc;
 }
 
@@ -750,6 +877,16 @@ static int print_config(const struct config *cfg)
     return 0;
 }
 
+/* serve() with cfg moved to the heap (cfg is left empty). */
+static int serve_taking(const struct cli *cli, struct config *cfg)
+{
+    struct config *boot = xmalloc(sizeof(*boot));
+
+    *boot = *cfg;
+    memset(cfg, 0, sizeof(*cfg));
+    return serve(cli, boot);
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli;
@@ -792,7 +929,7 @@ int main(int argc, char **argv)
         else if (strcmp(cli.command, "migrate") == 0)
             rc = migrate(&cfg, 0);
         else
-            rc = serve(&cfg);
+            rc = serve_taking(&cli, &cfg);
     }
     cfg_cleanup(&cfg);
     xmlCleanupParser();

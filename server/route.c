@@ -28,6 +28,7 @@ static const struct route_entry routes[] = {
     {"GET", "/rate_limits", handle_rate_limits_list, false, false, NEED_READ},
     {"GET", "/stats/completions", handle_runs_completions, false, false, NEED_READ},
     {"GET", "/stream", NULL, false, true, NEED_READ},
+    {"POST", "/admin/reload", handle_admin_reload, false, false, NEED_ADMIN},
     {"GET", "/healthz", handle_health_healthz, false, false, NEED_HEALTH},
     {"GET", "/livez", handle_health_livez, false, false, NEED_OPEN},
     {"GET", "/readyz", handle_health_readyz, false, false, NEED_OPEN},

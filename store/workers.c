@@ -10,8 +10,8 @@ static const struct stmt S_REGISTER = {"workers_register",
                                        "VALUES ($1, $2, $3::int, $4, $5::int)"};
 static const struct stmt S_HEARTBEAT = {
     "workers_heartbeat", "UPDATE workers SET heartbeat_at = now(), busy = $2::int, "
-                         "runs_held = $3::int, status = 'running', stopped_at = NULL "
-                         "WHERE id = $1"};
+                         "runs_held = $3::int, config_version = $4, status = 'running', "
+                         "stopped_at = NULL WHERE id = $1"};
 static const struct stmt S_STOP = {
     "workers_stop", "UPDATE workers SET status = 'stopped', stopped_at = now(), busy = 0, "
                     "runs_held = 0 WHERE id = $1"};
@@ -23,7 +23,8 @@ static const struct stmt S_LIST = {
     "workers_list",
     "SELECT coalesce(json_agg(json_build_object('id', id, 'host', host, 'pid', pid, "
     "'version', version, 'status', status, 'threads', threads, 'busy', busy, "
-    "'runs_held', runs_held, 'started_at', opsrun_ts(started_at), "
+    "'runs_held', runs_held, 'config_version', config_version, "
+    "'started_at', opsrun_ts(started_at), "
     "'heartbeat_at', opsrun_ts(heartbeat_at), 'stopped_at', opsrun_ts(stopped_at)) "
     "ORDER BY started_at DESC), '[]')::text FROM (SELECT * FROM workers "
     "WHERE status = 'running' OR stopped_at > now() - interval '1 day' "
@@ -41,14 +42,14 @@ enum status store_workers_register(struct db *db, const char *id, const char *ho
 }
 
 enum status store_workers_heartbeat(struct db *db, const char *id, int busy, int runs_held,
-                                    struct error *err)
+                                    const char *config_version, struct error *err)
 {
     char sb[16], sh[16];
-    const char *p[3] = {id, sb, sh};
+    const char *p[4] = {id, sb, sh, config_version};
 
     xsnprintf(sb, sizeof(sb), "%d", busy);
     xsnprintf(sh, sizeof(sh), "%d", runs_held);
-    return db_exec_count(db, &S_HEARTBEAT, 3, p, NULL, err);
+    return db_exec_count(db, &S_HEARTBEAT, 4, p, NULL, err);
 }
 
 enum status store_workers_stop(struct db *db, const char *id, struct error *err)

@@ -11,8 +11,9 @@ struct db;
 
 enum status store_workers_register(struct db *db, const char *id, const char *host, int pid,
                                    const char *version, int threads, struct error *err) WUR;
+/* config_version: of the configuration the replica runs (config/live.h). */
 enum status store_workers_heartbeat(struct db *db, const char *id, int busy, int runs_held,
-                                    struct error *err) WUR;
+                                    const char *config_version, struct error *err) WUR;
 enum status store_workers_stop(struct db *db, const char *id, struct error *err) WUR;
 /* Marks running workers whose heartbeat is older than after_s as stopped. */
 enum status store_workers_mark_stale(struct db *db, int after_s, int *marked,

@@ -2,7 +2,9 @@
 // seconds, and soon after the stream brings a change of a run's status:
 // active runs by status (the whole database; the queued figure says how
 // many of them are held back by their concurrency key), this process's
-// workers, the poller's lag and the stream subscribers. While the server
+// workers, the poller's lag, the stream subscribers, and the version of
+// the configuration this process runs, with how many other running
+// replicas run another (a reload not made everywhere). While the server
 // does not answer, a note says the figures are those of the last answer.
 import { api, ApiError } from './api.js';
 
@@ -31,6 +33,22 @@ function setQueued(runs) {
   e.append(s);
 }
 
+// "3f2a0c9e1b7d", and " (1 other replica runs another)" when the running
+// replicas' last heartbeats name other versions; loaded_at in the title.
+function setConfig(h) {
+  const v = h.config && h.config.version;
+  const self = h.engine && h.engine.worker_id;
+  const others = (h.workers || []).filter((w) => w.status === 'running' && w.id !== self &&
+    w.config_version && w.config_version !== v).length;
+  const text = !v ? '–' : others === 0 ? v
+    : `${v} (${others} other replica${others > 1 ? 's' : ''} run${others > 1 ? '' : 's'} another)`;
+  set('s-config', text);
+  const e = document.getElementById('s-config');
+  const title = h.config && h.config.loaded_at ? `loaded at ${h.config.loaded_at}` : '';
+  if (e.title !== title) e.title = title;
+  e.classList.toggle('drift', others > 0);
+}
+
 // Starts the readings; the answer's soon() asks for one shortly (at most
 // one a second), so that the figures follow the table rather than lag it.
 export function startOverview() {
@@ -53,6 +71,7 @@ export function startOverview() {
       const lag = h.polls && h.polls.lag_ms;
       set('s-lag', lag === undefined ? '–' : lag >= 1000 ? (lag / 1000).toFixed(1) + ' s' : lag + ' ms');
       set('s-subs', String((h.streams && h.streams.subscribers) ?? '–'));
+      setConfig(h);
       note.hidden = true;
       lastOk = Date.now();
     } catch (err) {

@@ -8,6 +8,7 @@
  * writes. */
 #include "../support/harness.h"
 #include "../support/receiver.h"
+#include "../support/reload.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -705,6 +706,68 @@ START_TEST(expiry_counts_from_due)
 }
 END_TEST
 
+/* The run type "plain" (a short simulate) with the members approval (text
+ * after its params: "" or ", \"approval\": {...}"), made every second by
+ * the schedule "tick" (overlap allow: a run awaiting approval does not
+ * skip the next slots). */
+#define PLAIN_TICK(approval)                                                                       \
+    "{\"run_types\": {\"plain\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, "    \
+    "\"steps\": 1}" approval "}},"                                                                 \
+    " \"schedules\": {\"tick\": {\"cron\": \"@every 1s\", \"run_type\": \"plain\","                \
+    " \"overlap\": \"allow\"}}}"
+
+/* A reload gives a run type approval: a run submitted after it waits, and
+ * so do the runs its schedule makes (the scheduler follows the reload
+ * within a second); each expires as the reloaded type says (approve after
+ * 2 s) and runs. */
+START_TEST(approval_added_by_reload)
+{
+    struct th_proc p;
+    char *path = th_config_file("e2e_appr_reload", PLAIN_TICK("")), *ci, *id, *at;
+    const char *args[] = {"--config", path, NULL};
+    long long until = th_now_ms() + 15000, done = 0;
+    PGconn *c;
+
+    ci = th_db_create("e2e_appr_reload");
+    c = th_pg(ci);
+    th_start(&p, ci, args, NULL);
+    while (done == 0 && th_now_ms() < until) {
+        th_sleep_ms(100);
+        done = th_sql_int(c, "SELECT count(*) FROM runs WHERE schedule_name = 'tick' AND "
+                             "status = 'completed'");
+    }
+    ck_assert_msg(done > 0, "no run of the schedule completed");
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE approval_state IS NOT NULL"),
+                     0);
+
+    th_config_rewrite(
+        path, PLAIN_TICK(", \"approval\": {\"timeout_s\": 2, \"on_timeout\": \"approve\"}"));
+    th_reload(&p, NULL, "run_types.plain");
+    at = th_sql_str(c, "SELECT now()::text");
+    id = submit(&p, "plain", 1); /* asserts that it waits */
+    th_sleep_ms(3000);
+    ck_assert_int_ge(th_sql_int(c,
+                                "SELECT count(*) FROM runs WHERE schedule_name = 'tick' AND "
+                                "created_at > '%s'::timestamptz + interval '1.2 s' AND "
+                                "approval_state IS NOT NULL",
+                                at),
+                     1);
+    ck_assert_int_eq(th_sql_int(c,
+                                "SELECT count(*) FROM runs WHERE schedule_name = 'tick' AND "
+                                "created_at > '%s'::timestamptz + interval '1.2 s' AND "
+                                "approval_state IS NULL",
+                                at),
+                     0);
+    th_expect_outcome(&p, id, "succeeded", 15);
+    th_check_exit0(&p, th_stop(&p, SIGTERM, 30));
+    PQfinish(c);
+    free(at);
+    free(id);
+    free(ci);
+    free(path);
+}
+END_TEST
+
 static Suite *approvals_suite(void)
 {
     Suite *s = suite_create("approvals");
@@ -720,6 +783,7 @@ static Suite *approvals_suite(void)
     tcase_add_test(tc, pending_survives_restart);
     tcase_add_test(tc, expiry_counts_from_due);
     tcase_add_test(tc, approval_requested_notifies);
+    tcase_add_test(tc, approval_added_by_reload);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,9 @@
  * tenant, an admin token), with the status each gets and no data of
  * another tenant in any body or stream; an admin's reads across tenants;
  * the initiator of runs; the loopback default and the refusal to serve
- * elsewhere without tokens; `opsrun token new` output as configuration;
+ * elsewhere without tokens; a token a reload removes, refused from its
+ * next request and its open streams ended at once while another token's
+ * stay; `opsrun token new` output as configuration;
  * and tokens never reaching the server's log. */
 #include "../support/harness.h"
 #include "../support/sse.h"
@@ -35,7 +37,9 @@ static const char *const all_tokens[] = {T_ACME, T_ACME_SUBMIT, T_ACME_READ, T_G
 #define RUN_G "r-gamma"
 #define RUN_U "r-omega"
 
-static char *tokens_config(void)
+/* The configuration of the tokens below but the one named skip (NULL:
+ * all of them). */
+static char *tokens_config_without(const char *skip)
 {
     static const struct {
         const char *name, *tenant, *scopes, *token;
@@ -51,16 +55,23 @@ static char *tokens_config(void)
     size_t n = 0;
 
     n += (size_t)snprintf(out + n, 8192 - n, "{\"auth\": {\"tokens\": [");
-    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+    for (size_t i = 0, k = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         char hex[65];
+        if (skip && strcmp(t[i].name, skip) == 0)
+            continue;
         sha256_hex(t[i].token, strlen(t[i].token), hex);
         n += (size_t)snprintf(out + n, 8192 - n,
                               "%s{\"name\": \"%s\", \"tenant\": \"%s\", \"scopes\": [%s], "
                               "\"sha256\": \"%s\"}",
-                              i ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex);
+                              k++ ? ", " : "", t[i].name, t[i].tenant, t[i].scopes, hex);
     }
     snprintf(out + n, 8192 - n, "]}}");
     return out;
+}
+
+static char *tokens_config(void)
+{
+    return tokens_config_without(NULL);
 }
 
 /* ---- one request, as each kind of caller ---------------------------------- */
@@ -601,6 +612,71 @@ START_TEST(open_health)
 }
 END_TEST
 
+/* ---- a reload that removes a token ----------------------------------------- */
+
+/* POST /admin/reload as root after writing cfg over the file the server
+ * was started with (th_start_fresh's, named after db); asserts 200 and
+ * that auth.tokens changed. */
+static void reload_with(const struct th_proc *p, const char *db, const char *cfg)
+{
+    char *path = th_config_file(db, cfg);
+    struct th_resp r;
+    char *changed;
+
+    th_post_expect(p, "/admin/reload", T_ROOT, NULL, 200, &r);
+    changed = json_dumps(json_object_get(r.json, "changed"), JSON_COMPACT);
+    ck_assert_msg(changed && strstr(changed, "\"auth.tokens\""), "changed: %s", r.body);
+    free(changed);
+    th_resp_free(&r);
+    free(path);
+}
+
+START_TEST(token_removed_by_reload)
+{
+    struct th_proc p;
+    struct th_sse *gone, *gone_q, *kept, *again;
+    struct th_sse_event ev;
+    char *cfg = tokens_config_without("acme-read"), *id;
+    long long t0;
+
+    start_with_tokens(&p, "e2e_auth_reload");
+    gone = th_sse_open_token(p.port, "/stream", T_ACME_READ, NULL);
+    gone_q = th_sse_open_token(p.port, "/stream?access_token=" T_ACME_READ, NULL, NULL);
+    kept = th_sse_open_token(p.port, "/stream", T_GLOBEX, NULL);
+    ck_assert_int_eq(gone->status, 200);
+    ck_assert_int_eq(gone_q->status, 200);
+    ck_assert_int_eq(kept->status, 200);
+    ck_assert_int_eq(th_sse_next(gone, &ev, 300), 0); /* open, and nothing to say */
+
+    reload_with(&p, "e2e_auth_reload", cfg);
+    /* Its streams end at once (the keep-alive comes every 15 s), cleanly:
+     * EventSource comes back, and its 401 stops it. */
+    t0 = th_now_ms();
+    ck_assert_int_eq(th_sse_next(gone, &ev, 1000), -1);
+    ck_assert_msg(gone->clean_end, "the stream was cut, not ended");
+    ck_assert_int_eq(th_sse_next(gone_q, &ev, 1000), -1);
+    ck_assert_msg(th_now_ms() - t0 < 1000, "the streams ended after %lld ms", th_now_ms() - t0);
+    /* The other token's stream stays open and goes on. */
+    ck_assert_int_eq(th_sse_next(kept, &ev, 300), 0);
+    id = submit_as(&p, T_GLOBEX, "{\"alert_type\":\"demo\",\"data\":{\"duration_ms\":1}}", 202);
+    ck_assert_int_eq(th_sse_until(kept, "status", &ev, 5000), 1);
+    ck_assert_str_eq(th_js(ev.json, "id"), id);
+    th_sse_event_free(&ev);
+    /* The removed token is refused from its next request, a stream too. */
+    json_decref(get_as(&p, T_ACME_READ, "/runs", 401));
+    again = th_sse_open_token(p.port, "/stream", T_ACME_READ, NULL);
+    ck_assert_int_eq(again->status, 401);
+    json_decref(get_as(&p, T_ACME, "/runs", 200));
+    th_sse_close(again);
+    th_sse_close(gone);
+    th_sse_close(gone_q);
+    th_sse_close(kept);
+    free(id);
+    free(cfg);
+    th_stop_clean(&p);
+}
+END_TEST
+
 /* ---- the loopback default and the refusal --------------------------------- */
 
 START_TEST(loopback_default_and_refusal)
@@ -777,6 +853,7 @@ int main(void)
     tcase_add_test(tc, isolation_matrix);
     tcase_add_test(tc, admin_and_initiator);
     tcase_add_test(tc, open_health);
+    tcase_add_test(tc, token_removed_by_reload);
     tcase_add_test(tc, loopback_default_and_refusal);
     tcase_add_test(tc, token_new_is_configuration);
     tcase_add_test(tc, tokens_never_logged);

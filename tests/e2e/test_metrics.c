@@ -1,7 +1,8 @@
 /* tests/e2e/test_metrics.c — GET /metrics of one real opsrun process after
  * runs of three types (two simulate, one rest_job against the fake jobs
  * API): exact counter values, route templates instead of paths, the
- * database's gauges, and `promtool check metrics` on the body; then the
+ * database's gauges, and `promtool check metrics` on the body; a run type
+ * a reload adds, counted like the others; then the
  * deployment files: `promtool check rules` and `promtool test rules` on
  * deploy/prometheus, and every metric name that the alerting rules and the
  * Grafana dashboard use must be one the server exposes.
@@ -468,6 +469,43 @@ START_TEST(cancel_during_hand_back)
 }
 END_TEST
 
+/* A run type a reload adds gets its series: a run of it is counted (before
+ * the fix the registry knew only the run types of the start). */
+START_TEST(run_type_added_by_reload)
+{
+    static const char *const db = "e2e_metrics_reload";
+    static const char *const first =
+        "{\"run_types\": {\"etl\": {\"action\": \"simulate\", \"max_attempts\": 1}}}";
+    static const char *const second =
+        "{\"run_types\": {\"etl\": {\"action\": \"simulate\", \"max_attempts\": 1},"
+        " \"ingest\": {\"action\": \"simulate\", \"max_attempts\": 1}}}";
+    struct th_proc p;
+    struct th_resp r;
+    char *id, *text, *path;
+
+    th_start_fresh(&p, db, first);
+    text = scrape(&p);
+    ck_assert_sample(text, "opsrun_runs_submitted_total{type=\"ingest\"}", -1);
+    free(text);
+    path = th_config_file(db, second); /* the file the server was started with */
+    th_post_expect(&p, "/admin/reload", NULL, NULL, 200, &r);
+    th_resp_free(&r);
+    id = th_submit(&p, "{\"alert_type\":\"ingest\",\"data\":{\"duration_ms\":1}}", 202);
+    th_expect_outcome(&p, id, "succeeded", 20);
+    text = scrape_until(&p, "opsrun_runs_completed_total{type=\"ingest\",outcome=\"succeeded\"}", 1,
+                        5000);
+    ck_assert_sample(text, "opsrun_runs_submitted_total{type=\"ingest\"}", 1);
+    ck_assert_sample(text, "opsrun_runs_completed_total{type=\"ingest\",outcome=\"succeeded\"}", 1);
+    ck_assert_sample(text, "opsrun_run_duration_seconds_count{type=\"ingest\"}", 1);
+    ck_assert_sample(text, "opsrun_runs_submitted_total{type=\"etl\"}", 0);
+    promtool_check_metrics(text);
+    free(text);
+    free(path);
+    free(id);
+    th_stop_clean(&p);
+}
+END_TEST
+
 /* Three runs of one key that allows one at a time: one runs, the claims
  * hold the other two, and /metrics says so, per group
  * (opsrun_runs_held_by_key); GET /runs?concurrency_key= lists the three,
@@ -555,6 +593,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, deploy_files);
     tcase_add_test(tc, cancel_during_hand_back);
     tcase_add_test(tc, held_by_key);
+    tcase_add_test(tc, run_type_added_by_reload);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -16,6 +16,7 @@
  * started. */
 #include "../support/harness.h"
 #include "../support/receiver.h"
+#include "../support/reload.h"
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -1212,6 +1213,97 @@ START_TEST(docs_receiver_example)
 }
 END_TEST
 
+/* The run type "job" notifying notifier "audit" at url (a webhook) of its
+ * successes. */
+#define NOTIFIED_CONFIG                                                                            \
+    "{\"notifiers\": {\"audit\": {\"kind\": \"webhook\", \"url\": \"%s\"}},"                       \
+    " \"run_types\": {\"job\": {" SIM ", \"notify\": [{\"on\": [\"succeeded\"], \"to\": "          \
+    "\"audit\"}]}}}"
+
+/* Waits until the database's rules of type send to notifier (maintenance
+ * writes them after a reload, within a tick); a run that ends before then
+ * ends under the rules before. */
+static void wait_rules(const char *ci, const char *type, const char *notifier, bool want)
+{
+    long long until = th_now_ms() + 10000, n;
+
+    do {
+        n = q_int(ci,
+                  "SELECT count(*) FROM run_type_rules WHERE type = '%s' AND notify::text LIKE "
+                  "'%%\"%s\"%%'",
+                  type, notifier);
+        if ((n > 0) == want)
+            return;
+        th_sleep_ms(50);
+    } while (th_now_ms() < until);
+    ck_abort_msg("the rules of %s never %s notifier %s", type, want ? "named" : "stopped naming",
+                 notifier);
+}
+
+/* One run of "job", succeeded. */
+static void job_succeeds(const struct th_proc *p)
+{
+    char *id = th_submit(p, "{\"alert_type\": \"job\", \"data\": {}}", 202);
+
+    th_expect_outcome(p, id, "succeeded", 30);
+    free(id);
+}
+
+/* Notifiers follow a reload. One started without notifiers gets one by
+ * POST /admin/reload, and the runs completed from then on are delivered
+ * to it; a SIGHUP moves it to another URL, and the next delivery goes
+ * there; a delivery that is to be retried when a reload removes its
+ * notifier is logged, stays owed in the outbox, and is not sent. */
+START_TEST(notifiers_follow_a_reload)
+{
+    struct receiver *rv = receiver_start();
+    char u1[256], u2[256], u3[256], config[2048], line[512], *path;
+    struct th_proc p;
+    char *ci;
+    int n;
+
+    receiver_url(rv, "/ok/first", u1, sizeof(u1));
+    receiver_url(rv, "/ok/second", u2, sizeof(u2));
+    receiver_url(rv, "/codes/503/third", u3, sizeof(u3));
+    ci = start_on(&p, "e2e_notify_reload", "{\"run_types\": {\"job\": {" SIM "}}}", NULL, &path);
+    job_succeeds(&p);
+
+    snprintf(config, sizeof(config), NOTIFIED_CONFIG, u1);
+    th_config_rewrite(path, config);
+    th_reload(&p, NULL, "notifiers.audit");
+    wait_rules(ci, "job", "audit", true);
+    job_succeeds(&p);
+    ck_assert_int_eq(receiver_wait(rv, "/ok/first", 1, 10000), 1);
+
+    snprintf(config, sizeof(config), NOTIFIED_CONFIG, u2);
+    th_config_rewrite(path, config);
+    th_reload_signal(&p);
+    job_succeeds(&p);
+    ck_assert_int_eq(receiver_wait(rv, "/ok/second", 1, 10000), 1);
+    ck_assert_int_eq(receiver_count(rv, "/ok/first", NULL), 1);
+
+    /* Answered 503 (to be retried in 1 s), then removed. */
+    snprintf(config, sizeof(config), NOTIFIED_CONFIG, u3);
+    th_config_rewrite(path, config);
+    th_reload(&p, NULL, "notifiers.audit");
+    job_succeeds(&p);
+    ck_assert_int_eq(receiver_wait(rv, "/codes/503/third", 1, 10000), 1);
+    th_config_rewrite(path, "{\"run_types\": {\"job\": {" SIM "}}}");
+    th_reload(&p, NULL, "notifiers.audit");
+    n = receiver_count(rv, "/codes/503/third", NULL);
+    th_sleep_ms(3500);
+    ck_assert_int_eq(receiver_count(rv, "/codes/503/third", NULL), n);
+    ck_assert_int_eq(q_int(ci, "SELECT count(*) FROM notifications WHERE notifier = 'audit'"), 1);
+    ck_assert_msg(th_log_find(p.log, "notifier removed notifier=audit", line, sizeof(line)),
+                  "no line of the removed notifier in %s", p.log);
+
+    th_stop_clean(&p);
+    receiver_stop(rv);
+    free(path);
+    free(ci);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("notify");
@@ -1230,6 +1322,7 @@ int main(void)
     tcase_add_test(t, chain_self_loop_stops_at_depth);
     tcase_add_test(t, chain_missing_pointer);
     tcase_add_test(t, docs_receiver_example);
+    tcase_add_test(t, notifiers_follow_a_reload);
     suite_add_tcase(s, t);
     return th_run_suite(s);
 }

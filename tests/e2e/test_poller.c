@@ -14,6 +14,7 @@
  * counted or logged. */
 #include "../support/fake_jobs.h"
 #include "../support/harness.h"
+#include "../support/reload.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -1642,6 +1643,43 @@ START_TEST(soap_long_processing_is_quiet)
 }
 END_TEST
 
+/* ---- a reload --------------------------------------------------------- */
+
+/* A reload adds the first type that can poll to a server started with
+ * none (which once started no poller then): its run waits, is checked
+ * until its remote job is done, and succeeds. */
+START_TEST(polling_type_added_by_reload)
+{
+    struct th_proc p;
+    struct fake_job j;
+    char *cfg = job_config(FAST_POLL, NULL), *path, *conninfo, *id;
+    const char *args[3] = {"--config", NULL, NULL};
+    json_t *run;
+
+    path = th_config_file("e2e_poll_reload",
+                          "{\"poller\": {\"concurrency\": 2, \"interval_ms\": 200},"
+                          " \"run_types\": {\"other\": {\"action\": \"simulate\"}}}");
+    args[1] = path;
+    conninfo = th_db_create("e2e_poll_reload");
+    th_start(&p, conninfo, args, SECRET_ENV);
+    g_db = th_pg(conninfo);
+
+    th_config_rewrite(path, cfg);
+    th_reload(&p, NULL, "run_types.job");
+    id = submit(&p, "reload-1", "done_after:3");
+    run = th_wait_done(&p, id, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert(fake_jobs_get("reload-1", &j));
+    ck_assert_int_eq(j.checks, 3);
+    json_decref(run);
+    free(id);
+    free(cfg);
+    free(path);
+    free(conninfo);
+    stop(&p);
+}
+END_TEST
+
 static Suite *poller_suite(void)
 {
     Suite *s = suite_create("e2e_poller");
@@ -1676,6 +1714,7 @@ static Suite *poller_suite(void)
         {"rest_job_long_wait_is_quiet", rest_job_long_wait_is_quiet, 60},
         {"http_long_wait_is_quiet", http_long_wait_is_quiet, 60},
         {"soap_long_processing_is_quiet", soap_long_processing_is_quiet, 60},
+        {"polling_type_added_by_reload", polling_type_added_by_reload, 60},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -8,6 +8,7 @@
  * database. Slot times are read from the database, whose clock the
  * scheduler follows. */
 #include "../support/harness.h"
+#include "../support/reload.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -442,6 +443,145 @@ START_TEST(api_and_tenancy)
 }
 END_TEST
 
+/* ---- reloads ---- */
+
+/* The configuration of schedule "tick" on demo runs of 10 ms, every cron
+ * (overlap allow: every slot makes its run). */
+#define TICK_CONFIG(cron)                                                                          \
+    "{\"schedules\": {\"tick\": {\"cron\": \"" cron "\", \"run_type\": \"demo\","                  \
+    " \"overlap\": \"allow\", \"data\": {\"duration_ms\": 10, \"steps\": 1}}}}"
+
+/* The database's clock, in seconds since the epoch, as SQL text (heap). */
+static char *db_now(const char *conninfo)
+{
+    PGconn *c = th_pg(conninfo);
+    char *v = th_sql_str(c, "SELECT extract(epoch FROM clock_timestamp())::text");
+
+    PQfinish(c);
+    return v;
+}
+
+/* The multiples of every (seconds) from `from` (epoch seconds, SQL text)
+ * to the last slot of "tick" that have no run of it. */
+static long long slots_without_run(const char *conninfo, int every, const char *from)
+{
+    char sql[1024];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM generate_series(ceil(%s)::bigint, (SELECT "
+             "extract(epoch FROM max(schedule_slot))::bigint FROM runs)) g WHERE g %% %d = 0 "
+             "AND NOT EXISTS (SELECT 1 FROM runs WHERE schedule_name = 'tick' AND "
+             "extract(epoch FROM schedule_slot)::bigint = g)",
+             from, every);
+    return sql_int(conninfo, sql);
+}
+
+/* A server started without schedules gets one by a reload: it fires
+ * within seconds, GET /schedules shows it, and a reload that removes it
+ * stops it. */
+START_TEST(schedule_added_by_reload)
+{
+    char *ci = th_db_create("e2e_sched_added");
+    char *path = th_config_file("e2e_sched_added", "{\"queue\": {\"workers\": 4}}");
+    struct th_proc p;
+    struct th_resp r;
+    long long n = 0, until;
+
+    start_with(&p, ci, path);
+    th_sleep_ms(1500);
+    ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM schedules"), 0);
+    th_config_rewrite(path, TICK_CONFIG("@every 1s"));
+    th_reload(&p, NULL, "schedules.tick");
+    for (until = th_now_ms() + 8000; n < 2 && th_now_ms() < until; th_sleep_ms(100))
+        n = slot_runs(ci, "tick", NULL);
+    ck_assert_msg(n >= 2, "%lld runs of the added schedule", n);
+    th_get(p.url, "/schedules/tick", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(th_js(r.json, "cron"), "@every 1s");
+    th_resp_free(&r);
+
+    th_config_rewrite(path, "{\"queue\": {\"workers\": 4}}");
+    th_reload(&p, NULL, "schedules.tick");
+    th_sleep_ms(1500);
+    n = slot_runs(ci, "tick", NULL);
+    th_sleep_ms(2500);
+    ck_assert_int_eq(slot_runs(ci, "tick", NULL), n);
+    th_get(p.url, "/schedules/tick", &r);
+    ck_assert_int_eq(r.status, 404);
+    th_resp_free(&r);
+    th_stop_clean(&p);
+    free(path);
+    free(ci);
+}
+END_TEST
+
+/* Two replicas run "tick" every 2 s; its cron becomes every 3 s by a
+ * reload of one (POST /admin/reload), and 4 s later of the other (SIGHUP).
+ * Meanwhile each fires its own cron's slots; no slot ever has two runs;
+ * before the first reload every even second has its run, and from a
+ * second after it every multiple of 3 has one (none missed, whichever
+ * replica took it); once both run the new cron, no other slot fires. */
+START_TEST(cron_changed_on_two_replicas)
+{
+    char *ci = th_db_create("e2e_sched_recron");
+    char *pa = th_config_file("e2e_sched_recron_a", TICK_CONFIG("@every 2s"));
+    char *pb = th_config_file("e2e_sched_recron_b", TICK_CONFIG("@every 2s"));
+    char *t0, *ta, *tb, sql[512];
+    struct th_proc a, b;
+
+    start_with(&a, ci, pa);
+    start_with(&b, ci, pb);
+    th_sleep_ms(1000);
+    t0 = db_now(ci);
+    th_sleep_ms(5000);
+    th_config_rewrite(pa, TICK_CONFIG("@every 3s"));
+    th_reload(&a, NULL, "schedules.tick");
+    ta = db_now(ci);
+    th_sleep_ms(4000);
+    th_config_rewrite(pb, TICK_CONFIG("@every 3s"));
+    th_reload_signal(&b);
+    tb = db_now(ci);
+    th_sleep_ms(8000);
+    th_stop_clean(&a);
+    th_stop_clean(&b);
+
+    ck_assert_int_eq(sql_int(ci, "SELECT count(*) FROM runs"),
+                     sql_int(ci, "SELECT count(DISTINCT schedule_slot) FROM runs"));
+    /* the old cron, none missed, up to the first reload */
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM generate_series(ceil(%s)::bigint, floor(%s)::bigint) g "
+             "WHERE g %% 2 = 0 AND NOT EXISTS (SELECT 1 FROM runs WHERE "
+             "extract(epoch FROM schedule_slot)::bigint = g)",
+             t0, ta);
+    ck_assert_int_eq(sql_int(ci, sql), 0);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE schedule_slot < to_timestamp(%s) AND "
+             "extract(epoch FROM schedule_slot)::bigint %% 2 <> 0",
+             ta);
+    ck_assert_int_eq(sql_int(ci, sql), 0);
+    /* the new cron, none missed, from a second after the first reload on */
+    snprintf(sql, sizeof(sql), "(%s) + 1.5", ta);
+    ck_assert_int_eq(slots_without_run(ci, 3, sql), 0);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE schedule_slot > to_timestamp(%s) AND "
+             "extract(epoch FROM schedule_slot)::bigint %% 3 = 0",
+             tb);
+    ck_assert_int_ge(sql_int(ci, sql), 2);
+    /* nothing but the new cron once both follow it */
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM runs WHERE schedule_slot > to_timestamp(%s) + interval "
+             "'1.5 s' AND extract(epoch FROM schedule_slot)::bigint %% 3 <> 0",
+             tb);
+    ck_assert_int_eq(sql_int(ci, sql), 0);
+    free(t0);
+    free(ta);
+    free(tb);
+    free(pa);
+    free(pb);
+    free(ci);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("schedules");
@@ -455,6 +595,8 @@ int main(void)
     tcase_add_test(t, catch_up_policies);
     tcase_add_test(t, pause_resume_trigger);
     tcase_add_test(t, api_and_tenancy);
+    tcase_add_test(t, schedule_added_by_reload);
+    tcase_add_test(t, cron_changed_on_two_replicas);
     suite_add_tcase(s, t);
     return th_run_suite(s);
 }

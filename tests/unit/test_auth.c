@@ -663,6 +663,76 @@ START_TEST(decide_tenants)
 }
 END_TEST
 
+/* ---- a stream's grant after a reload ------------------------------------- */
+
+/* Whether g holds in a configuration of the one token entry given (name,
+ * tenant, scopes as JSON array members, the token whose digest it has). */
+static bool holds_with(const struct auth_grant *g, const char *name, const char *tenant,
+                       const char *scopes, const char *token)
+{
+    struct config next;
+    struct error err = {0};
+    char text[1024];
+    bool ok;
+
+    cfg_init(&next, &action_registry);
+    snprintf(text, sizeof(text),
+             "{\"auth\": {\"tokens\": [{\"name\": \"%s\", \"tenant\": \"%s\", "
+             "\"scopes\": [%s], \"sha256\": \"%s\"}]}}",
+             name, tenant, scopes, digest(token));
+    ck_assert_msg(cfg_load_json(&next, text, &err) == ST_OK, "%s", err.message);
+    ok = auth_grant_holds(&next, g);
+    cfg_cleanup(&next);
+    return ok;
+}
+
+START_TEST(grant_after_reload)
+{
+    struct principal who;
+    struct auth_grant g, all, one;
+    struct error err;
+    struct config none;
+
+    ck_assert_int_eq(decide(NEED_READ, "Bearer " TOK_CI, NULL, false, NULL, &who, &err), ST_OK);
+    ck_assert(auth_grant_of(&who, &g));
+    ck_assert_str_eq(g.name, "ci");
+    ck_assert(auth_grant_holds(&cfg, &g));
+    ck_assert(holds_with(&g, "ci", "acme", "\"read\"", TOK_CI));
+    ck_assert(holds_with(&g, "renamed", "acme", "\"read\"", TOK_CI)); /* same secret */
+    ck_assert(holds_with(&g, "ci", "acme", "\"admin\"", TOK_CI));
+    ck_assert(!holds_with(&g, "ci", "acme", "\"read\"", TOK_OTHER));      /* new secret */
+    ck_assert(!holds_with(&g, "ci", "globex", "\"read\"", TOK_CI));       /* moved */
+    ck_assert(!holds_with(&g, "ci", "acme", "\"submit\"", TOK_CI));       /* no read */
+    ck_assert(!holds_with(&g, "other", "globex", "\"read\"", TOK_OTHER)); /* removed */
+    cfg_init(&none, &action_registry);
+    ck_assert(!auth_grant_holds(&none, &g)); /* every token removed */
+    cfg_cleanup(&none);
+
+    /* an admin reading every tenant, or one it named */
+    ck_assert_int_eq(decide(NEED_READ, "Bearer " TOK_ADMIN, NULL, false, NULL, &who, &err), ST_OK);
+    ck_assert(auth_grant_of(&who, &all));
+    ck_assert(all.all_tenants);
+    ck_assert(holds_with(&all, "root", "elsewhere", "\"admin\"", TOK_ADMIN));
+    ck_assert(!holds_with(&all, "root", "ops", "\"read\"", TOK_ADMIN));
+    ck_assert_int_eq(decide(NEED_READ, "Bearer " TOK_ADMIN, NULL, false, "globex", &who, &err),
+                     ST_OK);
+    ck_assert(auth_grant_of(&who, &one));
+    ck_assert(holds_with(&one, "root", "globex", "\"read\"", TOK_ADMIN));
+    ck_assert(!holds_with(&one, "root", "ops", "\"read\"", TOK_ADMIN));
+}
+END_TEST
+
+START_TEST(grant_without_tokens)
+{
+    struct principal who;
+    struct auth_grant g;
+    struct error err;
+
+    ck_assert_int_eq(decide(NEED_READ, NULL, NULL, true, NULL, &who, &err), ST_OK);
+    ck_assert(!auth_grant_of(&who, &g));
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -688,6 +758,7 @@ static Suite *auth_suite(void)
     tcase_add_test(tx, exposure_without_tokens);
     tcase_add_test(tx, find_without_tokens);
     tcase_add_test(tx, decide_without_tokens);
+    tcase_add_test(tx, grant_without_tokens);
     suite_add_tcase(s, tx);
 
     tcase_add_checked_fixture(tn, setup, teardown);
@@ -698,6 +769,7 @@ static Suite *auth_suite(void)
 
     tcase_add_checked_fixture(tr, setup_tokens, teardown);
     tcase_add_test(tr, header_good);
+    tcase_add_test(tr, grant_after_reload);
     tcase_add_test(tr, header_bad);
     tcase_add_test(tr, header_length_limit);
     tcase_add_test(tr, find_each_and_none);

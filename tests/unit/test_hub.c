@@ -385,6 +385,39 @@ END_TEST
 /* A waiter fires on its run's terminal event only; fired before its
  * connection was parked, it is not parked at all; released, it no longer
  * holds up a drain. */
+/* hub_wake_all: a suspended subscriber is resumed and reads HUB_WOKEN once;
+ * one that was not suspended gets it at the read that would have
+ * suspended it, after what it had to send, so no wake-up is lost between
+ * its owner's check and its suspension. */
+START_TEST(wake_all)
+{
+    struct hub *h = new_hub(64, 1 << 20, 10);
+    struct conn c1 = {0}, c2 = {0};
+    struct hub_sub *s1 = subscribe(h, NULL, NULL, NULL, &c1);
+    struct hub_sub *s2 = subscribe(h, NULL, NULL, NULL, &c2);
+    char out[1024] = "", buf[256];
+    size_t n = 1;
+
+    ck_assert_int_eq(read_all(s1, out, sizeof(out), 100), HUB_SUSPENDED);
+    inject(h, 1, "r1", "running");
+    hub_wake_all(h);
+    ck_assert_int_eq(c1.resumes, 1);
+    ck_assert_int_eq(c2.resumes, 0); /* not suspended: nothing to resume */
+    ck_assert_int_eq(read_all(s1, out, sizeof(out), 100), HUB_WOKEN);
+    ck_assert_ptr_nonnull(strstr(out, "id: 1\n"));
+    ck_assert_int_eq(hub_sub_read(s1, buf, sizeof(buf), &n), HUB_SUSPENDED);
+    ck_assert_uint_eq(n, 0);
+    out[0] = '\0';
+    ck_assert_int_eq(read_all(s2, out, sizeof(out), 100), HUB_WOKEN);
+    ck_assert_ptr_nonnull(strstr(out, "id: 1\n"));
+    ck_assert_int_eq(hub_sub_read(s2, buf, sizeof(buf), &n), HUB_SUSPENDED);
+    ck_assert_int_eq(c2.suspends, 1);
+    hub_sub_free(s1);
+    hub_sub_free(s2);
+    hub_free(h);
+}
+END_TEST
+
 START_TEST(waiters)
 {
     struct hub *h = new_hub(64, 1 << 20, 2);
@@ -438,6 +471,7 @@ int main(void)
     tcase_add_test(t, lagging);
     tcase_add_test(t, byte_bound);
     tcase_add_test(t, limit_and_close);
+    tcase_add_test(t, wake_all);
     tcase_add_test(t, waiters);
     suite_add_tcase(s, t);
     r = srunner_create(s);

@@ -1,7 +1,7 @@
 /* tests/unit/test_metrics.c — the Check suite for common/metrics.c: the
  * exact exposition text of each kind of family, label values kept to their
- * fixed sets, escaping, number formatting, exact counts under concurrent
- * recording, and the single-flight cache.
+ * sets, the values added later (a reload's) and their bound, escaping, number formatting, exact
+ * counts under concurrent recording, and the single-flight cache.
  *
  * System headers come before metrics.h, ahead of common.h's poison pragma. */
 #include <check.h>
@@ -228,6 +228,124 @@ END_TEST
 
 /* ---- concurrency ---- */
 
+/* ---- label values added later (a reload) ---- */
+
+START_TEST(labels_added_later)
+{
+    struct metrics *m = new_metrics();
+    static const char *const more_types[] = {"etl", "ingest"};
+    static const char *const scheds[] = {"nightly"};
+    static const char *const limits[] = {"api"};
+    static const char *const notifiers[] = {"slack"};
+    const struct metrics_setup more = {.types = more_types,
+                                       .ntypes = 2,
+                                       .schedules = scheds,
+                                       .nschedules = 1,
+                                       .limits = limits,
+                                       .nlimits = 1,
+                                       .notifiers = notifiers,
+                                       .nnotifiers = 1};
+    char *t;
+
+    metrics_run_submitted(m, "etl");
+    metrics_run_submitted(m, "ingest"); /* not known yet: dropped */
+    metrics_schedule_slot(m, "nightly", METRICS_SLOT_CREATED, 1);
+    ck_assert_uint_eq(metrics_add_labels(m, &more), 0);
+    ck_assert_uint_eq(metrics_add_labels(m, &more), 0); /* known now: nothing to add */
+    metrics_run_submitted(m, "ingest");
+    metrics_run_submitted(m, "etl");
+    metrics_run_completed(m, "ingest", "failed", 2);
+    metrics_schedule_slot(m, "nightly", METRICS_SLOT_MISSED, 3);
+    metrics_rate_limit_wait(m, "api", 2);
+    metrics_notification(m, "slack", METRICS_NOTIFY_DELIVERED, 0.2);
+    t = render(m);
+    /* the counts before the addition are kept, each series written once */
+    ck_assert_line(t, "opsrun_runs_submitted_total{type=\"etl\"} 2");
+    ck_assert_line(t, "opsrun_runs_submitted_total{type=\"demo\"} 0");
+    ck_assert_line(t, "opsrun_runs_submitted_total{type=\"ingest\"} 1");
+    ck_assert_int_eq(occurrences(t, "opsrun_runs_submitted_total{type=\"etl\"}"), 1);
+    ck_assert_int_eq(occurrences(t, "opsrun_runs_submitted_total{"), 3);
+    ck_assert_line(t, "opsrun_runs_completed_total{type=\"ingest\",outcome=\"failed\"} 1");
+    ck_assert_line(t, "opsrun_runs_completed_total{type=\"ingest\",outcome=\"succeeded\"} 0");
+    ck_assert_line(t, "opsrun_run_duration_seconds_count{type=\"ingest\"} 1");
+    ck_assert_line(t, "opsrun_poll_hooks_total{type=\"ingest\",result=\"ok\"} 0");
+    ck_assert_line(t, "opsrun_schedule_runs_total{schedule=\"nightly\",result=\"created\"} 0");
+    ck_assert_line(t, "opsrun_schedule_runs_total{schedule=\"nightly\",result=\"missed\"} 3");
+    ck_assert_line(t, "opsrun_rate_limit_waits_total{limit=\"api\"} 2");
+    ck_assert_line(t, "opsrun_notifications_total{notifier=\"slack\",result=\"delivered\"} 1");
+    ck_assert_line(t, "opsrun_notification_latency_seconds_count{notifier=\"slack\"} 1");
+    free(t);
+    metrics_free(m);
+}
+END_TEST
+
+START_TEST(labels_added_are_bounded)
+{
+    struct metrics *m = new_metrics();
+    enum { N = METRICS_LABELS_ADDED_MAX + 3 };
+    char names[N][16], line[128], *t;
+    const char *v[N];
+
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "t%d", i);
+        v[i] = names[i];
+    }
+    ck_assert_uint_eq(metrics_add_labels(m, &(struct metrics_setup){.types = v, .ntypes = N}), 3);
+    ck_assert_uint_eq(metrics_add_labels(m, &(struct metrics_setup){.types = v, .ntypes = 2}), 0);
+    for (int i = 0; i < N; i++)
+        metrics_run_retried(m, v[i]);
+    t = render(m);
+    snprintf(line, sizeof(line), "opsrun_run_retries_total{type=\"t%d\"} 1",
+             METRICS_LABELS_ADDED_MAX - 1);
+    ck_assert_line(t, line);
+    snprintf(line, sizeof(line), "type=\"t%d\"", METRICS_LABELS_ADDED_MAX);
+    ck_assert_no(t, line);
+    ck_assert_int_eq(occurrences(t, "opsrun_run_retries_total{"), METRICS_LABELS_ADDED_MAX + 2);
+    free(t);
+    metrics_free(m);
+}
+END_TEST
+
+/* Recording races the additions: every count of a value known throughout
+ * is exact, and nothing is lost or torn (ASan, TSan). */
+static void *record_while_added(void *arg)
+{
+    struct metrics *m = arg;
+    char name[16];
+
+    for (int i = 0; i < 20000; i++) {
+        snprintf(name, sizeof(name), "n%d", i % 64);
+        metrics_run_submitted(m, "demo");
+        metrics_run_submitted(m, name);
+    }
+    return NULL;
+}
+
+START_TEST(labels_added_while_recording)
+{
+    struct metrics *m = new_metrics();
+    pthread_t th[2];
+    char names[64][16], *t;
+    const char *v[1];
+
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, record_while_added, m), 0);
+    for (int i = 0; i < 64; i++) {
+        snprintf(names[i], sizeof(names[i]), "n%d", i);
+        v[0] = names[i];
+        ck_assert_uint_eq(metrics_add_labels(m, &(struct metrics_setup){.types = v, .ntypes = 1}),
+                          0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    t = render(m);
+    ck_assert_line(t, "opsrun_runs_submitted_total{type=\"demo\"} 40000");
+    ck_assert_int_eq(occurrences(t, "opsrun_runs_submitted_total{"), 66);
+    free(t);
+    metrics_free(m);
+}
+END_TEST
+
 #define THREADS 8
 #define PER_THREAD 50000
 
@@ -323,6 +441,9 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, null_registry_is_a_no_op);
     tcase_add_test(tc, put_escapes_and_formats);
     tcase_add_test(tc, render_reports_the_cap);
+    tcase_add_test(tc, labels_added_later);
+    tcase_add_test(tc, labels_added_are_bounded);
+    tcase_add_test(tc, labels_added_while_recording);
     tcase_add_test(tc, concurrent_recording_is_exact);
     tcase_add_test(tc, cache_single_flight);
     suite_add_tcase(s, tc);
