@@ -50,12 +50,16 @@ async function main() {
     const w = watch(page, problems);
     await page.goto(base + '/');
     await connection(page, /^live$/);
-    const id = await submit(base, { duration_ms: 6000, steps: 12 });
+    // long enough to be running still when the page has shown a few of
+    // its steps, however slowly a loaded machine draws them
+    const id = await submit(base, { duration_ms: 15000, steps: 30 });
     await until('the run on the page', () => rowSeen(page, id));
     await runRow(page, id).click();
     await detailOf(page, id);
     await until('a few progress events', async () => (await timeline(page)).length >= 5);
     const before = await timeline(page);
+    const pre = (await api(base, `/runs/${id}`)).json;
+    check(pre.status === 'running', `the run is running when opsrun is killed (${pre.status})`);
 
     w.closing = true; // the stream and polls fail while the server is away
     await killed(proc);
