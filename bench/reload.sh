@@ -4,7 +4,7 @@
 # (default 30) while the configuration is reloaded 10 times a second
 # (POST /admin/reload, the file switching between two valid versions that
 # differ in a run type, so every reload swaps the configuration), against
-# the same load without reloads, alternated PAIRS times (default 2) on
+# the same load without reloads, alternated PAIRS times (default 3) on
 # one server and one durable cluster. Prints, per step, the requests, those
 # not answered 202, the round trip's p50/p99/max, and the acknowledged runs
 # never completed (lost); then the p99 ratio (reloads ÷ none) of each pair
@@ -15,7 +15,7 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 . bench/lib.sh
 SECS=${1:-30}
 RATE=${2:-500}
-PAIRS=${3:-2}
+PAIRS=${3:-3}
 CLIENTS=${CLIENTS:-32}
 OUT=bench/out
 PORT=18193
@@ -53,14 +53,17 @@ bench_wait_ready "$URL" 200
 # Reloads 10 times a second until killed, each over a file that differs
 # from the last; counts what was not answered 200 in $DATA/reload-failed.
 reloader() {
-    local i=0 code
+    local i=0 code t0 left
     : >"$DATA/reload-failed"
+    t0=$(date +%s%N)
     while :; do
         config $((i % 2 + 1)) >"$DATA/c.json.tmp" && mv "$DATA/c.json.tmp" "$DATA/c.json"
         code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$URL/admin/reload" || true)
         [ "$code" = 200 ] || echo "$code" >>"$DATA/reload-failed"
         i=$((i + 1))
-        sleep 0.1
+        # the next at t0 + i/10 s, however long this one took
+        left=$(((t0 + i * 100000000 - $(date +%s%N)) / 1000))
+        [ "$left" -gt 0 ] && sleep "$(printf '0.%06d' "$left")"
     done
 }
 
@@ -79,6 +82,7 @@ echo "== $RATE submissions/s for $SECS s, without and with 10 reloads/s, $PAIRS 
 ratios=()
 for ((p = 1; p <= PAIRS; p++)); do
     step "none-$p"
+    before=$(curl -s "$URL/metrics" | sed -n 's/^opsrun_config_reloads_total{result="success"} //p')
     reloader &
     RELOADER=$!
     step "reloads-$p"
@@ -86,8 +90,8 @@ for ((p = 1; p <= PAIRS; p++)); do
     wait "$RELOADER" 2>/dev/null || true
     RELOADER=""
     echo "  reloads-$p reloads_not_200=$(wc -l <"$DATA/reload-failed")"
-    echo "  reloads-$p server_reloads=$(curl -s "$URL/metrics" |
-        sed -n 's/^opsrun_config_reloads_total{result="success"} //p')"
+    total=$(curl -s "$URL/metrics" | sed -n 's/^opsrun_config_reloads_total{result="success"} //p')
+    echo "  reloads-$p server_reloads=$((total - before)) (per s: $(((total - before) / SECS)))"
     ratios+=("$(awk -v a="$(val "reloads-$p" paced_p99_ms)" -v b="$(val "none-$p" paced_p99_ms)" \
         'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
 done

@@ -169,8 +169,10 @@ struct engine {
     struct cfg_live *live;
     pthread_mutex_t view_mu;
     struct engine_view *view;
-    /* The generation of the view whose rules the database has (maint.c). */
+    /* The generation of the view whose rules the database has (maint.c),
+     * and those rules as this process last wrote them. */
     uint64_t rules_generation;
+    char *rules_written;
     char fixed_version[16]; /* cfg's version (config/live.h), without live */
     /* Starts a thread as pthread_create does (NULL = pthread_create); tests
      * set it to make a start fail. */
