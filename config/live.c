@@ -201,6 +201,33 @@ static void diff_objects(const struct config *cur, struct config *next, const ch
     json_decref(keys);
 }
 
+static bool listed(const json_t *keys, const char *key)
+{
+    size_t i;
+    json_t *k;
+
+    json_array_foreach(keys, i, k) if (strcmp(json_string_value(k), key) == 0) return true;
+    return false;
+}
+
+/* The options printed masked (a password in database_url): compared as
+ * they are, since their printed forms hide a change. */
+static void diff_secrets(const struct config *cur, struct config *next, json_t *changed,
+                         json_t *restart)
+{
+    for (size_t i = 0; i < cfg_nopts; i++) {
+        const struct opt *o = &cfg_opts[i];
+        const char *x, *y;
+        if (!(o->flags & OPT_SECRET) || o->type != OPT_STR)
+            continue;
+        x = *(char *const *)((const char *)cur + o->off);
+        y = *(char *const *)((const char *)next + o->off);
+        if ((x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0))
+            if (!listed(changed, o->key))
+                note_change(cur, next, o->key, changed, restart);
+    }
+}
+
 void cfg_reload_diff(const struct config *cur, struct config *next, json_t **changed,
                      json_t **restart_required)
 {
@@ -215,6 +242,7 @@ void cfg_reload_diff(const struct config *cur, struct config *next, json_t **cha
     json_object_del(a, "config_path");
     json_object_del(b, "config_path");
     diff_objects(cur, next, NULL, a, b, *changed, *restart_required);
+    diff_secrets(cur, next, *changed, *restart_required);
     json_decref(a);
     json_decref(b);
 }

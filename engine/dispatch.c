@@ -91,7 +91,9 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     for (size_t i = 0; i < got; i++) {
         LOG(LOG_DEBUG, "claimed run=%s attempt=%d worker=%s", runs[i]->id, runs[i]->attempt,
             e->worker_id);
-        e->queue[ring_push(&e->q)] = runs[i];
+        size_t at = ring_push(&e->q);
+        e->queue[at] = runs[i];
+        e->queue_views[at] = view_ref(v);
     }
     e->idle += n - (int)got;
     /* More is likely waiting: claim again as soon as a worker frees up. When
@@ -183,14 +185,18 @@ static void *worker_main(void *arg)
     for (;;) {
         struct run *run;
         struct runlog *log;
+        const struct engine_view *v;
         struct completion c = {0};
         int64_t retry_ms;
         bool handed;
+        size_t at;
         while (!e->stop_all && e->q.len == 0)
             pthread_cond_wait(&e->work_cv, &e->mu);
         if (e->q.len == 0)
             break;
-        run = e->queue[ring_pop(&e->q)];
+        at = ring_pop(&e->q);
+        run = e->queue[at];
+        v = e->queue_views[at];
         s->run = run;
         s->started_ms = clock_mono_ms();
         atomic_store(&s->lease_ms, s->started_ms + engine_lease_ms(e));
@@ -201,7 +207,8 @@ static void *worker_main(void *arg)
         e->busy++;
         pthread_mutex_unlock(&e->mu);
 
-        handed = slot_execute(s, &c, &retry_ms);
+        handed = slot_execute(s, v, &c, &retry_ms);
+        view_release(e, v);
         if (retry_ms >= 0)
             dispatch_due(e, retry_ms); /* start it on time, not at the next poll */
 
@@ -248,8 +255,11 @@ static void dispatch_release_queued(struct engine *e)
 
     /* Take them out under the lock; talk to the database without it. */
     pthread_mutex_lock(&e->mu);
-    while (e->q.len > 0)
-        runs[n++] = e->queue[ring_pop(&e->q)];
+    while (e->q.len > 0) {
+        size_t at = ring_pop(&e->q);
+        runs[n++] = e->queue[at];
+        view_release(e, e->queue_views[at]); /* only frees: no lock of e->mu */
+    }
     pthread_mutex_unlock(&e->mu);
     if (n > 0 && db_pool_get(e->pool, &db, &err) != ST_OK)
         LOG(LOG_WARN, "could not release unstarted runs: %s", err.message);

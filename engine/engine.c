@@ -45,6 +45,8 @@ struct engine *engine_new(const struct config *cfg, struct db_pool *pool)
     e->slots = xcalloc((size_t)e->nslots, sizeof(*e->slots));
     /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
     e->queue = xcalloc((size_t)e->nslots, sizeof(*e->queue));
+    /* An array of pointers (see .clang-tidy). NOLINTNEXTLINE(bugprone-sizeof-expression) */
+    e->queue_views = xcalloc((size_t)e->nslots, sizeof(*e->queue_views));
     e->q.cap = (size_t)e->nslots;
     handoff_init(&e->done, sizeof(struct completion));
     dynbuf_init(&e->ring_logs, LOGS_NOTIFY_MAX);
@@ -286,6 +288,7 @@ void engine_free(struct engine *e)
     pthread_mutex_destroy(&e->mu);
     free(e->slots);
     free(e->queue);
+    free(e->queue_views);
     view_cleanup(e);
     handoff_cleanup(&e->done);
     dynbuf_free(&e->ring_logs);

@@ -114,6 +114,10 @@ struct engine {
     int idle; /* idle workers not yet promised a run */
     int busy;
     struct run **queue; /* claimed, not yet started: a ring of nslots */
+    /* the view each was claimed under (view_ref), by the same index: its
+     * attempt runs under it, so a reload between the claim and the start
+     * cannot take its run type away */
+    const struct engine_view **queue_views;
     struct ring q;
     struct slot *slots;
     int nslots;
@@ -169,10 +173,8 @@ struct engine {
     struct cfg_live *live;
     pthread_mutex_t view_mu;
     struct engine_view *view;
-    /* The generation of the view whose rules the database has (maint.c),
-     * and those rules as this process last wrote them. */
+    /* The generation of the view whose rules the database has (maint.c). */
     uint64_t rules_generation;
-    char *rules_written;
     char fixed_version[16]; /* cfg's version (config/live.h), without live */
     /* Starts a thread as pthread_create does (NULL = pthread_create); tests
      * set it to make a start fail. */
@@ -227,10 +229,12 @@ void dispatch_due(struct engine *e, int64_t delay_ms); /* claim in delay_ms at t
 void dispatch_stop_claims(struct engine *e);           /* joins the dispatcher */
 void dispatch_stop_workers(struct engine *e);          /* hands runs back, joins the workers */
 /* slot.c: one attempt on a worker's slot. */
-/* Runs the action of s->run (taken by the worker). True when the run ended
- * and *c holds it for the completer; false when its end was written here,
- * with *retry_ms the delay before a retry it wrote is due (-1: none). */
-bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms);
+/* Runs the action of s->run (taken by the worker) under v, the view it was
+ * claimed under (the caller's, held). True when the run ended and *c holds
+ * it for the completer; false when its end was written here, with
+ * *retry_ms the delay before a retry it wrote is due (-1: none). */
+bool slot_execute(struct slot *s, const struct engine_view *v, struct completion *c,
+                  int64_t *retry_ms);
 /* The most bytes of lines one statement writes for one run; maintenance
  * writes at most LOG_FLUSH_CHUNKS of them per run and round, so a chatty
  * run cannot hold the heartbeats and the other runs' lines back. */

@@ -33,13 +33,14 @@
 /* claimed_ms: when the claim's statement began, so that the time a claim
  * may wait in the queue counts all of its lease that has gone. */
 static void enqueue(struct poller *p, struct poll_claim *c, size_t n, bool hooks,
-                    int64_t claimed_ms)
+                    int64_t claimed_ms, const struct engine_view *v)
 {
     for (size_t i = 0; i < n; i++) {
         struct job *j = &p->queue[ring_push(&p->q)];
         j->c = c[i];
         j->hooks = hooks;
         j->claimed_mono = claimed_ms;
+        j->v = view_ref(v);
     }
 }
 
@@ -108,9 +109,10 @@ static void *checker_main(void *arg)
         if (clock_mono_ms() - j.claimed_mono > QUEUE_WAIT_MAX_MS)
             give_back(p, &j, &next);
         else if (j.hooks)
-            poller_check_hooks(p, &j.c, conn);
+            poller_check_hooks(p, &j.c, j.v, conn);
         else
-            poller_check_run(p, &j.c, conn, &next);
+            poller_check_run(p, &j.c, j.v, conn, &next);
+        view_release(p->e, j.v);
         run_free(j.c.run);
         free(j.c.external_id);
         json_decref(j.c.poll_state);
@@ -277,7 +279,6 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
         back = xcalloc(nc, sizeof(*back));
         rate_limit_checks(p, v, db, checks, &nc, back, &nback);
     }
-    view_release(e, v);
     if (st == ST_OK && (int)claimed < n && p->ntypes > 0)
         st = store_hooks_claim(db, owner, n - (int)nc, lease, p->types, p->ntypes, &hooks, &nh,
                                &err);
@@ -290,12 +291,13 @@ static size_t claim(struct poller *p, int n, int64_t t0, int64_t *due_ms)
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim checks: %s", err.message);
     pthread_mutex_lock(&p->mu);
-    enqueue(p, checks, nc, false, t0 / 1000);
-    enqueue(p, hooks, nh, true, t0 / 1000);
+    enqueue(p, checks, nc, false, t0 / 1000, v);
+    enqueue(p, hooks, nh, true, t0 / 1000, v);
     for (size_t i = 0; i < nback; i++)
         poller_writer_add(p, &back[i]);
     p->room += n - (int)(nc + nh);
     pthread_mutex_unlock(&p->mu);
+    view_release(e, v);
     /* one waiting checker per claim, woken after the unlock so that it
      * does not wake only to wait for the lock */
     for (size_t i = 0; i < nc + nh; i++)
@@ -504,6 +506,7 @@ static void release_queued(struct poller *p)
     free(w);
     while (p->q.len > 0) {
         struct job *j = &p->queue[ring_pop(&p->q)];
+        view_release(p->e, j->v);
         run_free(j->c.run);
         free(j->c.external_id);
         json_decref(j->c.poll_state);

@@ -332,16 +332,13 @@ static const struct run_type *check_type(const struct engine_view *v, const stru
 
 /* One check, under the configuration of its start; *next (id NULL when
  * none) is its next check if the run goes on. */
-void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
-                      struct again *next)
+void poller_check_run(struct poller *p, struct poll_claim *c, const struct engine_view *v,
+                      struct remote_conn *conn, struct again *next)
 {
-    struct engine *e = p->e;
-    const struct engine_view *v = view_hold(e);
     const struct run_type *rt = check_type(v, c, next);
 
     if (rt)
         check_run(p, c, rt, conn, next);
-    view_release(e, v);
 }
 
 static void check_run(struct poller *p, struct poll_claim *c, const struct run_type *rt,
@@ -377,18 +374,16 @@ static void check_run(struct poller *p, struct poll_claim *c, const struct run_t
  * (the remote job may still run), or hooks whose owner died or failed
  * before. A remote cancel that may repeat one already made is harmless:
  * the job is gone or cancelled either way. */
-void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_conn *conn)
+void poller_check_hooks(struct poller *p, struct poll_claim *c, const struct engine_view *v,
+                        struct remote_conn *conn)
 {
-    const struct engine_view *v = view_hold(p->e);
     const struct run_type *rt = check_type(v, c, NULL);
     const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
     struct run_ctx rc;
     struct poll_fence f = {c->run->tenant, c->run->id, c->owner, c->poll_count};
 
-    if (!rt) { /* the claim's lease runs out; hooks are tried again then */
-        view_release(p->e, v);
+    if (!rt) /* the claim's lease runs out; hooks are tried again then */
         return;
-    }
     rc = claim_ctx(p, c, rt, conn);
     rc.log = engine_log_new(p->e, c->run, rt);
     LOG(LOG_INFO, "running hooks run=%s outcome=%s try=%d", c->run->id,
@@ -398,5 +393,4 @@ void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_co
     check_log_write(p, &rc, &f);
     runlog_free(rc.log);
     rc_cleanup(&rc);
-    view_release(p->e, v);
 }

@@ -23,6 +23,9 @@ struct job {
     struct poll_claim c;
     bool hooks;           /* the terminal hooks, not a check */
     int64_t claimed_mono; /* when it was claimed (monotonic ms) */
+    /* the view it was claimed under (view_ref): its run type's check time
+     * limit is the one the claim's lease was made for */
+    const struct engine_view *v;
 };
 
 /* A check whose run goes on: its next check, for the writer to schedule. */
@@ -78,11 +81,12 @@ struct poller {
 /* poller_check.c */
 /* One check of a claimed run; *next (id NULL when none) is its next check
  * if the run goes on, for the writer. Takes c's external id and poll state. */
-void poller_check_run(struct poller *p, struct poll_claim *c, struct remote_conn *conn,
-                      struct again *next);
+void poller_check_run(struct poller *p, struct poll_claim *c, const struct engine_view *v,
+                      struct remote_conn *conn, struct again *next);
 /* The terminal hooks of a claimed run (cancelled, timed out, or hooks that
  * failed or whose owner died before). */
-void poller_check_hooks(struct poller *p, struct poll_claim *c, struct remote_conn *conn);
+void poller_check_hooks(struct poller *p, struct poll_claim *c, const struct engine_view *v,
+                        struct remote_conn *conn);
 /* The delay before the check after check n (n >= 1): min(initial *
  * multiplier^(n-1), max), then ± jitter_pct. Pure but for the jitter's
  * random draw; exposed for tests. */

@@ -535,12 +535,12 @@ static bool slot_finish(struct slot *s, struct run_ctx *rc, enum step step, stru
     return handed;
 }
 
-bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
+bool slot_execute(struct slot *s, const struct engine_view *v, struct completion *c,
+                  int64_t *retry_ms)
 {
     const struct run *run = s->run;
-    /* The attempt runs under the run type it starts with, whatever a
+    /* The attempt runs under the run type it was claimed with, whatever a
      * reload does meanwhile. */
-    const struct engine_view *v = view_hold(s->e);
     const struct run_type *rt = cfg_run_type(v->cfg, run->type);
     const struct action_ops *ops = rt ? action_find(rt->action) : NULL;
     int64_t left_ms = run->has_deadline ? run->deadline_left_ms : (rt ? rt->timeout_s * 1000 : 0);
@@ -575,6 +575,5 @@ bool slot_execute(struct slot *s, struct completion *c, int64_t *retry_ms)
     engine_log_mask_error(rc.log, &rc);
     handed = slot_finish(s, &rc, step, c, retry_ms);
     rc_cleanup(&rc);
-    view_release(s->e, v);
     return handed;
 }

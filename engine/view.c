@@ -76,8 +76,6 @@ void view_version(struct engine *e, char *out)
 
 void view_cleanup(struct engine *e)
 {
-    free(e->rules_written);
-    e->rules_written = NULL;
     view_put(e, e->view);
     e->view = NULL;
     pthread_mutex_destroy(&e->view_mu);
@@ -133,17 +131,13 @@ enum status view_rules_sync(struct engine *e, struct db *db, struct error *err)
     char *rules = notify_rules_json(v->cfg);
     int64_t runs = 0;
     int types = 0;
-    enum status st = ST_OK;
+    /* Written at every new configuration, even when this process's rules
+     * did not change: a replica that started with an older file may have
+     * written others since (rows already as wanted are not written). */
+    enum status st = store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
 
-    /* A reload that left the rules as this process last wrote them writes
-     * nothing (most reloads change other things). */
-    if (!e->rules_written || strcmp(e->rules_written, rules) != 0)
-        st = store_rules_sync(db, rules, e->cfg->queue.max_chain_depth, &types, &runs, err);
     if (st == ST_OK) {
         e->rules_generation = v->generation;
-        free(e->rules_written);
-        e->rules_written = rules;
-        rules = NULL;
         if (types > 0)
             LOG(LOG_INFO, "run type rules written types=%d active_runs_changed=%lld", types,
                 (long long)runs);

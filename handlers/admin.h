@@ -15,9 +15,10 @@ struct reloads {
     /* Reads the configuration again and applies it: ST_OK and *answer
      * ({"config_version", "changed", "restart_required"}, new), or
      * ST_INVALID and *errors (the lines a start-up would print, new) when
-     * nothing changed because the file is not valid. why names the cause
-     * in the log ("POST /admin/reload", "SIGHUP"). */
-    enum status (*run)(void *arg, const char *why, json_t **answer, json_t **errors);
+     * nothing changed because the file is not valid, or ST_CONFLICT when
+     * another reload still ran after wait_ms (-1: wait for it). why names
+     * the cause in the log ("POST /admin/reload", "SIGHUP"). */
+    enum status (*run)(void *arg, const char *why, int wait_ms, json_t **answer, json_t **errors);
     void *arg;
     atomic_uint_least64_t succeeded, failed;
     _Atomic int64_t last_success_ms; /* wall clock; 0: none since start */

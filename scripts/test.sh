@@ -13,7 +13,7 @@
 #            concurrency suites (integration_*, e2e_cluster, e2e_lease,
 #            e2e_streams, e2e_poller, e2e_shell_query, e2e_limits,
 #            e2e_schedules, e2e_rate_limits, e2e_notify, e2e_approvals,
-#            e2e_bulk_actions) under
+#            e2e_bulk_actions, e2e_reload, e2e_auth) under
 #            it, two tests at a time; any report fails them.
 #            Adds about 3 minutes.
 #   --lint   also runs clang-tidy (.clang-tidy) over the product code; any
@@ -424,7 +424,7 @@ if ((TSAN)); then
     BUILD_ASAN="$BUILD"
     BUILD="$ROOT/build-tsan"
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits|e2e_notify|e2e_approvals|e2e_bulk_actions)[.]'
+        run_ctest 2 -R '^(integration_[a-z_]*|e2e_cluster|e2e_lease|e2e_streams|e2e_poller|e2e_shell_query|e2e_limits|e2e_schedules|e2e_rate_limits|e2e_notify|e2e_approvals|e2e_bulk_actions|e2e_reload|e2e_auth)[.]'
     BUILD="$BUILD_ASAN"
 fi
 

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A reload may remove the stream's token, or change what it may read: at
- * each new configuration the stream asks again, and ends when the request
- * that opened it would now be refused. A reload wakes every stream
- * (hub_wake_all), so that happens at once, not at the next event. */
+/* A reload may remove the stream's token, or change what it may read, or
+ * give tokens to a server that had none: at each new configuration the
+ * stream asks again, and ends when the request that opened it would now be
+ * refused (one without a token, as soon as there are tokens). A reload
+ * wakes every stream (hub_wake_all), so that happens at once, not at the
+ * next event. */
 static bool stream_allowed(struct http_stream *hs)
 {
     const struct config *cfg;
@@ -23,20 +25,23 @@ static bool stream_allowed(struct http_stream *hs)
 
     if (hs->revoked)
         return false;
-    if (!hs->live || !hs->has_grant)
+    if (!hs->live)
         return true;
     gen = cfg_live_generation(hs->live);
     if (gen == hs->gen)
         return true;
     cfg = cfg_live_hold(hs->live);
-    hs->revoked = !auth_grant_holds(cfg, &hs->grant);
+    hs->revoked = hs->has_grant ? !auth_grant_holds(cfg, &hs->grant) : cfg->auth.ntokens > 0;
     cfg_live_release(hs->live, cfg);
     hs->gen = gen;
-    if (hs->revoked)
+    if (hs->revoked && hs->has_grant)
         LOG(LOG_INFO,
             "ending a stream of token \"%s\": the reloaded configuration no longer lets it "
             "read this stream",
             hs->grant.name);
+    else if (hs->revoked)
+        LOG(LOG_INFO, "ending a stream opened without a token: the reloaded configuration has "
+                      "auth.tokens");
     return !hs->revoked;
 }
 

@@ -404,7 +404,7 @@ static void reload_on_signal(struct reloads *r)
 {
     json_t *answer = NULL, *errors = NULL;
 
-    (void)r->run(r->arg, "SIGHUP", &answer, &errors);
+    (void)r->run(r->arg, "SIGHUP", -1, &answer, &errors);
     json_decref(answer);
     json_decref(errors);
 }
@@ -436,7 +436,9 @@ static void serve_until_signal(const struct config *cfg, struct engine *engine,
     if (pthread_create(&th, NULL, drain_main, &d) != 0)
         abort();
     while (!atomic_load(&d.done)) {
-        if ((sig = sigtimedwait(sigs, NULL, &tick)) > 0 && sig != SIGHUP) {
+        if ((sig = sigtimedwait(sigs, NULL, &tick)) == SIGHUP) {
+            LOG(LOG_WARN, "SIGHUP ignored: draining, the configuration is not reloaded");
+        } else if (sig > 0) {
             LOG(LOG_WARN, "second signal: handing running runs back to the queue now");
             engine_hurry(engine);
         }
@@ -755,25 +757,12 @@ static void log_warning(void *arg, const char *line)
 static int check_auth(const struct config *cfg)
 {
     struct error err = {0};
-    size_t n = cfg->auth.ntokens;
 
     if (cfg_check_exposure(cfg, &err) != ST_OK) {
         fprintf(stderr, "opsrun: %s\n", err.message);
         return 2;
     }
-    if (n == 0 && cfg->auth.insecure_no_auth)
-        LOG(LOG_WARN,
-            "serving without authentication (--insecure-no-auth) listen=%s: anyone who can "
-            "reach it can submit, read and cancel runs; configure auth.tokens",
-            cfg->listen);
-    else if (n == 0)
-        LOG(LOG_INFO, "no auth.tokens: serving without authentication, on loopback only listen=%s",
-            cfg->listen);
-    else
-        LOG(LOG_INFO, "authentication by bearer token tokens=%zu open_health=%s", n,
-            cfg->auth.open_health ? "true" : "false");
-    if (n > 0 && cfg->auth.insecure_no_auth)
-        LOG(LOG_WARN, "--insecure-no-auth has no effect: auth.tokens is configured");
+    reload_log_auth(cfg);
     cfg_warnings(cfg, log_warning, NULL);
     return 0;
 }
@@ -903,6 +892,14 @@ int main(int argc, char **argv)
     if (strcmp(cli.command, "help") == 0) {
         print_usage(stdout);
         return 0;
+    }
+    /* A SIGHUP before serve takes its signals (a reload sent as it
+     * starts) waits for it, to reload then, instead of ending the process. */
+    if (strcmp(cli.command, "serve") == 0) {
+        sigset_t hup;
+        sigemptyset(&hup);
+        sigaddset(&hup, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &hup, NULL);
     }
     if (strcmp(cli.command, "version") == 0) {
         printf("opsrun %s (commit %s, built %s)\n", OPSRUN_VERSION, opsrun_build_commit,

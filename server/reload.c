@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct reloader {
     struct reloads reloads; /* first: handlers see this */
@@ -21,6 +22,21 @@ static void error_line(void *arg, const char *text)
 {
     json_array_append_new(arg, json_string(text));
     LOG(LOG_ERROR, "reload: invalid configuration: %s", text);
+}
+
+/* Each line of a message (a validation gives one per error). */
+static void error_lines(json_t *errors, const char *msg)
+{
+    const char *p = msg;
+
+    while (*p) {
+        size_t n = strcspn(p, "\n");
+        char line[sizeof(((struct error *)0)->message)];
+        memcpy(line, p, n);
+        line[n] = '\0';
+        error_line(errors, line);
+        p += n + (p[n] == '\n');
+    }
 }
 
 static void warning_line(void *arg, const char *line)
@@ -51,8 +67,10 @@ static struct config *reload_read(struct reloader *r, json_t *errors, json_t **c
     cur = cfg_live_hold(r->live);
     cfg_reload_diff(cur, next, changed, restart);
     cfg_live_release(r->live, cur);
-    if (cfg_check_exposure(next, &err) != ST_OK) {
-        error_line(errors, err.message);
+    /* checked again as it would run: a restored value (tenant_default)
+     * may not fit what the file checked against the new one */
+    if (cfg_validate(next, &err) != ST_OK || cfg_check_exposure(next, &err) != ST_OK) {
+        error_lines(errors, err.message);
         json_decref(*changed);
         json_decref(*restart);
         *changed = *restart = NULL;
@@ -61,6 +79,34 @@ static struct config *reload_read(struct reloader *r, json_t *errors, json_t **c
         return NULL;
     }
     return next;
+}
+
+static bool listed(const json_t *keys, const char *key)
+{
+    size_t i;
+    json_t *k;
+
+    json_array_foreach(keys, i, k) if (strcmp(json_string_value(k), key) == 0) return true;
+    return false;
+}
+
+void reload_log_auth(const struct config *cfg)
+{
+    size_t n = cfg->auth.ntokens;
+
+    if (n == 0 && cfg->auth.insecure_no_auth)
+        LOG(LOG_WARN,
+            "serving without authentication (--insecure-no-auth) listen=%s: anyone who can "
+            "reach it can submit, read and cancel runs; configure auth.tokens",
+            cfg->listen);
+    else if (n == 0)
+        LOG(LOG_INFO, "no auth.tokens: serving without authentication, on loopback only listen=%s",
+            cfg->listen);
+    else
+        LOG(LOG_INFO, "authentication by bearer token tokens=%zu open_health=%s", n,
+            cfg->auth.open_health ? "true" : "false");
+    if (n > 0 && cfg->auth.insecure_no_auth)
+        LOG(LOG_WARN, "--insecure-no-auth has no effect: auth.tokens is configured");
 }
 
 static char *keys_text(const json_t *keys)
@@ -86,14 +132,38 @@ static void reload_log(const char *why, const char *version, const json_t *chang
             json_string_value(k));
 }
 
-static enum status reload_run(void *arg, const char *why, json_t **answer, json_t **errors)
+/* Takes the reloader's lock, waiting at most wait_ms (-1: as long as it
+ * takes); false when another reload still holds it. */
+static bool reload_lock(struct reloader *r, int wait_ms)
+{
+    struct timespec until;
+
+    if (wait_ms < 0)
+        return pthread_mutex_lock(&r->mu) == 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(&r->mu, &until) == 0;
+}
+
+static enum status reload_run(void *arg, const char *why, int wait_ms, json_t **answer,
+                              json_t **errors)
 {
     struct reloader *r = arg;
-    json_t *errs = json_array(), *changed = NULL, *restart = NULL;
+    json_t *errs, *changed = NULL, *restart = NULL;
     struct config *next;
     char version[CFG_VERSION_LEN + 1];
 
-    pthread_mutex_lock(&r->mu);
+    if (!reload_lock(r, wait_ms)) {
+        LOG(LOG_WARN, "configuration reload not made cause=\"%s\": another one is still running",
+            why);
+        return ST_CONFLICT;
+    }
+    errs = json_array();
     next = reload_read(r, errs, &changed, &restart);
     if (!next) {
         atomic_fetch_add(&r->reloads.failed, 1);
@@ -106,8 +176,12 @@ static enum status reload_run(void *arg, const char *why, json_t **answer, json_
         return ST_INVALID;
     }
     json_decref(errs);
-    if (json_array_size(changed) > 0) {
+    /* Only what applies makes a new configuration: a file that changed
+     * only restart-only keys leaves the running one (and loaded_at) as is. */
+    if (json_array_size(changed) > json_array_size(restart)) {
         log_set_level(next->log_level);
+        if (listed(changed, "auth.tokens") || listed(changed, "auth.open_health"))
+            reload_log_auth(next);
         cfg_warnings(next, warning_line, NULL);
         if (r->hooks.before_swap)
             r->hooks.before_swap(r->hooks.arg, next);

@@ -20,6 +20,10 @@
 typedef int (*reload_build_fn)(const void *build_arg, struct config *cfg,
                                void (*line)(void *arg, const char *text), void *arg);
 
+/* Logs how requests are checked (tokens or none, and on what address):
+ * at start-up, and after each reload that changed auth.tokens. */
+void reload_log_auth(const struct config *cfg);
+
 struct reloader;
 
 /* r->reloads is what hctx.reloads points to. live must outlive it. */

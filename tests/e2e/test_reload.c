@@ -14,6 +14,7 @@
  * with while a queued run starts under the new one; and the refusal to
  * drop every token while listening on every address. */
 #include "../support/harness.h"
+#include "../support/sse.h"
 
 #include <curl/curl.h>
 #include <signal.h>
@@ -217,6 +218,69 @@ START_TEST(restart_required_keeps_the_old_value)
                   "no restart line in %s", p.log);
     json_decref(ans);
     th_stop_clean(&p);
+    free(db);
+    free(path);
+}
+END_TEST
+
+/* A file that changes only what a restart applies: both lists name the
+ * key, and the running configuration stays (its version and loaded_at). */
+START_TEST(restart_only_change_keeps_the_configuration)
+{
+    struct th_proc p;
+    char *path = th_config_file("e2e_reload_restart_only", "{\"queue\": {\"workers\": 2}}");
+    const char *args[] = {"--config", path, NULL};
+    char *db = th_db_create("e2e_reload_restart_only");
+    char before[16], at0[40], after[16], at1[40];
+    json_t *ans;
+
+    th_start(&p, db, args, NULL);
+    config_of(&p, NULL, before, at0);
+    th_sleep_ms(20); /* loaded_at is to the millisecond: it would move */
+    rewrite("e2e_reload_restart_only", "{\"queue\": {\"workers\": 3}}");
+    ans = reload_ok(&p, NULL);
+    ck_assert_msg(has(json_object_get(ans, "changed"), "queue.workers"), "%s", json_dumps(ans, 0));
+    ck_assert_msg(has(json_object_get(ans, "restart_required"), "queue.workers"), "%s",
+                  json_dumps(ans, 0));
+    ck_assert_str_eq(th_js(ans, "config_version"), before);
+    config_of(&p, NULL, after, at1);
+    ck_assert_str_eq(after, before);
+    ck_assert_str_eq(at1, at0);
+    json_decref(ans);
+    th_stop_clean(&p);
+    free(db);
+    free(path);
+}
+END_TEST
+
+static char *auth_config(const struct th_token *t, size_t n, const char *extra);
+
+/* A stream opened without a token (no auth.tokens, on loopback) ends at
+ * once when a reload adds tokens, as a new request without one is refused. */
+START_TEST(anonymous_stream_ends_when_tokens_come)
+{
+    struct th_proc p;
+    char *path = th_config_file("e2e_reload_anon", "{}");
+    const char *args[] = {"--config", path, NULL};
+    char *db = th_db_create("e2e_reload_anon");
+    char *cfg = auth_config(tokens, 1, "");
+    struct th_sse *s;
+    struct th_sse_event ev;
+    long long t0;
+
+    th_start(&p, db, args, NULL);
+    s = th_sse_open(p.port, "/stream", NULL, 0);
+    ck_assert_int_eq(s->status, 200);
+    ck_assert_int_eq(th_sse_next(s, &ev, 300), 0); /* open, nothing to say */
+    rewrite("e2e_reload_anon", cfg);
+    json_decref(reload_ok(&p, NULL));
+    t0 = th_now_ms();
+    ck_assert_int_eq(th_sse_next(s, &ev, 2000), -1);
+    ck_assert_msg(s->clean_end, "the stream was cut, not ended");
+    ck_assert_msg(th_now_ms() - t0 < 1000, "the stream ended after %lld ms", th_now_ms() - t0);
+    th_sse_close(s);
+    th_stop_clean(&p);
+    free(cfg);
     free(db);
     free(path);
 }
@@ -734,6 +798,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, run_type_and_route_apply_at_once);
     tcase_add_test(tc, restart_required_keeps_the_old_value);
+    tcase_add_test(tc, restart_only_change_keeps_the_configuration);
+    tcase_add_test(tc, anonymous_stream_ends_when_tokens_come);
     tcase_add_test(tc, invalid_file_changes_nothing);
     tcase_add_test(tc, sighup_and_metrics);
     tcase_add_test(tc, admin_scope_and_removed_token);
