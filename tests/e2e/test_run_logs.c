@@ -144,7 +144,7 @@ START_TEST(follow_live_from_another_replica)
         ck_assert_int_eq(th_ji(ev.json, "attempt"), 1);
         next_seq++;
         if (strcmp(th_js(ev.json, "stream"), "stderr") == 0) {
-            char want[16];
+            char want[32];
             snprintf(want, sizeof(want), "line %d", ++stderr_seen);
             ck_assert_str_eq(th_js(ev.json, "text"), want);
             if (stderr_seen == 1)
