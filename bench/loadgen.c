@@ -51,7 +51,11 @@
  *       SECONDS; the requests, those not answered 202, the p50/p99/max of
  *       one request's round trip; then waits (untimed) until every
  *       acknowledged run is completed and prints how many never were
- *       (paced_lost). For bench/reload.sh.
+ *       (paced_lost). For bench/reload.sh: with LOADGEN_RELOAD_FILE set,
+ *       one more thread reloads the configuration 10 times a second
+ *       meanwhile, the file alternating between LOADGEN_RELOAD_A and _B,
+ *       and prints the reloads, those not answered 200 and their round
+ *       trip.
  *   loadgen soak URL DBCONNINFO MINUTES RATE CLIENTS [SERVER_PID]
  *       RATE no-op demo runs/s from CLIENTS threads, paced, for MINUTES. Every
  *       10 s it reads from the database the runs completed and the pickups
@@ -795,11 +799,62 @@ static void *paced_client(void *arg)
     return NULL;
 }
 
+/* The reloads beside a paced load (LOADGEN_RELOAD_FILE): 10 a second, each
+ * writing the file with the other of two contents (LOADGEN_RELOAD_A and
+ * _B: every reload changes something) and POSTing /admin/reload; what was
+ * not answered 200, and the reloads' round trip. From one thread of this
+ * process, so that the reloads cost the machine no more than they cost
+ * opsrun. */
+struct reloader {
+    const char *path, *text[2];
+    double t0, end;
+    long ok, failed;
+    struct samples lat;
+};
+
+static bool write_file(const char *path, const char *text)
+{
+    char tmp[1024];
+    FILE *f;
+    bool ok;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (!(f = fopen(tmp, "w")))
+        return false;
+    ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok && rename(tmp, path) == 0;
+}
+
+static void *reloader_main(void *arg)
+{
+    struct reloader *r = arg;
+    CURL *c = curl_easy_init();
+
+    for (long i = 0;; i++) {
+        double due = r->t0 + (double)i * 0.1, now = now_s(), t;
+        if (due >= r->end)
+            break;
+        if (due > now)
+            usleep((useconds_t)((due - now) * 1e6));
+        t = now_s();
+        if (write_file(r->path, r->text[i % 2]) && request(c, "POST", "/admin/reload", "") == 200)
+            r->ok++;
+        else
+            r->failed++;
+        samples_add(&r->lat, (now_s() - t) * 1000);
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
 static int paced(PGconn *db, double seconds, double rate, int conns)
 {
     static struct paced_arg args[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
+    pthread_t th[MAX_THREADS], rth;
     struct samples all = {0};
+    struct reloader rl = {.path = getenv("LOADGEN_RELOAD_FILE"),
+                          .text = {getenv("LOADGEN_RELOAD_A"), getenv("LOADGEN_RELOAD_B")}};
     long ok = 0, failed = 0;
     long long done;
     char since[64];
@@ -808,6 +863,13 @@ static int paced(PGconn *db, double seconds, double rate, int conns)
     if (db_now(db, since, sizeof(since)) != 0)
         return 1;
     t0 = now_s() + 0.1;
+    if (rl.path && rl.text[0] && rl.text[1]) {
+        rl.t0 = t0;
+        rl.end = t0 + seconds;
+        pthread_create(&rth, NULL, reloader_main, &rl);
+    } else {
+        rl.path = NULL;
+    }
     for (int i = 0; i < conns; i++) {
         /* client i sends at t0 + i/rate + k * conns/rate: together, rate/s */
         args[i] = (struct paced_arg){.id = i,
@@ -825,6 +887,13 @@ static int paced(PGconn *db, double seconds, double rate, int conns)
     }
     printf("paced_requests=%ld\npaced_failed=%ld\n", ok + failed, failed);
     print_pcts("paced", &all);
+    if (rl.path) {
+        pthread_join(rth, NULL);
+        printf("reloads=%ld\nreloads_failed=%ld\n", rl.ok + rl.failed, rl.failed);
+        print_pcts("reload", &rl.lat);
+        free(rl.lat.v);
+        failed += rl.failed;
+    }
     fflush(stdout);
     (void)wait_completed(db, since, ok, 600);
     done = completed_since(db, since);
