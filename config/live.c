@@ -201,7 +201,7 @@ static void diff_objects(const struct config *cur, struct config *next, const ch
     json_decref(keys);
 }
 
-static bool listed(const json_t *keys, const char *key)
+bool cfg_keys_listed(const json_t *keys, const char *key)
 {
     size_t i;
     json_t *k;
@@ -223,7 +223,7 @@ static void diff_secrets(const struct config *cur, struct config *next, json_t *
         x = *(char *const *)((const char *)cur + o->off);
         y = *(char *const *)((const char *)next + o->off);
         if ((x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0))
-            if (!listed(changed, o->key))
+            if (!cfg_keys_listed(changed, o->key))
                 note_change(cur, next, o->key, changed, restart);
     }
 }

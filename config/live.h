@@ -62,5 +62,7 @@ uint64_t cfg_live_generation(struct cfg_live *l);
  * what it cannot apply. */
 void cfg_reload_diff(const struct config *cur, struct config *next, json_t **changed,
                      json_t **restart_required);
+/* Whether key is one of keys (an array of strings, as cfg_reload_diff's). */
+bool cfg_keys_listed(const json_t *keys, const char *key);
 
 #endif

@@ -81,15 +81,6 @@ static struct config *reload_read(struct reloader *r, json_t *errors, json_t **c
     return next;
 }
 
-static bool listed(const json_t *keys, const char *key)
-{
-    size_t i;
-    json_t *k;
-
-    json_array_foreach(keys, i, k) if (strcmp(json_string_value(k), key) == 0) return true;
-    return false;
-}
-
 void reload_log_auth(const struct config *cfg)
 {
     size_t n = cfg->auth.ntokens;
@@ -180,7 +171,7 @@ static enum status reload_run(void *arg, const char *why, int wait_ms, json_t **
      * only restart-only keys leaves the running one (and loaded_at) as is. */
     if (json_array_size(changed) > json_array_size(restart)) {
         log_set_level(next->log_level);
-        if (listed(changed, "auth.tokens") || listed(changed, "auth.open_health"))
+        if (cfg_keys_listed(changed, "auth.tokens") || cfg_keys_listed(changed, "auth.open_health"))
             reload_log_auth(next);
         cfg_warnings(next, warning_line, NULL);
         if (r->hooks.before_swap)
