@@ -206,7 +206,15 @@ async function attempts(page, base, tmp) {
   const one = await until('attempt 1\'s lines', async () => {
     const l = await logSeen(page);
     return l && l.includes('attempt one: starting') ? l : null;
-  }, 20000);
+  }, 20000).catch(async (e) => {
+    // Say whether the line was stored (the server's side) or only not
+    // shown (the page's), so that a failure tells where to look.
+    const run = (await api(base, `/runs/${id}`)).json;
+    const stored = (await api(base, `/runs/${id}/logs?attempt=1`)).text;
+    throw new Error(`${e.message}: the run is ${run.status}, attempt ${run.attempt}; ` +
+      `GET /runs/${id}/logs?attempt=1 has ${stored}; the page shows ` +
+      `${JSON.stringify(await logSeen(page))}`);
+  });
   check(!one.some((t) => t.startsWith('attempt two')), 'while attempt 1 runs, its lines show');
   release(flag); // attempt 1 fails now
   const two = await until('the log to move to attempt 2', async () => {
