@@ -47,9 +47,8 @@ static struct engine_view *view_new(struct engine *e)
     return v;
 }
 
-static void view_put(struct engine *e, struct engine_view *v)
+static void view_put(struct engine_view *v)
 {
-    (void)e;
     if (!v || atomic_fetch_sub(&v->refs, 1) != 1)
         return;
     if (v->live)
@@ -76,7 +75,7 @@ void view_version(struct engine *e, char *out)
 
 void view_cleanup(struct engine *e)
 {
-    view_put(e, e->view);
+    view_put(e->view);
     e->view = NULL;
     pthread_mutex_destroy(&e->view_mu);
 }
@@ -87,7 +86,7 @@ void view_set_live(struct engine *e, struct cfg_live *live)
 
     e->live = live;
     e->view = view_new(e);
-    view_put(e, old);
+    view_put(old);
 }
 
 const struct engine_view *view_hold(struct engine *e)
@@ -102,7 +101,7 @@ const struct engine_view *view_hold(struct engine *e)
     v = e->view;
     atomic_fetch_add(&v->refs, 1);
     pthread_mutex_unlock(&e->view_mu);
-    view_put(e, old);
+    view_put(old);
     return v;
 }
 
@@ -114,7 +113,8 @@ const struct engine_view *view_ref(const struct engine_view *v)
 
 void view_release(struct engine *e, const struct engine_view *v)
 {
-    view_put(e, (struct engine_view *)(uintptr_t)v);
+    (void)e; /* the engine's views are freed by their last holder alone */
+    view_put((struct engine_view *)(uintptr_t)v);
 }
 
 const struct rate_limit *view_rate_limit_of(const struct engine_view *v, const char *type)

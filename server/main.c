@@ -243,19 +243,12 @@ static bool config_failed(enum status st, const struct error *err, struct config
                           unsigned *seen)
 {
     bool given = k->lines != *seen;
-    const char *p = err->message;
 
     *seen = k->lines;
     if (st == ST_OK)
         return false;
-    while (!given && *p) {
-        size_t n = strcspn(p, "\n");
-        char line[sizeof(err->message)];
-        memcpy(line, p, n);
-        line[n] = '\0';
-        k->line(k->arg, line);
-        p += n + (p[n] == '\n');
-    }
+    if (!given)
+        reload_each_line(err->message, k->line, k->arg);
     return true;
 }
 

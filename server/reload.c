@@ -24,18 +24,20 @@ static void error_line(void *arg, const char *text)
     LOG(LOG_ERROR, "reload: invalid configuration: %s", text);
 }
 
-/* Each line of a message (a validation gives one per error). */
-static void error_lines(json_t *errors, const char *msg)
+void reload_each_line(const char *msg, void (*line)(void *arg, const char *text), void *arg)
 {
     const char *p = msg;
 
     while (*p) {
         size_t n = strcspn(p, "\n");
-        char line[sizeof(((struct error *)0)->message)];
-        memcpy(line, p, n);
-        line[n] = '\0';
-        error_line(errors, line);
-        p += n + (p[n] == '\n');
+        char one[sizeof(((struct error *)0)->message)];
+        if (n >= sizeof(one))
+            n = sizeof(one) - 1;
+        memcpy(one, p, n);
+        one[n] = '\0';
+        line(arg, one);
+        p += strcspn(p, "\n");
+        p += *p == '\n';
     }
 }
 
@@ -70,7 +72,7 @@ static struct config *reload_read(struct reloader *r, json_t *errors, json_t **c
     /* checked again as it would run: a restored value (tenant_default)
      * may not fit what the file checked against the new one */
     if (cfg_validate(next, &err) != ST_OK || cfg_check_exposure(next, &err) != ST_OK) {
-        error_lines(errors, err.message);
+        reload_each_line(err.message, error_line, errors);
         json_decref(*changed);
         json_decref(*restart);
         *changed = *restart = NULL;

@@ -24,6 +24,10 @@ typedef int (*reload_build_fn)(const void *build_arg, struct config *cfg,
  * at start-up, and after each reload that changed auth.tokens. */
 void reload_log_auth(const struct config *cfg);
 
+/* Gives each line of msg (a configuration error message: one line per
+ * error) to line(arg, text), without its newline. */
+void reload_each_line(const char *msg, void (*line)(void *arg, const char *text), void *arg);
+
 struct reloader;
 
 /* r->reloads is what hctx.reloads points to. live must outlive it. */
