@@ -1,4 +1,5 @@
-/* common/template.c — {{run:/json/pointer}} placeholders (common/template.h). */
+/* common/template.c — {{run:/json/pointer}} placeholders, and those of a
+ * workflow step's data (common/template.h). */
 #include "template.h"
 
 #include "dynbuf.h"
@@ -69,6 +70,97 @@ bool tmpl_check_json(const json_t *t, char *why, size_t n)
         json_object_foreach((json_t *)t, key, v)
         {
             if (!tmpl_check_json(v, why, n))
+                return false;
+        }
+    }
+    return true;
+}
+
+#define STEP_NAME_MAX 64
+
+/* The length of the step name at s ([A-Za-z0-9_-]*). */
+static size_t step_name_len(const char *s)
+{
+    size_t i = 0;
+
+    while ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+           (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-')
+        i++;
+    return i;
+}
+
+/* The step placeholder at s ("{{"): true when well-formed, with *end past
+ * its "}}" and the step's name, if it names one, in name (else ""). */
+static bool step_placeholder_at(const char *s, char name[STEP_NAME_MAX + 1], const char **end)
+{
+    char ptr[POINTER_MAX];
+    const char *p, *close;
+    size_t n;
+
+    name[0] = '\0';
+    if (strncmp(s, "{{input:", 8) == 0) {
+        p = s + 8;
+    } else if (strncmp(s, "{{steps.", 8) == 0) {
+        n = step_name_len(s + 8);
+        if (n == 0 || n > STEP_NAME_MAX || s[8 + n] != ':')
+            return false;
+        memcpy(name, s + 8, n);
+        name[n] = '\0';
+        p = s + 8 + n + 1;
+    } else {
+        return false;
+    }
+    close = strstr(p, "}}");
+    if (!close)
+        return false;
+    n = (size_t)(close - p);
+    if (n >= POINTER_MAX || memchr(p, '}', n))
+        return false;
+    memcpy(ptr, p, n);
+    ptr[n] = '\0';
+    *end = close + 2;
+    return jptr_valid(ptr);
+}
+
+static bool step_check(const char *s, json_t *named, char *why, size_t n)
+{
+    char name[STEP_NAME_MAX + 1];
+    const char *p = s, *end;
+
+    while ((p = strstr(p, "{{")) != NULL) {
+        if (!step_placeholder_at(p, name, &end)) {
+            xsnprintf(why, n,
+                      "\"%.40s\" is not a placeholder {{input:/json/pointer}} or "
+                      "{{steps.NAME:/json/pointer}}",
+                      p);
+            return false;
+        }
+        if (named && name[0] && json_object_set_new(named, name, json_null()) != 0)
+            abort(); /* out of memory */
+        p = end;
+    }
+    return true;
+}
+
+bool tmpl_step_check_json(const json_t *t, json_t *named, char *why, size_t n)
+{
+    const char *key;
+    json_t *v;
+    size_t i;
+
+    if (json_is_string(t))
+        return step_check(json_string_value(t), named, why, n);
+    if (json_is_array(t)) {
+        json_array_foreach(t, i, v)
+        {
+            if (!tmpl_step_check_json(v, named, why, n))
+                return false;
+        }
+    }
+    if (json_is_object(t)) {
+        json_object_foreach((json_t *)t, key, v)
+        {
+            if (!tmpl_step_check_json(v, named, why, n))
                 return false;
         }
     }

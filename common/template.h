@@ -1,6 +1,7 @@
 /* common/template.h — {{run:/json/pointer}} placeholders over a finished
  * run's JSON: the data of a follow-up run and the text of a Slack
- * notification (docs/notifications.md).
+ * notification (docs/notifications.md); and the check of a workflow step's
+ * data, whose placeholders are {{input:...}} and {{steps.NAME:...}}.
  *
  * A string that is one placeholder and nothing else stands for the value
  * at its pointer (an object stays an object); anywhere else a placeholder
@@ -22,6 +23,14 @@
 bool tmpl_check(const char *s, char *why, size_t n);
 /* tmpl_check of every string in a JSON value, keys excluded. */
 bool tmpl_check_json(const json_t *t, char *why, size_t n);
+
+/* The placeholders of a workflow step's data (docs/design/workflows.md,
+ * 2.4): whether every "{{" in the strings of t (keys excluded) opens an
+ * {{input:POINTER}} or a {{steps.NAME:POINTER}}, NAME being 1 to 64 of
+ * [A-Za-z0-9_-] and POINTER a valid JSON pointer; when not, why (naming
+ * the placeholder) into why[0..n). When named is not NULL, each NAME is
+ * set in that object (to null), so that the caller can check them. */
+bool tmpl_step_check_json(const json_t *t, json_t *named, char *why, size_t n);
 
 /* How a value spliced into a text is written: as it is, or escaped for
  * Slack (docs/notifications.md): "&", "<" and ">" become "&amp;", "&lt;"
