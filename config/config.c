@@ -264,6 +264,7 @@ static void load_doc(struct config *cfg, const json_t *root, struct cfg_errors *
         check_schedule_refs(cfg, errs);
         check_notify_refs(cfg, errs);
         check_conc_refs(cfg, errs);
+        check_wf_refs(cfg, errs);
     }
 }
 
@@ -428,6 +429,7 @@ enum status cfg_validate(const struct config *cfg, struct error *err)
     check_schedule_refs(cfg, &errs);
     check_notify_refs(cfg, &errs);
     check_conc_refs(cfg, &errs);
+    check_wf_refs(cfg, &errs);
     return cfg_errors_end(&errs);
 }
 

@@ -18,7 +18,8 @@
  * concurrency key and its strategy names; routes.c the routes; auth.c the
  * tokens, scopes and the loopback rule; cors.c the CORS origins;
  * schedules.c the schedules and rate limits; notify.c the notifiers;
- * tenants.c the tenants and their caps; print.c the effective
+ * tenants.c the tenants and their caps; workflows.c (with
+ * config/workflows.h) the steps of workflow types; print.c the effective
  * configuration as JSON; errors.c where the errors of a load go
  * (cfg_errors_sink). */
 #ifndef OPSRUN_CONFIG_H
@@ -42,6 +43,10 @@ struct cfg_actions {
     bool (*exists)(const char *action);
     enum status (*check_params)(const char *action, const json_t *params, const char *path,
                                 struct error *err);
+    /* Whether the action runs a workflow: its params hold steps, whose run
+     * types are checked across the configuration (config/workflows.h).
+     * NULL: none does. */
+    bool (*is_workflow)(const char *action);
 };
 
 /* How the poller drives a run of this type while it waits on an external

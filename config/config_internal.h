@@ -8,10 +8,11 @@
  * load; each section of the file has a source of its own: run_types.c
  * (with concurrency.c, a run type's "concurrency"), routes.c, auth.c
  * (tokens), cors.c, schedules.c (schedules and rate limits), notify.c
- * (notifiers) and tenants.c; print.c puts them together for
+ * (notifiers) and tenants.c; workflows.c checks the steps of workflow
+ * types across run types; print.c puts them together for
  * --print-config. Calls go one way, each only to files below it:
  *   config.c, print.c
- *     -> notify.c, schedules.c, routes.c, auth.c, cors.c, tenants.c
+ *     -> notify.c, schedules.c, routes.c, auth.c, cors.c, tenants.c, workflows.c
  *     -> run_types.c -> concurrency.c -> option.c -> errors.c */
 #ifndef OPSRUN_CONFIG_INTERNAL_H
 #define OPSRUN_CONFIG_INTERNAL_H
@@ -212,6 +213,16 @@ void check_notify_refs(const struct config *cfg, struct cfg_errors *errs);
 bool notifiers_to_json(const struct config *cfg, json_t *root);
 /* An http:// or https:// URL (http.public_url). */
 enum status check_http_url(const char *label, const char *value, struct error *err) WUR;
+
+/* ---- workflows.c ---- */
+
+/* Every workflow type (config/workflows.h): its steps' run types exist;
+ * workflow types nest in no cycle and no deeper than
+ * queue.max_chain_depth; and it sets none of the keys that mean nothing
+ * for a workflow (max_attempts, retry_backoff_ms, retry_backoff_max_ms,
+ * timeout_s, max_running, poll, rate_limit and concurrency, told by a
+ * value other than the default; "retrying" in a notify rule). */
+void check_wf_refs(const struct config *cfg, struct cfg_errors *errs);
 
 /* ---- routes.c ---- */
 

@@ -13,7 +13,8 @@
     X(http)        \
     X(rest_job)    \
     X(soap_job)    \
-    X(exec)
+    X(exec)        \
+    X(workflow)
 /* clang-format on */
 
 #define DECLARE(name) extern const struct action_ops action_##name##_ops;
@@ -46,7 +47,13 @@ static enum status registry_check_params(const char *name, const json_t *params,
     return params_check(params, ops->params, path, err);
 }
 
+static bool registry_is_workflow(const char *name)
+{
+    return action_find(name) == &action_workflow_ops;
+}
+
 const struct cfg_actions action_registry = {
     .exists = registry_exists,
     .check_params = registry_check_params,
+    .is_workflow = registry_is_workflow,
 };
