@@ -250,6 +250,19 @@ static bool has_placeholder(const json_t *v)
     return false;
 }
 
+void conc_check_fixed_data(const struct run_type *to, const json_t *data, const char *what,
+                           struct cfg_errors *errs)
+{
+    json_t *none = NULL;
+
+    if (!to || !to->conc.on || (data && has_placeholder(data)))
+        return;
+    if (!data)
+        data = none = json_object();
+    check_data(to, data, NULL, what, errs);
+    json_decref(none);
+}
+
 /* The follow-ups of rt whose data is fixed (none is {}): their tenant is
  * their parent's, so only the values are checked here, not the length. */
 static void check_then(const struct config *cfg, const struct run_type *rt, struct cfg_errors *errs)
@@ -262,14 +275,8 @@ static void check_then(const struct config *cfg, const struct run_type *rt, stru
     {
         const struct run_type *to =
             type_named(cfg, json_string_value(json_object_get(rule, "run_type")));
-        json_t *data = json_object_get(rule, "data"), *none = NULL;
-        if (!to || !to->conc.on || (data && has_placeholder(data)))
-            continue;
-        if (!data)
-            data = none = json_object();
         xsnprintf(what, sizeof(what), "run_types.%s.then[%zu].data", rt->name, k);
-        check_data(to, data, NULL, what, errs);
-        json_decref(none);
+        conc_check_fixed_data(to, json_object_get(rule, "data"), what, errs);
     }
 }
 

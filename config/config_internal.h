@@ -13,7 +13,8 @@
  * --print-config. Calls go one way, each only to files below it:
  *   config.c, print.c
  *     -> notify.c, schedules.c, routes.c, auth.c, cors.c, tenants.c, workflows.c
- *     -> run_types.c -> concurrency.c -> option.c -> errors.c */
+ *     -> run_types.c -> concurrency.c -> option.c -> errors.c
+ * (workflows.c also calls concurrency.c, for the data of steps.) */
 #ifndef OPSRUN_CONFIG_INTERNAL_H
 #define OPSRUN_CONFIG_INTERNAL_H
 
@@ -157,6 +158,12 @@ json_t *conc_to_json(const struct concurrency *c);
  * data of each schedule and follow-up whose run type has a key holds every
  * value the key takes. */
 void check_conc_refs(const struct config *cfg, struct cfg_errors *errs);
+/* The input of a run opsrun makes itself from data (NULL: {}), of type to:
+ * when to has a key and data no placeholder, it holds every value the key
+ * takes; an error names what (the data's path). The tenant is not known,
+ * so the key's length is not checked. */
+void conc_check_fixed_data(const struct run_type *to, const json_t *data, const char *what,
+                           struct cfg_errors *errs);
 
 /* ---- tenants.c ---- */
 
@@ -221,7 +228,9 @@ enum status check_http_url(const char *label, const char *value, struct error *e
  * queue.max_chain_depth; and it sets none of the keys that mean nothing
  * for a workflow (max_attempts, retry_backoff_ms, retry_backoff_max_ms,
  * timeout_s, max_running, poll, rate_limit and concurrency, told by a
- * value other than the default; "retrying" in a notify rule). */
+ * value other than the default; "retrying" in a notify rule); and a
+ * step's data without placeholders holds what its type's concurrency key
+ * takes (conc_check_fixed_data). */
 void check_wf_refs(const struct config *cfg, struct cfg_errors *errs);
 
 /* ---- routes.c ---- */

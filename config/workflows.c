@@ -2,8 +2,9 @@
  * checks within the type, the compiled form, and the checks across run
  * types (check_wf_refs, config_internal.h): step run types exist, workflow
  * types nest without a cycle and within queue.max_chain_depth, and a
- * workflow type has none of the keys that mean nothing for it. It calls
- * run_types.c, option.c and errors.c. */
+ * workflow type has none of the keys that mean nothing for it, and a
+ * step's fixed data holds what its type's concurrency key takes. It calls
+ * run_types.c, concurrency.c, option.c and errors.c. */
 #include "config/workflows.h"
 
 #include "common/suggest.h"
@@ -488,7 +489,8 @@ static void check_wf_keys(const struct run_type *rt, struct cfg_errors *errs)
     }
 }
 
-/* Each step's run type is a configured one. */
+/* Each step's run type is a configured one, and a step's data without
+ * placeholders holds what that type's concurrency key takes from it. */
 static void check_step_types(const struct config *cfg, const struct run_type *rt,
                              struct cfg_errors *errs)
 {
@@ -500,7 +502,11 @@ static void check_step_types(const struct config *cfg, const struct run_type *rt
     json_object_foreach((json_t *)steps, name, def)
     {
         const char *to = json_string_value(json_object_get(def, "run_type"));
+        char what[KEY_MAX];
         struct suggest s;
+        xsnprintf(what, sizeof(what), "run_types.%s.params.steps.%s.data", rt->name, name);
+        if (to && rt_find(cfg, to))
+            conc_check_fixed_data(rt_find(cfg, to), json_object_get(def, "data"), what, errs);
         if (!to || rt_find(cfg, to))
             continue;
         suggest_init(&s, to);

@@ -28,7 +28,8 @@ static void teardown(void)
 #define STEP_TYPES                                                                                 \
     "\"diagnose\": {\"action\": \"simulate\"}, \"clean_tmp\": {\"action\": \"simulate\"},"         \
     "\"rotate_logs\": {\"action\": \"simulate\"}, \"verify\": {\"action\": \"simulate\"},"         \
-    "\"page\": {\"action\": \"simulate\"}"
+    "\"page\": {\"action\": \"simulate\"}, \"keyed\": {\"action\": \"simulate\","                  \
+    " \"concurrency\": {\"key\": \"{{input:/host}}\"}}"
 
 /* The disk-full example: diagnose, then clean_tmp and rotate_logs, then
  * verify, and page only when verify failed. */
@@ -251,6 +252,20 @@ START_TEST(test_allowed_keys)
 }
 END_TEST
 
+/* A step's data without placeholders is the whole input of its run: it
+ * must hold what the step type's concurrency key takes. */
+START_TEST(test_step_data_and_key)
+{
+    ck_wf_fails("{\"a\": {\"run_type\": \"keyed\", \"data\": {\"hots\": \"web-1\"}},"
+                " \"b\": {\"run_type\": \"keyed\"},"
+                " \"c\": {\"run_type\": \"keyed\", \"data\": {\"host\": \"web-1\"}},"
+                " \"d\": {\"run_type\": \"keyed\", \"data\": {\"host\": \"{{input:/host}}\"}}}",
+                "", "",
+                P ".a.data\": run_types.keyed.concurrency: the input has no value at \"/host\"\n" P
+                  ".b.data\": run_types.keyed.concurrency: the input has no value at \"/host\"");
+}
+END_TEST
+
 /* Workflow types that nest: in a cycle, or deeper than
  * queue.max_chain_depth. */
 START_TEST(test_nesting)
@@ -391,6 +406,7 @@ int main(void)
     tcase_add_test(tc, test_step_name_length);
     tcase_add_loop_test(tc, test_refused_keys, 0, (int)(sizeof(refused) / sizeof(refused[0])));
     tcase_add_test(tc, test_allowed_keys);
+    tcase_add_test(tc, test_step_data_and_key);
     tcase_add_test(tc, test_nesting);
     tcase_add_test(tc, test_nesting_depth);
     tcase_add_test(tc, test_compiled_order);
