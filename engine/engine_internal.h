@@ -287,6 +287,7 @@ struct engine_view {
     struct rate_limit *limits;
     size_t nlimits;
     const struct rate_limit **type_rates;
+    bool workflows;        /* a run type is a workflow (the sweep runs) */
     uint64_t generation;   /* of the configuration (cfg_live_generation) */
     struct cfg_live *live; /* cfg is held from it; NULL: cfg is e->cfg */
     atomic_long refs;

@@ -28,6 +28,8 @@
 /* How often the runs held for their concurrency key are looked at for a
  * key with room that no claim released (store_runs_conc_sweep). */
 #define CONC_SWEEP_EVERY_MS 5000
+/* The most workflows one sweep advances (each in the sweep's transaction). */
+#define WF_SWEEP_BATCH 100
 
 /* The slot executing this attempt, or -1; caller holds e->mu. */
 static int slot_index(const struct engine *e, const char *tenant, const char *id, int attempt)
@@ -324,6 +326,27 @@ static void maint_conc_sweep(struct engine *e, struct db *db)
     }
 }
 
+/* Workflows whose row a step's end found locked: advanced here, by any
+ * replica whose configuration has a workflow type. Their steps may start:
+ * claims wake. */
+static void maint_wf_sweep(struct engine *e, struct db *db)
+{
+    const struct engine_view *v = view_hold(e);
+    struct error err = {0};
+    int n = 0;
+
+    if (v->workflows) {
+        if (store_runs_wf_sweep(db, WF_SWEEP_BATCH, &n, &err) != ST_OK)
+            LOG(LOG_WARN, "workflow sweep failed: %s", err.message);
+        else if (n > 0) {
+            LOG(LOG_DEBUG, "workflow sweep advanced workflows=%d", n);
+            dispatch_wake(e);
+            doorbell_ring(e, true, true);
+        }
+    }
+    view_release(e, v);
+}
+
 struct maint_clock {
     int64_t cancel, heartbeat, rescue, retention, conc_sweep;
 };
@@ -360,6 +383,7 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
     if (now >= due->cancel) {
         if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
             LOG(LOG_WARN, "cancel check failed: %s", err.message);
+        maint_wf_sweep(e, db);
         due->cancel = now + cfg->queue.cancel_check_ms;
     }
     if (now >= due->rescue) {

@@ -2,6 +2,8 @@
  * kind of notifier, and what its answer calls for (engine/notify_body.h). */
 #include "engine/notify_body.h"
 
+#include "config/workflows.h"
+
 #include "common/backoff.h"
 #include "common/digest.h"
 #include "common/encoding.h"
@@ -59,6 +61,12 @@ char *notify_rules_json(const struct config *cfg)
                                                           : "reject");
         if (row && rt->conc.on)
             rules_concurrency(row, rt);
+        if (row && cfg_run_type_is_workflow(cfg, rt)) {
+            json_t *wf = cfg_wf_compile(rt);
+            if (!wf)
+                abort(); /* a checked type compiles; jansson fails only when it cannot allocate */
+            json_object_set_new(row, "workflow", wf);
+        }
         json_array_append_new(all, row);
     }
     text = json_dumps(all, JSON_COMPACT);

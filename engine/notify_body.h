@@ -21,7 +21,9 @@
  * approval (approval_timeout_s null for none), which its follow-ups wait
  * for as every new run of it does, and its concurrency (conc_group,
  * conc_parts, conc_max, conc_strategy; left out for none), which the
- * database applies to every new run of it. A new string (free). */
+ * database applies to every new run of it, and a workflow type's compiled
+ * steps ("workflow", config/workflows.h; left out for other types). A new
+ * string (free). */
 char *notify_rules_json(const struct config *cfg);
 
 /* One attempt's request. */

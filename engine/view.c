@@ -5,6 +5,7 @@
 #include "engine/engine_internal.h"
 
 #include "config/live.h"
+#include "config/workflows.h"
 #include "common/log.h"
 #include "engine/notify_body.h"
 #include "store/notify.h"
@@ -44,6 +45,8 @@ static struct engine_view *view_new(struct engine *e)
     }
     atomic_init(&v->refs, 1);
     view_rates(v);
+    for (size_t t = 0; t < v->cfg->nrun_types && !v->workflows; t++)
+        v->workflows = cfg_run_type_is_workflow(v->cfg, &v->cfg->run_types[t]);
     return v;
 }
 

@@ -208,6 +208,10 @@ enum status store_runs_claim(struct db *db, const char *worker_id, int limit, in
  * opsrun_conc_sweep in migrations/022): what a lost release would leave
  * waiting. *released (optional) gets how many. */
 enum status store_runs_conc_sweep(struct db *db, int *released, struct error *err) WUR;
+/* Advances up to limit workflows whose row a step's end found locked (see
+ * opsrun_wf_sweep in migrations/024), each whose row is free now; *taken
+ * (optional) gets how many. */
+enum status store_runs_wf_sweep(struct db *db, int limit, int *taken, struct error *err) WUR;
 /* Milliseconds until the next delayed queued run is due (-1 = none, 0 =
  * already), and whether a queued run is due now that a claim just left
  * behind (a cap was reached, or its type is not executed here), or is held

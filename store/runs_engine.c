@@ -44,6 +44,10 @@ static const struct stmt S_NEXT_DUE = {
     "<= now()) ELSE (SELECT min(run_at) FROM runs WHERE status = 'queued' AND run_at <= now()) "
     "END) * 1000)::bigint, EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
 static const struct stmt S_CONC_SWEEP = {"runs_conc_sweep", "SELECT opsrun_conc_sweep()"};
+/* Looks at the markers first, so that a sweep with none takes no lock. */
+static const struct stmt S_WF_SWEEP = {
+    "runs_wf_sweep",
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM wf_due) THEN opsrun_wf_sweep($1::int) ELSE 0 END"};
 static const struct stmt S_PROGRESS = {
     "runs_progress",
     "WITH upd AS (UPDATE runs r SET progress = $5::smallint, step = $6, updated_at = now() "
@@ -388,6 +392,22 @@ enum status store_runs_conc_sweep(struct db *db, int *released, struct error *er
         return st;
     if (released)
         *released = (int)db_i64(r, 0, 0);
+    PQclear(r);
+    return ST_OK;
+}
+
+enum status store_runs_wf_sweep(struct db *db, int limit, int *taken, struct error *err)
+{
+    char lim[16];
+    const char *p[1] = {lim};
+    PGresult *r;
+    enum status st;
+
+    xsnprintf(lim, sizeof(lim), "%d", limit);
+    if ((st = db_run(db, &S_WF_SWEEP, 1, p, &r, err)) != ST_OK)
+        return st;
+    if (taken)
+        *taken = (int)db_i64(r, 0, 0);
     PQclear(r);
     return ST_OK;
 }

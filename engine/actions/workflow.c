@@ -1,10 +1,10 @@
 /* engine/actions/workflow.c — the "workflow" action: a run type whose
- * params are {"steps": {...}} (config/workflows.h). Only its configuration
- * is built so far: its params are checked at load, and the checks across
- * run types run in config/. Nothing runs a workflow yet: the runs, their
- * steps and their end are to come from the database (migration 024,
- * docs/design/workflows.md), and a workflow is never claimed; should one
- * reach a worker, start() fails it with "workflow_claimed". */
+ * params are {"steps": {...}} (config/workflows.h). Here are its params'
+ * checks; the checks across run types run in config/. Its runs are driven
+ * by the database (migration 024, docs/workflows.md): a workflow waits
+ * from its insert to its end and is never claimed. A run that reaches a
+ * worker anyway (queued before a reload made its type a workflow) fails
+ * with "workflow_claimed". */
 #include "config/workflows.h"
 #include "engine/actions/action.h"
 #include "engine/actions/params.h"
@@ -22,7 +22,7 @@ static const struct param_rule workflow_rules[] = {
 static enum step workflow_start(struct run_ctx *rc)
 {
     rc_error(rc, "workflow_claimed",
-             "a workflow run is never claimed: its steps are runs of their own");
+             "this run was queued before its type became a workflow; submit it again to run it as one");
     return STEP_FAIL;
 }
 

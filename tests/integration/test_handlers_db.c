@@ -753,7 +753,8 @@ START_TEST(runs_get_found_and_missing)
                  "\"created_at\":\"" PINNED "\",\"run_at\":\"" PINNED "\","
                  "\"started_at\":null,\"completed_at\":null,\"updated_at\":\"" PINNED "\","
                  "\"retry_of\":null,\"poll\":null,\"parent_id\":null,\"schedule\":null,"
-                 "\"approval\":null,\"concurrency\":null,\"waiting_for\":null}");
+                 "\"approval\":null,\"concurrency\":null,\"workflow\":null,\"workflow_step\":null,"
+                 "\"waiting_for\":null}");
     expect_headers(&rp, 0, NULL, NULL);
     ck_assert_str_eq(rp.run_id, "r-get");
     ck_assert_int_eq(rp.wait_ms, 0);

@@ -2959,7 +2959,8 @@ START_TEST(wait_stores_the_budget_the_run_object_shows)
     keys = sql_str("SELECT string_agg(k, ',') FROM runs r, json_object_keys(opsrun_run_json(r)) "
                    "k WHERE r.id = '%s'",
                    a);
-#define LAST_MEMBERS ",updated_at,retry_of,poll,parent_id,schedule,approval,concurrency"
+#define LAST_MEMBERS                                                                               \
+    ",updated_at,retry_of,poll,parent_id,schedule,approval,concurrency,workflow,workflow_step"
     ck_assert_msg(keys && strstr(keys, LAST_MEMBERS) &&
                       strcmp(strstr(keys, LAST_MEMBERS), LAST_MEMBERS) == 0,
                   "members: %s", keys);

@@ -1,0 +1,595 @@
+/* tests/e2e/test_workflows.c — workflow run types (docs/workflows.md) on
+ * real processes and PostgreSQL: the disk-full runbook with each branch
+ * taken (every step succeeds, verify fails, a cleanup fails, the input
+ * lacks what a step's data names, a lone step fails), joins whose needs end
+ * on two replicas at once (each join made once), a replica killed while
+ * the workflow's row was locked at a step's end (another replica's sweep
+ * goes on from the marker), cancel with steps running, queued and waiting
+ * for approval, a workflow of a tenant that waits for approval, and a
+ * workflow nested in another, and one too deep. */
+#include "../support/harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T_OPS "opsrun_e2e-wf-ops-acme-00000000000000"
+#define T_APPROVER "opsrun_e2e-wf-approver-acme-11111111"
+#define T_OTHER "opsrun_e2e-wf-other-tenant-2222222222"
+
+/* The disk-full runbook: simulate steps whose "fail" comes from the
+ * workflow's input, and a lone step that fails. */
+#define DISK_FULL_CONFIG                                                                           \
+    "{\"run_types\": {"                                                                            \
+    "\"collect-diag\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, \"steps\": "   \
+    "1}},"                                                                                         \
+    "\"clean-tmp\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, \"steps\": 1}},"  \
+    "\"rotate-logs\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 150, \"steps\": "   \
+    "1}},"                                                                                         \
+    "\"verify-disk\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, \"steps\": "    \
+    "1}},"                                                                                         \
+    "\"page-oncall\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, \"steps\": "    \
+    "1}},"                                                                                         \
+    "\"disk-full\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                          \
+    "\"diagnose\": {\"run_type\": \"collect-diag\", \"data\": {\"host\": "                         \
+    "\"{{input:/labels/instance}}\"}},"                                                            \
+    "\"clean_tmp\": {\"run_type\": \"clean-tmp\", \"needs\": [\"diagnose\"], \"data\": "           \
+    "{\"host\": \"{{input:/labels/instance}}\", \"diag\": "                                        \
+    "\"{{steps.diagnose:/result/simulated}}\","                                                    \
+    " \"note\": \"after {{steps.diagnose:/status}} on {{input:/labels/instance}}\", "              \
+    "\"fail\": \"{{input:/fail_clean}}\"}},"                                                       \
+    "\"rotate_logs\": {\"run_type\": \"rotate-logs\", \"needs\": [\"diagnose\"]},"                 \
+    "\"verify\": {\"run_type\": \"verify-disk\", \"needs\": [\"clean_tmp\", \"rotate_logs\"], "    \
+    "\"data\": {\"fail\": \"{{input:/fail_verify}}\"}},"                                           \
+    "\"page\": {\"run_type\": \"page-oncall\", \"needs\": [\"verify\"], \"when\": \"failed\"}}}}," \
+    "\"lone\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                               \
+    "\"only\": {\"run_type\": \"collect-diag\", \"data\": {\"fail\": \"permanent\"}}}}}}}"
+
+/* The run's workflow step name's member. */
+static const json_t *step_of(const json_t *run, const char *name)
+{
+    const json_t *s =
+        json_object_get(json_object_get(json_object_get(run, "workflow"), "steps"), name);
+
+    ck_assert_msg(json_is_object(s), "no step %s in %s", name, json_dumps(run, 0));
+    return s;
+}
+
+static void check_step(const json_t *run, const char *name, const char *state)
+{
+    const json_t *s = step_of(run, name);
+    char want_id[256];
+
+    ck_assert_msg(th_streq(th_js(s, "state"), state), "step %s of %s: state %s, want %s", name,
+                  th_js(run, "id"), th_js(s, "state"), state);
+    snprintf(want_id, sizeof(want_id), "%s.%s", th_js(run, "id"), name);
+    if (strcmp(state, "skipped") == 0 || strcmp(state, "pending") == 0)
+        ck_assert_ptr_null(th_js(s, "run_id"));
+    else
+        ck_assert_str_eq(th_js(s, "run_id"), want_id);
+}
+
+/* summary_counts as compact JSON (keys sorted). */
+static char *counts_of(const json_t *run)
+{
+    return json_dumps(json_object_get(run, "summary_counts"), JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* The messages of a run's events of type kind (NULL: all), joined with
+ * "|". */
+static char *event_messages(const struct th_proc *p, const char *id, const char *kind)
+{
+    char path[256], *out = calloc(1, 8192);
+    struct th_resp r;
+    size_t i;
+    json_t *e;
+
+    snprintf(path, sizeof(path), "/runs/%s/events", id);
+    th_get(p->url, path, &r);
+    ck_assert_int_eq(r.status, 200);
+    json_array_foreach(json_object_get(r.json, "events"), i, e)
+    {
+        if (kind && !th_streq(th_js(e, "type"), kind))
+            continue;
+        strncat(out, *out ? "|" : "", 8191 - strlen(out));
+        strncat(out, th_js(e, "message") ? th_js(e, "message") : "-", 8191 - strlen(out));
+    }
+    th_resp_free(&r);
+    return out;
+}
+
+/* A disk-full workflow with id: labels (or none), and what clean_tmp and
+ * verify do ("never", "permanent"). */
+static char *submit_disk_full(const struct th_proc *p, const char *id, bool labels,
+                              const char *clean, const char *verify)
+{
+    char body[512];
+
+    snprintf(body, sizeof(body),
+             "{\"alert_type\": \"disk-full\", \"run_id\": \"%s\", \"data\": {%s\"fail_clean\": "
+             "\"%s\", \"fail_verify\": \"%s\"}}",
+             id, labels ? "\"labels\": {\"instance\": \"web-1\"}, " : "", clean, verify);
+    return th_submit(p, body, 202);
+}
+
+#define FIRST_EVENTS                                                                               \
+    "submitted|started diagnose|diagnose succeeded; started clean_tmp, rotate_logs|"
+
+/* Every branch of the runbook once. */
+START_TEST(disk_full_every_branch)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_branches", DISK_FULL_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *ids[5], *s;
+    json_t *run, *step;
+    struct th_resp r;
+
+    ids[0] = submit_disk_full(&p, "df-ok", true, "never", "never");
+    ids[1] = submit_disk_full(&p, "df-verify", true, "never", "permanent");
+    ids[2] = submit_disk_full(&p, "df-clean", true, "permanent", "never");
+    ids[3] = submit_disk_full(&p, "df-nolabels", false, "never", "never");
+    ids[4] = th_submit(&p, "{\"alert_type\": \"lone\", \"run_id\": \"lone-1\"}", 202);
+
+    /* Every step succeeded: page, whose when is failed, is skipped. */
+    run = th_wait_done(&p, ids[0], 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert_int_eq(th_ji(run, "progress"), 100);
+    ck_assert_ptr_null(th_js(run, "workflow_step"));
+    check_step(run, "diagnose", "succeeded");
+    check_step(run, "clean_tmp", "succeeded");
+    check_step(run, "rotate_logs", "succeeded");
+    check_step(run, "verify", "succeeded");
+    check_step(run, "page", "skipped");
+    ck_assert_str_eq(th_js(step_of(run, "page"), "when"), "failed");
+    ck_assert_int_eq(json_array_size(json_object_get(step_of(run, "verify"), "needs")), 2);
+    s = counts_of(run);
+    ck_assert_str_eq(s, "{\"skipped\":1,\"succeeded\":4}");
+    free(s);
+    ck_assert(json_is_null(json_object_get(run, "error")));
+    ck_assert_ptr_nonnull(th_js(run, "started_at"));
+    json_decref(run);
+    /* Its events tell the story (clean_tmp and rotate_logs may end in one
+     * transaction, and then in one event). */
+    s = event_messages(&p, ids[0], NULL);
+    ck_assert_msg(strncmp(s, FIRST_EVENTS, strlen(FIRST_EVENTS)) == 0 &&
+                      strstr(s, "; started verify|verify succeeded; skipped page|succeeded: 1 "
+                                "skipped, 4 succeeded") &&
+                      strstr(s, "clean_tmp succeeded") && strstr(s, "rotate_logs succeeded"),
+                  "events of df-ok: %s", s);
+    free(s);
+    /* A step is a run of its own: parent, name, tenant, initiator, and its
+     * data made from the workflow's input and an earlier step's run. */
+    step = th_get_run(&p, "df-ok.clean_tmp");
+    ck_assert_str_eq(th_js(step, "parent_id"), "df-ok");
+    ck_assert_str_eq(th_js(step, "workflow_step"), "clean_tmp");
+    ck_assert_str_eq(th_js(step, "type"), "clean-tmp");
+    ck_assert_str_eq(th_js(step, "tenant"), "default");
+    ck_assert_str_eq(th_js(step, "initiator"), "anonymous");
+    ck_assert(json_is_null(json_object_get(step, "workflow")));
+    ck_assert_str_eq(th_js(json_object_get(step, "input"), "host"), "web-1");
+    ck_assert(json_is_true(json_object_get(json_object_get(step, "input"), "diag")));
+    ck_assert_str_eq(th_js(json_object_get(step, "input"), "note"), "after completed on web-1");
+    json_decref(step);
+    s = event_messages(&p, "df-ok.verify", "status");
+    ck_assert_msg(strncmp(s, "submitted as step verify of df-ok|", 34) == 0, "%s", s);
+    free(s);
+    th_get(p.url, "/runs?parent_id=df-ok&limit=10", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq(json_array_size(json_object_get(r.json, "runs")), 4);
+    th_resp_free(&r);
+
+    /* verify failed: page runs; some steps succeeded. */
+    run = th_wait_done(&p, ids[1], 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    check_step(run, "verify", "failed");
+    check_step(run, "page", "succeeded");
+    ck_assert_str_eq(th_js(json_object_get(run, "error"), "code"), "steps_not_succeeded");
+    s = counts_of(run);
+    ck_assert_str_eq(s, "{\"failed\":1,\"succeeded\":4}");
+    free(s);
+    json_decref(run);
+
+    /* clean_tmp failed: verify (when succeeded) is skipped, and page, whose
+     * need was skipped, runs. */
+    run = th_wait_done(&p, ids[2], 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    check_step(run, "clean_tmp", "failed");
+    check_step(run, "rotate_logs", "succeeded");
+    check_step(run, "verify", "skipped");
+    check_step(run, "page", "succeeded");
+    json_decref(run);
+
+    /* The input lacks what diagnose's data names: diagnose fails at once,
+     * with a run that says why. */
+    run = th_wait_done(&p, ids[3], 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    check_step(run, "diagnose", "failed");
+    check_step(run, "clean_tmp", "skipped");
+    check_step(run, "rotate_logs", "skipped");
+    check_step(run, "verify", "skipped");
+    check_step(run, "page", "succeeded");
+    json_decref(run);
+    step = th_get_run(&p, "df-nolabels.diagnose");
+    ck_assert_str_eq(th_js(step, "outcome"), "failed");
+    ck_assert_str_eq(th_js(json_object_get(step, "error"), "code"), "invalid_step_data");
+    ck_assert_msg(
+        strstr(th_js(json_object_get(step, "error"), "message"), "{{input:/labels/instance}}"),
+        "%s", th_js(json_object_get(step, "error"), "message"));
+    ck_assert_int_eq(th_ji(step, "attempt"), 0);
+    json_decref(step);
+
+    /* No step succeeded: failed. */
+    run = th_wait_done(&p, ids[4], 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "failed");
+    check_step(run, "only", "failed");
+    json_decref(run);
+
+    /* A workflow never reached a worker nor the poller. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE wf_def IS NOT NULL AND "
+                                   "(attempt <> 0 OR worker_id IS NOT NULL)"),
+                     0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_polls"), 0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    for (int i = 0; i < 5; i++)
+        free(ids[i]);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
+#define JOINS 200
+#define JOIN_CONFIG                                                                                \
+    "{\"run_types\": {\"nop\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 0, "       \
+    "\"steps\": 0}},"                                                                              \
+    "\"join\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                               \
+    "\"a\": {\"run_type\": \"nop\"}, \"b\": {\"run_type\": \"nop\"}, \"c\": {\"run_type\": "       \
+    "\"nop\"}, \"d\": {\"run_type\": \"nop\", \"needs\": [\"a\", \"b\", \"c\"], \"when\": "        \
+    "\"always\"}}}}}, \"queue\": {\"workers\": 4}}"
+
+/* JOINS workflows of three parallel steps and a join over them, on two
+ * replicas: every join is made exactly once, with one "submitted" event,
+ * whichever replica ended its last need, and no marker is left. */
+START_TEST(join_made_once_on_two_replicas)
+{
+    char *path = th_config_file("e2e_wf_join", JOIN_CONFIG);
+    char *ci = th_db_create("e2e_wf_join");
+    const char *args[] = {"--config", path, NULL};
+    struct th_proc p[2];
+    PGconn *c = th_pg(ci);
+    size_t cap = (size_t)JOINS * 64 + 16, n = 0;
+    char *body = malloc(cap);
+
+    th_start(&p[0], ci, args, NULL);
+    th_start(&p[1], ci, args, NULL);
+    for (int half = 0; half < 2; half++) {
+        n = (size_t)snprintf(body, cap, "[");
+        for (int i = half * JOINS / 2; i < (half + 1) * JOINS / 2; i++)
+            n += (size_t)snprintf(body + n, cap - n,
+                                  "%s{\"alert_type\": \"join\", \"run_id\": \"j-%d\"}",
+                                  i == half * JOINS / 2 ? "" : ",", i);
+        snprintf(body + n, cap - n, "]");
+        struct th_resp r;
+        th_post_json(p[half].url, "/alerts", body, &r);
+        ck_assert_msg(r.status == 200, "HTTP %ld: %.300s", r.status, r.body);
+        th_resp_free(&r);
+    }
+    th_wait_all_completed(c, 90000);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE wf_def IS NOT NULL AND "
+                                   "outcome = 'succeeded'"),
+                     JOINS);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE step_name = 'd'"), JOINS);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE step_name IS NOT NULL"),
+                     4 * JOINS);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE message LIKE "
+                                   "'submitted as step d of %%'"),
+                     JOINS);
+    /* Each join was made after all three of its needs ended: its first
+     * event comes after each need's last (event ids follow the order of
+     * their inserts; timestamps are when each transaction began). */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs d JOIN runs n ON n.parent_id = "
+                                   "d.parent_id AND n.step_name <> 'd' WHERE d.step_name = 'd' AND "
+                                   "(SELECT min(e.id) FROM run_events e WHERE e.run_id = d.id) < "
+                                   "(SELECT max(e.id) FROM run_events e WHERE e.run_id = n.id "
+                                   "AND e.type = 'status')"),
+                     0);
+    /* The steps ran on both replicas. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(DISTINCT worker_id) FROM runs WHERE step_name "
+                                   "IS NOT NULL"),
+                     2);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    th_stop_clean(&p[1]);
+    th_stop_clean(&p[0]);
+    PQfinish(c);
+    free(body);
+    free(ci);
+    free(path);
+}
+END_TEST
+
+#define KILL_CONFIG                                                                                \
+    "{\"run_types\": {\"slow\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1500, "   \
+    "\"steps\": 1}}, \"quick\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, "     \
+    "\"steps\": 1}},"                                                                              \
+    "\"two\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                                \
+    "\"first\": {\"run_type\": \"slow\"}, \"second\": {\"run_type\": \"quick\", \"needs\": "       \
+    "[\"first\"]}}}}}}"
+
+/* The first step ends while a session holds the workflow's row: the
+ * replica that ended it leaves a marker, and is killed. Another replica's
+ * sweep cannot take the row either until the session lets go; then it
+ * makes the second step, once, and the workflow ends. */
+START_TEST(marker_outlives_a_killed_replica)
+{
+    char *path = th_config_file("e2e_wf_kill", KILL_CONFIG);
+    char *ci = th_db_create("e2e_wf_kill");
+    const char *args[] = {"--config", path, NULL};
+    struct th_proc a, b;
+    PGconn *c = th_pg(ci), *lock = th_pg(ci);
+    char *id;
+    json_t *run;
+    PGresult *res;
+
+    th_start(&a, ci, args, NULL);
+    id = th_submit(&a, "{\"alert_type\": \"two\", \"run_id\": \"k-1\"}", 202);
+    ck_assert(th_wait_status(&a, "k-1.first", "running", 10000));
+    res = th_sql(lock, "BEGIN; SELECT 1 FROM runs WHERE id = 'k-1' FOR UPDATE");
+    PQclear(res);
+    ck_assert(th_wait_status(&a, "k-1.first", "completed", 10000));
+    for (int i = 0; i < 100 && th_sql_int(c, "SELECT count(*) FROM wf_due") == 0; i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due WHERE workflow_id = 'k-1'"), 1);
+    th_stop(&a, SIGKILL, 10);
+
+    th_start(&b, ci, args, NULL);
+    th_sleep_ms(1000); /* four sweeps of b, each passing over the locked row */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'k-1.second'"), 0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due WHERE workflow_id = 'k-1'"), 1);
+    res = th_sql(lock, "COMMIT");
+    PQclear(res);
+
+    run = th_wait_done(&b, id, 20);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    check_step(run, "first", "succeeded");
+    check_step(run, "second", "succeeded");
+    json_decref(run);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'k-1'"), 2);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    th_stop_clean(&b);
+    PQfinish(lock);
+    PQfinish(c);
+    free(id);
+    free(ci);
+    free(path);
+}
+END_TEST
+
+#define CANCEL_CONFIG                                                                              \
+    "{\"run_types\": {\"long\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 20000, "  \
+    "\"steps\": 20}},"                                                                             \
+    "\"capped\": {\"action\": \"simulate\", \"max_running\": 1, \"params\": {\"duration_ms\": "    \
+    "20000, \"steps\": 20}},"                                                                      \
+    "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 300}},"                   \
+    "\"mix\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                                \
+    "\"run\": {\"run_type\": \"long\"}, \"q1\": {\"run_type\": \"capped\"}, \"q2\": "              \
+    "{\"run_type\": \"capped\"}, \"gate\": {\"run_type\": \"gated\"}, \"after\": {\"run_type\": "  \
+    "\"long\", \"needs\": [\"run\"], \"when\": \"always\"}}}}}}"
+
+/* Cancel a workflow whose steps run, wait in the queue and wait for
+ * approval: it ends cancelled at once, each step ends cancelled, and the
+ * step after them is never made. */
+START_TEST(cancel_reaches_every_step)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_cancel", CANCEL_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *id = th_submit(&p, "{\"alert_type\": \"mix\", \"run_id\": \"m-1\"}", 202), *s;
+    struct th_resp r;
+    json_t *run;
+
+    ck_assert(th_wait_status(&p, "m-1.run", "running", 10000));
+    ck_assert(th_wait_status(&p, "m-1.gate", "waiting", 10000));
+    for (int i = 0; i < 200 && th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'm-1' "
+                                             "AND type = 'capped' AND status = 'running'") < 1;
+         i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'm-1' AND type = "
+                                   "'capped' AND status = 'queued'"),
+                     1);
+    th_post_expect(&p, "/runs/m-1/cancel", NULL, NULL, 200, &r);
+    ck_assert_str_eq(th_js(r.json, "status"), "completed");
+    ck_assert_str_eq(th_js(r.json, "outcome"), "cancelled");
+    th_resp_free(&r);
+    for (int i = 0; i < 300 && th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'm-1' "
+                                             "AND status <> 'completed'") > 0;
+         i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'm-1' AND "
+                                   "outcome = 'cancelled' AND error ->> 'code' = "
+                                   "'workflow_cancelled'"),
+                     4);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'm-1.after'"), 0);
+    run = th_get_run(&p, id);
+    ck_assert_str_eq(th_js(run, "outcome"), "cancelled");
+    check_step(run, "run", "cancelled");
+    check_step(run, "q1", "cancelled");
+    check_step(run, "q2", "cancelled");
+    check_step(run, "gate", "cancelled");
+    check_step(run, "after", "skipped");
+    s = counts_of(run);
+    ck_assert_str_eq(s, "{\"cancelled\":4,\"skipped\":1}");
+    free(s);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'm-1' AND hooks_at IS "
+                                   "NOT NULL"),
+                     0);
+    json_decref(run);
+    th_sleep_ms(500);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'm-1'"), 4);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    PQfinish(c);
+    free(id);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* A workflow of a tenant whose type needs approval: it waits, pending,
+ * with no step; approved, its steps run with the workflow's tenant and
+ * initiator, and another tenant sees none of them. */
+START_TEST(tenant_and_approval)
+{
+    static const struct th_token t[] = {
+        {"ops", "acme", "\"submit\", \"read\", \"cancel\"", T_OPS},
+        {"approver", "acme", "\"approve\", \"read\"", T_APPROVER},
+        {"other", "other", "\"read\", \"submit\"", T_OTHER},
+    };
+    char *tokens = th_auth_tokens(t, 3), cfg[4096], *id;
+    struct th_proc p;
+    struct th_resp r;
+    const char *ci;
+    PGconn *c;
+    json_t *run;
+
+    snprintf(cfg, sizeof(cfg),
+             "{\"run_types\": {\"step\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": "
+             "20, \"steps\": 1}}, \"gated-wf\": {\"action\": \"workflow\", \"approval\": "
+             "{\"timeout_s\": 300}, \"params\": {\"steps\": {\"one\": {\"run_type\": \"step\"}, "
+             "\"two\": {\"run_type\": \"step\", \"needs\": [\"one\"]}}}}}, %s}",
+             tokens);
+    ci = th_start_fresh(&p, "e2e_wf_tenant", cfg);
+    c = th_pg(ci);
+    th_post_expect(&p, "/alerts", T_OPS, "{\"alert_type\": \"gated-wf\", \"run_id\": \"g-1\"}", 202,
+                   &r);
+    ck_assert_str_eq(th_js(r.json, "status"), "waiting");
+    th_resp_free(&r);
+    th_sleep_ms(300);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'g-1'"), 0);
+    th_post_expect(&p, "/runs/g-1/approve", T_APPROVER, "{}", 200, &r);
+    ck_assert_str_eq(th_js(r.json, "status"), "waiting");
+    th_resp_free(&r);
+    id = strdup("g-1");
+    for (int i = 0; i < 200 && th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'g-1' AND "
+                                             "status = 'completed'") == 0;
+         i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'g-1' AND outcome = "
+                                   "'succeeded'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'g-1' AND tenant = "
+                                   "'acme' AND initiator = 'ops' AND outcome = 'succeeded'"),
+                     2);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_polls"), 0);
+    {
+        char url[256];
+        snprintf(url, sizeof(url), "%s/runs/g-1.two", p.url);
+        ck_assert(th_http_token("GET", url, T_OTHER, NULL, NULL, &r));
+        ck_assert_int_eq(r.status, 404);
+        th_resp_free(&r);
+        ck_assert(th_http_token("GET", url, T_OPS, NULL, NULL, &r));
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_str_eq(th_js(r.json, "tenant"), "acme");
+        ck_assert_str_eq(th_js(r.json, "workflow_step"), "two");
+        th_resp_free(&r);
+        snprintf(url, sizeof(url), "%s/runs/g-1", p.url);
+        ck_assert(th_http_token("GET", url, T_OPS, NULL, NULL, &r));
+        run = json_incref(r.json);
+        th_resp_free(&r);
+        check_step(run, "one", "succeeded");
+        check_step(run, "two", "succeeded");
+        json_decref(run);
+    }
+    PQfinish(c);
+    free(id);
+    free(tokens);
+    th_stop_clean(&p);
+}
+END_TEST
+
+#define NEST_CONFIG                                                                                \
+    "{\"queue\": {\"max_chain_depth\": 2}, \"run_types\": {"                                       \
+    "\"leaf\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 20, \"steps\": 1}},"       \
+    "\"inner\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"x\": {\"run_type\": "        \
+    "\"leaf\", \"data\": {\"from\": \"{{input:/who}}\"}}, \"y\": {\"run_type\": \"leaf\", "        \
+    "\"needs\": [\"x\"]}}}},"                                                                      \
+    "\"outer\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"pre\": {\"run_type\": "      \
+    "\"leaf\"}, \"mid\": {\"run_type\": \"inner\", \"needs\": [\"pre\"], \"data\": {\"who\": "     \
+    "\"{{input:/who}}\"}}, \"post\": {\"run_type\": \"leaf\", \"needs\": [\"mid\"]}}}},"           \
+    "\"starter\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, \"steps\": 1}, "    \
+    "\"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"starter2\"}]},"                          \
+    "\"starter2\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, \"steps\": 1}, "   \
+    "\"then\": [{\"on\": [\"succeeded\"], \"run_type\": \"inner\", \"data\": {\"who\": "           \
+    "\"deep\"}}]}}}"
+
+/* A step that is a workflow runs its own steps one level down and ends as
+ * they make it end; the outer workflow goes on after it. A workflow that
+ * starts as deep as queue.max_chain_depth allows (a follow-up of a
+ * follow-up) fails the steps that would pass it. */
+START_TEST(nested_workflow)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_nest", NEST_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *id = th_submit(&p,
+                         "{\"alert_type\": \"outer\", \"run_id\": \"n-1\", \"data\": "
+                         "{\"who\": \"me\"}}",
+                         202);
+    json_t *run = th_wait_done(&p, id, 30), *mid;
+
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    check_step(run, "pre", "succeeded");
+    check_step(run, "mid", "succeeded");
+    check_step(run, "post", "succeeded");
+    json_decref(run);
+    mid = th_get_run(&p, "n-1.mid");
+    ck_assert_str_eq(th_js(mid, "workflow_step"), "mid");
+    ck_assert_str_eq(th_js(mid, "parent_id"), "n-1");
+    check_step(mid, "x", "succeeded");
+    check_step(mid, "y", "succeeded");
+    json_decref(mid);
+    ck_assert_int_eq(th_sql_int(c, "SELECT chain_depth FROM runs WHERE id = 'n-1.mid.x' AND "
+                                   "parent_id = 'n-1.mid' AND input ->> 'from' = 'me'"),
+                     2);
+    /* post was made after mid ended. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs m, runs p WHERE m.id = 'n-1.mid' "
+                                   "AND p.id = 'n-1.post' AND (SELECT max(e.id) FROM run_events "
+                                   "e WHERE e.run_id = m.id AND e.type = 'status') < (SELECT "
+                                   "min(e.id) FROM run_events e WHERE e.run_id = p.id)"),
+                     1);
+
+    free(id);
+    id = th_submit(&p, "{\"alert_type\": \"starter\", \"run_id\": \"s-1\"}", 202);
+    run = th_wait_done(&p, "s-1.1.1", 30);
+    ck_assert_str_eq(th_js(run, "type"), "inner");
+    ck_assert_str_eq(th_js(run, "outcome"), "failed");
+    check_step(run, "x", "failed");
+    check_step(run, "y", "skipped");
+    json_decref(run);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 's-1.1.1.x' AND error "
+                                   "->> 'code' = 'max_chain_depth' AND attempt = 0"),
+                     1);
+    free(id);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
+static Suite *workflows_suite(void)
+{
+    Suite *s = suite_create("workflows");
+    TCase *tc = tcase_create("workflows");
+
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, disk_full_every_branch);
+    tcase_add_test(tc, join_made_once_on_two_replicas);
+    tcase_add_test(tc, marker_outlives_a_killed_replica);
+    tcase_add_test(tc, cancel_reaches_every_step);
+    tcase_add_test(tc, tenant_and_approval);
+    tcase_add_test(tc, nested_workflow);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return th_run_suite(workflows_suite());
+}
