@@ -179,7 +179,7 @@ static enum status on_run_event(void *arg, const struct evparse_event *ev, struc
     json_t *run;
 
     (void)err;
-    if (!STR_IN(ev->type, "snapshot", "status", "progress"))
+    if (!STR_IN(ev->type, "snapshot", "status", "progress", "step"))
         return ST_OK; /* a kind of event this version does not know */
     run = json_loadb(ev->data, ev->data_len, 0, &jerr);
     if (!json_is_object(run)) {

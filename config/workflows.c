@@ -33,17 +33,22 @@ static size_t wf_index(const struct wf_graph *g, const char *name)
     return SIZE_MAX;
 }
 
+/* 1 to 64 of [A-Za-z0-9_-], not all digits: "<run id>.<digits>" is the
+ * id of the run's follow-up (its then rule of that number). */
 static bool step_name_valid(const char *s)
 {
     size_t n = strlen(s);
+    bool digits = true;
 
     if (n == 0 || n > WF_STEP_NAME_MAX)
         return false;
-    for (; *s; s++)
+    for (; *s; s++) {
         if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
               *s == '_' || *s == '-'))
             return false;
-    return true;
+        digits = digits && *s >= '0' && *s <= '9';
+    }
+    return !digits;
 }
 
 /* "unknown step \"name\"" and the nearest step's name, for an error. */
@@ -138,7 +143,7 @@ static enum status check_step(struct wf_graph *g, size_t i, const char *path, st
     if (!step_name_valid(g->name[i]))
         return error_set(err, ST_INVALID,
                          "invalid \"%s\": a step's name is 1 to 64 of A-Z, a-z, 0-9, \"_\" and "
-                         "\"-\"",
+                         "\"-\", not all digits (those name a run's follow-ups)",
                          sub);
     if (!json_is_object(def))
         return error_set(err, ST_INVALID, "invalid \"%s\": expected an object", sub);

@@ -23,8 +23,9 @@
 
 /* The checks of a workflow type's "steps" (at path, such as
  * "run_types.disk-full.params.steps") that need no other run type: 1 to
- * WF_STEPS_MAX steps, each named with 1 to 64 of [A-Za-z0-9_-] (a step's
- * run id is "<run id>.<name>"); each has a "run_type" name, and perhaps
+ * WF_STEPS_MAX steps, each named with 1 to 64 of [A-Za-z0-9_-], not all
+ * digits (a step's run id is "<run id>.<name>", a follow-up's
+ * "<run id>.<number>"); each has a "run_type" name, and perhaps
  * "needs" (known steps, each once, never itself, no cycle), "when"
  * ("succeeded", the default, "failed" or "always", only with needs) and
  * "data" (an object whose placeholders are {{input:/ptr}} or

@@ -326,16 +326,19 @@ static void maint_conc_sweep(struct engine *e, struct db *db)
     }
 }
 
-/* Workflows whose row a step's end found locked: advanced here, by any
- * replica whose configuration has a workflow type. Their steps may start:
- * claims wake. */
-static void maint_wf_sweep(struct engine *e, struct db *db)
+/* Workflows whose row a step's end found locked: advanced here, every
+ * cancel check by a replica whose configuration has a workflow type, and
+ * with the concurrency sweep (every 5 s) by every replica, whatever its
+ * configuration (always true), so that markers left when a reload removed
+ * the last workflow type are swept too. Their steps may start: claims
+ * wake. */
+static void maint_wf_sweep(struct engine *e, struct db *db, bool always)
 {
     const struct engine_view *v = view_hold(e);
     struct error err = {0};
     int n = 0;
 
-    if (v->workflows) {
+    if (always || v->workflows) {
         if (store_runs_wf_sweep(db, WF_SWEEP_BATCH, &n, &err) != ST_OK)
             LOG(LOG_WARN, "workflow sweep failed: %s", err.message);
         else if (n > 0) {
@@ -383,7 +386,7 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
     if (now >= due->cancel) {
         if (busy > 0 && store_runs_cancelling(db, e->worker_id, on_cancelling, e, &err) != ST_OK)
             LOG(LOG_WARN, "cancel check failed: %s", err.message);
-        maint_wf_sweep(e, db);
+        maint_wf_sweep(e, db, false);
         due->cancel = now + cfg->queue.cancel_check_ms;
     }
     if (now >= due->rescue) {
@@ -392,6 +395,7 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
     }
     if (now >= due->conc_sweep) {
         maint_conc_sweep(e, db);
+        maint_wf_sweep(e, db, true);
         due->conc_sweep = now + jitter_ms(CONC_SWEEP_EVERY_MS, 0.2);
     }
     if (now >= due->retention) {

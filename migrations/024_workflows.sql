@@ -145,25 +145,31 @@ $$;
 -- or a workflow of its own), with the workflow's tenant, initiator and
 -- priority, its type's attempts, time limit and approval, parent_id the
 -- workflow and chain_depth one deeper. The run is inserted already failed,
--- with its error and event, when it would be deeper than
+-- with its error and event, and with the notifications and follow-ups its
+-- type's rules owe a failed run, when it would be deeper than
 -- queue.max_chain_depth, its type is not configured, or its data names a
--- value that is not there (error invalid_step_data); there is no run when
--- its id is taken or would be longer than 128 characters. Returns the
--- step's new state in wf_steps: {"state": "active" or the outcome of a run
--- that ended at once, "run_id"}, and why when there is no run.
+-- value that is not there or comes to more than 1 MiB (error
+-- invalid_step_data); there is no run when its id is taken or would be
+-- longer than 128 characters. Returns the step's new state in wf_steps:
+-- {"state": "active" or the outcome of a run that ended at once,
+-- "run_id"}, and why when there is no run or it failed at once.
+--
+-- Its "submitted" event is written before the insert: the insert's own
+-- triggers may end the run at once (an invalid concurrency key, a nested
+-- workflow whose steps all fail), and their events must come after it.
 CREATE FUNCTION opsrun_wf_create(w runs, p_name text, p_type text, p_data jsonb, p_refs text[],
                                  p_steps jsonb, OUT state jsonb, OUT message text)
 LANGUAGE plpgsql AS $$
 DECLARE
     c run_type_rules;
     x record;
+    r runs;
     v_id text := w.id || '.' || p_name;
     v_doc jsonb;
     v_code text;
     v_msg text;
-    v_created timestamptz;
+    v_event bigint;
     v_status text;
-    v_outcome text;
     v_expires timestamptz;
 BEGIN
     IF length(v_id) > 128 THEN
@@ -191,8 +197,31 @@ BEGIN
             v_code := 'invalid_step_data';
             v_msg := format('its data names %s, which is not there',
                             opsrun_wf_placeholder(x.missing));
+        ELSIF octet_length(x.v::text) > 1048576 THEN
+            v_code := 'invalid_step_data';
+            v_msg := format('its data comes to %s bytes, more than 1 MiB',
+                            octet_length(x.v::text));
         END IF;
     END IF;
+    IF v_code IS NULL THEN
+        v_status := CASE WHEN c.approval_timeout_s IS NOT NULL OR c.workflow IS NOT NULL
+                         THEN 'waiting' ELSE 'queued' END;
+        v_expires := greatest(now(), w.run_at) + make_interval(secs => c.approval_timeout_s);
+    ELSE
+        v_status := 'completed';
+    END IF;
+    INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
+                            run_created_at)
+    VALUES (w.tenant, v_id, 'status', v_status,
+            CASE WHEN v_code IS NULL THEN 'pending' ELSE 'failed' END, 0, NULL,
+            CASE WHEN v_code IS NOT NULL
+                 THEN format('submitted as step %s of %s; failed: %s', p_name, w.id, v_msg)
+                 WHEN c.approval_timeout_s IS NOT NULL
+                 THEN format('submitted as step %s of %s; awaiting approval until %s', p_name,
+                             w.id, opsrun_ts(v_expires))
+                 ELSE format('submitted as step %s of %s', p_name, w.id) END,
+            now())
+    RETURNING id INTO v_event;
     IF v_code IS NULL THEN
         INSERT INTO runs (tenant, id, type, priority, run_at, max_attempts, timeout_s, input,
                           identity_hash, request_hash, initiator, parent_id, step_name,
@@ -204,60 +233,58 @@ BEGIN
                 w.chain_depth + 1, c.reacts,
                 CASE WHEN c.approval_timeout_s IS NULL THEN 'queued' ELSE 'waiting' END,
                 CASE WHEN c.approval_timeout_s IS NOT NULL THEN 'pending' END,
-                greatest(now(), w.run_at) + make_interval(secs => c.approval_timeout_s),
+                v_expires,
                 CASE WHEN c.approval_timeout_s IS NOT NULL THEN c.approval_on_timeout END)
         ON CONFLICT DO NOTHING
-        RETURNING created_at, status, outcome, approval_expires_at
-             INTO v_created, v_status, v_outcome, v_expires;
+        RETURNING * INTO r;
     ELSE
         INSERT INTO runs (tenant, id, type, priority, run_at, max_attempts, timeout_s, input,
                           identity_hash, request_hash, initiator, parent_id, step_name,
-                          chain_depth, status, outcome, completed_at, error)
+                          chain_depth, reacts, status, outcome, completed_at, error)
         VALUES (w.tenant, v_id, p_type, w.priority, now(), coalesce(c.max_attempts, 1),
-                coalesce(c.timeout_s, 60), coalesce(p_data, '{}'),
+                coalesce(c.timeout_s, 60),
+                CASE WHEN v_code = 'invalid_step_data' THEN '{}' ELSE coalesce(p_data, '{}') END,
                 opsrun_identity(w.tenant, p_type, 'run_id', v_id),
                 opsrun_identity(w.tenant, w.id, 'step', p_name), w.initiator, w.id, p_name,
-                w.chain_depth + 1, 'completed', 'failed', now(),
+                w.chain_depth + 1, coalesce(c.reacts, 0), 'completed', 'failed', now(),
                 jsonb_build_object('code', v_code, 'message', 'step ' || p_name || ' of ' || w.id
                                                               || ' failed: ' || v_msg))
         ON CONFLICT DO NOTHING
-        RETURNING created_at, status, outcome INTO v_created, v_status, v_outcome;
+        RETURNING * INTO r;
     END IF;
     IF NOT FOUND THEN
+        DELETE FROM run_events WHERE id = v_event;
         state := '{"state": "failed"}';
         message := format('step %s not created: a run with id %s exists', p_name, v_id);
         RETURN;
     END IF;
-    INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
-                            run_created_at)
-    VALUES (w.tenant, v_id, 'status', v_status, v_outcome, 0, NULL,
-            CASE WHEN v_code IS NOT NULL THEN format('failed: %s', v_msg)
-                 WHEN v_status = 'waiting' AND v_expires IS NOT NULL
-                 THEN format('submitted as step %s of %s; awaiting approval until %s', p_name,
-                             w.id, opsrun_ts(v_expires))
-                 ELSE format('submitted as step %s of %s', p_name, w.id) END,
-            v_created);
-    -- A step that is a workflow may have ended within its own insert (all
-    -- its steps failed at once): its row says so, the insert's RETURNING
-    -- does not.
-    IF v_code IS NULL AND c.workflow IS NOT NULL THEN
-        SELECT s.status, s.outcome INTO v_status, v_outcome FROM runs s
-         WHERE s.tenant = w.tenant AND s.id = v_id;
+    IF v_code IS NOT NULL THEN
+        -- What the end of a failed run owes, as runs_react would.
+        IF r.reacts & opsrun_event_bit('failed') <> 0 THEN
+            PERFORM opsrun_notify(r, 'failed', c.notify);
+            IF c.follow_ups <> '[]' THEN
+                PERFORM opsrun_follow_ups(r, c);
+            END IF;
+        END IF;
+        message := format('step %s failed: %s', p_name, v_msg);
+    ELSIF c.workflow IS NOT NULL OR c.conc_group IS NOT NULL THEN
+        -- Its insert may have ended it (a nested workflow whose steps all
+        -- failed, a concurrency key that could not be made): the row says
+        -- so, the insert's RETURNING does not.
+        SELECT * INTO r FROM runs s WHERE s.tenant = w.tenant AND s.id = v_id;
     END IF;
-    IF v_status = 'queued' THEN
+    IF r.status = 'queued' THEN
         PERFORM pg_notify('opsrun_queue', '');
     END IF;
-    state := jsonb_build_object('state', CASE WHEN v_status = 'completed' THEN v_outcome
+    state := jsonb_build_object('state', CASE WHEN r.status = 'completed' THEN r.outcome
                                               ELSE 'active' END, 'run_id', v_id);
-    IF v_code IS NOT NULL THEN
-        message := format('step %s failed: %s', p_name, v_msg);
-    END IF;
 END
 $$;
 
 -- The steps of a workflow with states st that were active and whose run
 -- has ended since, with their outcome: st updated, and "<name> <outcome>"
--- for each.
+-- for each. A step whose run is gone (retention deleted it, ended, before
+-- the workflow saw it end) counts as failed.
 CREATE FUNCTION opsrun_wf_collect(p_tenant text, p_st jsonb, OUT st jsonb, OUT ended text[])
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -265,10 +292,11 @@ DECLARE
 BEGIN
     st := p_st;
     ended := '{}';
-    FOR x IN SELECT k.key AS name, r.outcome
+    FOR x IN SELECT k.key AS name, coalesce(r.outcome, 'failed') AS outcome
                FROM jsonb_each(p_st) AS k
-               JOIN runs r ON r.tenant = p_tenant AND r.id = k.value ->> 'run_id'
-              WHERE k.value ->> 'state' = 'active' AND r.status = 'completed'
+               LEFT JOIN runs r ON r.tenant = p_tenant AND r.id = k.value ->> 'run_id'
+              WHERE k.value ->> 'state' = 'active'
+                AND (r.status = 'completed' OR r.id IS NULL)
               ORDER BY k.key LOOP
         st := jsonb_set(st, ARRAY[x.name, 'state'], to_jsonb(x.outcome));
         ended := ended || (x.name || ' ' || x.outcome);
@@ -308,6 +336,7 @@ DECLARE
     v_started text[] := '{}';
     v_skipped text[] := '{}';
     v_notes text[] := '{}';
+    v_reused text;
     v_total integer;
     v_open integer;
     v_closed integer;
@@ -329,6 +358,12 @@ BEGIN
     -- leaves a marker rather than advancing it again from within.
     PERFORM set_config('opsrun.wf_advancing',
                        coalesce(v_guard, '') || chr(30) || w.tenant || chr(31) || w.id || chr(30), true);
+    -- 0. At the first advance of a retry, the steps it reused.
+    IF v_first AND w.retry_of IS NOT NULL THEN
+        SELECT string_agg(k.key || ' (' || (k.value ->> 'run_id') || ')', ', ' ORDER BY k.key)
+          INTO v_reused
+          FROM jsonb_each(st) AS k WHERE k.value ->> 'state' = 'succeeded';
+    END IF;
     -- 1. The active steps that ended since.
     SELECT c.st, c.ended INTO st, v_ended FROM opsrun_wf_collect(w.tenant, st) AS c;
     -- 2. The pending steps, in definition order.
@@ -368,6 +403,7 @@ BEGIN
       INTO v_total, v_open, v_ok, v_closed
       FROM jsonb_each(st) AS s;
     v_msg := array_to_string(ARRAY[
+        CASE WHEN v_reused IS NOT NULL THEN 'reused ' || v_reused END,
         CASE WHEN cardinality(v_ended) > 0 THEN array_to_string(v_ended, ', ') END,
         CASE WHEN cardinality(v_started) > 0 THEN 'started ' || array_to_string(v_started, ', ') END,
         CASE WHEN cardinality(v_skipped) > 0 THEN 'skipped ' || array_to_string(v_skipped, ', ') END]
@@ -570,7 +606,12 @@ $$;
 -- 7. The triggers.
 
 -- At insert: a run of a workflow type gets its type's definition and every
--- step pending, and waits (a run that waits for approval stays so).
+-- step pending, and waits (a run that waits for approval stays so). A
+-- retry (retry_of, POST /runs/{id}/retry or a bulk retry) reuses each step
+-- of the workflow it retries that succeeded: a step of the same name and
+-- run type whose run still exists (retention) and succeeded starts
+-- succeeded, with that run as its run_id (the run of an earlier workflow
+-- when that one reused it too).
 CREATE FUNCTION opsrun_wf_fill() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -581,8 +622,17 @@ BEGIN
         RETURN NEW;
     END IF;
     NEW.wf_def := v_def;
-    NEW.wf_steps := (SELECT jsonb_object_agg(e ->> 'name', '{"state": "pending"}'::jsonb)
-                       FROM jsonb_array_elements(v_def) AS e);
+    NEW.wf_steps := (SELECT jsonb_object_agg(e ->> 'name',
+                                             CASE WHEN s.id IS NULL THEN '{"state": "pending"}'
+                                                  ELSE jsonb_build_object('state', 'succeeded',
+                                                                          'run_id', s.id) END)
+                       FROM jsonb_array_elements(v_def) AS e
+                       LEFT JOIN runs o ON NEW.retry_of IS NOT NULL AND o.tenant = NEW.tenant
+                                       AND o.id = NEW.retry_of
+                       LEFT JOIN runs s ON s.tenant = NEW.tenant
+                                       AND s.id = o.wf_steps -> (e ->> 'name') ->> 'run_id'
+                                       AND s.type = e ->> 'run_type' AND s.status = 'completed'
+                                       AND s.outcome = 'succeeded');
     IF NEW.status = 'queued' THEN
         NEW.status := 'waiting';
     END IF;
@@ -677,7 +727,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT json_build_object('steps', json_object_agg(d.name, json_build_object(
                'state', CASE WHEN y.s ->> 'state' <> 'active' THEN y.s ->> 'state'
                              WHEN x.status = 'completed' THEN x.outcome
-                             ELSE coalesce(x.status, 'active') END,
+                             ELSE coalesce(x.status, 'failed') END,
                'run_id', y.s ->> 'run_id', 'run_type', d.run_type, 'needs', d.needs,
                'when', d."when") ORDER BY d.o))
       FROM ROWS FROM (jsonb_to_recordset(r.wf_def)
@@ -727,4 +777,91 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
             'strategy', r.conc_strategy, 'held', r.conc_held AND r.status = 'queued') END,
         'workflow', CASE WHEN r.wf_def IS NOT NULL THEN opsrun_wf_json(r) END,
         'workflow_step', r.step_name)
+$$;
+
+-- 9. A follow-up's "submitted" event is written before its insert, as a
+-- step's is (opsrun_wf_create): the insert's own triggers may end the run
+-- at once (a workflow whose steps all fail at once, a concurrency key that
+-- cannot be made), and their events must come after it. Migration 020's
+-- function but for the order of those two statements (and a follow-up of
+-- a workflow type is made waiting).
+CREATE OR REPLACE FUNCTION opsrun_follow_ups(r runs, t run_type_rules) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    f record;
+    c run_type_rules;
+    x record;
+    v_doc jsonb;
+    v_id text;
+    v_at timestamptz;
+    v_event bigint;
+    v_status text;
+    v_expires timestamptz;
+BEGIN
+    FOR f IN SELECT * FROM jsonb_to_recordset(t.follow_ups)
+                        AS y(k integer, "on" jsonb, run_type text, delay_s integer, data jsonb)
+              WHERE y."on" ? r.outcome OR y."on" ? '*' ORDER BY y.k LOOP
+        v_id := r.id || '.' || f.k;
+        IF r.chain_depth >= t.max_chain_depth THEN
+            PERFORM opsrun_follow_up_event(r, format(
+                'follow-up %s (%s) not created: this run is %s follow-ups down its chain, '
+                'the most queue.max_chain_depth (%s) allows', f.k, f.run_type, r.chain_depth,
+                t.max_chain_depth));
+            CONTINUE;
+        END IF;
+        IF length(v_id) > 128 THEN
+            PERFORM opsrun_follow_up_event(r, format(
+                'follow-up %s (%s) not created: its id would be longer than 128 characters',
+                f.k, f.run_type));
+            CONTINUE;
+        END IF;
+        SELECT * INTO c FROM run_type_rules WHERE type = f.run_type;
+        IF NOT FOUND THEN
+            PERFORM opsrun_follow_up_event(r, format(
+                'follow-up %s not created: run type "%s" is not configured', f.k, f.run_type));
+            CONTINUE;
+        END IF;
+        v_doc := coalesce(v_doc, opsrun_run_json(r)::jsonb);
+        x := opsrun_expand(coalesce(f.data, '{}'), v_doc);
+        IF x.missing IS NOT NULL THEN
+            PERFORM opsrun_follow_up_event(r, format(
+                'follow-up %s (%s) not created: its data names {{run:%s}}, which this run '
+                'does not have', f.k, f.run_type, x.missing));
+            CONTINUE;
+        END IF;
+        v_at := coalesce(r.completed_at, now()) + make_interval(secs => coalesce(f.delay_s, 0));
+        v_status := CASE WHEN c.approval_timeout_s IS NOT NULL OR c.workflow IS NOT NULL
+                         THEN 'waiting' ELSE 'queued' END;
+        v_expires := greatest(now(), v_at) + make_interval(secs => c.approval_timeout_s);
+        INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
+                                run_created_at)
+        VALUES (r.tenant, v_id, 'status', v_status, 'pending', 0, NULL,
+                format('submitted as follow-up %s of %s', f.k, r.id)
+                || CASE WHEN c.approval_timeout_s IS NOT NULL
+                        THEN '; awaiting approval until ' || opsrun_ts(v_expires) ELSE '' END,
+                now())
+        RETURNING id INTO v_event;
+        INSERT INTO runs (tenant, id, type, priority, run_at, max_attempts, timeout_s, input,
+                          identity_hash, request_hash, initiator, parent_id, chain_depth, reacts,
+                          status, approval_state, approval_expires_at, approval_on_timeout)
+        VALUES (r.tenant, v_id, f.run_type, r.priority, v_at, c.max_attempts, c.timeout_s, x.v,
+                opsrun_identity(r.tenant, f.run_type, 'run_id', v_id),
+                opsrun_identity(r.tenant, r.id, 'follow_up', f.k::text),
+                r.initiator, r.id, r.chain_depth + 1, c.reacts,
+                CASE WHEN c.approval_timeout_s IS NULL THEN 'queued' ELSE 'waiting' END,
+                CASE WHEN c.approval_timeout_s IS NOT NULL THEN 'pending' END,
+                v_expires,
+                CASE WHEN c.approval_timeout_s IS NOT NULL THEN c.approval_on_timeout END)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            DELETE FROM run_events WHERE id = v_event;
+            PERFORM opsrun_follow_up_event(r, format(
+                'follow-up %s (%s) not created: a run with id %s exists', f.k, f.run_type, v_id));
+            CONTINUE;
+        END IF;
+        PERFORM opsrun_follow_up_event(r, format('follow-up %s (%s) created: %s%s', f.k,
+            f.run_type, v_id, CASE WHEN coalesce(f.delay_s, 0) > 0
+                                   THEN format(', due in %s s', f.delay_s) ELSE '' END));
+    END LOOP;
+END
 $$;

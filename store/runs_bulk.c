@@ -40,7 +40,7 @@ static const struct stmt S_MATCH_CANCEL = {
 static const struct stmt S_MATCH_RETRY = {
     "bulk_match_retry",
     "SELECT r.id, r.type FROM runs r "
-    "WHERE r.tenant = $1 AND " RETRYABLE_RUN("r.") " AND " NOT_RETRIED " AND " BULK_FILTER " "
+    "WHERE r.tenant = $1 AND " RETRYABLE_RUN("r.") " AND " NOT_RETRIED " AND r.step_name IS NULL AND " BULK_FILTER " "
     "ORDER BY r.created_at, r.id LIMIT $2::int"};
 /* $2 the ids. The rows are locked in id order, so that two batches over
  * the same runs wait for each other rather than deadlock. */

@@ -208,7 +208,7 @@ export class Detail {
         id, run_id: run.id, type: kind, status: run.status, outcome: run.outcome,
         progress: run.progress, step: run.step, message: null, created_at: null,
       });
-      messages = messages || kind === 'notification' || kind === 'follow_up';
+      messages = messages || kind === 'notification' || kind === 'follow_up' || kind === 'step';
     }
     if (kids) this.readFollowUps(this.id);
     if (messages) this.readEventsSoon();
@@ -285,7 +285,7 @@ export class Detail {
     if (r.poll) this.renderPoll(dl, r);
     if (r.retry_of) this.linkField(dl, 'Retry of', r.retry_of);
     if (r.parent_id) {
-      this.linkField(dl, 'Follow-up of', r.parent_id);
+      this.linkField(dl, r.workflow_step ? `Step ${r.workflow_step} of` : 'Follow-up of', r.parent_id);
       dl.lastChild.id = 'd-parent';
     }
     b.append(dl);
@@ -450,21 +450,28 @@ export class Detail {
     }
   }
 
-  // Each follow-up: its id (a link), its type, and its status (its outcome
-  // once it ended) as the stream last said.
+  // Each follow-up, and each step of a workflow apart: its id (a link),
+  // its step's name or its type, and its status (its outcome once it
+  // ended) as the stream last said.
   renderFollowUps() {
-    if (!this.followUps.length) return;
+    const steps = this.followUps.filter((f) => f.workflow_step);
+    const others = this.followUps.filter((f) => !f.workflow_step);
+    if (steps.length) this.renderKids('Steps', 'd-steps', steps, (r) => `${r.workflow_step} (${r.type})`);
+    if (others.length) this.renderKids('Follow-ups', 'd-follow-ups', others, (r) => r.type);
+  }
+
+  renderKids(title, id, kids, what) {
     const ul = el('ul', 'follow-ups');
-    ul.id = 'd-follow-ups';
-    for (const f of this.followUps) {
+    ul.id = id;
+    for (const f of kids) {
       const r = this.runs.get(f.id) || f;
       const li = el('li');
       li.dataset.id = r.id;
       const state = r.status === 'completed' ? el('span', 'o-' + r.outcome, r.outcome) : el('span', null, r.status);
-      li.append(this.runLink(r.id), ` ${r.type} `, state);
+      li.append(this.runLink(r.id), ` ${what(r)} `, state);
       ul.append(li);
     }
-    this.body.append(el('h3', null, 'Follow-ups'), ul);
+    this.body.append(el('h3', null, title), ul);
   }
 
   async readFollowUps(id) {
@@ -596,7 +603,7 @@ export class Detail {
       let what;
       if (e.type === 'progress') what = `${e.progress}%${e.step ? ' ' + e.step : ''}`;
       else if (e.type === 'status') what = `${e.status}${e.outcome && e.outcome !== 'pending' ? ' ' + e.outcome : ''}${e.message ? ' — ' + e.message : ''}`;
-      else what = e.message || '…'; // notification, follow_up: the message says it all
+      else what = e.message || '…'; // notification, follow_up, step: the message says it all
       li.append(el('span', 'ev-id', '#' + id), el('span', 'ev-type', e.type), el('span', null, what));
       if (e.created_at) li.title = time(e.created_at);
       frag.append(li);

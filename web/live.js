@@ -2,8 +2,8 @@
 // browser opens at most 6 HTTP/1.1 connections per origin), with the
 // token as ?access_token= when there is one.
 //
-// Nothing twice, nothing missing: status, progress, notification and
-// follow_up events carry increasing ids (each with its run as of the
+// Nothing twice, nothing missing: status, progress, notification,
+// follow_up and step events carry increasing ids (each with its run as of the
 // event). An event whose id is not above the last one taken is a
 // duplicate and dropped. The browser's own reconnect sends Last-Event-ID;
 // when the EventSource gives up (closed), a new one is opened with
@@ -14,7 +14,7 @@
 // reset (the server does not know the id), onFresh('reset') starts over.
 import { getToken, api } from './api.js';
 
-const KINDS = ['snapshot', 'status', 'progress', 'notification', 'follow_up', 'reset'];
+const KINDS = ['snapshot', 'status', 'progress', 'notification', 'follow_up', 'step', 'reset'];
 // Batches are applied in an animation frame, at most one per MIN_GAP_MS:
 // at 100 events/s, 10 repaints a second show every change as well as 60
 // would, for a sixth of the work.

@@ -6,8 +6,10 @@
  * the workflow's row was locked at a step's end (another replica's sweep
  * goes on from the marker), cancel with steps running, queued and waiting
  * for approval, a workflow of a tenant that waits for approval, and a
- * workflow nested in another, and one too deep. */
+ * workflow nested in another, one too deep, and retries that reuse the
+ * steps that succeeded. */
 #include "../support/harness.h"
+#include "../support/reload.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -23,7 +25,7 @@
 #define DISK_FULL_CONFIG                                                                           \
     "{\"run_types\": {"                                                                            \
     "\"collect-diag\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, \"steps\": "   \
-    "1}},"                                                                                         \
+    "1}, \"then\": [{\"on\": [\"failed\"], \"run_type\": \"page-oncall\"}]},"                      \
     "\"clean-tmp\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 50, \"steps\": 1}},"  \
     "\"rotate-logs\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 150, \"steps\": "   \
     "1}},"                                                                                         \
@@ -219,12 +221,32 @@ START_TEST(disk_full_every_branch)
         "%s", th_js(json_object_get(step, "error"), "message"));
     ck_assert_int_eq(th_ji(step, "attempt"), 0);
     json_decref(step);
+    /* Its events: made and failed in one; and the follow-up its type owes
+     * a failed run. */
+    s = event_messages(&p, "df-nolabels.diagnose", NULL);
+    ck_assert_msg(strncmp(s,
+                          "submitted as step diagnose of df-nolabels; failed: its data names "
+                          "{{input:/labels/instance}}",
+                          90) == 0,
+                  "%s", s);
+    ck_assert_msg(strstr(s, "follow-up 1 (page-oncall) created: df-nolabels.diagnose.1"), "%s", s);
+    free(s);
+    th_expect_outcome(&p, "df-nolabels.diagnose.1", "succeeded", 30);
 
     /* No step succeeded: failed. */
     run = th_wait_done(&p, ids[4], 30);
     ck_assert_str_eq(th_js(run, "outcome"), "failed");
     check_step(run, "only", "failed");
     json_decref(run);
+
+    /* A bulk retry of every failed run leaves the steps out: it retries
+     * the workflows, which run their failed steps again. */
+    th_post_expect(&p, "/runs/retry", NULL,
+                   "{\"filter\": {\"outcome\": [\"failed\"]}, \"dry_run\": true}", 200, &r);
+    ck_assert_int_eq(th_ji(r.json, "matched"), 1); /* lone-1 */
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r.json, "run_ids"), 0)),
+                     "lone-1");
+    th_resp_free(&r);
 
     /* A workflow never reached a worker nor the poller. */
     ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE wf_def IS NOT NULL AND "
@@ -567,8 +589,155 @@ START_TEST(nested_workflow)
     ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 's-1.1.1.x' AND error "
                                    "->> 'code' = 'max_chain_depth' AND attempt = 0"),
                      1);
+    /* Made and ended within one insert, its events are still in order:
+     * made first, its end last. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = 's-1.1.1'"), 3);
+    ck_assert_int_eq(th_sql_int(c, "SELECT ((array_agg(status ORDER BY id))[3] = 'completed' AND "
+                                   "(array_agg(message ORDER BY id))[1] LIKE 'submitted as "
+                                   "follow-up%%')::int FROM run_events WHERE run_id = 's-1.1.1'"),
+                     1);
     free(id);
     PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* A workflow whose step b fails as the configuration says. */
+static char *retry_config(const char *fail)
+{
+    char *out = malloc(2048);
+
+    snprintf(out, 2048,
+             "{\"run_types\": {\"ok\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": "
+             "10, \"steps\": 1}}, \"check\": {\"action\": \"simulate\", \"params\": "
+             "{\"duration_ms\": 10, \"steps\": 1, \"fail\": \"%s\"}}, \"fix\": {\"action\": "
+             "\"workflow\", \"params\": {\"steps\": {\"a\": {\"run_type\": \"ok\"}, \"b\": "
+             "{\"run_type\": \"check\", \"needs\": [\"a\"]}, \"c\": {\"run_type\": \"ok\", "
+             "\"needs\": [\"a\"]}, \"d\": {\"run_type\": \"ok\", \"needs\": [\"b\", \"c\"], "
+             "\"when\": \"always\"}}}}}}",
+             fail);
+    return out;
+}
+
+/* POST /runs/{id}/retry, asserting 202; the new run's id (heap). */
+static char *retry(const struct th_proc *p, const char *id)
+{
+    char path[256], *out;
+    struct th_resp r;
+
+    snprintf(path, sizeof(path), "/runs/%s/retry", id);
+    th_post_expect(p, path, NULL, NULL, 202, &r);
+    ck_assert_str_eq(th_js(r.json, "retry_of"), id);
+    out = strdup(th_js(r.json, "run_id"));
+    th_resp_free(&r);
+    return out;
+}
+
+/* A retry reuses the steps that succeeded and runs the others again; a
+ * retry of that retry reuses through it; a step run that retention took
+ * runs again. */
+START_TEST(retry_reuses_succeeded_steps)
+{
+    char *cfg = retry_config("permanent");
+    char *path = th_config_file("e2e_wf_retry", cfg);
+    char *ci = th_db_create("e2e_wf_retry");
+    const char *args[] = {"--config", path, NULL};
+    struct th_proc p;
+    PGconn *c = th_pg(ci);
+    char *w1, *w2, *w3, *s, want[512];
+    json_t *run;
+
+    th_start(&p, ci, args, NULL);
+    w1 = th_submit(&p, "{\"alert_type\": \"fix\", \"run_id\": \"r-1\"}", 202);
+    run = th_wait_done(&p, w1, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    json_decref(run);
+
+    w2 = retry(&p, w1);
+    run = th_wait_done(&p, w2, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    ck_assert_str_eq(th_js(step_of(run, "a"), "run_id"), "r-1.a");
+    ck_assert_str_eq(th_js(step_of(run, "c"), "run_id"), "r-1.c");
+    ck_assert_str_eq(th_js(step_of(run, "d"), "run_id"), "r-1.d");
+    check_step(run, "b", "failed"); /* its own run, <w2>.b */
+    json_decref(run);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = '%s'", w2), 1);
+    s = event_messages(&p, w2, "step");
+    snprintf(want, sizeof(want), "reused a (r-1.a), c (r-1.c), d (r-1.d); started b|b failed");
+    ck_assert_msg(strcmp(s, want) == 0, "step events of the retry: %s", s);
+    free(s);
+
+    /* Retention took c's run; b succeeds now. */
+    PQclear(th_sql(c, "DELETE FROM runs WHERE id = 'r-1.c'"));
+    free(cfg);
+    cfg = retry_config("never");
+    th_config_rewrite(path, cfg);
+    th_reload(&p, NULL, "run_types.check");
+    w3 = retry(&p, w2);
+    run = th_wait_done(&p, w3, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    ck_assert_str_eq(th_js(step_of(run, "a"), "run_id"), "r-1.a");
+    ck_assert_str_eq(th_js(step_of(run, "d"), "run_id"), "r-1.d");
+    check_step(run, "b", "succeeded");
+    check_step(run, "c", "succeeded");
+    json_decref(run);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = '%s'", w3), 2);
+    th_stop_clean(&p);
+    PQfinish(c);
+    free(w1);
+    free(w2);
+    free(w3);
+    free(cfg);
+    free(ci);
+    free(path);
+}
+END_TEST
+
+#define BIG_CONFIG                                                                                 \
+    "{\"run_types\": {\"nop\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 0, "       \
+    "\"steps\": 0}}, \"grow\": {\"action\": \"workflow\", \"params\": {\"steps\": {"               \
+    "\"a\": {\"run_type\": \"nop\", \"data\": {\"p\": \"{{input:/big}}\"}},"                       \
+    "\"b\": {\"run_type\": \"nop\", \"needs\": [\"a\"], \"data\": {\"p\": \"{{steps.a:}}\", "      \
+    "\"q\": \"{{steps.a:}}\"}},"                                                                   \
+    "\"c\": {\"run_type\": \"nop\", \"needs\": [\"b\"], \"data\": {\"p\": \"{{steps.b:}}\", "      \
+    "\"q\": \"{{steps.b:}}\"}},"                                                                   \
+    "\"d\": {\"run_type\": \"nop\", \"needs\": [\"c\"], \"data\": {\"p\": \"{{steps.c:}}\", "      \
+    "\"q\": \"{{steps.c:}}\"}}}}}}}"
+
+/* A step's input is bounded: data that doubles at each step fails the
+ * step whose input would pass 1 MiB, and the workflow ends. */
+START_TEST(step_input_bounded)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_big", BIG_CONFIG);
+    PGconn *c = th_pg(ci);
+    size_t n = 200 * 1024;
+    char *body = malloc(n + 128), *id;
+    json_t *run;
+
+    n = (size_t)snprintf(body, 128,
+                         "{\"alert_type\": \"grow\", \"run_id\": \"g-1\", \"data\": "
+                         "{\"big\": \"");
+    memset(body + n, 'x', 200 * 1024);
+    n += 200 * 1024;
+    snprintf(body + n, 128, "\"}}");
+    id = th_submit(&p, body, 202);
+    run = th_wait_done(&p, id, 30);
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    check_step(run, "b", "succeeded");
+    check_step(run, "c", "succeeded");
+    check_step(run, "d", "failed");
+    json_decref(run);
+    ck_assert_int_gt(th_sql_int(c, "SELECT octet_length(input::text) FROM runs WHERE id = "
+                                   "'g-1.c'"),
+                     800 * 1024);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'g-1.d' AND error ->> "
+                                   "'code' = 'invalid_step_data' AND error ->> 'message' LIKE "
+                                   "'%%more than 1 MiB' AND input = '{}'"),
+                     1);
+    PQfinish(c);
+    free(body);
+    free(id);
     th_stop_clean(&p);
 }
 END_TEST
@@ -585,6 +754,8 @@ static Suite *workflows_suite(void)
     tcase_add_test(tc, cancel_reaches_every_step);
     tcase_add_test(tc, tenant_and_approval);
     tcase_add_test(tc, nested_workflow);
+    tcase_add_test(tc, retry_reuses_succeeded_steps);
+    tcase_add_test(tc, step_input_bounded);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -96,7 +96,11 @@ static const struct {
     {"{}", P "\": expected at least one step"},
     {"[]", P "\": expected an object of steps"},
     {"{\"a.b\": {\"run_type\": \"verify\"}}",
-     P ".a.b\": a step's name is 1 to 64 of A-Z, a-z, 0-9, \"_\" and \"-\""},
+     P ".a.b\": a step's name is 1 to 64 of A-Z, a-z, 0-9, \"_\" and \"-\", not all digits "
+       "(those name a run's follow-ups)"},
+    {"{\"12\": {\"run_type\": \"verify\"}}",
+     P ".12\": a step's name is 1 to 64 of A-Z, a-z, 0-9, \"_\" and \"-\", not all digits "
+       "(those name a run's follow-ups)"},
     {"{\"a\": 1}", P ".a\": expected an object"},
     {"{\"a\": {\"run_type\": \"verify\", \"need\": []}}",
      "unknown key \"run_types.disk-full.params.steps.a.need\"; did you mean \"needs\"?"},
