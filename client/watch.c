@@ -70,6 +70,32 @@ void watch_format_bar(const json_t *run, int columns, char *out, size_t cap)
     }
 }
 
+void watch_format_steps(const json_t *prev, const json_t *run, char *out, size_t cap)
+{
+    const json_t *steps = json_object_get(json_object_get(run, "workflow"), "steps");
+    const json_t *before = json_object_get(json_object_get(prev, "workflow"), "steps");
+    const char *name;
+    const json_t *s;
+    size_t n = 0;
+
+    if (cap)
+        out[0] = '\0';
+    json_object_foreach((json_t *)steps, name, s)
+    {
+        const char *state = jstr(s, "state", "?");
+        const char *was = jstr(json_object_get(before, name), "state", prev ? "" : "pending");
+        char clean[160], st[32];
+
+        if (strcmp(state, was) == 0 || n + 1 >= cap)
+            continue;
+        report_clean(name, clean, sizeof(clean), 64);
+        report_clean(state, st, sizeof(st), 24);
+        n += (size_t)xsnprintf(out + n, cap - n, "%-8s  %s  %s\n", "step", clean, st);
+        if (n >= cap)
+            n = cap - 1;
+    }
+}
+
 void watch_format_result(const json_t *run, char *out, size_t cap)
 {
     const json_t *error = json_object_get(run, "error");
@@ -143,6 +169,22 @@ static void show_log(struct watch *w, const json_t *line)
     fflush(w->v->out);
 }
 
+/* A workflow's steps that changed since the last state seen: lines of
+ * their own, above the bar on a terminal. */
+static void show_steps(struct watch *w, const json_t *run)
+{
+    char lines[8192];
+
+    watch_format_steps(w->last, run, lines, sizeof(lines));
+    if (!lines[0])
+        return;
+    bar_clear(w);
+    fputs(lines, w->v->out);
+    if (w->v->tty && w->last)
+        bar_draw(w, w->last);
+    fflush(w->v->out);
+}
+
 /* The end: the terminal event held back, the last state staying on the
  * terminal, then how the run ended. */
 static enum watch_exit finish(struct watch *w)
@@ -189,6 +231,7 @@ static enum status on_run_event(void *arg, const struct evparse_event *ev, struc
                 jerr.text);
         return ST_OK;
     }
+    show_steps(w, run);
     json_decref(w->last);
     w->last = run;
     completed = strcmp(jstr(run, "status", ""), "completed") == 0;

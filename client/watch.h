@@ -62,6 +62,11 @@ void watch_format_line(const char *event, const json_t *run, char *out, size_t c
 /* The terminal line: "[#########---------]  50%  running  step 2 of 4",
  * no wider than columns - 1. */
 void watch_format_bar(const json_t *run, int columns, char *out, size_t cap);
+/* The steps of workflow run whose state differs from prev's (prev NULL:
+ * those that are not pending), a line each, in the workflow's order:
+ * "step      clean_tmp  running". The lines (each ending in a newline) go
+ * to out, cut at cap; "" for a run that is not a workflow. */
+void watch_format_steps(const json_t *prev, const json_t *run, char *out, size_t cap);
 /* The last line: "run ID succeeded", or "run ID failed (code): message". */
 void watch_format_result(const json_t *run, char *out, size_t cap);
 /* WATCH_SUCCEEDED for a run that succeeded, else WATCH_OTHER. */

@@ -263,7 +263,7 @@ export class Detail {
     dl.append(el('dt', null, 'Progress'), el('dd'));
     dl.lastChild.append(bar);
     if (r.concurrency) this.renderConcurrency(dl, r);
-    this.field(dl, 'Attempt', r.attempt !== undefined ? `${r.attempt} of ${r.max_attempts}` : null);
+    if (!r.workflow) this.field(dl, 'Attempt', r.attempt !== undefined ? `${r.attempt} of ${r.max_attempts}` : null);
     this.field(dl, 'Initiator', r.initiator);
     this.field(dl, 'Tenant', r.tenant);
     this.field(dl, 'Priority', r.priority);
@@ -289,7 +289,8 @@ export class Detail {
       dl.lastChild.id = 'd-parent';
     }
     b.append(dl);
-    this.renderFollowUps();
+    if (r.workflow) this.renderWorkflow(r);
+    this.renderFollowUps(!!r.workflow);
     const block = (title, v) => {
       if (v === null || v === undefined) return;
       b.append(el('h3', null, title), el('pre', null, json(v)));
@@ -450,13 +451,52 @@ export class Detail {
     }
   }
 
-  // Each follow-up, and each step of a workflow apart: its id (a link),
-  // its step's name or its type, and its status (its outcome once it
-  // ended) as the stream last said.
-  renderFollowUps() {
+  // A workflow's steps in columns by depth (each step one column right of
+  // the deepest step it needs; the steps come needs first), each with its
+  // name, its run type, what it waits for ("after a, b · when failed"),
+  // its state and, once it has one, a link to its run. A step that runs
+  // shows its run's state as the stream last gave it, which comes before
+  // the workflow's own next event.
+  renderWorkflow(r) {
+    const steps = Object.entries(r.workflow.steps || {});
+    const depth = new Map();
+    const cols = [];
+    for (const [name, s] of steps) {
+      const d = Math.max(-1, ...s.needs.map((n) => depth.get(n) ?? 0)) + 1;
+      depth.set(name, d);
+      (cols[d] ||= []).push([name, s]);
+    }
+    const wrap = el('div', 'wf');
+    wrap.id = 'd-workflow';
+    for (const col of cols) {
+      const c = el('ol', 'wf-col');
+      for (const [name, s] of col || []) c.append(this.stepBox(name, s));
+      wrap.append(c);
+    }
+    this.body.append(el('h3', null, 'Steps'), wrap);
+  }
+
+  stepBox(name, s) {
+    const live = s.run_id && s.state !== 'skipped' ? this.runs.get(s.run_id) : null;
+    const state = live ? (live.status === 'completed' ? live.outcome : live.status) : s.state;
+    const li = el('li', 'wf-step');
+    li.dataset.step = name;
+    li.append(el('span', 'wf-name', name), el('span', 'wf-type', s.run_type));
+    if (s.needs.length) {
+      li.append(el('span', 'wf-after', `after ${s.needs.join(', ')}${s.when !== 'succeeded' ? ' · when ' + s.when : ''}`));
+    }
+    li.append(el('span', 'wf-state o-' + state, state));
+    if (s.run_id) li.append(this.runLink(s.run_id));
+    return li;
+  }
+
+  // Each follow-up, and each step of a run that is not a workflow's graph
+  // apart: its id (a link), its step's name or its type, and its status
+  // (its outcome once it ended) as the stream last said.
+  renderFollowUps(graphed) {
     const steps = this.followUps.filter((f) => f.workflow_step);
     const others = this.followUps.filter((f) => !f.workflow_step);
-    if (steps.length) this.renderKids('Steps', 'd-steps', steps, (r) => `${r.workflow_step} (${r.type})`);
+    if (steps.length && !graphed) this.renderKids('Steps', 'd-steps', steps, (r) => `${r.workflow_step} (${r.type})`);
     if (others.length) this.renderKids('Follow-ups', 'd-follow-ups', others, (r) => r.type);
   }
 

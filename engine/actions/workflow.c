@@ -21,8 +21,9 @@ static const struct param_rule workflow_rules[] = {
 
 static enum step workflow_start(struct run_ctx *rc)
 {
-    rc_error(rc, "workflow_claimed",
-             "this run was queued before its type became a workflow; submit it again to run it as one");
+    rc_error(
+        rc, "workflow_claimed",
+        "this run was queued before its type became a workflow; submit it again to run it as one");
     return STEP_FAIL;
 }
 

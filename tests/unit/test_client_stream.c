@@ -255,6 +255,35 @@ START_TEST(event_lines)
 }
 END_TEST
 
+/* A workflow's steps that changed, a line each; nothing for other runs. */
+START_TEST(step_lines)
+{
+    json_t *a = run_json("{\"id\":\"w\",\"status\":\"waiting\",\"workflow\":{\"steps\":{"
+                         "\"diagnose\":{\"state\":\"running\"},\"clean\":{\"state\":\"pending\"},"
+                         "\"page\":{\"state\":\"pending\"}}}}");
+    json_t *b = run_json("{\"id\":\"w\",\"status\":\"waiting\",\"workflow\":{\"steps\":{"
+                         "\"diagnose\":{\"state\":\"succeeded\"},\"clean\":{\"state\":\"queued\"},"
+                         "\"page\":{\"state\":\"skipped\"}}}}");
+    json_t *plain = run_json("{\"id\":\"r\",\"status\":\"running\",\"workflow\":null}");
+    char out[512];
+
+    watch_format_steps(NULL, a, out, sizeof(out));
+    ck_assert_str_eq(out, "step      diagnose  running\n");
+    watch_format_steps(a, b, out, sizeof(out));
+    ck_assert_str_eq(out, "step      diagnose  succeeded\nstep      clean  queued\n"
+                          "step      page  skipped\n");
+    watch_format_steps(b, b, out, sizeof(out));
+    ck_assert_str_eq(out, "");
+    watch_format_steps(NULL, plain, out, sizeof(out));
+    ck_assert_str_eq(out, "");
+    watch_format_steps(a, b, out, 20); /* cut, still a string */
+    ck_assert_uint_lt(strlen(out), 20);
+    json_decref(a);
+    json_decref(b);
+    json_decref(plain);
+}
+END_TEST
+
 START_TEST(progress_bar)
 {
     json_t *run = run_json("{\"id\":\"r\",\"status\":\"running\",\"outcome\":\"pending\","
@@ -520,6 +549,7 @@ static Suite *client_stream_suite(void)
     tcase_add_test(tp, reset_keeps_id);
     tcase_add_test(tp, caps_and_stops);
     tcase_add_test(tw, event_lines);
+    tcase_add_test(tw, step_lines);
     tcase_add_test(tw, progress_bar);
     tcase_add_test(tw, result_line);
     tcase_add_test(tw, clean_text);
