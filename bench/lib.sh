@@ -1,6 +1,7 @@
 # bench/lib.sh — what the benchmark scripts share; sourced by run.sh,
 # streams.sh, poller.sh, all.sh, drain.sh, pgcost.sh, lateness.sh, bulk.sh,
-# replicas.sh, profile.sh and lifecycle.sh from the repository's root.
+# replicas.sh, profile.sh, lifecycle.sh, workflows.sh and the others from
+# the repository's root.
 #
 #   bench_build [DEPS...] -- TARGETS...   installs missing packages (scripts/deps.sh,
 #                                         plus DEPS) and builds TARGETS in build/ (Release)
