@@ -4,6 +4,7 @@
 #include "client/logline.h"
 #include "client/report.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The biggest event accepted: a run's JSON with its input and result. */
@@ -17,6 +18,11 @@ struct watch {
     const char *id;
     const struct watch_view *v;
     struct follow run, log;
+    /* a workflow's steps (GET /stream?parent_id=), started once the run
+     * shows it is one; steps_seen holds the states printed, in the shape of
+     * a run's "workflow" member */
+    struct follow steps;
+    json_t *steps_seen;
     json_t *last;     /* the newest state of the run seen */
     bool shown;       /* an event was shown */
     char held[16];    /* the type of the terminal event not shown yet, or "" */
@@ -96,6 +102,19 @@ void watch_format_steps(const json_t *prev, const json_t *run, char *out, size_t
     }
 }
 
+int watch_step_rank(const char *state)
+{
+    if (!state || !*state || strcmp(state, "pending") == 0)
+        return 0;
+    if (strcmp(state, "queued") == 0 || strcmp(state, "waiting") == 0)
+        return 1;
+    if (strcmp(state, "running") == 0)
+        return 2;
+    if (strcmp(state, "cancelling") == 0)
+        return 3;
+    return 4; /* an outcome, or skipped */
+}
+
 void watch_format_result(const json_t *run, char *out, size_t cap)
 {
     const json_t *error = json_object_get(run, "error");
@@ -169,13 +188,40 @@ static void show_log(struct watch *w, const json_t *line)
     fflush(w->v->out);
 }
 
-/* A workflow's steps that changed since the last state seen: lines of
- * their own, above the bar on a terminal. */
+/* The states of a workflow's steps in run (a run object, or one made of a
+ * step's frame) that differ from those printed: lines of their own, above
+ * the bar on a terminal; then they are the ones printed. */
 static void show_steps(struct watch *w, const json_t *run)
 {
+    const json_t *steps = json_object_get(json_object_get(run, "workflow"), "steps");
+    json_t *seen, *fresh;
+    const char *name;
+    const json_t *s;
     char lines[8192];
 
-    watch_format_steps(w->last, run, lines, sizeof(lines));
+    if (!json_is_object(steps))
+        return;
+    if (!w->steps_seen && !(w->steps_seen = json_pack("{s:{s:{}}}", "workflow", "steps")))
+        abort(); /* jansson fails only when it cannot allocate */
+    seen = json_object_get(json_object_get(w->steps_seen, "workflow"), "steps");
+    /* The two streams disagree for a moment (a step's own events may come
+     * after the workflow's member showed it further on): a state is never
+     * taken back. */
+    if (!(fresh = json_pack("{s:{s:{}}}", "workflow", "steps")))
+        abort();
+    json_object_foreach((json_t *)steps, name, s)
+    {
+        const char *state = jstr(s, "state", "?");
+        if (watch_step_rank(state) <
+            watch_step_rank(jstr(json_object_get(seen, name), "state", "")))
+            continue;
+        json_object_set(json_object_get(json_object_get(fresh, "workflow"), "steps"), name,
+                        (json_t *)s);
+    }
+    watch_format_steps(json_object_size(seen) ? w->steps_seen : NULL, fresh, lines, sizeof(lines));
+    json_object_foreach(json_object_get(json_object_get(fresh, "workflow"), "steps"), name, s)
+        json_object_set_new(seen, name, json_pack("{s:s}", "state", jstr(s, "state", "?")));
+    json_decref(fresh);
     if (!lines[0])
         return;
     bar_clear(w);
@@ -183,6 +229,33 @@ static void show_steps(struct watch *w, const json_t *run)
     if (w->v->tty && w->last)
         bar_draw(w, w->last);
     fflush(w->v->out);
+}
+
+/* An event of one of the workflow's steps (its own run's status): the
+ * step's state as the workflow's member would show it. Follow-ups of the
+ * workflow (parent_id too, no workflow_step) are not steps. */
+static enum status on_step_event(void *arg, const struct evparse_event *ev, struct error *err)
+{
+    struct watch *w = arg;
+    json_t *run, *one;
+    const char *name, *status;
+
+    (void)err;
+    if (!STR_IN(ev->type, "snapshot", "status", "progress"))
+        return ST_OK;
+    run = json_loadb(ev->data, ev->data_len, 0, NULL);
+    name = jstr(run, "workflow_step", NULL);
+    status = jstr(run, "status", NULL);
+    if (name && status) {
+        one = json_pack("{s:{s:{s:{s:s}}}}", "workflow", "steps", name, "state",
+                        strcmp(status, "completed") == 0 ? jstr(run, "outcome", "?") : status);
+        if (!one)
+            abort(); /* jansson fails only when it cannot allocate */
+        show_steps(w, one);
+        json_decref(one);
+    }
+    json_decref(run);
+    return ST_OK;
 }
 
 /* The end: the terminal event held back, the last state staying on the
@@ -210,6 +283,7 @@ static void run_done(struct watch *w, int64_t now)
     w->done = true;
     w->done_ms = now;
     follow_done(&w->run);
+    follow_done(&w->steps);
     follow_start(&w->log); /* if the run ended before any event was shown */
 }
 
@@ -232,6 +306,8 @@ static enum status on_run_event(void *arg, const struct evparse_event *ev, struc
         return ST_OK;
     }
     show_steps(w, run);
+    if (json_is_object(json_object_get(run, "workflow")) && w->steps.state == FOLLOW_IDLE)
+        follow_start(&w->steps); /* a workflow: its steps' own events too */
     json_decref(w->last);
     w->last = run;
     completed = strcmp(jstr(run, "status", ""), "completed") == 0;
@@ -355,6 +431,7 @@ static int64_t wait_ms(const struct watch *w, int64_t now)
     int64_t ms = follow_wait_ms(&w->run, now, WAIT_MAX_MS);
 
     ms = follow_wait_ms(&w->log, now, ms);
+    ms = follow_wait_ms(&w->steps, now, ms);
     if (w->done && !w->log_over) {
         int64_t left = w->done_ms + WATCH_LOG_WAIT_S * 1000 - now;
         ms = left < 0 ? 0 : left < ms ? left : ms;
@@ -370,12 +447,16 @@ enum watch_exit watch_run(struct api *a, const char *id, const struct watch_view
          *log_path = xasprintf("/runs/%s/logs/stream", id);
     char *run_what = xasprintf("stream of run %s", id),
          *log_what = xasprintf("log stream of run %s", id);
+    char *steps_path = xasprintf("/stream?parent_id=%s", id),
+         *steps_what = xasprintf("stream of the steps of run %s", id);
     int rc = -1;
 
     follow_init(&w.run, run_path, run_what, EVENT_MAX, on_run_event, &w, v->err);
     follow_init(&w.log, log_path, log_what, LOGLINE_EVENT_MAX, on_log_event, &w, v->err);
+    follow_init(&w.steps, steps_path, steps_what, EVENT_MAX, on_step_event, &w, v->err);
     w.run.before_note = bar_clear_cb, w.run.note_arg = &w;
     w.log.quiet = true;
+    w.steps.quiet = true; /* the workflow's own events say how its steps end */
     follow_start(&w.run);
     while (rc < 0) {
         int64_t now = clock_mono_ms();
@@ -384,15 +465,21 @@ enum watch_exit watch_run(struct api *a, const char *id, const struct watch_view
         rc = step_run(&w, m, now);
         if (rc < 0 && !w.log_over)
             step_log(&w, m, now);
+        if (rc < 0 && (w.steps.state == FOLLOW_OPEN || w.steps.state == FOLLOW_WAITING))
+            (void)follow_step(&w.steps, m, now); /* secondary: errors left to the run's */
         if (rc < 0 && w.done && log_settled(&w, now))
             rc = (int)finish(&w);
     }
     follow_cleanup(&w.run);
     follow_cleanup(&w.log);
+    follow_cleanup(&w.steps);
     api_multi_free(m);
     json_decref(w.last);
+    json_decref(w.steps_seen);
     free(run_path);
     free(log_path);
+    free(steps_path);
+    free(steps_what);
     free(run_what);
     free(log_what);
     return (enum watch_exit)rc;

@@ -67,6 +67,10 @@ void watch_format_bar(const json_t *run, int columns, char *out, size_t cap);
  * "step      clean_tmp  running". The lines (each ending in a newline) go
  * to out, cut at cap; "" for a run that is not a workflow. */
 void watch_format_steps(const json_t *prev, const json_t *run, char *out, size_t cap);
+/* How far on a step's state is: pending 0, queued or waiting 1, running 2,
+ * cancelling 3, an outcome or skipped 4 (watch never shows a step go
+ * back). */
+int watch_step_rank(const char *state);
 /* The last line: "run ID succeeded", or "run ID failed (code): message". */
 void watch_format_result(const json_t *run, char *out, size_t cap);
 /* WATCH_SUCCEEDED for a run that succeeded, else WATCH_OTHER. */

@@ -211,10 +211,10 @@ enum status alerts_parse_generic(const json_t *body, struct submission *out, str
 /* The long-poll parameter "wait": whole seconds 0..WAIT_MAX_S, 0 when
  * absent; *wait_ms gets milliseconds. */
 enum status parse_wait(const struct request *rq, int64_t *wait_ms, struct error *err) WUR;
-/* GET /stream's filters "type" (NULL when absent) and "status" (*has_status
- * false when absent). */
-enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
-                                enum run_status *status, struct error *err) WUR;
+/* GET /stream's filters "type" and "parent_id" (NULL when absent) and
+ * "status" (*has_status false when absent). */
+enum status stream_parse_filter(const struct request *rq, const char **type, const char **parent_id,
+                                bool *has_status, enum run_status *status, struct error *err) WUR;
 /* GET /runs/{id}/logs's query: attempt, after, limit into q (tenant and
  * run_id left alone), and whether the answer is plain text (?format=text,
  * or an Accept header naming text/plain and not JSON); field problems go

@@ -93,12 +93,14 @@ static void parse_approval(const char *v, struct run_filter *f, struct error *er
         error_field(err, ST_INVALID, "approval", "must be pending");
 }
 
-enum status stream_parse_filter(const struct request *rq, const char **type, bool *has_status,
-                                enum run_status *status, struct error *err)
+enum status stream_parse_filter(const struct request *rq, const char **type, const char **parent_id,
+                                bool *has_status, enum run_status *status, struct error *err)
 {
     *type = NULL;
+    *parent_id = NULL;
     parse_status(rq->query(rq, "status"), has_status, status, err);
     parse_text(rq->query(rq, "type"), "type", 64, type, err);
+    parse_text(rq->query(rq, "parent_id"), "parent_id", RUN_ID_MAX, parent_id, err);
     return err && err->nfields > 0 ? ST_INVALID : ST_OK;
 }
 

@@ -76,8 +76,10 @@ struct frame *hub_frame_new(const struct event_row *ev)
     char *compact = ev->run_json_compact ? NULL : hub_json_compact(ev->run_json);
     const char *data = compact ? compact : ev->run_json;
     size_t len = hub_frame_len(ev->id, ev->kind, data);
+    const char *parent = ev->parent_id ? ev->parent_id : "";
     size_t tl = strlen(ev->tenant) + 1, rl = strlen(ev->run_id) + 1, yl = strlen(ev->run_type) + 1;
-    struct frame *f = xmalloc(sizeof(*f) + len + 1 + tl + rl + yl);
+    size_t pl = strlen(parent) + 1;
+    struct frame *f = xmalloc(sizeof(*f) + len + 1 + tl + rl + yl + pl);
     char *p = f->text + len + 1;
 
     f->len = hub_frame_write(f->text, ev->id, ev->kind, data, &f->id_len);
@@ -86,6 +88,7 @@ struct frame *hub_frame_new(const struct event_row *ev)
     f->tenant = memcpy(p, ev->tenant, tl);
     f->run_id = memcpy(p + tl, ev->run_id, rl);
     f->run_type = memcpy(p + tl + rl, ev->run_type, yl);
+    f->parent_id = memcpy(p + tl + rl + yl, parent, pl);
     f->run_hash = hub_run_hash(ev->run_id);
     f->status = ev->status;
     f->terminal = run_status_is_terminal(ev->status);
@@ -104,6 +107,7 @@ struct frame *hub_frame_ended(const struct event_row *ev)
     f->tenant = memcpy(p, ev->tenant, tl);
     f->run_id = memcpy(p + tl, ev->run_id, rl);
     f->run_type = "";
+    f->parent_id = "";
     f->run_hash = hub_run_hash(ev->run_id);
     f->status = ev->status;
     f->terminal = true;

@@ -17,6 +17,7 @@ struct frame {
     int64_t id;
     uint64_t run_hash;
     const char *tenant, *run_id, *run_type;
+    const char *parent_id; /* "" for none */
     enum run_status status;
     bool terminal;
     size_t id_len; /* of the "id: N\n" line */
@@ -33,7 +34,7 @@ struct hub_sub {
     struct hub *h;
     struct hub_sub *prev, *next;
     /* the filter, immutable once registered; tenant NULL: every tenant */
-    char *tenant, *run_id, *run_type;
+    char *tenant, *run_id, *run_type, *parent_id;
     bool has_status;
     enum run_status status;
     uint64_t run_hash;

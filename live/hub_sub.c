@@ -22,6 +22,8 @@ static bool sub_selects(const struct hub_sub *s, const struct frame *f)
         return f->run_hash == s->run_hash && strcmp(f->run_id, s->run_id) == 0;
     if (s->run_type && strcmp(f->run_type, s->run_type) != 0)
         return false;
+    if (s->parent_id && strcmp(f->parent_id, s->parent_id) != 0)
+        return false;
     return !s->has_status || f->status == s->status;
 }
 
@@ -167,6 +169,7 @@ enum status hub_sub_new(struct hub *h, const struct event_filter *f, const struc
     s->tenant = dup_or_null(f->tenant);
     s->run_id = dup_or_null(f->run_id);
     s->run_type = dup_or_null(f->run_type);
+    s->parent_id = dup_or_null(f->parent_id);
     s->has_status = f->has_status;
     s->status = f->status;
     s->run_hash = f->run_id ? hub_run_hash(f->run_id) : 0;
@@ -207,6 +210,7 @@ void hub_sub_free(struct hub_sub *s)
     free(s->tenant);
     free(s->run_id);
     free(s->run_type);
+    free(s->parent_id);
     free(s);
 }
 

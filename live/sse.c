@@ -142,6 +142,7 @@ static void stream_free(struct sse_stream *s)
     free((char *)s->f.tenant);
     free((char *)s->f.run_id);
     free((char *)s->f.run_type);
+    free((char *)s->f.parent_id);
     active_cursor_cleanup(&s->run_cursor);
     dynbuf_free(&s->out);
     free(s);
@@ -232,8 +233,12 @@ enum status sse_open(struct hub *h, struct db_pool *pool, const struct sse_reque
     }
     dynbuf_init(&s->out, SSE_OUT_MAX);
     s->pool = pool;
-    s->f = (struct event_filter){dup_or_null(rq->tenant), dup_or_null(rq->run_id),
-                                 dup_or_null(rq->run_type), rq->has_status, rq->status};
+    s->f = (struct event_filter){dup_or_null(rq->tenant),
+                                 dup_or_null(rq->run_id),
+                                 dup_or_null(rq->run_type),
+                                 rq->has_status,
+                                 rq->status,
+                                 dup_or_null(rq->parent_id)};
     st = hub_sub_new(h, &s->f, w, &s->sub, &pos, err);
     if (st == ST_OK)
         st = db_pool_get_wait(pool, POOL_WAIT_MS, &db, err);

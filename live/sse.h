@@ -38,7 +38,8 @@ struct sse_request {
     const char *tenant;   /* NULL: every tenant (GET /stream only) */
     const char *run_id;   /* NULL: GET /stream */
     const char *run_type; /* GET /stream filters, NULL = any */
-    bool has_status;      /* false = any */
+    const char *parent_id;
+    bool has_status; /* false = any */
     enum run_status status;
     bool has_last_id;
     int64_t last_id;

@@ -98,8 +98,8 @@ static enum status stream_params(struct req_ctx *rc, struct sse_request *q, stru
         if (!sse_parse_last_id(lid, &q->last_id))
             error_field(err, ST_INVALID, field, "must be an event id (a decimal integer)");
     }
-    if (!q->run_id &&
-        stream_parse_filter(&rq, &q->run_type, &q->has_status, &q->status, err) != ST_OK)
+    if (!q->run_id && stream_parse_filter(&rq, &q->run_type, &q->parent_id, &q->has_status,
+                                          &q->status, err) != ST_OK)
         return ST_INVALID; /* err has every field, Last-Event-ID's too */
     if (err->nfields)
         return ST_INVALID;

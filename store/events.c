@@ -27,7 +27,8 @@ static const struct stmt S_SETTLED = {"events_settled", "SELECT opsrun_events_se
  * once, on the first of its events in the page (i = fi, the row numbers
  * from 0), and set as of each event in C (deliver_runs): building it cost
  * more than everything else the reader does. Columns: EVENT_COLS's, then
- * the event's outcome, progress and step, then fi. */
+ * the event's outcome, progress and step, then fi, then the run's
+ * parent_id (GET /stream?parent_id=). */
 static const struct stmt S_AFTER = {
     "events_after",
     "WITH e AS (SELECT id, tenant, run_id, run_created_at, type, status, outcome, progress, step "
@@ -38,7 +39,7 @@ static const struct stmt S_AFTER = {
     "AS fi FROM k) "
     "SELECT e.id, e.tenant, e.run_id, e.type, e.status, r.type, "
     "CASE WHEN r.id IS NOT NULL AND e.i = e.fi THEN opsrun_run_json(r)::text END, "
-    "e.outcome, e.progress, e.step, e.fi "
+    "e.outcome, e.progress, e.step, e.fi, r.parent_id "
     "FROM f e LEFT JOIN runs r ON " EVENT_OF_RUN " ORDER BY e.id"};
 /* The events that complete a run, for long-polls: no run, no join. */
 static const struct stmt S_ENDED = {
@@ -63,7 +64,7 @@ static const struct stmt S_REPLAY_ALL = {
     "WHERE e.id > $1::bigint AND e.id <= $2::bigint AND ($3::text IS NULL OR "
     "e.tenant = $3) "
     "AND ($4::text IS NULL OR r.type = $4) AND ($5::text IS NULL OR e.status = $5) "
-    "ORDER BY e.id LIMIT $6::int"};
+    "AND ($7::text IS NULL OR r.parent_id = $7) ORDER BY e.id LIMIT $6::int"};
 /* One statement, so the run and its newest event id agree: every writer
  * locks the run row before it inserts the event (design-event-order.md). */
 static const struct stmt S_RUN_SNAPSHOT = {
@@ -80,7 +81,7 @@ static const struct stmt S_RUN_SNAPSHOT = {
     "r.tenant, r.id, 'snapshot', r.status, r.type, "                                               \
     "opsrun_run_json(r)::text FROM runs r WHERE r.status <> 'completed' AND " cond " "             \
     "AND ($3::text IS NULL OR r.type = $3) AND ($4::text IS NULL OR r.status = $4) "               \
-    "ORDER BY " order " LIMIT $5::int"
+    "AND ($6::text IS NULL OR r.parent_id = $6) ORDER BY " order " LIMIT $5::int"
 static const struct stmt S_ACTIVE = {"events_active",
                                      ACTIVE_SQL("r.tenant = $1 AND r.id > $2", "r.id")};
 static const struct stmt S_ACTIVE_ALL = {
@@ -230,6 +231,8 @@ static enum status deliver_run_row(struct db *db, const PGresult *r, int i, json
     char *text = NULL;
     struct event_row ev = event_of(r, i, NULL);
     enum status st = ST_OK;
+
+    ev.parent_id = db_val(r, i, 11);
 
     if (fi == i && db_val(r, i, 6))
         runs[i] = json_loads(db_val(r, i, 6), 0, NULL);
@@ -393,8 +396,8 @@ enum status store_events_replay(struct db *db, const struct event_filter *f, int
         const char *p[5] = {f->tenant, f->run_id, a, u, l};
         st = db_run(db, &S_REPLAY_RUN, 5, p, &r, err);
     } else {
-        const char *p[6] = {a, u, f->tenant, f->run_type, status_param(f), l};
-        st = db_run(db, &S_REPLAY_ALL, 6, p, &r, err);
+        const char *p[7] = {a, u, f->tenant, f->run_type, status_param(f), l, f->parent_id};
+        st = db_run(db, &S_REPLAY_ALL, 7, p, &r, err);
     }
     if (st != ST_OK)
         return st;
@@ -451,8 +454,12 @@ enum status store_events_active(struct db *db, const struct event_filter *f,
                                 int *n, struct error *err)
 {
     char l[16];
-    const char *p[5] = {f->tenant ? f->tenant : (after->tenant ? after->tenant : ""),
-                        after->run_id ? after->run_id : "", f->run_type, status_param(f), l};
+    const char *p[6] = {f->tenant ? f->tenant : (after->tenant ? after->tenant : ""),
+                        after->run_id ? after->run_id : "",
+                        f->run_type,
+                        status_param(f),
+                        l,
+                        f->parent_id};
     PGresult *r;
     enum status st = check_page(0, limit, err);
 
@@ -460,7 +467,7 @@ enum status store_events_active(struct db *db, const struct event_filter *f,
     if (st != ST_OK)
         return st;
     xsnprintf(l, sizeof(l), "%d", limit);
-    st = db_run(db, f->tenant ? &S_ACTIVE : &S_ACTIVE_ALL, 5, p, &r, err);
+    st = db_run(db, f->tenant ? &S_ACTIVE : &S_ACTIVE_ALL, 6, p, &r, err);
     if (st != ST_OK)
         return st;
     st = deliver(r, fn, arg, n, err);

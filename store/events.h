@@ -60,6 +60,7 @@ struct event_row {
     const char *run_type;
     const char *run_json;
     bool run_json_compact; /* run_json is in jansson's compact form already */
+    const char *parent_id; /* the run's parent_id (store_events_after only; NULL: none) */
 };
 typedef void (*event_fn)(void *arg, const struct event_row *ev);
 
@@ -104,6 +105,8 @@ struct event_filter {
     const char *run_type; /* NULL: any (only without run_id) */
     bool has_status;      /* false: any (only without run_id) */
     enum run_status status;
+    const char
+        *parent_id; /* NULL: any; else the runs whose parent_id it is (only without run_id) */
 };
 
 /* Like store_events_after, restricted to the filter; events of runs that

@@ -8,8 +8,10 @@
  * for approval, a workflow of a tenant that waits for approval, and a
  * workflow nested in another, one too deep, and retries that reuse the
  * steps that succeeded. */
+#include "../support/cli.h"
 #include "../support/harness.h"
 #include "../support/reload.h"
+#include "../support/sse.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -749,6 +751,88 @@ START_TEST(step_input_bounded)
 }
 END_TEST
 
+/* GET /stream?parent_id=W: the snapshots of W's active steps, then their
+ * events, and nothing of W itself nor of another workflow's steps; a bad
+ * parent_id is 400. */
+START_TEST(stream_of_a_workflows_steps)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_stream", KILL_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *id = th_submit(&p, "{\"alert_type\": \"two\", \"run_id\": \"s-1\"}", 202), *other;
+    struct th_sse *s;
+    struct th_sse_event ev;
+    int snapshots = 0, ends = 0;
+    bool second = false;
+    struct th_resp r;
+
+    ck_assert(th_wait_status(&p, "s-1.first", "running", 10000));
+    s = th_sse_open(p.port, "/stream?parent_id=s-1", NULL, 0);
+    ck_assert_int_eq(s->status, 200);
+    other = th_submit(&p, "{\"alert_type\": \"two\", \"run_id\": \"s-2\"}", 202);
+    for (long long t0 = th_now_ms(); th_now_ms() - t0 < 20000 && ends < 3;) {
+        const char *rid;
+        int got = th_sse_next(s, &ev, 2000);
+        if (got < 0)
+            break;
+        if (got == 0)
+            continue;
+        rid = ev.json ? th_js(ev.json, "id") : NULL;
+        ck_assert_msg(rid && strncmp(rid, "s-1.", 4) == 0, "a frame of %s on s-1's stream",
+                      rid ? rid : ev.data);
+        ck_assert_str_eq(th_js(ev.json, "parent_id"), "s-1");
+        snapshots += strcmp(ev.event, "snapshot") == 0;
+        second = second || strcmp(rid, "s-1.second") == 0;
+        ends += th_streq(th_js(ev.json, "status"), "completed");
+        th_sse_event_free(&ev);
+    }
+    ck_assert_int_ge(snapshots, 2); /* first and other, active at connect */
+    ck_assert_int_eq(ends, 3);      /* first, other, second */
+    ck_assert(second);
+    th_sse_close(s);
+    th_get(p.url, "/stream?parent_id=", &r);
+    ck_assert_int_eq(r.status, 400);
+    th_resp_free(&r);
+    th_expect_outcome(&p, id, "succeeded", 30);
+    th_expect_outcome(&p, other, "succeeded", 30);
+    PQfinish(c);
+    free(id);
+    free(other);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* opsrun watch on a workflow: each step's state as it changes, in the
+ * order a step moves on (never back), then the workflow's end. */
+START_TEST(watch_a_workflow)
+{
+    struct th_proc p;
+    struct cli c;
+    char *id, *steps;
+
+    th_start_fresh(&p, "e2e_wf_watch", KILL_CONFIG);
+    id = th_submit(&p, "{\"alert_type\": \"two\", \"run_id\": \"v-1\"}", 202);
+    CLI(&c, p.url, 0, "watch", "v-1");
+    steps = cli_lines_with(c.out, "step      ", true);
+    /* first and other run side by side, then second */
+    ck_assert_msg(strstr(steps, "step      first  running\n") &&
+                      strstr(steps, "step      other  running\n") &&
+                      strstr(steps, "step      first  succeeded\n") &&
+                      strstr(steps, "step      other  succeeded\n") &&
+                      strstr(steps, "step      second  succeeded\n"),
+                  "watch printed:\n%s", c.out);
+    ck_assert(strstr(steps, "step      first  running\n") <
+              strstr(steps, "step      first  succeeded\n"));
+    ck_assert_ptr_null(
+        strstr(strstr(steps, "step      first  succeeded\n"), "step      first  running\n"));
+    ck_assert_msg(strstr(c.out, "run v-1 succeeded\n"), "%s", c.out);
+    free(steps);
+    cli_free(&c);
+    free(id);
+    th_stop_clean(&p);
+}
+END_TEST
+
 static Suite *workflows_suite(void)
 {
     Suite *s = suite_create("workflows");
@@ -763,6 +847,8 @@ static Suite *workflows_suite(void)
     tcase_add_test(tc, nested_workflow);
     tcase_add_test(tc, retry_reuses_succeeded_steps);
     tcase_add_test(tc, step_input_bounded);
+    tcase_add_test(tc, stream_of_a_workflows_steps);
+    tcase_add_test(tc, watch_a_workflow);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -276,6 +276,11 @@ START_TEST(step_lines)
     ck_assert_str_eq(out, "");
     watch_format_steps(NULL, plain, out, sizeof(out));
     ck_assert_str_eq(out, "");
+    ck_assert_int_lt(watch_step_rank("pending"), watch_step_rank("queued"));
+    ck_assert_int_eq(watch_step_rank("queued"), watch_step_rank("waiting"));
+    ck_assert_int_lt(watch_step_rank("waiting"), watch_step_rank("running"));
+    ck_assert_int_lt(watch_step_rank("cancelling"), watch_step_rank("skipped"));
+    ck_assert_int_eq(watch_step_rank("succeeded"), watch_step_rank("failed"));
     watch_format_steps(a, b, out, 20); /* cut, still a string */
     ck_assert_uint_lt(strlen(out), 20);
     json_decref(a);

@@ -194,25 +194,29 @@ END_TEST
 
 START_TEST(stream_filter)
 {
-    struct qpairs q = {{"type", "status", "limit"}, {"demo", "running", "junk"}};
-    struct qpairs bad = {{"type", "status"}, {"", "done"}};
+    struct qpairs q = {{"type", "status", "limit", "parent_id"},
+                       {"demo", "running", "junk", "w-1"}};
+    struct qpairs bad = {{"type", "status", "parent_id"}, {"", "done", ""}};
     struct request rq = {.query = qlookup, .query_arg = &q};
-    const char *type;
+    const char *type, *parent;
     bool has_status;
     enum run_status status;
     struct error err = {0};
 
-    ck_assert_int_eq(stream_parse_filter(&rq, &type, &has_status, &status, &err),
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &parent, &has_status, &status, &err),
                      ST_OK); /* limit: not ours */
     ck_assert_str_eq(type, "demo");
+    ck_assert_str_eq(parent, "w-1");
     ck_assert(has_status);
     ck_assert_int_eq(status, RUN_RUNNING);
     rq.query_arg = &bad;
-    ck_assert_int_eq(stream_parse_filter(&rq, &type, &has_status, &status, &err), ST_INVALID);
+    ck_assert_int_eq(stream_parse_filter(&rq, &type, &parent, &has_status, &status, &err),
+                     ST_INVALID);
     ck_assert(!has_status);
-    ck_assert_uint_eq(err.nfields, 2);
+    ck_assert_uint_eq(err.nfields, 3);
     ck_assert_str_eq(err.fields[0].field, "status");
     ck_assert_str_eq(err.fields[1].field, "type");
+    ck_assert_str_eq(err.fields[2].field, "parent_id");
 }
 END_TEST
 

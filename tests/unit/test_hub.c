@@ -67,8 +67,8 @@ static enum run_status status_of(const char *name)
 static struct hub_sub *subscribe(struct hub *h, const char *run_id, const char *type,
                                  const char *status, struct conn *c)
 {
-    const struct event_filter f = {"t", run_id, type, status != NULL,
-                                   status ? status_of(status) : RUN_QUEUED};
+    const struct event_filter f = {
+        "t", run_id, type, status != NULL, status ? status_of(status) : RUN_QUEUED, NULL};
     const struct hub_wake w = {fake_suspend, fake_resume, c};
     struct hub_sub *s = NULL;
     struct error err = {0};
@@ -79,17 +79,30 @@ static struct hub_sub *subscribe(struct hub *h, const char *run_id, const char *
     return s;
 }
 
-/* One event of run r in tenant t, type T, with a small run JSON. */
-static void inject(struct hub *h, int64_t id, const char *run, const char *status)
+/* One event of run r in tenant t, type T, with a small run JSON, the run's
+ * parent_id parent (NULL: none). */
+static void inject_child(struct hub *h, int64_t id, const char *run, const char *status,
+                         const char *parent)
 {
     char json[160];
-    struct event_row ev = {
-        id,  "t",  run,  strcmp(status, "completed") ? "progress" : "status", status_of(status),
-        "T", json, false};
+    struct event_row ev = {id,
+                           "t",
+                           run,
+                           strcmp(status, "completed") ? "progress" : "status",
+                           status_of(status),
+                           "T",
+                           json,
+                           false,
+                           parent};
 
     snprintf(json, sizeof(json), "{\"id\" : \"%s\", \"status\" : \"%s\", \"n\" : %lld}", run,
              status, (long long)id);
     hub_inject(h, &ev, 1, id);
+}
+
+static void inject(struct hub *h, int64_t id, const char *run, const char *status)
+{
+    inject_child(h, id, run, status, NULL);
 }
 
 /* Reads everything available, max bytes per call; returns the last result
@@ -173,6 +186,36 @@ START_TEST(filters)
 }
 END_TEST
 
+/* GET /stream?parent_id=w1: the frames of w1's steps (or follow-ups) only,
+ * not w1's own nor another parent's children nor runs without a parent. */
+START_TEST(parent_filter)
+{
+    struct hub *h = new_hub(64, 1 << 20, 10);
+    struct conn c = {0};
+    const struct event_filter f = {"t", NULL, NULL, false, RUN_QUEUED, "w1"};
+    const struct hub_wake w = {fake_suspend, fake_resume, &c};
+    struct hub_sub *s = NULL;
+    struct error err = {0};
+    char out[4096] = "";
+    int64_t pos = -1;
+
+    ck_assert_int_eq(hub_sub_new(h, &f, &w, &s, &pos, &err), ST_OK);
+    inject(h, 1, "w1", "waiting");
+    inject_child(h, 2, "w1.a", "running", "w1");
+    inject_child(h, 3, "w2.a", "running", "w2");
+    inject(h, 4, "x", "running");
+    inject_child(h, 5, "w1.b", "completed", "w1");
+    ck_assert_int_eq(read_all(s, out, sizeof(out), 4096), HUB_SUSPENDED);
+    ck_assert_ptr_null(strstr(out, "id: 1\n"));
+    ck_assert_ptr_nonnull(strstr(out, "id: 2\n"));
+    ck_assert_ptr_null(strstr(out, "id: 3\n"));
+    ck_assert_ptr_null(strstr(out, "id: 4\n"));
+    ck_assert_ptr_nonnull(strstr(out, "id: 5\n"));
+    hub_sub_free(s);
+    hub_free(h);
+}
+END_TEST
+
 /* A subscriber sees its tenant only; one without a tenant (an admin's
  * GET /stream) sees every tenant; a run stream never sees the same run id
  * of another tenant. */
@@ -180,14 +223,14 @@ START_TEST(tenants)
 {
     struct hub *h = new_hub(64, 1 << 20, 10);
     struct conn ct = {0}, ca = {0}, cr = {0};
-    const struct event_filter all = {NULL, NULL, NULL, false, RUN_QUEUED};
+    const struct event_filter all = {NULL, NULL, NULL, false, RUN_QUEUED, NULL};
     const struct hub_wake w = {fake_suspend, fake_resume, &ca};
     struct hub_sub *t = subscribe(h, NULL, NULL, NULL, &ct);
     struct hub_sub *r = subscribe(h, "r1", NULL, NULL, &cr);
     struct hub_sub *a = NULL;
     struct error err = {0};
     char out[4096] = "", json[64] = "{\"id\":\"r1\"}";
-    struct event_row ev = {1, "u", "r1", "progress", RUN_RUNNING, "T", json, false};
+    struct event_row ev = {1, "u", "r1", "progress", RUN_RUNNING, "T", json, false, NULL};
     int64_t pos;
 
     ck_assert_int_eq(hub_sub_new(h, &all, &w, &a, &pos, &err), ST_OK);
@@ -355,7 +398,7 @@ START_TEST(limit_and_close)
     struct conn c1 = {0}, c2 = {0}, c3 = {0};
     struct hub_sub *s1 = subscribe(h, NULL, NULL, NULL, &c1);
     struct hub_sub *s2 = subscribe(h, "r1", NULL, NULL, &c2), *s3 = NULL;
-    const struct event_filter f = {"t", NULL, NULL, false, RUN_QUEUED};
+    const struct event_filter f = {"t", NULL, NULL, false, RUN_QUEUED, NULL};
     const struct hub_wake w = {fake_suspend, fake_resume, &c3};
     struct error err = {0};
     struct hub_stats st;
@@ -464,6 +507,7 @@ int main(void)
 
     tcase_add_test(t, select_and_wake);
     tcase_add_test(t, filters);
+    tcase_add_test(t, parent_filter);
     tcase_add_test(t, tenants);
     tcase_add_test(t, heartbeat_between_frames);
     tcase_add_test(t, skip_rules);
