@@ -170,6 +170,14 @@ export class LogView {
     this.run = run;
     if ((run.attempt || 0) <= this.maxAttempt) return;
     this.maxAttempt = run.attempt;
+    // The attempt on show already: a view opened before the run had an
+    // attempt shows attempt 1, and may have read its first lines before
+    // the page learnt that it started. Those lines stay: the stream does
+    // not send them again.
+    if (run.attempt === this.attempt) {
+      this.render();
+      return;
+    }
     // A new attempt began: the view moves to it while it follows the
     // latest and the reader is at the bottom (once the attempt on show is
     // read, if it is being read); otherwise the chooser offers it.

@@ -13,6 +13,9 @@
 // - a run whose first attempt exits 75 (retried): opened while attempt 1
 //   runs, the log moves to attempt 2 when it starts; the attempt chooser
 //   shows each attempt's lines only;
+// - a run opened while queued, whose first lines the log reads before the
+//   page learns that its attempt started (the page's answers held back):
+//   the lines stay on the screen;
 // - a reader who scrolls up stays where they are while lines come (the
 //   newest is not in view), and "Jump to the newest line" brings it back;
 // - a run not started yet says it has no lines yet; a line cut at
@@ -247,6 +250,65 @@ async function attempts(page, base, tmp) {
   return id;
 }
 
+// A run opened while it is queued (behind another run of its key), whose
+// first lines the log reads before the page learns that attempt 1 started
+// (the page's stream and its reads of the run are held back until then,
+// as a loaded machine may hold them): the news of the start leaves them on
+// the screen. Its command prints once, then waits for the test: a line
+// the page lost would not come again.
+async function startedUnseen(browser, base, tmp) {
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
+  const problems = [];
+  const w = watch(page, problems);
+  const gate = () => {
+    let open;
+    const p = new Promise((r) => { open = r; });
+    return { p, open };
+  };
+  const lines = gate(); // the log's first read: once the lines are stored
+  const news = gate(); // the page's stream, and its reads of the run once it started
+  const holderFlag = join(tmp, 'go-holder');
+  const flag = join(tmp, 'go-unseen');
+  const holder = await submitRun(base, 'keyed', { flag: holderFlag });
+  await until('the first run of the key to start', async () => (await api(base, `/runs/${holder}`)).json.status === 'running' || null, 20000);
+  const id = await submitRun(base, 'keyed', { flag });
+  let started = false;
+  let logReads = 0;
+  await page.route((u) => u.pathname === '/stream', async (route) => {
+    await news.p;
+    await route.continue();
+  });
+  await page.route((u) => u.pathname === `/runs/${id}`, async (route) => {
+    if (started) await news.p;
+    await route.continue();
+  });
+  await page.route((u) => u.pathname === `/runs/${id}/logs`, async (route) => {
+    if (logReads++ === 0) await lines.p;
+    await route.continue();
+  });
+  await openRun(page, base, id);
+  await until('the page to read the run, and ask for its log', async () => logReads > 0 && (await fieldSeen(page, 'Status')) === 'queued' || null, 10000);
+  started = true;
+  release(holderFlag);
+  await until('the run\'s first line to be stored', async () => (await apiLines(base, id, 1)).includes('attempt one: starting') || null, 20000);
+  lines.open();
+  const read = await until('the lines read', async () => ((await logSeen(page)) || []).includes('attempt one: starting') || null, 10000).catch(() => null);
+  check(read && (await fieldSeen(page, 'Status')) === 'queued', 'the log shows lines read while the page still has the run queued');
+  news.open();
+  await until('the page to learn the run started', async () => (await fieldSeen(page, 'Status')) === 'running' || null, 10000);
+  const kept = await until('the line still there', async () => {
+    const l = await logSeen(page);
+    return l && l.includes('attempt one: starting') ? l : null;
+  }, 5000).catch(() => logSeen(page));
+  check(kept && kept.includes('attempt one: starting'),
+    `once the page learns that attempt 1 started, the lines it read are still on the screen (${JSON.stringify(kept)})`);
+  release(flag);
+  await completed(base, id);
+  w.closing = true;
+  await page.close();
+  return problems;
+}
+
 // Scrolled up, the reader stays put while lines come; the jump button
 // brings the newest back.
 async function scrollUp(page, base) {
@@ -393,6 +455,7 @@ async function main() {
     await scrollUp(page, base);
     await emptyAndCut(page, base);
     problems.push(...await narrow(browser, base, art, ids));
+    problems.push(...await startedUnseen(browser, base, tmp));
     problems.push(...await withToken(browser, tmp, configFor));
     w.closing = true;
   } catch (e) {

@@ -134,6 +134,10 @@ export function configFor(tmp) {
       slow: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', slow, '{{input:/n}}', '{{input:/gap}}'] } },
       gated: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', gated, '40', '{{input:/go1}}', '{{input:/go2}}'] } },
       flaky: { action: 'exec', max_attempts: 2, retry_backoff_ms: 1500, params: { argv: ['/bin/sh', flaky, '{{input:/flag}}'] } },
+      // Attempt 1 of flaky, one run at a time: a second run waits, queued.
+      keyed: {
+        action: 'exec', max_attempts: 1, concurrency: { key: 'one' }, params: { argv: ['/bin/sh', flaky, '{{input:/flag}}'] },
+      },
       // 100,000 lines at once; 20,000 in four bursts, a second apart.
       flood: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', '-c', "seq 1 100000 >&2; echo '{}'"] } },
       burst: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', burst, '{{input:/flag}}'] } },
