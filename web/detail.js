@@ -129,6 +129,7 @@ export class Detail {
     document.getElementById('d-approve').addEventListener('click', () => this.decide('approve'));
     document.getElementById('d-reject').addEventListener('click', () => this.decide('reject'));
     this.log = new LogView(); // the run's log, above the fields and the timeline
+    this.logSection = document.querySelector('.d-log');
   }
 
   async open(id) {
@@ -247,6 +248,9 @@ export class Detail {
   renderRun(r) {
     if (!r) return;
     this.shown = r;
+    // A workflow runs no command of its own: it has no log (its steps do).
+    this.logSection.hidden = !!r.workflow;
+    if (r.workflow && this.log.id) this.log.close();
     document.getElementById('d-title').textContent = r.id;
     const b = this.body;
     b.replaceChildren();

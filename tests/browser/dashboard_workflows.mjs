@@ -76,6 +76,7 @@ async function look(browser, base, tmp, art, width, height) {
   t = await boxSeen(page, 'page');
   check(t === 'page | page-oncall | after verify · when failed | pending', `${width} px: page says it is for failures ("${t}")`);
   check(await fieldSeen(page, 'Status') === 'waiting', `${width} px: the workflow is waiting`);
+  check(await seen(page, '#log-title') === null, `${width} px: a workflow shows no log of its own`);
   await shot(page, art, 'first', width);
 
   // diagnose done: clean_tmp runs (it waits for its file), rotate_logs ends
@@ -93,6 +94,7 @@ async function look(browser, base, tmp, art, width, height) {
   await page.locator('#d-workflow').getByRole('button', { name: `${id}.clean_tmp`, exact: true }).click();
   await detailOf(page, `${id}.clean_tmp`);
   check(await fieldSeen(page, 'Step clean_tmp of') === id, `${width} px: the step's detail names its workflow`);
+  check(await seen(page, '#log-title') === 'Log', `${width} px: a step shows its log`);
   await shot(page, art, 'step', width);
   await page.locator('#d-body').getByRole('button', { name: id, exact: true }).click();
   await detailOf(page, id);
