@@ -49,6 +49,7 @@ $$;
 -- AFTER row triggers run). A note for a row that is then not written (a
 -- later BEFORE trigger skipping it) costs one advance that decides nothing.
 DROP TRIGGER runs_wf_step_end ON runs;
+DROP FUNCTION opsrun_wf_step_ended();
 CREATE TRIGGER runs_wf_step_note BEFORE UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.step_name IS NOT NULL AND NEW.status = 'completed'
                        AND OLD.status <> 'completed')
@@ -70,7 +71,8 @@ BEGIN
         RETURN NEW;
     END IF;
     IF NEW.retry_of IS NOT NULL THEN
-        SELECT o.wf_steps INTO v_old FROM runs o WHERE o.tenant = NEW.tenant AND o.id = NEW.retry_of;
+        SELECT o.wf_steps INTO v_old FROM runs o
+         WHERE o.tenant = NEW.tenant AND o.id = NEW.retry_of;
     END IF;
     NEW.wf_def := v_def;
     NEW.wf_steps := (SELECT jsonb_object_agg(e ->> 'name',
@@ -187,19 +189,14 @@ BEGIN
 END
 $$;
 
--- Kept for callers of migration 024's interface.
-CREATE OR REPLACE FUNCTION opsrun_wf_poke(p_tenant text, p_id text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM opsrun_wf_poke_many(p_tenant || chr(31) || p_id);
-END
-$$;
+-- Its trigger gone, opsrun_wf_poke goes.
+DROP FUNCTION opsrun_wf_poke(text, text);
 
 -- 3. Deciding, without writing: workflow w's active steps that ended
--- since (p_runs: {tenant chr(31) run id: the outcome, or "active"} of the
--- active steps' runs that exist; one that does not, which retention took,
--- failed), then, in definition order, each pending step its needs decide
--- (as migration 025 decided them). st: the new states,
+-- since, in definition order (p_runs: {tenant chr(31) run id: the outcome,
+-- or "active"} of the active steps' runs that exist; one that does not,
+-- which retention took, failed), then, in definition order, each pending
+-- step its needs decide (as migration 025 decided them). st: the new states,
 -- each step to start "active" with its run_id; ended: "NAME OUTCOME, ...";
 -- started and skipped: the names; notes: why a step failed at creation;
 -- reused: the steps a retry reused, at its first advance. The steps to
@@ -217,10 +214,19 @@ CREATE FUNCTION opsrun_wf_plan(w runs, p_runs jsonb, p_rules jsonb, OUT st jsonb
                                OUT c_inputs jsonb[], OUT c_check boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-    d record;
+    -- Only simple expressions below (no query but the rare ones named):
+    -- each query a PL/pgSQL function runs costs about 10 us, as much as
+    -- the rest of a five-step workflow's pass.
+    v_def jsonb := w.wf_def;
+    v_n_steps integer := jsonb_array_length(w.wf_def);
+    d jsonb;
     x record;
-    v_ended text[];
-    v_need text;
+    i integer;
+    k integer;
+    v_name text;
+    v_needs jsonb;
+    v_refs jsonb;
+    v_ended text[] := '{}';
     v_state text;
     v_n integer;
     v_ok integer;
@@ -231,8 +237,8 @@ DECLARE
     v_steps jsonb;
     v_input jsonb;
     v_text text;
-    a record;
 BEGIN
+    st := w.wf_steps;
     started := '{}';
     skipped := '{}';
     notes := '{}';
@@ -241,33 +247,32 @@ BEGIN
     c_inputs := '{}';
     c_check := false;
     IF w.started_at IS NULL AND w.retry_of IS NOT NULL THEN
-        SELECT string_agg(k.key || ' (' || (k.value ->> 'run_id') || ')', ', ' ORDER BY k.key)
+        SELECT string_agg(e.key || ' (' || (e.value ->> 'run_id') || ')', ', ' ORDER BY e.key)
           INTO reused
-          FROM jsonb_each(w.wf_steps) AS k WHERE k.value ->> 'state' = 'succeeded';
+          FROM jsonb_each(w.wf_steps) AS e WHERE e.value ->> 'state' = 'succeeded';
     END IF;
-    st := w.wf_steps;
-    v_ended := '{}';
-    FOR a IN SELECT j.key AS name, j.value ->> 'run_id' AS run_id FROM jsonb_each(st) AS j
-              WHERE j.value ->> 'state' = 'active' ORDER BY j.key LOOP
-        v_state := coalesce(p_runs ->> (w.tenant || chr(31) || a.run_id), 'failed');
+    -- The active steps that ended, in definition order.
+    FOR i IN 0 .. v_n_steps - 1 LOOP
+        v_name := v_def -> i ->> 'name';
+        CONTINUE WHEN st -> v_name ->> 'state' IS DISTINCT FROM 'active';
+        v_state := coalesce(p_runs ->> (w.tenant || chr(31) || (st -> v_name ->> 'run_id')),
+                            'failed');
         IF v_state <> 'active' THEN
-            st := jsonb_set(st, ARRAY[a.name, 'state'], to_jsonb(v_state));
-            v_ended := v_ended || (a.name || ' ' || v_state);
+            st := jsonb_set(st, ARRAY[v_name, 'state'], to_jsonb(v_state));
+            v_ended := v_ended || (v_name || ' ' || v_state);
         END IF;
     END LOOP;
-    FOR d IN SELECT e.name, e.run_type, e.needs, e."when", e.data, e.refs
-               FROM ROWS FROM (jsonb_to_recordset(w.wf_def)
-                                AS (name text, run_type text, needs text[], "when" text,
-                                    data jsonb, refs text[]))
-                    WITH ORDINALITY AS e(name, run_type, needs, "when", data, refs, o)
-              ORDER BY e.o LOOP
-        CONTINUE WHEN st -> d.name ->> 'state' IS DISTINCT FROM 'pending';
-        v_n := 0;
+    -- The pending steps, in definition order (each after its needs).
+    FOR i IN 0 .. v_n_steps - 1 LOOP
+        d := v_def -> i;
+        v_name := d ->> 'name';
+        CONTINUE WHEN st -> v_name ->> 'state' IS DISTINCT FROM 'pending';
+        v_needs := coalesce(d -> 'needs', '[]');
+        v_n := jsonb_array_length(v_needs);
         v_ok := 0;
         v_done := 0;
-        FOREACH v_need IN ARRAY coalesce(d.needs, '{}') LOOP
-            v_state := st -> v_need ->> 'state';
-            v_n := v_n + 1;
+        FOR k IN 0 .. v_n - 1 LOOP
+            v_state := st -> (v_needs ->> k) ->> 'state';
             IF v_state = 'succeeded' THEN
                 v_ok := v_ok + 1;
             END IF;
@@ -275,39 +280,42 @@ BEGIN
                 v_done := v_done + 1;
             END IF;
         END LOOP;
-        v_dec := CASE WHEN d."when" = 'succeeded' THEN
+        v_dec := CASE WHEN d ->> 'when' = 'succeeded' THEN
                           CASE WHEN v_ok = v_n THEN 'start' WHEN v_done > v_ok THEN 'skip'
                                ELSE 'wait' END
                       WHEN v_done < v_n THEN 'wait'
-                      WHEN d."when" = 'always' OR v_ok < v_n THEN 'start'
+                      WHEN d ->> 'when' = 'always' OR v_ok < v_n THEN 'start'
                       ELSE 'skip' END;
         IF v_dec = 'skip' THEN
-            st := jsonb_set(st, ARRAY[d.name], '{"state": "skipped"}');
-            skipped := skipped || d.name;
+            st := jsonb_set(st, ARRAY[v_name], '{"state": "skipped"}');
+            skipped := skipped || v_name;
             CONTINUE;
         ELSIF v_dec <> 'start' THEN
             CONTINUE;
         END IF;
-        -- Its data: the runs it names, each by its primary key.
+        -- Its data: the runs it names, each by its primary key (a query
+        -- each, only for data that names a step).
         v_input := NULL;
-        IF length(w.id || '.' || d.name) <= 128
-           AND w.chain_depth < (p_rules -> d.run_type ->> 0)::integer THEN
-            v_text := coalesce(d.data::text, '{}');
+        IF length(w.id || '.' || v_name) <= 128
+           AND w.chain_depth < (p_rules -> (d ->> 'run_type') ->> 0)::integer THEN
+            v_text := coalesce((d -> 'data')::text, '{}');
             IF position('{{' IN v_text) = 0 THEN
                 -- No placeholder: the data as it is.
                 IF octet_length(v_text) <= 1048576 THEN
-                    v_input := coalesce(d.data, '{}');
+                    v_input := coalesce(d -> 'data', '{}');
                 END IF;
             ELSE
                 v_steps := '{}';
-                FOREACH v_ref IN ARRAY coalesce(d.refs, '{}') LOOP
+                v_refs := coalesce(d -> 'refs', '[]');
+                FOR k IN 0 .. jsonb_array_length(v_refs) - 1 LOOP
+                    v_ref := v_refs ->> k;
                     SELECT opsrun_run_json(s)::jsonb INTO v_json FROM runs s
                      WHERE s.tenant = w.tenant AND s.id = st -> v_ref ->> 'run_id';
                     IF v_json IS NOT NULL THEN
                         v_steps := v_steps || jsonb_build_object(v_ref, v_json);
                     END IF;
                 END LOOP;
-                x := opsrun_expand(opsrun_wf_template(d.data),
+                x := opsrun_expand(opsrun_wf_template(d -> 'data'),
                                    jsonb_build_object('input', w.input, 'steps', v_steps));
                 IF x.missing IS NULL AND octet_length(x.v::text) <= 1048576 THEN
                     v_input := x.v;
@@ -317,23 +325,24 @@ BEGIN
         IF v_input IS NULL THEN
             -- It fails at creation: made (failed) or not made now, with the
             -- reason, as migration 025 made it.
-            x := opsrun_wf_create(w, d.name, d.run_type, d.data, d.refs, st);
-            st := jsonb_set(st, ARRAY[d.name], x.state);
-            v_ended := v_ended || (d.name || ' ' || (x.state ->> 'state'));
+            x := opsrun_wf_create(w, v_name, d ->> 'run_type', d -> 'data',
+                                  ARRAY(SELECT jsonb_array_elements_text(d -> 'refs')), st);
+            st := jsonb_set(st, ARRAY[v_name], x.state);
+            v_ended := v_ended || (v_name || ' ' || (x.state ->> 'state'));
             IF x.message IS NOT NULL THEN
                 notes := notes || x.message;
             END IF;
             CONTINUE;
         END IF;
-        st := jsonb_set(st, ARRAY[d.name],
-                        jsonb_build_object('state', 'active', 'run_id', w.id || '.' || d.name));
-        started := started || d.name;
-        c_names := c_names || d.name;
-        c_types := c_types || d.run_type;
+        st := jsonb_set(st, ARRAY[v_name],
+                        jsonb_build_object('state', 'active', 'run_id', w.id || '.' || v_name));
+        started := started || v_name;
+        c_names := c_names || v_name;
+        c_types := c_types || (d ->> 'run_type');
         c_inputs := c_inputs || v_input;
         -- A concurrency key (256) or a workflow (512) may end it within its
         -- insert.
-        c_check := c_check OR (p_rules -> d.run_type ->> 1)::integer & 768 <> 0;
+        c_check := c_check OR (p_rules -> (d ->> 'run_type') ->> 1)::integer & 768 <> 0;
     END LOOP;
     ended := array_to_string(v_ended, ', ');
 END
@@ -503,7 +512,8 @@ BEGIN
                               identity_hash, request_hash, initiator, parent_id, step_name,
                               chain_depth, reacts, status, approval_state, approval_expires_at,
                               approval_on_timeout)
-            SELECT wr.tenant, wr.id || '.' || k.name, k.type, wr.priority, greatest(wr.run_at, now()),
+            SELECT wr.tenant, wr.id || '.' || k.name, k.type, wr.priority,
+                   greatest(wr.run_at, now()),
                    c.max_attempts, c.timeout_s, k.input,
                    opsrun_identity(wr.tenant, k.type, 'run_id', wr.id || '.' || k.name),
                    opsrun_identity(wr.tenant, wr.id, 'step', k.name), wr.initiator, wr.id, k.name,
@@ -576,7 +586,8 @@ BEGIN
         v_ucreated := v_ucreated || (ws[i]).created_at;
         v_uout := v_uout || (ws[i]).outcome;
         v_umsg := v_umsg || array_to_string(ARRAY[
-            'reused ' || v_reused[i], nullif(v_ended[i], ''), 'started ' || nullif(v_started[i], ''),
+            'reused ' || v_reused[i], nullif(v_ended[i], ''),
+            'started ' || nullif(v_started[i], ''),
             'skipped ' || nullif(v_skipped[i], ''), nullif(v_notes[i], '')], '; ');
         IF (ws[i]).started_at IS NULL AND v_started[i] <> '' THEN
             v_first := v_first || ((ws[i]).tenant || chr(31) || (ws[i]).id);
@@ -637,6 +648,7 @@ BEGIN
                step = format('%s of %s steps ended', xs.total, xs.total), status = 'completed',
                outcome = xs.outcome, completed_at = now(),
                started_at = coalesce(r.started_at, now()), summary_counts = xs.counts,
+               hooks_at = NULL,
                error = CASE WHEN xs.outcome <> 'succeeded' THEN jsonb_build_object(
                    'code', 'steps_not_succeeded', 'message',
                    format('%s of %s steps that ran did not succeed', xs.closed - xs.ok, xs.closed))
@@ -644,7 +656,8 @@ BEGIN
                updated_at = now()
           FROM xs
          WHERE r.id = xs.id AND r.tenant IS NOT DISTINCT FROM xs.tenant
-        RETURNING r.*
+        RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.summary_counts,
+                  r.created_at
     )
     INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
                             run_created_at)
@@ -658,7 +671,8 @@ BEGIN
     IF cardinality(v_first) > 0 THEN
         v_bit := opsrun_event_bit('started');
         FOR w IN SELECT r.* FROM runs r
-                  WHERE r.id = ANY (ARRAY(SELECT split_part(k, chr(31), 2) FROM unnest(v_first) AS k))
+                  WHERE r.id = ANY (ARRAY(SELECT split_part(k, chr(31), 2)
+                                            FROM unnest(v_first) AS k))
                     AND r.tenant || chr(31) || r.id = ANY (v_first) AND r.reacts & v_bit <> 0
                   ORDER BY r.tenant, r.id LOOP
             PERFORM opsrun_notify_event(w, 'started');
@@ -715,3 +729,22 @@ BEGIN
     RETURN cardinality(ws);
 END
 $$;
+
+-- 6. An end made by the advance passes two triggers of migration 024 by
+-- their WHEN, not by their body: runs_wf_hold (the advance sets
+-- summary_counts and clears hooks_at itself; a cancel or a rejection sets
+-- neither) and runs_wf_ended (no step is active: opsrun_wf_stop would
+-- return at once). Each cost a PL/pgSQL call on the workflow's wide row.
+DROP TRIGGER runs_wf_hold ON runs;
+CREATE TRIGGER runs_wf_hold BEFORE UPDATE OF status ON runs
+    FOR EACH ROW WHEN (NEW.wf_def IS NOT NULL AND NEW.status IS DISTINCT FROM OLD.status
+                       AND (NEW.status = 'queued'
+                            OR (NEW.status = 'completed' AND OLD.status <> 'completed'
+                                AND NEW.summary_counts IS NULL)))
+    EXECUTE FUNCTION opsrun_wf_hold();
+DROP TRIGGER runs_wf_ended ON runs;
+CREATE TRIGGER runs_wf_ended AFTER UPDATE OF status ON runs
+    FOR EACH ROW WHEN (NEW.wf_def IS NOT NULL AND NEW.status = 'completed'
+                       AND OLD.status <> 'completed'
+                       AND NEW.wf_steps @? '$.* ? (@.state == "active")')
+    EXECUTE FUNCTION opsrun_wf_ended();

@@ -702,6 +702,76 @@ START_TEST(retry_reuses_succeeded_steps)
 }
 END_TEST
 
+#define PASS_CONFIG                                                                                \
+    "{\"run_types\": {"                                                                            \
+    "\"leaf\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, \"steps\": 1}},"       \
+    "\"inner\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"x\": {\"run_type\": "        \
+    "\"leaf\", \"data\": {\"v\": \"{{input:/missing}}\"}}}}},"                                     \
+    "\"outer\": {\"action\": \"workflow\", \"params\": {\"steps\": {"                              \
+    "\"taken\": {\"run_type\": \"leaf\"}, \"nest\": {\"run_type\": \"inner\"},"                    \
+    "\"after_taken\": {\"run_type\": \"leaf\", \"needs\": [\"taken\"], \"when\": \"failed\"},"     \
+    "\"after_nest\": {\"run_type\": \"leaf\", \"needs\": [\"nest\"], \"when\": \"failed\"},"       \
+    "\"last\": {\"run_type\": \"leaf\", \"needs\": [\"taken\", \"nest\"], \"when\": "              \
+    "\"always\"}}}}}}"
+
+/* Steps that end within the advance that makes them: one whose id a run
+ * already has (no run made, the run there untouched) and a nested
+ * workflow whose only step fails at creation, so that it ends within its
+ * own insert. The workflow sees both ended in a second pass of the same
+ * advance and starts what their failure starts. */
+START_TEST(steps_that_end_as_they_are_made)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_pass", PASS_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *first = th_submit(&p, "{\"alert_type\": \"leaf\", \"run_id\": \"o-1.taken\"}", 202);
+    char *id = th_submit(&p, "{\"alert_type\": \"outer\", \"run_id\": \"o-1\"}", 202);
+    json_t *run = th_wait_done(&p, id, 30), *nest;
+
+    ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
+    ck_assert_str_eq(th_js(step_of(run, "taken"), "state"), "failed");
+    ck_assert_ptr_null(th_js(step_of(run, "taken"), "run_id"));
+    check_step(run, "nest", "failed");
+    check_step(run, "after_taken", "succeeded");
+    check_step(run, "after_nest", "succeeded");
+    check_step(run, "last", "succeeded");
+    json_decref(run);
+    nest = th_get_run(&p, "o-1.nest");
+    ck_assert_str_eq(th_js(nest, "outcome"), "failed");
+    check_step(nest, "x", "failed");
+    json_decref(nest);
+    /* The run that had the id is as it was submitted. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'o-1.taken' AND type = "
+                                   "'leaf' AND parent_id IS NULL AND step_name IS NULL"),
+                     1);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = 'o-1.taken' "
+                                   "AND message LIKE '%%step taken%%'"),
+                     0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = 'o-1' AND "
+                                   "type = 'step' AND message LIKE '%%step taken not created: a "
+                                   "run with id o-1.taken exists%%'"),
+                     1);
+    /* Both failures were seen by the advance that made them: the steps they
+     * started were made in its transaction (now() is the transaction's),
+     * not by a later sweep. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs s, runs n WHERE n.id = 'o-1.nest' "
+                                   "AND s.id IN ('o-1.after_taken', 'o-1.after_nest', 'o-1.last') "
+                                   "AND s.created_at = n.created_at"),
+                     3);
+    /* Each step that ran was made once, after the failure that started it. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'o-1'"), 4);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = "
+                                   "'o-1.after_nest' AND message LIKE 'submitted as step%%' AND "
+                                   "id > (SELECT max(id) FROM run_events WHERE run_id = "
+                                   "'o-1.nest')"),
+                     1);
+    free(first);
+    free(id);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
 #define BIG_CONFIG                                                                                 \
     "{\"run_types\": {\"nop\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 0, "       \
     "\"steps\": 0}}, \"grow\": {\"action\": \"workflow\", \"params\": {\"steps\": {"               \
@@ -847,6 +917,7 @@ static Suite *workflows_suite(void)
     tcase_add_test(tc, nested_workflow);
     tcase_add_test(tc, retry_reuses_succeeded_steps);
     tcase_add_test(tc, step_input_bounded);
+    tcase_add_test(tc, steps_that_end_as_they_are_made);
     tcase_add_test(tc, stream_of_a_workflows_steps);
     tcase_add_test(tc, watch_a_workflow);
     suite_add_tcase(s, tc);
