@@ -765,6 +765,12 @@ START_TEST(steps_that_end_as_they_are_made)
                                    "id > (SELECT max(id) FROM run_events WHERE run_id = "
                                    "'o-1.nest')"),
                      1);
+    /* The steps' identities are those a submission with their id has. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE parent_id = 'o-1' AND "
+                                   "identity_hash = opsrun_identity(tenant, type, 'run_id', id) "
+                                   "AND request_hash = opsrun_identity(tenant, parent_id, 'step', "
+                                   "step_name)"),
+                     4);
     free(first);
     free(id);
     PQfinish(c);
