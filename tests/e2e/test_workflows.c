@@ -778,6 +778,70 @@ START_TEST(steps_that_end_as_they_are_made)
 }
 END_TEST
 
+#define MANY_CONFIG                                                                                \
+    "{\"run_types\": {"                                                                            \
+    "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 300}},"                   \
+    "\"one\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"s\": {\"run_type\": "          \
+    "\"gated\"}}}}}}"
+
+/* One statement that ends the steps of 1,000 workflows with long ids: the
+ * notes of their workflows pass 32 KB, the rest become markers in that
+ * statement's transaction, and the sweep advances them: every workflow
+ * ends, once, and no marker is left. */
+START_TEST(a_statement_ending_many_steps)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_many", MANY_CONFIG);
+    PGconn *c = th_pg(ci);
+    size_t cap = 1000 * 160 + 16, n = 0;
+    char *body = malloc(cap), pad[101];
+    struct th_resp r;
+    char url[512];
+    long long markers;
+    int i;
+
+    memset(pad, 'x', 100);
+    pad[100] = '\0';
+    n += (size_t)snprintf(body + n, cap - n, "[");
+    for (i = 0; i < 1000; i++)
+        n += (size_t)snprintf(body + n, cap - n,
+                              "%s{\"alert_type\": \"one\", \"run_id\": \"%.96s%04d\"}",
+                              i ? "," : "", pad, i);
+    snprintf(body + n, cap - n, "]");
+    snprintf(url, sizeof(url), "%s/alerts", p.url);
+    ck_assert(th_http("POST", url, "application/json", body, &r));
+    ck_assert_msg(r.status == 200, "HTTP %ld: %.300s", r.status, r.body);
+    th_resp_free(&r);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE type = 'gated' AND status = "
+                                   "'waiting'"),
+                     1000);
+    /* One implicit transaction: the markers are seen before it commits. */
+    markers = th_sql_int(c, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                            "completed_at = now(), approval_state = NULL WHERE type = 'gated' "
+                            "AND status = 'waiting'; SELECT count(DISTINCT workflow_id) FROM "
+                            "wf_due");
+    ck_assert_msg(markers > 100 && markers < 1000, "%lld markers", markers);
+    for (i = 0; i < 300; i++) {
+        if (th_sql_int(c, "SELECT count(*) FROM runs WHERE type = 'one' AND status = "
+                          "'completed' AND outcome = 'failed'") == 1000 &&
+            th_sql_int(c, "SELECT count(*) FROM wf_due") == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE type = 'one' AND status = "
+                                   "'completed' AND outcome = 'failed'"),
+                     1000);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events e JOIN runs r ON r.id = "
+                                   "e.run_id WHERE r.type = 'one' AND e.type = 'status' AND "
+                                   "e.status = 'completed'"),
+                     1000);
+    free(body);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
 #define BIG_CONFIG                                                                                 \
     "{\"run_types\": {\"nop\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 0, "       \
     "\"steps\": 0}}, \"grow\": {\"action\": \"workflow\", \"params\": {\"steps\": {"               \
@@ -924,6 +988,7 @@ static Suite *workflows_suite(void)
     tcase_add_test(tc, retry_reuses_succeeded_steps);
     tcase_add_test(tc, step_input_bounded);
     tcase_add_test(tc, steps_that_end_as_they_are_made);
+    tcase_add_test(tc, a_statement_ending_many_steps);
     tcase_add_test(tc, stream_of_a_workflows_steps);
     tcase_add_test(tc, watch_a_workflow);
     suite_add_tcase(s, tc);
