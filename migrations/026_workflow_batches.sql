@@ -25,16 +25,23 @@
 -- nothing pays two false WHENs: the row trigger's, as before, and the
 -- statement trigger's, once.
 --
--- What an advance decides, the events it writes and how the lock is taken
--- are those of migrations 024 and 025, but for one case: a step whose
--- insert ends it at once (a nested workflow whose every step failed, a
--- concurrency key that could not be made) or whose id is taken is seen by
--- the workflow in a second pass of the same advance, with its own step
--- event. A binary from before this migration keeps working beside one after
--- it: everything here is inside the database.
+-- What an advance decides and how the lock is taken are those of
+-- migrations 024 and 025. Its events differ in two ways: the steps of one
+-- workflow that ended in one statement are named by one step event, in
+-- definition order (025 named those an advance found ended by name); and
+-- what a step that ended as it was made starts (a taken id, a nested
+-- workflow whose every step failed, a concurrency key that could not be
+-- made) comes in a second step event of the same transaction, from a
+-- second pass, where 025 decided it in the same pass. A binary from before
+-- this migration keeps working beside one after it: everything here is
+-- inside the database.
 
 -- 1. Noting a workflow: chr(30) tenant chr(31) id chr(30), appended to
--- the setting unless it is there. The note is a string, and each append
+-- the setting opsrun.wf_poke_<depth> unless it is there, depth the
+-- statement's trigger depth (pg_trigger_depth() outside the trigger's own
+-- body): a statement that a trigger of another runs (a follow-up's insert
+-- under a step's end, a sibling superseded by a concurrency key) takes
+-- its own notes, not those of the statement still running around it. The note is a string, and each append
 -- copies it: past 32 KB (some 700 workflows; a completer's batch ends at
 -- most 256 steps) a workflow gets a wf_due marker instead, which the sweep
 -- takes within queue.cancel_check_ms, so that a statement ending 40,000
@@ -45,12 +52,13 @@
 CREATE FUNCTION opsrun_wf_note() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_notes text := coalesce(current_setting('opsrun.wf_poke', true), '');
+    v_name text := 'opsrun.wf_poke_' || (pg_trigger_depth() - 1);
+    v_notes text := coalesce(current_setting(v_name, true), '');
     v_key text := chr(30) || NEW.tenant || chr(31) || NEW.parent_id || chr(30);
 BEGIN
     IF position(v_key IN v_notes) = 0 THEN
         IF octet_length(v_notes) < 32768 THEN
-            PERFORM set_config('opsrun.wf_poke', v_notes || v_key, true);
+            PERFORM set_config(v_name, v_notes || v_key, true);
         ELSE
             INSERT INTO wf_due (tenant, workflow_id) VALUES (NEW.tenant, NEW.parent_id);
         END IF;
@@ -80,6 +88,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_def jsonb;
     v_old jsonb;
+    v_name text;
 BEGIN
     SELECT t.workflow INTO v_def FROM run_type_rules t WHERE t.type = NEW.type;
     IF v_def IS NULL OR NEW.status = 'completed' THEN
@@ -105,9 +114,9 @@ BEGIN
         NEW.status := 'waiting';
     END IF;
     IF NEW.status = 'waiting' AND NEW.approval_state IS DISTINCT FROM 'pending' THEN
-        PERFORM set_config('opsrun.wf_poke', coalesce(current_setting('opsrun.wf_poke', true), '')
-                                             || chr(30) || NEW.tenant || chr(31) || NEW.id
-                                             || chr(30), true);
+        v_name := 'opsrun.wf_poke_' || (pg_trigger_depth() - 1);
+        PERFORM set_config(v_name, coalesce(current_setting(v_name, true), '') || chr(30)
+                                   || NEW.tenant || chr(31) || NEW.id || chr(30), true);
     END IF;
     RETURN NEW;
 END
@@ -121,18 +130,21 @@ DROP TRIGGER runs_wf_started ON runs;
 CREATE FUNCTION opsrun_wf_poked() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_keys text := current_setting('opsrun.wf_poke', true);
+    v_name text := 'opsrun.wf_poke_' || (pg_trigger_depth() - 1);
+    v_keys text := current_setting(v_name, true);
 BEGIN
-    PERFORM set_config('opsrun.wf_poke', '', true);
+    PERFORM set_config(v_name, '', true);
     PERFORM opsrun_wf_poke_many(v_keys);
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER runs_wf_poked_update AFTER UPDATE ON runs
-    FOR EACH STATEMENT WHEN (current_setting('opsrun.wf_poke', true) <> '')
+    FOR EACH STATEMENT
+    WHEN (current_setting('opsrun.wf_poke_' || pg_trigger_depth(), true) <> '')
     EXECUTE FUNCTION opsrun_wf_poked();
 CREATE TRIGGER runs_wf_poked_insert AFTER INSERT ON runs
-    FOR EACH STATEMENT WHEN (current_setting('opsrun.wf_poke', true) <> '')
+    FOR EACH STATEMENT
+    WHEN (current_setting('opsrun.wf_poke_' || pg_trigger_depth(), true) <> '')
     EXECUTE FUNCTION opsrun_wf_poked();
 
 -- 2. Locking. The rows of the workflows p_keys names (tenant chr(31) id)
@@ -165,8 +177,6 @@ DECLARE
     v_keys text[];
     v_mine text[];
     ws runs[];
-    w runs;
-    v_adv runs[] := '{}';
 BEGIN
     v_keys := ARRAY(SELECT DISTINCT k FROM unnest(string_to_array(p_keys, chr(30))) AS k
                      WHERE k <> '');
@@ -193,13 +203,35 @@ BEGIN
            AND r.tenant || chr(31) || r.id
                <> ALL (ARRAY(SELECT x.tenant || chr(31) || x.id FROM unnest(ws) AS x));
     END IF;
+    PERFORM opsrun_wf_take(ws);
+END
+$$;
+
+-- Workflows ws, whose rows this transaction has locked: those that ended
+-- are stopped, then the rest advance together, each as it is after the
+-- stops (a stop cancels steps, and a step may be a workflow of ws: its copy
+-- in ws would be stale).
+CREATE FUNCTION opsrun_wf_take(ws runs[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    w runs;
+    v_rest text[] := '{}';
+    v_stopped boolean := false;
+    v_adv runs[] := '{}';
+BEGIN
     FOREACH w IN ARRAY ws LOOP
         IF w.status = 'completed' THEN
             PERFORM opsrun_wf_stop(w);
+            v_stopped := true;
         ELSE
+            v_rest := v_rest || (w.tenant || chr(31) || w.id);
             v_adv := v_adv || w;
         END IF;
     END LOOP;
+    IF v_stopped AND cardinality(v_rest) > 0 THEN
+        v_adv := ARRAY(SELECT x FROM unnest(opsrun_wf_lock(v_rest)) AS x
+                        WHERE x.status = 'waiting');
+    END IF;
     PERFORM opsrun_wf_advance_many(v_adv);
 END
 $$;
@@ -530,9 +562,9 @@ BEGIN
               JOIN run_type_rules c ON c.type = k.type
              WHERE k.o <> ALL (v_drop)
              ORDER BY k.o
-            RETURNING id, run_id
+            RETURNING id, tenant || chr(31) || run_id AS k
         )
-        SELECT array_agg(ev.id), array_agg(ev.run_id) INTO v_events, v_event_runs FROM ev;
+        SELECT array_agg(ev.id), array_agg(ev.k) INTO v_events, v_event_runs FROM ev;
         WITH ins AS (
             INSERT INTO runs (tenant, id, type, priority, run_at, max_attempts, timeout_s, input,
                               identity_hash, request_hash, initiator, parent_id, step_name,
@@ -555,22 +587,25 @@ BEGIN
              WHERE k.o <> ALL (v_drop)
              ORDER BY k.o
             ON CONFLICT DO NOTHING
-            RETURNING id, status
+            RETURNING tenant || chr(31) || id AS k, status
         )
-        SELECT coalesce(array_agg(ins.id), '{}'), coalesce(bool_or(ins.status = 'queued'), false)
+        SELECT coalesce(array_agg(ins.k), '{}'), coalesce(bool_or(ins.status = 'queued'), false)
           INTO v_made, v_queued FROM ins;
         IF v_queued THEN
             PERFORM pg_notify('opsrun_queue', '');
         END IF;
-        -- A step whose id is taken: no run, its event taken back.
+        -- A step whose id is taken (in its workflow's tenant: ids repeat
+        -- across tenants): no run, its event taken back.
         IF cardinality(v_made) < v_bulk THEN
-            FOR x IN SELECT k.i, k.name, (ws[k.i]).id || '.' || k.name AS id
+            FOR x IN SELECT k.i, k.name, (ws[k.i]).id || '.' || k.name AS id,
+                            (ws[k.i]).tenant || chr(31) || (ws[k.i]).id || '.' || k.name AS key
                        FROM unnest(v_ci, v_cname) WITH ORDINALITY AS k(i, name, o)
                       WHERE k.o <> ALL (v_drop)
-                        AND (ws[k.i]).id || '.' || k.name <> ALL (v_made)
+                        AND (ws[k.i]).tenant || chr(31) || (ws[k.i]).id || '.' || k.name
+                            <> ALL (v_made)
                       ORDER BY k.o LOOP
                 DELETE FROM run_events
-                 WHERE id = v_events[array_position(v_event_runs, x.id)];
+                 WHERE id = v_events[array_position(v_event_runs, x.key)];
                 i := x.i;
                 v_st[i] := jsonb_set(v_st[i], ARRAY[x.name], '{"state": "failed"}');
                 v_started[i] := array_to_string(array_remove(string_to_array(v_started[i], ', '),
@@ -583,16 +618,22 @@ BEGIN
             END LOOP;
         END IF;
         -- A step its insert ended at once (a nested workflow, a concurrency
-        -- key): its workflow sees it in a second pass.
+        -- key): it ended, not started, as this advance's event says, and
+        -- its workflow decides what that starts in a second pass.
         IF v_check THEN
-            FOR x IN SELECT DISTINCT k.i
+            FOR x IN SELECT k.i, k.name, r.outcome
                        FROM unnest(v_ci, v_cname, v_ctype) WITH ORDINALITY AS k(i, name, type, o)
+                       JOIN runs r ON r.id = (ws[k.i]).id || '.' || k.name
+                                  AND r.tenant IS NOT DISTINCT FROM (ws[k.i]).tenant
                       WHERE k.o <> ALL (v_drop) AND (v_rules -> k.type ->> 1)::integer & 768 <> 0
-                        AND EXISTS (SELECT 1 FROM runs r
-                                     WHERE r.id = (ws[k.i]).id || '.' || k.name
-                                       AND r.tenant IS NOT DISTINCT FROM (ws[k.i]).tenant
-                                       AND r.status = 'completed') LOOP
-                v_again[x.i] := true;
+                        AND r.status = 'completed'
+                      ORDER BY k.o LOOP
+                i := x.i;
+                v_st[i] := jsonb_set(v_st[i], ARRAY[x.name, 'state'], to_jsonb(x.outcome));
+                v_started[i] := array_to_string(array_remove(string_to_array(v_started[i], ', '),
+                                                             x.name), ', ');
+                v_ended[i] := concat_ws(', ', nullif(v_ended[i], ''), x.name || ' ' || x.outcome);
+                v_again[i] := true;
             END LOOP;
         END IF;
     END IF;
@@ -640,6 +681,7 @@ BEGIN
                started_at = coalesce(r.started_at, now()), updated_at = now()
           FROM xs
          WHERE r.id = xs.id AND r.tenant IS NOT DISTINCT FROM xs.tenant AND xs.open > 0
+           AND r.status = 'waiting'
         RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.created_at, xs.msg
     )
     INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step, message,
@@ -682,6 +724,7 @@ BEGIN
                updated_at = now()
           FROM xs
          WHERE r.id = xs.id AND r.tenant IS NOT DISTINCT FROM xs.tenant
+           AND r.status = 'waiting'
         RETURNING r.tenant, r.id, r.status, r.outcome, r.progress, r.step, r.summary_counts,
                   r.created_at
     )
@@ -729,8 +772,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_keys text[];
     ws runs[];
-    w runs;
-    v_adv runs[] := '{}';
 BEGIN
     v_keys := ARRAY(SELECT DISTINCT d.tenant || chr(31) || d.workflow_id FROM wf_due d
                      LIMIT p_limit);
@@ -744,14 +785,7 @@ BEGIN
                 = ANY (ARRAY(SELECT x.tenant || chr(31) || x.id FROM unnest(ws) AS x))
             OR NOT EXISTS (SELECT 1 FROM runs r
                             WHERE r.tenant = d.tenant AND r.id = d.workflow_id));
-    FOREACH w IN ARRAY ws LOOP
-        IF w.status = 'completed' THEN
-            PERFORM opsrun_wf_stop(w);
-        ELSE
-            v_adv := v_adv || w;
-        END IF;
-    END LOOP;
-    PERFORM opsrun_wf_advance_many(v_adv);
+    PERFORM opsrun_wf_take(ws);
     RETURN cardinality(ws);
 END
 $$;

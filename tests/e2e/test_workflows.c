@@ -842,6 +842,149 @@ START_TEST(a_statement_ending_many_steps)
 }
 END_TEST
 
+#define RACE_CONFIG                                                                                \
+    "{\"run_types\": {"                                                                            \
+    "\"leaf\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 10, \"steps\": 1}},"       \
+    "\"gated\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 300}},"                   \
+    "\"inner\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"s\": {\"run_type\": "        \
+    "\"gated\"}, \"t\": {\"run_type\": \"leaf\", \"needs\": [\"s\"]}}}},"                          \
+    "\"outer\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"n\": {\"run_type\": "        \
+    "\"inner\"}}}},"                                                                               \
+    "\"pair\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"s\": {\"run_type\": "         \
+    "\"leaf\"}, \"after\": {\"run_type\": \"leaf\", \"needs\": [\"s\"], \"when\": \"failed\"}}}}," \
+    "\"gatedfu\": {\"action\": \"simulate\", \"approval\": {\"timeout_s\": 300}, \"then\": "       \
+    "[{\"on\": [\"succeeded\"], \"run_type\": \"leaf\"}]},"                                        \
+    "\"fw\": {\"action\": \"workflow\", \"params\": {\"steps\": {\"s\": {\"run_type\": "           \
+    "\"gatedfu\"}}}}}}"
+
+/* Two workflows advanced together, one of which the other's stop ends: W
+ * is cancelled while a session holds the row of its step n (a nested
+ * workflow), so the stop leaves a marker; n's step s then ends while n's
+ * row is still held, a marker too. Once the row is free, one sweep takes
+ * both: W's stop cancels n, and n is then not advanced from the copy read
+ * before the stop (its step t is never made). */
+START_TEST(a_stop_then_an_advance_in_one_sweep)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_race", RACE_CONFIG);
+    PGconn *c = th_pg(ci), *hold = th_pg(ci);
+    char *id = th_submit(&p, "{\"alert_type\": \"outer\", \"run_id\": \"w-1\"}", 202);
+    struct th_resp r;
+    json_t *n;
+    int i;
+
+    ck_assert(th_wait_status(&p, "w-1.n.s", "waiting", 10000));
+    th_sql_int(hold, "BEGIN; SELECT 1 FROM runs WHERE id = 'w-1.n' FOR UPDATE");
+    th_post_expect(&p, "/runs/w-1/cancel", NULL, NULL, 200, &r);
+    ck_assert_str_eq(th_js(r.json, "outcome"), "cancelled");
+    th_resp_free(&r);
+    th_sql_int(c, "UPDATE runs SET status = 'completed', outcome = 'succeeded', completed_at = "
+                  "now(), approval_state = NULL WHERE id = 'w-1.n.s' RETURNING 1");
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(DISTINCT workflow_id) FROM wf_due WHERE "
+                                   "workflow_id IN ('w-1', 'w-1.n')"),
+                     2);
+    th_sql_int(hold, "COMMIT; SELECT 1");
+    for (i = 0; i < 200 && th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'w-1.n' AND "
+                                         "status = 'completed'") == 0;
+         i++)
+        th_sleep_ms(50);
+    th_sleep_ms(600);
+    n = th_get_run(&p, "w-1.n");
+    ck_assert_str_eq(th_js(n, "outcome"), "cancelled");
+    check_step(n, "s", "succeeded");
+    check_step(n, "t", "skipped");
+    json_decref(n);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'w-1.n.t'"), 0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM wf_due"), 0);
+    PQfinish(hold);
+    PQfinish(c);
+    free(id);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* Workflows of one id in two tenants, advanced by one statement, where the
+ * first step's id is taken in one tenant only: that tenant's workflow
+ * fails the step (the run there is left alone) and goes on, the other's
+ * runs its step. */
+START_TEST(one_id_in_two_tenants)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_tenants2", RACE_CONFIG);
+    PGconn *c = th_pg(ci);
+    int i;
+
+    th_sql_int(c, "INSERT INTO runs (tenant, id, type, status, outcome, max_attempts, timeout_s, "
+                  "input, identity_hash, request_hash, completed_at) VALUES ('a', 'x-1.s', 'leaf', "
+                  "'completed', 'succeeded', 1, 60, '{}', 'taken-ih', 'taken-rh', now()) "
+                  "RETURNING 1");
+    th_sql_int(c, "WITH i AS (INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                  "identity_hash, request_hash, reacts) SELECT t, 'x-1', 'pair', 1, 60, '{}', "
+                  "'ih-' || t, 'rh-' || t, (SELECT reacts FROM run_type_rules WHERE type = "
+                  "'pair') FROM unnest(ARRAY['a', 'b']) AS t RETURNING 1) SELECT count(*) FROM i");
+    for (i = 0; i < 200 && th_sql_int(c, "SELECT count(*) FROM runs WHERE id = 'x-1' AND status "
+                                         "= 'completed'") < 2;
+         i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE tenant = 'a' AND id = 'x-1' "
+                                   "AND outcome = 'partially_succeeded' AND wf_steps -> 's' ->> "
+                                   "'state' = 'failed' AND wf_steps -> 'after' ->> 'state' = "
+                                   "'succeeded'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE tenant = 'b' AND id = 'x-1' "
+                                   "AND outcome = 'succeeded' AND wf_steps -> 's' ->> 'state' = "
+                                   "'succeeded' AND wf_steps -> 'after' ->> 'state' = 'skipped'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs WHERE tenant = 'a' AND id = "
+                                   "'x-1.s' AND type = 'leaf' AND parent_id IS NULL"),
+                     1);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE tenant = 'a' AND "
+                                   "run_id = 'x-1.s'"),
+                     0);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
+/* Two steps whose type has a follow-up end in one statement: each step's
+ * follow-up is made by a statement within that one (a trigger's), which
+ * advances the workflows it notes itself, not those the statement around
+ * it noted: each workflow's step event comes after its step's follow-up
+ * event, as when steps end one by one. */
+START_TEST(follow_ups_of_steps_ending_together)
+{
+    struct th_proc p;
+    const char *ci = th_start_fresh(&p, "e2e_wf_depth", RACE_CONFIG);
+    PGconn *c = th_pg(ci);
+    char *a = th_submit(&p, "{\"alert_type\": \"fw\", \"run_id\": \"f-1\"}", 202);
+    char *b = th_submit(&p, "{\"alert_type\": \"fw\", \"run_id\": \"f-2\"}", 202);
+    int i;
+
+    ck_assert(th_wait_status(&p, "f-1.s", "waiting", 10000));
+    ck_assert(th_wait_status(&p, "f-2.s", "waiting", 10000));
+    ck_assert_int_eq(th_sql_int(c, "WITH u AS (UPDATE runs SET status = 'completed', outcome = "
+                                   "'succeeded', completed_at = now(), approval_state = NULL "
+                                   "WHERE id IN ('f-1.s', 'f-2.s') RETURNING 1) SELECT count(*) "
+                                   "FROM u"),
+                     2);
+    for (i = 0; i < 200 && th_sql_int(c, "SELECT count(*) FROM runs WHERE id IN ('f-1', 'f-2') "
+                                         "AND status = 'completed'") < 2;
+         i++)
+        th_sleep_ms(50);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM runs w WHERE w.id IN ('f-1', 'f-2') AND "
+                                   "w.outcome = 'succeeded' AND (SELECT min(e.id) FROM "
+                                   "run_events e WHERE e.run_id = w.id || '.s' AND e.type = "
+                                   "'follow_up') < (SELECT min(e.id) FROM run_events e WHERE "
+                                   "e.run_id = w.id AND e.type = 'step' AND e.message LIKE 's "
+                                   "succeeded%%')"),
+                     2);
+    free(a);
+    free(b);
+    PQfinish(c);
+    th_stop_clean(&p);
+}
+END_TEST
+
 #define BIG_CONFIG                                                                                 \
     "{\"run_types\": {\"nop\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 0, "       \
     "\"steps\": 0}}, \"grow\": {\"action\": \"workflow\", \"params\": {\"steps\": {"               \
@@ -989,6 +1132,9 @@ static Suite *workflows_suite(void)
     tcase_add_test(tc, step_input_bounded);
     tcase_add_test(tc, steps_that_end_as_they_are_made);
     tcase_add_test(tc, a_statement_ending_many_steps);
+    tcase_add_test(tc, a_stop_then_an_advance_in_one_sweep);
+    tcase_add_test(tc, one_id_in_two_tenants);
+    tcase_add_test(tc, follow_ups_of_steps_ending_together);
     tcase_add_test(tc, stream_of_a_workflows_steps);
     tcase_add_test(tc, watch_a_workflow);
     suite_add_tcase(s, tc);
