@@ -12,8 +12,8 @@
 -- of the workflow's row and one INSERT of its event per advance, each paying
 -- the same start-up.
 --
--- Now a step's end (and a workflow's insert) notes its workflow in the
--- transaction-local setting opsrun.wf_poke (a BEFORE row trigger, with the
+-- Now a step's end (and a workflow's insert) notes its workflow in a
+-- transaction-local setting (a BEFORE row trigger, with the
 -- WHEN of runs_wf_step_end), and a statement-level trigger whose WHEN reads
 -- that setting takes every workflow noted by the statement at its end
 -- (opsrun_wf_poke_many): their rows locked by one SELECT ... FOR UPDATE
@@ -41,12 +41,13 @@
 -- statement's trigger depth (pg_trigger_depth() outside the trigger's own
 -- body): a statement that a trigger of another runs (a follow-up's insert
 -- under a step's end, a sibling superseded by a concurrency key) takes
--- its own notes, not those of the statement still running around it. The note is a string, and each append
--- copies it: past 32 KB (some 700 workflows; a completer's batch ends at
--- most 256 steps) a workflow gets a wf_due marker instead, which the sweep
--- takes within queue.cancel_check_ms, so that a statement ending 40,000
--- steps of 8,000 workflows spends half a second here (measured), where
--- appending every note cost three and a half minutes. A statement inserts at most 1,000
+-- its own notes, not those of the statement still running around it.
+-- The note is a string, and each append copies it: past 32 KB (some 700
+-- workflows; a completer's batch ends at most 256 steps) a workflow gets
+-- a wf_due marker instead, which the sweep takes within
+-- queue.cancel_check_ms, so that a statement ending 40,000 steps of 8,000
+-- workflows spends half a second here (measured), where appending every
+-- note cost three and a half minutes. A statement inserts at most 1,000
 -- workflows (an array, a batch of submissions or of a bulk retry): their
 -- notes (runs_wf_fill) are appended as they come.
 CREATE FUNCTION opsrun_wf_note() RETURNS trigger
