@@ -32,7 +32,10 @@
 -- what a step that ended as it was made starts (a taken id, a nested
 -- workflow whose every step failed, a concurrency key that could not be
 -- made) comes in a second step event of the same transaction, from a
--- second pass, where 025 decided it in the same pass. A binary from before
+-- second pass, where 025 decided it in the same pass (so a workflow whose
+-- every first step ended as it was made sends no "started" notification
+-- when a step its failure starts is made, as docs/workflows.md says; 025
+-- sent one). A binary from before
 -- this migration keeps working beside one after it: everything here is
 -- inside the database.
 
@@ -628,6 +631,7 @@ BEGIN
                                   AND r.tenant IS NOT DISTINCT FROM (ws[k.i]).tenant
                       WHERE k.o <> ALL (v_drop) AND (v_rules -> k.type ->> 1)::integer & 768 <> 0
                         AND r.status = 'completed'
+                        AND r.tenant || chr(31) || r.id = ANY (v_made)
                       ORDER BY k.o LOOP
                 i := x.i;
                 v_st[i] := jsonb_set(v_st[i], ARRAY[x.name, 'state'], to_jsonb(x.outcome));
@@ -693,7 +697,11 @@ BEGIN
     -- The last step event of a workflow that ends: still waiting.
     SELECT xs.tenant, xs.id, 'step', 'waiting', xs.outcome, 100,
            format('%s of %s steps ended', xs.total, xs.total), xs.msg, xs.created_at
-      FROM xs WHERE xs.open = 0;
+      FROM xs
+     WHERE xs.open = 0
+       AND EXISTS (SELECT 1 FROM runs r
+                    WHERE r.id = xs.id AND r.tenant IS NOT DISTINCT FROM xs.tenant
+                      AND r.status = 'waiting');
     -- The ends: an update of status like any other (the type's notify and
     -- then rules, and the parent of a nested workflow, see it) with its
     -- event in the same statement, so that what the end sets off comes

@@ -712,21 +712,30 @@ END_TEST
     "\"after_taken\": {\"run_type\": \"leaf\", \"needs\": [\"taken\"], \"when\": \"failed\"},"     \
     "\"after_nest\": {\"run_type\": \"leaf\", \"needs\": [\"nest\"], \"when\": \"failed\"},"       \
     "\"last\": {\"run_type\": \"leaf\", \"needs\": [\"taken\", \"nest\"], \"when\": "              \
-    "\"always\"}}}}}}"
+    "\"always\"}, \"taken2\": {\"run_type\": \"inner\"}, \"after_taken2\": {\"run_type\": "        \
+    "\"leaf\", \"needs\": [\"taken2\"]}}}}}}"
 
 /* Steps that end within the advance that makes them: one whose id a run
- * already has (no run made, the run there untouched) and a nested
- * workflow whose only step fails at creation, so that it ends within its
- * own insert. The workflow sees both ended in a second pass of the same
- * advance and starts what their failure starts. */
+ * already has (no run made, the run there untouched), also when the step
+ * is itself a workflow and the run there has succeeded (taken2: failed,
+ * not the other run's outcome), and a nested workflow whose only step
+ * fails at creation, so that it ends within its own insert. The workflow
+ * sees them ended in a second pass of the same advance and starts what
+ * their failure starts. */
 START_TEST(steps_that_end_as_they_are_made)
 {
     struct th_proc p;
     const char *ci = th_start_fresh(&p, "e2e_wf_pass", PASS_CONFIG);
     PGconn *c = th_pg(ci);
     char *first = th_submit(&p, "{\"alert_type\": \"leaf\", \"run_id\": \"o-1.taken\"}", 202);
-    char *id = th_submit(&p, "{\"alert_type\": \"outer\", \"run_id\": \"o-1\"}", 202);
-    json_t *run = th_wait_done(&p, id, 30), *nest;
+    char *second = th_submit(&p, "{\"alert_type\": \"leaf\", \"run_id\": \"o-1.taken2\"}", 202);
+    json_t *run = th_wait_done(&p, second, 30), *nest;
+    char *id;
+
+    ck_assert_str_eq(th_js(run, "outcome"), "succeeded");
+    json_decref(run);
+    id = th_submit(&p, "{\"alert_type\": \"outer\", \"run_id\": \"o-1\"}", 202);
+    run = th_wait_done(&p, id, 30);
 
     ck_assert_str_eq(th_js(run, "outcome"), "partially_succeeded");
     ck_assert_str_eq(th_js(step_of(run, "taken"), "state"), "failed");
@@ -735,6 +744,9 @@ START_TEST(steps_that_end_as_they_are_made)
     check_step(run, "after_taken", "succeeded");
     check_step(run, "after_nest", "succeeded");
     check_step(run, "last", "succeeded");
+    ck_assert_str_eq(th_js(step_of(run, "taken2"), "state"), "failed");
+    ck_assert_ptr_null(th_js(step_of(run, "taken2"), "run_id"));
+    check_step(run, "after_taken2", "skipped");
     json_decref(run);
     nest = th_get_run(&p, "o-1.nest");
     ck_assert_str_eq(th_js(nest, "outcome"), "failed");
@@ -772,6 +784,7 @@ START_TEST(steps_that_end_as_they_are_made)
                                    "step_name)"),
                      4);
     free(first);
+    free(second);
     free(id);
     PQfinish(c);
     th_stop_clean(&p);
