@@ -763,6 +763,15 @@ START_TEST(steps_that_end_as_they_are_made)
                                    "type = 'step' AND message LIKE '%%step taken not created: a "
                                    "run with id o-1.taken exists%%'"),
                      1);
+    /* The nested workflow ended as it was made: the workflow's events say it
+     * failed, never that it started. */
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = 'o-1' AND "
+                                   "type = 'step' AND message ~ 'started ([A-Za-z0-9_-]+, )*"
+                                   "(nest|taken2)(,|;|$)'"),
+                     0);
+    ck_assert_int_eq(th_sql_int(c, "SELECT count(*) FROM run_events WHERE run_id = 'o-1' AND "
+                                   "type = 'step' AND message ~ '(^|, )nest failed'"),
+                     1);
     /* Both failures were seen by the advance that made them: the steps they
      * started were made in its transaction (now() is the transaction's),
      * not by a later sweep. */
