@@ -13,9 +13,9 @@
 -- the same start-up.
 --
 -- Now a step's end (and a workflow's insert) notes its workflow in a
--- transaction-local setting (a BEFORE row trigger, with the
--- WHEN of runs_wf_step_end), and a statement-level trigger whose WHEN reads
--- that setting takes every workflow noted by the statement at its end
+-- transaction-local setting (a BEFORE row trigger, with the WHEN of
+-- runs_wf_step_end), and a statement-level trigger whose WHEN reads that
+-- setting takes every workflow noted by the statement at its end
 -- (opsrun_wf_poke_many): their rows locked by one SELECT ... FOR UPDATE
 -- SKIP LOCKED (those another transaction holds get a marker, as before),
 -- each one's decisions made in PL/pgSQL without a statement per step
@@ -35,9 +35,8 @@
 -- second pass, where 025 decided it in the same pass (so a workflow whose
 -- every first step ended as it was made sends no "started" notification
 -- when a step its failure starts is made, as docs/workflows.md says; 025
--- sent one). A binary from before
--- this migration keeps working beside one after it: everything here is
--- inside the database.
+-- sent one). A binary from before this migration keeps working beside one
+-- after it: everything here is inside the database.
 
 -- 1. Noting a workflow: chr(30) tenant chr(31) id chr(30), appended to
 -- the setting opsrun.wf_poke_<depth> unless it is there, depth the
@@ -255,11 +254,10 @@ DROP FUNCTION opsrun_wf_poke(text, text);
 -- start: c_names, c_types, c_inputs (their data, made). p_rules is
 -- {run type: [its queue.max_chain_depth, its reacts]} of every configured
 -- type; c_check: whether a step to start has a type whose insert may end
--- it at once. A step
--- that cannot be made (its run type is not configured any more, it would
--- be deeper than that depth allows, its data cannot be made or its id
--- would be too long) is made failed, or not made, at once by
--- opsrun_wf_create, as before, and the pass goes on with its state.
+-- it at once. A step that cannot be made (its run type is not configured
+-- any more, it would be deeper than that depth allows, its data cannot be
+-- made or its id would be too long) is made failed, or not made, at once
+-- by opsrun_wf_create, as before, and the pass goes on with its state.
 CREATE FUNCTION opsrun_wf_plan(w runs, p_runs jsonb, p_rules jsonb, OUT st jsonb, OUT ended text,
                                OUT started text[], OUT skipped text[], OUT notes text[],
                                OUT reused text, OUT c_names text[], OUT c_types text[],
