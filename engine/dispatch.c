@@ -72,6 +72,28 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
                                    &runs, &got, &err);
         metrics_claim_latency(e->metrics, (double)(clock_mono_us() - t0) / 1e6);
     }
+    for (size_t i = 0; i < got; i++)
+        metrics_run_claimed(e->metrics, runs[i]->type, runs[i]->claim_due_s);
+    /* The runs claimed go to the workers before any other statement: a
+     * claimed run's orphan clock runs from its claim, and its lease only
+     * from a worker's start, so a statement below that waits (a lock, a
+     * slow database) must not hold them unstarted. */
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < got; i++) {
+        LOG(LOG_DEBUG, "claimed run=%s attempt=%d worker=%s", runs[i]->id, runs[i]->attempt,
+            e->worker_id);
+        size_t at = ring_push(&e->q);
+        e->queue[at] = runs[i];
+        e->queue_views[at] = view_ref(v);
+    }
+    e->st.claimed_total += (int64_t)got;
+    /* One wake-up per run, not a broadcast: a broadcast wakes every idle
+     * worker for a claim of a few runs, and all but those few only queue up
+     * on e->mu to find nothing. A worker that is awake takes a run before it
+     * waits, so no run is left without one. */
+    for (size_t i = 0; i < got; i++)
+        pthread_cond_signal(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
     /* A run that came due while the claim ran is claimed next, not left to
      * the poll interval (store_runs_next_due says why "while" is measured
      * from t0 to its answer). */
@@ -84,28 +106,12 @@ static size_t dispatch_claim(struct engine *e, int n, int64_t *due_ms, bool *cap
     db_pool_put(e->pool, db);
     if (st != ST_OK)
         LOG(LOG_WARN, "could not claim runs: %s worker=%s", err.message, e->worker_id);
-    for (size_t i = 0; i < got; i++)
-        metrics_run_claimed(e->metrics, runs[i]->type, runs[i]->claim_due_s);
 
     pthread_mutex_lock(&e->mu);
-    for (size_t i = 0; i < got; i++) {
-        LOG(LOG_DEBUG, "claimed run=%s attempt=%d worker=%s", runs[i]->id, runs[i]->attempt,
-            e->worker_id);
-        size_t at = ring_push(&e->q);
-        e->queue[at] = runs[i];
-        e->queue_views[at] = view_ref(v);
-    }
     e->idle += n - (int)got;
     /* More is likely waiting: claim again as soon as a worker frees up. When
      * due runs were left behind by a cap, a local finish may free a slot. */
     e->backlog = (int)got == n || *capped;
-    e->st.claimed_total += (int64_t)got;
-    /* One wake-up per run, not a broadcast: a broadcast wakes every idle
-     * worker for a claim of a few runs, and all but those few only queue up
-     * on e->mu to find nothing. A worker that is awake takes a run before it
-     * waits, so no run is left without one. */
-    for (size_t i = 0; i < got; i++)
-        pthread_cond_signal(&e->work_cv);
     pthread_mutex_unlock(&e->mu);
     free(runs);
     free(types);
