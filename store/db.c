@@ -383,6 +383,12 @@ static enum status db_prepare(struct db *db, const struct stmt *st, int nparams,
     return ST_OK;
 }
 
+const struct stmt *db_stmt_for(const struct db *db, const struct stmt *inline_sql,
+                               const struct stmt *fn)
+{
+    return db->opt.unnamed_statements ? fn : inline_sql;
+}
+
 /* With unnamed statements (db.prepared_statements false) the statement is
  * parsed on every call, in the same message train as its execution, so a
  * transaction-pooling proxy may run each call on another server

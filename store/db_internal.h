@@ -21,6 +21,13 @@ struct stmt {
 enum status db_run(struct db *db, const struct stmt *st, int nparams, const char *const *params,
                    PGresult **res, struct error *err) WUR;
 PGconn *db_conn(struct db *db);
+/* inline with named prepared statements, else fn: the same statement as a
+ * call of a PL/pgSQL function (migration 027), which the server plans once
+ * per connection where an unnamed statement is planned at every call. For
+ * statements whose planning costs more than their run; the two must take
+ * the same parameters and answer the same rows. */
+const struct stmt *db_stmt_for(const struct db *db, const struct stmt *inline_sql,
+                               const struct stmt *fn);
 /* db_run for a statement whose result is only how many rows it changed:
  * into *affected (may be NULL). */
 enum status db_exec_count(struct db *db, const struct stmt *st, int nparams,

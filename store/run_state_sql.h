@@ -10,7 +10,10 @@
  * query whose WHERE clause implies its predicate. Each set lists, in enum
  * order, the statuses a predicate of store/run_state.h holds for
  * (tests/unit/test_run_state.c checks that). opsrun_claim (migrations/002)
- * is PL/pgSQL and spells its sets itself. */
+ * is PL/pgSQL and spells its sets itself, and so do the statements that
+ * migration 027 made functions (opsrun_submit_batch: APPROVAL_INSERT_VALUES,
+ * SUBMITTED_MESSAGE, JOINABLE_STATUSES; opsrun_finish_batch: SET_END_ERROR,
+ * SET_CLEANUP_IF, HELD_STATUSES): a change here is a new migration there. */
 #ifndef OPSRUN_STORE_RUN_STATE_SQL_H
 #define OPSRUN_STORE_RUN_STATE_SQL_H
 

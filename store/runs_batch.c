@@ -46,7 +46,9 @@
     "(extract(epoch FROM " r ".created_at) * 1000000)::bigint"
 /* The run (RUN_NCOLS columns), then the item's position, then kind: 'n'
  * inserted now, 'i' the run with this id, 'd' the active run with this
- * identity; then the found run's request_hash. */
+ * identity; then the found run's request_hash. With unnamed statements,
+ * opsrun_submit_batch (migration 027), the same statement in PL/pgSQL:
+ * planning it cost more than running it. */
 /* Each item's approval, when its type has one. */
 #define BATCH_APPROVAL                                                                             \
     APPROVAL_INSERT_VALUES("i.approval_timeout_s", "i.approval_on_timeout", "i.run_at")
@@ -78,6 +80,8 @@ static const struct stmt S_BATCH = {
         "WHERE NOT EXISTS (SELECT 1 FROM upd u WHERE u.tenant = i.tenant AND u.id = i.id) "
         "AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.tenant = i.tenant AND x.id = i.id)"};
 /* clang-format on */
+static const struct stmt S_BATCH_FN = {"runs_submit_batch_fn",
+                                       "SELECT * FROM opsrun_submit_batch($1::json)"};
 #define COL_ORD RUN_NCOLS
 #define COL_KIND (RUN_NCOLS + 1)
 #define COL_HASH (RUN_NCOLS + 2)
@@ -281,11 +285,11 @@ static enum status round_run(struct db *db, const struct run_new *items, struct 
 
     if (!param)
         return error_set(err, ST_INTERNAL, "could not build the batch of submissions");
-    st = db_run(db, &S_BATCH, 1, p, &r, err);
+    st = db_run(db, db_stmt_for(db, &S_BATCH, &S_BATCH_FN), 1, p, &r, err);
     for (int again = 1; st == ST_UNAVAILABLE && again < SUBMIT_TRIES && lost_deadlock(err);
          again++) {
         LOG(LOG_WARN, "retrying a batch of submissions: %s", err->message);
-        st = db_run(db, &S_BATCH, 1, p, &r, err);
+        st = db_run(db, db_stmt_for(db, &S_BATCH, &S_BATCH_FN), 1, p, &r, err);
     }
     free(param);
     for (int row = 0; st == ST_OK && row < PQntuples(r); row++) {

@@ -33,7 +33,9 @@ static const struct stmt S_CLAIM = {
  * is the oldest due run while no run is held, else it is the earliest of
  * each tenant's that is not held (opsrun_ready_tenants, a step per tenant
  * and priority on runs_ready, migration 022). Then whether a run is held
- * for its key (one step on runs_conc_held). */
+ * for its key (one step on runs_conc_held). With unnamed statements,
+ * opsrun_next_due (migration 027): planning this cost twenty times
+ * running it. */
 static const struct stmt S_NEXT_DUE = {
     "runs_next_due",
     "SELECT ceil(extract(epoch FROM (SELECT min(run_at) FROM runs WHERE status = 'queued' AND "
@@ -43,6 +45,7 @@ static const struct stmt S_NEXT_DUE = {
     "status = 'queued') THEN (SELECT min(t.run_at) FROM opsrun_ready_tenants() t WHERE t.run_at "
     "<= now()) ELSE (SELECT min(run_at) FROM runs WHERE status = 'queued' AND run_at <= now()) "
     "END) * 1000)::bigint, EXISTS (SELECT 1 FROM runs WHERE conc_held AND status = 'queued')"};
+static const struct stmt S_NEXT_DUE_FN = {"runs_next_due_fn", "SELECT * FROM opsrun_next_due()"};
 static const struct stmt S_CONC_SWEEP = {"runs_conc_sweep", "SELECT opsrun_conc_sweep()"};
 /* Looks at the markers first, so that a sweep with none takes no lock. */
 static const struct stmt S_WF_SWEEP = {
@@ -73,7 +76,8 @@ static const struct stmt S_FINISH = {
  * wrote them, so they are checked as json, never parsed into jsonb; the
  * UPDATE takes their seqs, and lg writes their chunk after the event (the
  * order of the tables in the text is the order of their locks, which the
- * partition drop takes the same way). */
+ * partition drop takes the same way). With unnamed statements,
+ * opsrun_finish_batch (migration 027), the same statement in PL/pgSQL. */
 /* clang-format off */
 static const struct stmt S_FINISH_BATCH = {
     "runs_finish_batch",
@@ -97,6 +101,8 @@ static const struct stmt S_FINISH_BATCH = {
         "log_seq - log_n + 1, log_seq, coalesce(log_dropped, 0), log::json FROM upd "
         "WHERE log_n > 0) "
     "SELECT tenant, id FROM upd"};
+static const struct stmt S_FINISH_BATCH_FN = {
+    "runs_finish_batch_fn", "SELECT * FROM opsrun_finish_batch($1, $2::jsonb, $3::text[])"};
 /* A run asked to cancel meanwhile ends cancelled (SET_REQUEUE), and keeps
  * the error it has (SET_HAND_BACK_ERROR). */
 static const struct stmt S_RETRY = {
@@ -417,7 +423,7 @@ enum status store_runs_next_due(struct db *db, int64_t claim_began_us, int64_t *
 {
     PGresult *r;
     int64_t took_ms;
-    enum status st = db_run(db, &S_NEXT_DUE, 0, NULL, &r, err);
+    enum status st = db_run(db, db_stmt_for(db, &S_NEXT_DUE, &S_NEXT_DUE_FN), 0, NULL, &r, err);
 
     if (st != ST_OK)
         return st;
@@ -611,7 +617,7 @@ enum status store_runs_finish_batch(struct db *db, const char *worker_id, struct
     p[0] = worker_id;
     p[1] = text;
     p[2] = logs_array;
-    st = db_run(db, &S_FINISH_BATCH, 3, p, &r, err);
+    st = db_run(db, db_stmt_for(db, &S_FINISH_BATCH, &S_FINISH_BATCH_FN), 3, p, &r, err);
     free(text);
     free(logs_array);
     if (st != ST_OK)

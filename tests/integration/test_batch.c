@@ -136,6 +136,30 @@ static void arrange_existing(const char *tenant)
                    tenant));
 }
 
+/* That the batch went through migration 027's function (unnamed: the
+ * function is renamed away and the batch then fails), or did not (named:
+ * it still succeeds): so that the loop tests below compare what they say
+ * they compare. */
+static void assert_batch_went_through(bool fn)
+{
+    static const struct item it = {"probe", "probe", "probe"};
+    struct run_new rn = run_new_of("p", &it, NULL);
+    struct run_submitted out = {0};
+    struct error err = {0};
+    enum status st;
+
+    PQclear(th_sql(g_pg, "ALTER FUNCTION opsrun_submit_batch(json) RENAME TO away"));
+    st = store_runs_submit_batch(g_db, &rn, 1, &out, &err);
+    PQclear(th_sql(g_pg, "ALTER FUNCTION away(json) RENAME TO opsrun_submit_batch"));
+    run_submitted_cleanup(&out, 1);
+    if (fn)
+        ck_assert_msg(st != ST_OK, "the batch did not call opsrun_submit_batch");
+    else
+        ck_assert_msg(st == ST_OK && out.st == ST_OK, "the batch failed: %s", err.message);
+}
+
+/* Both runs in both modes (the loop's _i: 0 named prepared statements, 1
+ * unnamed, where the batch is migration 027's function). */
 START_TEST(batch_answers_as_one_by_one)
 {
     /* Each line: what store_runs_submit answers one by one, noted. */
@@ -158,7 +182,8 @@ START_TEST(batch_answers_as_one_by_one)
     size_t n = ARRAY_LEN(items);
     struct answer batch[ARRAY_LEN(items)], seq[ARRAY_LEN(items)];
 
-    open_test_db("it_batch_answers");
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_batch_answers_fn" : "it_batch_answers");
     g_input = json_pack("{s:i}", "k", 1);
     arrange_existing("b");
     arrange_existing("s");
@@ -191,6 +216,7 @@ START_TEST(batch_answers_as_one_by_one)
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE tenant = 'b' AND "
                                       "initiator = 'tester'"),
                      2 + 4);
+    assert_batch_went_through(_i == 1);
     json_decref(g_input);
     close_test_db();
 }
@@ -206,7 +232,8 @@ START_TEST(batch_random_against_one_by_one)
     struct answer *batch = calloc(N, sizeof(*batch)), *seq = calloc(N, sizeof(*seq));
     unsigned seed = 12345;
 
-    open_test_db("it_batch_random");
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_batch_random_fn" : "it_batch_random");
     g_input = json_object();
     for (int round = 0; round < ROUNDS; round++) {
         for (size_t i = 0; i < N; i++) {
@@ -225,6 +252,7 @@ START_TEST(batch_random_against_one_by_one)
     }
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE tenant = 'b'"),
                      th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE tenant = 's'"));
+    assert_batch_went_through(_i == 1);
     json_decref(g_input);
     free(items);
     free(batch);
@@ -516,8 +544,8 @@ int main(void)
     TCase *tc = tcase_create("batch");
 
     tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, batch_answers_as_one_by_one);
-    tcase_add_test(tc, batch_random_against_one_by_one);
+    tcase_add_loop_test(tc, batch_answers_as_one_by_one, 0, 2);
+    tcase_add_loop_test(tc, batch_random_against_one_by_one, 0, 2);
     tcase_add_test(tc, queue_many_threads_one_run_per_identity);
     tcase_add_test(tc, queue_close_answers_everything_queued);
     tcase_add_test(tc, queue_full_refuses_at_once);

@@ -695,6 +695,25 @@ END_TEST
 
 /* ---- claim order ------------------------------------------------------ */
 
+/* Whether the store's statement went through migration 027's function fn
+ * (its signature, for ALTER FUNCTION): call, run with fn renamed away, fails
+ * when it did (g_unnamed), and succeeds when it did not. So that the loop
+ * tests that run in both modes compare what they say they compare. */
+#define ASSERT_THROUGH_FN(fn, args, call)                                                          \
+    do {                                                                                           \
+        enum status through_;                                                                      \
+        struct error through_err_ = {0};                                                           \
+        PQclear(th_sql(g_pg, "ALTER FUNCTION " fn args " RENAME TO away"));                        \
+        through_ = (call);                                                                         \
+        PQclear(th_sql(g_pg, "ALTER FUNCTION away" args " RENAME TO " fn));                        \
+        if (g_unnamed)                                                                             \
+            ck_assert_msg(through_ != ST_OK, "%s did not call " fn, #call);                        \
+        else                                                                                       \
+            ck_assert_msg(through_ == ST_OK, "%s: %s", #call, through_err_.message);               \
+    } while (0)
+
+/* Both in both modes (the loop's _i: 0 named prepared statements, 1
+ * unnamed, where the next-due query is migration 027's function). */
 START_TEST(claim_order_delay_and_types)
 {
     char at_m20[40], at_m10[40], at_m5[40], at_m1[40], at_p1h[40];
@@ -702,7 +721,8 @@ START_TEST(claim_order_delay_and_types)
     int64_t due = -2;
     bool due_now = true;
 
-    open_test_db("it_store_order");
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_store_order_fn" : "it_store_order");
     rfc3339_in(-20000, at_m20);
     rfc3339_in(-10000, at_m10);
     rfc3339_in(-5000, at_m5);
@@ -778,6 +798,8 @@ START_TEST(claim_order_delay_and_types)
     free(tie2);
     free(future);
     free(unknown);
+    ASSERT_THROUGH_FN("opsrun_next_due", "()",
+                      store_runs_next_due(g_db, clock_mono_us(), &due, &due_now, &through_err_));
     close_test_db();
 }
 END_TEST
@@ -2217,7 +2239,7 @@ END_TEST
 /* The completer's write: many runs in one statement, each fenced on its
  * own, each with its terminal event; the cleanup rule of a finish holds for
  * every row; a run another worker holds is left alone, and a spent fence
- * writes nothing a second time. */
+ * writes nothing a second time. In both modes, as claim_order_delay_and_types. */
 START_TEST(finish_batch_fences_each_run)
 {
     char *a, *b, *c;
@@ -2225,7 +2247,8 @@ START_TEST(finish_batch_fences_each_run)
     json_t *boom = json_pack("{s:s,s:s}", "code", "boom", "message", "it broke");
     struct run_finish fin[3];
 
-    open_test_db("it_store_finish_batch");
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_store_finish_batch_fn" : "it_store_finish_batch");
     a = new_run(3);
     b = new_run(3);
     c = new_run(3);
@@ -2288,6 +2311,9 @@ START_TEST(finish_batch_fences_each_run)
     ck_assert(!fin[0].written);
     assert_state(a, "completed", "succeeded");
     ck_assert_int_eq(n_events(a), 3);
+    ASSERT_THROUGH_FN("opsrun_finish_batch", "(text, jsonb, text[])",
+                      store_runs_finish_batch(g_db, "w1", fin, 1, &through_err_));
+    ck_assert(!fin[0].written);
 
     json_decref(result);
     json_decref(boom);
@@ -3052,7 +3078,7 @@ int main(void)
 
     tc = tcase("claim", 120);
     tcase_add_test(tc, max_running_under_contention);
-    tcase_add_test(tc, claim_order_delay_and_types);
+    tcase_add_loop_test(tc, claim_order_delay_and_types, 0, 2);
     tcase_add_test(tc, claim_returns_what_the_worker_needs);
     tcase_add_test(tc, claim_plan_never_scans_the_table);
     tcase_add_test(tc, claim_skips_runs_that_completed);
@@ -3060,7 +3086,7 @@ int main(void)
 
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
-    tcase_add_test(tc, finish_batch_fences_each_run);
+    tcase_add_loop_test(tc, finish_batch_fences_each_run, 0, 2);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
     tcase_add_test(tc, polls_again_batch_stale_entry_never_wins);
     tcase_add_test(tc, polls_again_batch_reads_runs_by_id);

@@ -5,10 +5,14 @@ char *g_ci;
 PGconn *g_pg;
 struct db *g_db;
 struct error g_err;
+bool g_unnamed;
 
 struct db *connect_db(const char *ci)
 {
-    struct db_options o = {.conninfo = ci, .connect_timeout_s = 5, .application_name = "opsrun_it"};
+    struct db_options o = {.conninfo = ci,
+                           .connect_timeout_s = 5,
+                           .application_name = "opsrun_it",
+                           .unnamed_statements = g_unnamed};
     struct db *db = NULL;
 
     OK(db_connect(&o, &db, &g_err));
@@ -31,4 +35,5 @@ void close_test_db(void)
     g_db = NULL;
     g_pg = NULL;
     g_ci = NULL;
+    g_unnamed = false;
 }

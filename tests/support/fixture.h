@@ -16,6 +16,10 @@ extern char *g_ci;      /* conninfo of this test's database */
 extern PGconn *g_pg;    /* raw connection: arranging states, assertions */
 extern struct db *g_db; /* the code under test's connection */
 extern struct error g_err;
+/* open_test_db's g_db sends unnamed statements (db.prepared_statements
+ * false) while set; close_test_db clears it. For a loop test that runs the
+ * same checks in both modes (_i 1: unnamed). */
+extern bool g_unnamed;
 
 /* Asserts that call (which passes &g_err) returns want. */
 #define EXPECT(want, call)                                                                         \
@@ -28,7 +32,8 @@ extern struct error g_err;
     } while (0)
 #define OK(call) EXPECT(ST_OK, call)
 
-/* A store connection to ci (asserts success). */
+/* A store connection to ci (asserts success), with unnamed statements
+ * while g_unnamed is set. */
 struct db *connect_db(const char *ci);
 /* Creates database `name` from the template and opens g_pg and g_db on it. */
 void open_test_db(const char *name);
