@@ -11,7 +11,8 @@
  * for what a hint missed. A claim leases each delivery for its notifier's
  * timeout plus LEASE_MARGIN_MS; a process that dies mid-attempt leaves it
  * due again once the lease ends, and any replica sends it then (at least
- * once, with the same delivery id). At a stop, transfers in flight are
+ * once, with the same delivery id). Results are written together
+ * (SETTLE_BATCH, SETTLE_GAP_MS). At a stop, transfers in flight are
  * abandoned and their deliveries handed back, due at once.
  *
  * Each claim takes the notifiers of the engine's current view (view.c), so
@@ -39,6 +40,13 @@
 /* A result the database did not take is tried again while its lease
  * lasts, less this margin; then the delivery is left to the lease. */
 #define SETTLE_MARGIN_MS 5000
+/* Results are written together: when SETTLE_BATCH have gathered, or
+ * SETTLE_GAP_MS after the first of them (a settle is one statement
+ * whatever its size, and writing each transfer's end alone cost more per
+ * delivery than the delivery's claim); again CLAIM_EVERY_MS / 4 after a
+ * settle that failed. */
+#define SETTLE_BATCH 64
+#define SETTLE_GAP_MS 20
 
 /* An attempt in flight. It holds the view it was claimed under, and ends
  * with the notifier it started with (URL, secret, headers, timeout,
@@ -77,6 +85,7 @@ struct notify {
     size_t njobs;
     struct result *results;
     size_t nresults;
+    int64_t settle_at_ms; /* when the results gathered are written */
 };
 
 /* ---- transfers ---- */
@@ -106,6 +115,8 @@ static void result_add(struct notify *nt, const struct job *j, int64_t retry_ms,
     const struct delivery *d = &j->d;
     struct result *r;
 
+    if (nt->nresults == 0)
+        nt->settle_at_ms = clock_mono_ms() + SETTLE_GAP_MS;
     nt->results = xrealloc(nt->results, (nt->nresults + 1) * sizeof(*nt->results));
     r = &nt->results[nt->nresults++];
     r->r = (struct delivery_result){d->id, d->attempts, retry_ms, message};
@@ -405,6 +416,13 @@ static void settle(struct notify *nt, int64_t now_ms)
     for (size_t i = nt->nresults; i-- > 0;)
         if (now_ms > nt->results[i].claimed_ms + nt->results[i].lease_ms - SETTLE_MARGIN_MS)
             result_drop(nt, i);
+    nt->settle_at_ms = now_ms + CLAIM_EVERY_MS / 4;
+}
+
+/* Whether the results gathered are to be written now. */
+static bool settle_due(const struct notify *nt, int64_t now_ms)
+{
+    return nt->nresults > 0 && (nt->nresults >= SETTLE_BATCH || now_ms >= nt->settle_at_ms);
 }
 
 /* At a stop: the transfers in flight are abandoned, their deliveries due
@@ -456,13 +474,14 @@ static void *notify_main(void *arg)
         }
         curl_multi_perform(nt->multi, &running);
         collect(nt, clock_mono_ms());
-        settle(nt, clock_mono_ms());
+        if (settle_due(nt, clock_mono_ms()))
+            settle(nt, clock_mono_ms());
         now = clock_mono_ms();
         wait = next_claim - now;
         if (wake)
             wait = last_claim + CLAIM_GAP_MS - now;
-        if (nt->nresults > 0 && wait > CLAIM_EVERY_MS / 4)
-            wait = CLAIM_EVERY_MS / 4; /* results to write again */
+        if (nt->nresults > 0 && wait > nt->settle_at_ms - now)
+            wait = nt->settle_at_ms - now; /* results to write */
         curl_multi_poll(nt->multi, NULL, 0, wait > 0 ? (int)wait : 0, NULL);
     }
     curl_multi_perform(nt->multi, &(int){0});
