@@ -3,12 +3,12 @@
 --
 -- With db.prepared_statements false (a transaction-pooling proxy) every
 -- statement is sent as the unnamed one and planned at every call. Planning
--- these three cost more than running them: 0.79 ms a call for the batch
--- submission (0.46 ms to run it), 0.35 ms for the completion batch (0.47
--- ms to run), 0.58 ms for the dispatcher's next-due query (0.03 ms to
--- run): 3.4 s of planning in the 6.4 s that 8,000 no-op runs took on two
--- cores shared with the server, which is why the option halved the
--- throughput. A PL/pgSQL function prepares each of its
+-- these three cost about as much as running them or more: 0.79 ms a call
+-- for the batch submission (0.46 ms to run it), 0.35 ms for the
+-- completion batch (0.47 ms to run), 0.58 ms for the dispatcher's
+-- next-due query (0.03 ms to run): 3.4 s of planning in the 6.4 s that
+-- 8,000 no-op runs took on two cores shared with the server, which is why
+-- the option halved the throughput. A PL/pgSQL function prepares each of its
 -- statements once per server connection and keeps the plan, so the call
 -- that names it is all that is planned each time: a transaction pooler
 -- runs it on whichever server connection it likes, and each of those
@@ -21,10 +21,14 @@
 --
 -- The bodies are the statements store/runs_batch.c and store/runs_engine.c
 -- send with named prepared statements, word for word but for the names of
--- the parameters; what they return is what those read. A change to one is
--- a change to the other (a new migration), and the integration tests run
--- both and compare them. use_column: the names of the columns they return
--- are also columns of the tables they read.
+-- the parameters and every column named with its table; what they return
+-- is what those read. A change to one is a change to the other (a new
+-- migration), and the integration tests run both and compare what they
+-- write. Such a migration is held to the rule of every migration: the
+-- binary before it, with unnamed statements, calls the new body with its
+-- own items and reads the same columns, so the arguments and the columns
+-- returned stay (docs/operations.md, Upgrades). use_column: the names of
+-- the columns they return are also columns of the tables they read.
 
 -- The batch submission (store_runs_submit_batch): $1 is the round's items
 -- as a JSON array. Per row: the run's scalars ('{}' for its JSON), the

@@ -24,8 +24,9 @@ PGconn *db_conn(struct db *db);
 /* inline with named prepared statements, else fn: the same statement as a
  * call of a PL/pgSQL function (migration 027), which the server plans once
  * per connection where an unnamed statement is planned at every call. For
- * statements whose planning costs more than their run; the two must take
- * the same parameters and answer the same rows. */
+ * statements whose planning costs about as much as their run or more; the
+ * two must take the same parameters, answer the same rows and write the
+ * same rows (tests/integration: *_function_writes_what_the_statement_writes). */
 const struct stmt *db_stmt_for(const struct db *db, const struct stmt *inline_sql,
                                const struct stmt *fn);
 /* db_run for a statement whose result is only how many rows it changed:

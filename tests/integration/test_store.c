@@ -2324,6 +2324,99 @@ START_TEST(finish_batch_fences_each_run)
 }
 END_TEST
 
+/* What the completion batch writes through the inline statement (named,
+ * tenant "n") and through opsrun_finish_batch (unnamed, tenant "u"), from
+ * the same runs: the same rows, events and log chunks, column by column.
+ * The runs cover each arm of the statement: a success with log lines (some
+ * dropped) and counts, a failure whose cleanup is due, a cancel without an
+ * error of its own (keeps the run's), and two fences that fail (another
+ * worker; another attempt). */
+START_TEST(finish_batch_function_writes_what_the_statement_writes)
+{
+    static const char *const ids[] = {"f-ok", "f-clean", "f-cancel", "f-other", "f-stale"};
+    json_t *result = json_pack("{s:i}", "x", 1), *counts = json_pack("{s:i}", "ok", 2);
+    json_t *boom = json_pack("{s:s,s:s}", "code", "boom", "message", "it broke");
+    json_t *why = json_pack("{s:[s]}", "failed", "step-a");
+    struct run_finish fin[ARRAY_LEN(ids)];
+    struct db *unnamed;
+    bool written[2][ARRAY_LEN(ids)];
+    char *diff;
+
+    open_test_db("it_store_finish_fn_writes");
+    g_unnamed = true;
+    unnamed = connect_db(g_ci);
+    g_unnamed = false;
+    for (int t = 0; t < 2; t++)
+        for (size_t k = 0; k < ARRAY_LEN(ids); k++)
+            run_free(submit_on(
+                g_db, &(struct sub){.tenant = t ? "u" : "n", .id = ids[k], .ident = ids[k]}, NULL));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'running', attempt = 1, worker_id = 'w1', "
+                         "started_at = '2026-01-01T00:00:00Z', heartbeat_at = "
+                         "'2026-01-01T00:00:01Z', deadline_at = '2099-01-01T00:00:00Z', "
+                         "progress = 40, step = 'half'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET cleanup_due = true WHERE id = 'f-clean'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'cancelling', error = '{\"code\": "
+                         "\"superseded\"}', hooks_at = '2030-01-01T00:00:00Z' "
+                         "WHERE id = 'f-cancel'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET worker_id = 'w2' WHERE id = 'f-other'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET attempt = 2 WHERE id = 'f-stale'"));
+    for (int t = 0; t < 2; t++) {
+        fin[0] = (struct run_finish){
+            .id = ids[0],
+            .res = {.outcome = OUTCOME_SUCCEEDED,
+                    .result = result,
+                    .summary_counts = counts,
+                    .message = "finished"},
+            .log_lines_json =
+                "[[1795000000000000,\"opsrun\",\"a\"],[1795000000000001,\"w\",\"b\"]]",
+            .log_nlines = 2,
+            .log_dropped = 3};
+        fin[1] = (struct run_finish){.id = ids[1],
+                                     .res = {.outcome = OUTCOME_FAILED,
+                                             .error = boom,
+                                             .failure_summary = why,
+                                             .message = "failed"}};
+        fin[2] = (struct run_finish){.id = ids[2],
+                                     .res = {.outcome = OUTCOME_CANCELLED, .message = "cancelled"}};
+        fin[3] = (struct run_finish){.id = ids[3],
+                                     .res = {.outcome = OUTCOME_SUCCEEDED, .message = "x"}};
+        fin[4] = (struct run_finish){.id = ids[4],
+                                     .res = {.outcome = OUTCOME_SUCCEEDED, .message = "x"}};
+        for (size_t k = 0; k < ARRAY_LEN(ids); k++) {
+            fin[k].tenant = t ? "u" : "n";
+            fin[k].attempt = 1;
+        }
+        OK(store_runs_finish_batch(t ? unnamed : g_db, "w1", fin, ARRAY_LEN(ids), &g_err));
+        for (size_t k = 0; k < ARRAY_LEN(ids); k++)
+            written[t][k] = fin[k].written;
+    }
+    for (size_t k = 0; k < ARRAY_LEN(ids); k++)
+        ck_assert_msg(written[0][k] == written[1][k] && written[0][k] == (k < 3),
+                      "%s: written %d named, %d unnamed", ids[k], written[0][k], written[1][k]);
+    /* The arrangement shows what it should: the cancel kept its error, the
+     * cleanup became due, the lines were written. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'f-cancel' AND "
+                                      "error->>'code' = 'superseded' AND outcome = 'cancelled'"),
+                     2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE id = 'f-clean' AND "
+                                      "hooks_at = completed_at AND NOT cleanup_due"),
+                     2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_logs WHERE run_id = 'f-ok' AND "
+                                      "first_seq = 1 AND last_seq = 2 AND dropped = 3"),
+                     2);
+    diff = tenants_differ("n", "u");
+    if (diff)
+        fprintf(stderr, "rows of one tenant only (first: named, second: unnamed):\n%s\n", diff);
+    ck_assert_msg(!diff, "the function wrote otherwise than the statement (rows above)");
+    db_close(unnamed);
+    json_decref(result);
+    json_decref(counts);
+    json_decref(boom);
+    json_decref(why);
+    close_test_db();
+}
+END_TEST
+
 /* Asserts that SQL expression expr over run id's schedule row (run_polls)
  * is the text want (NULL = SQL NULL, or no row). */
 static void assert_poll(const char *id, const char *expr, const char *want)
@@ -3087,6 +3180,7 @@ int main(void)
     tc = tcase("fencing", 60);
     tcase_add_test(tc, fencing_of_a_stale_worker);
     tcase_add_loop_test(tc, finish_batch_fences_each_run, 0, 2);
+    tcase_add_test(tc, finish_batch_function_writes_what_the_statement_writes);
     tcase_add_test(tc, polls_again_batch_fences_each_check);
     tcase_add_test(tc, polls_again_batch_stale_entry_never_wins);
     tcase_add_test(tc, polls_again_batch_reads_runs_by_id);

@@ -38,5 +38,13 @@ struct db *connect_db(const char *ci);
 /* Creates database `name` from the template and opens g_pg and g_db on it. */
 void open_test_db(const char *name);
 void close_test_db(void);
+/* What differs between what tenants a and b hold (their runs, with every
+ * column but the tenant, their events and their log chunks), one line per
+ * row that only one of them has, or NULL when nothing does (free). For a
+ * test that makes the same runs in two tenants two ways. A time is
+ * compared as "=created_at" or "=completed_at" when it is the run's, and an
+ * approval's expiry as its distance from when the run is due; any other
+ * time as it is. */
+char *tenants_differ(const char *a, const char *b);
 
 #endif
