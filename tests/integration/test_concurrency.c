@@ -679,7 +679,9 @@ static const struct ctype STRATEGIES[] = {
 };
 
 /* queue: a run whose key is full stays queued, held, and the key's runs
- * start one at a time by priority, then age. */
+ * start one at a time by priority, then age. In both modes (the loop's _i:
+ * 0 named prepared statements, 1 unnamed, where the next-due query that
+ * reports the held runs is migration 027's opsrun_next_due). */
 START_TEST(queue_by_priority_then_age)
 {
     static const char *const types[] = {"Q"};
@@ -688,7 +690,8 @@ START_TEST(queue_by_priority_then_age)
     int64_t ms = 0;
     bool left_behind = false;
 
-    open_test_db("it_conc_queue");
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_conc_queue_fn" : "it_conc_queue");
     sync_types(STRATEGIES, ARRAY_LEN(STRATEGIES));
     for (int i = 0; i < 5; i++)
         id[i] = submit("default", "Q", "{\"k\":\"a\"}", prio[i]);
@@ -710,6 +713,16 @@ START_TEST(queue_by_priority_then_age)
     OK(store_runs_next_due(g_db, clock_mono_us(), &ms, &left_behind, &g_err));
     ck_assert_int_eq(ms, -1);
     ck_assert(left_behind);
+    {
+        /* which path answered: without the function, only the named one can */
+        struct error err = {0};
+        enum status st;
+        PQclear(th_sql(g_pg, "ALTER FUNCTION opsrun_next_due() RENAME TO away"));
+        st = store_runs_next_due(g_db, clock_mono_us(), &ms, &left_behind, &err);
+        PQclear(th_sql(g_pg, "ALTER FUNCTION away() RENAME TO opsrun_next_due"));
+        ck_assert_msg((st == ST_OK) == !g_unnamed, "next due: %s (unnamed %d)", status_name(st),
+                      g_unnamed);
+    }
     finish(id[2], OUTCOME_SUCCEEDED);
     claim_expect(types, 1, (const char *const[]){id[3]}, 1);
     finish(id[3], OUTCOME_FAILED);
@@ -1630,7 +1643,7 @@ int main(void)
     suite_add_tcase(s, tc);
 
     tc = tcase("strategies", 60);
-    tcase_add_test(tc, queue_by_priority_then_age);
+    tcase_add_loop_test(tc, queue_by_priority_then_age, 0, 2);
     tcase_add_test(tc, cancel_newest_refuses_a_full_key);
     tcase_add_test(tc, keep_newest_supersedes_the_queued_run);
     tcase_add_test(tc, cancel_in_progress_supersedes_every_run_of_the_key);
