@@ -1,0 +1,12 @@
+-- 028_stable_timestamps: opsrun_ts is STABLE, as the to_char it calls is.
+--
+-- Migration 001 declared it IMMUTABLE. PostgreSQL inlines an SQL function
+-- into the query that calls it only when its body is no more volatile than
+-- the function says it is; to_char(timestamp, text) is STABLE, so
+-- opsrun_ts was never inlined, and every timestamp of a run's JSON
+-- (opsrun_run_json: five or more a run) and of an event's
+-- (opsrun_event_json) ran as a function call of its own. STABLE, it is
+-- inlined: opsrun_run_json of 6,400 runs took 113 ms instead of 172 to
+-- 198, the same text to the byte. Nothing needs it IMMUTABLE: no index
+-- or generated column calls it.
+ALTER FUNCTION opsrun_ts(timestamptz) STABLE;
