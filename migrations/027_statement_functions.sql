@@ -16,7 +16,7 @@
 --
 -- The server calls these only with unnamed statements. With named
 -- prepared statements it sends the statements themselves, as before: the
--- call around the same statement cost 5 to 10 % of a single-run
+-- call around the same statement cost 6 to 13 % of a single-run
 -- submission's rate there (pgbench, 4 clients, generic plans both).
 --
 -- The bodies are the statements store/runs_batch.c and store/runs_engine.c
