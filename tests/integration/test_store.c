@@ -2822,6 +2822,126 @@ START_TEST(hot_update_columns_are_not_indexed)
 }
 END_TEST
 
+/* Migration 029: a run that uses no notification, concurrency key or
+ * workflow never reaches the functions behind the gates of the triggers
+ * of runs. Each is replaced by one that raises; the whole path of plain
+ * runs (submitted, claimed, retried, claimed again, finished one by one
+ * and in a batch, cancelled queued and running), in both statement modes,
+ * must not call one. A run with a notification bit does, through its gate. And no
+ * WHEN condition of a trigger of runs calls an SQL function, which
+ * PostgreSQL would parse again to inline at every statement. */
+START_TEST(status_triggers_gate_plain_runs)
+{
+    /* the signatures, with migration 029's names of the arguments */
+    static const char *const wanted[] = {
+        "opsrun_react_wanted(n_status text, o_status text, n_outcome text, n_reacts integer, "
+        "o_started_at timestamptz, n_attempt integer, o_attempt integer)",
+        "opsrun_conc_requeued_wanted(n_status text, o_status text, n_conc_key text, "
+        "n_conc_strategy text, o_approval_state text)",
+        "opsrun_conc_freed_wanted(o_conc_key text, o_status text, n_status text)",
+        "opsrun_wf_approved_wanted(n_wf_def jsonb, n_status text, o_approval_state text, "
+        "n_approval_state text)",
+        "opsrun_wf_ended_wanted(n_wf_def jsonb, n_status text, o_status text, n_wf_steps jsonb)",
+        "opsrun_wf_hold_wanted(n_wf_def jsonb, n_status text, o_status text, "
+        "n_summary_counts jsonb)",
+        "opsrun_wf_step_note_wanted(n_step_name text, n_status text, o_status text)",
+        "opsrun_approval_requested_wanted(n_approval_state text, n_status text, "
+        "n_reacts integer)",
+        "opsrun_conc_insert_wanted(n_conc_group text, n_status text, n_conc_strategy text)",
+        "opsrun_poll_enter_insert_wanted(n_status text, n_approval_state text, n_wf_def jsonb)"};
+    char *a, *b, *c, *d, *e;
+    struct run *run = NULL;
+    bool changed = false, cancelled = false;
+    struct run_finish fin[2];
+
+    g_unnamed = _i == 1;
+    open_test_db(g_unnamed ? "it_store_gates_fn" : "it_store_gates");
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_trigger t, "
+                                      "regexp_matches(t.tgqual, ':(?:op)?funcid (\\d+)', 'g') "
+                                      "AS f(m) JOIN pg_proc p ON p.oid = f.m[1]::oid "
+                                      "JOIN pg_language l ON l.oid = p.prolang "
+                                      "WHERE t.tgrelid = 'runs'::regclass AND l.lanname = 'sql'"),
+                     0);
+    for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++)
+        PQclear(th_sql(g_pg,
+                       "CREATE OR REPLACE FUNCTION %s RETURNS boolean LANGUAGE plpgsql "
+                       "IMMUTABLE AS $$BEGIN RAISE EXCEPTION 'called'; END$$",
+                       wanted[i]));
+    a = new_run(3);
+    b = new_run(3);
+    c = new_run(3);
+    claim_expect("w1", a, 1);
+    claim_expect("w1", b, 1);
+    claim_expect("w1", c, 1);
+    OK(store_runs_retry(g_db, &(struct fence){"default", a, "w1", 1}, 0, NULL, &cancelled, &g_err));
+    ck_assert(!cancelled);
+    PQclear(th_sql(g_pg, "UPDATE runs SET run_at = now() WHERE id = '%s'", a));
+    claim_expect("w1", a, 2);
+    /* d and e in one batch submission, as the HTTP server submits */
+    {
+        json_t *in = json_object();
+        struct run_new items[2];
+        struct run_submitted out[2];
+        char ids[2][27];
+
+        for (int k = 0; k < 2; k++) {
+            run_id_new(ids[k]);
+            items[k] = (struct run_new){.tenant = "default",
+                                        .id = ids[k],
+                                        .type = "T",
+                                        .max_attempts = 3,
+                                        .timeout_s = 300,
+                                        .input = in,
+                                        .identity_hash = ids[k],
+                                        .request_hash = "req"};
+        }
+        OK(store_runs_submit_batch(g_db, items, 2, out, &g_err));
+        ck_assert(out[0].st == ST_OK && !out[0].dedup && out[1].st == ST_OK && !out[1].dedup);
+        run_submitted_cleanup(out, 2);
+        json_decref(in);
+        d = xstrdup(ids[0]);
+        e = xstrdup(ids[1]);
+    }
+    fin[0] = (struct run_finish){.tenant = "default",
+                                 .id = a,
+                                 .attempt = 2,
+                                 .res = {.outcome = OUTCOME_SUCCEEDED, .message = "ok"},
+                                 .log_lines_json = "[[1795000000000000,\"opsrun\",\"done\"]]",
+                                 .log_nlines = 1};
+    fin[1] = (struct run_finish){.tenant = "default",
+                                 .id = b,
+                                 .attempt = 1,
+                                 .res = {.outcome = OUTCOME_FAILED, .message = "failed"}};
+    OK(store_runs_finish_batch(g_db, "w1", fin, 2, &g_err));
+    ck_assert(fin[0].written && fin[1].written);
+    OK(store_runs_cancel(g_db, "default", c, &run, &changed, &g_err));
+    ck_assert(changed);
+    run_free(run);
+    ck_assert_int_eq(finish_as(c, "w1", 1, OUTCOME_SUCCEEDED), ST_OK);
+    OK(store_runs_cancel(g_db, "default", d, &run, &changed, &g_err));
+    ck_assert(changed);
+    run_free(run);
+    assert_state(a, "completed", "succeeded");
+    assert_state(b, "completed", "failed");
+    assert_state(c, "completed", "succeeded"); /* it ended before the cancel reached it */
+    assert_state(d, "completed", "cancelled");
+    /* past its gate, a run asking to be told of its start calls the
+     * condition (the one that raises here) */
+    PQclear(th_sql(g_pg, "UPDATE runs SET reacts = 1 WHERE id = '%s'", e));
+    EXPECT(ST_DB, store_runs_claim(g_db, "w1", 1, 100, TYPES_T, CAPS_NONE, NULL, 1,
+                                   &(struct run **){NULL}, &(size_t){0}, &g_err));
+    ck_assert_msg(strstr(g_err.message, "called") != NULL, "%s", g_err.message);
+    assert_state(e, "queued", "pending");
+
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(e);
+    close_test_db();
+}
+END_TEST
+
 /* A hooks claim given back: fenced on its owner and its try, due again at
  * once with the try taken back; a second give-back finds nothing, nor does
  * one written again after the next claim, which has the same try but
@@ -3187,6 +3307,7 @@ int main(void)
     tcase_add_test(tc, polls_claim_reads_schedule_by_key);
     tcase_add_test(tc, poll_schedule_follows_the_run);
     tcase_add_test(tc, hot_update_columns_are_not_indexed);
+    tcase_add_loop_test(tc, status_triggers_gate_plain_runs, 0, 2);
     tcase_add_test(tc, hooks_give_back_fences_each_claim);
     tcase_add_test(tc, poll_claims_race);
     tcase_add_test(tc, wait_stores_the_budget_the_run_object_shows);
