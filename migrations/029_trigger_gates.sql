@@ -205,7 +205,7 @@ CREATE TRIGGER runs_poll_enter_insert AFTER INSERT ON runs
 
 -- The statement triggers of migration 026 that advance the workflows a
 -- statement noted: the same condition, with the depth made text by a
--- cast. `text || integer` is anytextcat, an SQL function, whose body
+-- cast. `text || integer` is textanycat, an SQL function, whose body
 -- PostgreSQL parsed again to inline it for every statement that inserted
 -- or updated runs (3 % of the completion batch's time in the profile).
 DROP TRIGGER runs_wf_poked_update ON runs;
