@@ -8,7 +8,7 @@
 -- before the first row, whatever that row's values. Every statement that
 -- changes a run's status (the claim, the completion batch, a retry, a
 -- cancel) paid that for the seven conditions of the status triggers
--- below, 14 kB of stored expression, with opsrun_event_bit's body parsed
+-- below, 16 kB of stored expression, with opsrun_event_bit's body parsed
 -- again each time; every insert of runs, for three more. A profile of the
 -- completion batch (16 runs a statement, no run using a feature) put 16 %
 -- of the server's time there (bench/README.md, "Trigger gates").
