@@ -1,6 +1,6 @@
 -- 029_trigger_gates: the triggers of notifications, approvals,
--- concurrency keys and workflows cost nothing to a run that uses none of
--- them.
+-- concurrency keys and workflows cost little to a run that uses none of
+-- them (a one-column test each, where they cost a long condition).
 --
 -- PostgreSQL prepares a row trigger's WHEN condition again for every
 -- statement that can fire it (it reads the stored expression tree, folds
