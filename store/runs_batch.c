@@ -280,16 +280,17 @@ static enum status round_run(struct db *db, const struct run_new *items, struct 
 {
     char *param = round_param(items, sel, n);
     const char *p[1] = {param};
+    const struct stmt *batch = db_stmt_for(db, &S_BATCH, &S_BATCH_FN);
     PGresult *r = NULL;
     enum status st;
 
     if (!param)
         return error_set(err, ST_INTERNAL, "could not build the batch of submissions");
-    st = db_run(db, db_stmt_for(db, &S_BATCH, &S_BATCH_FN), 1, p, &r, err);
+    st = db_run(db, batch, 1, p, &r, err);
     for (int again = 1; st == ST_UNAVAILABLE && again < SUBMIT_TRIES && lost_deadlock(err);
          again++) {
         LOG(LOG_WARN, "retrying a batch of submissions: %s", err->message);
-        st = db_run(db, db_stmt_for(db, &S_BATCH, &S_BATCH_FN), 1, p, &r, err);
+        st = db_run(db, batch, 1, p, &r, err);
     }
     free(param);
     for (int row = 0; st == ST_OK && row < PQntuples(r); row++) {
