@@ -59,56 +59,19 @@ static const struct stmt S_CONC_MAX = {
     "ORDER BY r.id FOR UPDATE OF r) "
     "UPDATE runs r SET conc_max = x.conc_max FROM x WHERE r.tenant = x.tenant AND r.id = x.id"};
 
-/* The due deliveries of each notifier with room. A candidate whose run has
- * an earlier delivery to the same notifier still owed waits for it. */
+/* The due deliveries of each notifier with room, oldest first; a candidate
+ * whose run has an earlier delivery to the same notifier still owed waits
+ * for it. The statements are PL/pgSQL functions (migration 030), so that
+ * their plans are made once per connection and stay index lookups on an
+ * outbox without statistics. */
 static const struct stmt S_CLAIM = {
     "deliveries_claim",
-    "WITH c AS (SELECT o.id FROM unnest($2::text[], $3::int[]) AS n(notifier, room) CROSS JOIN "
-    "LATERAL (SELECT o.id FROM notifications o WHERE o.notifier = n.notifier AND o.next_at <= "
-    "now() AND NOT EXISTS (SELECT 1 FROM notifications p WHERE p.tenant = o.tenant AND "
-    "p.run_id = o.run_id AND p.notifier = o.notifier AND p.id < o.id) "
-    "ORDER BY o.next_at, o.id LIMIT n.room FOR UPDATE SKIP LOCKED) o) "
-    "UPDATE notifications o SET attempts = o.attempts + 1, owner = $1, next_at = now() + "
-    "$4::int * interval '1 millisecond' FROM c WHERE o.id = c.id "
-    "RETURNING o.id, o.delivery_id, o.tenant, o.run_id, o.notifier, o.event, o.run::text, "
-    "o.attempts, (extract(epoch FROM now() - o.created_at) * 1000)::bigint"};
+    "SELECT * FROM opsrun_deliveries_claim($1, $2::text[], $3::int[], $4::int)"};
 
-/* The event copies the run's status as it is. A run whose notification is
- * of a transition before its end (started, retrying, approval_requested)
- * may be changing: it is locked (shared) first, so that a transition in
- * flight has committed, and its event comes before this one. The run of an
- * outcome's notification ended in the transaction that owed it, and no
- * longer changes: it is read without a lock. A result whose lease another
- * claim took over still records its attempt (it was made) but changes
- * nothing else. */
-#define SETTLE_RUNS(cond)                                                                          \
-    "SELECT b.id AS nid, b.attempts, b.retry_ms, b.message, r.tenant, r.id, r.status, r.outcome, " \
-    "r.progress, r.step, r.created_at FROM b JOIN notifications o ON o.id = b.id JOIN runs r ON "  \
-    "r.tenant = o.tenant AND r.id = o.run_id WHERE o.event " cond                                  \
-    " ('run.started', 'run.retrying', 'run.approval_requested')"
-static const struct stmt S_SETTLE = {
-    "deliveries_settle",
-    "WITH b AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS b(id bigint, attempts int, "
-    "retry_ms bigint, message text)), "
-    "act AS (" SETTLE_RUNS(
-        "IN") " ORDER BY r.tenant, r.id FOR SHARE OF r), "
-              "fin AS (" SETTLE_RUNS(
-                  "NOT IN") "), "
-                            "lk AS (SELECT * FROM act UNION ALL SELECT * FROM fin), "
-                            "del AS (DELETE FROM notifications o USING lk WHERE o.id = lk.nid AND "
-                            "lk.retry_ms < 0 AND "
-                            "o.owner = $1 AND o.attempts = lk.attempts RETURNING 1), "
-                            "upd AS (UPDATE notifications o SET owner = NULL, next_at = now() + "
-                            "lk.retry_ms * "
-                            "interval '1 millisecond' FROM lk WHERE o.id = lk.nid AND lk.retry_ms "
-                            ">= 0 AND o.owner = "
-                            "$1 AND o.attempts = lk.attempts RETURNING 1), "
-                            "ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, "
-                            "progress, step, "
-                            "message, run_created_at) SELECT tenant, id, 'notification', status, "
-                            "outcome, progress, "
-                            "step, message, created_at FROM lk) "
-                            "SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)"};
+/* Each result an attempt's event on its run; a settled delivery deleted, a
+ * retried one due again (opsrun_deliveries_settle, migration 030). */
+static const struct stmt S_SETTLE = {"deliveries_settle",
+                                     "SELECT opsrun_deliveries_settle($1, $2::jsonb)"};
 
 static const struct stmt S_GIVE_BACK = {
     "deliveries_give_back",

@@ -496,6 +496,106 @@ START_TEST(outbox_claim_and_settle)
 }
 END_TEST
 
+/* The plans auto_explain reports, received as notices (bounded). */
+static char g_plans[1 << 16];
+static size_t g_plans_len;
+
+static void plan_notice(void *arg, const PGresult *r)
+{
+    const char *m = PQresultErrorMessage(r);
+    size_t n = strlen(m);
+
+    (void)arg;
+    if (n > sizeof(g_plans) - 1 - g_plans_len)
+        n = sizeof(g_plans) - 1 - g_plans_len;
+    memcpy(g_plans + g_plans_len, m, n);
+    g_plans_len += n;
+    g_plans[g_plans_len] = '\0';
+}
+
+/* Migration 030: the claim's plan is made at a connection's first claim
+ * and kept; made on an empty outbox, it must still suit 3,000 deliveries
+ * waiting: a notifier's due rows read in order up to its room, and the
+ * test that no earlier delivery of the same run to the same notifier is
+ * still owed a lookup of that run's rows (notifications_run), never a
+ * scan of the notifier's rows for each candidate (0.9 s a claim). The
+ * plans are those of the statements inside opsrun_deliveries_claim. */
+START_TEST(claim_plan_on_a_young_outbox)
+{
+    PQnoticeReceiver old;
+
+    open_with_rules("it_notify_young", 10);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_deliveries_claim('o', "
+                                      "'{audit}', '{8}', 30000)"),
+                     0); /* planned on an empty outbox */
+    PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
+                         "event, run) SELECT 'acme', 'r' || (i / 2), now(), 'audit', CASE WHEN "
+                         "i %% 2 = 0 THEN 'run.started' ELSE 'run.succeeded' END, '{}' FROM "
+                         "generate_series(0, 2999) i"));
+    g_plans_len = 0;
+    g_plans[0] = '\0';
+    old = PQsetNoticeReceiver(g_pg, plan_notice, NULL);
+    PQclear(th_sql(g_pg, "LOAD 'auto_explain'"));
+    PQclear(th_sql(g_pg, "SET auto_explain.log_min_duration = 0"));
+    PQclear(th_sql(g_pg, "SET auto_explain.log_nested_statements = on"));
+    PQclear(th_sql(g_pg, "SET client_min_messages = log"));
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(th_sql_int(g_pg,
+                                    "SELECT count(*) FROM opsrun_deliveries_claim('o%d', "
+                                    "'{audit}', '{8}', 30000)",
+                                    i),
+                         8);
+    PQclear(th_sql(g_pg, "SET client_min_messages = notice"));
+    PQsetNoticeReceiver(g_pg, old, NULL);
+    /* Each run's started delivery, never its later one. */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE owner IS NOT "
+                                      "NULL AND event = 'run.started'"),
+                     24);
+    ck_assert_msg(strstr(g_plans, "Scan using notifications_run"), "plans: %.3000s", g_plans);
+    ck_assert_msg(!strstr(g_plans, "Bitmap") && !strstr(g_plans, "Seq Scan") &&
+                      !strstr(g_plans, "Sort"),
+                  "plans: %.3000s", g_plans);
+    close_test_db();
+}
+END_TEST
+
+/* Migration 030: the outbox has no foreign key to runs; the deliveries of
+ * the runs a statement deletes go with them, whether retention deletes
+ * them or a binary from before, and those of other runs stay. */
+START_TEST(deleted_runs_take_their_deliveries)
+{
+    int deleted = 0;
+
+    open_with_rules("it_notify_deleted", 10);
+    submit("r", "fix", "{}");
+    submit("s", "fix", "{}");
+    submit("t", "fix", "{}");
+    claim("w1", 3);
+    finish("r", 1, OUTCOME_FAILED, "x");
+    finish("s", 1, OUTCOME_SUCCEEDED, NULL);
+    finish("t", 1, OUTCOME_SUCCEEDED, NULL);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"), 3);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id IN ('s', "
+                                      "'t')"),
+                     4);
+    PQclear(th_sql(g_pg, "UPDATE runs SET completed_at = now() - interval '2 hours' WHERE id = "
+                         "'r'"));
+    OK(store_runs_prune(g_db, 3600, 100, &deleted, &g_err));
+    ck_assert_int_eq(deleted, 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id IN ('s', "
+                                      "'t')"),
+                     4);
+    PQclear(th_sql(g_pg, "DELETE FROM runs WHERE id = 's'"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 's'"), 0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 't'"), 2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_constraint WHERE conrelid = "
+                                      "'notifications'::regclass AND contype = 'f'"),
+                     0);
+    close_test_db();
+}
+END_TEST
+
 /* The same template over the same run gives the same text in SQL as in C;
  * a pointer that finds nothing, nothing in either. */
 START_TEST(placeholders_agree)
@@ -570,6 +670,8 @@ int main(void)
     tcase_add_test(tc, follow_ups_bounded);
     tcase_add_test(tc, racing_completions);
     tcase_add_test(tc, outbox_claim_and_settle);
+    tcase_add_test(tc, claim_plan_on_a_young_outbox);
+    tcase_add_test(tc, deleted_runs_take_their_deliveries);
     tcase_add_test(tc, placeholders_agree);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
