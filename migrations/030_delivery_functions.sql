@@ -3,16 +3,15 @@
 -- young outbox; and an outbox row no longer checks its run exists.
 --
 -- Measured with pg_stat_statements (track_planning) while 6,400 runs each
--- owed a delivery (bench/README.md, "Delivery functions"): PostgreSQL
+-- owed a delivery (bench/README.md, "Notification statements"): PostgreSQL
 -- planned the claim and the settle of store/notify.c again at every call
 -- (122 plans for 117 claims, 58 for 74 settles: their generic plans cost
 -- more than the average of the custom ones, so a prepared statement never
--- kept one), about 0.5 ms each, 22 us for every run notified. And on an
--- outbox without statistics yet (a new database, or one that only started
--- notifying), the claim's test that no earlier delivery of the same run to
--- the same notifier is still owed was planned as a scan of every row of
--- the notifier for each candidate: with 5,700 deliveries waiting, 30 ms a
--- claim.
+-- kept one), 0.5 and 1.3 ms each, 13 to 22 us for every run notified.
+-- And a plan made on an outbox without statistics yet (a new database, or
+-- one that only started notifying) tested that no earlier delivery of the
+-- same run to the same notifier is still owed by a scan of the notifier's
+-- rows for each candidate: with 5,700 deliveries waiting, 30 ms a claim.
 --
 -- 1. opsrun_deliveries_claim and opsrun_deliveries_settle hold the two
 -- statements of store/notify.c, in PL/pgSQL, which keeps their plans for
@@ -112,8 +111,8 @@ CREATE INDEX notifications_due ON notifications (notifier, next_at, id);
 
 -- 2. The outbox's foreign key to runs goes: its check locked the run's row
 -- (FOR KEY SHARE, one more write of the row's header) at every delivery
--- owed, 10 us of a completion batch's 125 a notifying run (psql-driven
--- batches of 16). Its rows are written only by the triggers of runs, for
+-- owed: 10 to 14 us of the 120 to 125 a notifying run cost a completion
+-- batch of 16 (psql-driven). Its rows are written only by the triggers of runs, for
 -- the run being changed, which exists; what the key's ON DELETE CASCADE
 -- did, a statement trigger does: the deliveries of the runs a statement
 -- deletes (retention, by any binary) go with them, in one statement.

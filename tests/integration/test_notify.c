@@ -496,6 +496,92 @@ START_TEST(outbox_claim_and_settle)
 }
 END_TEST
 
+/* Migration 031: a statement that ends several runs writes what each owes
+ * together at its end: every run its own deliveries, with the run as the
+ * statement left it, and its follow-ups; the claim that starts them, each
+ * its "started". */
+START_TEST(one_statement_owes_each_run)
+{
+    const char *const ids[] = {"a", "b", "c", "p"};
+    const enum run_outcome outs[] = {OUTCOME_FAILED, OUTCOME_SUCCEEDED, OUTCOME_FAILED,
+                                     OUTCOME_FAILED};
+    json_t *err = json_pack("{s:s, s:s}", "code", "boom", "message", "no");
+    struct run_finish fin[4];
+
+    open_with_rules("it_notify_batch", 10);
+    for (size_t i = 0; i < 4; i++)
+        submit(ids[i], i == 3 ? "plain" : "fix", "{\"pod\": \"web\"}");
+    claim("w1", 4); /* one statement */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.started' AND notifier = 'audit' AND run->>'status' = "
+                                      "'running'"),
+                     3);
+    for (size_t i = 0; i < 4; i++)
+        fin[i] = (struct run_finish){.tenant = "acme",
+                                     .id = ids[i],
+                                     .attempt = 1,
+                                     .res = {.outcome = outs[i],
+                                             .error = outs[i] == OUTCOME_FAILED ? err : NULL,
+                                             .message = "x"}};
+    OK(store_runs_finish_batch(g_db, "w1", fin, 4, &g_err));
+    for (size_t i = 0; i < 4; i++)
+        ck_assert(fin[i].written);
+    ck_assert_int_eq(owed("a", "audit", "run.failed"), 1);
+    ck_assert_int_eq(owed("a", "chat", "run.failed"), 1);
+    ck_assert_int_eq(owed("b", "audit", "run.succeeded"), 1);
+    ck_assert_int_eq(owed("b", "chat", "run.succeeded"), 0);
+    ck_assert_int_eq(owed("c", "audit", "run.failed"), 1);
+    ck_assert_int_eq(owed("c", "chat", "run.failed"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'p'"), 0);
+    /* each with its own run, as the statement left it */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event <> "
+                                      "'run.started' AND (run->>'id' <> run_id OR "
+                                      "run->>'status' <> 'completed' OR 'run.' || "
+                                      "(run->>'outcome') <> event)"),
+                     0);
+    /* the follow-ups: page and fix of a and c, verify of b */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id IN ('a', 'c') "
+                                      "AND type IN ('page', 'fix')"),
+                     4);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'b' AND type "
+                                      "= 'verify'"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'p'"), 0);
+    json_decref(err);
+    close_test_db();
+}
+END_TEST
+
+/* Migration 031: past 32 KB of notes in one statement, the further runs
+ * are taken one by one: 1,500 runs ended by one UPDATE each owe exactly
+ * one delivery, with its run; and the next statement of the transaction
+ * owes only its own. */
+START_TEST(a_large_statement_owes_each_run_once)
+{
+    open_with_rules("it_notify_large", 10);
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, reacts, status, worker_id, attempt, "
+                         "started_at) SELECT 'acme', CASE WHEN i <= 1500 THEN 'a-long-run-id-to-"
+                         "fill-the-notes-' ELSE 'b-' END || i, 'verify', 5, 40, '{}', 'i' || i, "
+                         "'r', (SELECT reacts FROM run_type_rules WHERE type = 'verify'), "
+                         "'running', 'w1', 1, now() FROM generate_series(1, 1510) i"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 0);
+    PQclear(th_sql(g_pg, "BEGIN"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                         "completed_at = now() WHERE id LIKE 'a-%%'"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 1500);
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now() WHERE id LIKE 'b-%%'"));
+    PQclear(th_sql(g_pg, "COMMIT"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 1510);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT run_id) FROM notifications WHERE "
+                                      "run->>'id' = run_id AND run->>'status' = 'completed' AND "
+                                      "event = 'run.' || (run->>'outcome')"),
+                     1510);
+    close_test_db();
+}
+END_TEST
+
 /* The plans auto_explain reports, received as notices (bounded). */
 static char g_plans[1 << 16];
 static size_t g_plans_len;
@@ -671,6 +757,8 @@ int main(void)
     tcase_add_test(tc, racing_completions);
     tcase_add_test(tc, outbox_claim_and_settle);
     tcase_add_test(tc, claim_plan_on_a_young_outbox);
+    tcase_add_test(tc, one_statement_owes_each_run);
+    tcase_add_test(tc, a_large_statement_owes_each_run_once);
     tcase_add_test(tc, deleted_runs_take_their_deliveries);
     tcase_add_test(tc, placeholders_agree);
     suite_add_tcase(s, tc);

@@ -2827,7 +2827,8 @@ END_TEST
  * of runs. Each is replaced by one that raises; the whole path of plain
  * runs (submitted, claimed, retried, claimed again, finished one by one
  * and in a batch, cancelled queued and running), in both statement modes,
- * must not call one. A run with a notification bit does, through its gate. And no
+ * must not call one (nor migration 031's opsrun_react_batch, behind the
+ * notes). A run with a notification bit does, through its gate. And no
  * WHEN condition of a trigger of runs calls an SQL function, which
  * PostgreSQL would parse again to inline at every statement. */
 START_TEST(status_triggers_gate_plain_runs)
@@ -2867,6 +2868,9 @@ START_TEST(status_triggers_gate_plain_runs)
                        "CREATE OR REPLACE FUNCTION %s RETURNS boolean LANGUAGE plpgsql "
                        "IMMUTABLE AS $$BEGIN RAISE EXCEPTION 'called'; END$$",
                        wanted[i]));
+    /* migration 031: the statement trigger behind runs_react_note's notes */
+    PQclear(th_sql(g_pg, "CREATE OR REPLACE FUNCTION opsrun_react_batch() RETURNS trigger "
+                         "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'called'; END$$"));
     a = new_run(3);
     b = new_run(3);
     c = new_run(3);
