@@ -149,7 +149,8 @@ int main(int argc, char **argv)
                              MHD_USE_POLL,
                          (uint16_t)atoi(argv[1]), NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
                          (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, done, NULL,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+                         1u, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "hooksink: could not listen on port %s\n", argv[1]);
         return 1;

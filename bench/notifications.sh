@@ -61,6 +61,10 @@ for _ in $(seq 50); do
     python3 bench/notify_client.py post "$RPORT" 1 >/dev/null 2>&1 && break
     sleep 0.1
 done
+if ! kill -0 "$RPID" 2>/dev/null; then
+    echo "notifications.sh: the receiver did not start (port $RPORT taken?)" >&2
+    exit 1
+fi
 
 # serve DB CONFIG: opsrun on PORT, in the background.
 serve() {
