@@ -4,9 +4,11 @@
  * keys at once (never more running than a key allows, judged inside every
  * claim's transaction and sampled from outside; every run ends, also when
  * every marker of a freed key is lost and only the sweep releases), each
- * strategy, a group shared by two run types, keys per tenant, a key that
- * cannot be made, tenants served in turn and capped under concurrent
- * claimers, the claims of older binaries, and the new claim's plan.
+ * strategy (and what a retry superseded at once owes: its notifications,
+ * each with the run as its transition left it, and its follow-up once), a
+ * group shared by two run types, keys per tenant, a key that cannot be
+ * made, tenants served in turn and capped under concurrent claimers, the
+ * claims of older binaries, and the new claim's plan.
  *
  * Each test gets a fresh database cloned from the migrated template. The
  * rules are written as a replica writes them (notify_rules_json, then
@@ -42,13 +44,13 @@
 /* ---- helpers ---------------------------------------------------------- */
 
 /* A run type as these tests configure it: parts NULL for one without
- * concurrency; then (JSON, or NULL) its follow-up rules as the
- * configuration has them. */
+ * concurrency; then and notify (JSON, or NULL) its follow-up and
+ * notification rules as the configuration has them. */
 struct ctype {
     const char *name, *group, *parts;
     int max;
     enum conc_strategy strategy;
-    const char *then;
+    const char *then, *notify;
 };
 
 /* Writes the rules of the n types as a replica does at start. */
@@ -62,7 +64,8 @@ static void sync_types(const struct ctype *t, size_t n)
         rts[i].name = xstrdup(t[i].name);
         rts[i].max_attempts = 3;
         rts[i].timeout_s = 300;
-        rts[i].notify = json_array();
+        rts[i].notify = t[i].notify ? json_loads(t[i].notify, 0, NULL) : json_array();
+        ck_assert_ptr_nonnull(rts[i].notify);
         rts[i].then = t[i].then ? json_loads(t[i].then, 0, NULL) : json_array();
         ck_assert_ptr_nonnull(rts[i].then);
         if (t[i].parts) {
@@ -339,11 +342,11 @@ END_TEST
 START_TEST(rules_carry_concurrency)
 {
     const struct ctype on[] = {
-        {"R", "host", "[[\"input\",\"/h\"]]", 2, CONC_KEEP_NEWEST, NULL},
-        {"N", NULL, "[[\"input\",\"/h\"]]", 1, CONC_QUEUE, NULL},
-        {"T", NULL, NULL, 0, CONC_QUEUE, NULL},
+        {"R", "host", "[[\"input\",\"/h\"]]", 2, CONC_KEEP_NEWEST, NULL, NULL},
+        {"N", NULL, "[[\"input\",\"/h\"]]", 1, CONC_QUEUE, NULL, NULL},
+        {"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL},
     };
-    const struct ctype off[] = {{"R", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype off[] = {{"R", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
 
     open_test_db("it_conc_rules");
     sync_types(on, ARRAY_LEN(on));
@@ -609,9 +612,9 @@ static void run_many(struct many *m, struct sampler *s, bool sweep, long deadlin
 static void queue_many(void)
 {
     const struct ctype types[] = {
-        {"K1", "g1", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL},
-        {"K2", "g2", "[[\"input\",\"/k\"]]", 2, CONC_QUEUE, NULL},
-        {"U", NULL, NULL, 0, CONC_QUEUE, NULL},
+        {"K1", "g1", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL},
+        {"K2", "g2", "[[\"input\",\"/k\"]]", 2, CONC_QUEUE, NULL, NULL},
+        {"U", NULL, NULL, 0, CONC_QUEUE, NULL, NULL},
     };
     const struct {
         const char *type, *input;
@@ -672,10 +675,10 @@ END_TEST
 /* ---- strategies ------------------------------------------------------- */
 
 static const struct ctype STRATEGIES[] = {
-    {"Q", "q", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL},
-    {"CN", "cn", "[[\"input\",\"/k\"]]", 2, CONC_CANCEL_NEWEST, NULL},
-    {"KN", "kn", "[[\"input\",\"/k\"]]", 1, CONC_KEEP_NEWEST, NULL},
-    {"CI", "ci", "[[\"input\",\"/k\"]]", 1, CONC_CANCEL_IN_PROGRESS, NULL},
+    {"Q", "q", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL},
+    {"CN", "cn", "[[\"input\",\"/k\"]]", 2, CONC_CANCEL_NEWEST, NULL, NULL},
+    {"KN", "kn", "[[\"input\",\"/k\"]]", 1, CONC_KEEP_NEWEST, NULL, NULL},
+    {"CI", "ci", "[[\"input\",\"/k\"]]", 1, CONC_CANCEL_IN_PROGRESS, NULL, NULL},
 };
 
 /* queue: a run whose key is full stays queued, held, and the key's runs
@@ -951,6 +954,64 @@ START_TEST(keep_newest_judges_a_retried_run)
 }
 END_TEST
 
+/* A run queued again and superseded by its own requeue, in the same
+ * statement (keep_newest, a newer run queued), owes each transition what
+ * any run does (migration 031 leaves such runs to the row trigger
+ * runs_react): its "retrying" carries the run as the retry left it,
+ * queued, its "cancelled" the cancelled run, and its end's follow-up is
+ * made and reported once. */
+START_TEST(a_superseded_retry_owes_each_transition_once)
+{
+    static const char *const types[] = {"KN"};
+    const struct ctype ts[] = {
+        {"KN", "kn", "[[\"input\",\"/k\"]]", 1, CONC_KEEP_NEWEST,
+         "[{\"on\":[\"cancelled\"],\"run_type\":\"P\"}]",
+         "[{\"on\":[\"retrying\",\"cancelled\"],\"to\":\"audit\"}]"},
+        {"P", NULL, NULL, 0, CONC_QUEUE, NULL, NULL},
+    };
+    json_t *err = json_pack("{s:s, s:s}", "code", "http_500", "message", "boom");
+    char *a, *b, *ev;
+    bool cancelled = false;
+
+    open_test_db("it_conc_retry_notify");
+    sync_types(ts, ARRAY_LEN(ts));
+    a = submit("default", "KN", "{\"k\":\"x\"}", 0);
+    claim_expect(types, 1, (const char *const[]){a}, 1);
+    b = submit("default", "KN", "{\"k\":\"x\"}", 0);
+    {
+        struct fence f = {"default", a, "w1", 1};
+        OK(store_runs_retry(g_db, &f, 0, err, &cancelled, &g_err));
+    }
+    assert_state(a, "completed", "cancelled");
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM notifications WHERE run_id = '%s' AND "
+                                "event = 'run.retrying' AND run->>'status' = 'queued' AND "
+                                "run->>'outcome' = 'pending' AND run->>'attempt' = '1'",
+                                a),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM notifications WHERE run_id = '%s' AND "
+                                "event = 'run.cancelled' AND run->>'status' = 'completed' AND "
+                                "run->>'outcome' = 'cancelled'",
+                                a),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = '%s'", a),
+                     2);
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT count(*) FROM run_events WHERE run_id = '%s' AND type = "
+                                "'follow_up'",
+                                a),
+                     1);
+    ev = xasprintf("follow-up 1 (P) created: %s.1", a);
+    assert_event(a, ev);
+    free(ev);
+    json_decref(err);
+    free(a);
+    free(b);
+    close_test_db();
+}
+END_TEST
+
 /* A run that waits for approval supersedes nothing until it is approved:
  * cancel_in_progress's n leaves running a alone while it waits, and asks a
  * to cancel once approved; keep_newest's q, approved after the newer r was
@@ -1126,8 +1187,8 @@ START_TEST(group_shared_by_two_types_and_keys_per_tenant)
 {
     static const char *const types[] = {"restart", "patch"};
     const struct ctype ts[] = {
-        {"restart", "host", "[[\"input\",\"/labels/instance\"]]", 1, CONC_QUEUE, NULL},
-        {"patch", "host", "[[\"input\",\"/host\"]]", 1, CONC_QUEUE, NULL},
+        {"restart", "host", "[[\"input\",\"/labels/instance\"]]", 1, CONC_QUEUE, NULL, NULL},
+        {"patch", "host", "[[\"input\",\"/host\"]]", 1, CONC_QUEUE, NULL, NULL},
     };
     char *r1, *p1, *r2, *ids[4] = {0};
     size_t n;
@@ -1171,9 +1232,9 @@ START_TEST(missing_key_fails_the_run)
 {
     static const char *const types[] = {"parent"};
     const struct ctype ts[] = {
-        {"keyed", "host", "[[\"text\",\"h:\"],[\"input\",\"/host\"]]", 1, CONC_QUEUE, NULL},
+        {"keyed", "host", "[[\"text\",\"h:\"],[\"input\",\"/host\"]]", 1, CONC_QUEUE, NULL, NULL},
         {"parent", NULL, NULL, 0, CONC_QUEUE,
-         "[{\"on\":[\"succeeded\"],\"run_type\":\"keyed\",\"data\":{\"other\":\"x\"}}]"},
+         "[{\"on\":[\"succeeded\"],\"run_type\":\"keyed\",\"data\":{\"other\":\"x\"}}]", NULL},
     };
     char *bad, *parent, *child;
 
@@ -1209,7 +1270,7 @@ END_TEST
 START_TEST(a_backlog_does_not_delay_another_tenant)
 {
     static const char *const types[] = {"T"};
-    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
     char *ids[10] = {0}, *b;
     size_t n;
     bool found = false;
@@ -1261,8 +1322,8 @@ START_TEST(tenants_without_a_startable_run_take_no_turn)
 {
     static const char *const types[] = {"T", "C"};
     static const int caps[2] = {0, 1};
-    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL},
-                               {"C", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL},
+                               {"C", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
     struct run **runs = NULL;
     size_t n = 0, total = 0;
 
@@ -1317,7 +1378,7 @@ END_TEST
 START_TEST(a_changed_max_running_reaches_queued_runs)
 {
     static const char *const types[] = {"K"};
-    struct ctype ts[] = {{"K", "g", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL}};
+    struct ctype ts[] = {{"K", "g", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL}};
     char *a, *b, *c;
 
     open_test_db("it_conc_max_changed");
@@ -1367,7 +1428,7 @@ START_TEST(tenant_cap_under_concurrent_claims)
     static const char *const types[] = {"T"};
     static const char *const names[] = {"A"};
     static const int caps[] = {4};
-    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
     const struct claim_tenants tenants = {names, caps, 1, 6};
     struct many m = {.types = types, .ntypes = 1, .tenants = &tenants, .total = 300};
     struct sampler s = {0};
@@ -1402,8 +1463,8 @@ END_TEST
  * and take rate units. */
 START_TEST(claims_of_older_binaries)
 {
-    const struct ctype ts[] = {{"K", NULL, "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL},
-                               {"T", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"K", NULL, "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL},
+                               {"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
     char *k1, *k2;
 
     open_test_db("it_conc_old_claims");
@@ -1457,8 +1518,8 @@ START_TEST(claim_plan_uses_the_indexes)
     static const char *const q =
         "SELECT count(*) FROM opsrun_claim('w1', 4, 100000, '{T,K}', '{NULL,NULL}', NULL, NULL, "
         "NULL, '{A}', '{1000}', 500)";
-    const struct ctype ts[] = {{"K", NULL, "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL},
-                               {"T", NULL, NULL, 0, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"K", NULL, "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL},
+                               {"T", NULL, NULL, 0, CONC_QUEUE, NULL, NULL}};
 
     open_test_db("it_conc_plan");
     sync_types(ts, ARRAY_LEN(ts));
@@ -1553,7 +1614,7 @@ START_TEST(key_list_plan_uses_runs_conc_list)
 {
     static const char *const modes[] = {"force_custom_plan", "force_generic_plan"};
     static const char *const tenants[] = {"B", NULL};
-    const struct ctype ts[] = {{"K", "host", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL}};
+    const struct ctype ts[] = {{"K", "host", "[[\"input\",\"/k\"]]", 1, CONC_QUEUE, NULL, NULL}};
 
     open_test_db("it_conc_list_plan");
     sync_types(ts, ARRAY_LEN(ts));
@@ -1649,6 +1710,7 @@ int main(void)
     tcase_add_test(tc, cancel_in_progress_supersedes_every_run_of_the_key);
     tcase_add_test(tc, superseded_survives_a_hand_back);
     tcase_add_test(tc, keep_newest_judges_a_retried_run);
+    tcase_add_test(tc, a_superseded_retry_owes_each_transition_once);
     tcase_add_test(tc, approval_decides_when_the_strategy_acts);
     tcase_add_test(tc, an_insert_passes_over_a_run_being_decided);
     tcase_add_test(tc, cancel_newest_in_an_array_cancels_the_later_item);

@@ -582,6 +582,35 @@ START_TEST(a_large_statement_owes_each_run_once)
 }
 END_TEST
 
+/* Migration 031: only a noted end makes follow-ups. Here a trigger of the
+ * test ends run x, failed, in the statement that starts it, after its
+ * start was noted (no trigger of opsrun does that: migration 031 leaves
+ * such runs to runs_react): the end's own statement owes its deliveries
+ * and follow-ups, and the start's note, written at the outer statement's
+ * end when x has ended, makes none again (each follow-up reported once). */
+START_TEST(a_noted_start_ended_since_is_followed_up_once)
+{
+    open_with_rules("it_notify_ended_since", 10);
+    submit("x", "fix", "{\"pod\": \"web\"}");
+    PQclear(th_sql(g_pg, "CREATE FUNCTION test_end_x() RETURNS trigger LANGUAGE plpgsql AS "
+                         "$$BEGIN UPDATE runs SET status = 'completed', outcome = 'failed', "
+                         "completed_at = now(), error = '{\"code\": \"x\", \"message\": "
+                         "\"x\"}' WHERE tenant = NEW.tenant AND id = NEW.id; RETURN NULL; "
+                         "END$$"));
+    PQclear(th_sql(g_pg, "CREATE TRIGGER test_end_x AFTER UPDATE OF status ON runs FOR EACH ROW "
+                         "WHEN (NEW.id = 'x' AND NEW.status = 'running') EXECUTE FUNCTION "
+                         "test_end_x()"));
+    claim("w1", 1);
+    ck_assert_int_eq(owed("x", "audit", "run.started"), 1);
+    ck_assert_int_eq(owed("x", "audit", "run.failed"), 1);
+    ck_assert_int_eq(owed("x", "chat", "run.failed"), 1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id = 'x'"), 2);
+    ck_assert_int_eq(events_like("x", "follow_up", "%) created: %"), 2);
+    ck_assert_int_eq(events_like("x", "follow_up", "%not created%"), 0);
+    close_test_db();
+}
+END_TEST
+
 /* The plans auto_explain reports, received as notices (bounded). */
 static char g_plans[1 << 16];
 static size_t g_plans_len;
@@ -759,6 +788,7 @@ int main(void)
     tcase_add_test(tc, claim_plan_on_a_young_outbox);
     tcase_add_test(tc, one_statement_owes_each_run);
     tcase_add_test(tc, a_large_statement_owes_each_run_once);
+    tcase_add_test(tc, a_noted_start_ended_since_is_followed_up_once);
     tcase_add_test(tc, deleted_runs_take_their_deliveries);
     tcase_add_test(tc, placeholders_agree);
     suite_add_tcase(s, tc);
