@@ -567,9 +567,17 @@ START_TEST(a_large_statement_owes_each_run_once)
                          "'running', 'w1', 1, now() FROM generate_series(1, 1510) i"));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 0);
     PQclear(th_sql(g_pg, "BEGIN"));
+    PQclear(th_sql(g_pg, "SET LOCAL track_functions = 'pl'"));
     PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
                          "completed_at = now() WHERE id LIKE 'a-%%'"));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 1500);
+    /* both ways taken: one batch for the runs noted, the rest one by one */
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT pg_stat_get_xact_function_calls("
+                                      "'opsrun_react_batch()'::regprocedure)"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT (pg_stat_get_xact_function_calls("
+                                      "'opsrun_react()'::regprocedure) BETWEEN 100 AND 1400)::int"),
+                     1);
     PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'failed', "
                          "completed_at = now() WHERE id LIKE 'b-%%'"));
     PQclear(th_sql(g_pg, "COMMIT"));
