@@ -114,10 +114,11 @@ CREATE INDEX notifications_due ON notifications (notifier, next_at, id);
 -- 2. The outbox's foreign key to runs goes: its check locked the run's row
 -- (FOR KEY SHARE, one more write of the row's header) at every delivery
 -- owed: about 10 us of the 121 a notifying run cost a completion batch of
--- 16 (psql-driven, a set of rounds of its own: 110.8 without the key). Its rows are written only by the triggers of runs, for
--- the run being changed, which exists; what the key's ON DELETE CASCADE
--- did, a statement trigger does: the deliveries of the runs a statement
--- deletes (retention, by any binary) go with them, in one statement.
+-- 16 (psql-driven, a set of rounds of its own: 110.8 without the key).
+-- Its rows are written only by the triggers of runs, for the run being
+-- changed, which exists; what the key's ON DELETE CASCADE did, a statement
+-- trigger does: the deliveries of the runs a statement deletes
+-- (retention, by any binary) go with them, in one statement.
 ALTER TABLE notifications DROP CONSTRAINT notifications_tenant_run_id_fkey;
 CREATE FUNCTION opsrun_runs_deleted() RETURNS trigger
 LANGUAGE plpgsql AS $$
