@@ -24,20 +24,23 @@
 -- the statement trigger's WHEN is evaluated once every row is written,
 -- before the AFTER row triggers run; for a run that is not a workflow no
 -- later BEFORE trigger changes the row (runs_wf_hold is a workflow's), so
--- the transition noted is the one written. runs_react stays for
--- workflows (whose row its advance may change again in the statement),
--- for a run queued again with a concurrency key (runs_conc_requeued, an
--- AFTER row trigger of the same statement, may end it at once: read at
--- the statement's end, its "retrying" would carry the cancelled run, and
--- its end's follow-ups would be made twice), and for a statement that
--- notes more than 32 KB (some 600 runs: each note copies the setting),
--- whose further runs it takes one by one, as before: runs_react_note sets
--- opsrun.react_over_<depth> instead of noting them, and runs_react's
--- condition reads it. Any trigger that may change a run's status again
--- in the statement that changed it must leave that run to runs_react in
--- the same way. Only a noted end makes follow-ups: a run whose start or
--- retry was noted is not followed up even if something ended it since
--- (that end owes its own, in its statement).
+-- the transition noted is the one written. A run queued again with a
+-- concurrency key is not noted: runs_conc_requeued, an AFTER row trigger
+-- of the same statement, may end it at once (keep_newest), and read at
+-- the statement's end its "retrying" would carry the cancelled run, and
+-- its end's follow-ups would be made twice; runs_react_note writes that
+-- "retrying" at once instead, with the row as the transition leaves it,
+-- so that it also comes before the end's (which runs_react, after
+-- runs_conc_requeued by name, wrote after it since migration 022).
+-- runs_react stays for workflows (whose row its advance may change again
+-- in the statement) and for a statement that notes more than 32 KB (some
+-- 600 runs: each note copies the setting), whose further runs it takes
+-- one by one, as before: runs_react_note sets opsrun.react_over_<depth>
+-- instead of noting them, and runs_react's condition reads it. Any
+-- trigger that may change a run's status again in the statement that
+-- changed it must be met in the same way. Only a noted end makes
+-- follow-ups: a run whose start or retry was noted is not followed up even
+-- if something ended it since (that end owes its own, in its statement).
 --
 -- A statement that notes nothing pays runs_react_note's gate for each row
 -- (the gates of migration 029) and one false WHEN. What is owed, and when
@@ -51,6 +54,11 @@ DECLARE
     v_depth text := (pg_trigger_depth() - 1)::text;
     v_notes text := coalesce(current_setting('opsrun.react_' || v_depth, true), '');
 BEGIN
+    IF NEW.conc_key IS NOT NULL AND NEW.status = 'queued' THEN -- retrying, see above
+        PERFORM opsrun_notify(NEW, 'retrying', t.notify) FROM run_type_rules t
+          WHERE t.type = NEW.type;
+        RETURN NEW;
+    END IF;
     IF octet_length(v_notes) < 32768 THEN
         PERFORM set_config('opsrun.react_' || v_depth,
                            v_notes || NEW.tenant || chr(31) || NEW.id || chr(31)
@@ -119,7 +127,6 @@ $$;
 
 CREATE TRIGGER runs_react_note BEFORE UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.reacts & 255 <> 0 AND NEW.wf_def IS NULL
-                       AND (NEW.conc_key IS NULL OR NEW.status <> 'queued')
                        AND opsrun_react_wanted(NEW.status, OLD.status, NEW.outcome, NEW.reacts,
                                                OLD.started_at, NEW.attempt, OLD.attempt))
     EXECUTE FUNCTION opsrun_react_note();
@@ -131,7 +138,6 @@ DROP TRIGGER runs_react ON runs;
 CREATE TRIGGER runs_react AFTER UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.reacts & 255 <> 0
                        AND (NEW.wf_def IS NOT NULL
-                            OR (NEW.conc_key IS NOT NULL AND NEW.status = 'queued')
                             OR current_setting('opsrun.react_over_' || pg_trigger_depth()::text,
                                                true) = 'on')
                        AND opsrun_react_wanted(NEW.status, OLD.status, NEW.outcome, NEW.reacts,

@@ -956,10 +956,10 @@ END_TEST
 
 /* A run queued again and superseded by its own requeue, in the same
  * statement (keep_newest, a newer run queued), owes each transition what
- * any run does (migration 031 leaves such runs to the row trigger
- * runs_react): its "retrying" carries the run as the retry left it,
- * queued, its "cancelled" the cancelled run, and its end's follow-up is
- * made and reported once. */
+ * any run does (migration 031 writes its "retrying" from the BEFORE
+ * trigger runs_react_note): its "retrying" carries the run as the retry left it,
+ * queued, its "cancelled" the cancelled run, the two in that order, and
+ * its end's follow-up is made and reported once. */
 START_TEST(a_superseded_retry_owes_each_transition_once)
 {
     static const char *const types[] = {"KN"};
@@ -997,6 +997,13 @@ START_TEST(a_superseded_retry_owes_each_transition_once)
                      1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = '%s'", a),
                      2);
+    /* in the order of the transitions, which is the order they go out in */
+    ck_assert_int_eq(th_sql_int(g_pg,
+                                "SELECT (min(id) FILTER (WHERE event = 'run.retrying') < min(id) "
+                                "FILTER (WHERE event = 'run.cancelled'))::int FROM notifications "
+                                "WHERE run_id = '%s'",
+                                a),
+                     1);
     ck_assert_int_eq(th_sql_int(g_pg,
                                 "SELECT count(*) FROM run_events WHERE run_id = '%s' AND type = "
                                 "'follow_up'",
