@@ -957,9 +957,9 @@ END_TEST
 /* A run queued again and superseded by its own requeue, in the same
  * statement (keep_newest, a newer run queued), owes each transition what
  * any run does (migration 031 writes its "retrying" from the BEFORE
- * trigger runs_react_note): its "retrying" carries the run as the retry left it,
- * queued, its "cancelled" the cancelled run, the two in that order, and
- * its end's follow-up is made and reported once. */
+ * trigger runs_react_note): its "retrying" carries the run as the retry
+ * left it, queued, its "cancelled" the cancelled run, the two in that
+ * order, and its end's follow-up is made and reported once. */
 START_TEST(a_superseded_retry_owes_each_transition_once)
 {
     static const char *const types[] = {"KN"};
