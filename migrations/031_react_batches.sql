@@ -36,7 +36,9 @@
 -- in the statement) and for a statement that notes more than 32 KB (some
 -- 600 runs: each note copies the setting), whose further runs it takes
 -- one by one, as before: runs_react_note sets opsrun.react_over_<depth>
--- instead of noting them, and runs_react's condition reads it. Any
+-- instead of noting them, and runs_react's condition reads it (but for a
+-- run queued again with a concurrency key, whose "retrying" is written
+-- already). Any
 -- trigger that may change a run's status again in the statement that
 -- changed it must be met in the same way. Only a noted end makes
 -- follow-ups: a run whose start or retry was noted is not followed up even
@@ -138,8 +140,9 @@ DROP TRIGGER runs_react ON runs;
 CREATE TRIGGER runs_react AFTER UPDATE OF status ON runs
     FOR EACH ROW WHEN (NEW.reacts & 255 <> 0
                        AND (NEW.wf_def IS NOT NULL
-                            OR current_setting('opsrun.react_over_' || pg_trigger_depth()::text,
-                                               true) = 'on')
+                            OR ((NEW.conc_key IS NULL OR NEW.status <> 'queued')
+                                AND current_setting('opsrun.react_over_'
+                                                    || pg_trigger_depth()::text, true) = 'on'))
                        AND opsrun_react_wanted(NEW.status, OLD.status, NEW.outcome, NEW.reacts,
                                                OLD.started_at, NEW.attempt, OLD.attempt))
     EXECUTE FUNCTION opsrun_react();

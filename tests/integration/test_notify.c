@@ -590,6 +590,40 @@ START_TEST(a_large_statement_owes_each_run_once)
 }
 END_TEST
 
+/* Migration 031: a run queued again with a concurrency key owes its
+ * "retrying" from the BEFORE trigger, once, also in a statement past its
+ * notes' 32 KB (where runs_react takes the other runs one by one). */
+START_TEST(a_keyed_retry_past_the_notes_owes_once)
+{
+    open_with_rules("it_notify_keyed_over", 10);
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, reacts, status, worker_id, attempt, "
+                         "started_at, conc_group, conc_key, conc_max, conc_strategy) SELECT "
+                         "'acme', CASE WHEN i <= 1500 THEN 'a-long-run-id-to-fill-the-notes-' "
+                         "ELSE 'k-' END || i, CASE WHEN i <= 1500 THEN 'verify' ELSE 'fix' END, "
+                         "5, 40, '{}', 'i' || i, 'r', (SELECT reacts FROM run_type_rules WHERE "
+                         "type = CASE WHEN i <= 1500 THEN 'verify' ELSE 'fix' END), 'running', "
+                         "'w1', 1, now(), CASE WHEN i > 1500 THEN 'g' END, CASE WHEN i > 1500 "
+                         "THEN 'k' || i END, CASE WHEN i > 1500 THEN 1 END, CASE WHEN i > 1500 "
+                         "THEN 'queue' END FROM generate_series(1, 1505) i ORDER BY i"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = CASE WHEN type = 'verify' THEN 'completed' "
+                         "ELSE 'queued' END, outcome = CASE WHEN type = 'verify' THEN "
+                         "'succeeded' ELSE outcome END, completed_at = CASE WHEN type = 'verify' "
+                         "THEN now() END, worker_id = CASE WHEN type = 'verify' THEN worker_id "
+                         "END"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.succeeded'"),
+                     1500);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.retrying' AND run->>'status' = 'queued'"),
+                     5);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.retrying'"),
+                     5);
+    close_test_db();
+}
+END_TEST
+
 /* Migration 031: only a noted end makes follow-ups. Here a trigger of the
  * test ends run x, failed, in the statement that starts it, after its
  * start was noted (no trigger of opsrun does that: migration 031 leaves
@@ -796,6 +830,7 @@ int main(void)
     tcase_add_test(tc, claim_plan_on_a_young_outbox);
     tcase_add_test(tc, one_statement_owes_each_run);
     tcase_add_test(tc, a_large_statement_owes_each_run_once);
+    tcase_add_test(tc, a_keyed_retry_past_the_notes_owes_once);
     tcase_add_test(tc, a_noted_start_ended_since_is_followed_up_once);
     tcase_add_test(tc, deleted_runs_take_their_deliveries);
     tcase_add_test(tc, placeholders_agree);
