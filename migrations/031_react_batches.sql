@@ -50,6 +50,28 @@
 -- names and opsrun_react. A binary from before this migration keeps
 -- working beside one after it: everything here is inside the database.
 
+-- The notifiers that event is owed to under rules (a run_type_rules.notify),
+-- "*" standing for every outcome: what opsrun_notify (migration 017)
+-- wrote inline, shared with opsrun_react_batch. SQL, so that PostgreSQL
+-- inlines it into the statement that reads it (in each function's plan,
+-- made once a session).
+CREATE FUNCTION opsrun_notifiers(p_rules jsonb, p_event text) RETURNS SETOF text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT DISTINCT x."to"
+      FROM jsonb_to_recordset(p_rules) AS x("on" jsonb, "to" text)
+     WHERE x."on" ? p_event
+        OR (x."on" ? '*' AND p_event IN ('succeeded', 'partially_succeeded', 'failed',
+                                         'cancelled', 'timed_out'))
+$$;
+CREATE OR REPLACE FUNCTION opsrun_notify(r runs, p_event text, p_rules jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO notifications (tenant, run_id, run_created_at, notifier, event, run)
+    SELECT r.tenant, r.id, r.created_at, n.notifier, 'run.' || p_event, opsrun_run_json(r)
+      FROM opsrun_notifiers(p_rules, p_event) AS n(notifier);
+END
+$$;
+
 CREATE FUNCTION opsrun_react_note() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -102,12 +124,7 @@ BEGIN
      CROSS JOIN LATERAL (SELECT x AS r FROM runs x WHERE x.tenant = n.tenant AND x.id = n.id
                          OFFSET 0) l
       JOIN run_type_rules t ON t.type = (l.r).type
-     CROSS JOIN LATERAL (SELECT DISTINCT x."to" AS notifier
-                           FROM jsonb_to_recordset(t.notify) AS x("on" jsonb, "to" text)
-                          WHERE x."on" ? n.event
-                             OR (x."on" ? '*' AND n.event IN ('succeeded', 'partially_succeeded',
-                                                              'failed', 'cancelled',
-                                                              'timed_out'))) d
+     CROSS JOIN LATERAL opsrun_notifiers(t.notify, n.event) AS d(notifier)
      ORDER BY n.o, d.notifier;
     IF NOT EXISTS (SELECT 1 FROM run_type_rules WHERE follow_ups <> '[]') THEN
         RETURN NULL;
