@@ -2376,8 +2376,12 @@ START_TEST(finish_batch_function_writes_what_the_statement_writes)
                                              .error = boom,
                                              .failure_summary = why,
                                              .message = "failed"}};
+        /* lines at the third position, after a run without any: each run
+         * gets its own element of the array */
         fin[2] = (struct run_finish){.id = ids[2],
-                                     .res = {.outcome = OUTCOME_CANCELLED, .message = "cancelled"}};
+                                     .res = {.outcome = OUTCOME_CANCELLED, .message = "cancelled"},
+                                     .log_lines_json = "[[1795000000000002,\"opsrun\",\"c\"]]",
+                                     .log_nlines = 1};
         fin[3] = (struct run_finish){.id = ids[3],
                                      .res = {.outcome = OUTCOME_SUCCEEDED, .message = "x"}};
         fin[4] = (struct run_finish){.id = ids[4],
@@ -2404,6 +2408,12 @@ START_TEST(finish_batch_function_writes_what_the_statement_writes)
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_logs WHERE run_id = 'f-ok' AND "
                                       "first_seq = 1 AND last_seq = 2 AND dropped = 3"),
                      2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_logs WHERE run_id = 'f-cancel' "
+                                      "AND first_seq = 1 AND last_seq = 1 AND lines->0->>2 = 'c'"),
+                     2);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_logs WHERE run_id NOT IN "
+                                      "('f-ok', 'f-cancel')"),
+                     0);
     diff = tenants_differ("n", "u");
     if (diff)
         fprintf(stderr, "rows of one tenant only (first: named, second: unnamed):\n%s\n", diff);

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# bench/stmtcost.sh — what the completion batch costs PostgreSQL, counted in
+# instructions: a figure that does not move with the machine's load.
+#
+# For each build (this tree's, and with BASE=REV a Release build of REV):
+# a database migrated by that build's server, which then runs one no-op
+# demo run with log_statement on, so that its completion batch is captured
+# word for word as the server sends it, parameters included. RUNS running
+# runs are inserted, and a single-user backend (postgres --single) under
+# valgrind's callgrind executes the captured statement, prepared, over
+# them in batches of BATCH, each with the run's log lines as captured. It
+# prints the instructions a run (callgrind's Ir, startup included, so
+# compare builds at the same RUNS), and keeps each profile in
+# bench/out/stmtcost-<build>.out for callgrind_annotate.
+#
+# Usage: bench/stmtcost.sh [RUNS] [BATCH]      (defaults 4000 and 16)
+#   BASE=REV   also measures a Release build of git revision REV
+#   LINES=0    the batches carry no log lines (a build that sends them)
+# Needs root (the single-user backend runs as the cluster's owner, postgres)
+# and valgrind (installed when missing).
+set -euo pipefail
+cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
+. bench/lib.sh
+RUNS=${1:-4000}
+BATCH=${2:-16}
+LINES=${LINES:-1}
+OUT=bench/out
+PORT=${PORT:-18187}
+mkdir -p "$OUT"
+
+bench_build valgrind -- opsrun
+BUILDS=(new)
+declare -A BIN=([new]=build/opsrun)
+if [ -n "${BASE:-}" ]; then
+    BUILDS=(base new)
+    BIN[base]=$(bench_base_build "$BASE")
+fi
+DIR=$(mktemp -d /tmp/opsrun-stmtcost.XXXXXX)
+chmod 755 "$DIR"
+SERVER=""
+cleanup() {
+    [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null || true
+    bench_cluster_destroy "$DIR"
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+bench_cluster "$DIR"
+psqlx() { psql -qAtX -v ON_ERROR_STOP=1 "$@"; }
+PGDATA_DIR=$(psqlx "$DB" -c "SHOW data_directory")
+LOG=$DIR/pg.log # scripts/pg.sh's server log
+
+# The batches: the captured statement, prepared, and its parameters made
+# for RUNS runs, BATCH a statement.
+cat >"$DIR/batches.py" <<'PY'
+import json, re, sys
+runs, batch, lines = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+text = sys.stdin.read()
+m = re.search(r"execute runs_finish_batch: (.*)\n.*DETAIL:  parameters: (.*)\n", text)
+if not m:
+    sys.exit("the server's completion batch was not in the log")
+stmt, params = m.group(1), m.group(2)
+vals = re.findall(r"\$(\d+) = (NULL|'(?:[^']|'')*')", params)
+val = {int(k): (None if v == "NULL" else v[1:-1].replace("''", "'")) for k, v in vals}
+item = json.loads(val[2])[0]
+logs = val.get(3)
+n = len(vals)
+print("PREPARE fb(%s) AS %s" % (", ".join(["text", "jsonb", "text[]"][:n]), stmt))
+def q(s):
+    return "'" + s.replace("'", "''") + "'"
+for s in range(0, runs, batch):
+    items = []
+    for k, rid in enumerate(range(s, min(runs, s + batch))):
+        it = dict(item, id="r%06d" % rid, tenant="default", attempt=1)
+        if "i" in it:
+            it["i"] = k + 1
+        if not lines:
+            it.pop("log_n", None)
+            it.pop("log_dropped", None)
+        items.append(it)
+    args = ["'w'", q(json.dumps(items))]
+    if n == 3:  # each run the captured lines, or NULL as the server sends for none
+        elems = re.match(r"^\{(.*)\}$", logs).group(1) if lines else "NULL"
+        args.append(q("{" + ",".join([elems] * len(items)) + "}"))
+    print("EXECUTE fb(%s)" % ", ".join(args))
+PY
+
+for b in "${BUILDS[@]}"; do
+    # The statement and one set of parameters, as the build's server sends them.
+    url=$(bench_db "$DIR" "cap_$b")
+    psqlx "$url" -c "ALTER DATABASE cap_$b SET log_statement = 'all'"
+    "${BIN[$b]}" serve --database-url "$url" --listen "127.0.0.1:$PORT" \
+        >"$OUT/stmtcost-$b-serve.log" 2>&1 &
+    SERVER=$!
+    bench_wait_ready "http://127.0.0.1:$PORT"
+    mark=$(wc -l <"$LOG")
+    curl -sf -H 'content-type: application/json' -d '{"alert_type":"demo","data":{"duration_ms":0,"steps":0}}' \
+        "http://127.0.0.1:$PORT/alerts" >/dev/null
+    for _ in $(seq 1 100); do
+        [ "$(psqlx "$url" -c "SELECT count(*) FROM runs WHERE status = 'completed'")" = 1 ] && break
+        sleep 0.1
+    done
+    kill "$SERVER" && wait "$SERVER" 2>/dev/null || true
+    SERVER=""
+    tail -n "+$((mark + 1))" "$LOG" >"$OUT/stmtcost-$b-pg.log"
+    python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" <"$OUT/stmtcost-$b-pg.log" >"$DIR/batches-$b.sql"
+    # RUNS running runs on a copy of the migrated database.
+    psqlx "$DB" -c "DROP DATABASE IF EXISTS run_$b" -c "CREATE DATABASE run_$b TEMPLATE cap_$b"
+    rurl=$(scripts/pg.sh url "$DIR/pg" "run_$b")
+    psqlx "$rurl" -c "DELETE FROM run_events" \
+        -c "DO \$\$BEGIN IF to_regclass('run_logs') IS NOT NULL THEN DELETE FROM run_logs; END IF; END\$\$" -c "DELETE FROM runs" \
+        -c "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
+                              identity_hash, request_hash, worker_id, started_at, heartbeat_at,
+                              deadline_at)
+            SELECT 'default', 'r' || lpad(g::text, 6, '0'), 'demo', 'running', 1, 3, 300, '{}',
+                   'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'
+              FROM generate_series(0, $RUNS - 1) g" -c "VACUUM ANALYZE" -c "CHECKPOINT"
+done
+
+# Each build's batches in a single-user backend; the cluster is stopped
+# meanwhile. Index paths only: on a table this small a generic plan could
+# otherwise scan it, which the server's tables never let it do.
+scripts/pg.sh stop "$DIR/pg" >/dev/null
+mkdir -p "$DIR/prof"
+chown postgres "$DIR/prof"
+for b in "${BUILDS[@]}"; do
+    prof=$DIR/prof/stmtcost-$b.out
+    su postgres -c "valgrind --tool=callgrind --callgrind-out-file=$prof \
+        $(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)/postgres --single \
+        -D $PGDATA_DIR -c synchronous_commit=off -c enable_seqscan=off -c enable_hashjoin=off \
+        -c enable_mergejoin=off run_$b" <"$DIR/batches-$b.sql" >"$OUT/stmtcost-$b.log" 2>&1
+    cp "$prof" "$OUT/stmtcost-$b.out"
+    if grep -q ERROR "$OUT/stmtcost-$b.log"; then
+        grep -m 3 ERROR "$OUT/stmtcost-$b.log" >&2
+        exit 1
+    fi
+done
+scripts/pg.sh start "$DIR/pg" >/dev/null
+for b in "${BUILDS[@]}"; do
+    done_n=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
+        -c "SELECT count(*) FROM runs WHERE status = 'completed'")
+    [ "$done_n" = "$RUNS" ] || { echo "$b: $done_n of $RUNS runs completed" >&2; exit 1; }
+    ir=$(awk '/^summary:/ { print $2; exit }' "$OUT/stmtcost-$b.out")
+    echo "$b ${BIN[$b]} runs=$RUNS batch=$BATCH lines=$LINES instructions_per_run=$((ir / RUNS))"
+done
