@@ -11,7 +11,11 @@
 # them in batches of BATCH, each with the run's log lines as captured. It
 # prints the instructions a run (callgrind's Ir, startup included, so
 # compare builds at the same RUNS), and keeps each profile in
-# bench/out/stmtcost-<build>.out for callgrind_annotate.
+# bench/out/stmtcost-<tree or REV>.out for callgrind_annotate. The count
+# includes the harness's own work, the same for every build: the backend
+# reads each EXECUTE line from its input a character at a time and parses
+# the literals (about 16,000 instructions a run without lines, 29,000 with
+# them, at 160 runs), which the server's parameters do not cost.
 #
 # Usage: bench/stmtcost.sh [RUNS] [BATCH]      (defaults 4000 and 16)
 #   BASE=REV   also measures a Release build of git revision REV
@@ -27,13 +31,15 @@ LINES=${LINES:-1}
 OUT=bench/out
 PORT=${PORT:-18187}
 mkdir -p "$OUT"
+[ "$(id -u)" = 0 ] || { echo "stmtcost.sh: run it as root (the single-user backend runs as postgres)" >&2; exit 1; }
 
 bench_build valgrind -- opsrun
 BUILDS=(new)
-declare -A BIN=([new]=build/opsrun)
+declare -A BIN=([new]=build/opsrun) NAME=([new]=tree)
 if [ -n "${BASE:-}" ]; then
     BUILDS=(base new)
     BIN[base]=$(bench_base_build "$BASE")
+    NAME[base]=$(git rev-parse --short "$BASE^{commit}")
 fi
 DIR=$(mktemp -d /tmp/opsrun-stmtcost.XXXXXX)
 chmod 755 "$DIR"
@@ -48,6 +54,8 @@ bench_cluster "$DIR"
 psqlx() { psql -qAtX -v ON_ERROR_STOP=1 "$@"; }
 PGDATA_DIR=$(psqlx "$DB" -c "SHOW data_directory")
 LOG=$DIR/pg.log # scripts/pg.sh's server log
+# The single-user backend is the cluster's own binary.
+PGBIN=$(readlink -f "/proc/$(head -n 1 "$PGDATA_DIR/postmaster.pid")/exe")
 
 # The batches: the captured statement, prepared, and its parameters made
 # for RUNS runs, BATCH a statement.
@@ -70,7 +78,7 @@ def q(s):
 for s in range(0, runs, batch):
     items = []
     for k, rid in enumerate(range(s, min(runs, s + batch))):
-        it = dict(item, id="r%06d" % rid, tenant="default", attempt=1)
+        it = dict(item, id="r%d" % rid, tenant="default", attempt=1)
         if "i" in it:
             it["i"] = k + 1
         if not lines:
@@ -89,7 +97,7 @@ for b in "${BUILDS[@]}"; do
     url=$(bench_db "$DIR" "cap_$b")
     psqlx "$url" -c "ALTER DATABASE cap_$b SET log_statement = 'all'"
     "${BIN[$b]}" serve --database-url "$url" --listen "127.0.0.1:$PORT" \
-        >"$OUT/stmtcost-$b-serve.log" 2>&1 &
+        >"$OUT/stmtcost-${NAME[$b]}-serve.log" 2>&1 &
     SERVER=$!
     bench_wait_ready "http://127.0.0.1:$PORT"
     mark=$(wc -l <"$LOG")
@@ -101,8 +109,8 @@ for b in "${BUILDS[@]}"; do
     done
     kill "$SERVER" && wait "$SERVER" 2>/dev/null || true
     SERVER=""
-    tail -n "+$((mark + 1))" "$LOG" >"$OUT/stmtcost-$b-pg.log"
-    python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" <"$OUT/stmtcost-$b-pg.log" >"$DIR/batches-$b.sql"
+    tail -n "+$((mark + 1))" "$LOG" >"$OUT/stmtcost-${NAME[$b]}-pg.log"
+    python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" <"$OUT/stmtcost-${NAME[$b]}-pg.log" >"$DIR/batches-$b.sql"
     # RUNS running runs on a copy of the migrated database.
     psqlx "$DB" -c "DROP DATABASE IF EXISTS run_$b" -c "CREATE DATABASE run_$b TEMPLATE cap_$b"
     rurl=$(scripts/pg.sh url "$DIR/pg" "run_$b")
@@ -111,34 +119,37 @@ for b in "${BUILDS[@]}"; do
         -c "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
                               identity_hash, request_hash, worker_id, started_at, heartbeat_at,
                               deadline_at)
-            SELECT 'default', 'r' || lpad(g::text, 6, '0'), 'demo', 'running', 1, 3, 300, '{}',
+            SELECT 'default', 'r' || g, 'demo', 'running', 1, 3, 300, '{}',
                    'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'
               FROM generate_series(0, $RUNS - 1) g" -c "VACUUM ANALYZE" -c "CHECKPOINT"
 done
 
 # Each build's batches in a single-user backend; the cluster is stopped
-# meanwhile. Index paths only: on a table this small a generic plan could
-# otherwise scan it, which the server's tables never let it do.
+# meanwhile. Index paths only: on these tables (every run running, for one
+# worker) the generic plan PostgreSQL prefers is a hash join over a scan of
+# runs, where the server's, on a table of many workers' runs, looks each
+# run up (EXPLAIN on 20,000 runs); both builds are measured alike.
 scripts/pg.sh stop "$DIR/pg" >/dev/null
 mkdir -p "$DIR/prof"
 chown postgres "$DIR/prof"
 for b in "${BUILDS[@]}"; do
-    prof=$DIR/prof/stmtcost-$b.out
-    su postgres -c "valgrind --tool=callgrind --callgrind-out-file=$prof \
-        $(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)/postgres --single \
-        -D $PGDATA_DIR -c synchronous_commit=off -c enable_seqscan=off -c enable_hashjoin=off \
-        -c enable_mergejoin=off run_$b" <"$DIR/batches-$b.sql" >"$OUT/stmtcost-$b.log" 2>&1
-    cp "$prof" "$OUT/stmtcost-$b.out"
-    if grep -q ERROR "$OUT/stmtcost-$b.log"; then
-        grep -m 3 ERROR "$OUT/stmtcost-$b.log" >&2
+    prof=$DIR/prof/stmtcost-${NAME[$b]}.out
+    log=$OUT/stmtcost-${NAME[$b]}.log
+    if ! (cd / && runuser -u postgres -- valgrind --tool=callgrind --callgrind-out-file="$prof" \
+        "$PGBIN" --single -D "$PGDATA_DIR" -c synchronous_commit=off -c enable_seqscan=off \
+        -c enable_hashjoin=off -c enable_mergejoin=off "run_$b") <"$DIR/batches-$b.sql" >"$log" 2>&1 ||
+        grep -q ERROR "$log"; then
+        echo "stmtcost.sh: the single-user backend of $b failed ($log):" >&2
+        grep -m 3 -E 'ERROR|FATAL' "$log" >&2 || tail -n 5 "$log" >&2
         exit 1
     fi
+    cp "$prof" "$OUT/stmtcost-${NAME[$b]}.out"
 done
 scripts/pg.sh start "$DIR/pg" >/dev/null
 for b in "${BUILDS[@]}"; do
     done_n=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
         -c "SELECT count(*) FROM runs WHERE status = 'completed'")
     [ "$done_n" = "$RUNS" ] || { echo "$b: $done_n of $RUNS runs completed" >&2; exit 1; }
-    ir=$(awk '/^summary:/ { print $2; exit }' "$OUT/stmtcost-$b.out")
+    ir=$(awk '/^summary:/ { print $2; exit }' "$OUT/stmtcost-${NAME[$b]}.out")
     echo "$b ${BIN[$b]} runs=$RUNS batch=$BATCH lines=$LINES instructions_per_run=$((ir / RUNS))"
 done

@@ -8,9 +8,9 @@
 -- row it would recheck after a concurrent update). Counted with
 -- bench/stmtcost.sh (callgrind: the instructions of a single-user backend
 -- running 250 batches of 16 no-op runs, the statement as the server sends
--- it, prepared): 398,900 instructions a run with the join and the
--- engine's two log lines a run, 371,300 with the subscript (-6.9 %);
--- without lines, 338,500 and 312,900 (bench/README.md, "Statement
+-- it, prepared): 395,800 instructions a run with the join and the
+-- engine's two log lines a run, 368,100 with the subscript (-7.0 %);
+-- without lines, 332,300 and 306,600 (bench/README.md, "Statement
 -- shapes"). The result is the same: a row's lines are still p_logs[i],
 -- NULL for none, checked as json, never parsed into jsonb.
 --
