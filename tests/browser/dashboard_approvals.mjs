@@ -174,14 +174,14 @@ async function bulkCancel(page, base, db) {
       .observe(msg, { childList: true, characterData: true, subtree: true });
   });
   // A run of the cancel's fourth batch (500 a batch, in created_at order)
-  // locked for 5 s: the first three batches commit and reach the page's
-  // stream while the fourth waits, however loaded the machine (2 s was not
-  // always enough with the whole suite running), so the progress has
-  // something to show before the answer comes.
+  // locked for 10 s: the first three batches commit and reach the page's
+  // stream while the fourth waits, however loaded the machine (2 s, then
+  // 5 s, were not always enough with the whole suite running on 2 cores),
+  // so the progress has something to show before the answer comes.
   const locker = spawn('psql', [db, '-qX', '-v', 'ON_ERROR_STOP=1', '-c',
     "BEGIN; SELECT 1 FROM runs WHERE id = (SELECT id FROM runs WHERE type = 'demo' AND " +
     "status = 'queued' ORDER BY created_at, id OFFSET 1600 LIMIT 1) FOR UPDATE; " +
-    'SELECT pg_sleep(5); COMMIT;'], { stdio: 'ignore' });
+    'SELECT pg_sleep(10); COMMIT;'], { stdio: 'ignore' });
   await until('the lock on a run of the fourth batch', async () =>
     psql(db, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' " +
       'AND datname = current_database()') === '1');
