@@ -850,7 +850,7 @@ START_TEST(late_claim_given_back)
 END_TEST
 
 /* A cancelled run (PREFIX-hooks) of the fake job `job`, its hooks due in
- * 500 ms. */
+ * 600 ms. */
 static void insert_hooks_due(const char *prefix, int job)
 {
     PQclear(th_sql(g_db,
@@ -858,13 +858,18 @@ static void insert_hooks_due(const char *prefix, int job)
                    "timeout_s, input, identity_hash, request_hash, external_id, poll_state, "
                    "started_at, completed_at, hooks_at) VALUES ('default', '%s-hooks', 'job', "
                    "'completed', 'cancelled', 1, 2, 900, '{}', '%s-ident-hooks', 'req', 'job-%d', "
-                   "'{}', now(), now(), now() + interval '500 ms')",
+                   "'{}', now(), now(), now() + interval '600 ms')",
                    prefix, prefix, job));
 }
 
-/* A waiting run PREFIX-0 (fake job first, checked with scenario) and the
- * hooks of PREFIX-hooks (job first + 1), both due in 500 ms and inserted
- * in one transaction: one now(), so that one claim takes both. Returns
+/* A waiting run PREFIX-0 (fake job first, checked with scenario), due in
+ * 500 ms, and the hooks of PREFIX-hooks (job first + 1), due 100 ms later,
+ * inserted in one transaction (one now()). A claim reads checks first,
+ * then hooks, in two statements: had both been due at one instant, a claim
+ * whose first statement came just before it and whose second just after
+ * would take the hooks alone, and the one checker would run them before
+ * the check. 100 ms apart, the hooks are claimed with the check or by a
+ * round after it (200 ms), behind it in the queue either way. Returns
  * first. */
 static int check_and_hooks_due(const char *prefix, const char *scenario)
 {
@@ -877,8 +882,8 @@ static int check_and_hooks_due(const char *prefix, const char *scenario)
     return first;
 }
 
-/* A run's hooks claimed together with a check that takes 3 s, behind it
- * for the one checker: they wait in the queue past 2.5 s and are given
+/* A run's hooks claimed with a check that takes 3 s (or just after it),
+ * behind it for the one checker: they wait in the queue past 2.5 s and are given
  * back (due again at once, their try taken back) rather than run late,
  * then claimed again and run: the remote cancel and the cleanup once each,
  * on the first try, long before the 15 s lease of the first claim ends. */
@@ -989,15 +994,20 @@ END_TEST
 
 /* A stop gives back the hooks claims still queued, too: their try is taken
  * back and they are due again at once, rather than waiting out the lease.
- * One checker; a check that takes 3 s and a cancelled run's hooks, due at
- * the same moment, are claimed together; the hooks wait behind the check
- * when the server stops. */
+ * One checker; a check that takes 3 s and a cancelled run's hooks, due
+ * 100 ms after it, are claimed; the hooks wait behind the check when the
+ * server stops. */
 START_TEST(stop_gives_back_queued_hooks)
 {
     struct th_proc p;
+    int claimed = 0;
 
     start_fast(&p, "e2e_poll_stop_hooks", 1, 5, 0);
     check_and_hooks_due("sh", "slow:3000,done_after:2");
+    for (long long until = th_now_ms() + 2000; th_now_ms() < until && !claimed; th_sleep_ms(20))
+        claimed = th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'sh-hooks' AND "
+                                   "poll_owner IS NOT NULL AND hooks_attempts = 1");
+    ck_assert_msg(claimed, "the hooks were not claimed within 2 s");
     stop_during_a_check(&p);
     ck_assert_int_eq(th_sql_int(g_db, "SELECT count(*) FROM runs WHERE id = 'sh-hooks' AND "
                                       "hooks_attempts = 0 AND poll_owner IS NULL AND hooks_at "
