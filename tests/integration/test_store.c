@@ -2838,9 +2838,13 @@ END_TEST
  * runs (submitted, claimed, retried, claimed again, finished one by one
  * and in a batch, cancelled queued and running), in both statement modes,
  * must not call one (nor migration 031's opsrun_react_batch, behind the
- * notes). A run with a notification bit does, through its gate. And no
- * WHEN condition of a trigger of runs calls an SQL function, which
- * PostgreSQL would parse again to inline at every statement. */
+ * notes, nor migration 034's functions of the triggers that took the
+ * place of several). A run with a notification bit does, through its
+ * gate. No WHEN condition of a trigger of runs calls an SQL function,
+ * which PostgreSQL would parse again to inline at every statement. And a
+ * change of status fires four row triggers (migration 034): each one's
+ * condition is prepared again at every statement, so a new feature's test
+ * joins one of them rather than adding a trigger. */
 START_TEST(status_triggers_gate_plain_runs)
 {
     /* the signatures, with migration 029's names of the arguments */
@@ -2859,7 +2863,11 @@ START_TEST(status_triggers_gate_plain_runs)
         "opsrun_approval_requested_wanted(n_approval_state text, n_status text, "
         "n_reacts integer)",
         "opsrun_conc_insert_wanted(n_conc_group text, n_status text, n_conc_strategy text)",
-        "opsrun_poll_enter_insert_wanted(n_status text, n_approval_state text, n_wf_def jsonb)"};
+        "opsrun_poll_enter_insert_wanted(n_status text, n_approval_state text, n_wf_def jsonb)",
+        "opsrun_react_due(n runs, o runs)"};
+    /* migration 031's statement trigger and 034's row triggers */
+    static const char *const fired[] = {"opsrun_react_batch()", "opsrun_status_before()",
+                                        "opsrun_conc_polls()", "opsrun_wf_status()"};
     char *a, *b, *c, *d, *e;
     struct run *run = NULL;
     bool changed = false, cancelled = false;
@@ -2873,14 +2881,20 @@ START_TEST(status_triggers_gate_plain_runs)
                                       "JOIN pg_language l ON l.oid = p.prolang "
                                       "WHERE t.tgrelid = 'runs'::regclass AND l.lanname = 'sql'"),
                      0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_trigger WHERE tgrelid = "
+                                      "'runs'::regclass AND NOT tgisinternal AND tgtype & 1 = 1 "
+                                      "AND tgtype & 16 = 16"),
+                     4);
     for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++)
         PQclear(th_sql(g_pg,
                        "CREATE OR REPLACE FUNCTION %s RETURNS boolean LANGUAGE plpgsql "
                        "IMMUTABLE AS $$BEGIN RAISE EXCEPTION 'called'; END$$",
                        wanted[i]));
-    /* migration 031: the statement trigger behind runs_react_note's notes */
-    PQclear(th_sql(g_pg, "CREATE OR REPLACE FUNCTION opsrun_react_batch() RETURNS trigger "
-                         "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'called'; END$$"));
+    for (size_t i = 0; i < sizeof(fired) / sizeof(fired[0]); i++)
+        PQclear(th_sql(g_pg,
+                       "CREATE OR REPLACE FUNCTION %s RETURNS trigger LANGUAGE plpgsql "
+                       "AS $$BEGIN RAISE EXCEPTION 'called'; END$$",
+                       fired[i]));
     a = new_run(3);
     b = new_run(3);
     c = new_run(3);
