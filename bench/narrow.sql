@@ -7,7 +7,10 @@
 DROP TABLE IF EXISTS run_active;
 DROP INDEX IF EXISTS runs_active, runs_active_identity, runs_claim, runs_completed,
     runs_heartbeat, runs_held, runs_queued_at;
-DROP TRIGGER runs_poll_enter_update ON runs;
+-- The trigger that enters a waiting run in run_polls: runs_poll_enter_update,
+-- part of runs_conc_polls since migration 034.
+DROP TRIGGER IF EXISTS runs_poll_enter_update ON runs;
+DROP TRIGGER IF EXISTS runs_conc_polls ON runs;
 CREATE INDEX runs_completed ON runs (completed_at) WHERE completed_at IS NOT NULL;
 CREATE TABLE run_active (
     tenant text NOT NULL, id text NOT NULL, type text NOT NULL,

@@ -9,9 +9,11 @@
 -- 029 cut each condition of the features to a one-column gate and a
 -- PL/pgSQL call; what was left was a price per trigger. With nine row
 -- triggers and two statement triggers on UPDATE OF status, the completion
--- batch (16 runs a statement, no run using a feature) still spent about
--- 25,000 instructions a run there (bench/stmtcost.sh; bench/README.md,
--- "Status triggers (migration 034)").
+-- batch (16 runs a statement, no run using a feature) still spent 44,800
+-- instructions a run in the triggers' code, most of it reading back and
+-- preparing conditions; 24,500 after this migration (bench/stmtcost.sh,
+-- callgrind inclusive; bench/README.md, "Status triggers (migration
+-- 034)").
 --
 -- The row triggers of one timing that guard the same kind of run are now
 -- one trigger, whose function makes the tests of the triggers it replaces,
@@ -27,12 +29,22 @@
 -- AFTER row triggers still fire in that order for each row, as the ones
 -- they replace did (conc_*, poll, react, wf_*), and each of their tests
 -- reads only OLD and NEW, which are the same when the event is queued and
--- when it fires. runs_react's condition, and those of the two statement
--- triggers that read the notes of a statement, are each one call of a
--- PL/pgSQL function (with the whole rows for runs_react) instead of an
--- expression, which is cheaper to prepare; they are evaluated when they
--- were. A binary from before this migration keeps working beside one
--- after it: everything here is inside the database.
+-- when it fires. Each new trigger's WHEN is the union of the one-column
+-- gates of the triggers it replaced (and runs_poll_enter_update's whole
+-- condition): false for a run that uses no feature. A run that uses one
+-- now passes it at transitions where it owes nothing, a claim among them,
+-- and pays a PL/pgSQL call there that the old conditions spared it, as
+-- does a workflow's end made by its advance (which migration 026 kept
+-- out of runs_wf_hold and runs_wf_ended). Each node of a condition is
+-- paid at every statement by every run, so the gates stay short: tested
+-- on the claim, in instructions, gates that also left out the claim cost
+-- plain runs 10,800 a run and saved a notifying run 6,500 (bench/README.md,
+-- "Status triggers (migration 034)"). runs_react's condition, and those of
+-- the statement triggers that read the notes of a statement, are each one
+-- call of a PL/pgSQL function instead of an expression, which is cheaper
+-- to prepare; they are evaluated when they were. A binary from before
+-- this migration keeps working beside one after it: everything here is
+-- inside the database.
 
 -- BEFORE UPDATE OF status.
 CREATE FUNCTION opsrun_status_before() RETURNS trigger
@@ -188,20 +200,28 @@ CREATE TRIGGER runs_conc_polls AFTER UPDATE OF status ON runs
     EXECUTE FUNCTION opsrun_conc_polls();
 
 -- runs_react (migrations 029, 031): the same condition, made in one call.
-CREATE FUNCTION opsrun_react_due(n runs, o runs) RETURNS boolean
-LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+-- Of each row only what the condition reads (the whole rows would be read
+-- with every value stored out of line, a run's input among them).
+CREATE FUNCTION opsrun_react_due(n_status text, o_status text, n_outcome text,
+                                 n_reacts integer, o_started_at timestamptz,
+                                 n_attempt integer, o_attempt integer, n_workflow boolean,
+                                 n_conc_key text)
+RETURNS boolean LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 BEGIN
-    RETURN (n.wf_def IS NOT NULL
-            OR ((n.conc_key IS NULL OR n.status <> 'queued')
+    RETURN (n_workflow
+            OR ((n_conc_key IS NULL OR n_status <> 'queued')
                 AND current_setting('opsrun.react_over_' || pg_trigger_depth()::text, true)
                     = 'on'))
-        AND opsrun_react_wanted(n.status, o.status, n.outcome, n.reacts, o.started_at,
-                                n.attempt, o.attempt);
+        AND opsrun_react_wanted(n_status, o_status, n_outcome, n_reacts, o_started_at,
+                                n_attempt, o_attempt);
 END
 $$;
 DROP TRIGGER runs_react ON runs;
 CREATE TRIGGER runs_react AFTER UPDATE OF status ON runs
-    FOR EACH ROW WHEN (NEW.reacts & 255 <> 0 AND opsrun_react_due(NEW, OLD))
+    FOR EACH ROW WHEN (NEW.reacts & 255 <> 0
+                       AND opsrun_react_due(NEW.status, OLD.status, NEW.outcome, NEW.reacts,
+                                            OLD.started_at, NEW.attempt, OLD.attempt,
+                                            NEW.wf_def IS NOT NULL, NEW.conc_key))
     EXECUTE FUNCTION opsrun_react();
 
 -- AFTER UPDATE OF status, after runs_react: a workflow approved, and one

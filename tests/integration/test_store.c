@@ -2864,7 +2864,9 @@ START_TEST(status_triggers_gate_plain_runs)
         "n_reacts integer)",
         "opsrun_conc_insert_wanted(n_conc_group text, n_status text, n_conc_strategy text)",
         "opsrun_poll_enter_insert_wanted(n_status text, n_approval_state text, n_wf_def jsonb)",
-        "opsrun_react_due(n runs, o runs)"};
+        "opsrun_react_due(n_status text, o_status text, n_outcome text, n_reacts integer, "
+        "o_started_at timestamptz, n_attempt integer, o_attempt integer, n_workflow boolean, "
+        "n_conc_key text)"};
     /* migration 031's statement trigger and 034's row triggers */
     static const char *const fired[] = {"opsrun_react_batch()", "opsrun_status_before()",
                                         "opsrun_conc_polls()", "opsrun_wf_status()"};
@@ -2952,8 +2954,9 @@ START_TEST(status_triggers_gate_plain_runs)
     assert_state(b, "completed", "failed");
     assert_state(c, "completed", "succeeded"); /* it ended before the cancel reached it */
     assert_state(d, "completed", "cancelled");
-    /* past its gate, a run asking to be told of its start calls the
-     * condition (the one that raises here) */
+    /* past its gate, a run asking to be told of its start reaches the
+     * trigger function (migration 034's runs_status_before, which raises
+     * here) */
     PQclear(th_sql(g_pg, "UPDATE runs SET reacts = 1 WHERE id = '%s'", e));
     EXPECT(ST_DB, store_runs_claim(g_db, "w1", 1, 100, TYPES_T, CAPS_NONE, NULL, 1,
                                    &(struct run **){NULL}, &(size_t){0}, &g_err));
