@@ -23,7 +23,7 @@
 #define LATER "2999-01-01T00:00:00Z"
 
 /* demo, and "held" and "spare": simulate run types whose runs the tests
- * delay with run_at; "slowfail" fails after 2 s, "twinfail" after 1 s; "gated" waits for
+ * delay with run_at; "slowfail" fails after 6 s, "twinfail" after 1 s; "gated" waits for
  * approval; "parent" succeeds at once and makes a follow-up of each of
  * "held" and "spare", due in an hour. With tokens when auth is true. */
 static char *config(bool auth)
@@ -40,7 +40,7 @@ static char *config(bool auth)
         out + n, 8192 - n,
         "{\"queue\": {\"workers\": 8}, \"limits\": {\"submit_rate_per_s\": 0}, \"run_types\": {"
         "\"held\": {\"action\": \"simulate\"}, \"spare\": {\"action\": \"simulate\"},"
-        "\"slowfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 2000, \"steps\": "
+        "\"slowfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 6000, \"steps\": "
         "1, \"fail\": \"permanent\"}},"
         "\"twinfail\": {\"action\": \"simulate\", \"params\": {\"duration_ms\": 1000, \"steps\": "
         "1, \"fail\": \"permanent\"}},"
@@ -290,7 +290,8 @@ static char *cli_retry(const struct th_proc *p, const char *type)
 
 /* A retry by a filter sent twice acts once on each run: the second finds
  * nothing to do, while the first's retries run and after they ended (the
- * runs it retried are left out). */
+ * runs it retried are left out). The retries run 6 s: the second command
+ * starts a process of its own, which took over 2 s on a loaded machine. */
 START_TEST(retry_sent_twice_acts_once)
 {
     struct th_proc p;
