@@ -12,8 +12,8 @@
 -- batch (16 runs a statement, no run using a feature) still spent 44,800
 -- instructions a run in the triggers' code, most of it reading back and
 -- preparing conditions; 24,500 after this migration (bench/stmtcost.sh,
--- callgrind inclusive; bench/README.md, "Status triggers (migration
--- 034)").
+-- callgrind inclusive; bench/README.md, "Status triggers (migrations
+-- 034 and 035)").
 --
 -- The row triggers of one timing that guard the same kind of run are now
 -- one trigger, whose function makes the tests of the triggers it replaces,
@@ -39,7 +39,7 @@
 -- paid at every statement by every run, so the gates stay short: tested
 -- on the claim, in instructions, gates that also left out the claim cost
 -- plain runs 10,800 a run and saved a notifying run 6,500 (bench/README.md,
--- "Status triggers (migration 034)"). runs_react's condition, and those of
+-- "Status triggers"). runs_react's condition, and those of
 -- the statement triggers that read the notes of a statement, are each one
 -- call of a PL/pgSQL function instead of an expression, which is cheaper
 -- to prepare; they are evaluated when they were. A binary from before

@@ -2838,13 +2838,13 @@ END_TEST
  * runs (submitted, claimed, retried, claimed again, finished one by one
  * and in a batch, cancelled queued and running), in both statement modes,
  * must not call one (nor migration 031's opsrun_react_batch, behind the
- * notes, nor migration 034's functions of the triggers that took the
- * place of several). A run with a notification bit does, through its
+ * notes, nor migrations 034's and 035's functions of the triggers that
+ * took the place of several). A run with a notification bit does, through its
  * gate. No WHEN condition of a trigger of runs calls an SQL function,
  * which PostgreSQL would parse again to inline at every statement. And a
- * change of status fires four row triggers (migration 034): each one's
- * condition is prepared again at every statement, so a new feature's test
- * joins one of them rather than adding a trigger. */
+ * change of status fires four row triggers (migration 034), an insert two
+ * (035): each one's condition is prepared again at every statement, so a
+ * new feature's test joins one of them rather than adding a trigger. */
 START_TEST(status_triggers_gate_plain_runs)
 {
     /* the signatures, with migration 029's names of the arguments */
@@ -2867,9 +2867,10 @@ START_TEST(status_triggers_gate_plain_runs)
         "opsrun_react_due(n_status text, o_status text, n_outcome text, n_reacts integer, "
         "o_started_at timestamptz, n_attempt integer, o_attempt integer, n_workflow boolean, "
         "n_conc_key text)"};
-    /* migration 031's statement trigger and 034's row triggers */
+    /* migration 031's statement trigger, 034's and 035's row triggers */
     static const char *const fired[] = {"opsrun_react_batch()", "opsrun_status_before()",
-                                        "opsrun_conc_polls()", "opsrun_wf_status()"};
+                                        "opsrun_conc_polls()",  "opsrun_wf_status()",
+                                        "opsrun_fill()",        "opsrun_inserted()"};
     char *a, *b, *c, *d, *e;
     struct run *run = NULL;
     bool changed = false, cancelled = false;
@@ -2887,6 +2888,10 @@ START_TEST(status_triggers_gate_plain_runs)
                                       "'runs'::regclass AND NOT tgisinternal AND tgtype & 1 = 1 "
                                       "AND tgtype & 16 = 16"),
                      4);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM pg_trigger WHERE tgrelid = "
+                                      "'runs'::regclass AND NOT tgisinternal AND tgtype & 1 = 1 "
+                                      "AND tgtype & 4 = 4"),
+                     2);
     for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++)
         PQclear(th_sql(g_pg,
                        "CREATE OR REPLACE FUNCTION %s RETURNS boolean LANGUAGE plpgsql "
