@@ -2967,6 +2967,24 @@ START_TEST(status_triggers_gate_plain_runs)
                                    &(struct run **){NULL}, &(size_t){0}, &g_err));
     ck_assert_msg(strstr(g_err.message, "called") != NULL, "%s", g_err.message);
     assert_state(e, "queued", "pending");
+    /* and past their gates, inserts reach migration 035's functions: a
+     * concurrency key's fill (BEFORE) and a waiting run's poll (AFTER) */
+    {
+        static const char *const cases[][2] = {{"256", "queued"}, {"0", "waiting"}};
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            PGresult *r = PQexecParams(g_pg,
+                                       "INSERT INTO runs (tenant, id, type, max_attempts, "
+                                       "timeout_s, input, identity_hash, request_hash, reacts, "
+                                       "status) VALUES ('default', 'gate-' || $2, 'T', 1, 60, "
+                                       "'{}', 'gate-' || $2, 'r', $1::int, $2)",
+                                       2, NULL, cases[i], NULL, NULL, 0);
+            ck_assert_int_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+            ck_assert_msg(strstr(PQresultErrorMessage(r), "called") != NULL, "%s: %s", cases[i][1],
+                          PQresultErrorMessage(r));
+            PQclear(r);
+        }
+    }
 
     free(a);
     free(b);
