@@ -451,9 +451,12 @@ START_TEST(test_sigkill_rescue)
     PQclear(th_sql(db, "CREATE TEMP TABLE killed AS SELECT id FROM runs WHERE status = "
                        "'running'"));
     killed = th_sql_int(db, "SELECT count(*) FROM killed");
-    ck_assert_msg(killed == 8, "%lld runs were running at the kill", killed);
-    /* A slow machine may have ended the first eight before the kill: the
-     * checks below count the killed runs, whichever they were. */
+    /* Eight workers, but not always eight killed: a slow machine may have
+     * ended some of the first eight before the kill, and a worker whose
+     * run ended takes the next while the completer's batch that ends the
+     * first is not committed yet (both then read as running). The checks
+     * below count the killed runs, whichever they were. */
+    ck_assert_msg(killed >= 1 && killed <= 16, "%lld runs were running at the kill", killed);
 
     t0 = th_now_ms();
     th_start(&b, ci, args, NULL);
