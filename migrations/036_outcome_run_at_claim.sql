@@ -4,19 +4,25 @@
 -- A delivery carries the run as it was at the transition it tells of
 -- (docs/notifications.md). Until now the transition built that object
 -- (opsrun_run_json) and wrote it into the outbox row, in the statement
--- that made the transition: for a completion batch of runs notifying on
--- success, a third of what the deliveries cost it (bench/README.md,
--- "Notification statements"), paid on the engine's path, before the
--- batch commits and its workers take their next runs.
+-- that made the transition: for a completion batch of 16 runs each
+-- notifying its success, 145,000 of the 327,000 instructions a run that
+-- the deliveries added to it (bench/README.md, "An outcome's run object at
+-- the claim"), paid on the engine's path, before the batch commits and its
+-- workers take their next runs.
 --
 -- A run that has ended and is not a workflow no longer changes in anything
 -- its object shows: nothing updates its status, outcome, result, error,
--- times or attempt again (a retry is a new run; the poller's cleanup after
--- an end writes poll_owner, poll_state and hooks_at, which the object does
--- not show), and the deliveries owed for it are deleted with it (migration
--- 030's statement trigger on runs, in the statement that deletes the
--- run). So the object built when its delivery is claimed is the one the
--- transition would have built, byte for byte. A workflow's object shows
+-- times or attempt again (a retry is a new run; after an end, the poller's
+-- cleanup writes poll_owner, poll_state, hooks_at and hooks_attempts, and
+-- a late log chunk log_seq, none of which the object of an ended run
+-- shows: poll_owner only for a waiting one), and the deliveries owed for
+-- it are deleted with it (migration 030's statement trigger on runs, in
+-- the statement that deletes the run). So the object built when its
+-- delivery is claimed is the one the transition would have built, byte for
+-- byte, as long as opsrun_run_json stays what it is: a migration that
+-- changes it changes the objects of the outcomes still owed, as it changes
+-- GET /runs/:id. Any new statement that changes an ended run must keep
+-- to this (store/run_state_sql.h says so too). A workflow's object shows
 -- its steps (opsrun_wf_json), which may still change after its end; a
 -- start, a retry or an approval asked for is followed by more changes. For
 -- those the transition still writes the object.
@@ -26,6 +32,11 @@
 -- 2. opsrun_deliveries_claim returns the stored object or, where there is
 --    none, builds it from the run (one lookup by its key), in the claim's
 --    statement, whose snapshot has the run whenever it has the delivery.
+--    A row whose run is gone can only be made outside opsrun (runs
+--    truncated, a partial restore, triggers disabled): it gets the JSON
+--    null, which the notifier refuses to send (it gives the delivery up,
+--    as for any object it cannot read), where a NULL made the previous
+--    release's notifier crash.
 --
 -- Compatibility: a binary of the previous release claims deliveries only
 -- through opsrun_deliveries_claim (migration 030), replaced here with the
@@ -100,7 +111,8 @@ END
 $$;
 
 -- 030's, but for a delivery without its run's object: built from the run,
--- looked up by its key (OFFSET 0 keeps it a lookup in the generic plan).
+-- looked up by its key (OFFSET 0 keeps it a lookup in the generic plan);
+-- the JSON null when the run is gone.
 CREATE OR REPLACE FUNCTION opsrun_deliveries_claim(p_owner text, p_notifiers text[],
                                                    p_rooms integer[], p_lease_ms integer)
 RETURNS TABLE (id bigint, delivery_id uuid, tenant text, run_id text, notifier text, event text,
@@ -128,7 +140,8 @@ BEGIN
     RETURNING o.id, o.delivery_id, o.tenant, o.run_id, o.notifier, o.event,
               coalesce(o.run::text,
                        (SELECT opsrun_run_json(x)::text FROM runs x
-                         WHERE x.tenant = o.tenant AND x.id = o.run_id OFFSET 0)),
+                         WHERE x.tenant = o.tenant AND x.id = o.run_id OFFSET 0),
+                       'null'),
               o.attempts, (extract(epoch FROM now() - o.created_at) * 1000)::bigint;
 END
 $$;

@@ -27,7 +27,9 @@
 #include "common/ids.h"
 #include "common/template.h"
 #include "store/db.h"
+#include "store/logs.h"
 #include "store/notify.h"
+#include "store/polls.h"
 #include "store/runs.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
@@ -506,40 +508,64 @@ END_TEST
 
 /* Migration 036: an outcome's delivery of a run that is not a workflow
  * carries no object in the outbox; its claim builds it from the run, byte
- * for byte the object the transition would have written, also after what
- * may still change an ended run (the poller's cleanup, log lines). A
- * start's delivery keeps the object of its transition, and so does a
- * workflow's outcome (its steps may change after its end). */
+ * for byte the object the transition wrote before 036 (captured here by
+ * making the transition write it), also after what the product still does
+ * to an ended run (a late log chunk, the poller's cleanup hooks claimed
+ * and done). A start's delivery keeps the object of its transition, and so
+ * does a workflow's outcome (its steps may change after its end). A row
+ * whose run is gone (made outside opsrun) is claimed with the JSON null,
+ * which the notifier refuses, never with a NULL. */
 START_TEST(outcome_object_built_at_claim)
 {
-    const char *const both[] = {"audit", "chat"};
+    const char *const both[] = {"audit", "chat"}, *const fix[] = {"fix"};
     const int many[] = {10, 10};
     struct delivery *d;
+    struct poll_claim *pc = NULL;
     size_t n;
     int written = 0;
-    char *ended;
+    char *wrote;
+    int64_t last = 0;
 
     open_with_rules("it_notify_at_claim", 10);
     submit("r", "fix", "{\"pod\": \"web-1\"}");
     claim("w1", 1);
+    /* The end as before 036: the transition writes the object. */
+    PQclear(th_sql(g_pg, "ALTER FUNCTION opsrun_run_at_claim(text, jsonb) RENAME TO keep_036"));
+    PQclear(th_sql(g_pg, "CREATE FUNCTION opsrun_run_at_claim(text, jsonb) RETURNS boolean "
+                         "LANGUAGE sql IMMUTABLE AS 'SELECT false'"));
     finish("r", 1, OUTCOME_FAILED, "pod did not come back");
-    ended = th_sql_str(g_pg, "SELECT opsrun_run_json(r)::text FROM runs r WHERE id = 'r'");
-    ck_assert_ptr_nonnull(strstr(ended, "pod did not come back"));
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run IS NULL AND "
-                                      "event = 'run.failed'"),
-                     2);
+    PQclear(th_sql(g_pg, "DROP FUNCTION opsrun_run_at_claim(text, jsonb)"));
+    PQclear(th_sql(g_pg, "ALTER FUNCTION keep_036(text, jsonb) RENAME TO opsrun_run_at_claim"));
+    wrote = th_sql_str(g_pg, "SELECT run::text FROM notifications WHERE run_id = 'r' AND "
+                             "notifier = 'chat'");
+    ck_assert_ptr_nonnull(wrote);
+    ck_assert_ptr_nonnull(strstr(wrote, "pod did not come back"));
+    /* ... and as 036 writes it: without. */
+    PQclear(th_sql(g_pg, "UPDATE notifications SET run = NULL WHERE event = 'run.failed'"));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
                                       "'run.started' AND run->>'status' = 'running'"),
                      1);
-    PQclear(th_sql(g_pg, "UPDATE runs SET poll_owner = 'p1', poll_state = '{\"x\": 1}', "
-                         "hooks_at = now(), hooks_attempts = 1, log_seq = log_seq + 2 "
-                         "WHERE id = 'r'"));
+    /* What may still happen to the ended run. */
+    OK(store_logs_append(
+        g_db,
+        &(struct log_chunk){"acme", "r", 1, 1, 0, "[[1796651268318382, \"opsrun\", \"late\"]]"},
+        &last, &g_err));
+    ck_assert_int_eq(last, 1);
+    PQclear(th_sql(g_pg, "UPDATE runs SET hooks_at = now() WHERE id = 'r'"));
+    OK(store_hooks_claim(g_db, "p1", 10, 30000, fix, 1, &pc, &n, &g_err));
+    ck_assert_uint_eq(n, 1);
+    {
+        json_t *state = json_pack("{s:b}", "cleaned", 1);
+        OK(store_hooks_done(g_db, "acme", "r", pc[0].owner, true, state, 3, 1000, &g_err));
+        json_decref(state);
+    }
+    poll_claims_free(pc, n);
     d = claim_deliveries("o1", both, many, 2, 30000, &n);
     ck_assert_uint_eq(n, 2);
     for (size_t i = 0; i < n; i++)
         if (strcmp(d[i].notifier, "chat") == 0) {
             ck_assert_str_eq(d[i].event, "run.failed");
-            ck_assert_str_eq(d[i].run_json, ended);
+            ck_assert_str_eq(d[i].run_json, wrote);
         } else {
             ck_assert_str_eq(d[i].event, "run.started");
             ck_assert_ptr_nonnull(strstr(d[i].run_json, "\"status\" : \"running\""));
@@ -553,10 +579,18 @@ START_TEST(outcome_object_built_at_claim)
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(d[0].event, "run.failed");
     ck_assert_str_eq(d[0].notifier, "audit");
-    ck_assert_str_eq(d[0].run_json, ended);
+    ck_assert_str_eq(d[0].run_json, wrote);
     delivery_cleanup(d, n);
     free(d);
-    free(ended);
+    free(wrote);
+    /* A delivery whose run is gone: the JSON null, not a NULL (which the
+     * previous release's notifier cannot take). */
+    PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
+                         "event, run) VALUES ('acme', 'gone', now(), 'chat', 'run.failed', NULL)"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_deliveries_claim('o2', "
+                                      "'{chat}', '{10}', 30000) WHERE run_id = 'gone' AND run = "
+                                      "'null'"),
+                     1);
     /* A workflow's end keeps its object, steps and all. */
     PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
                          "identity_hash, request_hash, reacts, status, worker_id, attempt, "
