@@ -40,7 +40,7 @@ brief() {
     failover.sh) bash bench/failover.sh 1 4 4 ;;
     lateness.sh) bash bench/lateness.sh 20 4 ;;
     logs.sh) LINES=2000 RUNS=300 FOLLOWERS=5 bash bench/logs.sh 1 ;;
-    lifecycle.sh) NARROW=1 REPS=1 bash bench/lifecycle.sh 3 2 ;;
+    lifecycle.sh) NARROW=1 E2E=1 E2E_RUNS=2000 REPS=1 bash bench/lifecycle.sh 3 2 ;;
     notifications.sh) RATE=20 RUNS=640 bash bench/notifications.sh 5 1 ;;
     pgcost.sh) bash bench/pgcost.sh 2000 8 ;;
     poller.sh) ROUNDS=1 bash bench/poller.sh 3 200 2 1 10 ;;
@@ -52,7 +52,7 @@ brief() {
     run.sh) bash bench/run.sh 500 4 ;;
     schedules.sh) RUNS=640 IDLE_S=5 bash bench/schedules.sh 5 1 ;;
     soak.sh) bash bench/soak.sh 1 50 ;;
-    stmtcost.sh) bash bench/stmtcost.sh 160 16 ;;
+    stmtcost.sh) NOTIFY=1 bash bench/stmtcost.sh 160 16 ;;
     streams.sh) bash bench/streams.sh 30 20 50 100 ;;
     workflows.sh) PAIRS=1 N=20 bash bench/workflows.sh ;;
     dashboard.mjs) dashboard ;;

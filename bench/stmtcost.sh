@@ -20,6 +20,10 @@
 # Usage: bench/stmtcost.sh [RUNS] [BATCH]      (defaults 4000 and 16)
 #   BASE=REV   also measures a Release build of git revision REV
 #   LINES=0    the batches carry no log lines (a build that sends them)
+#   NOTIFY=1   the demo type notifies a webhook of every success, so each
+#              run of the batch owes a delivery (its outbox row is written
+#              by the batch; nothing is delivered); a BASE must have
+#              notifications (migration 017 on)
 # Needs root (the single-user backend runs as the cluster's owner, postgres)
 # and valgrind (installed when missing).
 set -euo pipefail
@@ -28,6 +32,7 @@ cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 RUNS=${1:-4000}
 BATCH=${2:-16}
 LINES=${LINES:-1}
+NOTIFY=${NOTIFY:-0}
 OUT=bench/out
 PORT=${PORT:-18187}
 mkdir -p "$OUT"
@@ -51,6 +56,25 @@ cleanup() {
 }
 trap cleanup EXIT
 bench_cluster "$DIR"
+# The server's configuration: none, or a notifier nobody listens on (port
+# 9, discard) told of every success of demo.
+CONF=()
+if [ "$NOTIFY" = 1 ]; then
+    cat >"$DIR/notify.json" <<'EOF'
+{"notifiers": {"hook": {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}},
+ "run_types": {"demo": {"notify": [{"on": ["succeeded"], "to": "hook"}]}}}
+EOF
+    CONF=(--config "$DIR/notify.json")
+fi
+# With NOTIFY=1 each run is told of as the server's submission makes it
+# (reacts, from the rules); without, the column is left out (builds before
+# migration 017 have none).
+REACTS_COL=""
+REACTS_VAL=""
+if [ "$NOTIFY" = 1 ]; then
+    REACTS_COL=", reacts"
+    REACTS_VAL=", (SELECT t.reacts FROM run_type_rules t WHERE t.type = 'demo')"
+fi
 psqlx() { psql -qAtX -v ON_ERROR_STOP=1 "$@"; }
 PGDATA_DIR=$(psqlx "$DB" -c "SHOW data_directory")
 LOG=$DIR/pg.log # scripts/pg.sh's server log
@@ -96,7 +120,7 @@ for b in "${BUILDS[@]}"; do
     # The statement and one set of parameters, as the build's server sends them.
     url=$(bench_db "$DIR" "cap_$b")
     psqlx "$url" -c "ALTER DATABASE cap_$b SET log_statement = 'all'"
-    "${BIN[$b]}" serve --database-url "$url" --listen "127.0.0.1:$PORT" \
+    "${BIN[$b]}" serve "${CONF[@]}" --database-url "$url" --listen "127.0.0.1:$PORT" \
         >"$OUT/stmtcost-${NAME[$b]}-serve.log" 2>&1 &
     SERVER=$!
     bench_wait_ready "http://127.0.0.1:$PORT"
@@ -115,13 +139,15 @@ for b in "${BUILDS[@]}"; do
     psqlx "$DB" -c "DROP DATABASE IF EXISTS run_$b" -c "CREATE DATABASE run_$b TEMPLATE cap_$b"
     rurl=$(scripts/pg.sh url "$DIR/pg" "run_$b")
     psqlx "$rurl" -c "DELETE FROM run_events" \
+        -c "DO \$\$BEGIN IF to_regclass('notifications') IS NOT NULL THEN DELETE FROM notifications; END IF; END\$\$" \
         -c "DO \$\$BEGIN IF to_regclass('run_logs') IS NOT NULL THEN DELETE FROM run_logs; END IF; END\$\$" -c "DELETE FROM runs" \
         -c "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
                               identity_hash, request_hash, worker_id, started_at, heartbeat_at,
-                              deadline_at)
+                              deadline_at$REACTS_COL)
             SELECT 'default', 'r' || g, 'demo', 'running', 1, 3, 300, '{}',
-                   'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'
-              FROM generate_series(0, $RUNS - 1) g" -c "VACUUM ANALYZE" -c "CHECKPOINT"
+                   'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'$REACTS_VAL
+              FROM generate_series(0, $RUNS - 1) g" \
+        -c "VACUUM ANALYZE" -c "CHECKPOINT"
 done
 
 # Each build's batches in a single-user backend; the cluster is stopped
@@ -150,6 +176,11 @@ for b in "${BUILDS[@]}"; do
     done_n=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
         -c "SELECT count(*) FROM runs WHERE status = 'completed'")
     [ "$done_n" = "$RUNS" ] || { echo "$b: $done_n of $RUNS runs completed" >&2; exit 1; }
+    if [ "$NOTIFY" = 1 ]; then
+        owed=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
+            -c "SELECT count(*) || ' ' || count(DISTINCT run_id) FROM notifications")
+        [ "$owed" = "$RUNS $RUNS" ] || { echo "$b: deliveries and runs owing: $owed, not $RUNS each" >&2; exit 1; }
+    fi
     ir=$(awk '/^summary:/ { print $2; exit }' "$OUT/stmtcost-${NAME[$b]}.out")
-    echo "$b ${BIN[$b]} runs=$RUNS batch=$BATCH lines=$LINES instructions_per_run=$((ir / RUNS))"
+    echo "$b ${BIN[$b]} runs=$RUNS batch=$BATCH lines=$LINES notify=$NOTIFY instructions_per_run=$((ir / RUNS))"
 done

@@ -158,7 +158,8 @@ enum status store_deliveries_claim(struct db *db, const char *owner, const char 
         d->run_id = xstrdup(db_val(r, i, 3));
         d->notifier = xstrdup(db_val(r, i, 4));
         d->event = xstrdup(db_val(r, i, 5));
-        d->run_json = xstrdup(db_val(r, i, 6));
+        /* never NULL from migration 036's claim; "null" is refused later */
+        d->run_json = xstrdup(db_val(r, i, 6) ? db_val(r, i, 6) : "null");
         d->attempts = (int)db_i64(r, i, 7);
         d->age_ms = db_i64(r, i, 8);
     }

@@ -13,7 +13,13 @@
  * is PL/pgSQL and spells its sets itself, and so do the statements that
  * migration 027 made functions (opsrun_submit_batch: APPROVAL_INSERT_VALUES,
  * SUBMITTED_MESSAGE, JOINABLE_STATUSES; opsrun_finish_batch: SET_END_ERROR,
- * SET_CLEANUP_IF, HELD_STATUSES): a change here is a new migration there. */
+ * SET_CLEANUP_IF, HELD_STATUSES): a change here is a new migration there.
+ *
+ * An ended run is final: no statement changes a column its object shows
+ * (opsrun_run_json) once it is completed. The notifier builds the object
+ * of an outcome's delivery when it takes it (migration 036; a workflow's,
+ * which shows its steps' runs, is still built at its end), and counts on
+ * that to send what the end left. */
 #ifndef OPSRUN_STORE_RUN_STATE_SQL_H
 #define OPSRUN_STORE_RUN_STATE_SQL_H
 

@@ -958,7 +958,8 @@ END_TEST
  * statement (keep_newest, a newer run queued), owes each transition what
  * any run does (migration 031 writes its "retrying" from the BEFORE
  * trigger runs_react_note): its "retrying" carries the run as the retry
- * left it, queued, its "cancelled" the cancelled run, the two in that
+ * left it, queued, its "cancelled" the cancelled run (built when it is
+ * claimed, migration 036), the two in that
  * order, and its end's follow-up is made and reported once. */
 START_TEST(a_superseded_retry_owes_each_transition_once)
 {
@@ -990,9 +991,11 @@ START_TEST(a_superseded_retry_owes_each_transition_once)
                                 a),
                      1);
     ck_assert_int_eq(th_sql_int(g_pg,
-                                "SELECT count(*) FROM notifications WHERE run_id = '%s' AND "
-                                "event = 'run.cancelled' AND run->>'status' = 'completed' AND "
-                                "run->>'outcome' = 'cancelled'",
+                                "SELECT count(*) FROM notifications n JOIN runs r ON r.tenant = "
+                                "n.tenant AND r.id = n.run_id WHERE n.run_id = '%s' AND n.event = "
+                                "'run.cancelled' AND n.run IS NULL AND "
+                                "opsrun_run_json(r)->>'status' = 'completed' AND "
+                                "opsrun_run_json(r)->>'outcome' = 'cancelled'",
                                 a),
                      1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = '%s'", a),

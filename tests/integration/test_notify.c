@@ -27,7 +27,9 @@
 #include "common/ids.h"
 #include "common/template.h"
 #include "store/db.h"
+#include "store/logs.h"
 #include "store/notify.h"
+#include "store/polls.h"
 #include "store/runs.h"
 #include "tests/support/fixture.h"
 #include "tests/support/harness.h"
@@ -106,6 +108,13 @@ static void finish(const char *id, int attempt, enum run_outcome o, const char *
                          &g_err));
     json_decref(e);
 }
+
+/* The deliveries owed, each with the run object its claim carries: the one
+ * its transition wrote, or for an outcome of a run that is not a workflow
+ * (migration 036) the run as it is. */
+#define BODIES                                                                                     \
+    "(SELECT n.*, coalesce(n.run, opsrun_run_json(r)) AS body FROM notifications n JOIN runs r "   \
+    "ON r.tenant = n.tenant AND r.id = n.run_id) d"
 
 static long long owed(const char *id, const char *notifier, const char *event)
 {
@@ -193,9 +202,10 @@ START_TEST(transitions_owe_deliveries)
     ck_assert_int_eq(owed("r", "audit", "run.failed"), 1);
     ck_assert_int_eq(owed("r", "chat", "run.failed"), 1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'r'"), 4);
+    /* An outcome's run object is built when the delivery is claimed
+     * (migration 036; outcome_object_built_at_claim). */
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
-                                      "'run.failed' AND run->>'outcome' = 'failed' AND "
-                                      "run->'error'->>'message' = 'pod did not come back'"),
+                                      "'run.failed' AND run IS NULL"),
                      2);
     /* The run of a type without rules sets nothing off. */
     finish("p", 1, OUTCOME_FAILED, "no");
@@ -496,6 +506,108 @@ START_TEST(outbox_claim_and_settle)
 }
 END_TEST
 
+/* Migration 036: an outcome's delivery of a run that is not a workflow
+ * carries no object in the outbox; its claim builds it from the run, byte
+ * for byte the object the transition wrote before 036 (captured here by
+ * making the transition write it), also after what the product still does
+ * to an ended run (a late log chunk, the poller's cleanup hooks claimed
+ * and done). A start's delivery keeps the object of its transition, and so
+ * does a workflow's outcome (its steps may change after its end). A row
+ * whose run is gone (made outside opsrun) is claimed with the JSON null,
+ * which the notifier refuses, never with a NULL. */
+START_TEST(outcome_object_built_at_claim)
+{
+    const char *const both[] = {"audit", "chat"}, *const fix[] = {"fix"};
+    const int many[] = {10, 10};
+    struct delivery *d;
+    struct poll_claim *pc = NULL;
+    size_t n;
+    int written = 0;
+    char *wrote;
+    int64_t last = 0;
+
+    open_with_rules("it_notify_at_claim", 10);
+    submit("r", "fix", "{\"pod\": \"web-1\"}");
+    claim("w1", 1);
+    /* The end as before 036: the transition writes the object. */
+    PQclear(th_sql(g_pg, "ALTER FUNCTION opsrun_run_at_claim(text, jsonb) RENAME TO keep_036"));
+    PQclear(th_sql(g_pg, "CREATE FUNCTION opsrun_run_at_claim(text, jsonb) RETURNS boolean "
+                         "LANGUAGE sql IMMUTABLE AS 'SELECT false'"));
+    finish("r", 1, OUTCOME_FAILED, "pod did not come back");
+    PQclear(th_sql(g_pg, "DROP FUNCTION opsrun_run_at_claim(text, jsonb)"));
+    PQclear(th_sql(g_pg, "ALTER FUNCTION keep_036(text, jsonb) RENAME TO opsrun_run_at_claim"));
+    wrote = th_sql_str(g_pg, "SELECT run::text FROM notifications WHERE run_id = 'r' AND "
+                             "notifier = 'chat'");
+    ck_assert_ptr_nonnull(wrote);
+    ck_assert_ptr_nonnull(strstr(wrote, "pod did not come back"));
+    /* ... and as 036 writes it: without. */
+    PQclear(th_sql(g_pg, "UPDATE notifications SET run = NULL WHERE event = 'run.failed'"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event = "
+                                      "'run.started' AND run->>'status' = 'running'"),
+                     1);
+    /* What may still happen to the ended run. */
+    OK(store_logs_append(
+        g_db,
+        &(struct log_chunk){"acme", "r", 1, 1, 0, "[[1796651268318382, \"opsrun\", \"late\"]]"},
+        &last, &g_err));
+    ck_assert_int_eq(last, 1);
+    PQclear(th_sql(g_pg, "UPDATE runs SET hooks_at = now() WHERE id = 'r'"));
+    OK(store_hooks_claim(g_db, "p1", 10, 30000, fix, 1, &pc, &n, &g_err));
+    ck_assert_uint_eq(n, 1);
+    {
+        json_t *state = json_pack("{s:b}", "cleaned", 1);
+        OK(store_hooks_done(g_db, "acme", "r", pc[0].owner, true, state, 3, 1000, &g_err));
+        json_decref(state);
+    }
+    poll_claims_free(pc, n);
+    d = claim_deliveries("o1", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 2);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(d[i].notifier, "chat") == 0) {
+            ck_assert_str_eq(d[i].event, "run.failed");
+            ck_assert_str_eq(d[i].run_json, wrote);
+        } else {
+            ck_assert_str_eq(d[i].event, "run.started");
+            ck_assert_ptr_nonnull(strstr(d[i].run_json, "\"status\" : \"running\""));
+            const struct delivery_result ok = {d[i].id, 1, -1, "notified audit: 200"};
+            OK(store_deliveries_settle(g_db, "o1", &ok, 1, &written, &g_err));
+            ck_assert_int_eq(written, 1);
+        }
+    delivery_cleanup(d, n);
+    free(d);
+    d = claim_deliveries("o1", both, many, 2, 30000, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(d[0].event, "run.failed");
+    ck_assert_str_eq(d[0].notifier, "audit");
+    ck_assert_str_eq(d[0].run_json, wrote);
+    delivery_cleanup(d, n);
+    free(d);
+    free(wrote);
+    /* A delivery whose run is gone: the JSON null, not a NULL (which the
+     * previous release's notifier cannot take). */
+    PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
+                         "event, run) VALUES ('acme', 'gone', now(), 'chat', 'run.failed', NULL)"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM opsrun_deliveries_claim('o2', "
+                                      "'{chat}', '{10}', 30000) WHERE run_id = 'gone' AND run = "
+                                      "'null'"),
+                     1);
+    /* A workflow's end keeps its object, steps and all. */
+    PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
+                         "identity_hash, request_hash, reacts, status, worker_id, attempt, "
+                         "started_at, wf_def, wf_steps) SELECT 'acme', 'wf', 'fix', 1, 60, '{}', "
+                         "'iwf', 'rwf', reacts, 'running', 'w1', 1, now(), '[{\"name\": \"s1\", "
+                         "\"run_type\": \"plain\"}]', '{\"s1\": {\"state\": \"succeeded\"}}' "
+                         "FROM run_type_rules WHERE type = 'fix'"));
+    PQclear(th_sql(g_pg, "UPDATE runs SET status = 'completed', outcome = 'succeeded', "
+                         "completed_at = now() WHERE id = 'wf'"));
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'wf' AND "
+                                      "event = 'run.succeeded' AND run->'workflow'->'steps'->'s1'"
+                                      "->>'state' = 'succeeded'"),
+                     1);
+    close_test_db();
+}
+END_TEST
+
 /* Migration 031: a statement that ends several runs writes what each owes
  * together at its end: every run its own deliveries, with the run as the
  * statement left it, and its follow-ups; the claim that starts them, each
@@ -533,11 +645,15 @@ START_TEST(one_statement_owes_each_run)
     ck_assert_int_eq(owed("c", "audit", "run.failed"), 1);
     ck_assert_int_eq(owed("c", "chat", "run.failed"), 1);
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'p'"), 0);
-    /* each with its own run, as the statement left it */
+    /* each with its own run, as the statement left it: built when it is
+     * claimed */
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE event <> "
-                                      "'run.started' AND (run->>'id' <> run_id OR "
-                                      "run->>'status' <> 'completed' OR 'run.' || "
-                                      "(run->>'outcome') <> event)"),
+                                      "'run.started' AND run IS NULL"),
+                     5);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM " BODIES " WHERE event <> "
+                                      "'run.started' AND (body->>'id' <> run_id OR "
+                                      "body->>'status' <> 'completed' OR 'run.' || "
+                                      "(body->>'outcome') <> event)"),
                      0);
     /* the follow-ups: page and fix of a and c, verify of b */
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM runs WHERE parent_id IN ('a', 'c') "
@@ -582,9 +698,11 @@ START_TEST(a_large_statement_owes_each_run_once)
                          "completed_at = now() WHERE id LIKE 'b-%%'"));
     PQclear(th_sql(g_pg, "COMMIT"));
     ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 1510);
-    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT run_id) FROM notifications WHERE "
-                                      "run->>'id' = run_id AND run->>'status' = 'completed' AND "
-                                      "event = 'run.' || (run->>'outcome')"),
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run IS NULL"),
+                     1510);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(DISTINCT run_id) FROM " BODIES " WHERE "
+                                      "body->>'id' = run_id AND body->>'status' = 'completed' AND "
+                                      "event = 'run.' || (body->>'outcome')"),
                      1510);
     close_test_db();
 }
@@ -827,6 +945,7 @@ int main(void)
     tcase_add_test(tc, follow_ups_bounded);
     tcase_add_test(tc, racing_completions);
     tcase_add_test(tc, outbox_claim_and_settle);
+    tcase_add_test(tc, outcome_object_built_at_claim);
     tcase_add_test(tc, claim_plan_on_a_young_outbox);
     tcase_add_test(tc, one_statement_owes_each_run);
     tcase_add_test(tc, a_large_statement_owes_each_run_once);
