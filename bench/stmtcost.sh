@@ -57,21 +57,19 @@ cleanup() {
 trap cleanup EXIT
 bench_cluster "$DIR"
 # The server's configuration: none, or a notifier nobody listens on (port
-# 9, discard) told of every success of demo.
+# 9, discard) told of every success of demo; and with it each inserted run
+# told of as the server's submission makes it (reacts, from the rules).
+# Without NOTIFY the column is left out (builds before migration 017 have
+# none).
 CONF=()
+REACTS_COL=""
+REACTS_VAL=""
 if [ "$NOTIFY" = 1 ]; then
     cat >"$DIR/notify.json" <<'EOF'
 {"notifiers": {"hook": {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}},
  "run_types": {"demo": {"notify": [{"on": ["succeeded"], "to": "hook"}]}}}
 EOF
     CONF=(--config "$DIR/notify.json")
-fi
-# With NOTIFY=1 each run is told of as the server's submission makes it
-# (reacts, from the rules); without, the column is left out (builds before
-# migration 017 have none).
-REACTS_COL=""
-REACTS_VAL=""
-if [ "$NOTIFY" = 1 ]; then
     REACTS_COL=", reacts"
     REACTS_VAL=", (SELECT t.reacts FROM run_type_rules t WHERE t.type = 'demo')"
 fi
