@@ -259,7 +259,11 @@ enum status notify_request_build(const struct notifier *n, const char *event,
     memset(out, 0, sizeof(*out));
     if (!json_is_object(run)) {
         json_decref(run);
-        return error_set(err, ST_INVALID, "the delivery's run is not a JSON object");
+        /* null: the run is gone (a row made outside opsrun, migration 036) */
+        return error_set(err, ST_INVALID, "%s",
+                         run_json && strcmp(run_json, "null") == 0
+                             ? "the run no longer exists"
+                             : "the delivery's run is not a JSON object");
     }
     link = notify_run_link(public_url, jstr(run, "id"));
     if (n->kind == NOTIFIER_WEBHOOK)

@@ -514,7 +514,7 @@ END_TEST
  * and done). A start's delivery keeps the object of its transition, and so
  * does a workflow's outcome (its steps may change after its end). A row
  * whose run is gone (made outside opsrun) is claimed with the JSON null,
- * which the notifier refuses, never with a NULL. */
+ * which the notifier refuses, never with a NULL, and is then settled. */
 START_TEST(outcome_object_built_at_claim)
 {
     const char *const both[] = {"audit", "chat"}, *const fix[] = {"fix"};
@@ -591,6 +591,28 @@ START_TEST(outcome_object_built_at_claim)
                                       "'{chat}', '{10}', 30000) WHERE run_id = 'gone' AND run = "
                                       "'null'"),
                      1);
+    /* ... which the notifier gives up, and the settle deletes (migration
+     * 037): it is not claimed again when its lease ends. A retry of one
+     * is rescheduled as any other (the previous release may send one). */
+    PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
+                         "event, run, owner, attempts) VALUES ('acme', 'gone2', now(), 'chat', "
+                         "'run.failed', NULL, 'o2', 1)"));
+    {
+        const struct delivery_result res[] = {
+            {th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone'"), 1, -1,
+             "notified chat: could not build the request"},
+            {th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone2'"), 1, 5000,
+             "notified chat: 503"}};
+        OK(store_deliveries_settle(g_db, "o2", res, 2, &written, &g_err));
+        ck_assert_int_eq(written, 2);
+    }
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'gone'"),
+                     0);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications WHERE run_id = 'gone2' "
+                                      "AND owner IS NULL AND next_at > now()"),
+                     1);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM run_events WHERE run_id LIKE 'gone%%'"),
+                     0);
     /* A workflow's end keeps its object, steps and all. */
     PQclear(th_sql(g_pg, "INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, "
                          "identity_hash, request_hash, reacts, status, worker_id, attempt, "

@@ -360,6 +360,12 @@ START_TEST(bad_run_refused)
     ck_assert_int_eq(notify_request_build(cfg_notifier(&cfg, "audit"), "run.failed", "d", "[1]",
                                           NULL, 0, &rq, &err),
                      ST_INVALID);
+    ck_assert_str_eq(err.message, "the delivery's run is not a JSON object");
+    /* a delivery whose run is gone is claimed with the JSON null */
+    ck_assert_int_eq(notify_request_build(cfg_notifier(&cfg, "audit"), "run.failed", "d", "null",
+                                          NULL, 0, &rq, &err),
+                     ST_INVALID);
+    ck_assert_str_eq(err.message, "the run no longer exists");
 }
 END_TEST
 
