@@ -24,6 +24,9 @@
 #              run of the batch owes a delivery (its outbox row is written
 #              by the batch; nothing is delivered); a BASE must have
 #              notifications (migration 017 on)
+#   XSQL=SQL   run on each build's database after its runs are inserted,
+#              before the batches: to price a part of the schema by what
+#              leaving it out saves (XSQL="DROP TRIGGER runs_react ON runs")
 # Needs root (the single-user backend runs as the cluster's owner, postgres)
 # and valgrind (installed when missing).
 set -euo pipefail
@@ -146,6 +149,9 @@ for b in "${BUILDS[@]}"; do
                    'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'$REACTS_VAL
               FROM generate_series(0, $RUNS - 1) g" \
         -c "VACUUM ANALYZE" -c "CHECKPOINT"
+    if [ -n "${XSQL:-}" ]; then
+        psqlx "$rurl" -c "$XSQL" -c "VACUUM ANALYZE" -c "CHECKPOINT"
+    fi
 done
 
 # Each build's batches in a single-user backend; the cluster is stopped
