@@ -592,8 +592,9 @@ START_TEST(outcome_object_built_at_claim)
                                       "'null'"),
                      1);
     /* ... which the notifier gives up, and the settle deletes (migration
-     * 037): it is not claimed again when its lease ends. A retry of one
-     * is rescheduled as any other (the previous release may send one). */
+     * 037): it is not claimed again when its lease ends. A result asking
+     * for a retry reschedules one likewise: the settle no longer needs the
+     * run to change the row. */
     PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
                          "event, run, owner, attempts) VALUES ('acme', 'gone2', now(), 'chat', "
                          "'run.failed', NULL, 'o2', 1)"));
