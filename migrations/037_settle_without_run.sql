@@ -6,16 +6,23 @@
 -- results joined to runs. A delivery whose run no longer exists (made
 -- outside opsrun: runs truncated, a partial restore, triggers disabled;
 -- opsrun deletes a run's deliveries in the statement that deletes it) was
--- given up by the notifier (its claim carries the JSON null, migration 036)
--- and then left as it was, owned by nobody once its lease ran out: claimed
--- again at every lease, with a warning each time, for ever.
+-- left as it was after its attempt, and claimed again once its lease ran
+-- out, for ever: one that carries its run's object (a start, a retry, an
+-- approval asked for, a workflow's outcome, any row from before migration
+-- 036) was sent again at every lease; one of an outcome (run NULL since
+-- 036) was claimed with the JSON null and given up again each time, with
+-- a warning.
 --
 -- Now the row is deleted or rescheduled from the result alone (its id, and
 -- the lease it was claimed under: owner and attempts), whether or not its
 -- run exists; the attempt's event is still written on the run, when there
--- is one. Nothing else changes: for a delivery whose run exists, the same
--- rows are deleted, rescheduled and recorded, and the run of a transition
--- before its end is still locked (shared) before its event is written.
+-- is one. For a delivery whose run exists, the same rows are deleted,
+-- rescheduled and recorded as by 030, and in the same order of locks: the
+-- run of a transition before its end (locked FOR SHARE) before its outbox
+-- row. The results are read through the runs they locked (s below) for
+-- that: retention locks runs and then deletes their deliveries (the
+-- statement trigger of 030), and the other order deadlocked with it
+-- (integration_notify.settle_locks_the_run_first).
 --
 -- Compatibility: the arguments and the result are 030's. A binary of the
 -- previous release settles through this function as it did through 030's.
@@ -41,13 +48,15 @@ BEGIN
               JOIN runs r ON r.tenant = o.tenant AND r.id = o.run_id
              WHERE o.event NOT IN ('run.started', 'run.retrying', 'run.approval_requested')),
     lk AS (SELECT * FROM act UNION ALL SELECT * FROM fin),
-    del AS (DELETE FROM notifications o USING b
-             WHERE o.id = b.id AND b.retry_ms < 0 AND o.owner = p_owner
-               AND o.attempts = b.attempts RETURNING 1),
+    -- every result, read through lk: the runs are locked before the rows
+    s AS (SELECT b.* FROM b LEFT JOIN lk ON lk.nid = b.id),
+    del AS (DELETE FROM notifications o USING s
+             WHERE o.id = s.id AND s.retry_ms < 0 AND o.owner = p_owner
+               AND o.attempts = s.attempts RETURNING 1),
     upd AS (UPDATE notifications o SET owner = NULL,
-                                       next_at = now() + b.retry_ms * interval '1 millisecond'
-              FROM b WHERE o.id = b.id AND b.retry_ms >= 0 AND o.owner = p_owner
-               AND o.attempts = b.attempts RETURNING 1),
+                                       next_at = now() + s.retry_ms * interval '1 millisecond'
+              FROM s WHERE o.id = s.id AND s.retry_ms >= 0 AND o.owner = p_owner
+               AND o.attempts = s.attempts RETURNING 1),
     ev AS (INSERT INTO run_events (tenant, run_id, type, status, outcome, progress, step,
                                    message, run_created_at)
            SELECT tenant, id, 'notification', status, outcome, progress, step, message,

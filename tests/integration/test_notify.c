@@ -592,18 +592,24 @@ START_TEST(outcome_object_built_at_claim)
                                       "'null'"),
                      1);
     /* ... which the notifier gives up, and the settle deletes (migration
-     * 037): it is not claimed again when its lease ends. A result asking
-     * for a retry reschedules one likewise: the settle no longer needs the
-     * run to change the row. */
+     * 037): it is not claimed again when its lease ends. A delivery whose
+     * run is gone but that carries its object (a start) is sent, and its
+     * retry rescheduled; a result of a lease taken over (another owner, or
+     * an older attempt) changes nothing. */
     PQclear(th_sql(g_pg, "INSERT INTO notifications (tenant, run_id, run_created_at, notifier, "
-                         "event, run, owner, attempts) VALUES ('acme', 'gone2', now(), 'chat', "
-                         "'run.failed', NULL, 'o2', 1)"));
+                         "event, run, owner, attempts) VALUES ('acme', 'gone2', now(), 'audit', "
+                         "'run.started', '{\"id\": \"gone2\"}', 'o2', 2)"));
     {
-        const struct delivery_result res[] = {
-            {th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone'"), 1, -1,
-             "notified chat: could not build the request"},
-            {th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone2'"), 1, 5000,
-             "notified chat: 503"}};
+        const int64_t gone = th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone'"),
+                      gone2 =
+                          th_sql_int(g_pg, "SELECT id FROM notifications WHERE run_id = 'gone2'");
+        const struct delivery_result stale[] = {{gone2, 1, -1, "notified audit: 200"}},
+                                     res[] = {{gone, 1, -1, "notified chat: could not build"},
+                                              {gone2, 2, 5000, "notified audit: 503"}};
+        OK(store_deliveries_settle(g_db, "o2", stale, 1, &written, &g_err));
+        ck_assert_int_eq(written, 0);
+        OK(store_deliveries_settle(g_db, "o3", res, 2, &written, &g_err));
+        ck_assert_int_eq(written, 0);
         OK(store_deliveries_settle(g_db, "o2", res, 2, &written, &g_err));
         ck_assert_int_eq(written, 2);
     }
@@ -627,6 +633,71 @@ START_TEST(outcome_object_built_at_claim)
                                       "event = 'run.succeeded' AND run->'workflow'->'steps'->'s1'"
                                       "->>'state' = 'succeeded'"),
                      1);
+    close_test_db();
+}
+END_TEST
+
+/* Migration 037: the settle locks the run of a delivery of a transition
+ * before its end before it touches the delivery's row, as 030 did.
+ * Retention locks runs, then deletes their deliveries (runs_deleted): a
+ * settle that took the row first deadlocked with it. Here a transaction
+ * holds the run as retention does; the settle must wait for the run with
+ * the row still free, and find it gone once the run is deleted. */
+START_TEST(settle_locks_the_run_first)
+{
+    const char *const audit[] = {"audit"};
+    const int room[] = {10};
+    struct delivery *d;
+    size_t n;
+    PGconn *ret, *set;
+    PGresult *r;
+    char sql[256];
+    int waited = 0;
+
+    open_with_rules("it_notify_lock_order", 10);
+    submit("r", "fix", "{\"pod\": \"web-1\"}");
+    claim("w1", 1);
+    d = claim_deliveries("o1", audit, room, 1, 30000, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(d[0].event, "run.started");
+    xsnprintf(sql, sizeof(sql),
+              "SELECT opsrun_deliveries_settle('o1', '[{\"id\": %lld, \"attempts\": 1, "
+              "\"retry_ms\": -1, \"message\": \"notified audit: 200\"}]')",
+              (long long)d[0].id);
+    ret = th_pg(g_ci);
+    set = th_pg(g_ci);
+    PQclear(th_sql(ret, "BEGIN"));
+    PQclear(th_sql(ret, "SELECT 1 FROM runs WHERE id = 'r' FOR UPDATE"));
+    ck_assert_int_eq(PQsendQuery(set, sql), 1);
+    while (waited < 10000 && th_sql_int(g_pg,
+                                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+                                        "AND wait_event_type = 'Lock'",
+                                        PQbackendPID(set)) == 0) {
+        th_sleep_ms(20);
+        waited += 20;
+    }
+    ck_assert_int_lt(waited, 10000);
+    /* the settle waits for the run, holding nothing of the outbox */
+    xsnprintf(sql, sizeof(sql), "SELECT 1 FROM notifications WHERE id = %lld FOR UPDATE NOWAIT",
+              (long long)d[0].id);
+    r = PQexec(ret, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "the settle holds the delivery: %s",
+                  PQresultErrorMessage(r));
+    PQclear(r);
+    PQclear(th_sql(ret, "DELETE FROM runs WHERE id = 'r'"));
+    PQclear(th_sql(ret, "COMMIT"));
+    r = PQgetResult(set);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "the settle failed: %s",
+                  PQresultErrorMessage(r));
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "0");
+    PQclear(r);
+    while ((r = PQgetResult(set)) != NULL)
+        PQclear(r);
+    ck_assert_int_eq(th_sql_int(g_pg, "SELECT count(*) FROM notifications"), 0);
+    PQfinish(ret);
+    PQfinish(set);
+    delivery_cleanup(d, n);
+    free(d);
     close_test_db();
 }
 END_TEST
@@ -969,6 +1040,7 @@ int main(void)
     tcase_add_test(tc, racing_completions);
     tcase_add_test(tc, outbox_claim_and_settle);
     tcase_add_test(tc, outcome_object_built_at_claim);
+    tcase_add_test(tc, settle_locks_the_run_first);
     tcase_add_test(tc, claim_plan_on_a_young_outbox);
     tcase_add_test(tc, one_statement_owes_each_run);
     tcase_add_test(tc, a_large_statement_owes_each_run_once);
