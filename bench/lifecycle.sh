@@ -117,9 +117,12 @@ done
 {
     echo "== lifecycle: 50 runs a transaction triple, $CLIENTS clients, ${SECONDS_EACH} s each," \
         "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    median() { # the median of the numbers on stdin, printed with format $1
+        sort -n | awk -v f="$1" '{a[NR] = $1}
+            END {printf f, NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+    }
     median_of() { # the median runs/s of variant $1
-        awk -F'\t' -v v="$1" '$1 == v {print $3}' "$DATA/summary.tsv" | sort -n |
-            awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : int((a[NR / 2] + a[NR / 2 + 1]) / 2)}'
+        awk -F'\t' -v v="$1" '$1 == v {print $3}' "$DATA/summary.tsv" | median '%d\n'
     }
     new=$(median_of new)
     for v in "${VARIANTS[@]}"; do
@@ -133,8 +136,7 @@ done
         for mode in single bulk; do
             ratios=$(awk -F'\t' -v m="e2e_$mode" '$1 == "new" {f[$2] = $3} $1 == m {e[$2] = $3}
                 END {for (r in e) printf "%d %.2f\n", r, e[r] / f[r]}' "$DATA/summary.tsv" | sort -n)
-            med=$(echo "$ratios" | awk '{print $2}' | sort -n |
-                awk '{a[NR] = $1} END {printf "%.2f", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+            med=$(echo "$ratios" | awk '{print $2}' | median '%.2f')
             printf '%-7s runs/s:%s  median %s  over the floor by round:%s  median %s\n' "e2e_$mode" \
                 "$(awk -F'\t' -v v="e2e_$mode" '$1 == v {printf " %s", $3}' "$DATA/summary.tsv")" \
                 "$(median_of "e2e_$mode")" "$(echo "$ratios" | awk '{printf " %s", $2}')" "$med"
