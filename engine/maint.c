@@ -14,6 +14,7 @@
 #include "store/partitions.h"
 #include "store/workers.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +26,11 @@
 /* A pass that stopped at RETENTION_ROUNDS left more behind: the next comes
  * this soon, so retention keeps up with any rate it can delete at. */
 #define RETENTION_AGAIN_MS 1000
+/* A partition step that gave way to a lock is tried again this soon, then
+ * twice as long each time it gives way again, up to RETENTION_EVERY_MS:
+ * the session in its way is usually one statement in flight, and each try
+ * holds event writers up for at most PARTITION_LOCK_TIMEOUT_MS. */
+#define RETENTION_GAVE_WAY_MS 2000
 /* How often the runs held for their concurrency key are looked at for a
  * key with room that no claim released (store_runs_conc_sweep). */
 #define CONC_SWEEP_EVERY_MS 5000
@@ -237,56 +243,66 @@ static void on_partition_dropped(void *arg, const char *name)
 
 /* Logged when a partition step did not get its table lock in time: once
  * is nothing, every pass means a session holds run_events for long. */
-static void gave_way(const char *what)
+static void gave_way(const char *what, int64_t again_ms)
 {
     LOG(LOG_INFO,
         "retention could not %s partitions now: a lock on run_events was not granted "
-        "within %d ms; trying again next pass",
-        what, PARTITION_LOCK_TIMEOUT_MS);
+        "within %d ms; trying again within %" PRId64 " s",
+        what, PARTITION_LOCK_TIMEOUT_MS, (again_ms + 999) / 1000);
 }
 
 /* The spans of run_events ahead (migration 013), before the deletes of a
- * pass; a failure here stops nothing else. */
-static void maint_partitions_ahead(struct engine *e, struct db *db)
+ * pass; a failure here stops nothing else. Returns whether it gave way to
+ * a lock. */
+static bool maint_partitions_ahead(struct engine *e, struct db *db, int64_t again_ms)
 {
     struct error err = {0};
     struct partition_step step;
 
     if (store_partitions_ensure(db, e->cfg->queue.event_partition_s, on_partition_created, NULL,
-                                &step, &err) != ST_OK)
+                                &step, &err) != ST_OK) {
         LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
-    else if (step.gave_way)
-        gave_way("create");
+        return false;
+    }
+    if (step.gave_way)
+        gave_way("create", again_ms);
+    return step.gave_way;
 }
 
 /* The spans whose runs are all gone, after the deletes of a pass, so that
- * the pass that deletes a span's last runs drops it too. */
-static void maint_partitions_drop(struct engine *e, struct db *db)
+ * the pass that deletes a span's last runs drops it too. Returns whether
+ * it gave way to a lock. */
+static bool maint_partitions_drop(struct engine *e, struct db *db, int64_t again_ms)
 {
     struct error err = {0};
     struct partition_step step;
 
     if (store_partitions_drop(db, on_partition_dropped, NULL, &step, &err) != ST_OK) {
         LOG(LOG_WARN, "could not drop partitions: %s", err.message);
-        return;
+        return false;
     }
     if (step.gave_way)
-        gave_way("drop");
+        gave_way("drop", again_ms);
     if (step.n > 0) {
         pthread_mutex_lock(&e->mu);
         e->st.partitions_dropped_total += step.n;
         pthread_mutex_unlock(&e->mu);
     }
+    return step.gave_way;
 }
 
-/* One retention pass; returns whether it stopped with more to delete. */
-static bool maint_retention(struct engine *e, struct db *db)
+/* One retention pass; returns when the next is due, in ms from now: soon
+ * when it stopped with more to delete, after *gave_way_ms (doubled for the
+ * next time) when a partition step gave way to a lock, else about a
+ * minute. */
+static int64_t maint_retention(struct engine *e, struct db *db, int64_t *gave_way_ms)
 {
     struct error err = {0};
     int n = 0, total = 0;
-    bool more = true;
+    bool more = true, waited;
+    int64_t again = *gave_way_ms;
 
-    maint_partitions_ahead(e, db);
+    waited = maint_partitions_ahead(e, db, again);
     for (int round = 0; round < RETENTION_ROUNDS && more; round++) {
         if (store_runs_prune(db, e->cfg->queue.retention_s, e->cfg->queue.retention_batch, &n,
                              &err) != ST_OK) {
@@ -297,14 +313,19 @@ static bool maint_retention(struct engine *e, struct db *db)
         total += n;
         more = n == e->cfg->queue.retention_batch;
     }
-    maint_partitions_drop(e, db);
+    waited = maint_partitions_drop(e, db, again) || waited;
     if (total > 0) {
         LOG(LOG_INFO, "retention deleted_runs=%d", total);
         pthread_mutex_lock(&e->mu);
         e->st.pruned_total += total;
         pthread_mutex_unlock(&e->mu);
     }
-    return more;
+    if (!waited) {
+        *gave_way_ms = RETENTION_GAVE_WAY_MS;
+        return more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2);
+    }
+    *gave_way_ms = again * 2 < RETENTION_EVERY_MS ? again * 2 : RETENTION_EVERY_MS;
+    return more ? RETENTION_AGAIN_MS : again;
 }
 
 /* Held runs whose key has room and that no claim released: claims wake
@@ -352,6 +373,8 @@ static void maint_wf_sweep(struct engine *e, struct db *db, bool always)
 
 struct maint_clock {
     int64_t cancel, heartbeat, rescue, retention, conc_sweep;
+    /* How soon retention tries again after a partition step gave way. */
+    int64_t gave_way_ms;
 };
 
 /* One round of every clock that is due; returns when progress or log
@@ -398,10 +421,8 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
         maint_wf_sweep(e, db, true);
         due->conc_sweep = now + jitter_ms(CONC_SWEEP_EVERY_MS, 0.2);
     }
-    if (now >= due->retention) {
-        bool more = maint_retention(e, db);
-        due->retention = now + (more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2));
-    }
+    if (now >= due->retention)
+        due->retention = now + maint_retention(e, db, &due->gave_way_ms);
     db_pool_put(e->pool, db);
     return next;
 }
@@ -410,7 +431,8 @@ static void *maint_main(void *arg)
 {
     struct engine *e = arg;
     int64_t now = clock_mono_ms();
-    struct maint_clock due = {now, now, now, now + 1000, now + CONC_SWEEP_EVERY_MS};
+    struct maint_clock due = {
+        now, now, now, now + 1000, now + CONC_SWEEP_EVERY_MS, RETENTION_GAVE_WAY_MS};
     /* Lines written since the last round wait at most logs.flush_ms for
      * the next; progress and lines already waiting are written when due. */
     int64_t tick = e->cfg->queue.cancel_check_ms < e->cfg->logs.flush_ms

@@ -310,9 +310,12 @@ async function startedUnseen(browser, base, tmp) {
 }
 
 // Scrolled up, the reader stays put while lines come; the jump button
-// brings the newest back.
-async function scrollUp(page, base) {
-  const id = await submitRun(base, 'slow', { n: '90', gap: '0.08', tag: 'scroll' });
+// brings the newest back. The command waits after line 40 until the
+// reader has scrolled up, so that lines still come however slow the
+// machine.
+async function scrollUp(page, base, tmp) {
+  const flag = join(tmp, 'go-scroll');
+  const id = await submitRun(base, 'paced', { n: '90', gap: '0.08', hold: '40', flag, tag: 'scroll' });
   await openRun(page, base, id);
   await until('the log to fill its box', async () => numbered((await logSeen(page)) || []).length >= 40, 20000);
   const box = page.locator('#log-box');
@@ -322,6 +325,7 @@ async function scrollUp(page, base) {
   await sleep(300);
   const before = await logInView(page);
   const written = (await apiLines(base, id, 1)).length;
+  release(flag);
   const more = await until('more lines', async () => {
     const l = await apiLines(base, id, 1);
     return l.length >= written + 10 ? l : null;
@@ -452,7 +456,7 @@ async function main() {
     ids.flaky = await attempts(page, base, tmp);
     await screenshot(page, join(art, 'dashboard-log-attempts.png'));
     await closeDetail(page);
-    await scrollUp(page, base);
+    await scrollUp(page, base, tmp);
     await emptyAndCut(page, base);
     problems.push(...await narrow(browser, base, art, ids));
     problems.push(...await startedUnseen(browser, base, tmp));

@@ -97,9 +97,15 @@ export function configFor(tmp) {
     writeFileSync(f, text);
     return f;
   };
+  // n lines, gap seconds apart; given a line number and a file (paced),
+  // it waits after that line until the test creates the file.
   const slow = script('slow.sh', [
     'n=$1; gap=$2; i=1',
-    'while [ "$i" -le "$n" ]; do echo "line $i of $n" >&2; sleep "$gap"; i=$((i + 1)); done',
+    'while [ "$i" -le "$n" ]; do',
+    '  echo "line $i of $n" >&2; sleep "$gap"',
+    '  if [ "$i" = "$3" ]; then w=0; while [ ! -e "$4" ] && [ "$w" -lt 300 ]; do sleep 0.1; w=$((w + 1)); done; fi',
+    '  i=$((i + 1))',
+    'done',
     "echo '{}'", '',
   ].join('\n'));
   // Lines 1 to 10, then (once the test creates $2) 11 to 20, then (once
@@ -132,6 +138,10 @@ export function configFor(tmp) {
     logs: { max_line_bytes: 256 },
     run_types: {
       slow: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', slow, '{{input:/n}}', '{{input:/gap}}'] } },
+      paced: {
+        action: 'exec', max_attempts: 1,
+        params: { argv: ['/bin/sh', slow, '{{input:/n}}', '{{input:/gap}}', '{{input:/hold}}', '{{input:/flag}}'] },
+      },
       gated: { action: 'exec', max_attempts: 1, params: { argv: ['/bin/sh', gated, '40', '{{input:/go1}}', '{{input:/go2}}'] } },
       flaky: { action: 'exec', max_attempts: 2, retry_backoff_ms: 1500, params: { argv: ['/bin/sh', flaky, '{{input:/flag}}'] } },
       // Attempt 1 of flaky, one run at a time: a second run waits, queued.
