@@ -291,18 +291,30 @@ static bool maint_partitions_drop(struct engine *e, struct db *db, int64_t again
     return step.gave_way;
 }
 
-/* One retention pass; returns when the next is due, in ms from now: soon
- * when it stopped with more to delete, after *gave_way_ms (doubled for the
- * next time) when a partition step gave way to a lock, else about a
- * minute. */
-static int64_t maint_retention(struct engine *e, struct db *db, int64_t *gave_way_ms)
+struct maint_clock {
+    int64_t cancel, heartbeat, rescue, retention, conc_sweep;
+    /* When retention's partition steps are next due (0: at every pass),
+     * and how long they wait after the next try that gives way to a
+     * lock. */
+    int64_t partitions, gave_way_ms;
+};
+
+/* One retention pass at now; returns when the next is due, in ms from now:
+ * soon when it stopped with more to delete, when the partition steps are
+ * due again after one of them gave way to a lock, else about a minute. The
+ * passes that come soon to delete more leave the partition steps alone
+ * until they are due: each step that gives way has held up event writers
+ * while it waited. */
+static int64_t maint_retention(struct engine *e, struct db *db, int64_t now,
+                               struct maint_clock *due)
 {
     struct error err = {0};
     int n = 0, total = 0;
-    bool more = true, waited;
-    int64_t again = *gave_way_ms;
+    bool more = true, steps = now >= due->partitions, waited = false;
+    int64_t again = due->gave_way_ms, next;
 
-    waited = maint_partitions_ahead(e, db, again);
+    if (steps)
+        waited = maint_partitions_ahead(e, db, again);
     for (int round = 0; round < RETENTION_ROUNDS && more; round++) {
         if (store_runs_prune(db, e->cfg->queue.retention_s, e->cfg->queue.retention_batch, &n,
                              &err) != ST_OK) {
@@ -313,19 +325,25 @@ static int64_t maint_retention(struct engine *e, struct db *db, int64_t *gave_wa
         total += n;
         more = n == e->cfg->queue.retention_batch;
     }
-    waited = maint_partitions_drop(e, db, again) || waited;
+    if (steps)
+        waited = maint_partitions_drop(e, db, again) || waited;
     if (total > 0) {
         LOG(LOG_INFO, "retention deleted_runs=%d", total);
         pthread_mutex_lock(&e->mu);
         e->st.pruned_total += total;
         pthread_mutex_unlock(&e->mu);
     }
-    if (!waited) {
-        *gave_way_ms = RETENTION_GAVE_WAY_MS;
-        return more ? RETENTION_AGAIN_MS : jitter_ms(RETENTION_EVERY_MS, 0.2);
+    if (steps && waited) {
+        due->partitions = now + again;
+        due->gave_way_ms = again * 2 < RETENTION_EVERY_MS ? again * 2 : RETENTION_EVERY_MS;
+    } else if (steps) {
+        due->partitions = 0;
+        due->gave_way_ms = RETENTION_GAVE_WAY_MS;
     }
-    *gave_way_ms = again * 2 < RETENTION_EVERY_MS ? again * 2 : RETENTION_EVERY_MS;
-    return more ? RETENTION_AGAIN_MS : again;
+    if (more)
+        return RETENTION_AGAIN_MS;
+    next = jitter_ms(RETENTION_EVERY_MS, 0.2);
+    return due->partitions > now && due->partitions - now < next ? due->partitions - now : next;
 }
 
 /* Held runs whose key has room and that no claim released: claims wake
@@ -371,14 +389,9 @@ static void maint_wf_sweep(struct engine *e, struct db *db, bool always)
     view_release(e, v);
 }
 
-struct maint_clock {
-    int64_t cancel, heartbeat, rescue, retention, conc_sweep;
-    /* How soon retention tries again after a partition step gave way. */
-    int64_t gave_way_ms;
-};
-
 /* One round of every clock that is due; returns when progress or log
- * lines waiting now will be due (monotonic ms; INT64_MAX: none). */
+ * lines waiting now, or retention's next pass, will be due (monotonic ms;
+ * INT64_MAX: none). */
 static int64_t maint_tick(struct engine *e, struct maint_clock *due)
 {
     const struct config *cfg = e->cfg;
@@ -422,9 +435,11 @@ static int64_t maint_tick(struct engine *e, struct maint_clock *due)
         due->conc_sweep = now + jitter_ms(CONC_SWEEP_EVERY_MS, 0.2);
     }
     if (now >= due->retention)
-        due->retention = now + maint_retention(e, db, &due->gave_way_ms);
+        due->retention = now + maint_retention(e, db, now, due);
     db_pool_put(e->pool, db);
-    return next;
+    /* Retention's next pass may come sooner than the tick (after a step
+     * that gave way, or with more to delete). */
+    return due->retention < next ? due->retention : next;
 }
 
 static void *maint_main(void *arg)
@@ -432,7 +447,7 @@ static void *maint_main(void *arg)
     struct engine *e = arg;
     int64_t now = clock_mono_ms();
     struct maint_clock due = {
-        now, now, now, now + 1000, now + CONC_SWEEP_EVERY_MS, RETENTION_GAVE_WAY_MS};
+        now, now, now, now + 1000, now + CONC_SWEEP_EVERY_MS, 0, RETENTION_GAVE_WAY_MS};
     /* Lines written since the last round wait at most logs.flush_ms for
      * the next; progress and lines already waiting are written when due. */
     int64_t tick = e->cfg->queue.cancel_check_ms < e->cfg->logs.flush_ms

@@ -331,7 +331,7 @@ static void ensure_partitions(const struct config *cfg, struct db *db)
                                 &err) != ST_OK)
         LOG(LOG_WARN, "could not create partitions ahead: %s", err.message);
     else if (step.gave_way)
-        LOG(LOG_INFO, "could not create partitions ahead now: a lock on run_events was not "
+        LOG(LOG_INFO, "partitions ahead not created at start: a lock on run_events was not "
                       "granted in time; retention tries again");
 }
 
