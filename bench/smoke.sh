@@ -52,7 +52,8 @@ brief() {
     run.sh) bash bench/run.sh 500 4 ;;
     schedules.sh) RUNS=640 IDLE_S=5 bash bench/schedules.sh 5 1 ;;
     soak.sh) bash bench/soak.sh 1 50 ;;
-    stmtcost.sh) NOTIFY=1 XSQL="DROP INDEX runs_retried" bash bench/stmtcost.sh 160 16 ;;
+    stmtcost.sh) NOTIFY=1 XSQL="DROP INDEX runs_retried" bash bench/stmtcost.sh 160 16 &&
+        STMT=claim bash bench/stmtcost.sh 160 4 ;;
     streams.sh) bash bench/streams.sh 30 20 50 100 ;;
     workflows.sh) PAIRS=1 N=20 bash bench/workflows.sh ;;
     dashboard.mjs) dashboard ;;

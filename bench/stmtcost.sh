@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/stmtcost.sh — what the completion batch costs PostgreSQL, counted in
-# instructions: a figure that does not move with the machine's load.
+# bench/stmtcost.sh — what the completion batch (STMT=claim: the claim) costs
+# PostgreSQL, counted in instructions: a figure that does not move with the
+# machine's load.
 #
 # For each build (this tree's, and with BASE=REV a Release build of REV):
 # a database migrated by that build's server, which then runs one no-op
@@ -27,6 +28,12 @@
 #   XSQL=SQL   run on each build's database after its runs are inserted,
 #              before the batches: to price a part of the schema by what
 #              leaving it out saves (XSQL="DROP TRIGGER runs_react ON runs")
+#   STMT=claim the claim instead: RUNS queued runs, claimed BATCH a call by
+#              the build's claim statement as its server sent it; each
+#              batch is then completed by an UPDATE, and only what runs
+#              inside opsrun_claim is counted (callgrind's --toggle-collect
+#              on the call of a function in FROM: the function's
+#              statements and the triggers they fire)
 # Needs root (the single-user backend runs as the cluster's owner, postgres)
 # and valgrind (installed when missing).
 set -euo pipefail
@@ -36,6 +43,8 @@ RUNS=${1:-4000}
 BATCH=${2:-16}
 LINES=${LINES:-1}
 NOTIFY=${NOTIFY:-0}
+STMT=${STMT:-finish}
+case "$STMT" in finish | claim) ;; *) echo "stmtcost.sh: STMT is finish or claim, not $STMT" >&2; exit 2 ;; esac
 OUT=bench/out
 PORT=${PORT:-18187}
 mkdir -p "$OUT"
@@ -86,8 +95,25 @@ PGBIN=$(readlink -f "/proc/$(head -n 1 "$PGDATA_DIR/postmaster.pid")/exe")
 # for RUNS runs, BATCH a statement.
 cat >"$DIR/batches.py" <<'PY'
 import json, re, sys
-runs, batch, lines = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+runs, batch, lines, stmt_kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 text = sys.stdin.read()
+if stmt_kind == "claim":
+    # The claim as sent, its limit BATCH and its room for running runs
+    # more than there are; after each, its runs completed (not counted), so
+    # that the running runs the claim counts stay few. Not with triggers
+    # off: setting session_replication_role drops every cached plan.
+    m = re.search(r"execute (runs_claim\w*): (.*)\n.*DETAIL:  parameters: (.*)\n", text)
+    if not m:
+        sys.exit("the server's claim was not in the log")
+    vals = re.findall(r"\$(\d+) = (NULL|'(?:[^']|'')*')", m.group(3))
+    args = [v for _, v in sorted(vals, key=lambda kv: int(kv[0]))]
+    args[0], args[1], args[2] = "'w'", "'%d'" % batch, "'%d'" % (runs + batch)
+    print("PREPARE cl AS %s" % m.group(2))
+    for _ in range(0, runs, batch):
+        print("EXECUTE cl(%s)" % ", ".join(args))
+        print("UPDATE runs SET status = 'completed', outcome = 'succeeded', completed_at = now() "
+              "WHERE status = 'running'")
+    sys.exit(0)
 m = re.search(r"execute runs_finish_batch: (.*)\n.*DETAIL:  parameters: (.*)\n", text)
 if not m:
     sys.exit("the server's completion batch was not in the log")
@@ -135,20 +161,28 @@ for b in "${BUILDS[@]}"; do
     kill "$SERVER" && wait "$SERVER" 2>/dev/null || true
     SERVER=""
     tail -n "+$((mark + 1))" "$LOG" >"$OUT/stmtcost-${NAME[$b]}-pg.log"
-    python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" <"$OUT/stmtcost-${NAME[$b]}-pg.log" >"$DIR/batches-$b.sql"
+    python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" "$STMT" <"$OUT/stmtcost-${NAME[$b]}-pg.log" >"$DIR/batches-$b.sql"
     # RUNS running runs on a copy of the migrated database.
     psqlx "$DB" -c "DROP DATABASE IF EXISTS run_$b" -c "CREATE DATABASE run_$b TEMPLATE cap_$b"
     rurl=$(scripts/pg.sh url "$DIR/pg" "run_$b")
+    if [ "$STMT" = claim ]; then # due a millisecond apart, in the order of their ids
+        NEWRUNS="INSERT INTO runs (tenant, id, type, max_attempts, timeout_s, input, identity_hash,
+                                   request_hash, run_at$REACTS_COL)
+                 SELECT 'default', 'r' || g, 'demo', 3, 300, '{}', 'h' || g, 'q' || g,
+                        now() - interval '1 hour' + g * interval '1 ms'$REACTS_VAL
+                   FROM generate_series(0, $RUNS - 1) g"
+    else
+        NEWRUNS="INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
+                                   identity_hash, request_hash, worker_id, started_at, heartbeat_at,
+                                   deadline_at$REACTS_COL)
+                 SELECT 'default', 'r' || g, 'demo', 'running', 1, 3, 300, '{}',
+                        'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'$REACTS_VAL
+                   FROM generate_series(0, $RUNS - 1) g"
+    fi
     psqlx "$rurl" -c "DELETE FROM run_events" \
         -c "DO \$\$BEGIN IF to_regclass('notifications') IS NOT NULL THEN DELETE FROM notifications; END IF; END\$\$" \
         -c "DO \$\$BEGIN IF to_regclass('run_logs') IS NOT NULL THEN DELETE FROM run_logs; END IF; END\$\$" -c "DELETE FROM runs" \
-        -c "INSERT INTO runs (tenant, id, type, status, attempt, max_attempts, timeout_s, input,
-                              identity_hash, request_hash, worker_id, started_at, heartbeat_at,
-                              deadline_at$REACTS_COL)
-            SELECT 'default', 'r' || g, 'demo', 'running', 1, 3, 300, '{}',
-                   'h' || g, 'q' || g, 'w', now(), now(), now() + interval '1 hour'$REACTS_VAL
-              FROM generate_series(0, $RUNS - 1) g" \
-        -c "VACUUM ANALYZE" -c "CHECKPOINT"
+        -c "$NEWRUNS" -c "VACUUM ANALYZE" -c "CHECKPOINT"
     if [ -n "${XSQL:-}" ]; then
         psqlx "$rurl" -c "$XSQL" -c "VACUUM ANALYZE" -c "CHECKPOINT"
     fi
@@ -162,10 +196,12 @@ done
 scripts/pg.sh stop "$DIR/pg" >/dev/null
 mkdir -p "$DIR/prof"
 chown postgres "$DIR/prof"
+TOGGLE=()
+[ "$STMT" = finish ] || TOGGLE=(--toggle-collect=ExecMakeTableFunctionResult)
 for b in "${BUILDS[@]}"; do
     prof=$DIR/prof/stmtcost-${NAME[$b]}.out
     log=$OUT/stmtcost-${NAME[$b]}.log
-    if ! (cd / && runuser -u postgres -- valgrind --tool=callgrind --callgrind-out-file="$prof" \
+    if ! (cd / && runuser -u postgres -- valgrind --tool=callgrind "${TOGGLE[@]}" --callgrind-out-file="$prof" \
         "$PGBIN" --single -D "$PGDATA_DIR" -c synchronous_commit=off -c enable_seqscan=off \
         -c enable_hashjoin=off -c enable_mergejoin=off "run_$b") <"$DIR/batches-$b.sql" >"$log" 2>&1 ||
         grep -q ERROR "$log"; then
@@ -180,11 +216,15 @@ for b in "${BUILDS[@]}"; do
     done_n=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
         -c "SELECT count(*) FROM runs WHERE status = 'completed'")
     [ "$done_n" = "$RUNS" ] || { echo "$b: $done_n of $RUNS runs completed" >&2; exit 1; }
+    if [ "$STMT" = claim ]; then
+        once=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" -c "SELECT count(*) FROM runs WHERE attempt = 1")
+        [ "$once" = "$RUNS" ] || { echo "$b: $once of $RUNS runs claimed once" >&2; exit 1; }
+    fi
     if [ "$NOTIFY" = 1 ]; then
         owed=$(psqlx "$(scripts/pg.sh url "$DIR/pg" "run_$b")" \
             -c "SELECT count(*) || ' ' || count(DISTINCT run_id) FROM notifications")
         [ "$owed" = "$RUNS $RUNS" ] || { echo "$b: deliveries and runs owing: $owed, not $RUNS each" >&2; exit 1; }
     fi
     ir=$(awk '/^summary:/ { print $2; exit }' "$OUT/stmtcost-${NAME[$b]}.out")
-    echo "$b ${BIN[$b]} runs=$RUNS batch=$BATCH lines=$LINES notify=$NOTIFY instructions_per_run=$((ir / RUNS))"
+    echo "$b ${BIN[$b]} stmt=$STMT runs=$RUNS batch=$BATCH lines=$LINES notify=$NOTIFY instructions_per_run=$((ir / RUNS))"
 done
