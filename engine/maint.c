@@ -29,7 +29,8 @@
 /* A partition step that gave way to a lock is tried again this soon, then
  * twice as long each time it gives way again, up to RETENTION_EVERY_MS:
  * the session in its way is usually one statement in flight, and each try
- * holds event writers up for at most PARTITION_LOCK_TIMEOUT_MS. */
+ * holds event writers up for at most about twice PARTITION_LOCK_TIMEOUT_MS
+ * (the drop waits for run_events, then for run_logs). */
 #define RETENTION_GAVE_WAY_MS 2000
 /* How often the runs held for their concurrency key are looked at for a
  * key with room that no claim released (store_runs_conc_sweep). */

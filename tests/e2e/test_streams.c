@@ -1065,9 +1065,10 @@ START_TEST(stalled_client_dropped)
     }
     ck_assert_msg(!slow->clean_end, "the stalled client's stream ended cleanly, not dropped");
     ck_assert_msg(slow_ids.n < want.n, "the stalled client got everything (%d)", slow_ids.n);
-    /* The resumption reads 2 MB of events back from the database. A test
-     * process slowed by the whole suite beside it on 2 cores once read
-     * none of it for send_timeout_s and was cut in turn: like any SSE
+    /* The resumption reads 2 MB of events back from the database. With the
+     * whole suite beside it on 2 cores it once got none of them (11 of
+     * 237 ids, the test at 11.7 s): cut, it seems, for reading nothing
+     * for send_timeout_s, as a slowed test process may. Like any SSE
      * client it then resumes again from its last id, a few times at most,
      * and only when cut (an end or 15 s without an event fails). 15 s an
      * event: a bound (the resumption's first event, read back by a loaded
