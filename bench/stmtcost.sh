@@ -175,7 +175,7 @@ for b in "${BUILDS[@]}"; do
     SERVER=""
     tail -n "+$((mark + 1))" "$LOG" >"$OUT/stmtcost-${NAME[$b]}-pg.log"
     python3 "$DIR/batches.py" "$RUNS" "$BATCH" "$LINES" "$STMT" <"$OUT/stmtcost-${NAME[$b]}-pg.log" >"$DIR/batches-$b.sql"
-    # RUNS running runs on a copy of the migrated database.
+    # RUNS running runs (STMT=claim: queued) on a copy of the migrated database.
     psqlx "$DB" -c "DROP DATABASE IF EXISTS run_$b" -c "CREATE DATABASE run_$b TEMPLATE cap_$b"
     rurl=$(scripts/pg.sh url "$DIR/pg" "run_$b")
     if [ "$STMT" = claim ]; then # due a millisecond apart, in the order of their ids
